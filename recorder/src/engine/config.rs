@@ -1,0 +1,309 @@
+//! The allocator's knobs, parsed from and printed as a `PYTORCH_CUDA_ALLOC_CONF` string.
+//!
+//! ```text
+//! max_split_size_mb:64,roundup_power2_divisions:[256:1,512:2,>:8],expandable_segments:True
+//! ```
+//! Keys are separated by `,` (a bracketed list may hold commas), key and value by `:`.
+//! Unknown keys are kept verbatim so that a configuration round-trips.
+
+use bincode::{Decode, Encode};
+use serde::Serialize;
+use std::fmt;
+
+pub const MIB: u64 = 1 << 20;
+/// Every block is a multiple of this.
+pub const MIN_BLOCK_SIZE: u64 = 512;
+/// Largest request (after rounding) served by the small pool.
+pub const SMALL_SIZE: u64 = MIB;
+/// Segment size of the small pool, and its expandable page size.
+pub const SMALL_BUFFER: u64 = 2 * MIB;
+/// Segment size for requests between 1 and 10 MiB; default `max_non_split_rounding`.
+pub const LARGE_BUFFER: u64 = 20 * MIB;
+/// Below this (and above 1 MiB) a large request gets a whole `LARGE_BUFFER` segment.
+pub const MIN_LARGE_ALLOC: u64 = 10 * MIB;
+/// Segments for requests of at least 10 MiB are rounded up to this.
+pub const ROUND_LARGE: u64 = 2 * MIB;
+/// Number of power-of-two intervals of `roundup_power2_divisions`.
+pub const ROUNDUP_INTERVALS: usize = 16;
+
+/// The allocator's configuration: the knobs of `PYTORCH_CUDA_ALLOC_CONF`.
+#[derive(Encode, Decode, Serialize, Clone, Debug, PartialEq)]
+pub struct AllocatorConfig {
+    /// Blocks at least this large are never split; `None` = unlimited (the default).
+    pub max_split_size: Option<u64>,
+    /// An oversize block may serve a request at most this much smaller than itself.
+    pub max_non_split_rounding: u64,
+    /// Divisions per power-of-two interval `[2^i MiB, 2^(i+1) MiB)`; 0 or 1 = plain rounding.
+    pub roundup_power2_divisions: [u32; ROUNDUP_INTERVALS],
+    /// Fraction of the capacity above which old cached segments are freed; needs a capacity.
+    pub garbage_collection_threshold: Option<f64>,
+    /// Map pages into one growing segment per stream and pool instead of `cudaMalloc`.
+    pub expandable_segments: bool,
+    /// Segment size for 1-10 MiB requests, and the expandable page size of the large pool.
+    pub large_segment_size: u64,
+    /// Keys this engine does not act on, kept verbatim (`key`, `value`).
+    pub other: Vec<(String, String)>,
+}
+
+impl Default for AllocatorConfig {
+    fn default() -> Self {
+        AllocatorConfig {
+            max_split_size: None,
+            max_non_split_rounding: LARGE_BUFFER,
+            roundup_power2_divisions: [0; ROUNDUP_INTERVALS],
+            garbage_collection_threshold: None,
+            expandable_segments: false,
+            large_segment_size: LARGE_BUFFER,
+            other: Vec::new(),
+        }
+    }
+}
+
+/// A configuration string that cannot be parsed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid allocator configuration `{conf}`: {reason}")]
+pub struct ConfError {
+    pub conf: String,
+    pub reason: String,
+}
+
+impl AllocatorConfig {
+    /// Parses a `PYTORCH_CUDA_ALLOC_CONF`-style string. The empty string is the default.
+    pub fn parse(conf: &str) -> Result<Self, ConfError> {
+        let err = |reason: String| ConfError { conf: conf.to_string(), reason };
+        let mut c = AllocatorConfig::default();
+        for item in split_top_level(conf) {
+            let item = item.trim();
+            if item.is_empty() {
+                continue;
+            }
+            let (key, value) = item
+                .split_once(':')
+                .ok_or_else(|| err(format!("`{item}` is not `key:value`")))?;
+            let (key, value) = (key.trim(), value.trim());
+            match key {
+                "max_split_size_mb" => {
+                    let mb = parse_u64(value).ok_or_else(|| err(format!("max_split_size_mb `{value}` is not a number")))?;
+                    if mb <= LARGE_BUFFER / MIB {
+                        return Err(err(format!("max_split_size_mb must be > {} (got {mb})", LARGE_BUFFER / MIB)));
+                    }
+                    c.max_split_size = Some(mb.saturating_mul(MIB));
+                }
+                "max_non_split_rounding_mb" => {
+                    let mb = parse_u64(value).ok_or_else(|| err(format!("max_non_split_rounding_mb `{value}` is not a number")))?;
+                    c.max_non_split_rounding = mb.saturating_mul(MIB);
+                }
+                "large_segment_size_mb" => {
+                    let mb = parse_u64(value).ok_or_else(|| err(format!("large_segment_size_mb `{value}` is not a number")))?;
+                    if mb <= MIN_LARGE_ALLOC / MIB {
+                        return Err(err(format!("large_segment_size_mb must be > {} (got {mb})", MIN_LARGE_ALLOC / MIB)));
+                    }
+                    c.large_segment_size = mb * MIB;
+                }
+                "garbage_collection_threshold" => {
+                    let t: f64 = value
+                        .parse()
+                        .map_err(|_| err(format!("garbage_collection_threshold `{value}` is not a number")))?;
+                    if !(t > 0.0 && t < 1.0) {
+                        return Err(err(format!("garbage_collection_threshold must be in (0, 1) (got {value})")));
+                    }
+                    c.garbage_collection_threshold = Some(t);
+                }
+                "expandable_segments" => {
+                    c.expandable_segments = match value {
+                        "True" | "true" | "1" => true,
+                        "False" | "false" | "0" => false,
+                        _ => return Err(err(format!("expandable_segments must be True or False (got `{value}`)"))),
+                    }
+                }
+                "roundup_power2_divisions" => {
+                    c.roundup_power2_divisions = parse_divisions(value).map_err(err)?;
+                }
+                "backend" if value != "native" => {
+                    return Err(err(format!("backend `{value}` is not modelled; only the native caching allocator is")));
+                }
+                _ => c.other.push((key.to_string(), value.to_string())),
+            }
+        }
+        Ok(c)
+    }
+
+    /// The divisions used for a request of `bytes` (interval `floor(log2 bytes) - 20`, clamped).
+    pub fn divisions_for(&self, bytes: u64) -> u32 {
+        let log2 = 63 - bytes.max(1).leading_zeros() as i64;
+        let idx = (log2 - 20).clamp(0, ROUNDUP_INTERVALS as i64 - 1) as usize;
+        self.roundup_power2_divisions[idx]
+    }
+}
+
+/// Splits on commas that are not inside `[...]`.
+fn split_top_level(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    for (i, ch) in s.char_indices() {
+        match ch {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    out
+}
+
+fn parse_u64(s: &str) -> Option<u64> {
+    s.trim().parse().ok()
+}
+
+fn check_pow2(v: u64, what: &str) -> Result<(), String> {
+    if v == 0 || v.is_power_of_two() {
+        Ok(())
+    } else {
+        Err(format!("{what} {v} is not a power of two"))
+    }
+}
+
+/// `N` (all intervals) or `[K1:v1,K2:v2,>:vN]` with K in MiB. PyTorch's code semantics: key K
+/// sets interval `log2(K)`, i.e. `[K, 2K)` MiB; the first key also fills every interval below
+/// it; `>` fills every interval after the last key.
+fn parse_divisions(value: &str) -> Result<[u32; ROUNDUP_INTERVALS], String> {
+    let mut table = [0u32; ROUNDUP_INTERVALS];
+    let value = value.trim();
+    if let Some(inner) = value.strip_prefix('[') {
+        let inner = inner.strip_suffix(']').ok_or("roundup_power2_divisions: missing `]`")?;
+        let mut last: Option<usize> = None;
+        let mut first = true;
+        for part in inner.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once(':')
+                .ok_or_else(|| format!("roundup_power2_divisions: `{part}` is not `K:v`"))?;
+            let v: u64 = v.trim().parse().map_err(|_| format!("roundup_power2_divisions: `{v}` is not a number"))?;
+            check_pow2(v, "roundup_power2_divisions value")?;
+            if k.trim() == ">" {
+                let from = last.map_or(0, |l| l + 1);
+                for e in table.iter_mut().skip(from) {
+                    *e = v as u32;
+                }
+                continue;
+            }
+            let k: u64 = k.trim().parse().map_err(|_| format!("roundup_power2_divisions: key `{k}` is not a number"))?;
+            if k == 0 || !k.is_power_of_two() {
+                return Err(format!("roundup_power2_divisions key {k} is not a power of two"));
+            }
+            let idx = (63 - k.leading_zeros() as usize).min(ROUNDUP_INTERVALS - 1);
+            if first {
+                for e in table.iter_mut().take(idx) {
+                    *e = v as u32;
+                }
+                first = false;
+            }
+            table[idx] = v as u32;
+            last = Some(idx);
+        }
+        Ok(table)
+    } else {
+        let v: u64 = value.parse().map_err(|_| format!("roundup_power2_divisions `{value}` is not a number"))?;
+        check_pow2(v, "roundup_power2_divisions")?;
+        Ok([v as u32; ROUNDUP_INTERVALS])
+    }
+}
+
+impl fmt::Display for AllocatorConfig {
+    /// The canonical `PYTORCH_CUDA_ALLOC_CONF` string; empty for the default.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(m) = self.max_split_size {
+            parts.push(format!("max_split_size_mb:{}", m / MIB));
+        }
+        if self.max_non_split_rounding != LARGE_BUFFER {
+            parts.push(format!("max_non_split_rounding_mb:{}", self.max_non_split_rounding / MIB));
+        }
+        let d = &self.roundup_power2_divisions;
+        if d.iter().any(|&v| v != 0) {
+            if d.iter().all(|&v| v == d[0]) {
+                parts.push(format!("roundup_power2_divisions:{}", d[0]));
+            } else {
+                let items: Vec<String> = d.iter().enumerate().map(|(i, v)| format!("{}:{}", 1u64 << i, v)).collect();
+                parts.push(format!("roundup_power2_divisions:[{}]", items.join(",")));
+            }
+        }
+        if let Some(t) = self.garbage_collection_threshold {
+            parts.push(format!("garbage_collection_threshold:{t}"));
+        }
+        if self.expandable_segments {
+            parts.push("expandable_segments:True".into());
+        }
+        if self.large_segment_size != LARGE_BUFFER {
+            parts.push(format!("large_segment_size_mb:{}", self.large_segment_size / MIB));
+        }
+        for (k, v) in &self.other {
+            parts.push(format!("{k}:{v}"));
+        }
+        f.write_str(&parts.join(","))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_empty_string() {
+        let c = AllocatorConfig::parse("").unwrap();
+        assert_eq!(c, AllocatorConfig::default());
+        assert_eq!(c.to_string(), "");
+    }
+
+    #[test]
+    fn parses_every_knob_and_round_trips() {
+        let s = "max_split_size_mb:64,roundup_power2_divisions:4,garbage_collection_threshold:0.6,expandable_segments:True";
+        let c = AllocatorConfig::parse(s).unwrap();
+        assert_eq!(c.max_split_size, Some(64 * MIB));
+        assert_eq!(c.roundup_power2_divisions, [4; 16]);
+        assert_eq!(c.garbage_collection_threshold, Some(0.6));
+        assert!(c.expandable_segments);
+        assert_eq!(AllocatorConfig::parse(&c.to_string()).unwrap(), c);
+    }
+
+    #[test]
+    fn divisions_list_uses_code_semantics() {
+        // Key K covers [K, 2K) MiB; the first key fills below it; `>` fills after the last.
+        let c = AllocatorConfig::parse("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]").unwrap();
+        let t = c.roundup_power2_divisions;
+        assert_eq!(&t[..8], &[1; 8]);
+        assert_eq!(t[8], 1); // 256..512 MiB
+        assert_eq!(t[9], 2); // 512 MiB..1 GiB
+        assert_eq!(t[10], 4); // 1..2 GiB
+        assert_eq!(&t[11..], &[8; 5]); // >= 2 GiB
+        assert_eq!(c.divisions_for(300 * MIB), 1);
+        assert_eq!(c.divisions_for(600 * MIB), 2);
+        assert_eq!(c.divisions_for(3 << 30), 8);
+    }
+
+    #[test]
+    fn rejects_bad_values_with_reason() {
+        for bad in [
+            "max_split_size_mb:10",
+            "max_split_size_mb:x",
+            "garbage_collection_threshold:1.5",
+            "expandable_segments:maybe",
+            "roundup_power2_divisions:3",
+            "nonsense",
+            "backend:cudaMallocAsync",
+        ] {
+            let e = AllocatorConfig::parse(bad).unwrap_err();
+            assert!(e.to_string().contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn keeps_unknown_keys() {
+        let c = AllocatorConfig::parse("pinned_num_register_threads:8,expandable_segments:False").unwrap();
+        assert_eq!(c.other, vec![("pinned_num_register_threads".to_string(), "8".to_string())]);
+        assert_eq!(c.to_string(), "pinned_num_register_threads:8");
+    }
+}

@@ -1,0 +1,681 @@
+//! # The alloctrace trace format (`.atrace`), version 1
+//!
+//! This module documentation is the specification. A trace is a byte stream:
+//!
+//! ```text
+//! offset 0                     8        10       12
+//!        +---------------------+--------+--------+----------------+------------+-----+---------+
+//!        | magic (8 bytes)     | version| flags  | header frame   | chunk frame| ... | trailer |
+//!        | 89 41 54 52 43 0D 0A 1A  u16 LE  u16 LE |                |            |     | frame   |
+//!        +---------------------+--------+--------+----------------+------------+-----+---------+
+//! ```
+//! * **magic** is `\x89ATRC\r\n\x1a` (the PNG trick: a high byte, CR LF and ^Z catch transfers
+//!   that mangle binary files).
+//! * **version** is [`FORMAT_VERSION`]. A reader accepts every version up to its own and refuses a
+//!   newer one with an error naming both ([`TraceError::NewerVersion`]). **flags** are 0.
+//!
+//! ## Frames
+//! Everything after the 12-byte preamble is a sequence of frames:
+//! ```text
+//! +-------------+--------+---------------+---------------------------+
+//! | len: u32 LE | kind u8| crc32: u32 LE | payload (len bytes)       |
+//! +-------------+--------+---------------+---------------------------+
+//!   crc32 (IEEE, crc32fast) covers the kind byte and the payload.
+//! ```
+//! Frame kinds: `1` header, `2` event chunk, `3` trailer. `len` is at most [`MAX_FRAME_BYTES`];
+//! a larger value is corruption, so a hostile length never makes a reader allocate.
+//!
+//! * **Header frame** (exactly one, first): [`Header`] encoded with bincode 2, standard
+//!   configuration (little endian, varint integers).
+//! * **Chunk frame**: a self-contained batch of events.
+//!   ```text
+//!   +----------+----------------+-----------------+--------------------------------------+
+//!   | codec u8 | count: varint  | raw_len: varint | body: raw_len bytes, zstd-compressed |
+//!   +----------+----------------+-----------------+--------------------------------------+
+//!   ```
+//!   codec `0` = body stored as is, `1` = zstd. `raw_len` is at most [`MAX_CHUNK_RAW_BYTES`].
+//!   The body is `count` [`Record`]s, each bincode-encoded (standard configuration) after the
+//!   **delta transform** below. Chunks are independent: the delta state starts at zero in each,
+//!   so a reader can decode any chunk alone and a damaged chunk loses only itself.
+//! * **Trailer frame** (last): bincode [`Trailer`]: the number of events and chunks written and
+//!   the number of events the writer had to drop. A trace without a trailer was cut short
+//!   (a killed process): readers analyze every complete chunk and report it as truncated.
+//!
+//! ## Delta transform (applied per chunk before bincode, undone after decoding)
+//! bincode's varint writes values below 251 in one byte, below 2^16 in three, below 2^32 in
+//! five. Events of an allocator trace are close to their predecessors, so fields are stored as
+//! differences (two's complement difference, zigzag-mapped: 0, -1, 1, -2, ... -> 0, 1, 2, 3, ...):
+//!
+//! | field | stored as |
+//! |---|---|
+//! | `time_ns` | difference to the previous record's time |
+//! | every `addr` | difference to the previous address of any event in the chunk |
+//! | `absorbed_addr` (merge) | difference to the same event's `addr` |
+//! | `id` (alloc, frees) | difference to the previous id in the chunk |
+//! | `block_bytes` (alloc) | difference to `requested_bytes` |
+//! | `stream` | difference to the previous stream in the chunk |
+//!
+//! Worked example: two allocations 512 bytes apart at t=1000 ns and t=1250 ns, ids 7 and 8,
+//! stream 0: the second is stored as `time 500 (zigzag of +250), id 2 (zigzag of +1),
+//! addr 1024 (zigzag of +512)` = one byte, one byte, three bytes.
+//!
+//! ## Units and conventions
+//! Sizes are bytes, times nanoseconds since [`Header::clock_origin_unix_ns`], streams the CUDA
+//! stream handle as an integer. Call sites ([`Event::CallSite`]) are defined once, before their
+//! first use, and referenced by id; id 0 means none.
+//!
+//! ## Compatibility
+//! Event variants and fields are append-only (bincode numbers variants in declaration order);
+//! the golden-bytes test `golden_bytes_are_stable` pins the encoding. Any change that alters
+//! existing bytes must bump [`FORMAT_VERSION`].
+
+mod event;
+mod header;
+
+pub use event::*;
+pub use header::*;
+
+use bincode::config::{self, Configuration, Limit, LittleEndian, Varint};
+use bincode::{Decode, Encode};
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::Path;
+
+/// First eight bytes of every trace.
+pub const MAGIC: [u8; 8] = *b"\x89ATRC\r\n\x1a";
+/// The version this build writes, and the newest it reads.
+pub const FORMAT_VERSION: u16 = 1;
+/// Largest frame payload a reader accepts.
+pub const MAX_FRAME_BYTES: u32 = 64 << 20;
+/// Largest decompressed chunk body a reader accepts.
+pub const MAX_CHUNK_RAW_BYTES: u64 = 256 << 20;
+/// A writer starts a new chunk after this many events.
+pub const CHUNK_EVENTS: usize = 1 << 16;
+/// Bytes of the preamble (magic, version, flags).
+pub const PREAMBLE_BYTES: u64 = 12;
+/// Bytes of a frame's head (len, kind, crc).
+pub const FRAME_HEAD_BYTES: u64 = 9;
+
+const KIND_HEADER: u8 = 1;
+const KIND_CHUNK: u8 = 2;
+const KIND_TRAILER: u8 = 3;
+const CODEC_RAW: u8 = 0;
+const CODEC_ZSTD: u8 = 1;
+const ZSTD_LEVEL: i32 = 3;
+
+type Cfg = Configuration<LittleEndian, Varint, Limit<{ 64 << 20 }>>;
+fn cfg() -> Cfg {
+    config::standard().with_limit::<{ 64 << 20 }>()
+}
+
+/// The last frame of a complete trace.
+#[derive(Encode, Decode, serde::Serialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct Trailer {
+    pub events: u64,
+    pub chunks: u64,
+    /// Events the writer could not write (disk full, buffer overflow).
+    pub dropped_events: u64,
+}
+
+/// Errors of reading or writing a trace. Offsets are bytes from the start of the file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TraceError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("not an alloctrace trace: byte 0 starts with {found:02x?}, expected the magic {MAGIC:02x?}")]
+    NotATrace { found: Vec<u8> },
+    #[error("trace format version {found} is newer than this alloctrace supports (version {supported}); upgrade alloctrace")]
+    NewerVersion { found: u16, supported: u16 },
+    #[error("corrupt trace at byte {offset}: {reason}")]
+    Corrupt { offset: u64, reason: String },
+    #[error("trace is truncated at byte {offset}: {reason}")]
+    Truncated { offset: u64, reason: String },
+    #[error("cannot encode trace record: {0}")]
+    Encode(String),
+}
+
+impl TraceError {
+    /// The byte offset of the damage, for corruption and truncation.
+    pub fn offset(&self) -> Option<u64> {
+        match self {
+            TraceError::Corrupt { offset, .. } | TraceError::Truncated { offset, .. } => Some(*offset),
+            TraceError::NotATrace { .. } => Some(0),
+            _ => None,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Delta transform
+// ---------------------------------------------------------------------------------------------
+
+#[inline]
+fn zigzag(d: i64) -> u64 {
+    ((d << 1) ^ (d >> 63)) as u64
+}
+#[inline]
+fn unzigzag(z: u64) -> i64 {
+    ((z >> 1) as i64) ^ -((z & 1) as i64)
+}
+
+/// Per-chunk state of the delta transform.
+#[derive(Default, Clone)]
+struct DeltaState {
+    time: u64,
+    addr: u64,
+    id: u64,
+    stream: u64,
+}
+
+#[inline]
+fn enc(prev: &mut u64, v: &mut u64) {
+    let cur = *v;
+    *v = zigzag(cur.wrapping_sub(*prev) as i64);
+    *prev = cur;
+}
+#[inline]
+fn dec(prev: &mut u64, v: &mut u64) {
+    let cur = prev.wrapping_add(unzigzag(*v) as u64);
+    *v = cur;
+    *prev = cur;
+}
+
+impl DeltaState {
+    /// Rewrites `r` in place to its stored (encode) or real (decode) form.
+    fn apply(&mut self, r: &mut Record, encode: bool) {
+        let f = if encode { enc } else { dec };
+        f(&mut self.time, &mut r.time_ns);
+        match &mut r.event {
+            Event::Alloc { id, addr, requested_bytes, block_bytes, stream, .. } => {
+                f(&mut self.id, id);
+                f(&mut self.addr, addr);
+                let mut base = *requested_bytes;
+                f(&mut base, block_bytes);
+                f(&mut self.stream, stream);
+            }
+            Event::FreeRequested { id, addr, .. } | Event::FreeCompleted { id, addr } => {
+                f(&mut self.id, id);
+                f(&mut self.addr, addr);
+            }
+            Event::SegmentAlloc { addr, stream, .. }
+            | Event::SegmentFree { addr, stream, .. }
+            | Event::SegmentMap { addr, stream, .. }
+            | Event::SegmentUnmap { addr, stream, .. } => {
+                f(&mut self.addr, addr);
+                f(&mut self.stream, stream);
+            }
+            Event::Split { addr, .. } => f(&mut self.addr, addr),
+            Event::Merge { addr, absorbed_addr, .. } => {
+                f(&mut self.addr, addr);
+                // On encode `addr` now holds its delta; use the real address kept in state.
+                let mut base = self.addr;
+                f(&mut base, absorbed_addr);
+            }
+            Event::Oom { stream, .. } => f(&mut self.stream, stream),
+            Event::CacheRelease { .. }
+            | Event::Mark { .. }
+            | Event::CallSite { .. }
+            | Event::Snapshot { .. }
+            | Event::DeviceMemInfo { .. }
+            | Event::Dropped { .. } => {}
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+// ---------------------------------------------------------------------------------------------
+
+/// Writes a trace: preamble and header at creation, events in chunks, a trailer at `finish`.
+///
+/// Records are encoded as they arrive; a chunk frame is written every [`CHUNK_EVENTS`] events
+/// and at every [`TraceWriter::flush`], so what was flushed survives a killed process.
+pub struct TraceWriter<W: Write> {
+    out: W,
+    body: Vec<u8>,
+    count: u64,
+    delta: DeltaState,
+    trailer: Trailer,
+    frame: Vec<u8>,
+    compress: bool,
+    bytes_written: u64,
+}
+
+impl TraceWriter<BufWriter<File>> {
+    /// Creates (truncates) `path` and writes the preamble and `header`.
+    pub fn create(path: impl AsRef<Path>, header: &Header) -> Result<Self, TraceError> {
+        let f = File::create(path)?;
+        TraceWriter::new(BufWriter::with_capacity(1 << 20, f), header)
+    }
+}
+
+impl<W: Write> TraceWriter<W> {
+    pub fn new(mut out: W, header: &Header) -> Result<Self, TraceError> {
+        out.write_all(&MAGIC)?;
+        out.write_all(&FORMAT_VERSION.to_le_bytes())?;
+        out.write_all(&0u16.to_le_bytes())?;
+        let payload = bincode::encode_to_vec(header, cfg()).map_err(|e| TraceError::Encode(e.to_string()))?;
+        let mut w = TraceWriter {
+            out,
+            body: Vec::with_capacity(1 << 20),
+            count: 0,
+            delta: DeltaState::default(),
+            trailer: Trailer::default(),
+            frame: Vec::new(),
+            compress: true,
+            bytes_written: PREAMBLE_BYTES,
+        };
+        w.write_frame(KIND_HEADER, &payload)?;
+        Ok(w)
+    }
+
+    /// Stores chunk bodies uncompressed (for tests and debugging).
+    pub fn set_compression(&mut self, on: bool) {
+        self.compress = on;
+    }
+
+    /// Counts events the caller could not hand over; the trailer says so.
+    pub fn note_dropped(&mut self, events: u64) {
+        self.trailer.dropped_events += events;
+    }
+
+    /// Appends one record.
+    pub fn write(&mut self, record: &Record) -> Result<(), TraceError> {
+        let mut r = record.clone();
+        self.delta.apply(&mut r, true);
+        bincode::encode_into_std_write(&r, &mut self.body, cfg()).map_err(|e| TraceError::Encode(e.to_string()))?;
+        self.count += 1;
+        if self.count as usize >= CHUNK_EVENTS || self.body.len() as u64 >= MAX_CHUNK_RAW_BYTES / 2 {
+            self.write_chunk()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the pending events as a chunk and flushes the underlying writer.
+    pub fn flush(&mut self) -> Result<(), TraceError> {
+        self.write_chunk()?;
+        self.out.flush()?;
+        Ok(())
+    }
+
+    /// Bytes written so far (complete frames only).
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    /// Writes the last chunk and the trailer, flushes, and returns the underlying writer.
+    pub fn finish(mut self) -> Result<W, TraceError> {
+        self.write_chunk()?;
+        let payload = bincode::encode_to_vec(&self.trailer, cfg()).map_err(|e| TraceError::Encode(e.to_string()))?;
+        self.write_frame(KIND_TRAILER, &payload)?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+
+    fn write_chunk(&mut self) -> Result<(), TraceError> {
+        if self.count == 0 {
+            return Ok(());
+        }
+        let mut payload = Vec::with_capacity(self.body.len() / 3 + 16);
+        let compressed = if self.compress { Some(zstd::bulk::compress(&self.body, ZSTD_LEVEL)?) } else { None };
+        payload.push(if compressed.is_some() { CODEC_ZSTD } else { CODEC_RAW });
+        push_varint(&mut payload, self.count);
+        push_varint(&mut payload, self.body.len() as u64);
+        payload.extend_from_slice(compressed.as_deref().unwrap_or(&self.body));
+        self.write_frame(KIND_CHUNK, &payload)?;
+        self.trailer.events += self.count;
+        self.trailer.chunks += 1;
+        self.count = 0;
+        self.body.clear();
+        self.delta = DeltaState::default();
+        Ok(())
+    }
+
+    fn write_frame(&mut self, kind: u8, payload: &[u8]) -> Result<(), TraceError> {
+        let mut h = crc32fast::Hasher::new();
+        h.update(&[kind]);
+        h.update(payload);
+        self.frame.clear();
+        self.frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        self.frame.push(kind);
+        self.frame.extend_from_slice(&h.finalize().to_le_bytes());
+        self.out.write_all(&self.frame)?;
+        self.out.write_all(payload)?;
+        self.bytes_written += FRAME_HEAD_BYTES + payload.len() as u64;
+        Ok(())
+    }
+}
+
+fn push_varint(out: &mut Vec<u8>, v: u64) {
+    // The same varint bincode uses, so the whole format has one integer encoding.
+    bincode::encode_into_std_write(v, out, config::standard()).expect("writing to a Vec cannot fail");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reader
+// ---------------------------------------------------------------------------------------------
+
+/// How a read ended.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum TraceEnd {
+    /// Not read to the end yet.
+    Reading,
+    /// The trailer was read and agrees with what was read.
+    Complete { trailer: Trailer },
+    /// The trace stops early (no trailer): a killed process or a cut file.
+    Truncated { offset: u64, reason: String },
+    /// A frame failed its check; nothing after `offset` was read.
+    Corrupt { offset: u64, reason: String },
+}
+
+impl TraceEnd {
+    /// True when the trace was damaged (truncated or corrupt).
+    pub fn is_partial(&self) -> bool {
+        matches!(self, TraceEnd::Truncated { .. } | TraceEnd::Corrupt { .. })
+    }
+    pub fn describe(&self) -> String {
+        match self {
+            TraceEnd::Reading => "not fully read".into(),
+            TraceEnd::Complete { .. } => "complete".into(),
+            TraceEnd::Truncated { offset, reason } => format!("truncated at byte {offset}: {reason}"),
+            TraceEnd::Corrupt { offset, reason } => format!("corrupt at byte {offset}: {reason}"),
+        }
+    }
+}
+
+/// Reads a trace chunk by chunk. Memory is bounded by one chunk, whatever the trace's size.
+///
+/// Iterating yields records until the trailer or the first damage; [`TraceReader::end`] then
+/// says which. Errors in the preamble or header are returned by [`TraceReader::new`].
+pub struct TraceReader<R: Read> {
+    input: R,
+    header: Header,
+    version: u16,
+    offset: u64,
+    end: TraceEnd,
+    events_read: u64,
+    chunks_read: u64,
+    payload: Vec<u8>,
+    raw: Vec<u8>,
+    /// Decoded records of the current chunk, in reverse order (popped from the back).
+    pending: Vec<Record>,
+    zstd: Option<zstd::bulk::Decompressor<'static>>,
+}
+
+impl TraceReader<BufReader<File>> {
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, TraceError> {
+        let f = File::open(path)?;
+        TraceReader::new(BufReader::with_capacity(1 << 20, f))
+    }
+}
+
+enum FrameRead {
+    Frame(u8, u64),
+    Eof,
+}
+
+impl<R: Read> TraceReader<R> {
+    pub fn new(mut input: R) -> Result<Self, TraceError> {
+        let mut pre = [0u8; PREAMBLE_BYTES as usize];
+        let n = read_full(&mut input, &mut pre)?;
+        if n < 8 || pre[..8] != MAGIC {
+            return Err(TraceError::NotATrace { found: pre[..n.min(8)].to_vec() });
+        }
+        if n < pre.len() {
+            return Err(TraceError::Truncated { offset: n as u64, reason: "the preamble is incomplete".into() });
+        }
+        let version = u16::from_le_bytes([pre[8], pre[9]]);
+        if version > FORMAT_VERSION {
+            return Err(TraceError::NewerVersion { found: version, supported: FORMAT_VERSION });
+        }
+        let mut r = TraceReader {
+            input,
+            header: Header::new(Source::Recorded),
+            version,
+            offset: PREAMBLE_BYTES,
+            end: TraceEnd::Reading,
+            events_read: 0,
+            chunks_read: 0,
+            payload: Vec::new(),
+            raw: Vec::new(),
+            pending: Vec::new(),
+            zstd: None,
+        };
+        match r.read_frame()? {
+            FrameRead::Frame(KIND_HEADER, at) => {
+                let (h, _) = bincode::decode_from_slice::<Header, _>(&r.payload, cfg())
+                    .map_err(|e| TraceError::Corrupt { offset: at, reason: format!("undecodable header: {e}") })?;
+                r.header = h;
+            }
+            FrameRead::Frame(k, at) => {
+                return Err(TraceError::Corrupt { offset: at, reason: format!("expected the header frame, found frame kind {k}") })
+            }
+            FrameRead::Eof => {
+                return Err(TraceError::Truncated { offset: r.offset, reason: "the header frame is missing".into() })
+            }
+        }
+        Ok(r)
+    }
+
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+    /// The format version of the file (at most [`FORMAT_VERSION`]).
+    pub fn version(&self) -> u16 {
+        self.version
+    }
+    /// How the read ended; [`TraceEnd::Reading`] until the iterator returned `None`.
+    pub fn end(&self) -> &TraceEnd {
+        &self.end
+    }
+    /// Records yielded so far.
+    pub fn events_read(&self) -> u64 {
+        self.events_read
+    }
+    /// Bytes consumed so far.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Reads one frame into `self.payload`; returns its kind and start offset.
+    fn read_frame(&mut self) -> Result<FrameRead, TraceError> {
+        let at = self.offset;
+        let mut head = [0u8; FRAME_HEAD_BYTES as usize];
+        let n = read_full(&mut self.input, &mut head)?;
+        if n == 0 {
+            return Ok(FrameRead::Eof);
+        }
+        if n < head.len() {
+            return Err(TraceError::Truncated { offset: at, reason: format!("frame head cut after {n} of 9 bytes") });
+        }
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+        let kind = head[4];
+        let crc = u32::from_le_bytes([head[5], head[6], head[7], head[8]]);
+        if !(KIND_HEADER..=KIND_TRAILER).contains(&kind) {
+            return Err(TraceError::Corrupt { offset: at, reason: format!("unknown frame kind {kind}") });
+        }
+        if len > MAX_FRAME_BYTES {
+            return Err(TraceError::Corrupt { offset: at, reason: format!("frame length {len} exceeds the limit {MAX_FRAME_BYTES}") });
+        }
+        self.payload.clear();
+        let got = (&mut self.input).take(len as u64).read_to_end(&mut self.payload)?;
+        if got < len as usize {
+            return Err(TraceError::Truncated {
+                offset: at,
+                reason: format!("frame of {len} bytes cut after {got} bytes"),
+            });
+        }
+        let mut h = crc32fast::Hasher::new();
+        h.update(&[kind]);
+        h.update(&self.payload);
+        if h.finalize() != crc {
+            return Err(TraceError::Corrupt { offset: at, reason: "frame checksum mismatch".into() });
+        }
+        self.offset += FRAME_HEAD_BYTES + len as u64;
+        Ok(FrameRead::Frame(kind, at))
+    }
+
+    /// Decodes the next chunk into `out` (cleared first). Returns false at the end of the trace
+    /// or at the first damage; see [`TraceReader::end`].
+    pub fn next_chunk(&mut self, out: &mut Vec<Record>) -> bool {
+        out.clear();
+        if self.end != TraceEnd::Reading {
+            return false;
+        }
+        match self.next_chunk_inner(out) {
+            Ok(true) => true,
+            Ok(false) => false,
+            Err(e) => {
+                out.clear();
+                self.end = match e {
+                    TraceError::Truncated { offset, reason } => TraceEnd::Truncated { offset, reason },
+                    TraceError::Corrupt { offset, reason } => TraceEnd::Corrupt { offset, reason },
+                    other => TraceEnd::Truncated { offset: self.offset, reason: other.to_string() },
+                };
+                false
+            }
+        }
+    }
+
+    fn next_chunk_inner(&mut self, out: &mut Vec<Record>) -> Result<bool, TraceError> {
+        loop {
+            let (kind, at) = match self.read_frame()? {
+                FrameRead::Eof => {
+                    return Err(TraceError::Truncated {
+                        offset: self.offset,
+                        reason: "no trailer: the writer did not finish (killed process?)".into(),
+                    })
+                }
+                FrameRead::Frame(k, at) => (k, at),
+            };
+            match kind {
+                KIND_CHUNK => {
+                    self.decode_chunk(at, out)?;
+                    self.chunks_read += 1;
+                    self.events_read += out.len() as u64;
+                    if out.is_empty() {
+                        continue;
+                    }
+                    return Ok(true);
+                }
+                KIND_TRAILER => {
+                    let (t, _) = bincode::decode_from_slice::<Trailer, _>(&self.payload, cfg())
+                        .map_err(|e| TraceError::Corrupt { offset: at, reason: format!("undecodable trailer: {e}") })?;
+                    if t.events != self.events_read || t.chunks != self.chunks_read {
+                        return Err(TraceError::Corrupt {
+                            offset: at,
+                            reason: format!(
+                                "trailer counts {} events in {} chunks, but {} in {} were read",
+                                t.events, t.chunks, self.events_read, self.chunks_read
+                            ),
+                        });
+                    }
+                    self.end = TraceEnd::Complete { trailer: t };
+                    return Ok(false);
+                }
+                _ => return Err(TraceError::Corrupt { offset: at, reason: "a second header frame".into() }),
+            }
+        }
+    }
+
+    fn decode_chunk(&mut self, at: u64, out: &mut Vec<Record>) -> Result<(), TraceError> {
+        let corrupt = |reason: String| TraceError::Corrupt { offset: at, reason };
+        let p = &self.payload;
+        if p.is_empty() {
+            return Err(corrupt("empty chunk".into()));
+        }
+        let codec = p[0];
+        let (count, n1): (u64, usize) =
+            bincode::decode_from_slice(&p[1..], config::standard()).map_err(|e| corrupt(format!("chunk count: {e}")))?;
+        let (raw_len, n2): (u64, usize) = bincode::decode_from_slice(&p[1 + n1..], config::standard())
+            .map_err(|e| corrupt(format!("chunk length: {e}")))?;
+        if raw_len > MAX_CHUNK_RAW_BYTES {
+            return Err(corrupt(format!("chunk body of {raw_len} bytes exceeds the limit")));
+        }
+        // Every record takes at least two bytes, so a count above raw_len / 2 is a lie.
+        if count > raw_len / 2 + 1 {
+            return Err(corrupt(format!("chunk claims {count} events in {raw_len} bytes")));
+        }
+        let body = &p[1 + n1 + n2..];
+        let raw: &[u8] = match codec {
+            CODEC_RAW => body,
+            CODEC_ZSTD => {
+                if self.zstd.is_none() {
+                    self.zstd = Some(zstd::bulk::Decompressor::new()?);
+                }
+                self.raw.clear();
+                self.raw.reserve(raw_len as usize);
+                let d = self.zstd.as_mut().expect("set above");
+                let n = d
+                    .decompress_to_buffer(body, &mut self.raw)
+                    .map_err(|e| corrupt(format!("chunk does not decompress: {e}")))?;
+                if n as u64 != raw_len {
+                    return Err(corrupt(format!("chunk decompressed to {n} bytes, expected {raw_len}")));
+                }
+                &self.raw
+            }
+            c => return Err(corrupt(format!("unknown chunk codec {c}"))),
+        };
+        if raw.len() as u64 != raw_len {
+            return Err(corrupt(format!("chunk body is {} bytes, expected {raw_len}", raw.len())));
+        }
+        out.reserve(count.min(CHUNK_EVENTS as u64 * 4) as usize);
+        let mut delta = DeltaState::default();
+        let mut pos = 0usize;
+        for i in 0..count {
+            let (mut r, n): (Record, usize) = bincode::decode_from_slice(&raw[pos..], cfg())
+                .map_err(|e| corrupt(format!("event {i} of the chunk does not decode: {e}")))?;
+            delta.apply(&mut r, false);
+            pos += n;
+            out.push(r);
+        }
+        if pos != raw.len() {
+            return Err(corrupt(format!("{} bytes left over after {count} events", raw.len() - pos)));
+        }
+        Ok(())
+    }
+
+    /// Reads the remaining records into a vector (tests and small traces).
+    pub fn read_all(&mut self) -> Vec<Record> {
+        let mut all = Vec::new();
+        let mut chunk = Vec::new();
+        while self.next_chunk(&mut chunk) {
+            all.append(&mut chunk);
+        }
+        all
+    }
+}
+
+impl<R: Read> Iterator for TraceReader<R> {
+    type Item = Record;
+    fn next(&mut self) -> Option<Record> {
+        if self.pending.is_empty() {
+            let mut chunk = std::mem::take(&mut self.pending);
+            if !self.next_chunk(&mut chunk) {
+                return None;
+            }
+            chunk.reverse();
+            self.pending = chunk;
+        }
+        self.pending.pop()
+    }
+}
+
+/// Reads until `buf` is full or the input ends; returns the bytes read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1 @@
+//! End-to-end tests of alloctrace live in `tests/tests/`.
