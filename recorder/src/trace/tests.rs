@@ -1,0 +1,256 @@
+use super::*;
+use proptest::prelude::*;
+
+fn header() -> Header {
+    let mut h = Header::new(Source::Simulated);
+    h.tool_version = "0.0.0-test".into();
+    h.device_name = "Sim".into();
+    h.device_total_bytes = 80 << 30;
+    h.alloc_conf = "expandable_segments:True".into();
+    h.config = crate::engine::config::AllocatorConfig::parse(&h.alloc_conf).unwrap();
+    h.pid = 42;
+    h
+}
+
+fn sample() -> Vec<Record> {
+    let ev = vec![
+        Event::CallSite { id: 1, frames: vec![Frame { file: "train.py".into(), line: 7, function: "step".into() }] },
+        Event::SegmentAlloc { addr: 0x7f00_0000_0000, bytes: 20 << 20, stream: 0, pool: Pool::Large },
+        Event::Split { addr: 0x7f00_0000_0000, bytes: 4 << 20, remainder_bytes: 16 << 20 },
+        Event::Alloc {
+            id: 1,
+            addr: 0x7f00_0000_0000,
+            requested_bytes: 4_000_000,
+            block_bytes: 4 << 20,
+            stream: 0,
+            pool: Pool::Large,
+            callsite: 1,
+        },
+        Event::Mark { kind: MarkKind::Iteration, text: "step 1".into() },
+        Event::FreeRequested { id: 1, addr: 0x7f00_0000_0000, callsite: 1 },
+        Event::FreeCompleted { id: 1, addr: 0x7f00_0000_0000 },
+        Event::Merge { addr: 0x7f00_0000_0000, absorbed_addr: 0x7f00_0040_0000, bytes: 20 << 20 },
+        Event::SegmentFree { addr: 0x7f00_0000_0000, bytes: 20 << 20, stream: 0, pool: Pool::Large },
+        Event::CacheRelease { cause: ReleaseCause::EmptyCache, bytes: 20 << 20, segments: 1 },
+        Event::SegmentMap { addr: 0x7e00_0000_0000, bytes: 2 << 20, stream: 7, pool: Pool::Small },
+        Event::SegmentUnmap { addr: 0x7e00_0000_0000, bytes: 2 << 20, stream: 7, pool: Pool::Small },
+        Event::Oom {
+            requested_bytes: 1 << 30,
+            alloc_bytes: 1 << 30,
+            device_free_bytes: 5,
+            reserved_bytes: 6,
+            allocated_bytes: 7,
+            limit_bytes: 2 << 30,
+            stream: 0,
+        },
+        Event::Snapshot { active_bytes: 9 },
+        Event::DeviceMemInfo { free_bytes: 1, total_bytes: 2 },
+        Event::Dropped { events: 3 },
+    ];
+    ev.into_iter().enumerate().map(|(i, event)| Record { time_ns: 1000 + 250 * i as u64, event }).collect()
+}
+
+fn write(records: &[Record], compress: bool) -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    w.set_compression(compress);
+    for r in records {
+        w.write(r).unwrap();
+    }
+    w.finish().unwrap()
+}
+
+fn read(bytes: &[u8]) -> Result<(Vec<Record>, TraceEnd), TraceError> {
+    let mut r = TraceReader::new(bytes)?;
+    let recs = r.read_all();
+    Ok((recs, r.end().clone()))
+}
+
+#[test]
+fn round_trip_every_event_kind() {
+    let recs = sample();
+    let kinds: std::collections::HashSet<_> = recs.iter().map(|r| r.event.kind_index()).collect();
+    assert_eq!(kinds.len(), NUM_EVENT_KINDS, "the sample must cover every event kind");
+    for compress in [false, true] {
+        let bytes = write(&recs, compress);
+        let mut r = TraceReader::new(&bytes[..]).unwrap();
+        assert_eq!(r.header(), &header());
+        let got = r.read_all();
+        assert_eq!(got, recs);
+        assert_eq!(r.end(), &TraceEnd::Complete { trailer: Trailer { events: recs.len() as u64, chunks: 1, dropped_events: 0 } });
+    }
+}
+
+/// Pins the encoding: if this changes, old traces no longer read. Bump FORMAT_VERSION instead.
+#[test]
+fn golden_bytes_are_stable() {
+    let bytes = write(&sample(), false);
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let golden = include_str!("golden_v1.hex").trim();
+    if std::env::var_os("ALLOCTRACE_BLESS").is_some() {
+        std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/src/trace/golden_v1.hex"), format!("{hex}\n")).unwrap();
+        return;
+    }
+    assert_eq!(hex, golden, "trace encoding changed; re-bless with ALLOCTRACE_BLESS=1 only with a version bump");
+}
+
+#[test]
+fn refuses_foreign_files_and_newer_versions() {
+    let e = TraceReader::new(&b"PK\x03\x04 a zip file, not a trace"[..]).err().unwrap();
+    assert!(matches!(e, TraceError::NotATrace { .. }), "{e}");
+    assert!(e.to_string().contains("not an alloctrace trace"));
+    let e = TraceReader::new(&b""[..]).err().unwrap();
+    assert!(matches!(e, TraceError::NotATrace { .. }));
+
+    let mut bytes = write(&sample(), true);
+    bytes[8..10].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+    let e = TraceReader::new(&bytes[..]).err().unwrap();
+    let msg = e.to_string();
+    assert!(matches!(e, TraceError::NewerVersion { found: 2, supported: 1 }), "{msg}");
+    assert!(msg.contains("version 2") && msg.contains("version 1"), "{msg}");
+}
+
+#[test]
+fn cut_at_every_byte_reads_up_to_the_damage() {
+    // Three chunks (flushed every 100 events), so that cuts after the first still yield events.
+    let recs: Vec<Record> =
+        (0..300u64).map(|i| Record { time_ns: i * 7, event: Event::Snapshot { active_bytes: i << 20 } }).collect();
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    for (i, r) in recs.iter().enumerate() {
+        w.write(r).unwrap();
+        if i % 100 == 99 {
+            w.flush().unwrap();
+        }
+    }
+    let full = w.finish().unwrap();
+    let mut previous_events = 0;
+    for cut in 0..full.len() {
+        match read(&full[..cut]) {
+            Err(e) => assert!(e.offset().is_some(), "cut {cut}: {e}"),
+            Ok((got, end)) => {
+                assert!(end.is_partial(), "cut {cut}: {end:?}");
+                assert_eq!(&recs[..got.len()], &got[..], "cut {cut}");
+                assert!(got.len() >= previous_events);
+                previous_events = got.len();
+            }
+        }
+    }
+    assert_eq!(previous_events, 300, "a cut inside the trailer keeps every chunk");
+    let (got, end) = read(&full).unwrap();
+    assert_eq!(got.len(), recs.len());
+    assert!(!end.is_partial());
+}
+
+#[test]
+fn a_flipped_byte_is_reported_with_its_frame_offset() {
+    let bytes = write(&sample(), true);
+    let mut found_corrupt = 0;
+    for i in PREAMBLE_BYTES as usize..bytes.len() {
+        let mut b = bytes.clone();
+        b[i] ^= 0x40;
+        match read(&b) {
+            Err(e) => assert!(e.offset().is_some(), "byte {i}: {e}"),
+            Ok((_, end)) => {
+                assert!(end.is_partial(), "flip at {i} went unnoticed");
+                if let TraceEnd::Corrupt { offset, .. } = end {
+                    assert!(offset <= i as u64);
+                    found_corrupt += 1;
+                }
+            }
+        }
+    }
+    assert!(found_corrupt > 0);
+}
+
+#[test]
+fn hostile_lengths_do_not_allocate() {
+    let mut bytes = write(&sample(), true);
+    // Frame length of the first chunk frame set to 4 GiB - 1.
+    let header_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let chunk_at = 12 + 9 + header_len;
+    bytes[chunk_at..chunk_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    let (got, end) = read(&bytes).unwrap();
+    assert!(got.is_empty());
+    assert!(matches!(end, TraceEnd::Corrupt { offset, .. } if offset == chunk_at as u64), "{end:?}");
+}
+
+#[test]
+fn truncated_trace_keeps_flushed_chunks() {
+    let recs = sample();
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    for r in &recs[..5] {
+        w.write(r).unwrap();
+    }
+    w.flush().unwrap();
+    for r in &recs[5..] {
+        w.write(r).unwrap();
+    }
+    // Simulates kill -9: the writer is never finished; only flushed frames exist.
+    let flushed = w.bytes_written() as usize;
+    let bytes = w.out.clone();
+    let (got, end) = read(&bytes[..flushed]).unwrap();
+    assert_eq!(got, recs[..5]);
+    assert!(matches!(end, TraceEnd::Truncated { .. }), "{end:?}");
+}
+
+fn arb_event() -> impl Strategy<Value = Event> {
+    let pool = prop_oneof![Just(Pool::Small), Just(Pool::Large)];
+    prop_oneof![
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), pool.clone(), any::<u32>()).prop_map(
+            |(id, addr, requested_bytes, block_bytes, stream, pool, callsite)| Event::Alloc {
+                id,
+                addr,
+                requested_bytes,
+                block_bytes,
+                stream,
+                pool,
+                callsite
+            }
+        ),
+        (any::<u64>(), any::<u64>(), any::<u32>()).prop_map(|(id, addr, callsite)| Event::FreeRequested { id, addr, callsite }),
+        (any::<u64>(), any::<u64>()).prop_map(|(id, addr)| Event::FreeCompleted { id, addr }),
+        (any::<u64>(), any::<u64>(), any::<u64>(), pool).prop_map(|(addr, bytes, stream, pool)| Event::SegmentMap {
+            addr,
+            bytes,
+            stream,
+            pool
+        }),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(addr, absorbed_addr, bytes)| Event::Merge { addr, absorbed_addr, bytes }),
+        ".{0,40}".prop_map(|text| Event::Mark { kind: MarkKind::Phase, text }),
+        (any::<u32>(), proptest::collection::vec(("[a-z/.]{0,20}", any::<u32>(), "[a-z_]{0,12}"), 0..4)).prop_map(|(id, fr)| {
+            Event::CallSite {
+                id,
+                frames: fr.into_iter().map(|(file, line, function)| Frame { file, line, function }).collect(),
+            }
+        }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+
+    #[test]
+    fn random_streams_round_trip(evs in proptest::collection::vec((any::<u64>(), arb_event()), 0..300), compress: bool) {
+        let recs: Vec<Record> = evs.into_iter().map(|(time_ns, event)| Record { time_ns, event }).collect();
+        let bytes = write(&recs, compress);
+        let (got, end) = read(&bytes).unwrap();
+        prop_assert_eq!(got, recs);
+        prop_assert!(!end.is_partial());
+    }
+
+    #[test]
+    fn random_damage_never_panics(evs in proptest::collection::vec((any::<u64>(), arb_event()), 1..100),
+                                  flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+                                  cut in any::<prop::sample::Index>()) {
+        let recs: Vec<Record> = evs.into_iter().map(|(time_ns, event)| Record { time_ns, event }).collect();
+        let mut bytes = write(&recs, true);
+        for (i, x) in flips {
+            let i = i.index(bytes.len());
+            bytes[i] ^= x | 1;
+        }
+        let cut = cut.index(bytes.len() + 1);
+        if let Ok((got, _)) = read(&bytes[..cut]) {
+            // Whatever decodes is a prefix of what was written (checksums catch the flips).
+            prop_assert_eq!(&recs[..got.len()], &got[..]);
+        }
+    }
+}
