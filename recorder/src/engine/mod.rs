@@ -1,8 +1,31 @@
-//! The caching allocator engine. (Being written.)
+//! The caching allocator engine: PyTorch's CUDA caching allocator policy (2.11), pure.
+//!
+//! [`Engine`] decides where every block goes: size rounding ([`round_size`]), the pool, best
+//! fit per stream, splitting and merging, the OOM path (garbage collection, oversize release,
+//! release everything and retry), and expandable segments. It gets memory from a [`Device`]
+//! and reports every decision to a [`Sink`] as trace [`Event`]s. No I/O, no CUDA: the recorder
+//! on a GPU and a what-if replay on a [`crate::device::SimDevice`] run this same code.
+//!
+//! Stream-ordered frees are driven by the caller: [`Engine::free_requested`] makes a block
+//! unallocated but not reusable, [`Engine::free_completed`] returns it to the cache (PyTorch
+//! polls CUDA events at the start of `malloc`; here the caller says when the work is done).
 
+mod block;
 pub mod config;
+mod core;
+mod release;
+mod rounding;
+mod stats;
+mod view;
 
-use crate::trace::Event;
+pub use self::core::Engine;
+pub use rounding::{
+    allocation_size, page_size, pool_for, round_size, roundup_power2_next_division,
+};
+pub use stats::{Stat, StatArray, Stats};
+pub use view::{BlockView, SegmentView};
+
+use crate::trace::{Event, Pool};
 
 /// Where the engine's events go. A no-op sink costs nothing: calls are inlined away.
 pub trait Sink {
@@ -23,4 +46,52 @@ impl Sink for Vec<Event> {
     fn event(&mut self, event: Event) {
         self.push(event);
     }
+}
+
+/// A successful `malloc`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    /// The `id` of the [`Event::Alloc`], sequential from 1.
+    pub id: u64,
+    pub addr: u64,
+    /// The block handed out: the rounded size, or more when the remainder was not split off.
+    pub block_bytes: u64,
+    pub pool: Pool,
+}
+
+/// A failed `malloc`, with the numbers PyTorch puts in its message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "out of memory: tried to allocate {alloc_bytes} bytes (request {requested_bytes}, rounded {rounded_bytes}); \
+     reserved {reserved_bytes}, allocated {allocated_bytes}, capacity {capacity_bytes:?}, device free {device_free_bytes:?}"
+)]
+pub struct OutOfMemory {
+    pub requested_bytes: u64,
+    pub rounded_bytes: u64,
+    /// The segment size the allocator tried to obtain.
+    pub alloc_bytes: u64,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub capacity_bytes: Option<u64>,
+    pub device_free_bytes: Option<u64>,
+}
+
+/// A free the engine refuses. The engine's state is unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FreeError {
+    #[error("free of {0:#x}, which is not the address of a live allocation")]
+    UnknownAddress(u64),
+    #[error("second free of {0:#x}")]
+    DoubleFree(u64),
+    #[error("free_completed of {0:#x}, which was not free_requested")]
+    NotRequested(u64),
+}
+
+/// What a cache release gave back to the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Released {
+    pub bytes: u64,
+    /// Segments freed plus ranges unmapped.
+    pub segments: u32,
 }

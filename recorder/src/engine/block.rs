@@ -1,0 +1,167 @@
+//! Blocks in an arena, linked per segment, and the ordered sets that index the free ones.
+//!
+//! ```text
+//! segment 0x1000, 20 MiB:   [A alloc 4 MiB] <-> [B free 6 MiB] <-> [C alloc 10 MiB]
+//! free set (stream, size, addr, idx): {(0, 6 MiB, 0x1000 + 4 MiB, B)}
+//! ```
+//! Blocks refer to each other by arena index (`u32`, [`NIL`] = none); a freed slot is reused.
+
+use crate::trace::Pool;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+
+pub(crate) const NIL: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Mapped, not allocated, in the pool's free set.
+    Free,
+    /// Handed out to the program.
+    Allocated,
+    /// Freed by the program, waiting for its stream work (`free_completed`).
+    Pending,
+    /// An unmapped range of an expandable segment, in the pool's unmapped set.
+    Unmapped,
+    /// Taken out of the free set by the allocation under way (not yet allocated).
+    Taken,
+    /// An empty arena slot.
+    Dead,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Block {
+    pub addr: u64,
+    pub size: u64,
+    pub requested: u64,
+    pub stream: u64,
+    pub id: u64,
+    /// The pool's `get_free_blocks` call count when the block last entered the free set.
+    pub gc_count_base: u64,
+    pub prev: u32,
+    pub next: u32,
+    /// Index of the expandable segment, or [`NIL`] for a `cudaMalloc` segment.
+    pub expandable: u32,
+    pub pool: Pool,
+    pub state: State,
+}
+
+impl Block {
+    pub fn new(addr: u64, size: u64, stream: u64, pool: Pool, state: State) -> Block {
+        Block {
+            addr,
+            size,
+            requested: 0,
+            stream,
+            id: 0,
+            gc_count_base: 0,
+            prev: NIL,
+            next: NIL,
+            expandable: NIL,
+            pool,
+            state,
+        }
+    }
+
+    #[inline]
+    pub fn is_split(&self) -> bool {
+        self.prev != NIL || self.next != NIL
+    }
+
+    #[inline]
+    pub fn is_expandable(&self) -> bool {
+        self.expandable != NIL
+    }
+
+    #[inline]
+    pub fn free_key(&self, idx: u32) -> FreeKey {
+        (self.stream, self.size, self.addr, idx)
+    }
+}
+
+/// Key of the free set: PyTorch's `BlockComparatorSize` (stream, size, address), plus the index.
+pub(crate) type FreeKey = (u64, u64, u64, u32);
+/// Key of the unmapped set: `BlockComparatorAddress` (stream, address), plus the index.
+pub(crate) type UnmappedKey = (u64, u64, u32);
+
+#[derive(Default, Debug)]
+pub(crate) struct Arena {
+    blocks: Vec<Block>,
+    empty: Vec<u32>,
+}
+
+impl Arena {
+    #[inline]
+    pub fn insert(&mut self, block: Block) -> u32 {
+        if let Some(idx) = self.empty.pop() {
+            self.blocks[idx as usize] = block;
+            idx
+        } else {
+            self.blocks.push(block);
+            (self.blocks.len() - 1) as u32
+        }
+    }
+
+    #[inline]
+    pub fn remove(&mut self, idx: u32) {
+        self.blocks[idx as usize].state = State::Dead;
+        self.empty.push(idx);
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &Block)> {
+        self.blocks
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.state != State::Dead)
+            .map(|(i, b)| (i as u32, b))
+    }
+}
+
+impl std::ops::Index<u32> for Arena {
+    type Output = Block;
+    #[inline]
+    fn index(&self, idx: u32) -> &Block {
+        &self.blocks[idx as usize]
+    }
+}
+
+impl std::ops::IndexMut<u32> for Arena {
+    #[inline]
+    fn index_mut(&mut self, idx: u32) -> &mut Block {
+        &mut self.blocks[idx as usize]
+    }
+}
+
+/// The two pools' sets.
+#[derive(Default, Debug)]
+pub(crate) struct PoolSets {
+    pub free: BTreeSet<FreeKey>,
+    pub unmapped: BTreeSet<UnmappedKey>,
+    /// `get_free_blocks_call_count`, counted only while garbage collection is on.
+    pub gc_calls: u64,
+}
+
+/// Hashes device addresses (multiples of 512) with one multiplication: SipHash would cost more
+/// than the rest of a cached allocation.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+
+    #[inline]
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (n >> 9).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(26);
+    }
+}
+
+pub(crate) type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;

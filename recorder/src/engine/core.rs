@@ -1,0 +1,696 @@
+//! The engine: malloc (best fit, split), free (merge), and the expandable-segment map path.
+
+use super::block::{AddrMap, Arena, Block, PoolSets, State, NIL};
+use super::config::{AllocatorConfig, MIN_BLOCK_SIZE, SMALL_SIZE};
+use super::rounding::{allocation_size, page_size, pool_for, round_size};
+use super::stats::Stats;
+use super::{Allocation, FreeError, OutOfMemory, Released, Sink};
+use crate::device::Device;
+use crate::trace::{Event, Pool, ReleaseCause, NO_CALLSITE};
+use std::collections::HashSet;
+
+/// Requests this large fail at once ("Tried to allocate more than 1EB memory").
+const MAX_REQUEST: u64 = 1 << 60;
+/// Address space reserved per expandable segment when the device total is unknown.
+const DEFAULT_VA_BYTES: u64 = 1 << 40;
+
+/// An expandable segment: one reserved range per (stream, pool).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Expandable {
+    pub base: u64,
+    pub bytes: u64,
+}
+
+/// PyTorch's caching allocator on one device. See the module documentation.
+pub struct Engine<D: Device, S: Sink> {
+    pub(crate) config: AllocatorConfig,
+    /// `allowed_memory_maximum` (`set_per_process_memory_fraction`), when set.
+    pub(crate) capacity: Option<u64>,
+    pub(crate) device: D,
+    pub(crate) sink: S,
+    pub(crate) blocks: Arena,
+    /// Indexed by [`pool_index`].
+    pub(crate) pools: [PoolSets; 2],
+    /// Allocated and pending-free blocks by address.
+    pub(crate) live: AddrMap<u32>,
+    pub(crate) pending: usize,
+    /// Pending frees completed by a synchronization; their `free_completed` is still to come.
+    pub(crate) completed_by_sync: HashSet<u64>,
+    pub(crate) expandables: Vec<Option<Expandable>>,
+    pub(crate) next_id: u64,
+    pub(crate) stats: Stats,
+    max_split_size: u64,
+}
+
+#[inline]
+pub(crate) fn pool_index(pool: Pool) -> usize {
+    match pool {
+        Pool::Small => 0,
+        Pool::Large => 1,
+    }
+}
+
+impl<D: Device, S: Sink> Engine<D, S> {
+    /// An empty cache. `capacity_bytes` is the cap on reserved memory (PyTorch's memory
+    /// fraction); `None` = only the device limits it.
+    pub fn new(config: AllocatorConfig, capacity_bytes: Option<u64>, device: D, sink: S) -> Self {
+        let max_split_size = config.max_split_size.unwrap_or(u64::MAX);
+        Engine {
+            config,
+            capacity: capacity_bytes,
+            device,
+            sink,
+            blocks: Arena::default(),
+            pools: Default::default(),
+            live: AddrMap::default(),
+            pending: 0,
+            completed_by_sync: HashSet::new(),
+            expandables: Vec::new(),
+            next_id: 1,
+            stats: Stats::default(),
+            max_split_size,
+        }
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+    /// `reset_peak_memory_stats`.
+    pub fn reset_peak_stats(&mut self) {
+        self.stats.reset_peak();
+    }
+    pub fn config(&self) -> &AllocatorConfig {
+        &self.config
+    }
+    pub fn capacity(&self) -> Option<u64> {
+        self.capacity
+    }
+    pub fn set_capacity(&mut self, capacity_bytes: Option<u64>) {
+        self.capacity = capacity_bytes;
+    }
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.device
+    }
+    pub fn sink_mut(&mut self) -> &mut S {
+        &mut self.sink
+    }
+    pub fn into_parts(self) -> (D, S) {
+        (self.device, self.sink)
+    }
+    /// The block size a request of `bytes` gets before any slack (`round_size`).
+    pub fn round_size(&self, bytes: u64) -> u64 {
+        round_size(&self.config, bytes)
+    }
+
+    #[inline]
+    pub(crate) fn gc_enabled(&self) -> bool {
+        self.capacity.is_some()
+            && self
+                .config
+                .garbage_collection_threshold
+                .is_some_and(|t| t > 0.0)
+    }
+
+    /// PyTorch `malloc`: best fit in the cache, else a new segment, else the OOM path
+    /// (garbage collection, oversize release, release everything and retry), else OOM.
+    pub fn malloc(
+        &mut self,
+        requested_bytes: u64,
+        stream: u64,
+        callsite: u32,
+    ) -> Result<Allocation, OutOfMemory> {
+        let rounded = round_size(&self.config, requested_bytes);
+        let pool = pool_for(rounded);
+        let alloc_bytes = allocation_size(&self.config, rounded);
+        if requested_bytes >= MAX_REQUEST {
+            return Err(self.oom(requested_bytes, rounded, alloc_bytes, stream));
+        }
+        let found = match self.get_free_block(pool, stream, rounded) {
+            Some(idx) => Some(idx),
+            None => self.alloc_on_miss(pool, stream, rounded, alloc_bytes),
+        };
+        let Some(idx) = found else {
+            return Err(self.oom(requested_bytes, rounded, alloc_bytes, stream));
+        };
+        let split = self.should_split(idx, rounded);
+        Ok(self.alloc_found_block(idx, rounded, requested_bytes, split, callsite))
+    }
+
+    fn alloc_on_miss(
+        &mut self,
+        pool: Pool,
+        stream: u64,
+        rounded: u64,
+        alloc_bytes: u64,
+    ) -> Option<u32> {
+        if self.gc_enabled() {
+            self.garbage_collect();
+        }
+        if let Some(idx) = self.alloc_block(pool, stream, rounded, alloc_bytes, false) {
+            return Some(idx);
+        }
+        if self.release_available_cached_blocks(pool, stream, rounded) {
+            if let Some(idx) = self.alloc_block(pool, stream, rounded, alloc_bytes, false) {
+                return Some(idx);
+            }
+        }
+        self.release_cached_blocks(ReleaseCause::OomRetry);
+        self.alloc_block(pool, stream, rounded, alloc_bytes, true)
+    }
+
+    fn oom(
+        &mut self,
+        requested_bytes: u64,
+        rounded: u64,
+        alloc_bytes: u64,
+        stream: u64,
+    ) -> OutOfMemory {
+        self.stats.num_ooms += 1;
+        let device_free_bytes = self.device.mem_info().map(|(free, _)| free);
+        let e = OutOfMemory {
+            requested_bytes,
+            rounded_bytes: rounded,
+            alloc_bytes,
+            reserved_bytes: self.stats.reserved_bytes.all.current,
+            allocated_bytes: self.stats.allocated_bytes.all.current,
+            capacity_bytes: self.capacity,
+            device_free_bytes,
+        };
+        self.sink.event(Event::Oom {
+            requested_bytes,
+            alloc_bytes,
+            device_free_bytes: device_free_bytes.unwrap_or(0),
+            reserved_bytes: e.reserved_bytes,
+            allocated_bytes: e.allocated_bytes,
+            limit_bytes: self.capacity.unwrap_or(0),
+            stream,
+        });
+        e
+    }
+
+    /// Best fit on the same stream, ties to the lowest address; the max_split_size rules turn
+    /// a fit into a miss. The hit leaves the free set.
+    #[inline]
+    fn get_free_block(&mut self, pool: Pool, stream: u64, rounded: u64) -> Option<u32> {
+        let gc = self.gc_enabled();
+        let sets = &mut self.pools[pool_index(pool)];
+        if gc {
+            sets.gc_calls += 1;
+        }
+        let mut it = sets.free.range((stream, rounded, 0, 0)..);
+        let mut key = *it.next()?;
+        if key.0 != stream {
+            return None;
+        }
+        if self.blocks[key.3].is_expandable() && self.config.expandable_segments {
+            // An expandable block counts as big as it can grow (plus an unmapped successor).
+            let expandable_size = |blocks: &Arena, idx: u32| {
+                let b = &blocks[idx];
+                b.size
+                    + if b.next != NIL && blocks[b.next].state == State::Unmapped {
+                        blocks[b.next].size
+                    } else {
+                        0
+                    }
+            };
+            for next in it {
+                if next.0 != stream
+                    || !self.blocks[key.3].is_expandable()
+                    || expandable_size(&self.blocks, next.3) >= expandable_size(&self.blocks, key.3)
+                {
+                    break;
+                }
+                key = *next;
+            }
+        }
+        let size = key.1;
+        let msplit = self.max_split_size;
+        if rounded < msplit && size >= msplit {
+            return None;
+        }
+        if rounded >= msplit && size >= rounded.saturating_add(self.config.max_non_split_rounding) {
+            return None;
+        }
+        sets.free.remove(&key);
+        self.blocks[key.3].state = State::Taken;
+        Some(key.3)
+    }
+
+    /// A new segment (or newly mapped pages) for the request; `None` when the capacity or the
+    /// device refuses.
+    fn alloc_block(
+        &mut self,
+        pool: Pool,
+        stream: u64,
+        rounded: u64,
+        alloc_bytes: u64,
+        retry: bool,
+    ) -> Option<u32> {
+        if retry {
+            self.stats.num_alloc_retries += 1;
+        }
+        if let Some(cap) = self.capacity {
+            if self.stats.reserved_bytes.all.current + alloc_bytes > cap {
+                return None;
+            }
+        }
+        if self.config.expandable_segments {
+            return self.try_allocate_expandable_block(pool, stream, rounded);
+        }
+        let addr = self.device.alloc_segment(alloc_bytes, stream)?;
+        let idx = self
+            .blocks
+            .insert(Block::new(addr, alloc_bytes, stream, pool, State::Taken));
+        self.stats.segment.increase(pool, 1);
+        self.stats.reserved_bytes.increase(pool, alloc_bytes);
+        self.stats.num_device_alloc += 1;
+        if alloc_bytes >= self.max_split_size {
+            self.stats.oversize_segments.increase(1);
+        }
+        self.sink.event(Event::SegmentAlloc {
+            addr,
+            bytes: alloc_bytes,
+            stream,
+            pool,
+        });
+        Some(idx)
+    }
+
+    #[inline]
+    fn should_split(&self, idx: u32, rounded: u64) -> bool {
+        let b = &self.blocks[idx];
+        let remaining = b.size - rounded;
+        if b.pool == Pool::Small || self.config.expandable_segments {
+            remaining >= MIN_BLOCK_SIZE
+        } else {
+            rounded < self.max_split_size && remaining > SMALL_SIZE
+        }
+    }
+
+    #[inline]
+    fn alloc_found_block(
+        &mut self,
+        idx: u32,
+        rounded: u64,
+        requested: u64,
+        split: bool,
+        callsite: u32,
+    ) -> Allocation {
+        let (pool, expandable, already_split) = {
+            let b = &self.blocks[idx];
+            (b.pool, b.is_expandable(), b.is_split())
+        };
+        let mut block = idx;
+        if split {
+            let remaining = idx;
+            let r = &self.blocks[remaining];
+            let mut new = Block::new(r.addr, rounded, r.stream, pool, State::Taken);
+            new.expandable = r.expandable;
+            new.prev = r.prev;
+            new.next = remaining;
+            block = self.blocks.insert(new);
+            let prev = self.blocks[block].prev;
+            if prev != NIL {
+                self.blocks[prev].next = block;
+            }
+            let gc_calls = self.pools[pool_index(pool)].gc_calls;
+            let r = &mut self.blocks[remaining];
+            r.prev = block;
+            r.addr += rounded;
+            r.size -= rounded;
+            r.state = State::Free;
+            r.gc_count_base = gc_calls;
+            let (key, remainder) = (r.free_key(remaining), r.size);
+            self.pools[pool_index(pool)].free.insert(key);
+            if !expandable {
+                if already_split {
+                    self.stats.inactive_split_bytes.decrease(pool, rounded);
+                } else {
+                    self.stats.inactive_split_bytes.increase(pool, remainder);
+                    self.stats.inactive_split.increase(pool, 1);
+                }
+            }
+            self.sink.event(Event::Split {
+                addr: self.blocks[block].addr,
+                bytes: rounded,
+                remainder_bytes: remainder,
+            });
+        } else if already_split && !expandable {
+            let size = self.blocks[idx].size;
+            self.stats.inactive_split_bytes.decrease(pool, size);
+            self.stats.inactive_split.decrease(pool, 1);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let b = &mut self.blocks[block];
+        b.state = State::Allocated;
+        b.requested = requested;
+        b.id = id;
+        let (addr, size, stream) = (b.addr, b.size, b.stream);
+        self.live.insert(addr, block);
+        if !self.completed_by_sync.is_empty() {
+            self.completed_by_sync.remove(&addr);
+        }
+        let st = &mut self.stats;
+        st.allocation.increase(pool, 1);
+        st.allocated_bytes.increase(pool, size);
+        st.active.increase(pool, 1);
+        st.active_bytes.increase(pool, size);
+        st.requested_bytes.increase(pool, requested);
+        if size >= self.max_split_size {
+            st.oversize_allocations.increase(1);
+        }
+        self.sink.event(Event::Alloc {
+            id,
+            addr,
+            requested_bytes: requested,
+            block_bytes: size,
+            stream,
+            pool,
+            callsite,
+        });
+        Allocation {
+            id,
+            addr,
+            block_bytes: size,
+            pool,
+        }
+    }
+
+    /// `free_requested` + `free_completed`: the block goes back to the cache at once.
+    pub fn free(&mut self, addr: u64) -> Result<(), FreeError> {
+        self.free_requested(addr)?;
+        self.free_completed(addr)
+    }
+
+    /// The program released the block: it is no longer allocated but not reusable yet.
+    pub fn free_requested(&mut self, addr: u64) -> Result<(), FreeError> {
+        let Some(&idx) = self.live.get(&addr) else {
+            return Err(FreeError::UnknownAddress(addr));
+        };
+        let b = &mut self.blocks[idx];
+        if b.state == State::Pending {
+            return Err(FreeError::DoubleFree(addr));
+        }
+        b.state = State::Pending;
+        let (pool, size, id) = (b.pool, b.size, b.id);
+        self.pending += 1;
+        self.stats.allocation.decrease(pool, 1);
+        self.stats.allocated_bytes.decrease(pool, size);
+        if size >= self.max_split_size {
+            self.stats.oversize_allocations.decrease(1);
+        }
+        self.sink.event(Event::FreeRequested {
+            id,
+            addr,
+            callsite: NO_CALLSITE,
+        });
+        Ok(())
+    }
+
+    /// The block's stream work is done: it returns to the cache and merges with free
+    /// neighbours. A block completed earlier by a synchronization (`empty_cache`) is accepted.
+    pub fn free_completed(&mut self, addr: u64) -> Result<(), FreeError> {
+        let Some(&idx) = self.live.get(&addr) else {
+            if !self.completed_by_sync.is_empty() && self.completed_by_sync.remove(&addr) {
+                return Ok(());
+            }
+            return Err(FreeError::UnknownAddress(addr));
+        };
+        if self.blocks[idx].state != State::Pending {
+            return Err(FreeError::NotRequested(addr));
+        }
+        self.live.remove(&addr);
+        self.pending -= 1;
+        self.free_block(idx);
+        Ok(())
+    }
+
+    /// Completes every pending free (`synchronize_and_free_events`).
+    pub(crate) fn synchronize_and_free_events(&mut self) {
+        self.stats.num_sync_all_streams += 1;
+        self.device.synchronize();
+        if self.pending == 0 {
+            return;
+        }
+        let mut pending: Vec<(u64, u32)> = self
+            .live
+            .iter()
+            .filter(|(_, &i)| self.blocks[i].state == State::Pending)
+            .map(|(&a, &i)| (a, i))
+            .collect();
+        pending.sort_unstable();
+        for (addr, idx) in pending {
+            self.live.remove(&addr);
+            self.pending -= 1;
+            self.completed_by_sync.insert(addr);
+            self.free_block(idx);
+        }
+    }
+
+    /// PyTorch `free_block`: back to the free set, merged with free neighbours.
+    #[inline]
+    pub(crate) fn free_block(&mut self, idx: u32) {
+        let b = &mut self.blocks[idx];
+        let (id, addr, size, requested, pool, expandable) =
+            (b.id, b.addr, b.size, b.requested, b.pool, b.is_expandable());
+        b.state = State::Free;
+        self.sink.event(Event::FreeCompleted { id, addr });
+        let (mut net_blocks, mut net_bytes) = (0i64, 0i64);
+        for cand in [self.blocks[idx].prev, self.blocks[idx].next] {
+            let subsumed = self.try_merge_blocks(idx, cand);
+            if subsumed > 0 {
+                net_blocks -= 1;
+                net_bytes -= subsumed as i64;
+            }
+        }
+        self.insert_free(idx);
+        let b = &self.blocks[idx];
+        if b.is_split() {
+            net_blocks += 1;
+            net_bytes += b.size as i64;
+        }
+        let st = &mut self.stats;
+        if !expandable {
+            apply(&mut st.inactive_split, pool, net_blocks);
+            apply(&mut st.inactive_split_bytes, pool, net_bytes);
+        }
+        st.active.decrease(pool, 1);
+        st.active_bytes.decrease(pool, size);
+        st.requested_bytes.decrease(pool, requested);
+    }
+
+    #[inline]
+    pub(crate) fn insert_free(&mut self, idx: u32) {
+        let b = &mut self.blocks[idx];
+        let sets = &mut self.pools[pool_index(b.pool)];
+        b.state = State::Free;
+        b.gc_count_base = sets.gc_calls;
+        sets.free.insert(b.free_key(idx));
+    }
+
+    /// Merges `src` into `dst` when `src` is a free neighbour in the same mapped state;
+    /// returns the bytes absorbed. `dst` must not be in a set.
+    #[inline]
+    pub(crate) fn try_merge_blocks(&mut self, dst: u32, src: u32) -> u64 {
+        if src == NIL {
+            return 0;
+        }
+        let mapped = self.blocks[dst].state != State::Unmapped;
+        let s = &self.blocks[src];
+        let wanted = if mapped { State::Free } else { State::Unmapped };
+        if s.state != wanted {
+            return 0;
+        }
+        let (s_addr, s_size, s_prev, s_next, s_stream) = (s.addr, s.size, s.prev, s.next, s.stream);
+        let pool = s.pool;
+        let sets = &mut self.pools[pool_index(pool)];
+        if mapped {
+            sets.free.remove(&(s_stream, s_size, s_addr, src));
+        } else {
+            sets.unmapped.remove(&(s_stream, s_addr, src));
+        }
+        let d_addr = self.blocks[dst].addr;
+        if self.blocks[dst].prev == src {
+            let d = &mut self.blocks[dst];
+            d.addr = s_addr;
+            d.prev = s_prev;
+            if s_prev != NIL {
+                self.blocks[s_prev].next = dst;
+            }
+        } else {
+            let d = &mut self.blocks[dst];
+            d.next = s_next;
+            if s_next != NIL {
+                self.blocks[s_next].prev = dst;
+            }
+        }
+        self.blocks[dst].size += s_size;
+        self.blocks.remove(src);
+        if mapped {
+            let (addr, absorbed_addr) = if s_addr < d_addr {
+                (s_addr, d_addr)
+            } else {
+                (d_addr, s_addr)
+            };
+            self.sink.event(Event::Merge {
+                addr,
+                absorbed_addr,
+                bytes: self.blocks[dst].size,
+            });
+        }
+        s_size
+    }
+
+    // ---- expandable segments ----
+
+    fn try_allocate_expandable_block(
+        &mut self,
+        pool: Pool,
+        stream: u64,
+        rounded: u64,
+    ) -> Option<u32> {
+        let mut cand = self.find_expandable_block(pool, stream, rounded)?;
+        if self.blocks[cand].state == State::Unmapped {
+            let size = self.blocks[cand].size.min(rounded);
+            if !self.map_block(cand, size) {
+                return None;
+            }
+        }
+        while self.blocks[cand].size < rounded {
+            let remaining = rounded - self.blocks[cand].size;
+            let next = self.blocks[cand].next;
+            if next == NIL || self.blocks[next].state != State::Unmapped {
+                return None;
+            }
+            if !self.map_block(next, remaining.min(self.blocks[next].size)) {
+                return None;
+            }
+            cand = next;
+        }
+        let b = &mut self.blocks[cand];
+        b.state = State::Taken;
+        let key = b.free_key(cand);
+        self.pools[pool_index(pool)].free.remove(&key);
+        Some(cand)
+    }
+
+    /// The lowest-address unmapped range of this stream (with the free block before it) with
+    /// room for `size`; a new expandable segment when none has.
+    fn find_expandable_block(&mut self, pool: Pool, stream: u64, size: u64) -> Option<u32> {
+        let allocatable = |blocks: &Arena, i: u32| {
+            i != NIL && matches!(blocks[i].state, State::Free | State::Unmapped)
+        };
+        for &(st, _, idx) in self.pools[pool_index(pool)]
+            .unmapped
+            .range((stream, 0, 0)..)
+        {
+            if st != stream {
+                break;
+            }
+            let mut c = idx;
+            if allocatable(&self.blocks, self.blocks[c].prev) {
+                c = self.blocks[c].prev;
+            }
+            let (mut bytes, mut b) = (0u64, c);
+            while bytes < size && allocatable(&self.blocks, b) {
+                bytes += self.blocks[b].size;
+                b = self.blocks[b].next;
+            }
+            if bytes >= size {
+                return Some(c);
+            }
+        }
+        let page = page_size(&self.config, pool);
+        let total = match self.device.mem_info() {
+            Some((_, total)) => total,
+            None => self.capacity.unwrap_or(DEFAULT_VA_BYTES / 9 * 8),
+        };
+        let va_bytes = (total + total / 8).div_ceil(page).max(1) * page;
+        let base = self.device.reserve_address_space(va_bytes)?;
+        let seg = self.expandables.len() as u32;
+        self.expandables.push(Some(Expandable {
+            base,
+            bytes: va_bytes,
+        }));
+        let mut b = Block::new(base, va_bytes, stream, pool, State::Unmapped);
+        b.expandable = seg;
+        let idx = self.blocks.insert(b);
+        self.pools[pool_index(pool)]
+            .unmapped
+            .insert((stream, base, idx));
+        Some(idx)
+    }
+
+    /// Maps whole pages covering `[block.addr, block.addr + size)` of an unmapped block, merges
+    /// the new range with free neighbours and puts it in the free set.
+    fn map_block(&mut self, idx: u32, size: u64) -> bool {
+        let b = &self.blocks[idx];
+        let (pool, stream, addr, seg) = (b.pool, b.stream, b.addr, b.expandable);
+        let base = self.expandables[seg as usize].map_or(addr, |e| e.base);
+        let page = page_size(&self.config, pool);
+        let end = base + (addr + size - base).div_ceil(page) * page;
+        let mapped = (end - addr).min(b.size);
+        if mapped == 0 || !self.device.map(addr, mapped, stream) {
+            return false;
+        }
+        self.pools[pool_index(pool)]
+            .unmapped
+            .remove(&(stream, addr, idx));
+        if mapped < self.blocks[idx].size {
+            let b = &self.blocks[idx];
+            let mut rest = Block::new(
+                addr + mapped,
+                b.size - mapped,
+                stream,
+                pool,
+                State::Unmapped,
+            );
+            rest.expandable = seg;
+            rest.prev = idx;
+            rest.next = b.next;
+            let r = self.blocks.insert(rest);
+            let next = self.blocks[idx].next;
+            if next != NIL {
+                self.blocks[next].prev = r;
+            }
+            self.blocks[idx].next = r;
+            self.blocks[idx].size = mapped;
+            self.pools[pool_index(pool)]
+                .unmapped
+                .insert((stream, addr + mapped, r));
+        }
+        self.blocks[idx].state = State::Free;
+        self.stats.reserved_bytes.increase(pool, mapped);
+        self.stats.num_device_alloc += 1;
+        self.sink.event(Event::SegmentMap {
+            addr,
+            bytes: mapped,
+            stream,
+            pool,
+        });
+        let (prev, next) = (self.blocks[idx].prev, self.blocks[idx].next);
+        self.try_merge_blocks(idx, prev);
+        self.try_merge_blocks(idx, next);
+        self.insert_free(idx);
+        true
+    }
+
+    /// Every cached segment that is wholly free goes back to the device, free expandable
+    /// pages are unmapped (`torch.cuda.empty_cache()`). Pending frees complete first.
+    pub fn empty_cache(&mut self) -> Released {
+        self.release_cached_blocks(ReleaseCause::EmptyCache)
+    }
+}
+
+#[inline]
+fn apply(stat: &mut super::stats::StatArray, pool: Pool, delta: i64) {
+    if delta > 0 {
+        stat.increase(pool, delta as u64);
+    } else if delta < 0 {
+        stat.decrease(pool, delta.unsigned_abs());
+    }
+}

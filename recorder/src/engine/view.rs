@@ -1,0 +1,80 @@
+//! The current layout, for fragmentation analysis and tests (like a snapshot's `segments`).
+
+use super::block::{State, NIL};
+use super::core::Engine;
+use super::Sink;
+use crate::device::Device;
+use crate::trace::Pool;
+use serde::Serialize;
+
+/// One block of a [`SegmentView`].
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockView {
+    pub addr: u64,
+    pub bytes: u64,
+    /// Handed out and not yet freed by the program.
+    pub allocated: bool,
+    /// The program's request for an allocated or pending block; 0 for a free block.
+    pub requested_bytes: u64,
+    /// Freed by the program, waiting for `free_completed` (PyTorch `active_pending_free`).
+    pub pending_free: bool,
+}
+
+/// A segment: a `cudaMalloc` segment, or one contiguous mapped range of an expandable segment.
+#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+pub struct SegmentView {
+    pub addr: u64,
+    pub bytes: u64,
+    pub pool: Pool,
+    pub stream: u64,
+    pub is_expandable: bool,
+    /// In address order, covering `[addr, addr + bytes)` exactly.
+    pub blocks: Vec<BlockView>,
+}
+
+impl<D: Device, S: Sink> Engine<D, S> {
+    /// Every segment in address order with its blocks.
+    pub fn segments(&self) -> Vec<SegmentView> {
+        let mut out = Vec::new();
+        for (idx, head) in self.blocks.iter() {
+            if head.prev != NIL {
+                continue;
+            }
+            let mut cur = idx;
+            let mut seg: Option<SegmentView> = None;
+            while cur != NIL {
+                let b = &self.blocks[cur];
+                if b.state == State::Unmapped {
+                    out.extend(seg.take());
+                } else {
+                    let s = seg.get_or_insert_with(|| SegmentView {
+                        addr: b.addr,
+                        bytes: 0,
+                        pool: b.pool,
+                        stream: b.stream,
+                        is_expandable: b.is_expandable(),
+                        blocks: Vec::new(),
+                    });
+                    s.bytes += b.size;
+                    let allocated = matches!(b.state, State::Allocated | State::Taken);
+                    let pending_free = b.state == State::Pending;
+                    s.blocks.push(BlockView {
+                        addr: b.addr,
+                        bytes: b.size,
+                        allocated,
+                        requested_bytes: if allocated || pending_free {
+                            b.requested
+                        } else {
+                            0
+                        },
+                        pending_free,
+                    });
+                }
+                cur = b.next;
+            }
+            out.extend(seg);
+        }
+        out.sort_by_key(|s| s.addr);
+        out
+    }
+}
