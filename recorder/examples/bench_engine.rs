@@ -29,12 +29,7 @@ fn size(rng: &mut Rng) -> u64 {
 }
 
 fn replay_loop<S: Sink>(sink: S, conf: &str, ops: usize, clear: impl Fn(&mut S)) -> f64 {
-    let mut e = Engine::new(
-        AllocatorConfig::parse(conf).unwrap(),
-        None,
-        SimDevice::new(None),
-        sink,
-    );
+    let mut e = Engine::new(AllocatorConfig::parse(conf).unwrap(), None, SimDevice::new(None), sink);
     let mut rng = Rng(0x9e3779b97f4a7c15);
     let mut live: Vec<u64> = Vec::with_capacity(512);
     let sizes: Vec<u64> = (0..4096).map(|_| size(&mut rng)).collect();
@@ -71,9 +66,7 @@ fn replay_loop<S: Sink>(sink: S, conf: &str, ops: usize, clear: impl Fn(&mut S))
 
 fn pair_ns<S: Sink>(sink: S, iters: u64, clear: impl Fn(&mut S)) -> f64 {
     let mut e = Engine::new(AllocatorConfig::default(), None, SimDevice::new(None), sink);
-    let keep: Vec<u64> = (0..64)
-        .map(|i| e.malloc(4096 * (i + 1), 0, 0).unwrap().addr)
-        .collect();
+    let keep: Vec<u64> = (0..64).map(|i| e.malloc(4096 * (i + 1), 0, 0).unwrap().addr).collect();
     let start = Instant::now();
     for k in 0..iters {
         let a = e.malloc(black_box(8192), 0, 0).unwrap();
@@ -91,9 +84,7 @@ fn main() {
     let ops = 5_000_000;
     for conf in ["", "expandable_segments:True", "max_split_size_mb:64"] {
         let null = replay_loop(NullSink, conf, ops, |_| {});
-        let vec = replay_loop(Vec::<Event>::with_capacity(1 << 18), conf, ops, |v| {
-            v.clear()
-        });
+        let vec = replay_loop(Vec::<Event>::with_capacity(1 << 18), conf, ops, |v| v.clear());
         println!(
             "replay loop [{}]: {:.2} M events/s (NullSink), {:.2} M events/s (Vec sink)",
             if conf.is_empty() { "default" } else { conf },
@@ -102,10 +93,7 @@ fn main() {
         );
     }
     let n = 20_000_000;
-    println!(
-        "cached alloc+free pair: {:.1} ns (NullSink)",
-        pair_ns(NullSink, n, |_| {})
-    );
+    println!("cached alloc+free pair: {:.1} ns (NullSink)", pair_ns(NullSink, n, |_| {}));
     println!(
         "cached alloc+free pair: {:.1} ns (Vec sink)",
         pair_ns(Vec::<Event>::with_capacity(1 << 16), n, |v| v.clear())

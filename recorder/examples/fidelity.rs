@@ -11,11 +11,7 @@ fn main() {
     for row in &rows {
         let name = replay::fixture_for(row);
         let t = replay::load(&name);
-        let o = replay::replay(
-            &t,
-            replay::policy_conf(&row.policy),
-            replay::capacity_of(row),
-        );
+        let o = replay::replay(&t, replay::policy_conf(&row.policy), replay::capacity_of(row));
         let seg_match = if row.level == "unlimited" && name.ends_with(&row.policy) {
             if o.segment_events == replay::recorded_segment_events(&t) {
                 "same"
@@ -29,8 +25,7 @@ fn main() {
         if o.oom == row.oom {
             agree += 1;
         }
-        let err =
-            100.0 * (o.peak_reserved as f64 - row.peak_reserved as f64) / row.peak_reserved as f64;
+        let err = 100.0 * (o.peak_reserved as f64 - row.peak_reserved as f64) / row.peak_reserved as f64;
         let oc = |b: bool| if b { "oom" } else { "ok" };
         println!(
             "{}\t{}\t{}\t{:?}\t{}\t{}\t{}\t{}\t{:+.2}\t{}\t{}\t{}/{}\t{}",

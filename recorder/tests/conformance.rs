@@ -20,18 +20,9 @@ const CONFIGS: &[(&str, Option<u64>)] = &[
     ("garbage_collection_threshold:0.6", Some(512 * MIB)),
     ("expandable_segments:True", None),
     ("expandable_segments:True", Some(512 * MIB)),
-    (
-        "max_split_size_mb:64,garbage_collection_threshold:0.6",
-        Some(600 * MIB),
-    ),
-    (
-        "max_split_size_mb:64,roundup_power2_divisions:4,expandable_segments:True",
-        Some(700 * MIB),
-    ),
-    (
-        "roundup_power2_divisions:[1:1,16:4,>:8],large_segment_size_mb:32",
-        Some(512 * MIB),
-    ),
+    ("max_split_size_mb:64,garbage_collection_threshold:0.6", Some(600 * MIB)),
+    ("max_split_size_mb:64,roundup_power2_divisions:4,expandable_segments:True", Some(700 * MIB)),
+    ("roundup_power2_divisions:[1:1,16:4,>:8],large_segment_size_mb:32", Some(512 * MIB)),
 ];
 
 struct Rng(u64);
@@ -95,30 +86,17 @@ fn check_layout(segs: &[SegmentView], stats: &Stats, live: &[Live], expandable: 
         // adjacent free blocks must have been merged
         for w in s.blocks.windows(2) {
             let free = |b: &recorder::engine::BlockView| !b.allocated && !b.pending_free;
-            assert!(
-                !(free(&w[0]) && free(&w[1])),
-                "unmerged free neighbours at {:#x}",
-                w[1].addr
-            );
+            assert!(!(free(&w[0]) && free(&w[1])), "unmerged free neighbours at {:#x}", w[1].addr);
         }
     }
-    assert_eq!(
-        stats.reserved_bytes.all.current, reserved,
-        "reserved = sum of segments"
-    );
-    assert_eq!(
-        stats.allocated_bytes.all.current, allocated,
-        "allocated = sum of allocated blocks"
-    );
+    assert_eq!(stats.reserved_bytes.all.current, reserved, "reserved = sum of segments");
+    assert_eq!(stats.allocated_bytes.all.current, allocated, "allocated = sum of allocated blocks");
     assert_eq!(stats.active_bytes.all.current, active);
     assert_eq!(stats.requested_bytes.all.current, requested);
     assert_eq!(stats.inactive_split.all.current, inactive_split);
     assert_eq!(stats.inactive_split_bytes.all.current, inactive_split_bytes);
     assert_eq!(stats.segment.all.current, segment_count);
-    assert_eq!(
-        stats.allocation.all.current,
-        live.iter().filter(|l| !l.pending).count() as u64
-    );
+    assert_eq!(stats.allocation.all.current, live.iter().filter(|l| !l.pending).count() as u64);
     assert_eq!(
         stats.reserved_bytes.all.current,
         stats.reserved_bytes.small_pool.current + stats.reserved_bytes.large_pool.current
@@ -144,20 +122,12 @@ fn run(conf: &str, capacity: Option<u64>, seed: u64, steps: usize) {
                 Ok(a) => {
                     assert!(a.block_bytes >= e.round_size(bytes));
                     assert!(live.iter().all(|l| l.addr != a.addr));
-                    live.push(Live {
-                        addr: a.addr,
-                        requested: bytes,
-                        stream,
-                        pending: false,
-                    });
+                    live.push(Live { addr: a.addr, requested: bytes, stream, pending: false });
                 }
                 Err(oom) => {
                     ooms += 1;
                     let cap = capacity.expect("OOM without a capacity");
-                    assert!(
-                        oom.reserved_bytes + oom.alloc_bytes > cap,
-                        "OOM although it fits: {oom:?}"
-                    );
+                    assert!(oom.reserved_bytes + oom.alloc_bytes > cap, "OOM although it fits: {oom:?}");
                 }
             }
         } else if r < 85 {
@@ -174,12 +144,7 @@ fn run(conf: &str, capacity: Option<u64>, seed: u64, steps: usize) {
                     if e.stats().num_sync_all_streams == syncs {
                         assert_ne!(a.addr, l.addr);
                     }
-                    live.push(Live {
-                        addr: a.addr,
-                        requested: l.requested,
-                        stream: l.stream,
-                        pending: false,
-                    });
+                    live.push(Live { addr: a.addr, requested: l.requested, stream: l.stream, pending: false });
                 }
             } else {
                 e.free(l.addr).unwrap();
@@ -189,8 +154,7 @@ fn run(conf: &str, capacity: Option<u64>, seed: u64, steps: usize) {
                 // once merged back, the segment is an oversize block such requests may not take)
                 let rounded = round_size(e.config(), l.requested);
                 let msplit = e.config().max_split_size.unwrap_or(u64::MAX);
-                let oversize_segment =
-                    rounded < msplit && allocation_size(e.config(), rounded) >= msplit;
+                let oversize_segment = rounded < msplit && allocation_size(e.config(), rounded) >= msplit;
                 let before = e.stats().num_device_alloc;
                 let a = e.malloc(l.requested, l.stream, 0).unwrap();
                 if !oversize_segment {
@@ -202,12 +166,7 @@ fn run(conf: &str, capacity: Option<u64>, seed: u64, steps: usize) {
                     );
                 }
                 reuses += 1;
-                live.push(Live {
-                    addr: a.addr,
-                    requested: l.requested,
-                    stream: l.stream,
-                    pending: false,
-                });
+                live.push(Live { addr: a.addr, requested: l.requested, stream: l.stream, pending: false });
             }
         } else if r < 98 {
             // bad frees are refused without damage
@@ -249,10 +208,7 @@ fn run(conf: &str, capacity: Option<u64>, seed: u64, steps: usize) {
                     assert!(e.stats().reserved_bytes.all.current <= cap);
                 }
             }
-            assert_eq!(
-                e.device().used_bytes(),
-                e.stats().reserved_bytes.all.current
-            );
+            assert_eq!(e.device().used_bytes(), e.stats().reserved_bytes.all.current);
         }
     }
     for l in std::mem::take(&mut live) {
@@ -268,10 +224,7 @@ fn run(conf: &str, capacity: Option<u64>, seed: u64, steps: usize) {
     }
     let segs = e.segments();
     model.check_against(&segs);
-    assert!(
-        segs.is_empty(),
-        "{conf}: empty_cache with nothing live leaves segments"
-    );
+    assert!(segs.is_empty(), "{conf}: empty_cache with nothing live leaves segments");
     let st = e.stats();
     assert_eq!(st.reserved_bytes.all.current, 0);
     assert_eq!(st.active.all.current, 0);
@@ -292,18 +245,10 @@ fn every_configuration_keeps_its_invariants() {
 
 #[test]
 fn pending_frees_complete_at_empty_cache() {
-    let mut e = Engine::new(
-        AllocatorConfig::default(),
-        None,
-        SimDevice::new(None),
-        Vec::<Event>::new(),
-    );
+    let mut e = Engine::new(AllocatorConfig::default(), None, SimDevice::new(None), Vec::<Event>::new());
     let a = e.malloc(4 << 20, 0, 0).unwrap();
     e.free_requested(a.addr).unwrap();
-    assert_eq!(
-        e.free_requested(a.addr),
-        Err(recorder::engine::FreeError::DoubleFree(a.addr))
-    );
+    assert_eq!(e.free_requested(a.addr), Err(recorder::engine::FreeError::DoubleFree(a.addr)));
     assert_eq!(e.stats().active_bytes.all.current, 4 << 20);
     assert_eq!(e.stats().allocated_bytes.all.current, 0);
     let rel = e.empty_cache();
@@ -316,12 +261,7 @@ fn pending_frees_complete_at_empty_cache() {
 
 #[test]
 fn streams_do_not_share_free_blocks() {
-    let mut e = Engine::new(
-        AllocatorConfig::default(),
-        None,
-        SimDevice::new(None),
-        recorder::engine::NullSink,
-    );
+    let mut e = Engine::new(AllocatorConfig::default(), None, SimDevice::new(None), recorder::engine::NullSink);
     let a = e.malloc(1000, 1, 0).unwrap();
     e.free(a.addr).unwrap();
     let b = e.malloc(1000, 2, 0).unwrap();
@@ -336,12 +276,7 @@ fn ten_mib_plus_one() {
     // 10 MiB + 1 rounds to 10 MiB + 512 and gets a 12 MiB segment. The remainder, 2 MiB - 512,
     // is more than 1 MiB, so `should_split` splits it off (the reference's worked example says
     // "no split", which contradicts its own rule; the real traces replay exactly with the rule).
-    let mut e = Engine::new(
-        AllocatorConfig::default(),
-        None,
-        SimDevice::new(None),
-        Vec::<Event>::new(),
-    );
+    let mut e = Engine::new(AllocatorConfig::default(), None, SimDevice::new(None), Vec::<Event>::new());
     let a = e.malloc(10 * MIB + 1, 0, 0).unwrap();
     assert_eq!(a.block_bytes, 10 * MIB + 512);
     assert_eq!(a.pool, Pool::Large);
@@ -357,21 +292,13 @@ fn ten_mib_plus_one() {
     // 11 MiB - 512 leaves exactly 1 MiB + 512 of 12 MiB... and 12 MiB - 1 MiB leaves 1 MiB: no split
     let b = e.malloc(11 * MIB, 0, 0).unwrap();
     assert_eq!(b.block_bytes, 12 * MIB);
-    assert_eq!(
-        e.stats().allocated_bytes.all.current,
-        10 * MIB + 512 + 12 * MIB
-    );
+    assert_eq!(e.stats().allocated_bytes.all.current, 10 * MIB + 512 + 12 * MIB);
 }
 
 #[test]
 fn split_rules() {
     // large pool: remainder must exceed 1 MiB
-    let mut e = Engine::new(
-        AllocatorConfig::default(),
-        None,
-        SimDevice::new(None),
-        Vec::<Event>::new(),
-    );
+    let mut e = Engine::new(AllocatorConfig::default(), None, SimDevice::new(None), Vec::<Event>::new());
     let a = e.malloc(19 * MIB, 0, 0).unwrap(); // 20 MiB segment, remainder exactly 1 MiB -> no split
     assert_eq!(a.block_bytes, 20 * MIB);
     let b = e.malloc(5 * MIB, 0, 0).unwrap(); // 20 MiB segment, remainder 15 MiB -> split
@@ -404,12 +331,7 @@ fn split_rules() {
 #[test]
 fn oom_path_order_and_counters() {
     let cap = 100 * MIB;
-    let mut e = Engine::new(
-        AllocatorConfig::default(),
-        Some(cap),
-        SimDevice::new(None),
-        Vec::<Event>::new(),
-    );
+    let mut e = Engine::new(AllocatorConfig::default(), Some(cap), SimDevice::new(None), Vec::<Event>::new());
     let a = e.malloc(60 * MIB, 0, 0).unwrap();
     e.free(a.addr).unwrap();
     // another stream cannot use the cached 60 MiB; 60 + 50 MiB > cap -> release everything,
@@ -424,10 +346,7 @@ fn oom_path_order_and_counters() {
     assert_eq!(err.capacity_bytes, Some(cap));
     assert_eq!(e.stats().num_alloc_retries, 2);
     assert_eq!(e.stats().num_ooms, 1);
-    assert!(e
-        .sink_mut()
-        .iter()
-        .any(|ev| matches!(ev, Event::Oom { alloc_bytes, .. } if *alloc_bytes == 80 * MIB)));
+    assert!(e.sink_mut().iter().any(|ev| matches!(ev, Event::Oom { alloc_bytes, .. } if *alloc_bytes == 80 * MIB)));
     // the device was never asked beyond the cap
     assert!(e.stats().reserved_bytes.all.peak <= cap);
 }

@@ -42,10 +42,7 @@ impl Naive {
                 continue;
             }
             for (bi, b) in seg.blocks.iter().enumerate() {
-                if !b.allocated
-                    && b.size >= s
-                    && best.is_none_or(|(sz, a, _, _)| (b.size, b.addr) < (sz, a))
-                {
+                if !b.allocated && b.size >= s && best.is_none_or(|(sz, a, _, _)| (b.size, b.addr) < (sz, a)) {
                     best = Some((b.size, b.addr, si, bi));
                 }
             }
@@ -74,40 +71,17 @@ impl Naive {
                 }
                 let addr = self.dev.alloc_segment(alloc, stream)?;
                 self.reserved += alloc;
-                self.segs.push(NSeg {
-                    pool,
-                    stream,
-                    blocks: vec![NBlock {
-                        addr,
-                        size: alloc,
-                        allocated: false,
-                    }],
-                });
+                self.segs.push(NSeg { pool, stream, blocks: vec![NBlock { addr, size: alloc, allocated: false }] });
                 (self.segs.len() - 1, 0)
             }
         };
         let seg = &mut self.segs[si];
         let b = seg.blocks[bi].clone();
         let rem = b.size - s;
-        let split = if pool == Pool::Small {
-            rem >= 512
-        } else {
-            rem > MIB
-        };
+        let split = if pool == Pool::Small { rem >= 512 } else { rem > MIB };
         if split {
-            seg.blocks[bi] = NBlock {
-                addr: b.addr,
-                size: s,
-                allocated: true,
-            };
-            seg.blocks.insert(
-                bi + 1,
-                NBlock {
-                    addr: b.addr + s,
-                    size: rem,
-                    allocated: false,
-                },
-            );
+            seg.blocks[bi] = NBlock { addr: b.addr, size: s, allocated: true };
+            seg.blocks.insert(bi + 1, NBlock { addr: b.addr + s, size: rem, allocated: false });
             self.allocated += s;
         } else {
             seg.blocks[bi].allocated = true;
@@ -118,11 +92,7 @@ impl Naive {
 
     fn free(&mut self, addr: u64) {
         for seg in &mut self.segs {
-            if let Some(i) = seg
-                .blocks
-                .iter()
-                .position(|b| b.addr == addr && b.allocated)
-            {
+            if let Some(i) = seg.blocks.iter().position(|b| b.addr == addr && b.allocated) {
                 seg.blocks[i].allocated = false;
                 self.allocated -= seg.blocks[i].size;
                 if i + 1 < seg.blocks.len() && !seg.blocks[i + 1].allocated {
@@ -146,12 +116,7 @@ enum Op {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let size = prop_oneof![
-        1u64..=4096,
-        4096u64..=(1 << 20),
-        (1u64 << 20)..(12 << 20),
-        (12u64 << 20)..(80 << 20),
-    ];
+    let size = prop_oneof![1u64..=4096, 4096u64..=(1 << 20), (1u64 << 20)..(12 << 20), (12u64 << 20)..(80 << 20),];
     prop_oneof![
         3 => (size, 0u64..3).prop_map(|(s, st)| Op::Alloc(s, st)),
         2 => any::<usize>().prop_map(Op::Free),
@@ -161,14 +126,7 @@ fn op() -> impl Strategy<Value = Op> {
 fn check(ops: Vec<Op>, cap: Option<u64>) -> Result<(), TestCaseError> {
     let cfg = AllocatorConfig::default();
     let mut e = Engine::new(cfg.clone(), cap, SimDevice::new(None), NullSink);
-    let mut n = Naive {
-        cfg,
-        cap,
-        dev: SimDevice::new(None),
-        segs: Vec::new(),
-        reserved: 0,
-        allocated: 0,
-    };
+    let mut n = Naive { cfg, cap, dev: SimDevice::new(None), segs: Vec::new(), reserved: 0, allocated: 0 };
     let mut live: Vec<u64> = Vec::new();
     for op in ops {
         match op {

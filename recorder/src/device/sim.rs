@@ -45,11 +45,7 @@ pub struct SimDevice {
 impl SimDevice {
     /// A device with `capacity` bytes of physical memory; `None` = unlimited.
     pub fn new(capacity: Option<u64>) -> Self {
-        SimDevice {
-            capacity,
-            fallback_base: SEGMENT_BASE,
-            ..Default::default()
-        }
+        SimDevice { capacity, fallback_base: SEGMENT_BASE, ..Default::default() }
     }
 
     /// Recorded segment allocations `(addr, bytes)` in order; see the module documentation.
@@ -83,11 +79,7 @@ impl SimDevice {
     }
 
     fn range_is_free(&self, addr: u64, bytes: u64) -> bool {
-        let clash = |m: &BTreeMap<u64, u64>| {
-            m.range(..addr + bytes)
-                .next_back()
-                .is_some_and(|(&a, &b)| a + b > addr)
-        };
+        let clash = |m: &BTreeMap<u64, u64>| m.range(..addr + bytes).next_back().is_some_and(|(&a, &b)| a + b > addr);
         !clash(&self.segments) && !clash(&self.reservations)
     }
 }
@@ -112,11 +104,8 @@ impl Device for SimDevice {
         if bytes == 0 || !self.fits(bytes) {
             return None;
         }
-        let hinted = self
-            .segment_hints
-            .iter()
-            .take(HINT_LOOKAHEAD)
-            .position(|&(a, b)| b == bytes && self.range_is_free(a, b));
+        let hinted =
+            self.segment_hints.iter().take(HINT_LOOKAHEAD).position(|&(a, b)| b == bytes && self.range_is_free(a, b));
         let addr = match hinted {
             Some(i) => {
                 self.hints_used += 1;
@@ -203,11 +192,7 @@ mod tests {
 
     #[test]
     fn hints_are_used_by_size_and_skipped_when_they_do_not_fit() {
-        let hints = vec![
-            (0x7f10_0000_0000, 20 * MIB),
-            (0x7f00_0000_0000, 2 * MIB),
-            (0x7f20_0000_0000, 20 * MIB),
-        ];
+        let hints = vec![(0x7f10_0000_0000, 20 * MIB), (0x7f00_0000_0000, 2 * MIB), (0x7f20_0000_0000, 20 * MIB)];
         let mut d = SimDevice::new(None).with_segment_hints(hints);
         // 2 MiB: the first hint has another size, the second matches.
         assert_eq!(d.alloc_segment(2 * MIB, 0), Some(0x7f00_0000_0000));
@@ -217,10 +202,8 @@ mod tests {
         assert!(f >= 0x7f20_0000_0000 + 20 * MIB);
         assert_eq!(d.hints_missed, 1);
         // A hint that overlaps a live segment is not used.
-        let mut d = SimDevice::new(None).with_segment_hints(vec![
-            (0x7f00_0000_0000, 4 * MIB),
-            (0x7f00_0000_0000, 4 * MIB),
-        ]);
+        let mut d =
+            SimDevice::new(None).with_segment_hints(vec![(0x7f00_0000_0000, 4 * MIB), (0x7f00_0000_0000, 4 * MIB)]);
         assert_eq!(d.alloc_segment(4 * MIB, 0), Some(0x7f00_0000_0000));
         assert_ne!(d.alloc_segment(4 * MIB, 0), Some(0x7f00_0000_0000));
     }

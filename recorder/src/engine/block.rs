@@ -108,11 +108,7 @@ impl Arena {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (u32, &Block)> {
-        self.blocks
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.state != State::Dead)
-            .map(|(i, b)| (i as u32, b))
+        self.blocks.iter().enumerate().filter(|(_, b)| b.state != State::Dead).map(|(i, b)| (i as u32, b))
     }
 }
 

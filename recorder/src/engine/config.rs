@@ -77,26 +77,30 @@ impl AllocatorConfig {
             if item.is_empty() {
                 continue;
             }
-            let (key, value) = item
-                .split_once(':')
-                .ok_or_else(|| err(format!("`{item}` is not `key:value`")))?;
+            let (key, value) = item.split_once(':').ok_or_else(|| err(format!("`{item}` is not `key:value`")))?;
             let (key, value) = (key.trim(), value.trim());
             match key {
                 "max_split_size_mb" => {
-                    let mb = parse_u64(value).ok_or_else(|| err(format!("max_split_size_mb `{value}` is not a number")))?;
+                    let mb =
+                        parse_u64(value).ok_or_else(|| err(format!("max_split_size_mb `{value}` is not a number")))?;
                     if mb <= LARGE_BUFFER / MIB {
                         return Err(err(format!("max_split_size_mb must be > {} (got {mb})", LARGE_BUFFER / MIB)));
                     }
                     c.max_split_size = Some(mb.saturating_mul(MIB));
                 }
                 "max_non_split_rounding_mb" => {
-                    let mb = parse_u64(value).ok_or_else(|| err(format!("max_non_split_rounding_mb `{value}` is not a number")))?;
+                    let mb = parse_u64(value)
+                        .ok_or_else(|| err(format!("max_non_split_rounding_mb `{value}` is not a number")))?;
                     c.max_non_split_rounding = mb.saturating_mul(MIB);
                 }
                 "large_segment_size_mb" => {
-                    let mb = parse_u64(value).ok_or_else(|| err(format!("large_segment_size_mb `{value}` is not a number")))?;
+                    let mb = parse_u64(value)
+                        .ok_or_else(|| err(format!("large_segment_size_mb `{value}` is not a number")))?;
                     if mb <= MIN_LARGE_ALLOC / MIB {
-                        return Err(err(format!("large_segment_size_mb must be > {} (got {mb})", MIN_LARGE_ALLOC / MIB)));
+                        return Err(err(format!(
+                            "large_segment_size_mb must be > {} (got {mb})",
+                            MIN_LARGE_ALLOC / MIB
+                        )));
                     }
                     c.large_segment_size = mb * MIB;
                 }
@@ -120,7 +124,9 @@ impl AllocatorConfig {
                     c.roundup_power2_divisions = parse_divisions(value).map_err(err)?;
                 }
                 "backend" if value != "native" => {
-                    return Err(err(format!("backend `{value}` is not modelled; only the native caching allocator is")));
+                    return Err(err(format!(
+                        "backend `{value}` is not modelled; only the native caching allocator is"
+                    )));
                 }
                 _ => c.other.push((key.to_string(), value.to_string())),
             }
@@ -178,9 +184,8 @@ fn parse_divisions(value: &str) -> Result<[u32; ROUNDUP_INTERVALS], String> {
         let mut last: Option<usize> = None;
         let mut first = true;
         for part in inner.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = part
-                .split_once(':')
-                .ok_or_else(|| format!("roundup_power2_divisions: `{part}` is not `K:v`"))?;
+            let (k, v) =
+                part.split_once(':').ok_or_else(|| format!("roundup_power2_divisions: `{part}` is not `K:v`"))?;
             let v: u64 = v.trim().parse().map_err(|_| format!("roundup_power2_divisions: `{v}` is not a number"))?;
             check_pow2(v, "roundup_power2_divisions value")?;
             if k.trim() == ">" {
@@ -190,7 +195,8 @@ fn parse_divisions(value: &str) -> Result<[u32; ROUNDUP_INTERVALS], String> {
                 }
                 continue;
             }
-            let k: u64 = k.trim().parse().map_err(|_| format!("roundup_power2_divisions: key `{k}` is not a number"))?;
+            let k: u64 =
+                k.trim().parse().map_err(|_| format!("roundup_power2_divisions: key `{k}` is not a number"))?;
             if k == 0 || !k.is_power_of_two() {
                 return Err(format!("roundup_power2_divisions key {k} is not a power of two"));
             }
@@ -260,7 +266,8 @@ mod tests {
 
     #[test]
     fn parses_every_knob_and_round_trips() {
-        let s = "max_split_size_mb:64,roundup_power2_divisions:4,garbage_collection_threshold:0.6,expandable_segments:True";
+        let s =
+            "max_split_size_mb:64,roundup_power2_divisions:4,garbage_collection_threshold:0.6,expandable_segments:True";
         let c = AllocatorConfig::parse(s).unwrap();
         assert_eq!(c.max_split_size, Some(64 * MIB));
         assert_eq!(c.roundup_power2_divisions, [4; 16]);

@@ -107,21 +107,12 @@ impl<D: Device, S: Sink> Engine<D, S> {
 
     #[inline]
     pub(crate) fn gc_enabled(&self) -> bool {
-        self.capacity.is_some()
-            && self
-                .config
-                .garbage_collection_threshold
-                .is_some_and(|t| t > 0.0)
+        self.capacity.is_some() && self.config.garbage_collection_threshold.is_some_and(|t| t > 0.0)
     }
 
     /// PyTorch `malloc`: best fit in the cache, else a new segment, else the OOM path
     /// (garbage collection, oversize release, release everything and retry), else OOM.
-    pub fn malloc(
-        &mut self,
-        requested_bytes: u64,
-        stream: u64,
-        callsite: u32,
-    ) -> Result<Allocation, OutOfMemory> {
+    pub fn malloc(&mut self, requested_bytes: u64, stream: u64, callsite: u32) -> Result<Allocation, OutOfMemory> {
         let rounded = round_size(&self.config, requested_bytes);
         let pool = pool_for(rounded);
         let alloc_bytes = allocation_size(&self.config, rounded);
@@ -139,13 +130,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         Ok(self.alloc_found_block(idx, rounded, requested_bytes, split, callsite))
     }
 
-    fn alloc_on_miss(
-        &mut self,
-        pool: Pool,
-        stream: u64,
-        rounded: u64,
-        alloc_bytes: u64,
-    ) -> Option<u32> {
+    fn alloc_on_miss(&mut self, pool: Pool, stream: u64, rounded: u64, alloc_bytes: u64) -> Option<u32> {
         if self.gc_enabled() {
             self.garbage_collect();
         }
@@ -161,13 +146,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         self.alloc_block(pool, stream, rounded, alloc_bytes, true)
     }
 
-    fn oom(
-        &mut self,
-        requested_bytes: u64,
-        rounded: u64,
-        alloc_bytes: u64,
-        stream: u64,
-    ) -> OutOfMemory {
+    fn oom(&mut self, requested_bytes: u64, rounded: u64, alloc_bytes: u64, stream: u64) -> OutOfMemory {
         self.stats.num_ooms += 1;
         let device_free_bytes = self.device.mem_info().map(|(free, _)| free);
         let e = OutOfMemory {
@@ -209,12 +188,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
             // An expandable block counts as big as it can grow (plus an unmapped successor).
             let expandable_size = |blocks: &Arena, idx: u32| {
                 let b = &blocks[idx];
-                b.size
-                    + if b.next != NIL && blocks[b.next].state == State::Unmapped {
-                        blocks[b.next].size
-                    } else {
-                        0
-                    }
+                b.size + if b.next != NIL && blocks[b.next].state == State::Unmapped { blocks[b.next].size } else { 0 }
             };
             for next in it {
                 if next.0 != stream
@@ -241,14 +215,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
 
     /// A new segment (or newly mapped pages) for the request; `None` when the capacity or the
     /// device refuses.
-    fn alloc_block(
-        &mut self,
-        pool: Pool,
-        stream: u64,
-        rounded: u64,
-        alloc_bytes: u64,
-        retry: bool,
-    ) -> Option<u32> {
+    fn alloc_block(&mut self, pool: Pool, stream: u64, rounded: u64, alloc_bytes: u64, retry: bool) -> Option<u32> {
         if retry {
             self.stats.num_alloc_retries += 1;
         }
@@ -261,21 +228,14 @@ impl<D: Device, S: Sink> Engine<D, S> {
             return self.try_allocate_expandable_block(pool, stream, rounded);
         }
         let addr = self.device.alloc_segment(alloc_bytes, stream)?;
-        let idx = self
-            .blocks
-            .insert(Block::new(addr, alloc_bytes, stream, pool, State::Taken));
+        let idx = self.blocks.insert(Block::new(addr, alloc_bytes, stream, pool, State::Taken));
         self.stats.segment.increase(pool, 1);
         self.stats.reserved_bytes.increase(pool, alloc_bytes);
         self.stats.num_device_alloc += 1;
         if alloc_bytes >= self.max_split_size {
             self.stats.oversize_segments.increase(1);
         }
-        self.sink.event(Event::SegmentAlloc {
-            addr,
-            bytes: alloc_bytes,
-            stream,
-            pool,
-        });
+        self.sink.event(Event::SegmentAlloc { addr, bytes: alloc_bytes, stream, pool });
         Some(idx)
     }
 
@@ -291,14 +251,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
     }
 
     #[inline]
-    fn alloc_found_block(
-        &mut self,
-        idx: u32,
-        rounded: u64,
-        requested: u64,
-        split: bool,
-        callsite: u32,
-    ) -> Allocation {
+    fn alloc_found_block(&mut self, idx: u32, rounded: u64, requested: u64, split: bool, callsite: u32) -> Allocation {
         let (pool, expandable, already_split) = {
             let b = &self.blocks[idx];
             (b.pool, b.is_expandable(), b.is_split())
@@ -333,11 +286,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
                     self.stats.inactive_split.increase(pool, 1);
                 }
             }
-            self.sink.event(Event::Split {
-                addr: self.blocks[block].addr,
-                bytes: rounded,
-                remainder_bytes: remainder,
-            });
+            self.sink.event(Event::Split { addr: self.blocks[block].addr, bytes: rounded, remainder_bytes: remainder });
         } else if already_split && !expandable {
             let size = self.blocks[idx].size;
             self.stats.inactive_split_bytes.decrease(pool, size);
@@ -372,12 +321,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
             pool,
             callsite,
         });
-        Allocation {
-            id,
-            addr,
-            block_bytes: size,
-            pool,
-        }
+        Allocation { id, addr, block_bytes: size, pool }
     }
 
     /// `free_requested` + `free_completed`: the block goes back to the cache at once.
@@ -403,11 +347,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         if size >= self.max_split_size {
             self.stats.oversize_allocations.decrease(1);
         }
-        self.sink.event(Event::FreeRequested {
-            id,
-            addr,
-            callsite: NO_CALLSITE,
-        });
+        self.sink.event(Event::FreeRequested { id, addr, callsite: NO_CALLSITE });
         Ok(())
     }
 
@@ -436,12 +376,8 @@ impl<D: Device, S: Sink> Engine<D, S> {
         if self.pending == 0 {
             return;
         }
-        let mut pending: Vec<(u64, u32)> = self
-            .live
-            .iter()
-            .filter(|(_, &i)| self.blocks[i].state == State::Pending)
-            .map(|(&a, &i)| (a, i))
-            .collect();
+        let mut pending: Vec<(u64, u32)> =
+            self.live.iter().filter(|(_, &i)| self.blocks[i].state == State::Pending).map(|(&a, &i)| (a, i)).collect();
         pending.sort_unstable();
         for (addr, idx) in pending {
             self.live.remove(&addr);
@@ -531,28 +467,15 @@ impl<D: Device, S: Sink> Engine<D, S> {
         self.blocks[dst].size += s_size;
         self.blocks.remove(src);
         if mapped {
-            let (addr, absorbed_addr) = if s_addr < d_addr {
-                (s_addr, d_addr)
-            } else {
-                (d_addr, s_addr)
-            };
-            self.sink.event(Event::Merge {
-                addr,
-                absorbed_addr,
-                bytes: self.blocks[dst].size,
-            });
+            let (addr, absorbed_addr) = if s_addr < d_addr { (s_addr, d_addr) } else { (d_addr, s_addr) };
+            self.sink.event(Event::Merge { addr, absorbed_addr, bytes: self.blocks[dst].size });
         }
         s_size
     }
 
     // ---- expandable segments ----
 
-    fn try_allocate_expandable_block(
-        &mut self,
-        pool: Pool,
-        stream: u64,
-        rounded: u64,
-    ) -> Option<u32> {
+    fn try_allocate_expandable_block(&mut self, pool: Pool, stream: u64, rounded: u64) -> Option<u32> {
         let mut cand = self.find_expandable_block(pool, stream, rounded)?;
         if self.blocks[cand].state == State::Unmapped {
             let size = self.blocks[cand].size.min(rounded);
@@ -581,13 +504,8 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// The lowest-address unmapped range of this stream (with the free block before it) with
     /// room for `size`; a new expandable segment when none has.
     fn find_expandable_block(&mut self, pool: Pool, stream: u64, size: u64) -> Option<u32> {
-        let allocatable = |blocks: &Arena, i: u32| {
-            i != NIL && matches!(blocks[i].state, State::Free | State::Unmapped)
-        };
-        for &(st, _, idx) in self.pools[pool_index(pool)]
-            .unmapped
-            .range((stream, 0, 0)..)
-        {
+        let allocatable = |blocks: &Arena, i: u32| i != NIL && matches!(blocks[i].state, State::Free | State::Unmapped);
+        for &(st, _, idx) in self.pools[pool_index(pool)].unmapped.range((stream, 0, 0)..) {
             if st != stream {
                 break;
             }
@@ -612,16 +530,11 @@ impl<D: Device, S: Sink> Engine<D, S> {
         let va_bytes = (total + total / 8).div_ceil(page).max(1) * page;
         let base = self.device.reserve_address_space(va_bytes)?;
         let seg = self.expandables.len() as u32;
-        self.expandables.push(Some(Expandable {
-            base,
-            bytes: va_bytes,
-        }));
+        self.expandables.push(Some(Expandable { base, bytes: va_bytes }));
         let mut b = Block::new(base, va_bytes, stream, pool, State::Unmapped);
         b.expandable = seg;
         let idx = self.blocks.insert(b);
-        self.pools[pool_index(pool)]
-            .unmapped
-            .insert((stream, base, idx));
+        self.pools[pool_index(pool)].unmapped.insert((stream, base, idx));
         Some(idx)
     }
 
@@ -637,18 +550,10 @@ impl<D: Device, S: Sink> Engine<D, S> {
         if mapped == 0 || !self.device.map(addr, mapped, stream) {
             return false;
         }
-        self.pools[pool_index(pool)]
-            .unmapped
-            .remove(&(stream, addr, idx));
+        self.pools[pool_index(pool)].unmapped.remove(&(stream, addr, idx));
         if mapped < self.blocks[idx].size {
             let b = &self.blocks[idx];
-            let mut rest = Block::new(
-                addr + mapped,
-                b.size - mapped,
-                stream,
-                pool,
-                State::Unmapped,
-            );
+            let mut rest = Block::new(addr + mapped, b.size - mapped, stream, pool, State::Unmapped);
             rest.expandable = seg;
             rest.prev = idx;
             rest.next = b.next;
@@ -659,19 +564,12 @@ impl<D: Device, S: Sink> Engine<D, S> {
             }
             self.blocks[idx].next = r;
             self.blocks[idx].size = mapped;
-            self.pools[pool_index(pool)]
-                .unmapped
-                .insert((stream, addr + mapped, r));
+            self.pools[pool_index(pool)].unmapped.insert((stream, addr + mapped, r));
         }
         self.blocks[idx].state = State::Free;
         self.stats.reserved_bytes.increase(pool, mapped);
         self.stats.num_device_alloc += 1;
-        self.sink.event(Event::SegmentMap {
-            addr,
-            bytes: mapped,
-            stream,
-            pool,
-        });
+        self.sink.event(Event::SegmentMap { addr, bytes: mapped, stream, pool });
         let (prev, next) = (self.blocks[idx].prev, self.blocks[idx].next);
         self.try_merge_blocks(idx, prev);
         self.try_merge_blocks(idx, next);

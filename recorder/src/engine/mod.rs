@@ -19,9 +19,7 @@ mod stats;
 mod view;
 
 pub use self::core::Engine;
-pub use rounding::{
-    allocation_size, page_size, pool_for, round_size, roundup_power2_next_division,
-};
+pub use rounding::{allocation_size, page_size, pool_for, round_size, roundup_power2_next_division};
 pub use stats::{Stat, StatArray, Stats};
 pub use view::{BlockView, SegmentView};
 

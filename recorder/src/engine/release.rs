@@ -24,12 +24,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         if size >= self.config.max_split_size.unwrap_or(u64::MAX) {
             self.stats.oversize_segments.decrease(1);
         }
-        self.sink.event(Event::SegmentFree {
-            addr,
-            bytes: size,
-            stream,
-            pool,
-        });
+        self.sink.event(Event::SegmentFree { addr, bytes: size, stream, pool });
         size
     }
 
@@ -59,23 +54,14 @@ impl<D: Device, S: Sink> Engine<D, S> {
                 self.release_expandable_segment(idx);
             }
         }
-        self.sink.event(Event::CacheRelease {
-            cause,
-            bytes: released.bytes,
-            segments: released.segments,
-        });
+        self.sink.event(Event::CacheRelease { cause, bytes: released.bytes, segments: released.segments });
         released
     }
 
     /// max_split_size only: free the smallest whole oversize block of this stream that covers
     /// `max(rounded, max_split_size)`, else oversize blocks from the largest down until that
     /// much is freed. True when enough was freed.
-    pub(crate) fn release_available_cached_blocks(
-        &mut self,
-        pool: Pool,
-        stream: u64,
-        rounded: u64,
-    ) -> bool {
+    pub(crate) fn release_available_cached_blocks(&mut self, pool: Pool, stream: u64, rounded: u64) -> bool {
         let Some(msplit) = self.config.max_split_size else {
             return false;
         };
@@ -127,9 +113,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// free whole large-pool segments at least as old as the average, repeatedly, until the
     /// excess is reclaimed or nothing more can be freed.
     pub(crate) fn garbage_collect(&mut self) {
-        let (Some(cap), Some(threshold)) =
-            (self.capacity, self.config.garbage_collection_threshold)
-        else {
+        let (Some(cap), Some(threshold)) = (self.capacity, self.config.garbage_collection_threshold) else {
             return;
         };
         let gc_threshold = (threshold * cap as f64) as u64;
@@ -234,17 +218,10 @@ impl<D: Device, S: Sink> Engine<D, S> {
         self.try_merge_blocks(idx, prev);
         self.try_merge_blocks(idx, next);
         let b = &self.blocks[idx];
-        self.pools[pool_index(pool)]
-            .unmapped
-            .insert((stream, b.addr, idx));
+        self.pools[pool_index(pool)].unmapped.insert((stream, b.addr, idx));
         self.stats.reserved_bytes.decrease(pool, bytes);
         self.stats.num_device_free += 1;
-        self.sink.event(Event::SegmentUnmap {
-            addr: begin,
-            bytes,
-            stream,
-            pool,
-        });
+        self.sink.event(Event::SegmentUnmap { addr: begin, bytes, stream, pool });
         bytes
     }
 
@@ -256,9 +233,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         }
         let (stream, addr, pool, seg) = (b.stream, b.addr, b.pool, b.expandable);
         if let Some(es) = self.expandables[seg as usize].take() {
-            self.pools[pool_index(pool)]
-                .unmapped
-                .remove(&(stream, addr, idx));
+            self.pools[pool_index(pool)].unmapped.remove(&(stream, addr, idx));
             self.blocks.remove(idx);
             self.device.release_address_space(es.base, es.bytes);
         }

@@ -12,9 +12,7 @@
 //! With `roundup_power2_divisions:4`, 1200 bytes is above `512 * 4`? No (2048), so it is plain
 //! 512-rounding: 1536. 1200 *MiB* rounds to 1280 MiB (interval 1024 MiB split in 4 steps of 256).
 
-use super::config::{
-    AllocatorConfig, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE,
-};
+use super::config::{AllocatorConfig, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE};
 use crate::trace::Pool;
 
 /// The block size handed out for a request of `bytes` (PyTorch `round_size`).

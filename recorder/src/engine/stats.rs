@@ -136,24 +136,8 @@ mod tests {
         a.increase(Pool::Small, 10);
         a.increase(Pool::Large, 5);
         a.decrease(Pool::Small, 10);
-        assert_eq!(
-            a.all,
-            Stat {
-                current: 5,
-                peak: 15,
-                allocated: 15,
-                freed: 10
-            }
-        );
-        assert_eq!(
-            a.small_pool,
-            Stat {
-                current: 0,
-                peak: 10,
-                allocated: 10,
-                freed: 10
-            }
-        );
+        assert_eq!(a.all, Stat { current: 5, peak: 15, allocated: 15, freed: 10 });
+        assert_eq!(a.small_pool, Stat { current: 0, peak: 10, allocated: 10, freed: 10 });
         assert_eq!(a.pool(Pool::Large).current, 5);
         a.reset_peak();
         assert_eq!(a.all.peak, 5);

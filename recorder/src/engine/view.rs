@@ -62,11 +62,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
                         addr: b.addr,
                         bytes: b.size,
                         allocated,
-                        requested_bytes: if allocated || pending_free {
-                            b.requested
-                        } else {
-                            0
-                        },
+                        requested_bytes: if allocated || pending_free { b.requested } else { 0 },
                         pending_free,
                     });
                 }

@@ -125,7 +125,9 @@ pub enum TraceError {
     Io(#[from] io::Error),
     #[error("not an alloctrace trace: byte 0 starts with {found:02x?}, expected the magic {MAGIC:02x?}")]
     NotATrace { found: Vec<u8> },
-    #[error("trace format version {found} is newer than this alloctrace supports (version {supported}); upgrade alloctrace")]
+    #[error(
+        "trace format version {found} is newer than this alloctrace supports (version {supported}); upgrade alloctrace"
+    )]
     NewerVersion { found: u16, supported: u16 },
     #[error("corrupt trace at byte {offset}: {reason}")]
     Corrupt { offset: u64, reason: String },
@@ -450,7 +452,10 @@ impl<R: Read> TraceReader<R> {
                 r.header = h;
             }
             FrameRead::Frame(k, at) => {
-                return Err(TraceError::Corrupt { offset: at, reason: format!("expected the header frame, found frame kind {k}") })
+                return Err(TraceError::Corrupt {
+                    offset: at,
+                    reason: format!("expected the header frame, found frame kind {k}"),
+                })
             }
             FrameRead::Eof => {
                 return Err(TraceError::Truncated { offset: r.offset, reason: "the header frame is missing".into() })
@@ -497,7 +502,10 @@ impl<R: Read> TraceReader<R> {
             return Err(TraceError::Corrupt { offset: at, reason: format!("unknown frame kind {kind}") });
         }
         if len > MAX_FRAME_BYTES {
-            return Err(TraceError::Corrupt { offset: at, reason: format!("frame length {len} exceeds the limit {MAX_FRAME_BYTES}") });
+            return Err(TraceError::Corrupt {
+                offset: at,
+                reason: format!("frame length {len} exceeds the limit {MAX_FRAME_BYTES}"),
+            });
         }
         self.payload.clear();
         let got = (&mut self.input).take(len as u64).read_to_end(&mut self.payload)?;
@@ -587,8 +595,8 @@ impl<R: Read> TraceReader<R> {
             return Err(corrupt("empty chunk".into()));
         }
         let codec = p[0];
-        let (count, n1): (u64, usize) =
-            bincode::decode_from_slice(&p[1..], config::standard()).map_err(|e| corrupt(format!("chunk count: {e}")))?;
+        let (count, n1): (u64, usize) = bincode::decode_from_slice(&p[1..], config::standard())
+            .map_err(|e| corrupt(format!("chunk count: {e}")))?;
         let (raw_len, n2): (u64, usize) = bincode::decode_from_slice(&p[1 + n1..], config::standard())
             .map_err(|e| corrupt(format!("chunk length: {e}")))?;
         if raw_len > MAX_CHUNK_RAW_BYTES {

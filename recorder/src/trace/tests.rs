@@ -76,7 +76,10 @@ fn round_trip_every_event_kind() {
         assert_eq!(r.header(), &header());
         let got = r.read_all();
         assert_eq!(got, recs);
-        assert_eq!(r.end(), &TraceEnd::Complete { trailer: Trailer { events: recs.len() as u64, chunks: 1, dropped_events: 0 } });
+        assert_eq!(
+            r.end(),
+            &TraceEnd::Complete { trailer: Trailer { events: recs.len() as u64, chunks: 1, dropped_events: 0 } }
+        );
     }
 }
 
@@ -206,7 +209,11 @@ fn arb_event() -> impl Strategy<Value = Event> {
                 callsite
             }
         ),
-        (any::<u64>(), any::<u64>(), any::<u32>()).prop_map(|(id, addr, callsite)| Event::FreeRequested { id, addr, callsite }),
+        (any::<u64>(), any::<u64>(), any::<u32>()).prop_map(|(id, addr, callsite)| Event::FreeRequested {
+            id,
+            addr,
+            callsite
+        }),
         (any::<u64>(), any::<u64>()).prop_map(|(id, addr)| Event::FreeCompleted { id, addr }),
         (any::<u64>(), any::<u64>(), any::<u64>(), pool).prop_map(|(addr, bytes, stream, pool)| Event::SegmentMap {
             addr,
@@ -214,14 +221,20 @@ fn arb_event() -> impl Strategy<Value = Event> {
             stream,
             pool
         }),
-        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(addr, absorbed_addr, bytes)| Event::Merge { addr, absorbed_addr, bytes }),
-        ".{0,40}".prop_map(|text| Event::Mark { kind: MarkKind::Phase, text }),
-        (any::<u32>(), proptest::collection::vec(("[a-z/.]{0,20}", any::<u32>(), "[a-z_]{0,12}"), 0..4)).prop_map(|(id, fr)| {
-            Event::CallSite {
-                id,
-                frames: fr.into_iter().map(|(file, line, function)| Frame { file, line, function }).collect(),
-            }
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(addr, absorbed_addr, bytes)| Event::Merge {
+            addr,
+            absorbed_addr,
+            bytes
         }),
+        ".{0,40}".prop_map(|text| Event::Mark { kind: MarkKind::Phase, text }),
+        (any::<u32>(), proptest::collection::vec(("[a-z/.]{0,20}", any::<u32>(), "[a-z_]{0,12}"), 0..4)).prop_map(
+            |(id, fr)| {
+                Event::CallSite {
+                    id,
+                    frames: fr.into_iter().map(|(file, line, function)| Frame { file, line, function }).collect(),
+                }
+            }
+        ),
     ]
 }
 

@@ -22,10 +22,7 @@ pub struct EventModel {
 
 impl EventModel {
     fn get(&self, addr: u64) -> (u64, St) {
-        *self
-            .blocks
-            .get(&addr)
-            .unwrap_or_else(|| panic!("no block at {addr:#x}"))
+        *self.blocks.get(&addr).unwrap_or_else(|| panic!("no block at {addr:#x}"))
     }
 
     pub fn apply(&mut self, e: &Event) {
@@ -36,21 +33,13 @@ impl EventModel {
             }
             Event::SegmentFree { addr, bytes, .. } => {
                 assert_eq!(self.segments.remove(&addr), Some(bytes));
-                assert_eq!(
-                    self.blocks.remove(&addr),
-                    Some((bytes, St::Free)),
-                    "segment freed with live blocks"
-                );
+                assert_eq!(self.blocks.remove(&addr), Some((bytes, St::Free)), "segment freed with live blocks");
             }
             Event::SegmentMap { addr, bytes, .. } => {
                 assert!(self.blocks.insert(addr, (bytes, St::Free)).is_none());
             }
             Event::SegmentUnmap { addr, bytes, .. } => {
-                let (&start, &(size, st)) = self
-                    .blocks
-                    .range(..=addr)
-                    .next_back()
-                    .expect("unmap outside blocks");
+                let (&start, &(size, st)) = self.blocks.range(..=addr).next_back().expect("unmap outside blocks");
                 assert_eq!(st, St::Free, "unmap of a used block");
                 assert!(start + size >= addr + bytes, "unmap beyond its block");
                 self.blocks.remove(&start);
@@ -58,29 +47,15 @@ impl EventModel {
                     self.blocks.insert(start, (addr - start, St::Free));
                 }
                 if start + size > addr + bytes {
-                    self.blocks
-                        .insert(addr + bytes, (start + size - addr - bytes, St::Free));
+                    self.blocks.insert(addr + bytes, (start + size - addr - bytes, St::Free));
                 }
             }
-            Event::Split {
-                addr,
-                bytes,
-                remainder_bytes,
-            } => {
-                assert_eq!(
-                    self.get(addr),
-                    (bytes + remainder_bytes, St::Free),
-                    "split of {addr:#x}"
-                );
+            Event::Split { addr, bytes, remainder_bytes } => {
+                assert_eq!(self.get(addr), (bytes + remainder_bytes, St::Free), "split of {addr:#x}");
                 self.blocks.insert(addr, (bytes, St::Free));
-                self.blocks
-                    .insert(addr + bytes, (remainder_bytes, St::Free));
+                self.blocks.insert(addr + bytes, (remainder_bytes, St::Free));
             }
-            Event::Merge {
-                addr,
-                absorbed_addr,
-                bytes,
-            } => {
+            Event::Merge { addr, absorbed_addr, bytes } => {
                 let (a, sa) = self.get(addr);
                 let (b, sb) = self.get(absorbed_addr);
                 assert_eq!((sa, sb), (St::Free, St::Free), "merge of used blocks");
@@ -89,17 +64,8 @@ impl EventModel {
                 self.blocks.remove(&absorbed_addr);
                 self.blocks.insert(addr, (bytes, St::Free));
             }
-            Event::Alloc {
-                addr,
-                block_bytes,
-                requested_bytes,
-                ..
-            } => {
-                assert_eq!(
-                    self.get(addr),
-                    (block_bytes, St::Free),
-                    "alloc at {addr:#x}"
-                );
+            Event::Alloc { addr, block_bytes, requested_bytes, .. } => {
+                assert_eq!(self.get(addr), (block_bytes, St::Free), "alloc at {addr:#x}");
                 assert!(block_bytes >= requested_bytes);
                 self.blocks.insert(addr, (block_bytes, St::Allocated));
             }

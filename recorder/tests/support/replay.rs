@@ -41,18 +41,9 @@ pub fn load(name: &str) -> Trace {
     let path = fixture_dir().join(format!("{name}.txt.zst"));
     let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut text = String::new();
-    zstd::stream::read::Decoder::new(file)
-        .unwrap()
-        .read_to_string(&mut text)
-        .unwrap();
+    zstd::stream::read::Decoder::new(file).unwrap().read_to_string(&mut text).unwrap();
     let mut lines = text.lines();
-    let conf = lines
-        .next()
-        .unwrap()
-        .strip_prefix("# conf")
-        .unwrap()
-        .trim()
-        .to_string();
+    let conf = lines.next().unwrap().strip_prefix("# conf").unwrap().trim().to_string();
     let hex = |s: &str| u64::from_str_radix(s, 16).unwrap();
     let dec = |s: &str| s.parse::<u64>().unwrap();
     let ops = lines
@@ -109,24 +100,9 @@ pub fn recorded_segment_events(t: &Trace) -> Vec<(char, u64, u64)> {
 /// recording is an `empty_cache()` call. The replay stops at the first OOM (as the workload did).
 pub fn replay(t: &Trace, conf: &str, capacity: Option<u64>) -> Outcome {
     let config = AllocatorConfig::parse(conf).unwrap();
-    let seg_hints: Vec<(u64, u64)> = t
-        .ops
-        .iter()
-        .filter_map(|op| {
-            if let Op::SegAlloc(a, b) = *op {
-                Some((a, b))
-            } else {
-                None
-            }
-        })
-        .collect();
-    let first_map = t.ops.iter().find_map(|op| {
-        if let Op::Map(a, _) = *op {
-            Some(a)
-        } else {
-            None
-        }
-    });
+    let seg_hints: Vec<(u64, u64)> =
+        t.ops.iter().filter_map(|op| if let Op::SegAlloc(a, b) = *op { Some((a, b)) } else { None }).collect();
+    let first_map = t.ops.iter().find_map(|op| if let Op::Map(a, _) = *op { Some(a) } else { None });
     let device = SimDevice::new(Some(DEVICE_TOTAL))
         .with_segment_hints(seg_hints)
         .with_reserve_hints(first_map.into_iter().collect());
