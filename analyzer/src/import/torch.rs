@@ -1,0 +1,1357 @@
+//! PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot`, `memory_snapshot()`) turned
+//! into alloctrace trace records.
+//!
+//! # Mapping
+//! Every trace entry of the chosen device becomes events, in entry order:
+//!
+//! | entry | events |
+//! |---|---|
+//! | `alloc` | [`Event::Alloc`] (ids from 1 in order; `block_bytes` 0 = unknown; pool by `ceil(size/512)*512 <= 1 MiB`) |
+//! | `free_requested`, `free_completed` | the free events, with the id of the block live at `addr` |
+//! | `segment_alloc`/`_free`/`_map`/`_unmap` | segment events (pool: see below) |
+//! | `oom` | [`Event::Oom`] (`allocated_bytes` is an estimate: the live blocks' sizes rounded as `round_size` would) |
+//! | `snapshot` | [`Event::Snapshot`] |
+//! | `frames` | an interned [`Event::CallSite`], written once before its first use |
+//! | `external_annotations` | [`Event::Mark`] of kind `Annotation` (`"forward START"`), merged by time |
+//!
+//! Times are nanoseconds since the first entry's `time_us`; an annotation older than that, or
+//! a timestamp going backwards, is clamped so that times never decrease.
+//!
+//! **Segment pools.** Small-pool segments are always exactly 2 MiB (`kSmallBuffer`), large ones
+//! at least 10 MiB, so a `segment_alloc` of 2 MiB is small and anything else large; a
+//! `segment_free` takes the pool its `segment_alloc` had. Expandable segments map pages of
+//! 2 MiB (small) or `large_segment_size` (large), so a map is looked up in the final `segments`
+//! list (the expandable segment whose range holds it, and its `segment_type`), then in the
+//! ranges mapped earlier in the trace (a map adjacent to one is its continuation), and failing
+//! both a size that is a multiple of the large page is large, any other small.
+//!
+//! **empty_cache inference.** PyTorch does not trace `empty_cache()`. A *burst* is a maximal run
+//! of consecutive `segment_free`/`segment_unmap` entries; after each burst one
+//! [`Event::CacheRelease`] with the burst's bytes and segment count is written. Its cause is
+//! `OomRetry` when the next allocation-related entry (`alloc`, `segment_alloc`, `segment_map`
+//! or `oom`) after the burst is an `oom` (the allocator released its cache as the last resort
+//! of a request that then failed), else `EmptyCache`. Releases of `garbage_collection_threshold`
+//! or `max_split_size_mb` and a last-resort release whose retry succeeded look the same in a
+//! snapshot and are reported as `EmptyCache`.
+//!
+//! **Ring buffer overflow.** The trace is a ring buffer: when it overflowed, the oldest entries
+//! are gone. Like PyTorch's viewer, the importer starts from the final state (`segments` and
+//! their active blocks) and undoes every entry from the newest to the oldest; whatever is left
+//! existed before the first entry and is written at time 0, before everything else
+//! (`SegmentAlloc`/`SegmentMap` per segment, then `Alloc` per live block):
+//!
+//! ```text
+//! final state: segment S, block b1 live          trace (oldest first): free_completed b0, alloc b1
+//! undo alloc b1          -> S, {}                undo free_completed b0 -> S, {b0}
+//! start state: S and b0 (b0 was freed in the trace but never allocated in it: entries were lost)
+//! ```
+//! The trace counts as overflowed when `allocator_settings` says so (`trace_alloc_overflowed`,
+//! or as many entries as `trace_alloc_max_entries`), or when something freed in the trace was
+//! never allocated in it.
+
+use super::pickle::{self, ContainerId, Pickle, PickleError, Value};
+use recorder::engine::config::{
+    AllocatorConfig, MIB, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE,
+};
+use recorder::trace::{
+    Event, Frame, Header, MarkKind, Pool, Record, ReleaseCause, Source, NO_CALLSITE,
+};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// What to import and the facts a snapshot does not hold.
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// Index into `device_traces` (and the `device` of `segments`).
+    pub device: usize,
+    /// The capacity limit the program ran under (snapshots do not store the memory fraction).
+    pub capacity_bytes: Option<u64>,
+    pub device_name: Option<String>,
+    pub device_total_bytes: Option<u64>,
+}
+
+/// An imported snapshot: a trace header, its records and what the import found.
+#[derive(Clone, Debug)]
+pub struct Imported {
+    pub header: Header,
+    pub records: Vec<Record>,
+    pub report: ImportReport,
+}
+
+/// Findings of an import.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct ImportReport {
+    /// Trace entries of the device.
+    pub entries: u64,
+    /// Records written.
+    pub events: u64,
+    /// Distinct call sites defined.
+    pub callsites: u32,
+    pub ring_buffer_overflowed: bool,
+    /// Segments that existed before the first entry (written at time 0).
+    pub initial_segments: u64,
+    /// Blocks live before the first entry (written at time 0).
+    pub initial_live_blocks: u64,
+    /// Cache releases attributed to `empty_cache()`.
+    pub inferred_empty_cache: u32,
+    /// Anomalies: frees of unknown addresses, unparsable settings, clamped times, ...
+    pub warnings: Vec<String>,
+}
+
+/// Why a snapshot could not be imported.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImportError {
+    #[error("cannot read {path}: {source}", path = path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("not a pickle (a PyTorch memory snapshot is a Python pickle, starting with byte 0x80; this starts with {found}): {source}")]
+    NotAPickle { found: String, source: PickleError },
+    #[error("corrupt pickle: {0}")]
+    Pickle(#[from] PickleError),
+    #[error("not a PyTorch memory snapshot: {0}")]
+    NotASnapshot(String),
+    #[error("device {device} has no trace: the snapshot has {devices} device trace(s)")]
+    NoSuchDevice { device: usize, devices: usize },
+    #[error("{path}: {source}", path = path.display())]
+    InFile {
+        path: PathBuf,
+        source: Box<ImportError>,
+    },
+}
+
+/// Most warnings kept in the report; the rest are counted in a last line.
+const MAX_WARNINGS: usize = 100;
+
+/// Reads and imports a snapshot file; errors name the file.
+pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Imported, ImportError> {
+    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    import_snapshot(&bytes, opts).map_err(|e| ImportError::InFile {
+        path: path.to_path_buf(),
+        source: Box::new(e),
+    })
+}
+
+/// Imports a snapshot held in memory.
+pub fn import_snapshot(bytes: &[u8], opts: &ImportOptions) -> Result<Imported, ImportError> {
+    let pk = match pickle::parse(bytes) {
+        Ok(pk) => pk,
+        Err(source) if bytes.first() != Some(&0x80) => {
+            return Err(ImportError::NotAPickle {
+                found: describe_start(bytes),
+                source,
+            })
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let snap = Snapshot::read(&pk, opts)?;
+    Ok(Importer::new(&pk, opts, &snap).run())
+}
+
+fn describe_start(bytes: &[u8]) -> String {
+    if bytes.is_empty() {
+        return "nothing (the input is empty)".into();
+    }
+    let head = &bytes[..bytes.len().min(16)];
+    let text: String = head
+        .iter()
+        .map(|&b| {
+            if (0x20..0x7f).contains(&b) {
+                b as char
+            } else {
+                '.'
+            }
+        })
+        .collect();
+    format!("`{text}`")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading the snapshot's structure.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    Oom,
+    Snapshot,
+    Other,
+}
+
+impl Action {
+    fn parse(s: &str) -> Action {
+        match s {
+            "alloc" => Action::Alloc,
+            "free_requested" => Action::FreeRequested,
+            "free_completed" => Action::FreeCompleted,
+            "segment_alloc" => Action::SegmentAlloc,
+            "segment_free" => Action::SegmentFree,
+            "segment_map" => Action::SegmentMap,
+            "segment_unmap" => Action::SegmentUnmap,
+            "oom" => Action::Oom,
+            "snapshot" => Action::Snapshot,
+            _ => Action::Other,
+        }
+    }
+
+    fn is_release(self) -> bool {
+        matches!(self, Action::SegmentFree | Action::SegmentUnmap)
+    }
+
+    fn is_alloc_related(self) -> bool {
+        matches!(
+            self,
+            Action::Alloc | Action::SegmentAlloc | Action::SegmentMap | Action::Oom
+        )
+    }
+}
+
+/// One trace entry, decoded. For `oom`, `addr` holds `device_free`.
+#[derive(Clone, Copy, Debug)]
+struct Entry<'a> {
+    action: Action,
+    addr: u64,
+    size: u64,
+    stream: u64,
+    time_us: u64,
+    frames: Value<'a>,
+    /// The `action` string when it is not one we know.
+    unknown: Option<&'a str>,
+}
+
+struct SegmentInfo<'a> {
+    addr: u64,
+    bytes: u64,
+    stream: u64,
+    pool: Pool,
+    expandable: bool,
+    blocks: Vec<BlockInfo<'a>>,
+}
+
+#[derive(Clone, Copy)]
+struct BlockInfo<'a> {
+    addr: u64,
+    block_bytes: u64,
+    requested_bytes: u64,
+    frames: Value<'a>,
+}
+
+struct Annotation {
+    time_us: u64,
+    text: String,
+}
+
+/// The parts of a snapshot the importer uses.
+struct Snapshot<'a> {
+    has_trace: bool,
+    entries: Vec<Entry<'a>>,
+    segments: Vec<SegmentInfo<'a>>,
+    annotations: Vec<Annotation>,
+    alloc_conf: String,
+    /// `trace_alloc_overflowed`, or the entry count reached `trace_alloc_max_entries`.
+    settings_say_overflow: Option<String>,
+    warnings: Vec<String>,
+}
+
+fn describe(pk: &Pickle<'_>, v: Value<'_>) -> String {
+    fn article(t: &str) -> &'static str {
+        if t.starts_with(['a', 'e', 'i', 'o', 'u']) {
+            "an"
+        } else {
+            "a"
+        }
+    }
+    match v {
+        Value::List(_) | Value::Tuple(_) | Value::Set(_) => {
+            let items = pk.items(v);
+            let kind = v.type_name();
+            let first = items.first().map(|i| i.type_name());
+            match first {
+                None => format!("an empty {kind}"),
+                Some(t) if items.iter().all(|i| i.type_name() == t) => {
+                    format!(
+                        "a {kind} of {} {t}{}",
+                        items.len(),
+                        if items.len() == 1 { "" } else { "s" }
+                    )
+                }
+                Some(_) => format!("a {kind} of {} mixed items", items.len()),
+            }
+        }
+        Value::Dict(_) => {
+            let keys: Vec<String> = pk
+                .dict(v)
+                .into_iter()
+                .flatten()
+                .take(6)
+                .map(|(k, _)| match pk.str(k) {
+                    Some(s) => format!("`{s}`"),
+                    None => k.type_name().to_string(),
+                })
+                .collect();
+            if keys.is_empty() {
+                "an empty dict".into()
+            } else {
+                format!("a dict with keys {}", keys.join(", "))
+            }
+        }
+        other => {
+            let t = other.type_name();
+            format!("{} {t}", article(t))
+        }
+    }
+}
+
+impl<'a> Snapshot<'a> {
+    fn read(pk: &Pickle<'a>, opts: &ImportOptions) -> Result<Self, ImportError> {
+        let expected =
+            "expected a dict with `segments` and `device_traces`, or a list of segment dicts";
+        let not_snapshot = || {
+            ImportError::NotASnapshot(format!(
+                "top-level object is {}; {expected}",
+                describe(pk, pk.root)
+            ))
+        };
+        let mut snap = Snapshot {
+            has_trace: false,
+            entries: Vec::new(),
+            segments: Vec::new(),
+            annotations: Vec::new(),
+            alloc_conf: String::new(),
+            settings_say_overflow: None,
+            warnings: Vec::new(),
+        };
+        let segments = match pk.root {
+            Value::Dict(_) => {
+                let segments = pk.get(pk.root, "segments");
+                let traces = pk.get(pk.root, "device_traces");
+                if segments.is_none() || traces.is_none() {
+                    return Err(not_snapshot());
+                }
+                let traces = traces.and_then(|t| pk.seq(t)).ok_or_else(|| {
+                    ImportError::NotASnapshot(format!(
+                        "`device_traces` is {}; expected a list",
+                        describe(pk, traces.unwrap_or(Value::None))
+                    ))
+                })?;
+                if let Some(&trace) = traces.get(opts.device) {
+                    let trace = pk.seq(trace).ok_or_else(|| {
+                        ImportError::NotASnapshot(format!(
+                            "device trace {} is {}; expected a list",
+                            opts.device,
+                            describe(pk, trace)
+                        ))
+                    })?;
+                    snap.has_trace = true;
+                    snap.read_entries(pk, trace)?;
+                } else if !traces.is_empty() {
+                    return Err(ImportError::NoSuchDevice {
+                        device: opts.device,
+                        devices: traces.len(),
+                    });
+                }
+                if let Some(settings) = pk.get(pk.root, "allocator_settings") {
+                    snap.read_settings(pk, settings);
+                }
+                if let Some(ann) = pk.get(pk.root, "external_annotations") {
+                    snap.read_annotations(pk, ann, opts.device);
+                }
+                segments.unwrap_or(Value::None)
+            }
+            Value::List(_) => {
+                // `torch.cuda.memory_snapshot()`: only the segments.
+                let items = pk.items(pk.root);
+                if !items
+                    .iter()
+                    .all(|s| pk.get(*s, "address").is_some() && pk.get(*s, "total_size").is_some())
+                {
+                    return Err(not_snapshot());
+                }
+                pk.root
+            }
+            _ => return Err(not_snapshot()),
+        };
+        let segs = pk.seq(segments).ok_or_else(|| {
+            ImportError::NotASnapshot(format!(
+                "`segments` is {}; expected a list",
+                describe(pk, segments)
+            ))
+        })?;
+        snap.read_segments(pk, segs, opts.device)?;
+        Ok(snap)
+    }
+
+    fn read_entries(&mut self, pk: &Pickle<'a>, trace: &[Value<'a>]) -> Result<(), ImportError> {
+        self.entries.reserve_exact(trace.len());
+        for (i, &e) in trace.iter().enumerate() {
+            let Some(items) = pk.dict(e) else {
+                return Err(ImportError::NotASnapshot(format!(
+                    "trace entry {i} is {}; expected a dict",
+                    describe(pk, e)
+                )));
+            };
+            let mut entry = Entry {
+                action: Action::Other,
+                addr: 0,
+                size: 0,
+                stream: 0,
+                time_us: 0,
+                frames: Value::None,
+                unknown: None,
+            };
+            let mut have_action = false;
+            for (k, v) in items {
+                let Some(key) = pk.str(k) else { continue };
+                match key {
+                    "action" => {
+                        if let Some(a) = pk.str(v) {
+                            entry.action = Action::parse(a);
+                            if entry.action == Action::Other {
+                                entry.unknown = match v {
+                                    Value::Str(s) => Some(s),
+                                    _ => Some("?"),
+                                };
+                            }
+                            have_action = true;
+                        }
+                    }
+                    "addr" | "device_free" => entry.addr = int_u64(pk, v),
+                    "size" => entry.size = int_u64(pk, v),
+                    "stream" => entry.stream = int_u64(pk, v),
+                    "time_us" => entry.time_us = int_u64(pk, v),
+                    "frames" => entry.frames = v,
+                    _ => {}
+                }
+            }
+            if !have_action {
+                return Err(ImportError::NotASnapshot(format!(
+                    "trace entry {i} has no `action` string"
+                )));
+            }
+            self.entries.push(entry);
+        }
+        Ok(())
+    }
+
+    fn read_settings(&mut self, pk: &Pickle<'a>, s: Value<'a>) {
+        let conf = pk
+            .get(s, "PYTORCH_CUDA_ALLOC_CONF")
+            .and_then(|v| pk.str(v))
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        self.alloc_conf = if conf.is_empty() {
+            conf_from_settings(pk, s)
+        } else {
+            conf
+        };
+        if pk
+            .get(s, "trace_alloc_overflowed")
+            .and_then(|v| pk.int(v))
+            .unwrap_or(0)
+            != 0
+        {
+            self.settings_say_overflow =
+                Some("allocator_settings.trace_alloc_overflowed is set".into());
+        } else if let Some(max) = pk.get(s, "trace_alloc_max_entries").and_then(|v| pk.u64(v)) {
+            if max > 0 && self.entries.len() as u64 >= max {
+                self.settings_say_overflow =
+                    Some(format!("the trace holds trace_alloc_max_entries = {max} entries, the ring buffer's size"));
+            }
+        }
+    }
+
+    fn read_annotations(&mut self, pk: &Pickle<'a>, ann: Value<'a>, device: usize) {
+        for &a in pk.seq(ann).unwrap_or(&[]) {
+            if pk.dict(a).is_none() {
+                continue;
+            }
+            if let Some(d) = pk.get(a, "device").and_then(|v| pk.u64(v)) {
+                if d != device as u64 {
+                    continue;
+                }
+            }
+            let time_us = pk.get(a, "time_us").map(|v| int_u64(pk, v)).unwrap_or(0);
+            let name = pk.get(a, "name").and_then(|v| pk.str(v)).unwrap_or("");
+            let stage = pk.get(a, "stage").and_then(|v| pk.str(v)).unwrap_or("");
+            let text = match (name.is_empty(), stage.is_empty()) {
+                (false, false) => format!("{name} {stage}"),
+                (false, true) => name.to_string(),
+                (true, false) => stage.to_string(),
+                (true, true) => continue,
+            };
+            self.annotations.push(Annotation { time_us, text });
+        }
+        self.annotations.sort_by_key(|a| a.time_us);
+    }
+
+    fn read_segments(
+        &mut self,
+        pk: &Pickle<'a>,
+        segs: &[Value<'a>],
+        device: usize,
+    ) -> Result<(), ImportError> {
+        for (i, &s) in segs.iter().enumerate() {
+            if pk.dict(s).is_none() {
+                return Err(ImportError::NotASnapshot(format!(
+                    "segment {i} is {}; expected a dict",
+                    describe(pk, s)
+                )));
+            }
+            if let Some(d) = pk.get(s, "device").and_then(|v| pk.u64(v)) {
+                if d != device as u64 {
+                    continue;
+                }
+            }
+            let addr = pk.get(s, "address").map(|v| int_u64(pk, v)).unwrap_or(0);
+            let bytes = pk.get(s, "total_size").map(|v| int_u64(pk, v)).unwrap_or(0);
+            let pool = match pk.get(s, "segment_type").and_then(|v| pk.str(v)) {
+                Some("small") => Pool::Small,
+                Some("large") => Pool::Large,
+                _ => segment_pool_by_size(bytes),
+            };
+            let mut seg = SegmentInfo {
+                addr,
+                bytes,
+                stream: pk.get(s, "stream").map(|v| int_u64(pk, v)).unwrap_or(0),
+                pool,
+                expandable: pk
+                    .get(s, "is_expandable")
+                    .and_then(|v| pk.int(v))
+                    .unwrap_or(0)
+                    != 0,
+                blocks: Vec::new(),
+            };
+            for &b in pk.get(s, "blocks").and_then(|v| pk.seq(v)).unwrap_or(&[]) {
+                let state = pk.get(b, "state").and_then(|v| pk.str(v)).unwrap_or("");
+                if !state.starts_with("active") {
+                    continue;
+                }
+                seg.blocks.push(BlockInfo {
+                    addr: pk.get(b, "address").map(|v| int_u64(pk, v)).unwrap_or(0),
+                    block_bytes: pk.get(b, "size").map(|v| int_u64(pk, v)).unwrap_or(0),
+                    requested_bytes: pk
+                        .get(b, "requested_size")
+                        .map(|v| int_u64(pk, v))
+                        .unwrap_or(0),
+                    frames: pk.get(b, "frames").unwrap_or(Value::None),
+                });
+            }
+            self.segments.push(seg);
+        }
+        Ok(())
+    }
+}
+
+/// Integers that do not fit in `u64` (negative, wider) map to 0; snapshot fields never are.
+fn int_u64(pk: &Pickle<'_>, v: Value<'_>) -> u64 {
+    match v {
+        Value::Int(i) => i as u64,
+        _ => pk.u64(v).unwrap_or(0),
+    }
+}
+
+/// A `PYTORCH_CUDA_ALLOC_CONF` string equivalent to the structured `allocator_settings`.
+fn conf_from_settings(pk: &Pickle<'_>, s: Value<'_>) -> String {
+    let mut parts = Vec::new();
+    if let Some(v) = pk.get(s, "max_split_size").and_then(|v| pk.int(v)) {
+        // -1 is SIZE_MAX cast to int64: unset.
+        if v > 0 && v < (1i128 << 62) {
+            parts.push(format!("max_split_size_mb:{}", v as u64 / MIB));
+        }
+    }
+    if let Some(t) = pk
+        .get(s, "garbage_collection_threshold")
+        .and_then(|v| pk.f64(v))
+    {
+        if t > 0.0 {
+            parts.push(format!("garbage_collection_threshold:{t}"));
+        }
+    }
+    if pk
+        .get(s, "expandable_segments")
+        .and_then(|v| pk.int(v))
+        .unwrap_or(0)
+        != 0
+    {
+        parts.push("expandable_segments:True".into());
+    }
+    if let Some(d) = pk.get(s, "roundup_power2_divisions") {
+        // Keys "1", "2", ..., "32768": interval i starts at 2^i MiB.
+        let mut entries: Vec<(u64, i128)> = pk
+            .dict(d)
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((pk.str(k)?.parse::<u64>().ok()?, pk.int(v)?)))
+            .filter(|(k, _)| k.is_power_of_two())
+            .collect();
+        entries.sort();
+        if entries.iter().any(|&(_, v)| v > 0) {
+            let list: Vec<String> = entries.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+            parts.push(format!("roundup_power2_divisions:[{}]", list.join(",")));
+        }
+    }
+    parts.join(",")
+}
+
+fn segment_pool_by_size(bytes: u64) -> Pool {
+    if bytes == SMALL_BUFFER {
+        Pool::Small
+    } else {
+        Pool::Large
+    }
+}
+
+fn request_pool(size: u64) -> Pool {
+    if size.div_ceil(MIN_BLOCK_SIZE).saturating_mul(MIN_BLOCK_SIZE) <= SMALL_SIZE {
+        Pool::Small
+    } else {
+        Pool::Large
+    }
+}
+
+/// PyTorch's `round_size` (reference §1), used only to estimate `allocated_bytes` at an OOM.
+fn round_size(config: &AllocatorConfig, n: u64) -> u64 {
+    if n < MIN_BLOCK_SIZE {
+        return MIN_BLOCK_SIZE;
+    }
+    let d = config.divisions_for(n) as u64;
+    if d > 1 && n > MIN_BLOCK_SIZE * d {
+        if n.is_power_of_two() {
+            return n;
+        }
+        let f = 1u64 << (63 - n.leading_zeros());
+        let step = f >> (63 - d.leading_zeros());
+        if step == 0 {
+            return f.saturating_mul(2);
+        }
+        let lo = n & !(step - 1);
+        return if lo == n { n } else { lo.saturating_add(step) };
+    }
+    n.div_ceil(MIN_BLOCK_SIZE).saturating_mul(MIN_BLOCK_SIZE)
+}
+
+/// PyTorch's `get_allocation_size`: the segment a rounded request would ask the device for.
+fn allocation_size(config: &AllocatorConfig, rounded: u64) -> u64 {
+    if rounded <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else if rounded < MIN_LARGE_ALLOC {
+        config.large_segment_size
+    } else {
+        rounded.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Address ranges of reserved memory (segments and mapped pages).
+
+#[derive(Clone, Copy, Debug)]
+struct Range {
+    end: u64,
+    stream: u64,
+    pool: Pool,
+    expandable: bool,
+    /// Added by undoing a free/unmap of the trace (so the trace lost its allocation).
+    from_trace: bool,
+}
+
+#[derive(Default)]
+struct RangeSet {
+    ranges: BTreeMap<u64, Range>,
+}
+
+impl RangeSet {
+    fn add(&mut self, start: u64, r: Range) {
+        self.ranges.insert(start, r);
+    }
+
+    /// Removes `[start, end)`; returns the bytes that were present.
+    fn remove(&mut self, start: u64, end: u64) -> u64 {
+        let hits: Vec<(u64, Range)> = self
+            .ranges
+            .range(..end)
+            .rev()
+            .take_while(|(_, r)| r.end > start)
+            .map(|(&s, &r)| (s, r))
+            .collect();
+        let mut covered = 0;
+        for (s, r) in hits {
+            self.ranges.remove(&s);
+            covered += r.end.min(end) - s.max(start);
+            if s < start {
+                self.ranges.insert(s, Range { end: start, ..r });
+            }
+            if r.end > end {
+                self.ranges.insert(end, r);
+            }
+        }
+        covered
+    }
+
+    fn containing(&self, addr: u64) -> Option<(u64, Range)> {
+        let (&s, &r) = self.ranges.range(..=addr).next_back()?;
+        (addr < r.end).then_some((s, r))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The import proper.
+
+struct Importer<'p, 'a> {
+    pk: &'p Pickle<'a>,
+    snap: &'p Snapshot<'a>,
+    config: AllocatorConfig,
+    header: Header,
+    report: ImportReport,
+    warnings_dropped: u64,
+    out: Vec<Record>,
+    origin_ns: u64,
+    last_ns: u64,
+    // Call sites.
+    callsite_by_container: HashMap<ContainerId, u32>,
+    callsite_by_content: HashMap<Vec<(&'p str, u32, &'p str)>, u32>,
+    next_callsite: u32,
+    // Live state.
+    next_id: u64,
+    live: HashMap<u64, (u64, u64)>,
+    allocated_bytes: u64,
+    reserved_bytes: u64,
+    segment_pool: HashMap<u64, Pool>,
+    /// Expandable ranges: from the final segments, then every mapped range of the trace.
+    expandable: RangeSet,
+}
+
+struct Burst {
+    bytes: u64,
+    segments: u32,
+}
+
+impl<'p, 'a> Importer<'p, 'a> {
+    fn new(pk: &'p Pickle<'a>, opts: &ImportOptions, snap: &'p Snapshot<'a>) -> Self {
+        let mut report = ImportReport {
+            entries: snap.entries.len() as u64,
+            ..ImportReport::default()
+        };
+        report.warnings.extend(snap.warnings.iter().cloned());
+        let config = match AllocatorConfig::parse(&snap.alloc_conf) {
+            Ok(c) => c,
+            Err(e) => {
+                report
+                    .warnings
+                    .push(format!("{e}; the default configuration is used"));
+                AllocatorConfig::default()
+            }
+        };
+        let mut header = Header::new(Source::ImportedTorch);
+        header.alloc_conf = snap.alloc_conf.clone();
+        header.config = config.clone();
+        header.capacity_bytes = opts.capacity_bytes.unwrap_or(0);
+        header.device_name = opts.device_name.clone().unwrap_or_default();
+        header.device_total_bytes = opts.device_total_bytes.unwrap_or(0);
+        let origin_ns = snap
+            .entries
+            .first()
+            .map(|e| e.time_us.saturating_mul(1000))
+            .unwrap_or(0);
+        header.clock_origin_unix_ns = origin_ns;
+        if !snap.has_trace {
+            header.notes.push(
+                "imported from a snapshot without a trace: only the final segments and blocks"
+                    .into(),
+            );
+        }
+        let mut expandable = RangeSet::default();
+        for s in snap.segments.iter().filter(|s| s.expandable) {
+            let r = Range {
+                end: s.addr.saturating_add(s.bytes),
+                stream: s.stream,
+                pool: s.pool,
+                expandable: true,
+                from_trace: false,
+            };
+            expandable.add(s.addr, r);
+        }
+        Importer {
+            pk,
+            snap,
+            config,
+            header,
+            report,
+            warnings_dropped: 0,
+            out: Vec::with_capacity(snap.entries.len() + snap.annotations.len() + 64),
+            origin_ns,
+            last_ns: 0,
+            callsite_by_container: HashMap::new(),
+            callsite_by_content: HashMap::new(),
+            next_callsite: 1,
+            next_id: 1,
+            live: HashMap::with_capacity(1024),
+            allocated_bytes: 0,
+            reserved_bytes: 0,
+            segment_pool: HashMap::new(),
+            expandable,
+        }
+    }
+
+    fn warn(&mut self, w: String) {
+        if self.report.warnings.len() < MAX_WARNINGS {
+            self.report.warnings.push(w);
+        } else {
+            self.warnings_dropped += 1;
+        }
+    }
+
+    fn push(&mut self, time_ns: u64, event: Event) {
+        self.out.push(Record { time_ns, event });
+    }
+
+    /// Nanoseconds since the origin, never before the previous record.
+    fn time(&mut self, time_us: u64) -> u64 {
+        let t = time_us.saturating_mul(1000).saturating_sub(self.origin_ns);
+        if t < self.last_ns {
+            return self.last_ns;
+        }
+        self.last_ns = t;
+        t
+    }
+
+    /// The call site of a `frames` list, defined (at `time_ns`) on first use.
+    fn callsite(&mut self, frames: Value<'a>, time_ns: u64) -> u32 {
+        let pk = self.pk;
+        let Some(items) = pk.seq(frames) else {
+            return NO_CALLSITE;
+        };
+        if items.is_empty() {
+            return NO_CALLSITE;
+        }
+        let cid = frames.container_id().expect("sequences are containers");
+        if let Some(&id) = self.callsite_by_container.get(&cid) {
+            return id;
+        }
+        let key: Vec<(&'p str, u32, &'p str)> = items
+            .iter()
+            .map(|&f| {
+                let s = |k| pk.get(f, k).and_then(|v| pk.str(v)).unwrap_or("");
+                let line = pk
+                    .get(f, "line")
+                    .and_then(|v| pk.u64(v))
+                    .unwrap_or(0)
+                    .min(u32::MAX as u64) as u32;
+                (s("filename"), line, s("name"))
+            })
+            .collect();
+        let id = match self.callsite_by_content.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = self.next_callsite;
+                self.next_callsite += 1;
+                let frames = key
+                    .iter()
+                    .map(|&(file, line, function)| Frame {
+                        file: file.into(),
+                        line,
+                        function: function.into(),
+                    })
+                    .collect();
+                self.callsite_by_content.insert(key, id);
+                self.push(time_ns, Event::CallSite { id, frames });
+                id
+            }
+        };
+        self.callsite_by_container.insert(cid, id);
+        id
+    }
+
+    fn run(mut self) -> Imported {
+        let start = self.reconstruct_start();
+        self.emit_start(start);
+        self.emit_trace();
+        self.report.callsites = self.next_callsite - 1;
+        self.report.inferred_empty_cache = self
+            .out
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.event,
+                    Event::CacheRelease {
+                        cause: ReleaseCause::EmptyCache,
+                        ..
+                    }
+                )
+            })
+            .count() as u32;
+        self.report.events = self.out.len() as u64;
+        if self.warnings_dropped > 0 {
+            let n = self.warnings_dropped;
+            self.report
+                .warnings
+                .push(format!("... and {n} more warnings"));
+        }
+        if self.report.ring_buffer_overflowed {
+            self.header.notes.push(format!(
+                "PyTorch's trace ring buffer overflowed: the oldest entries are lost; the state before the first entry \
+                 ({} segments, {} live blocks) was reconstructed from the final segments",
+                self.report.initial_segments, self.report.initial_live_blocks
+            ));
+        } else if self.report.initial_segments + self.report.initial_live_blocks > 0 {
+            self.header.notes.push(format!(
+                "{} segments and {} live blocks existed before the first trace entry (reconstructed from the final segments)",
+                self.report.initial_segments, self.report.initial_live_blocks
+            ));
+        }
+        Imported {
+            header: self.header,
+            records: self.out,
+            report: self.report,
+        }
+    }
+
+    /// Walks the trace backwards from the final state: what remains existed before the first
+    /// entry (see the module documentation).
+    fn reconstruct_start(&mut self) -> StartState<'a> {
+        let mut reserved = RangeSet::default();
+        let mut live: HashMap<u64, (BlockInfo<'a>, bool)> = HashMap::new();
+        for s in &self.snap.segments {
+            let r = Range {
+                end: s.addr.saturating_add(s.bytes),
+                stream: s.stream,
+                pool: s.pool,
+                expandable: s.expandable,
+                from_trace: false,
+            };
+            reserved.add(s.addr, r);
+            for b in &s.blocks {
+                live.insert(b.addr, (*b, false));
+            }
+        }
+        let mut anomalies = 0u64;
+        let mut first_anomaly = None;
+        for (i, e) in self.snap.entries.iter().enumerate().rev() {
+            let ok = match e.action {
+                Action::Alloc => live.remove(&e.addr).is_some(),
+                Action::FreeCompleted => {
+                    let b = BlockInfo {
+                        addr: e.addr,
+                        block_bytes: 0,
+                        requested_bytes: e.size,
+                        frames: Value::None,
+                    };
+                    live.insert(e.addr, (b, true)).is_none()
+                }
+                Action::SegmentAlloc | Action::SegmentMap => {
+                    reserved.remove(e.addr, e.addr.saturating_add(e.size)) == e.size
+                }
+                Action::SegmentFree | Action::SegmentUnmap => {
+                    let end = e.addr.saturating_add(e.size);
+                    let clash = reserved.remove(e.addr, end) != 0;
+                    let expandable = e.action == Action::SegmentUnmap;
+                    let pool = if expandable {
+                        self.map_pool(e)
+                    } else {
+                        segment_pool_by_size(e.size)
+                    };
+                    reserved.add(
+                        e.addr,
+                        Range {
+                            end,
+                            stream: e.stream,
+                            pool,
+                            expandable,
+                            from_trace: true,
+                        },
+                    );
+                    !clash
+                }
+                Action::FreeRequested | Action::Oom | Action::Snapshot | Action::Other => true,
+            };
+            if !ok {
+                anomalies += 1;
+                first_anomaly.get_or_insert(i);
+            }
+        }
+        if let Some(i) = first_anomaly {
+            let e = &self.snap.entries[i];
+            self.warn(format!(
+                "the trace does not agree with the final segments: {anomalies} entries (the first: entry {i}, {:?} at 0x{:x}) \
+                 undo onto a state that lacks or already has their block or segment",
+                e.action, e.addr
+            ));
+        }
+        let mut segments: Vec<(u64, Range)> = reserved.ranges.into_iter().collect();
+        segments.sort_by_key(|&(a, _)| a);
+        let mut blocks: Vec<(BlockInfo<'a>, bool)> = live.into_values().collect();
+        blocks.sort_by_key(|(b, _)| b.addr);
+        let lost = segments.iter().any(|(_, r)| r.from_trace)
+            || blocks.iter().any(|&(_, from_trace)| from_trace);
+        let mut reasons = Vec::new();
+        if let Some(why) = &self.snap.settings_say_overflow {
+            reasons.push(why.clone());
+        }
+        if lost {
+            reasons
+                .push("blocks or segments are freed in the trace but never allocated in it".into());
+        }
+        if !reasons.is_empty() {
+            self.report.ring_buffer_overflowed = true;
+            self.warn(format!("ring buffer overflow: {}", reasons.join("; ")));
+        }
+        self.report.initial_segments = segments.len() as u64;
+        self.report.initial_live_blocks = blocks.len() as u64;
+        StartState {
+            segments,
+            blocks: blocks.into_iter().map(|(b, _)| b).collect(),
+        }
+    }
+
+    fn emit_start(&mut self, start: StartState<'a>) {
+        let mut reserved = RangeSet::default();
+        for &(addr, r) in &start.segments {
+            let bytes = r.end - addr;
+            self.reserved_bytes += bytes;
+            reserved.add(addr, r);
+            let ev = if r.expandable {
+                self.expandable.add(addr, r);
+                Event::SegmentMap {
+                    addr,
+                    bytes,
+                    stream: r.stream,
+                    pool: r.pool,
+                }
+            } else {
+                self.segment_pool.insert(addr, r.pool);
+                Event::SegmentAlloc {
+                    addr,
+                    bytes,
+                    stream: r.stream,
+                    pool: r.pool,
+                }
+            };
+            self.push(0, ev);
+        }
+        for b in start.blocks {
+            let (stream, pool) = match reserved.containing(b.addr) {
+                Some((_, r)) => (r.stream, r.pool),
+                None => (0, request_pool(b.requested_bytes)),
+            };
+            let callsite = self.callsite(b.frames, 0);
+            let id = self.next_id;
+            self.next_id += 1;
+            let rounded = if b.block_bytes > 0 {
+                b.block_bytes
+            } else {
+                round_size(&self.config, b.requested_bytes)
+            };
+            self.live.insert(b.addr, (id, rounded));
+            self.allocated_bytes += rounded;
+            let ev = Event::Alloc {
+                id,
+                addr: b.addr,
+                requested_bytes: b.requested_bytes,
+                block_bytes: b.block_bytes,
+                stream,
+                pool,
+                callsite,
+            };
+            self.push(0, ev);
+        }
+    }
+
+    /// The pool of an expandable map/unmap (module documentation, "Segment pools").
+    fn map_pool(&self, e: &Entry<'_>) -> Pool {
+        if let Some((_, r)) = self.expandable.containing(e.addr) {
+            return r.pool;
+        }
+        if let Some((_, r)) = e
+            .addr
+            .checked_sub(1)
+            .and_then(|a| self.expandable.containing(a))
+        {
+            if r.stream == e.stream {
+                return r.pool;
+            }
+        }
+        if e.size > 0 && e.size.checked_rem(self.config.large_segment_size) == Some(0) {
+            Pool::Large
+        } else {
+            Pool::Small
+        }
+    }
+
+    fn emit_trace(&mut self) {
+        let snap = self.snap;
+        let entries = &snap.entries;
+        // For each entry, whether the next allocation-related entry at or after it is an oom.
+        let mut next_is_oom = vec![false; entries.len() + 1];
+        for i in (0..entries.len()).rev() {
+            next_is_oom[i] = if entries[i].action.is_alloc_related() {
+                entries[i].action == Action::Oom
+            } else {
+                next_is_oom[i + 1]
+            };
+        }
+        let mut ann = snap.annotations.iter().peekable();
+        let mut clamped_annotations = 0u64;
+        let mut burst = Burst {
+            bytes: 0,
+            segments: 0,
+        };
+        for (i, e) in entries.iter().enumerate() {
+            while let Some(a) = ann.next_if(|a| a.time_us <= e.time_us) {
+                if a.time_us.saturating_mul(1000) < self.origin_ns {
+                    clamped_annotations += 1;
+                }
+                let t = self.time(a.time_us);
+                self.push(
+                    t,
+                    Event::Mark {
+                        kind: MarkKind::Annotation,
+                        text: a.text.clone(),
+                    },
+                );
+            }
+            let t = self.time(e.time_us);
+            self.entry(e, t);
+            if e.action.is_release() {
+                burst.bytes += e.size;
+                burst.segments += 1;
+                if !entries.get(i + 1).is_some_and(|n| n.action.is_release()) {
+                    let cause = if next_is_oom[i + 1] {
+                        ReleaseCause::OomRetry
+                    } else {
+                        ReleaseCause::EmptyCache
+                    };
+                    self.push(
+                        t,
+                        Event::CacheRelease {
+                            cause,
+                            bytes: burst.bytes,
+                            segments: burst.segments,
+                        },
+                    );
+                    burst = Burst {
+                        bytes: 0,
+                        segments: 0,
+                    };
+                }
+            }
+        }
+        for a in ann {
+            let t = self.time(a.time_us);
+            self.push(
+                t,
+                Event::Mark {
+                    kind: MarkKind::Annotation,
+                    text: a.text.clone(),
+                },
+            );
+        }
+        if clamped_annotations > 0 {
+            self.warn(format!("{clamped_annotations} annotations precede the first trace entry; their time is clamped to 0"));
+        }
+    }
+
+    fn entry(&mut self, e: &Entry<'a>, t: u64) {
+        match e.action {
+            Action::Alloc => {
+                let callsite = self.callsite(e.frames, t);
+                let id = self.next_id;
+                self.next_id += 1;
+                let rounded = round_size(&self.config, e.size);
+                if let Some((old, old_rounded)) = self.live.insert(e.addr, (id, rounded)) {
+                    self.allocated_bytes -= old_rounded;
+                    self.warn(format!(
+                        "alloc at 0x{:x} while block {old} is live there",
+                        e.addr
+                    ));
+                }
+                self.allocated_bytes += rounded;
+                let ev = Event::Alloc {
+                    id,
+                    addr: e.addr,
+                    requested_bytes: e.size,
+                    block_bytes: 0,
+                    stream: e.stream,
+                    pool: request_pool(e.size),
+                    callsite,
+                };
+                self.push(t, ev);
+            }
+            Action::FreeRequested => match self.live.get(&e.addr) {
+                Some(&(id, _)) => {
+                    let callsite = self.callsite(e.frames, t);
+                    self.push(
+                        t,
+                        Event::FreeRequested {
+                            id,
+                            addr: e.addr,
+                            callsite,
+                        },
+                    );
+                }
+                None => self.warn(format!(
+                    "free_requested of unknown address 0x{:x} (skipped)",
+                    e.addr
+                )),
+            },
+            Action::FreeCompleted => match self.live.remove(&e.addr) {
+                Some((id, rounded)) => {
+                    self.allocated_bytes -= rounded;
+                    self.push(t, Event::FreeCompleted { id, addr: e.addr });
+                }
+                None => self.warn(format!(
+                    "free_completed of unknown address 0x{:x} (skipped)",
+                    e.addr
+                )),
+            },
+            Action::SegmentAlloc => {
+                let pool = segment_pool_by_size(e.size);
+                self.segment_pool.insert(e.addr, pool);
+                self.reserved_bytes += e.size;
+                self.push(
+                    t,
+                    Event::SegmentAlloc {
+                        addr: e.addr,
+                        bytes: e.size,
+                        stream: e.stream,
+                        pool,
+                    },
+                );
+            }
+            Action::SegmentFree => {
+                let pool = match self.segment_pool.remove(&e.addr) {
+                    Some(p) => p,
+                    None => {
+                        self.warn(format!("segment_free of unknown segment 0x{:x}", e.addr));
+                        segment_pool_by_size(e.size)
+                    }
+                };
+                self.reserved_bytes = self.reserved_bytes.saturating_sub(e.size);
+                self.push(
+                    t,
+                    Event::SegmentFree {
+                        addr: e.addr,
+                        bytes: e.size,
+                        stream: e.stream,
+                        pool,
+                    },
+                );
+            }
+            Action::SegmentMap | Action::SegmentUnmap => {
+                let pool = self.map_pool(e);
+                let end = e.addr.saturating_add(e.size);
+                let ev = if e.action == Action::SegmentMap {
+                    self.reserved_bytes += e.size;
+                    let r = Range {
+                        end,
+                        stream: e.stream,
+                        pool,
+                        expandable: true,
+                        from_trace: true,
+                    };
+                    self.expandable.remove(e.addr, end);
+                    self.expandable.add(e.addr, r);
+                    Event::SegmentMap {
+                        addr: e.addr,
+                        bytes: e.size,
+                        stream: e.stream,
+                        pool,
+                    }
+                } else {
+                    // Keep the unmapped range known: a later map there is the same pool.
+                    self.reserved_bytes = self.reserved_bytes.saturating_sub(e.size);
+                    Event::SegmentUnmap {
+                        addr: e.addr,
+                        bytes: e.size,
+                        stream: e.stream,
+                        pool,
+                    }
+                };
+                self.push(t, ev);
+            }
+            Action::Oom => {
+                let rounded = round_size(&self.config, e.size);
+                let ev = Event::Oom {
+                    requested_bytes: e.size,
+                    alloc_bytes: allocation_size(&self.config, rounded),
+                    device_free_bytes: e.addr,
+                    reserved_bytes: self.reserved_bytes,
+                    allocated_bytes: self.allocated_bytes,
+                    limit_bytes: self.header.capacity_bytes,
+                    stream: e.stream,
+                };
+                self.push(t, ev);
+            }
+            Action::Snapshot => self.push(
+                t,
+                Event::Snapshot {
+                    active_bytes: e.size,
+                },
+            ),
+            Action::Other => {
+                let name = e.unknown.unwrap_or("?");
+                self.warn(format!("unknown trace action `{name}` skipped"));
+            }
+        }
+    }
+}
+
+struct StartState<'a> {
+    segments: Vec<(u64, Range)>,
+    blocks: Vec<BlockInfo<'a>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_size_matches_the_reference_examples() {
+        let mut c = AllocatorConfig::default();
+        assert_eq!(round_size(&c, 1), 512);
+        assert_eq!(round_size(&c, 513), 1024);
+        c.roundup_power2_divisions = [4; 16];
+        // 4500 > 512 * 4: next division of [4096, 8192) in steps of 1024.
+        assert_eq!(round_size(&c, 4500), 5120);
+        assert_eq!(round_size(&c, 1200), 1536);
+        assert_eq!(round_size(&c, 1 << 30), 1 << 30);
+    }
+
+    #[test]
+    fn allocation_sizes() {
+        let c = AllocatorConfig::default();
+        assert_eq!(allocation_size(&c, 512), SMALL_BUFFER);
+        assert_eq!(allocation_size(&c, 4 * MIB), 20 * MIB);
+        assert_eq!(allocation_size(&c, 1 << 30), 1 << 30);
+        assert_eq!(allocation_size(&c, 11 * MIB), 12 * MIB);
+    }
+
+    #[test]
+    fn range_set_cuts_and_finds() {
+        let mut s = RangeSet::default();
+        let r = |end| Range {
+            end,
+            stream: 0,
+            pool: Pool::Large,
+            expandable: true,
+            from_trace: false,
+        };
+        s.add(100, r(200));
+        assert_eq!(s.remove(120, 140), 20);
+        assert_eq!(s.containing(110).map(|(a, _)| a), Some(100));
+        assert!(s.containing(130).is_none());
+        assert_eq!(s.containing(150).map(|(a, _)| a), Some(140));
+        assert_eq!(s.remove(90, 300), 80);
+        assert!(s.ranges.is_empty());
+    }
+}
