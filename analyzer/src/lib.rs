@@ -1,3 +1,10 @@
-//! alloctrace's analyzer: reads traces (and foreign formats), replays them, computes and renders.
+//! alloctrace's analyzer: reads traces (and foreign formats), replays them through the
+//! recorder's engine on a simulated device, computes and renders.
 
+pub mod cmd;
 pub mod import;
+pub mod replay;
+pub mod summary;
+pub mod tracefile;
+pub mod units;
+pub mod whatif;

@@ -1,1 +1,216 @@
-fn main(){}
+//! `alloctrace`: find out what happened to GPU memory. Thin: parses arguments, calls the
+//! library, maps errors to exit codes (2 = bad input, 3 = damaged trace analyzed up to the
+//! damage; a broken pipe exits 0).
+
+use analyzer::cmd::{self, exit};
+use analyzer::units::parse_bytes;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use recorder::engine::config::AllocatorConfig;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "alloctrace",
+    version,
+    about = "Record, replay and explain GPU caching-allocator memory traces",
+    long_about = "alloctrace reads allocator traces (its own .atrace files and PyTorch memory snapshots), \
+replays them through a faithful model of PyTorch's CUDA caching allocator, and answers \
+\"why did I run out of memory, and what do I change?\".\n\n\
+Reserved is not allocated: the caching allocator keeps freed blocks in segments it got from \
+the device, so nvidia-smi shows memory that no tensor holds. A request can fail although \
+gigabytes are \"free\", because those bytes sit in pieces inside partly used segments.",
+    after_help = "Start here:\n  alloctrace summary traces/frag_oom.default.atrace\n  \
+alloctrace replay traces/frag_oom.default.atrace --conf expandable_segments:True\n  \
+alloctrace whatif traces/gpt2_train.default.atrace --capacity 6GiB\n\n\
+Exit codes: 0 success, 2 bad input or usage, 3 the trace is damaged (results cover what came before the damage)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Convert a foreign trace (a PyTorch memory snapshot) into an .atrace file.
+    #[command(
+        long_about = "Convert a PyTorch memory snapshot into an alloctrace trace.\n\n\
+Make a snapshot in your script with\n  torch.cuda.memory._record_memory_history(max_entries=1_000_000)\n  ...\n  \
+torch.cuda.memory._dump_snapshot(\"snap.pickle\")\n\
+Every trace entry becomes an event; stack frames become call sites; empty_cache() calls are \
+inferred from bursts of segment frees. If the snapshot's ring buffer dropped its oldest \
+entries, the state before the first entry is reconstructed from its segments.",
+        after_help = "Example:\n  alloctrace import torch snap.pickle -o snap.atrace --capacity 2GiB"
+    )]
+    Import {
+        #[arg(value_enum)]
+        format: ImportFormat,
+        /// The snapshot file (a Python pickle; no Python is needed).
+        snapshot: PathBuf,
+        /// Where to write the trace.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// The memory limit the program ran under (snapshots don't record it), e.g. 2GiB.
+        #[arg(long, value_parser = parse_bytes)]
+        capacity: Option<u64>,
+        /// Which device's trace to import.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        /// Device name to record in the header, e.g. "NVIDIA H100 80GB HBM3".
+        #[arg(long)]
+        device_name: Option<String>,
+        /// Total device memory to record in the header, e.g. 80GiB.
+        #[arg(long, value_parser = parse_bytes)]
+        device_memory: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print every event, one line each (stable, greppable).
+    #[command(after_help = "Columns: index, time in ns, kind, key=value fields.\n\
+Example:\n  alloctrace dump traces/seed_experiments.default.atrace | grep segment_")]
+    Dump { trace: PathBuf },
+    /// What happened to GPU memory: events, peaks (and when), device calls, OOMs.
+    #[command(after_help = "Example:\n  alloctrace summary traces/gpt2_train.default.atrace --json")]
+    Summary {
+        trace: PathBuf,
+        /// Machine-readable output with stable keys.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replay a trace's requests through the allocator model under any settings and capacity.
+    #[command(
+        long_about = "Replay the trace's requests (alloc, free, empty_cache) through alloctrace's model of \
+PyTorch's caching allocator on a simulated device, under the recorded settings or others, with \
+or without a memory limit. Reports the outcome (ok, or the request that ran out of memory), \
+the peaks of allocated, reserved and requested bytes, and the allocator's counters.",
+        after_help = "Examples:\n  alloctrace replay traces/gpt2_train.default.atrace\n  \
+alloctrace replay traces/gpt2_train.default.atrace --conf expandable_segments:True --capacity 5.5GiB\n  \
+alloctrace replay traces/resnet50_train.default.atrace --conf max_split_size_mb:64 -o sim.atrace"
+    )]
+    Replay {
+        trace: PathBuf,
+        #[command(flatten)]
+        policy: PolicyArgs,
+        /// Write the simulated run as a full trace (segments, splits, merges) here.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compare allocator policies on the same request stream, with the smallest capacity each needs.
+    #[command(
+        long_about = "Replay the trace under several allocator policies side by side (the recorded \
+settings, expandable segments, max_split_size_mb, roundup_power2_divisions, a GC threshold when \
+a capacity is given, and no caching at all), with two bounds no allocator can beat: the peak of \
+live requested bytes, and an offline plan that knows every lifetime in advance. For each policy: \
+peak reserved, fragmentation, device calls, the outcome at the capacity, and the smallest capacity \
+at which the run completes.",
+        after_help = "Example:\n  alloctrace whatif traces/gpt2_train.default.atrace --capacity 5.5GiB"
+    )]
+    Whatif {
+        trace: PathBuf,
+        /// Device capacity to test against (default: the trace's own limit, else unlimited).
+        #[arg(long, value_parser = parse_bytes)]
+        capacity: Option<u64>,
+        /// Skip the search for the smallest capacity of each policy (faster on huge traces).
+        #[arg(long)]
+        no_search: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+struct PolicyArgs {
+    /// Allocator settings as PYTORCH_CUDA_ALLOC_CONF, e.g. "max_split_size_mb:64,expandable_segments:True".
+    /// Default: the settings recorded in the trace.
+    #[arg(long, value_parser = parse_conf)]
+    conf: Option<AllocatorConfig>,
+    /// Memory limit (like torch.cuda.set_per_process_memory_fraction): bytes or 6GiB, 1.5GB, 512MiB.
+    /// Default: the trace's own limit, if any.
+    #[arg(long, value_parser = parse_bytes, conflicts_with = "unlimited")]
+    capacity: Option<u64>,
+    /// Replay without any memory limit, even if the trace recorded one.
+    #[arg(long)]
+    unlimited: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ImportFormat {
+    /// A PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot).
+    Torch,
+}
+
+fn parse_conf(s: &str) -> Result<AllocatorConfig, String> {
+    AllocatorConfig::parse(s).map_err(|e| e.reason)
+}
+
+fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Import {
+            format: ImportFormat::Torch,
+            snapshot,
+            output,
+            capacity,
+            device,
+            device_name,
+            device_memory,
+            json,
+        } => cmd::import::run(
+            &cmd::import::ImportCmdOptions {
+                snapshot,
+                output,
+                import: analyzer::import::torch::ImportOptions {
+                    device,
+                    capacity_bytes: capacity,
+                    device_name,
+                    device_total_bytes: device_memory,
+                },
+                json,
+            },
+            out,
+        ),
+        Command::Dump { trace } => cmd::dump::run(&cmd::dump::DumpOptions { trace }, out),
+        Command::Summary { trace, json } => cmd::summary::run(&cmd::summary::SummaryOptions { trace, json }, out),
+        Command::Replay { trace, policy, output, json } => cmd::replay::run(
+            &cmd::replay::ReplayCmdOptions {
+                trace,
+                replay: analyzer::replay::ReplayOptions {
+                    config: policy.conf,
+                    capacity_bytes: policy.capacity,
+                    unlimited: policy.unlimited,
+                    output,
+                },
+                json,
+            },
+            out,
+        ),
+        Command::Whatif { trace, capacity, no_search, json } => cmd::whatif::run(
+            &cmd::whatif::WhatifCmdOptions { trace, capacity_bytes: capacity, search_capacity: !no_search, json },
+            out,
+        ),
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let code = match dispatch(cli, &mut out).and_then(|code| {
+        out.flush()?;
+        Ok(code)
+    }) {
+        Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => exit::OK,
+        Err(e) => {
+            let _ = out.flush();
+            eprintln!("alloctrace: error: {e:#}");
+            exit::ERROR
+        }
+    };
+    std::process::exit(code);
+}

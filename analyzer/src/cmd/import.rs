@@ -1,0 +1,80 @@
+//! `alloctrace import torch SNAPSHOT.pickle -o OUT.atrace`: converts a PyTorch memory snapshot
+//! (`torch.cuda.memory._dump_snapshot`) into a trace.
+
+use super::{exit, write_json};
+use crate::import::torch::{import_file, ImportOptions};
+use anyhow::{Context, Result};
+use recorder::trace::TraceWriter;
+use std::io::Write;
+use std::path::PathBuf;
+
+pub struct ImportCmdOptions {
+    pub snapshot: PathBuf,
+    pub output: PathBuf,
+    pub import: ImportOptions,
+    pub json: bool,
+}
+
+pub fn run(opts: &ImportCmdOptions, out: &mut dyn Write) -> Result<i32> {
+    let started = std::time::Instant::now();
+    let imported = import_file(&opts.snapshot, &opts.import)?;
+    let mut w = TraceWriter::create(&opts.output, &imported.header)
+        .with_context(|| format!("cannot write {}", opts.output.display()))?;
+    for r in &imported.records {
+        w.write(r).with_context(|| format!("cannot write {}", opts.output.display()))?;
+    }
+    w.finish().with_context(|| format!("cannot write {}", opts.output.display()))?;
+    let bytes = std::fs::metadata(&opts.output).map(|m| m.len()).unwrap_or(0);
+    let rep = &imported.report;
+    if opts.json {
+        #[derive(serde::Serialize)]
+        struct J<'a> {
+            snapshot: String,
+            output: String,
+            output_bytes: u64,
+            bytes_per_event: f64,
+            #[serde(flatten)]
+            report: &'a crate::import::torch::ImportReport,
+        }
+        write_json(
+            out,
+            &J {
+                snapshot: opts.snapshot.display().to_string(),
+                output: opts.output.display().to_string(),
+                output_bytes: bytes,
+                bytes_per_event: bytes as f64 / rep.events.max(1) as f64,
+                report: rep,
+            },
+        )?;
+    } else {
+        writeln!(
+            out,
+            "imported {} trace entries into {} events ({} call sites) in {:.2} s",
+            rep.entries,
+            rep.events,
+            rep.callsites,
+            started.elapsed().as_secs_f64()
+        )?;
+        writeln!(
+            out,
+            "wrote {} ({} bytes, {:.2} bytes per event)",
+            opts.output.display(),
+            bytes,
+            bytes as f64 / rep.events.max(1) as f64
+        )?;
+        if rep.ring_buffer_overflowed {
+            writeln!(
+                out,
+                "note: the snapshot's ring buffer had dropped its oldest entries; {} segments and {} live blocks from before the first entry were reconstructed from `segments`",
+                rep.initial_segments, rep.initial_live_blocks
+            )?;
+        }
+        if rep.inferred_empty_cache > 0 {
+            writeln!(out, "note: {} empty_cache() calls inferred from segment-free bursts", rep.inferred_empty_cache)?;
+        }
+        for warning in &rep.warnings {
+            writeln!(out, "warning: {warning}")?;
+        }
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,25 @@
+//! One module per subcommand. Each takes a plain options struct (the library never sees clap)
+//! and writes its output to the given writer; it returns the process exit code.
+
+pub mod dump;
+pub mod import;
+pub mod replay;
+pub mod summary;
+pub mod whatif;
+
+/// Exit codes of `alloctrace`.
+pub mod exit {
+    /// Success.
+    pub const OK: i32 = 0;
+    /// Bad input: missing or foreign file, bad flags, unreadable trace.
+    pub const ERROR: i32 = 2;
+    /// The trace was damaged (truncated or corrupt): results cover what came before the damage.
+    pub const PARTIAL: i32 = 3;
+}
+
+/// Prints a JSON value, pretty, with a trailing newline.
+pub fn write_json(out: &mut dyn std::io::Write, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, value)?;
+    writeln!(out)?;
+    Ok(())
+}

@@ -1,0 +1,69 @@
+//! `alloctrace replay TRACE [--conf ...] [--capacity ...] [--json] [-o SIM.atrace]`.
+
+use super::{exit, write_json};
+use crate::replay::{replay_file, Outcome, ReplayOptions, ReplayResult};
+use crate::units::fmt_bytes;
+use anyhow::Result;
+use std::io::Write;
+use std::path::PathBuf;
+
+pub struct ReplayCmdOptions {
+    pub trace: PathBuf,
+    pub replay: ReplayOptions,
+    pub json: bool,
+}
+
+pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()> {
+    let settings = if r.alloc_conf.is_empty() { "(defaults)".to_string() } else { r.alloc_conf.clone() };
+    writeln!(out, "settings        {settings}")?;
+    writeln!(out, "capacity        {}", r.capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "unlimited".into()))?;
+    match &r.outcome {
+        Outcome::Ok => writeln!(out, "outcome         ok ({} requests replayed)", r.requests)?,
+        Outcome::Oom { event, requested_bytes, alloc_bytes, reserved_bytes, allocated_bytes, .. } => writeln!(
+            out,
+            "outcome         OOM at event {event}: a request of {} (segment {}) failed with {} reserved, {} allocated",
+            fmt_bytes(*requested_bytes),
+            fmt_bytes(*alloc_bytes),
+            fmt_bytes(*reserved_bytes),
+            fmt_bytes(*allocated_bytes)
+        )?,
+    }
+    writeln!(out, "peak reserved   {:>12}  ({} bytes)", fmt_bytes(r.peak_reserved_bytes), r.peak_reserved_bytes)?;
+    writeln!(out, "peak allocated  {:>12}  ({} bytes)", fmt_bytes(r.peak_allocated_bytes), r.peak_allocated_bytes)?;
+    writeln!(out, "peak requested  {:>12}  ({} bytes)", fmt_bytes(r.peak_requested_bytes), r.peak_requested_bytes)?;
+    if r.peak_reserved_bytes > 0 {
+        let frag = 1.0 - r.peak_allocated_bytes as f64 / r.peak_reserved_bytes as f64;
+        writeln!(out, "fragmentation   {:>11.1}%  (1 - peak allocated / peak reserved)", frag * 100.0)?;
+    }
+    writeln!(out, "device calls    {} allocations/maps, {} frees/unmaps", r.num_device_alloc, r.num_device_free)?;
+    writeln!(
+        out,
+        "alloc retries   {}  (cache flushed and retried after a failed device allocation)",
+        r.num_alloc_retries
+    )?;
+    writeln!(out, "OOMs            {}", r.num_ooms)?;
+    if r.anomalies > 0 {
+        writeln!(out, "anomalies       {} frees of blocks the replay does not know", r.anomalies)?;
+    }
+    if r.used_recorded_addresses {
+        writeln!(out, "addresses       recorded segment addresses reused (same tie-breaks as the real run)")?;
+    }
+    Ok(())
+}
+
+pub fn run(opts: &ReplayCmdOptions, out: &mut dyn Write) -> Result<i32> {
+    let r = replay_file(&opts.trace, &opts.replay)?;
+    if opts.json {
+        write_json(out, &r)?;
+    } else {
+        print_result(out, &r)?;
+        if let Some(o) = &opts.replay.output {
+            writeln!(out, "wrote           {}", o.display())?;
+        }
+    }
+    if let Some(w) = &r.input_damage {
+        eprintln!("alloctrace: warning: {w}");
+        return Ok(exit::PARTIAL);
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,125 @@
+//! `alloctrace summary TRACE [--json]`: what happened to GPU memory, in one screen.
+
+use super::{exit, write_json};
+use crate::summary::{Peak, Summary, SummaryFold};
+use crate::tracefile;
+use crate::units::{fmt_bytes, fmt_ns};
+use anyhow::Result;
+use serde::Serialize;
+use std::io::Write;
+use std::path::PathBuf;
+
+pub struct SummaryOptions {
+    pub trace: PathBuf,
+    pub json: bool,
+}
+
+/// The `--json` document. Keys are stable.
+#[derive(Serialize)]
+pub struct SummaryJson<'a> {
+    pub trace: String,
+    pub source: &'static str,
+    pub device_name: &'a str,
+    pub device_total_bytes: u64,
+    pub alloc_conf: &'a str,
+    pub capacity_bytes: u64,
+    pub events: u64,
+    pub events_by_kind: &'a std::collections::BTreeMap<&'static str, u64>,
+    pub duration_ns: u64,
+    pub num_ooms: u64,
+    pub num_device_alloc: u64,
+    pub num_device_free: u64,
+    pub peak_reserved_bytes: u64,
+    pub peak_reserved: Peak,
+    pub peak_requested_bytes: u64,
+    pub peak_requested: Peak,
+    pub peak_allocated_bytes: Option<u64>,
+    pub peak_allocated: Option<Peak>,
+    pub end_reserved_bytes: u64,
+    pub end_live_blocks: u64,
+    pub dropped_events: u64,
+    pub anomalies: u64,
+    pub truncated: bool,
+    pub damage: Option<String>,
+    pub notes: &'a [String],
+}
+
+pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
+    let mut fold = SummaryFold::new();
+    let scanned = tracefile::scan(&opts.trace, |i, r| fold.record(i, r))?;
+    let s: Summary = fold.finish();
+    let h = &scanned.header;
+    if opts.json {
+        write_json(
+            out,
+            &SummaryJson {
+                trace: opts.trace.display().to_string(),
+                source: h.source.as_str(),
+                device_name: &h.device_name,
+                device_total_bytes: h.device_total_bytes,
+                alloc_conf: &h.alloc_conf,
+                capacity_bytes: h.capacity_bytes,
+                events: s.events,
+                events_by_kind: &s.events_by_kind,
+                duration_ns: s.duration_ns,
+                num_ooms: s.num_ooms,
+                num_device_alloc: s.num_device_alloc,
+                num_device_free: s.num_device_free,
+                peak_reserved_bytes: s.peak_reserved.bytes,
+                peak_reserved: s.peak_reserved,
+                peak_requested_bytes: s.peak_requested.bytes,
+                peak_requested: s.peak_requested,
+                peak_allocated_bytes: s.peak_allocated.map(|p| p.bytes),
+                peak_allocated: s.peak_allocated,
+                end_reserved_bytes: s.end_reserved_bytes,
+                end_live_blocks: s.end_live_blocks,
+                dropped_events: s.dropped_events,
+                anomalies: s.anomalies,
+                truncated: scanned.end.is_partial(),
+                damage: scanned.end.is_partial().then(|| scanned.end.describe()),
+                notes: &h.notes,
+            },
+        )?;
+    } else {
+        let peak = |p: &Peak| format!("{:>12}  at event {} ({})", fmt_bytes(p.bytes), p.event, fmt_ns(p.time_ns));
+        writeln!(out, "trace        {}", opts.trace.display())?;
+        writeln!(out, "source       {}", h.source.as_str())?;
+        if !h.device_name.is_empty() || h.device_total_bytes > 0 {
+            writeln!(out, "device       {} ({})", h.device_name, fmt_bytes(h.device_total_bytes))?;
+        }
+        writeln!(out, "settings     {}", if h.alloc_conf.is_empty() { "(defaults)" } else { &h.alloc_conf })?;
+        if h.capacity_bytes > 0 {
+            writeln!(out, "capacity     {}", fmt_bytes(h.capacity_bytes))?;
+        }
+        writeln!(out, "events       {} over {}", s.events, fmt_ns(s.duration_ns))?;
+        let kinds: Vec<String> = s.events_by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        writeln!(out, "  by kind    {}", kinds.join(", "))?;
+        writeln!(out, "device calls {} allocations/maps, {} frees/unmaps", s.num_device_alloc, s.num_device_free)?;
+        writeln!(out, "OOMs         {}", s.num_ooms)?;
+        writeln!(out, "peak reserved  {}   (memory held from the device: segments)", peak(&s.peak_reserved))?;
+        match &s.peak_allocated {
+            Some(p) => writeln!(out, "peak allocated {}   (blocks handed out, rounded)", peak(p))?,
+            None => writeln!(
+                out,
+                "peak allocated {:>12}  (this trace does not record block sizes; `alloctrace replay` computes it)",
+                "unknown"
+            )?,
+        }
+        writeln!(out, "peak requested {}   (bytes the program asked for)", peak(&s.peak_requested))?;
+        writeln!(out, "at the end   {} live blocks, {} reserved", s.end_live_blocks, fmt_bytes(s.end_reserved_bytes))?;
+        if s.dropped_events > 0 {
+            writeln!(out, "WARNING      the recorder dropped {} events; figures may be low", s.dropped_events)?;
+        }
+        if s.anomalies > 0 {
+            writeln!(out, "anomalies    {} frees of unknown blocks", s.anomalies)?;
+        }
+        for n in &h.notes {
+            writeln!(out, "note         {n}")?;
+        }
+    }
+    if let Some(w) = scanned.damage_warning() {
+        eprintln!("alloctrace: warning: {w}");
+        return Ok(exit::PARTIAL);
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,77 @@
+//! `alloctrace whatif TRACE [--capacity 24GiB] [--json]`: the policies side by side.
+
+use super::{exit, write_json};
+use crate::units::fmt_bytes;
+use crate::whatif::{whatif, Whatif, WhatifOptions, DEVICE_CALL_US};
+use anyhow::Result;
+use std::io::Write;
+use std::path::PathBuf;
+
+pub struct WhatifCmdOptions {
+    pub trace: PathBuf,
+    /// `None`: the trace's own capacity, if it recorded one.
+    pub capacity_bytes: Option<u64>,
+    pub search_capacity: bool,
+    pub json: bool,
+}
+
+pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
+    let cap = w.capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "unlimited".into());
+    writeln!(out, "what-if for {} at capacity {cap}", w.trace)?;
+    writeln!(
+        out,
+        "{:<36} {:>8} {:>12} {:>7} {:>13} {:>14}",
+        "policy", "outcome", "peak reserv.", "frag.", "device calls", "min capacity"
+    )?;
+    for r in &w.rows {
+        writeln!(
+            out,
+            "{:<36} {:>8} {:>12} {:>6.1}% {:>13} {:>14}",
+            r.policy,
+            r.outcome,
+            fmt_bytes(r.peak_reserved_bytes),
+            r.fragmentation * 100.0,
+            r.num_device_alloc + r.num_device_free,
+            r.min_capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "-".into())
+        )?;
+    }
+    let b = &w.bounds;
+    writeln!(
+        out,
+        "{:<36} {:>8} {:>12} {:>6.1}% {:>13} {:>14}",
+        "no caching (cudaMalloc per request)",
+        if w.capacity_bytes.is_none_or(|c| b.no_caching_peak_bytes <= c) { "ok" } else { "oom" },
+        fmt_bytes(b.no_caching_peak_bytes),
+        0.0,
+        b.no_caching_device_calls,
+        fmt_bytes(b.no_caching_peak_bytes)
+    )?;
+    writeln!(out, "bounds no allocator can beat:")?;
+    writeln!(out, "  peak of live requested bytes      {}", fmt_bytes(b.live_requested_peak_bytes))?;
+    match (b.offline_plan_bytes, &b.offline_plan_note) {
+        (Some(p), _) => {
+            writeln!(out, "  offline plan (greedy by size)     {}  (knows every lifetime in advance)", fmt_bytes(p))?
+        }
+        (None, Some(n)) => writeln!(out, "  offline plan (greedy by size)     {n}")?,
+        (None, None) => {}
+    }
+    writeln!(out, "frag. = 1 - peak allocated / peak reserved; min capacity = smallest limit at which the run completes (2 MiB steps).")?;
+    writeln!(
+        out,
+        "no caching costs about {:.0} ms of device calls ({DEVICE_CALL_US:.0} us each on an H100).",
+        b.no_caching_device_calls as f64 * DEVICE_CALL_US / 1000.0
+    )?;
+    Ok(())
+}
+
+pub fn run(opts: &WhatifCmdOptions, out: &mut dyn Write) -> Result<i32> {
+    let header = crate::replay::read_header(&opts.trace)?;
+    let capacity = opts.capacity_bytes.or((header.capacity_bytes > 0).then_some(header.capacity_bytes));
+    let w = whatif(&opts.trace, &WhatifOptions { capacity_bytes: capacity, search_capacity: opts.search_capacity })?;
+    if opts.json {
+        write_json(out, &w)?;
+    } else {
+        print_table(out, &w)?;
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,295 @@
+//! Replays a trace's requests through the recorder's engine on a simulated device.
+//!
+//! Only the program's requests drive the engine: `alloc`, `free_requested`, `free_completed`,
+//! the failed request of an `oom`, and `empty_cache()` releases. Everything else the source
+//! allocator did (segments, splits, merges, its own OOM-path releases) is what the replay
+//! recomputes, under the recorded configuration or any other.
+//!
+//! Under the recorded configuration the simulated device hands out the recorded segment
+//! addresses, so the engine's lowest-address tie-breaks make the real run's choices.
+
+use crate::tracefile;
+use anyhow::{Context, Result};
+use recorder::device::SimDevice;
+use recorder::engine::config::AllocatorConfig;
+use recorder::engine::{Engine, NullSink, Sink, Stats};
+use recorder::trace::{Event, Header, Record, ReleaseCause, Source, TraceEnd, TraceWriter};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Total memory assumed for the simulated device when neither the trace nor the caller knows
+/// it: it only sizes expandable segments' address reservations.
+pub const DEFAULT_DEVICE_BYTES: u64 = 80 << 30;
+
+/// How to replay.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayOptions {
+    /// The allocator configuration; `None` = the one recorded in the trace.
+    pub config: Option<AllocatorConfig>,
+    /// The capacity limit; `None` = the trace's own (none if it has none).
+    pub capacity_bytes: Option<u64>,
+    /// Use no capacity limit even if the trace has one.
+    pub unlimited: bool,
+    /// Write the simulated run as a full trace here.
+    pub output: Option<PathBuf>,
+}
+
+/// How a replay ended.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    Ok,
+    Oom {
+        /// Index (in the input trace) of the request that failed.
+        event: u64,
+        time_ns: u64,
+        requested_bytes: u64,
+        /// The segment size the allocator tried to get.
+        alloc_bytes: u64,
+        stream: u64,
+        reserved_bytes: u64,
+        allocated_bytes: u64,
+    },
+}
+
+/// What a replay computed.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayResult {
+    pub outcome: Outcome,
+    /// The configuration replayed, as a `PYTORCH_CUDA_ALLOC_CONF` string.
+    pub alloc_conf: String,
+    pub capacity_bytes: Option<u64>,
+    pub used_recorded_addresses: bool,
+    pub events: u64,
+    pub requests: u64,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub peak_requested_bytes: u64,
+    pub peak_active_bytes: u64,
+    pub peak_inactive_split_bytes: u64,
+    pub num_alloc_retries: u64,
+    pub num_ooms: u64,
+    pub num_device_alloc: u64,
+    pub num_device_free: u64,
+    pub num_sync_all_streams: u64,
+    pub end_allocated_bytes: u64,
+    pub end_reserved_bytes: u64,
+    /// Frees of blocks the replay does not know (e.g. allocated before a truncated trace began).
+    pub anomalies: u64,
+    /// The input trace was damaged; the replay covers what came before the damage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_damage: Option<String>,
+}
+
+impl ReplayResult {
+    pub fn is_oom(&self) -> bool {
+        matches!(self.outcome, Outcome::Oom { .. })
+    }
+}
+
+/// Replays the trace at `path`.
+pub fn replay_file(path: &Path, opts: &ReplayOptions) -> Result<ReplayResult> {
+    let header = tracefile::open(path)?.header().clone();
+    let recorded = opts.config.is_none() || opts.config.as_ref() == Some(&header.config);
+    let config = opts.config.clone().unwrap_or_else(|| header.config.clone());
+    let capacity = if opts.unlimited {
+        None
+    } else {
+        opts.capacity_bytes.or((header.capacity_bytes > 0).then_some(header.capacity_bytes))
+    };
+    let device_total = if header.device_total_bytes > 0 { header.device_total_bytes } else { DEFAULT_DEVICE_BYTES };
+    let mut device = SimDevice::new(Some(device_total.max(capacity.unwrap_or(0))));
+    if recorded && header.source != Source::Simulated {
+        let (segs, maps) = recorded_addresses(path)?;
+        device = device.with_segment_hints(segs).with_reserve_hints(maps);
+    }
+    let used_hints = recorded && header.source != Source::Simulated;
+    match &opts.output {
+        None => {
+            let engine = Engine::new(config, capacity, device, NullSink);
+            run(path, engine, used_hints, &mut |_, _| Ok(()))
+        }
+        Some(out) => {
+            let mut h = header.clone();
+            h.source = Source::Simulated;
+            h.tool_version = env!("CARGO_PKG_VERSION").to_string();
+            h.alloc_conf = config.to_string();
+            h.config = config.clone();
+            h.capacity_bytes = capacity.unwrap_or(0);
+            h.notes.push(format!(
+                "replayed from {} under `{}`{}",
+                path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                h.alloc_conf,
+                capacity.map(|c| format!(" with capacity {c} bytes")).unwrap_or_default()
+            ));
+            let mut writer = TraceWriter::create(out, &h).with_context(|| format!("cannot write {}", out.display()))?;
+            let engine = Engine::new(config, capacity, device, Vec::<Event>::with_capacity(64));
+            let result = run(path, engine, used_hints, &mut |time_ns, events: &mut Vec<Event>| {
+                for event in events.drain(..) {
+                    writer.write(&Record { time_ns, event })?;
+                }
+                Ok(())
+            })?;
+            writer.finish().with_context(|| format!("cannot write {}", out.display()))?;
+            Ok(result)
+        }
+    }
+}
+
+/// Recorded segment allocations `(addr, bytes)` and expandable reservation starts.
+type RecordedAddresses = (Vec<(u64, u64)>, Vec<u64>);
+
+/// The recorded segment addresses (for `SimDevice` hints) and expandable reservations.
+fn recorded_addresses(path: &Path) -> Result<RecordedAddresses> {
+    let mut segs = Vec::new();
+    let mut maps: Vec<u64> = Vec::new();
+    tracefile::scan(path, |_, r| match r.event {
+        Event::SegmentAlloc { addr, bytes, .. } => segs.push((addr, bytes)),
+        Event::SegmentMap { addr, .. } if maps.is_empty() => maps.push(addr),
+        _ => {}
+    })?;
+    Ok((segs, maps))
+}
+
+/// Takes the engine's events after each request, stamped with the request's time.
+type Drain<'a, S> = dyn FnMut(u64, &mut S) -> Result<(), recorder::trace::TraceError> + 'a;
+
+fn run<S: Sink + ForwardEvents>(
+    path: &Path,
+    mut engine: Engine<SimDevice, S>,
+    used_hints: bool,
+    drain: &mut Drain<'_, S>,
+) -> Result<ReplayResult> {
+    let mut live: HashMap<u64, u64> = HashMap::new(); // trace id -> engine addr
+    let mut outcome = Outcome::Ok;
+    let mut requests = 0u64;
+    let mut anomalies = 0u64;
+    let mut error: Option<anyhow::Error> = None;
+    let mut stopped = false;
+    let scanned = tracefile::scan(path, |index, r| {
+        if stopped {
+            return;
+        }
+        match &r.event {
+            Event::Alloc { id, requested_bytes, stream, callsite, .. } => {
+                requests += 1;
+                match engine.malloc(*requested_bytes, *stream, *callsite) {
+                    Ok(a) => {
+                        live.insert(*id, a.addr);
+                    }
+                    Err(oom) => {
+                        outcome = oom_outcome(index, r.time_ns, *stream, &oom);
+                        stopped = true;
+                    }
+                }
+            }
+            Event::FreeRequested { id, .. } => match live.get(id) {
+                Some(&addr) => {
+                    if engine.free_requested(addr).is_err() {
+                        anomalies += 1;
+                    }
+                }
+                None => anomalies += 1,
+            },
+            Event::FreeCompleted { id, .. } => match live.remove(id) {
+                Some(addr) => {
+                    // A completion without a request: the source freed in one step.
+                    if engine.free_completed(addr).is_err() && engine.free(addr).is_err() {
+                        anomalies += 1;
+                    }
+                }
+                None => anomalies += 1,
+            },
+            Event::Oom { requested_bytes, stream, .. } => {
+                // The request that failed in the recorded run: does it fail here too?
+                requests += 1;
+                if let Err(oom) = engine.malloc(*requested_bytes, *stream, 0) {
+                    outcome = oom_outcome(index, r.time_ns, *stream, &oom);
+                    stopped = true;
+                }
+            }
+            Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. } => {
+                engine.empty_cache();
+            }
+            Event::Mark { .. } | Event::CallSite { .. } => engine.sink_mut().forward(&r.event),
+            // The source allocator's own decisions: recomputed, not replayed.
+            Event::CacheRelease { .. }
+            | Event::SegmentAlloc { .. }
+            | Event::SegmentFree { .. }
+            | Event::SegmentMap { .. }
+            | Event::SegmentUnmap { .. }
+            | Event::Split { .. }
+            | Event::Merge { .. }
+            | Event::Snapshot { .. }
+            | Event::DeviceMemInfo { .. }
+            | Event::Dropped { .. } => {}
+        }
+        if error.is_none() {
+            if let Err(e) = drain(r.time_ns, engine.sink_mut()) {
+                error = Some(e.into());
+                stopped = true;
+            }
+        }
+    })?;
+    if let Some(e) = error {
+        return Err(e.context("cannot write the simulated trace"));
+    }
+    let st: &Stats = engine.stats();
+    Ok(ReplayResult {
+        outcome,
+        alloc_conf: engine.config().to_string(),
+        capacity_bytes: engine.capacity(),
+        used_recorded_addresses: used_hints,
+        events: scanned.events,
+        requests,
+        peak_allocated_bytes: st.allocated_bytes.all.peak,
+        peak_reserved_bytes: st.reserved_bytes.all.peak,
+        peak_requested_bytes: st.requested_bytes.all.peak,
+        peak_active_bytes: st.active_bytes.all.peak,
+        peak_inactive_split_bytes: st.inactive_split_bytes.all.peak,
+        num_alloc_retries: st.num_alloc_retries,
+        num_ooms: st.num_ooms,
+        num_device_alloc: st.num_device_alloc,
+        num_device_free: st.num_device_free,
+        num_sync_all_streams: st.num_sync_all_streams,
+        end_allocated_bytes: st.allocated_bytes.all.current,
+        end_reserved_bytes: st.reserved_bytes.all.current,
+        anomalies,
+        input_damage: match &scanned.end {
+            TraceEnd::Truncated { .. } | TraceEnd::Corrupt { .. } => scanned.damage_warning(),
+            TraceEnd::Complete { .. } | TraceEnd::Reading => None,
+        },
+    })
+}
+
+fn oom_outcome(index: u64, time_ns: u64, stream: u64, oom: &recorder::engine::OutOfMemory) -> Outcome {
+    Outcome::Oom {
+        event: index,
+        time_ns,
+        requested_bytes: oom.requested_bytes,
+        alloc_bytes: oom.alloc_bytes,
+        stream,
+        reserved_bytes: oom.reserved_bytes,
+        allocated_bytes: oom.allocated_bytes,
+    }
+}
+
+/// Sinks that can carry the input's marks and call sites into a replay's output.
+pub trait ForwardEvents {
+    fn forward(&mut self, e: &Event);
+}
+impl ForwardEvents for NullSink {
+    #[inline(always)]
+    fn forward(&mut self, _e: &Event) {}
+}
+impl ForwardEvents for Vec<Event> {
+    fn forward(&mut self, e: &Event) {
+        self.push(e.clone());
+    }
+}
+
+/// The header of a trace, for commands that need only that.
+pub fn read_header(path: &Path) -> Result<Header> {
+    Ok(tracefile::open(path)?.header().clone())
+}

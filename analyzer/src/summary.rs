@@ -1,0 +1,158 @@
+//! `summary`: a streaming fold over a trace's events: counts by kind, duration, OOMs, device
+//! calls, and the peaks of reserved, requested and allocated bytes with when they happened.
+
+use recorder::trace::{Event, Record, EVENT_KIND_NAMES, NUM_EVENT_KINDS};
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// A peak and the moment it was first reached.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct Peak {
+    pub bytes: u64,
+    /// Index of the event at which the peak was first reached.
+    pub event: u64,
+    pub time_ns: u64,
+}
+
+impl Peak {
+    #[inline]
+    fn offer(&mut self, bytes: u64, event: u64, time_ns: u64) {
+        if bytes > self.bytes {
+            *self = Peak { bytes, event, time_ns };
+        }
+    }
+}
+
+/// Folds records into the figures of `alloctrace summary`.
+#[derive(Debug, Default)]
+pub struct SummaryFold {
+    counts: [u64; NUM_EVENT_KINDS],
+    first_time_ns: Option<u64>,
+    last_time_ns: u64,
+    reserved: u64,
+    requested: u64,
+    allocated: u64,
+    /// Live blocks: id -> (requested, block) bytes.
+    live: HashMap<u64, (u64, u64)>,
+    /// Blocks freed but not yet completed: id -> requested bytes.
+    pending: HashMap<u64, u64>,
+    block_sizes_known: bool,
+    any_alloc: bool,
+    peak_reserved: Peak,
+    peak_requested: Peak,
+    peak_allocated: Peak,
+    dropped_events: u64,
+    anomalies: u64,
+}
+
+/// The result of [`SummaryFold`].
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub events: u64,
+    pub events_by_kind: std::collections::BTreeMap<&'static str, u64>,
+    pub duration_ns: u64,
+    pub num_ooms: u64,
+    pub num_device_alloc: u64,
+    pub num_device_free: u64,
+    pub peak_reserved: Peak,
+    pub peak_requested: Peak,
+    /// `None` when the trace does not know block sizes (PyTorch snapshots record only requests).
+    pub peak_allocated: Option<Peak>,
+    pub end_reserved_bytes: u64,
+    pub end_live_blocks: u64,
+    pub end_requested_bytes: u64,
+    pub dropped_events: u64,
+    /// Frees of unknown blocks and similar inconsistencies (counted, never fatal).
+    pub anomalies: u64,
+}
+
+impl SummaryFold {
+    pub fn new() -> Self {
+        SummaryFold { block_sizes_known: true, ..Default::default() }
+    }
+
+    #[inline]
+    pub fn record(&mut self, index: u64, r: &Record) {
+        self.counts[r.event.kind_index()] += 1;
+        if self.first_time_ns.is_none() {
+            self.first_time_ns = Some(r.time_ns);
+        }
+        self.last_time_ns = self.last_time_ns.max(r.time_ns);
+        let t = r.time_ns;
+        match &r.event {
+            Event::Alloc { id, requested_bytes, block_bytes, .. } => {
+                self.any_alloc = true;
+                if *block_bytes == 0 {
+                    self.block_sizes_known = false;
+                }
+                self.live.insert(*id, (*requested_bytes, *block_bytes));
+                self.requested += requested_bytes;
+                self.allocated += block_bytes;
+                self.peak_requested.offer(self.requested, index, t);
+                self.peak_allocated.offer(self.allocated, index, t);
+            }
+            Event::FreeRequested { id, .. } => match self.live.remove(id) {
+                Some((req, block)) => {
+                    self.allocated -= block;
+                    self.pending.insert(*id, req);
+                }
+                None => self.anomalies += 1,
+            },
+            Event::FreeCompleted { id, .. } => {
+                // A completion without a request is a free the source reported in one step.
+                let req = match self.pending.remove(id) {
+                    Some(req) => Some(req),
+                    None => self.live.remove(id).map(|(req, block)| {
+                        self.allocated -= block;
+                        req
+                    }),
+                };
+                match req {
+                    Some(req) => self.requested -= req,
+                    None => self.anomalies += 1,
+                }
+            }
+            Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
+                self.reserved += bytes;
+                self.peak_reserved.offer(self.reserved, index, t);
+            }
+            Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
+                self.reserved = self.reserved.saturating_sub(*bytes);
+            }
+            Event::Dropped { events } => self.dropped_events += events,
+            Event::Split { .. }
+            | Event::Merge { .. }
+            | Event::CacheRelease { .. }
+            | Event::Oom { .. }
+            | Event::Mark { .. }
+            | Event::CallSite { .. }
+            | Event::Snapshot { .. }
+            | Event::DeviceMemInfo { .. } => {}
+        }
+    }
+
+    pub fn finish(self) -> Summary {
+        let c = |name: &str| self.counts[EVENT_KIND_NAMES.iter().position(|n| *n == name).expect("known kind")];
+        Summary {
+            events: self.counts.iter().sum(),
+            events_by_kind: EVENT_KIND_NAMES
+                .iter()
+                .zip(self.counts.iter())
+                .filter(|(_, &n)| n > 0)
+                .map(|(k, &n)| (*k, n))
+                .collect(),
+            duration_ns: self.last_time_ns - self.first_time_ns.unwrap_or(0),
+            num_ooms: c("oom"),
+            num_device_alloc: c("segment_alloc") + c("segment_map"),
+            num_device_free: c("segment_free") + c("segment_unmap"),
+            peak_reserved: self.peak_reserved,
+            peak_requested: self.peak_requested,
+            peak_allocated: (self.block_sizes_known && self.any_alloc).then_some(self.peak_allocated),
+            end_reserved_bytes: self.reserved,
+            end_live_blocks: self.live.len() as u64,
+            end_requested_bytes: self.requested,
+            dropped_events: self.dropped_events,
+            anomalies: self.anomalies,
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! Byte quantities as people write them (`6GiB`, `1.5GB`, `512MiB`, `1048576`) and as we print
+//! them (binary units, two decimals, like PyTorch's OOM message).
+
+/// Parses a byte quantity: plain bytes, or a number with a unit. Binary units (KiB, MiB, GiB,
+/// TiB) are powers of 1024, decimal ones (KB, MB, GB, TB) powers of 1000; `K`/`M`/`G`/`T`
+/// alone are binary, as in PyTorch's settings.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit = unit.trim();
+    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tib" => 1024f64.powi(4),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        _ => return Err(format!("`{text}`: unknown unit `{unit}` (use bytes, KiB, MiB, GiB, TiB, KB, MB, GB or TB)")),
+    };
+    let value: f64 = num.parse().map_err(|_| format!("`{text}` is not a byte quantity (e.g. 6GiB, 1.5GB, 512MiB)"))?;
+    let bytes = value * mult;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("`{text}` is out of range"));
+    }
+    Ok(bytes.round() as u64)
+}
+
+/// Formats bytes in binary units with two decimals: `512 B`, `4.00 MiB`, `1.80 GiB`.
+pub fn fmt_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64 / 1024.0;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    format!("{v:.2} {}", UNITS[i])
+}
+
+/// Formats a signed byte difference: `+4.00 MiB`, `-512 B`.
+pub fn fmt_delta(delta: i64) -> String {
+    let sign = if delta < 0 { "-" } else { "+" };
+    format!("{sign}{}", fmt_bytes(delta.unsigned_abs()))
+}
+
+/// Formats nanoseconds as seconds or milliseconds.
+pub fn fmt_ns(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.3} s", ns as f64 / 1e9)
+    } else if ns >= 1_000_000 {
+        format!("{:.3} ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.3} us", ns as f64 / 1e3)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_units() {
+        assert_eq!(parse_bytes("6GiB"), Ok(6 << 30));
+        assert_eq!(parse_bytes("1.5GB"), Ok(1_500_000_000));
+        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1048576"), Ok(1 << 20));
+        assert_eq!(parse_bytes("2 g"), Ok(2 << 30));
+        assert!(parse_bytes("6 bananas").unwrap_err().contains("unknown unit"));
+        assert!(parse_bytes("GiB").is_err());
+        assert!(parse_bytes("-5").is_err());
+    }
+
+    #[test]
+    fn formats_binary_units() {
+        assert_eq!(fmt_bytes(512), "512 B");
+        assert_eq!(fmt_bytes(4 << 20), "4.00 MiB");
+        assert_eq!(fmt_bytes(1_929_379_840), "1.80 GiB");
+        assert_eq!(fmt_delta(-(2 << 20)), "-2.00 MiB");
+    }
+}

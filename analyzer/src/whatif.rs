@@ -1,0 +1,311 @@
+//! What-if: the same request stream under several allocator policies, side by side, with the
+//! smallest capacity each needs, and two bounds no allocator can beat.
+//!
+//! Each policy row is the recorded configuration with one knob changed. Rows run in parallel
+//! (rayon), each replay streaming the trace from disk, so memory stays bounded.
+//!
+//! The smallest capacity is found by bisection between the peak of live requested bytes (no
+//! capacity below it can work: reserved >= allocated >= requested) and the unlimited run's
+//! peak reserved (which is known to work: a cap the run never reaches changes nothing), to a
+//! resolution of [`CAPACITY_RESOLUTION`]. Completion is not strictly monotonic in the capacity
+//! (a tighter cap can trigger cache flushes that help), so the figure is the boundary that
+//! bisection finds, checked to complete.
+
+use crate::replay::{replay_file, ReplayOptions, ReplayResult};
+use crate::tracefile;
+use anyhow::Result;
+use rayon::prelude::*;
+use recorder::engine::config::AllocatorConfig;
+use recorder::engine::round_size;
+use recorder::trace::Event;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Capacities are searched to this resolution.
+pub const CAPACITY_RESOLUTION: u64 = 2 << 20;
+/// The offline plan is O(n^2) in allocations; above this many it is skipped.
+pub const OFFLINE_PLAN_MAX_ALLOCS: usize = 200_000;
+/// Typical cost of one `cudaMalloc`/`cudaFree` on an H100 (anchors: 38-53 us).
+pub const DEVICE_CALL_US: f64 = 45.0;
+
+#[derive(Debug, Clone)]
+pub struct WhatifOptions {
+    pub capacity_bytes: Option<u64>,
+    /// Search the smallest capacity each policy needs.
+    pub search_capacity: bool,
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicyRow {
+    /// Short name: `recorded`, or the knob that was changed.
+    pub policy: String,
+    /// The full configuration replayed.
+    pub alloc_conf: String,
+    /// `ok` or `oom` at the given capacity (unlimited when none was given).
+    pub outcome: &'static str,
+    pub oom_event: Option<u64>,
+    pub peak_reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    /// `1 - peak allocated / peak reserved`.
+    pub fragmentation: f64,
+    pub num_device_alloc: u64,
+    pub num_device_free: u64,
+    pub num_alloc_retries: u64,
+    /// Smallest capacity at which the trace completes (None when not searched).
+    pub min_capacity_bytes: Option<u64>,
+}
+
+/// Bounds that no allocator can beat.
+#[derive(Debug, Clone, Serialize)]
+pub struct Bounds {
+    /// Peak of the bytes the program asked for and still held.
+    pub live_requested_peak_bytes: u64,
+    /// Peak with every request a `cudaMalloc` of its rounded size (no caching at all).
+    pub no_caching_peak_bytes: u64,
+    pub no_caching_device_calls: u64,
+    /// An offline plan that knows every lifetime in advance (greedy by size, Pisarchyk & Lee
+    /// 2020): the best static placement of all blocks in one arena.
+    pub offline_plan_bytes: Option<u64>,
+    pub offline_plan_note: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Whatif {
+    pub trace: String,
+    pub capacity_bytes: Option<u64>,
+    pub rows: Vec<PolicyRow>,
+    pub bounds: Bounds,
+}
+
+/// The policies compared: the recorded configuration with one knob changed each.
+pub fn policies(recorded: &AllocatorConfig, with_capacity: bool) -> Vec<(String, AllocatorConfig)> {
+    let mut rows = vec![("recorded".to_string(), recorded.clone())];
+    let mut push = |name: &str, f: &dyn Fn(&mut AllocatorConfig)| {
+        let mut c = recorded.clone();
+        f(&mut c);
+        if c != *recorded {
+            rows.push((name.to_string(), c));
+        }
+    };
+    push("expandable_segments:True", &|c| c.expandable_segments = true);
+    push("expandable_segments:False", &|c| c.expandable_segments = false);
+    for mb in [64u64, 128, 512] {
+        push(&format!("max_split_size_mb:{mb}"), &|c| c.max_split_size = Some(mb << 20));
+    }
+    for d in [4u32, 8] {
+        push(&format!("roundup_power2_divisions:{d}"), &|c| c.roundup_power2_divisions = [d; 16]);
+    }
+    if with_capacity {
+        push("garbage_collection_threshold:0.6", &|c| c.garbage_collection_threshold = Some(0.6));
+    }
+    rows
+}
+
+fn row_of(policy: &str, r: &ReplayResult, min_capacity: Option<u64>) -> PolicyRow {
+    PolicyRow {
+        policy: policy.to_string(),
+        alloc_conf: r.alloc_conf.clone(),
+        outcome: if r.is_oom() { "oom" } else { "ok" },
+        oom_event: match r.outcome {
+            crate::replay::Outcome::Oom { event, .. } => Some(event),
+            crate::replay::Outcome::Ok => None,
+        },
+        peak_reserved_bytes: r.peak_reserved_bytes,
+        peak_allocated_bytes: r.peak_allocated_bytes,
+        fragmentation: fragmentation(r.peak_allocated_bytes, r.peak_reserved_bytes),
+        num_device_alloc: r.num_device_alloc,
+        num_device_free: r.num_device_free,
+        num_alloc_retries: r.num_alloc_retries,
+        min_capacity_bytes: min_capacity,
+    }
+}
+
+pub fn fragmentation(allocated: u64, reserved: u64) -> f64 {
+    if reserved == 0 {
+        0.0
+    } else {
+        1.0 - allocated as f64 / reserved as f64
+    }
+}
+
+/// Smallest capacity (to [`CAPACITY_RESOLUTION`]) at which `config` completes the trace.
+pub fn min_capacity(path: &Path, config: &AllocatorConfig, lower: u64, upper: u64) -> Result<u64> {
+    let r = CAPACITY_RESOLUTION;
+    let completes = |cap: u64| -> Result<bool> {
+        let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: Some(cap), ..Default::default() };
+        Ok(!replay_file(path, &o)?.is_oom())
+    };
+    // Invariant: `hi` completes; every capacity below `lo` fails.
+    let mut hi = upper.div_ceil(r) * r;
+    let mut lo = lower / r * r;
+    while hi - lo > r {
+        let mid = (lo + (hi - lo) / 2) / r * r;
+        if completes(mid)? {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Ok(hi)
+}
+
+pub fn whatif(path: &Path, opts: &WhatifOptions) -> Result<Whatif> {
+    let header = tracefile::open(path)?.header().clone();
+    let bounds = bounds(path, &header.config)?;
+    let list = policies(&header.config, opts.capacity_bytes.is_some());
+    let rows: Result<Vec<PolicyRow>> = list
+        .par_iter()
+        .map(|(name, config)| {
+            let at_cap = ReplayOptions {
+                config: Some(config.clone()),
+                capacity_bytes: opts.capacity_bytes,
+                unlimited: opts.capacity_bytes.is_none(),
+                ..Default::default()
+            };
+            let r = replay_file(path, &at_cap)?;
+            let min = if opts.search_capacity {
+                let unlimited = if opts.capacity_bytes.is_none() {
+                    r.clone()
+                } else {
+                    replay_file(
+                        path,
+                        &ReplayOptions { config: Some(config.clone()), unlimited: true, ..Default::default() },
+                    )?
+                };
+                Some(min_capacity(
+                    path,
+                    config,
+                    bounds.live_requested_peak_bytes,
+                    unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
+                )?)
+            } else {
+                None
+            };
+            Ok(row_of(name, &r, min))
+        })
+        .collect();
+    Ok(Whatif { trace: path.display().to_string(), capacity_bytes: opts.capacity_bytes, rows: rows?, bounds })
+}
+
+/// Computes the two bounds and the no-caching row from the request stream.
+pub fn bounds(path: &Path, config: &AllocatorConfig) -> Result<Bounds> {
+    // id -> (index into lifetimes)
+    let mut open: HashMap<u64, usize> = HashMap::new();
+    let mut lifetimes: Vec<(u64, u64, u64)> = Vec::new(); // (start, end, rounded bytes)
+    let (mut live_req, mut peak_req) = (0u64, 0u64);
+    let (mut live_rounded, mut peak_rounded) = (0u64, 0u64);
+    let mut req_of: HashMap<u64, u64> = HashMap::new();
+    let mut allocs = 0u64;
+    let mut too_many = false;
+    let scanned = tracefile::scan(path, |i, r| match &r.event {
+        Event::Alloc { id, requested_bytes, .. } => {
+            let rounded = round_size(config, *requested_bytes);
+            allocs += 1;
+            live_req += requested_bytes;
+            live_rounded += rounded;
+            peak_req = peak_req.max(live_req);
+            peak_rounded = peak_rounded.max(live_rounded);
+            req_of.insert(*id, *requested_bytes);
+            if lifetimes.len() < OFFLINE_PLAN_MAX_ALLOCS {
+                open.insert(*id, lifetimes.len());
+                lifetimes.push((i, u64::MAX, rounded));
+            } else {
+                too_many = true;
+            }
+        }
+        Event::FreeCompleted { id, .. } => {
+            if let Some(req) = req_of.remove(id) {
+                live_req -= req;
+                live_rounded -= round_size(config, req);
+            }
+            if let Some(k) = open.remove(id) {
+                lifetimes[k].1 = i;
+            }
+        }
+        _ => {}
+    })?;
+    let end = scanned.events;
+    for l in &mut lifetimes {
+        if l.1 == u64::MAX {
+            l.1 = end;
+        }
+    }
+    let (offline_plan_bytes, offline_plan_note) = if too_many {
+        (None, Some(format!("skipped: more than {OFFLINE_PLAN_MAX_ALLOCS} allocations")))
+    } else {
+        (Some(greedy_by_size(&mut lifetimes)), None)
+    };
+    Ok(Bounds {
+        live_requested_peak_bytes: peak_req,
+        no_caching_peak_bytes: peak_rounded,
+        no_caching_device_calls: 2 * allocs,
+        offline_plan_bytes,
+        offline_plan_note,
+    })
+}
+
+/// Greedy by size (Pisarchyk & Lee 2020, "Efficient Memory Management for Deep Neural Net
+/// Inference"): take blocks from the largest down; put each in the smallest gap, among the
+/// blocks already placed that overlap it in time, that fits it (else after the highest).
+///
+/// Worked example: A = 4 bytes over [0,10), B = 2 over [0,5), C = 2 over [5,10). A goes at 0;
+/// B overlaps A, goes at 4; C overlaps A but not B, so the gap above A at 4 fits: C at 4.
+/// Arena = 6 bytes, where a first-come allocator without lifetimes might need 8.
+pub fn greedy_by_size(lifetimes: &mut [(u64, u64, u64)]) -> u64 {
+    lifetimes.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+    // Placed blocks: (offset, size, start, end), kept sorted by offset.
+    let mut placed: Vec<(u64, u64, u64, u64)> = Vec::with_capacity(lifetimes.len());
+    let mut arena = 0u64;
+    for &(start, end, size) in lifetimes.iter() {
+        let mut prev_end = 0u64;
+        let mut best: Option<(u64, u64)> = None; // (gap, offset)
+        for &(off, sz, s, e) in &placed {
+            if s >= end || start >= e {
+                continue; // disjoint in time
+            }
+            if off > prev_end {
+                let gap = off - prev_end;
+                if gap >= size && best.is_none_or(|(g, _)| gap < g) {
+                    best = Some((gap, prev_end));
+                }
+            }
+            prev_end = prev_end.max(off + sz);
+        }
+        let offset = best.map(|(_, o)| o).unwrap_or(prev_end);
+        let pos = placed.partition_point(|p| p.0 < offset);
+        placed.insert(pos, (offset, size, start, end));
+        arena = arena.max(offset + size);
+    }
+    arena
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_by_size_worked_example() {
+        let mut l = vec![(0, 10, 4), (0, 5, 2), (5, 10, 2)];
+        assert_eq!(greedy_by_size(&mut l), 6);
+    }
+
+    #[test]
+    fn greedy_by_size_disjoint_lifetimes_share_memory() {
+        let mut l = vec![(0, 1, 100), (1, 2, 100), (2, 3, 100)];
+        assert_eq!(greedy_by_size(&mut l), 100);
+        let mut l = vec![(0, 3, 100), (1, 2, 100), (2, 3, 50)];
+        assert_eq!(greedy_by_size(&mut l), 250);
+    }
+
+    #[test]
+    fn policies_change_one_knob() {
+        let p = policies(&AllocatorConfig::default(), false);
+        assert_eq!(p[0].0, "recorded");
+        assert!(p.iter().any(|(n, c)| n == "expandable_segments:True" && c.expandable_segments));
+        assert!(!p.iter().any(|(n, _)| n.starts_with("garbage")), "GC needs a capacity");
+        assert!(!p.iter().any(|(n, _)| n == "expandable_segments:False"), "no row equal to the recorded one");
+        assert!(policies(&AllocatorConfig::default(), true).iter().any(|(n, _)| n.starts_with("garbage")));
+    }
+}
