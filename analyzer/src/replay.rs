@@ -88,8 +88,42 @@ impl ReplayResult {
     }
 }
 
+/// What an observer of a replay can see of the engine after each record.
+pub trait EngineView {
+    fn stats(&self) -> &Stats;
+    /// The current layout: segments and their blocks in address order.
+    fn segments(&self) -> Vec<recorder::engine::SegmentView>;
+    fn config(&self) -> &AllocatorConfig;
+    fn capacity(&self) -> Option<u64>;
+}
+
+impl<S: Sink> EngineView for Engine<SimDevice, S> {
+    fn stats(&self) -> &Stats {
+        Engine::stats(self)
+    }
+    fn segments(&self) -> Vec<recorder::engine::SegmentView> {
+        Engine::segments(self)
+    }
+    fn config(&self) -> &AllocatorConfig {
+        Engine::config(self)
+    }
+    fn capacity(&self) -> Option<u64> {
+        Engine::capacity(self)
+    }
+}
+
+/// Called after each record of a replay with the record's index, the record, the engine, and
+/// the live allocations (trace `id` -> address in the replay).
+pub type Observer<'a> = dyn FnMut(u64, &Record, &dyn EngineView, &HashMap<u64, u64>) + 'a;
+
 /// Replays the trace at `path`.
 pub fn replay_file(path: &Path, opts: &ReplayOptions) -> Result<ReplayResult> {
+    replay_observed(path, opts, &mut |_, _, _, _| {})
+}
+
+/// Replays the trace at `path`, calling `observer` after every record. The observer is not
+/// called for records after an OOM that ended the replay.
+pub fn replay_observed(path: &Path, opts: &ReplayOptions, observer: &mut Observer<'_>) -> Result<ReplayResult> {
     let header = tracefile::open(path)?.header().clone();
     let recorded = opts.config.is_none() || opts.config.as_ref() == Some(&header.config);
     let config = opts.config.clone().unwrap_or_else(|| header.config.clone());
@@ -108,7 +142,7 @@ pub fn replay_file(path: &Path, opts: &ReplayOptions) -> Result<ReplayResult> {
     match &opts.output {
         None => {
             let engine = Engine::new(config, capacity, device, NullSink);
-            run(path, engine, used_hints, &mut |_, _| Ok(()))
+            run(path, engine, used_hints, &mut |_, _| Ok(()), observer)
         }
         Some(out) => {
             let mut h = header.clone();
@@ -125,12 +159,18 @@ pub fn replay_file(path: &Path, opts: &ReplayOptions) -> Result<ReplayResult> {
             ));
             let mut writer = TraceWriter::create(out, &h).with_context(|| format!("cannot write {}", out.display()))?;
             let engine = Engine::new(config, capacity, device, Vec::<Event>::with_capacity(64));
-            let result = run(path, engine, used_hints, &mut |time_ns, events: &mut Vec<Event>| {
-                for event in events.drain(..) {
-                    writer.write(&Record { time_ns, event })?;
-                }
-                Ok(())
-            })?;
+            let result = run(
+                path,
+                engine,
+                used_hints,
+                &mut |time_ns, events: &mut Vec<Event>| {
+                    for event in events.drain(..) {
+                        writer.write(&Record { time_ns, event })?;
+                    }
+                    Ok(())
+                },
+                observer,
+            )?;
             writer.finish().with_context(|| format!("cannot write {}", out.display()))?;
             Ok(result)
         }
@@ -160,6 +200,7 @@ fn run<S: Sink + ForwardEvents>(
     mut engine: Engine<SimDevice, S>,
     used_hints: bool,
     drain: &mut Drain<'_, S>,
+    observer: &mut Observer<'_>,
 ) -> Result<ReplayResult> {
     let mut live: HashMap<u64, u64> = HashMap::new(); // trace id -> engine addr
     let mut outcome = Outcome::Ok;
@@ -225,6 +266,7 @@ fn run<S: Sink + ForwardEvents>(
             | Event::DeviceMemInfo { .. }
             | Event::Dropped { .. } => {}
         }
+        observer(index, r, &engine, &live);
         if error.is_none() {
             if let Err(e) = drain(r.time_ns, engine.sink_mut()) {
                 error = Some(e.into());
