@@ -199,32 +199,42 @@ pub fn bounds(path: &Path, config: &AllocatorConfig) -> Result<Bounds> {
     let mut req_of: HashMap<u64, u64> = HashMap::new();
     let mut allocs = 0u64;
     let mut too_many = false;
-    let scanned = tracefile::scan(path, |i, r| match &r.event {
-        Event::Alloc { id, requested_bytes, .. } => {
-            let rounded = round_size(config, *requested_bytes);
+    // The failed request of a recorded OOM is a request too (it has no id and is never freed).
+    let mut next_oom_id = u64::MAX;
+    let scanned = tracefile::scan(path, |i, r| {
+        let request = match &r.event {
+            Event::Alloc { id, requested_bytes, .. } => Some((*id, *requested_bytes)),
+            Event::Oom { requested_bytes, .. } => {
+                next_oom_id -= 1;
+                Some((next_oom_id, *requested_bytes))
+            }
+            Event::FreeCompleted { id, .. } => {
+                if let Some(req) = req_of.remove(id) {
+                    live_req -= req;
+                    live_rounded -= round_size(config, req);
+                }
+                if let Some(k) = open.remove(id) {
+                    lifetimes[k].1 = i;
+                }
+                None
+            }
+            _ => None,
+        };
+        if let Some((id, requested_bytes)) = request {
+            let rounded = round_size(config, requested_bytes);
             allocs += 1;
             live_req += requested_bytes;
             live_rounded += rounded;
             peak_req = peak_req.max(live_req);
             peak_rounded = peak_rounded.max(live_rounded);
-            req_of.insert(*id, *requested_bytes);
+            req_of.insert(id, requested_bytes);
             if lifetimes.len() < OFFLINE_PLAN_MAX_ALLOCS {
-                open.insert(*id, lifetimes.len());
+                open.insert(id, lifetimes.len());
                 lifetimes.push((i, u64::MAX, rounded));
             } else {
                 too_many = true;
             }
         }
-        Event::FreeCompleted { id, .. } => {
-            if let Some(req) = req_of.remove(id) {
-                live_req -= req;
-                live_rounded -= round_size(config, req);
-            }
-            if let Some(k) = open.remove(id) {
-                lifetimes[k].1 = i;
-            }
-        }
-        _ => {}
     })?;
     let end = scanned.events;
     for l in &mut lifetimes {

@@ -1,0 +1,254 @@
+//! The CLI's contract: every error path prints one clear line naming the file and exits 2; a
+//! damaged trace is analyzed up to the damage and exits 3; `--json` keys are stable.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn trace(name: &str) -> PathBuf {
+    root().join("traces").join(format!("{name}.atrace"))
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run alloctrace")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("alloctrace-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+/// One line on stderr, starting with `alloctrace: error:`, exit code 2.
+fn assert_error(o: &Output, needle: &str) {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "stderr: {e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "one line expected: {e}");
+    assert!(e.starts_with("alloctrace: error: "), "{e}");
+    assert!(e.contains(needle), "`{needle}` not in: {e}");
+}
+
+#[test]
+fn missing_file_names_it() {
+    for cmd in ["summary", "dump", "replay", "whatif"] {
+        let o = run(&[cmd, "/nonexistent/x.atrace"]);
+        assert_error(&o, "/nonexistent/x.atrace");
+    }
+}
+
+#[test]
+fn foreign_file_is_refused_with_offset() {
+    let f = root().join("Cargo.toml");
+    let o = run(&["summary", f.to_str().unwrap()]);
+    assert_error(&o, "not an alloctrace trace");
+    assert!(stderr(&o).contains("Cargo.toml") && stderr(&o).contains("byte 0"), "{}", stderr(&o));
+}
+
+#[test]
+fn newer_format_version_names_both_versions() {
+    let mut bytes = std::fs::read(trace("seed_experiments.default")).unwrap();
+    bytes[8] = 9;
+    let f = tmp("newer.atrace");
+    std::fs::write(&f, bytes).unwrap();
+    let o = run(&["summary", f.to_str().unwrap()]);
+    assert_error(&o, "version 9 is newer");
+    assert!(stderr(&o).contains("version 1"));
+}
+
+#[test]
+fn truncated_trace_is_analyzed_up_to_the_damage_and_exits_3() {
+    let bytes = std::fs::read(trace("gpt2_train.default")).unwrap();
+    let f = tmp("cut.atrace");
+    std::fs::write(&f, &bytes[..bytes.len() - 100]).unwrap();
+    let o = run(&["summary", "--json", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["truncated"], true);
+    assert!(stderr(&o).contains("cut.atrace") && stderr(&o).contains("at byte"), "{}", stderr(&o));
+}
+
+#[test]
+fn corrupt_frame_is_reported_with_its_offset() {
+    let mut bytes = std::fs::read(trace("gpt2_train.default")).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 0xff;
+    let f = tmp("flipped.atrace");
+    std::fs::write(&f, &bytes).unwrap();
+    let o = run(&["summary", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(stderr(&o).contains("corrupt at byte"), "{}", stderr(&o));
+    let o = run(&["dump", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("# end: corrupt at byte"));
+}
+
+#[test]
+fn bad_flags_exit_2() {
+    let t = trace("seed_experiments.default");
+    let t = t.to_str().unwrap();
+    for (args, needle) in [
+        (vec!["replay", t, "--capacity", "6 bananas"], "unknown unit"),
+        (vec!["replay", t, "--conf", "max_split_size_mb:5"], "max_split_size_mb must be > 20"),
+        (vec!["replay", t, "--conf", "expandable_segments:maybe"], "expandable_segments"),
+        (vec!["summary", t, "--frobnicate"], "--frobnicate"),
+        (vec!["nonsense"], "nonsense"),
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn import_refuses_foreign_and_truncated_files() {
+    let out = tmp("x.atrace");
+    let f = root().join("Cargo.toml");
+    let o = run(&["import", "torch", f.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert_error(&o, "Cargo.toml");
+    assert!(stderr(&o).contains("not a pickle"), "{}", stderr(&o));
+
+    let pickle = root().join("../shared/traces/torch/leak_list_append.default.pickle");
+    if let Ok(bytes) = std::fs::read(&pickle) {
+        let cut = tmp("cut.pickle");
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        let o = run(&["import", "torch", cut.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+        assert_error(&o, "cut.pickle");
+        assert!(stderr(&o).contains("byte"), "{}", stderr(&o));
+    }
+}
+
+#[test]
+fn summary_json_has_stable_keys() {
+    let o = run(&["summary", "--json", trace("frag_oom.default").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for key in [
+        "events",
+        "peak_reserved_bytes",
+        "peak_requested_bytes",
+        "peak_allocated_bytes",
+        "num_device_alloc",
+        "num_device_free",
+        "num_ooms",
+        "truncated",
+        "source",
+    ] {
+        assert!(j.get(key).is_some(), "missing key {key}");
+    }
+    assert_eq!(j["source"], "imported-torch");
+    assert_eq!(j["peak_reserved_bytes"], 1_929_379_840u64);
+    assert_eq!(j["peak_allocated_bytes"], serde_json::Value::Null);
+    assert_eq!(j["num_ooms"], 1);
+    assert_eq!(j["truncated"], false);
+}
+
+#[test]
+fn replay_json_reports_the_oom_and_counters() {
+    let o = run(&["replay", "--json", trace("frag_oom.default").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["outcome"]["outcome"], "oom");
+    assert!(j["outcome"]["event"].as_u64().is_some());
+    assert_eq!(j["outcome"]["requested_bytes"], 1u64 << 30);
+    for key in ["peak_allocated_bytes", "peak_reserved_bytes", "num_alloc_retries", "num_device_alloc"] {
+        assert!(j[key].as_u64().is_some(), "missing key {key}");
+    }
+    assert_eq!(j["num_alloc_retries"], 1);
+    // Without the 2 GiB limit the same requests complete.
+    let o = run(&["replay", "--json", "--unlimited", trace("frag_oom.default").to_str().unwrap()]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["outcome"]["outcome"], "ok");
+}
+
+#[test]
+fn dump_lines_are_stable_and_complete() {
+    let o = run(&["dump", trace("seed_experiments.default").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    let text = String::from_utf8(o.stdout).unwrap();
+    let events: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(events.len(), 26);
+    assert!(events[0].starts_with("0 "));
+    assert_eq!(events.iter().filter(|l| l.contains(" cache_release cause=empty_cache")).count(), 2);
+    assert!(text.lines().last().unwrap().starts_with("# end: complete (26 events)"));
+}
+
+#[test]
+fn broken_pipe_exits_0() {
+    use std::io::Read;
+    let mut child = bin()
+        .args(["dump", trace("gpt2_train.default").to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 64];
+    child.stdout.as_mut().unwrap().read_exact(&mut buf).unwrap();
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn replay_writes_a_simulated_trace_that_other_commands_read() {
+    let out = tmp("sim.atrace");
+    let o = run(&[
+        "replay",
+        trace("resnet50_train.default").to_str().unwrap(),
+        "--conf",
+        "expandable_segments:True",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run(&["summary", "--json", out.to_str().unwrap()]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["source"], "simulated");
+    assert_eq!(j["alloc_conf"], "expandable_segments:True");
+    // truth.tsv: resnet50_train expandable unlimited reserved 3139436544, allocated 3127351296.
+    assert_eq!(j["peak_reserved_bytes"], 3_139_436_544u64);
+    assert_eq!(j["peak_allocated_bytes"], 3_127_351_296u64);
+}
+
+#[test]
+fn whatif_compares_policies_and_finds_capacities() {
+    let o = run(&["whatif", "--json", trace("frag_oom.default").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["capacity_bytes"], 2u64 << 30, "the trace's own capacity is the default");
+    let rows = j["rows"].as_array().unwrap();
+    let row = |p: &str| rows.iter().find(|r| r["policy"] == p).unwrap_or_else(|| panic!("no row {p}"));
+    assert_eq!(row("recorded")["outcome"], "oom");
+    // Real PyTorch 2.11 ran out of memory with expandable segments too.
+    assert_eq!(row("expandable_segments:True")["outcome"], "oom");
+    for r in rows {
+        let min = r["min_capacity_bytes"].as_u64().unwrap();
+        assert!(min >= j["bounds"]["live_requested_peak_bytes"].as_u64().unwrap());
+    }
+    let plan = j["bounds"]["offline_plan_bytes"].as_u64().unwrap();
+    assert!(plan >= j["bounds"]["live_requested_peak_bytes"].as_u64().unwrap());
+    assert!(plan <= row("recorded")["min_capacity_bytes"].as_u64().unwrap());
+}
+
+#[test]
+fn help_teaches() {
+    let o = run(&["--help"]);
+    let h = String::from_utf8(o.stdout).unwrap();
+    assert!(h.contains("Reserved is not allocated"));
+    for cmd in ["import", "dump", "summary", "replay", "whatif"] {
+        assert!(h.contains(cmd), "{cmd} missing from --help");
+        let o = run(&[cmd, "--help"]);
+        assert_eq!(o.status.code(), Some(0));
+        assert!(String::from_utf8(o.stdout).unwrap().contains("alloctrace"), "{cmd} --help has no example");
+    }
+}

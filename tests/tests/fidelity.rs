@@ -1,0 +1,176 @@
+//! The shipped traces (imported from real PyTorch 2.11 snapshots on an H100), replayed through
+//! the engine, against what PyTorch itself reported (`truth.tsv`).
+
+use analyzer::replay::{replay_file, ReplayOptions, ReplayResult};
+use analyzer::summary::SummaryFold;
+use analyzer::tracefile;
+use recorder::engine::config::AllocatorConfig;
+use recorder::trace::Event;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn trace(name: &str) -> PathBuf {
+    root().join("traces").join(format!("{name}.atrace"))
+}
+
+struct Row {
+    workload: String,
+    policy: String,
+    level: String,
+    limit_gib: Option<f64>,
+    oom: bool,
+    peak_reserved: u64,
+    peak_allocated: u64,
+}
+
+fn truth() -> Vec<Row> {
+    let text = std::fs::read_to_string(root().join("tests/fixtures/truth.tsv")).unwrap();
+    text.lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            Row {
+                workload: f[0].into(),
+                policy: f[1].into(),
+                level: f[2].into(),
+                limit_gib: f[3].parse().ok(),
+                oom: f[4] == "oom",
+                peak_reserved: f[5].parse().unwrap(),
+                peak_allocated: f[6].parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+fn conf(policy: &str) -> AllocatorConfig {
+    let s = match policy {
+        "default" => "",
+        "expandable" => "expandable_segments:True",
+        "maxsplit64" => "max_split_size_mb:64",
+        "pow2div4" => "roundup_power2_divisions:4",
+        "gc06" => "garbage_collection_threshold:0.6",
+        other => panic!("unknown policy {other}"),
+    };
+    AllocatorConfig::parse(s).unwrap()
+}
+
+fn capacity(row: &Row) -> Option<u64> {
+    row.limit_gib.map(|g| (g * (1u64 << 30) as f64) as u64)
+}
+
+fn replay(name: &str, config: Option<AllocatorConfig>, capacity: Option<u64>) -> ReplayResult {
+    let opts = ReplayOptions { config, capacity_bytes: capacity, unlimited: capacity.is_none(), output: None };
+    replay_file(&trace(name), &opts).unwrap()
+}
+
+/// Each shipped snapshot under its own settings: PyTorch's peaks, byte for byte.
+#[test]
+fn own_settings_reproduce_peaks_byte_for_byte() {
+    let rows = truth();
+    let mut checked = 0;
+    for row in rows.iter().filter(|r| r.level == "unlimited") {
+        let name = format!("{}.{}", row.workload, row.policy);
+        if !trace(&name).exists() {
+            continue;
+        }
+        // frag_oom ran under its 2 GiB limit, recorded in the trace header.
+        let r = replay_file(&trace(&name), &ReplayOptions::default()).unwrap();
+        assert_eq!(r.peak_reserved_bytes, row.peak_reserved, "{name}: peak reserved");
+        assert_eq!(r.peak_allocated_bytes, row.peak_allocated, "{name}: peak allocated");
+        assert_eq!(r.is_oom(), row.oom, "{name}: outcome");
+        assert_eq!(r.anomalies, 0, "{name}");
+        checked += 1;
+    }
+    assert_eq!(checked, 6, "every shipped snapshot has its truth row");
+}
+
+/// `summary` reads peak reserved straight from the segment events: it must equal PyTorch's.
+#[test]
+fn summary_peak_reserved_matches_truth() {
+    for row in truth().iter().filter(|r| r.level == "unlimited") {
+        let name = format!("{}.{}", row.workload, row.policy);
+        if !trace(&name).exists() {
+            continue;
+        }
+        let mut fold = SummaryFold::new();
+        let scanned = tracefile::scan(&trace(&name), |i, r| fold.record(i, r)).unwrap();
+        assert!(!scanned.end.is_partial());
+        let s = fold.finish();
+        assert_eq!(s.peak_reserved.bytes, row.peak_reserved, "{name}");
+        assert_eq!(s.peak_allocated, None, "{name}: snapshots do not record block sizes");
+    }
+}
+
+fn segment_events(path: &Path) -> Vec<(&'static str, u64, u64)> {
+    let mut v = Vec::new();
+    tracefile::scan(path, |_, r| match r.event {
+        Event::SegmentAlloc { addr, bytes, .. } => v.push(("alloc", addr, bytes)),
+        Event::SegmentFree { addr, bytes, .. } => v.push(("free", addr, bytes)),
+        Event::SegmentMap { addr, bytes, .. } => v.push(("map", addr, bytes)),
+        Event::SegmentUnmap { addr, bytes, .. } => v.push(("unmap", addr, bytes)),
+        _ => {}
+    })
+    .unwrap();
+    v
+}
+
+/// The simulated run, written with `-o`, holds the recorded sequence of segment events.
+#[test]
+fn replay_output_reproduces_recorded_segment_events() {
+    let dir = std::env::temp_dir().join(format!("alloctrace-fidelity-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in [
+        "resnet50_train.default",
+        "gpt2_train.default",
+        "leak_list_append.default",
+        "seed_experiments.default",
+        "frag_oom.default",
+        "frag_oom.expandable",
+    ] {
+        let out = dir.join(format!("{name}.sim.atrace"));
+        let opts = ReplayOptions { output: Some(out.clone()), ..Default::default() };
+        replay_file(&trace(name), &opts).unwrap();
+        let recorded = segment_events(&trace(name));
+        let simulated = segment_events(&out);
+        assert!(!recorded.is_empty(), "{name}");
+        assert_eq!(simulated, recorded, "{name}: segment events differ");
+        // The simulated trace is a full trace: splits and merges are in it.
+        let mut fold = SummaryFold::new();
+        tracefile::scan(&out, |i, r| fold.record(i, r)).unwrap();
+        let s = fold.finish();
+        assert!(s.peak_allocated.is_some(), "{name}: simulated traces know block sizes");
+        if name != "seed_experiments.default" {
+            assert!(s.events_by_kind.get("split").copied().unwrap_or(0) > 0, "{name}: no split events");
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The `default` snapshot of each workload, replayed under the (policy, limit) of every row:
+/// outcome in at least 95% of rows; peak reserved within 2% on unlimited rows.
+#[test]
+fn predicts_outcomes_under_other_policies_and_limits() {
+    let rows = truth();
+    let (mut agree, mut total) = (0, 0);
+    let mut misses = Vec::new();
+    for row in &rows {
+        let name = format!("{}.default", row.workload);
+        let r = replay(&name, Some(conf(&row.policy)), capacity(row));
+        total += 1;
+        if r.is_oom() == row.oom {
+            agree += 1;
+        } else {
+            misses.push(format!("{} {} {}", row.workload, row.policy, row.level));
+        }
+        if row.level == "unlimited" {
+            let err = (r.peak_reserved_bytes as f64 - row.peak_reserved as f64).abs() / row.peak_reserved as f64;
+            assert!(err <= 0.02, "{name} {}: peak reserved {} vs {} ({:.2}%)", row.policy, r.peak_reserved_bytes, row.peak_reserved, err * 100.0);
+        }
+    }
+    println!("outcome agreement: {agree}/{total}; misses: {misses:?}");
+    assert_eq!(total, rows.len());
+    assert!(agree as f64 >= 0.95 * total as f64, "outcome agreement {agree}/{total}; misses: {misses:?}");
+}
