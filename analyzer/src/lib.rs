@@ -5,6 +5,7 @@ pub mod cmd;
 pub mod import;
 pub mod replay;
 pub mod summary;
+pub mod synth;
 pub mod tracefile;
 pub mod units;
 pub mod whatif;

@@ -118,6 +118,43 @@ at which the run completes.",
         #[arg(long)]
         json: bool,
     },
+    /// Generate a deterministic synthetic training-loop trace of any size (for benchmarks and tests).
+    #[command(
+        long_about = "Generate a deterministic, seeded synthetic trace that looks like a training job: \
+parameters, then iterations of forward activations and temporaries (small and large pools), \
+backward in reverse, optimizer temporaries, a data-loader stream, iteration marks and call sites. \
+On demand, a leak (a tensor kept per iteration) and fragmentation (interleaved long- and \
+short-lived blocks). Requests go through the allocator model, so the trace holds every segment, \
+split and merge event. The same seed gives the same bytes.",
+        after_help = "Examples:\n  alloctrace synth --events 10000000 --seed 1 -o big.atrace\n  \
+alloctrace synth --events 200000 --leak-bytes-per-iter 8MiB --fragment -o leaky.atrace"
+    )]
+    Synth {
+        /// Number of events to generate (at least; an iteration is finished).
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Allocator settings of the synthetic run.
+        #[arg(long, value_parser = parse_conf)]
+        conf: Option<AllocatorConfig>,
+        /// Layers of the synthetic model.
+        #[arg(long, default_value_t = 24)]
+        layers: u32,
+        /// Streams (the first is the compute stream; others load data).
+        #[arg(long, default_value_t = 2)]
+        streams: u32,
+        /// Keep this many bytes per iteration alive forever (a leak), e.g. 8MiB.
+        #[arg(long, value_parser = parse_bytes, default_value = "0")]
+        leak_bytes_per_iter: u64,
+        /// Interleave long- and short-lived blocks to fragment segments.
+        #[arg(long)]
+        fragment: bool,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args)]
@@ -189,6 +226,22 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
             &cmd::whatif::WhatifCmdOptions { trace, capacity_bytes: capacity, search_capacity: !no_search, json },
             out,
         ),
+        Command::Synth { events, seed, output, conf, layers, streams, leak_bytes_per_iter, fragment, json } => {
+            cmd::synth::run(
+                &analyzer::synth::SynthOptions {
+                    events,
+                    seed,
+                    output,
+                    config: conf.unwrap_or_default(),
+                    layers,
+                    streams,
+                    leak_bytes_per_iter,
+                    fragment,
+                },
+                json,
+                out,
+            )
+        }
     }
 }
 

@@ -167,7 +167,14 @@ fn predicts_outcomes_under_other_policies_and_limits() {
         }
         if row.level == "unlimited" {
             let err = (r.peak_reserved_bytes as f64 - row.peak_reserved as f64).abs() / row.peak_reserved as f64;
-            assert!(err <= 0.02, "{name} {}: peak reserved {} vs {} ({:.2}%)", row.policy, r.peak_reserved_bytes, row.peak_reserved, err * 100.0);
+            assert!(
+                err <= 0.02,
+                "{name} {}: peak reserved {} vs {} ({:.2}%)",
+                row.policy,
+                r.peak_reserved_bytes,
+                row.peak_reserved,
+                err * 100.0
+            );
         }
     }
     println!("outcome agreement: {agree}/{total}; misses: {misses:?}");

@@ -5,6 +5,7 @@ pub mod dump;
 pub mod import;
 pub mod replay;
 pub mod summary;
+pub mod synth;
 pub mod whatif;
 
 /// Exit codes of `alloctrace`.
