@@ -631,3 +631,29 @@ fn options_reach_the_header() {
     });
     assert_eq!(limit, Some(2 << 30));
 }
+
+#[test]
+fn full_ring_buffer_counts_as_overflowed() {
+    // seed_experiments with `allocator_settings.trace_alloc_max_entries = 24` added: the trace
+    // holds exactly as many entries as the buffer, so older ones may be lost, even though
+    // nothing in the trace contradicts the final segments.
+    let im = import("seed_experiments.max24.pickle");
+    assert!(im.report.ring_buffer_overflowed);
+    assert_eq!(
+        (im.report.initial_segments, im.report.initial_live_blocks),
+        (0, 0)
+    );
+    assert!(
+        im.report
+            .warnings
+            .iter()
+            .any(|w| w.contains("trace_alloc_max_entries = 24")),
+        "{:?}",
+        im.report.warnings
+    );
+    assert!(im
+        .header
+        .notes
+        .iter()
+        .any(|n| n.contains("ring buffer overflowed")));
+}
