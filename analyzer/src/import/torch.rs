@@ -733,7 +733,7 @@ impl RangeSet {
         let mut covered = 0;
         for (s, r) in hits {
             self.ranges.remove(&s);
-            covered += r.end.min(end) - s.max(start);
+            covered = (r.end.min(end) - s.max(start)).saturating_add(covered);
             if s < start {
                 self.ranges.insert(s, Range { end: start, ..r });
             }
@@ -1090,7 +1090,7 @@ impl<'p, 'a> Importer<'p, 'a> {
         let mut reserved = RangeSet::default();
         for &(addr, r) in &start.segments {
             let bytes = r.end - addr;
-            self.reserved_bytes += bytes;
+            self.reserved_bytes = self.reserved_bytes.saturating_add(bytes);
             reserved.add(addr, r);
             let ev = if r.expandable {
                 self.expandable.add(addr, r);
@@ -1125,7 +1125,7 @@ impl<'p, 'a> Importer<'p, 'a> {
                 round_size(&self.config, b.requested_bytes)
             };
             self.live.insert(b.addr, (id, rounded));
-            self.allocated_bytes += rounded;
+            self.allocated_bytes = self.allocated_bytes.saturating_add(rounded);
             let ev = Event::Alloc {
                 id,
                 addr: b.addr,
@@ -1195,8 +1195,8 @@ impl<'p, 'a> Importer<'p, 'a> {
             let t = self.time(e.time_us);
             self.entry(e, t);
             if e.action.is_release() {
-                burst.bytes += e.size;
-                burst.segments += 1;
+                burst.bytes = burst.bytes.saturating_add(e.size);
+                burst.segments = burst.segments.saturating_add(1);
                 if !entries.get(i + 1).is_some_and(|n| n.action.is_release()) {
                     let cause = if next_is_oom[i + 1] {
                         ReleaseCause::OomRetry
@@ -1241,13 +1241,13 @@ impl<'p, 'a> Importer<'p, 'a> {
                 self.next_id += 1;
                 let rounded = round_size(&self.config, e.size);
                 if let Some((old, old_rounded)) = self.live.insert(e.addr, (id, rounded)) {
-                    self.allocated_bytes -= old_rounded;
+                    self.allocated_bytes = self.allocated_bytes.saturating_sub(old_rounded);
                     self.warn(format!(
                         "alloc at 0x{:x} while block {old} is live there",
                         e.addr
                     ));
                 }
-                self.allocated_bytes += rounded;
+                self.allocated_bytes = self.allocated_bytes.saturating_add(rounded);
                 let ev = Event::Alloc {
                     id,
                     addr: e.addr,
@@ -1278,7 +1278,7 @@ impl<'p, 'a> Importer<'p, 'a> {
             },
             Action::FreeCompleted => match self.live.remove(&e.addr) {
                 Some((id, rounded)) => {
-                    self.allocated_bytes -= rounded;
+                    self.allocated_bytes = self.allocated_bytes.saturating_sub(rounded);
                     self.push(t, Event::FreeCompleted { id, addr: e.addr });
                 }
                 None => self.warn(format!(
@@ -1289,7 +1289,7 @@ impl<'p, 'a> Importer<'p, 'a> {
             Action::SegmentAlloc => {
                 let pool = segment_pool_by_size(e.size);
                 self.segment_pool.insert(e.addr, pool);
-                self.reserved_bytes += e.size;
+                self.reserved_bytes = self.reserved_bytes.saturating_add(e.size);
                 self.push(
                     t,
                     Event::SegmentAlloc {
@@ -1323,7 +1323,7 @@ impl<'p, 'a> Importer<'p, 'a> {
                 let pool = self.map_pool(e);
                 let end = e.addr.saturating_add(e.size);
                 let ev = if e.action == Action::SegmentMap {
-                    self.reserved_bytes += e.size;
+                    self.reserved_bytes = self.reserved_bytes.saturating_add(e.size);
                     let r = Range {
                         end,
                         stream: e.stream,
