@@ -28,15 +28,7 @@ fn main() {
     }
     println!(
         "{:<34} {:>9} {:>8} {:>9} {:>10} {:>12} {:>10} {:>10} {:>7}",
-        "file",
-        "bytes",
-        "entries",
-        "parse ms",
-        "import ms",
-        "entries/s",
-        "MB/s",
-        "python ms",
-        "ratio"
+        "file", "bytes", "entries", "parse ms", "import ms", "entries/s", "MB/s", "python ms", "ratio"
     );
     let (mut tot_entries, mut tot_rust, mut tot_py) = (0u64, 0f64, 0f64);
     for path in &files {
@@ -54,21 +46,13 @@ fn main() {
         let rust_s = t.elapsed().as_secs_f64() / n as f64;
         let t = Instant::now();
         for _ in 0..n {
-            std::hint::black_box(
-                analyzer::import::pickle::parse(&bytes)
-                    .expect("parsable")
-                    .container_count(),
-            );
+            std::hint::black_box(analyzer::import::pickle::parse(&bytes).expect("parsable").container_count());
         }
         let parse_s = t.elapsed().as_secs_f64() / n as f64;
         let py_s = python_load_seconds(path, n);
         let name = path.file_name().unwrap_or_default().to_string_lossy();
-        let py = py_s
-            .map(|s| format!("{:.2}", s * 1e3))
-            .unwrap_or_else(|| "n/a".into());
-        let ratio = py_s
-            .map(|s| format!("{:.1}x", s / rust_s))
-            .unwrap_or_else(|| "n/a".into());
+        let py = py_s.map(|s| format!("{:.2}", s * 1e3)).unwrap_or_else(|| "n/a".into());
+        let ratio = py_s.map(|s| format!("{:.1}x", s / rust_s)).unwrap_or_else(|| "n/a".into());
         println!(
             "{:<34} {:>9} {:>8} {:>9.3} {:>10.3} {:>12.0} {:>10.1} {:>10} {:>7}",
             name,
@@ -106,13 +90,7 @@ fn python_load_seconds(path: &std::path::Path, n: u32) -> Option<f64> {
                   t = time.perf_counter()\n\
                   for _ in range(n):\n    pickle.loads(data)\n\
                   print((time.perf_counter() - t) / n)\n";
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(path)
-        .arg(n.to_string())
-        .output()
-        .ok()?;
+    let out = Command::new("python3").arg("-c").arg(script).arg(path).arg(n.to_string()).output().ok()?;
     if !out.status.success() {
         return None;
     }

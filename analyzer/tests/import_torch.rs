@@ -29,12 +29,8 @@ fn peak_reserved(records: &[Record]) -> u64 {
     let (mut cur, mut peak) = (0i128, 0i128);
     for r in records {
         match r.event {
-            Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
-                cur += bytes as i128
-            }
-            Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
-                cur -= bytes as i128
-            }
+            Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => cur += bytes as i128,
+            Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => cur -= bytes as i128,
             _ => {}
         }
         peak = peak.max(cur);
@@ -64,26 +60,15 @@ fn check_counts(name: &str, imported: &Imported, e: Expected) {
     let entries = e.0 + e.1 + e.2 + e.3 + e.4 + e.5 + e.6;
     assert_eq!(imported.report.entries, entries, "{name}");
     assert_eq!(imported.report.events, imported.records.len() as u64);
-    assert!(
-        !imported.report.ring_buffer_overflowed,
-        "{name}: {:?}",
-        imported.report
-    );
+    assert!(!imported.report.ring_buffer_overflowed, "{name}: {:?}", imported.report);
     assert_eq!(imported.report.initial_segments, 0, "{name}");
     assert_eq!(imported.report.initial_live_blocks, 0, "{name}");
-    assert!(
-        imported.report.warnings.is_empty(),
-        "{name}: {:?}",
-        imported.report.warnings
-    );
+    assert!(imported.report.warnings.is_empty(), "{name}: {:?}", imported.report.warnings);
 }
 
 fn check_times(name: &str, records: &[Record]) {
     for w in records.windows(2) {
-        assert!(
-            w[0].time_ns <= w[1].time_ns,
-            "{name}: time goes backwards: {w:?}"
-        );
+        assert!(w[0].time_ns <= w[1].time_ns, "{name}: time goes backwards: {w:?}");
     }
 }
 
@@ -95,18 +80,10 @@ fn check_callsites(name: &str, records: &[Record]) -> BTreeMap<u32, Vec<String>>
             Event::CallSite { id, frames } => {
                 assert!(*id > 0);
                 let files = frames.iter().map(|f| f.file.clone()).collect();
-                assert!(
-                    defined.insert(*id, files).is_none(),
-                    "{name}: call site {id} defined twice"
-                );
+                assert!(defined.insert(*id, files).is_none(), "{name}: call site {id} defined twice");
             }
-            Event::Alloc { callsite, .. } | Event::FreeRequested { callsite, .. }
-                if *callsite != 0 =>
-            {
-                assert!(
-                    defined.contains_key(callsite),
-                    "{name}: call site {callsite} used before definition"
-                );
+            Event::Alloc { callsite, .. } | Event::FreeRequested { callsite, .. } if *callsite != 0 => {
+                assert!(defined.contains_key(callsite), "{name}: call site {callsite} used before definition");
             }
             _ => {}
         }
@@ -122,25 +99,13 @@ struct FinalState {
 }
 
 fn fold(records: &[Record]) -> FinalState {
-    let mut st = FinalState {
-        blocks: BTreeMap::new(),
-        segments: BTreeSet::new(),
-        mapped_bytes: 0,
-    };
+    let mut st = FinalState { blocks: BTreeMap::new(), segments: BTreeSet::new(), mapped_bytes: 0 };
     let mut ids = BTreeMap::new();
     for r in records {
         match r.event {
-            Event::Alloc {
-                id,
-                addr,
-                requested_bytes,
-                ..
-            } => {
+            Event::Alloc { id, addr, requested_bytes, .. } => {
                 ids.insert(id, addr);
-                assert!(
-                    st.blocks.insert(addr, requested_bytes).is_none(),
-                    "double alloc at {addr:#x}"
-                );
+                assert!(st.blocks.insert(addr, requested_bytes).is_none(), "double alloc at {addr:#x}");
             }
             Event::FreeCompleted { id, addr } => {
                 assert_eq!(ids.get(&id), Some(&addr));
@@ -159,11 +124,7 @@ fn fold(records: &[Record]) -> FinalState {
 /// The final state the snapshot's `segments` list describes (device 0).
 fn snapshot_state(bytes: &[u8]) -> FinalState {
     let pk = pickle::parse(bytes).unwrap();
-    let mut st = FinalState {
-        blocks: BTreeMap::new(),
-        segments: BTreeSet::new(),
-        mapped_bytes: 0,
-    };
+    let mut st = FinalState { blocks: BTreeMap::new(), segments: BTreeSet::new(), mapped_bytes: 0 };
     let u = |v: Option<Value>| pk.u64(v.unwrap()).unwrap();
     for &s in pk.seq(pk.get(pk.root, "segments").unwrap()).unwrap() {
         let (addr, total) = (u(pk.get(s, "address")), u(pk.get(s, "total_size")));
@@ -175,8 +136,7 @@ fn snapshot_state(bytes: &[u8]) -> FinalState {
         for &b in pk.seq(pk.get(s, "blocks").unwrap()).unwrap() {
             let state = pk.str(pk.get(b, "state").unwrap()).unwrap();
             if state.starts_with("active") {
-                st.blocks
-                    .insert(u(pk.get(b, "address")), u(pk.get(b, "requested_size")));
+                st.blocks.insert(u(pk.get(b, "address")), u(pk.get(b, "requested_size")));
             }
         }
     }
@@ -203,22 +163,10 @@ fn frag_oom_default() {
     check_final_state(name, &im);
     // The failing 1 GiB request is the last allocation-related event: only the frees of the
     // unwinding `keep` list follow it.
-    let oom = im
-        .records
-        .iter()
-        .rposition(|r| matches!(r.event, Event::Oom { .. }))
-        .unwrap();
-    assert!(im.records[oom..]
-        .iter()
-        .all(|r| !matches!(r.event, Event::Alloc { .. } | Event::SegmentAlloc { .. })));
-    let Event::Oom {
-        requested_bytes,
-        alloc_bytes,
-        reserved_bytes,
-        allocated_bytes,
-        limit_bytes,
-        ..
-    } = im.records[oom].event
+    let oom = im.records.iter().rposition(|r| matches!(r.event, Event::Oom { .. })).unwrap();
+    assert!(im.records[oom..].iter().all(|r| !matches!(r.event, Event::Alloc { .. } | Event::SegmentAlloc { .. })));
+    let Event::Oom { requested_bytes, alloc_bytes, reserved_bytes, allocated_bytes, limit_bytes, .. } =
+        im.records[oom].event
     else {
         unreachable!()
     };
@@ -228,10 +176,7 @@ fn frag_oom_default() {
     assert_eq!(allocated_bytes, 230 * (4 << 20), "230 kept 4 MiB tensors");
     assert_eq!(limit_bytes, 0);
     assert_eq!(im.header.alloc_conf, "");
-    assert!(im
-        .records
-        .iter()
-        .all(|r| !matches!(r.event, Event::CacheRelease { .. })));
+    assert!(im.records.iter().all(|r| !matches!(r.event, Event::CacheRelease { .. })));
 }
 
 #[test]
@@ -250,10 +195,7 @@ fn frag_oom_expandable() {
             assert_eq!((pool, bytes), (Pool::Large, 20 << 20));
         }
     }
-    assert!(im
-        .records
-        .iter()
-        .any(|r| matches!(r.event, Event::Oom { .. })));
+    assert!(im.records.iter().any(|r| matches!(r.event, Event::Oom { .. })));
 }
 
 #[test]
@@ -267,20 +209,12 @@ fn gpt2_train() {
     check_final_state(name, &im);
     let sites = check_callsites(name, &im.records);
     assert_eq!(sites.len() as u32, im.report.callsites);
-    assert!(sites
-        .values()
-        .any(|files| files.iter().any(|f| f == "workloads.py")));
+    assert!(sites.values().any(|files| files.iter().any(|f| f == "workloads.py")));
     // Python counted 2454 allocs and 2144 free_requested entries with non-empty `frames` (the
     // others come from the autograd engine's C++ threads, which have no Python stack).
     let with_site = |f: fn(&Event) -> bool| im.records.iter().filter(|r| f(&r.event)).count();
-    assert_eq!(
-        with_site(|e| matches!(e, Event::Alloc { callsite: 1.., .. })),
-        2454
-    );
-    assert_eq!(
-        with_site(|e| matches!(e, Event::FreeRequested { callsite: 1.., .. })),
-        2144
-    );
+    assert_eq!(with_site(|e| matches!(e, Event::Alloc { callsite: 1.., .. })), 2454);
+    assert_eq!(with_site(|e| matches!(e, Event::FreeRequested { callsite: 1.., .. })), 2144);
     // 16 external annotations (8 START, 8 END).
     let marks: Vec<&str> = im
         .records
@@ -304,9 +238,7 @@ fn leak_list_append() {
     check_times(name, &im.records);
     check_final_state(name, &im);
     let sites = check_callsites(name, &im.records);
-    assert!(sites
-        .values()
-        .any(|files| files.iter().any(|f| f == "workloads.py")));
+    assert!(sites.values().any(|files| files.iter().any(|f| f == "workloads.py")));
 }
 
 #[test]
@@ -340,20 +272,13 @@ fn seed_experiments_has_two_empty_cache_calls() {
         .records
         .iter()
         .filter_map(|r| match r.event {
-            Event::CacheRelease {
-                cause,
-                bytes,
-                segments,
-            } => Some((cause, bytes, segments)),
+            Event::CacheRelease { cause, bytes, segments } => Some((cause, bytes, segments)),
             _ => None,
         })
         .collect();
     assert_eq!(
         releases,
-        vec![
-            (ReleaseCause::EmptyCache, 2097152, 1),
-            (ReleaseCause::EmptyCache, 960495616 + 2160066560, 2)
-        ]
+        vec![(ReleaseCause::EmptyCache, 2097152, 1), (ReleaseCause::EmptyCache, 960495616 + 2160066560, 2)]
     );
     assert_eq!(im.report.inferred_empty_cache, 2);
     // The first record is at time 0, the origin is the first entry's time.
@@ -370,62 +295,12 @@ fn truncated_ring_buffer_is_reconstructed() {
     assert!(im.report.ring_buffer_overflowed);
     assert_eq!(im.report.initial_segments, 2);
     assert_eq!(im.report.initial_live_blocks, 2);
-    assert!(im
-        .header
-        .notes
-        .iter()
-        .any(|n| n.contains("ring buffer overflowed")));
-    let start: Vec<&Event> = im
-        .records
-        .iter()
-        .take_while(|r| r.time_ns == 0)
-        .map(|r| &r.event)
-        .collect();
-    assert!(
-        matches!(
-            start[0],
-            Event::SegmentAlloc {
-                bytes: 960495616,
-                pool: Pool::Large,
-                ..
-            }
-        ),
-        "{start:?}"
-    );
-    assert!(
-        matches!(
-            start[1],
-            Event::SegmentAlloc {
-                bytes: 2097152,
-                pool: Pool::Small,
-                ..
-            }
-        ),
-        "{start:?}"
-    );
-    assert!(
-        matches!(
-            start[2],
-            Event::Alloc {
-                id: 1,
-                requested_bytes: 960000000,
-                ..
-            }
-        ),
-        "{start:?}"
-    );
-    assert!(
-        matches!(
-            start[3],
-            Event::Alloc {
-                id: 2,
-                requested_bytes: 240000,
-                pool: Pool::Small,
-                ..
-            }
-        ),
-        "{start:?}"
-    );
+    assert!(im.header.notes.iter().any(|n| n.contains("ring buffer overflowed")));
+    let start: Vec<&Event> = im.records.iter().take_while(|r| r.time_ns == 0).map(|r| &r.event).collect();
+    assert!(matches!(start[0], Event::SegmentAlloc { bytes: 960495616, pool: Pool::Large, .. }), "{start:?}");
+    assert!(matches!(start[1], Event::SegmentAlloc { bytes: 2097152, pool: Pool::Small, .. }), "{start:?}");
+    assert!(matches!(start[2], Event::Alloc { id: 1, requested_bytes: 960000000, .. }), "{start:?}");
+    assert!(matches!(start[3], Event::Alloc { id: 2, requested_bytes: 240000, pool: Pool::Small, .. }), "{start:?}");
     check_final_state(name, &im);
     check_times(name, &im.records);
     // Peak reserved is still the truth.tsv value: nothing was lost from the reserved memory.
@@ -436,11 +311,7 @@ fn truncated_ring_buffer_is_reconstructed() {
     let name = "leak_list_append.drop300.pickle";
     let im = import(name);
     assert!(im.report.ring_buffer_overflowed);
-    assert!(
-        im.report.initial_live_blocks > 0 && im.report.initial_segments > 0,
-        "{:?}",
-        im.report
-    );
+    assert!(im.report.initial_live_blocks > 0 && im.report.initial_segments > 0, "{:?}", im.report);
     assert_eq!(im.report.entries, 1003 - 300);
     // The only finding is the overflow itself: the reconstructed start agrees with every entry.
     assert_eq!(im.report.warnings.len(), 1, "{:?}", im.report.warnings);
@@ -475,23 +346,13 @@ fn round_trip_through_the_trace_format() {
         let mut reader = TraceReader::open(&path).unwrap();
         assert_eq!(reader.header(), &im.header);
         let back: Vec<Record> = reader.by_ref().collect();
-        assert!(
-            reader.end().describe() == "complete",
-            "{name}: {}",
-            reader.end().describe()
-        );
+        assert!(reader.end().describe() == "complete", "{name}: {}", reader.end().describe());
         assert_eq!(back, im.records, "{name}");
         let per_event = size as f64 / im.records.len() as f64;
-        println!(
-            "{name}: {} events, {size} bytes, {per_event:.2} bytes/event",
-            im.records.len()
-        );
+        println!("{name}: {} events, {size} bytes, {per_event:.2} bytes/event", im.records.len());
         ratios.push(per_event);
     }
-    println!(
-        "average over the six: {:.2} bytes/event",
-        ratios.iter().sum::<f64>() / ratios.len() as f64
-    );
+    println!("average over the six: {:.2} bytes/event", ratios.iter().sum::<f64>() / ratios.len() as f64);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -507,47 +368,22 @@ fn foreign_and_broken_inputs_give_clear_errors() {
         "{msg}"
     );
 
-    let e = import_snapshot(
-        br#"{"segments": [], "device_traces": []}"#,
-        &ImportOptions::default(),
-    )
-    .unwrap_err();
+    let e = import_snapshot(br#"{"segments": [], "device_traces": []}"#, &ImportOptions::default()).unwrap_err();
     assert!(matches!(e, ImportError::NotAPickle { .. }), "{e}");
     assert!(e.to_string().starts_with("not a pickle"), "{e}");
-    assert!(
-        e.to_string()
-            .contains("this starts with `{\"segments\": [],`"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("this starts with `{\"segments\": [],`"), "{e}");
 
     let bytes = std::fs::read(fixture("torch/leak_list_append.default.pickle")).unwrap();
     let e = import_snapshot(&bytes[..40000], &ImportOptions::default()).unwrap_err();
-    assert!(
-        e.to_string()
-            .starts_with("corrupt pickle: truncated pickle at byte "),
-        "{e}"
-    );
+    assert!(e.to_string().starts_with("corrupt pickle: truncated pickle at byte "), "{e}");
     let ImportError::Pickle(p) = e else { panic!() };
     assert!(p.offset() <= 40000 && p.offset() > 39000, "{p}");
 
-    let e = import_snapshot(
-        &bytes,
-        &ImportOptions {
-            device: 3,
-            ..Default::default()
-        },
-    )
-    .unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "device 3 has no trace: the snapshot has 1 device trace(s)"
-    );
+    let e = import_snapshot(&bytes, &ImportOptions { device: 3, ..Default::default() }).unwrap_err();
+    assert_eq!(e.to_string(), "device 3 has no trace: the snapshot has 1 device trace(s)");
 
     let e = import_file(&fixture("no-such-file.pickle"), &ImportOptions::default()).unwrap_err();
-    assert!(
-        e.to_string().starts_with("cannot read ") && e.to_string().contains("no-such-file.pickle"),
-        "{e}"
-    );
+    assert!(e.to_string().starts_with("cannot read ") && e.to_string().contains("no-such-file.pickle"), "{e}");
 }
 
 #[test]
@@ -586,17 +422,9 @@ fn bare_segment_list_is_a_snapshot_without_trace() {
     assert_eq!(im.report.initial_live_blocks, 1);
     assert!(!im.report.ring_buffer_overflowed);
     assert_eq!(
-        im.records
-            .iter()
-            .map(|r| r.event.clone())
-            .collect::<Vec<_>>(),
+        im.records.iter().map(|r| r.event.clone()).collect::<Vec<_>>(),
         vec![
-            Event::SegmentAlloc {
-                addr: 4096,
-                bytes: 2097152,
-                stream: 0,
-                pool: Pool::Small
-            },
+            Event::SegmentAlloc { addr: 4096, bytes: 2097152, stream: 0, pool: Pool::Small },
             Event::Alloc {
                 id: 1,
                 addr: 4096,
@@ -608,11 +436,7 @@ fn bare_segment_list_is_a_snapshot_without_trace() {
             },
         ]
     );
-    assert!(im
-        .header
-        .notes
-        .iter()
-        .any(|n| n.contains("without a trace")));
+    assert!(im.header.notes.iter().any(|n| n.contains("without a trace")));
 }
 
 #[test]
@@ -642,21 +466,7 @@ fn full_ring_buffer_counts_as_overflowed() {
     // nothing in the trace contradicts the final segments.
     let im = import("seed_experiments.max24.pickle");
     assert!(im.report.ring_buffer_overflowed);
-    assert_eq!(
-        (im.report.initial_segments, im.report.initial_live_blocks),
-        (0, 0)
-    );
-    assert!(
-        im.report
-            .warnings
-            .iter()
-            .any(|w| w.contains("trace_alloc_max_entries = 24")),
-        "{:?}",
-        im.report.warnings
-    );
-    assert!(im
-        .header
-        .notes
-        .iter()
-        .any(|n| n.contains("ring buffer overflowed")));
+    assert_eq!((im.report.initial_segments, im.report.initial_live_blocks), (0, 0));
+    assert!(im.report.warnings.iter().any(|w| w.contains("trace_alloc_max_entries = 24")), "{:?}", im.report.warnings);
+    assert!(im.header.notes.iter().any(|n| n.contains("ring buffer overflowed")));
 }

@@ -6,8 +6,7 @@ use analyzer::import::pickle::{self, Pickle, Value};
 use proptest::prelude::*;
 
 fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/").to_string() + name)
-        .unwrap()
+    std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/").to_string() + name).unwrap()
 }
 
 /// obj = {'a': [1, -1, 255, 256, 65535, 65536, -2**31, 2**31-1, 2**63-1, -2**63, 2**64+5, -(2**70)],
@@ -46,10 +45,7 @@ fn check_values(pk: &Pickle<'_>, protocol: u8) {
         // stays an opaque object.
         assert!(matches!(b[2], Value::Object(_)), "{:?}", b[2]);
     }
-    assert_eq!(
-        &b[3..],
-        &[Value::None, Value::Bool(true), Value::Bool(false)]
-    );
+    assert_eq!(&b[3..], &[Value::None, Value::Bool(true), Value::Bool(false)]);
     assert_eq!(pk.seq(pk.get(root, "c").unwrap()), Some(&[][..]));
     let d = pk.seq(pk.get(root, "d").unwrap()).unwrap();
     // The shared list is one container, referenced twice through the memo.
@@ -85,10 +81,7 @@ fn every_truncation_of_a_real_pickle_is_an_error_naming_an_offset() {
     for n in 0..bytes.len() {
         let e = pickle::parse(&bytes[..n]).unwrap_err();
         assert!(e.offset() <= n, "cut at {n}: {e}");
-        assert!(
-            e.to_string().contains(&format!("at byte {}", e.offset())),
-            "{e}"
-        );
+        assert!(e.to_string().contains(&format!("at byte {}", e.offset())), "{e}");
     }
 }
 

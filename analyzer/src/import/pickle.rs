@@ -85,12 +85,9 @@ impl Value<'_> {
     /// the pickle referenced one object (through the memo).
     pub fn container_id(&self) -> Option<ContainerId> {
         match *self {
-            Value::List(i)
-            | Value::Tuple(i)
-            | Value::Dict(i)
-            | Value::Set(i)
-            | Value::Global(i)
-            | Value::Object(i) => Some(i),
+            Value::List(i) | Value::Tuple(i) | Value::Dict(i) | Value::Set(i) | Value::Global(i) | Value::Object(i) => {
+                Some(i)
+            }
             _ => None,
         }
     }
@@ -136,11 +133,7 @@ impl<'a> Pickle<'a> {
     /// dict. Empty for non-containers.
     pub fn items(&self, v: Value<'a>) -> &[Value<'a>] {
         match v.container_id() {
-            Some(i) => self
-                .containers
-                .get(i as usize)
-                .map(Vec::as_slice)
-                .unwrap_or(&[]),
+            Some(i) => self.containers.get(i as usize).map(Vec::as_slice).unwrap_or(&[]),
             None => &[],
         }
     }
@@ -156,18 +149,14 @@ impl<'a> Pickle<'a> {
     /// The `(key, value)` pairs of a dict; `None` for anything else.
     pub fn dict(&self, v: Value<'a>) -> Option<DictIter<'_, 'a>> {
         match v {
-            Value::Dict(_) => Some(DictIter {
-                items: self.items(v),
-            }),
+            Value::Dict(_) => Some(DictIter { items: self.items(v) }),
             _ => None,
         }
     }
 
     /// The value of the string key `key` in dict `v` (linear search: snapshot dicts are small).
     pub fn get(&self, v: Value<'a>, key: &str) -> Option<Value<'a>> {
-        self.dict(v)?
-            .find(|(k, _)| self.str(*k) == Some(key))
-            .map(|(_, v)| v)
+        self.dict(v)?.find(|(k, _)| self.str(*k) == Some(key)).map(|(_, v)| v)
     }
 
     /// The text of a string value.
@@ -181,13 +170,7 @@ impl<'a> Pickle<'a> {
 
     /// A wide integer's value.
     pub fn big_int(&self, index: u32) -> BigInt {
-        self.big_ints
-            .get(index as usize)
-            .copied()
-            .unwrap_or(BigInt {
-                value: 0,
-                saturated: true,
-            })
+        self.big_ints.get(index as usize).copied().unwrap_or(BigInt { value: 0, saturated: true })
     }
 
     /// An integer (or bool) as `i128`; saturated big integers give their saturated value.
@@ -377,17 +360,11 @@ impl<'a> Parser<'a> {
     }
 
     fn truncated(&self, what: impl Into<String>) -> PickleError {
-        PickleError::Truncated {
-            offset: self.op_at,
-            what: what.into(),
-        }
+        PickleError::Truncated { offset: self.op_at, what: what.into() }
     }
 
     fn corrupt(&self, what: impl Into<String>) -> PickleError {
-        PickleError::Corrupt {
-            offset: self.op_at,
-            what: what.into(),
-        }
+        PickleError::Corrupt { offset: self.op_at, what: what.into() }
     }
 
     #[inline]
@@ -474,25 +451,19 @@ impl<'a> Parser<'a> {
 
     /// Pops everything down to the last MARK.
     fn pop_mark(&mut self, name: &str) -> Result<Vec<Value<'a>>, PickleError> {
-        let m = self
-            .marks
-            .pop()
-            .ok_or_else(|| self.corrupt(format!("{name} without a MARK")))?;
+        let m = self.marks.pop().ok_or_else(|| self.corrupt(format!("{name} without a MARK")))?;
         Ok(self.stack.split_off(m))
     }
 
     fn new_container(&mut self, items: Vec<Value<'a>>) -> Result<ContainerId, PickleError> {
-        let id = u32::try_from(self.out.containers.len())
-            .map_err(|_| self.corrupt("too many containers"))?;
+        let id = u32::try_from(self.out.containers.len()).map_err(|_| self.corrupt("too many containers"))?;
         self.out.containers.push(items);
         Ok(id)
     }
 
     #[inline]
     fn memo_put(&mut self, key: u64, v: Value<'a>) {
-        let dense = usize::try_from(key)
-            .ok()
-            .filter(|&k| k < self.memo.len() + MEMO_DENSE_SLACK);
+        let dense = usize::try_from(key).ok().filter(|&k| k < self.memo.len() + MEMO_DENSE_SLACK);
         let fresh = match dense {
             Some(k) => {
                 if k >= self.memo.len() {
@@ -507,9 +478,7 @@ impl<'a> Parser<'a> {
 
     #[inline]
     fn memo_get(&mut self, key: u64) -> Result<(), PickleError> {
-        let dense = usize::try_from(key)
-            .ok()
-            .and_then(|k| self.memo.get(k).copied().flatten());
+        let dense = usize::try_from(key).ok().and_then(|k| self.memo.get(k).copied().flatten());
         let v = dense.or_else(|| self.sparse_memo.get(&key).copied());
         match v {
             Some(v) => {
@@ -556,15 +525,9 @@ impl<'a> Parser<'a> {
         let big = if n <= 16 {
             let mut a = [ext; 16];
             a[..n].copy_from_slice(&b[..n]);
-            BigInt {
-                value: i128::from_le_bytes(a),
-                saturated: false,
-            }
+            BigInt { value: i128::from_le_bytes(a), saturated: false }
         } else {
-            BigInt {
-                value: if negative { i128::MIN } else { i128::MAX },
-                saturated: true,
-            }
+            BigInt { value: if negative { i128::MIN } else { i128::MAX }, saturated: true }
         };
         if !big.saturated {
             if let Ok(v) = i64::try_from(big.value) {
@@ -577,8 +540,7 @@ impl<'a> Parser<'a> {
     }
 
     fn text_int(&mut self, line: &[u8], name: &str) -> Result<Value<'a>, PickleError> {
-        let s =
-            std::str::from_utf8(line).map_err(|_| self.corrupt(format!("{name} is not ASCII")))?;
+        let s = std::str::from_utf8(line).map_err(|_| self.corrupt(format!("{name} is not ASCII")))?;
         let s = s.trim().trim_end_matches('L');
         match s {
             "00" => return Ok(Value::Bool(false)),
@@ -589,24 +551,9 @@ impl<'a> Parser<'a> {
             return Ok(Value::Int(v));
         }
         let big = match s.parse::<i128>() {
-            Ok(v) => BigInt {
-                value: v,
-                saturated: false,
-            },
-            Err(_)
-                if !s.is_empty()
-                    && s.trim_start_matches('-')
-                        .bytes()
-                        .all(|c| c.is_ascii_digit()) =>
-            {
-                BigInt {
-                    value: if s.starts_with('-') {
-                        i128::MIN
-                    } else {
-                        i128::MAX
-                    },
-                    saturated: true,
-                }
+            Ok(v) => BigInt { value: v, saturated: false },
+            Err(_) if !s.is_empty() && s.trim_start_matches('-').bytes().all(|c| c.is_ascii_digit()) => {
+                BigInt { value: if s.starts_with('-') { i128::MIN } else { i128::MAX }, saturated: true }
             }
             Err(_) => return Err(self.corrupt(format!("{name} `{s}` is not an integer"))),
         };
@@ -619,10 +566,7 @@ impl<'a> Parser<'a> {
         loop {
             self.op_at = self.pos;
             let Some(&op) = self.data.get(self.pos) else {
-                return Err(PickleError::Truncated {
-                    offset: self.pos,
-                    what: "the input ends before STOP".into(),
-                });
+                return Err(PickleError::Truncated { offset: self.pos, what: "the input ends before STOP".into() });
             };
             self.pos += 1;
             match op {
@@ -756,11 +700,7 @@ impl<'a> Parser<'a> {
                     self.stack.push(Value::Bytes(b));
                 }
                 BINBYTES8 | BYTEARRAY8 => {
-                    let name = if op == BINBYTES8 {
-                        "BINBYTES8"
-                    } else {
-                        "BYTEARRAY8"
-                    };
+                    let name = if op == BINBYTES8 { "BINBYTES8" } else { "BYTEARRAY8" };
                     let n = self.len_u64(name)?;
                     let b = self.take(n, name)?;
                     self.stack.push(Value::Bytes(b));
@@ -929,48 +869,15 @@ impl<'a> Parser<'a> {
                     let id = self.new_container(vec![Value::None, pid])?;
                     self.stack.push(Value::Object(id));
                 }
-                STRING => {
-                    return Err(PickleError::Unsupported {
-                        offset: self.op_at,
-                        name: "STRING",
-                    })
-                }
-                UNICODE => {
-                    return Err(PickleError::Unsupported {
-                        offset: self.op_at,
-                        name: "UNICODE",
-                    })
-                }
-                INST => {
-                    return Err(PickleError::Unsupported {
-                        offset: self.op_at,
-                        name: "INST",
-                    })
-                }
-                OBJ => {
-                    return Err(PickleError::Unsupported {
-                        offset: self.op_at,
-                        name: "OBJ",
-                    })
-                }
-                EXT1 | EXT2 | EXT4 => {
-                    return Err(PickleError::Unsupported {
-                        offset: self.op_at,
-                        name: "EXT",
-                    })
-                }
+                STRING => return Err(PickleError::Unsupported { offset: self.op_at, name: "STRING" }),
+                UNICODE => return Err(PickleError::Unsupported { offset: self.op_at, name: "UNICODE" }),
+                INST => return Err(PickleError::Unsupported { offset: self.op_at, name: "INST" }),
+                OBJ => return Err(PickleError::Unsupported { offset: self.op_at, name: "OBJ" }),
+                EXT1 | EXT2 | EXT4 => return Err(PickleError::Unsupported { offset: self.op_at, name: "EXT" }),
                 NEXT_BUFFER | READONLY_BUFFER => {
-                    return Err(PickleError::Unsupported {
-                        offset: self.op_at,
-                        name: "out-of-band buffer",
-                    })
+                    return Err(PickleError::Unsupported { offset: self.op_at, name: "out-of-band buffer" })
                 }
-                other => {
-                    return Err(PickleError::UnknownOpcode {
-                        offset: self.op_at,
-                        opcode: other,
-                    })
-                }
+                other => return Err(PickleError::UnknownOpcode { offset: self.op_at, opcode: other }),
             }
         }
     }
@@ -1015,12 +922,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Appends items to a list/set/object or key-value pairs to a dict.
-    fn extend(
-        &mut self,
-        target: Value<'a>,
-        items: &[Value<'a>],
-        name: &str,
-    ) -> Result<(), PickleError> {
+    fn extend(&mut self, target: Value<'a>, items: &[Value<'a>], name: &str) -> Result<(), PickleError> {
         self.check_target(target, name)?;
         let id = target.container_id().expect("containers have ids") as usize;
         match self.out.containers.get_mut(id) {
@@ -1040,10 +942,7 @@ mod tests {
     #[test]
     fn empty_input_is_truncated_at_byte_0() {
         let e = parse(b"").unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "truncated pickle at byte 0: the input ends before STOP"
-        );
+        assert_eq!(e.to_string(), "truncated pickle at byte 0: the input ends before STOP");
     }
 
     #[test]
@@ -1081,16 +980,8 @@ mod tests {
         p.extend_from_slice(&[0x11; 20]);
         p.push(b'.');
         let pk = parse(&p).unwrap();
-        let Value::BigInt(i) = pk.root else {
-            panic!("{:?}", pk.root)
-        };
-        assert_eq!(
-            pk.big_int(i),
-            BigInt {
-                value: i128::MAX,
-                saturated: true
-            }
-        );
+        let Value::BigInt(i) = pk.root else { panic!("{:?}", pk.root) };
+        assert_eq!(pk.big_int(i), BigInt { value: i128::MAX, saturated: true });
     }
 
     #[test]
@@ -1107,27 +998,12 @@ mod tests {
 
     #[test]
     fn stack_underflow_and_mark_errors() {
-        assert!(matches!(
-            parse(b"\x80\x04e.").unwrap_err(),
-            PickleError::Corrupt { offset: 2, .. }
-        ));
-        assert!(matches!(
-            parse(b"\x80\x04a.").unwrap_err(),
-            PickleError::Corrupt { offset: 2, .. }
-        ));
-        assert!(matches!(
-            parse(b"\x80\x04(.").unwrap_err(),
-            PickleError::Corrupt { offset: 3, .. }
-        ));
-        assert!(matches!(
-            parse(b"\x80\x04h\x05.").unwrap_err(),
-            PickleError::Corrupt { offset: 2, .. }
-        ));
+        assert!(matches!(parse(b"\x80\x04e.").unwrap_err(), PickleError::Corrupt { offset: 2, .. }));
+        assert!(matches!(parse(b"\x80\x04a.").unwrap_err(), PickleError::Corrupt { offset: 2, .. }));
+        assert!(matches!(parse(b"\x80\x04(.").unwrap_err(), PickleError::Corrupt { offset: 3, .. }));
+        assert!(matches!(parse(b"\x80\x04h\x05.").unwrap_err(), PickleError::Corrupt { offset: 2, .. }));
         // APPENDS onto an int.
-        assert!(matches!(
-            parse(b"\x80\x04K\x01(K\x02e.").unwrap_err(),
-            PickleError::Corrupt { offset: 7, .. }
-        ));
+        assert!(matches!(parse(b"\x80\x04K\x01(K\x02e.").unwrap_err(), PickleError::Corrupt { offset: 7, .. }));
     }
 
     #[test]
@@ -1147,9 +1023,7 @@ mod tests {
         // cbuiltins\nset\n ( ) R . : builtins.set(()) never executed.
         let p = b"\x80\x02cbuiltins\nset\n)\x85R.";
         let pk = parse(p).unwrap();
-        let Value::Object(_) = pk.root else {
-            panic!("{:?}", pk.root)
-        };
+        let Value::Object(_) = pk.root else { panic!("{:?}", pk.root) };
         let g = pk.items(pk.root)[0];
         assert_eq!(pk.str(pk.items(g)[0]), Some("builtins"));
         assert_eq!(pk.str(pk.items(g)[1]), Some("set"));

@@ -53,9 +53,7 @@ use super::pickle::{self, ContainerId, Pickle, PickleError, Value};
 use recorder::engine::config::{
     AllocatorConfig, MIB, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE,
 };
-use recorder::trace::{
-    Event, Frame, Header, MarkKind, Pool, Record, ReleaseCause, Source, NO_CALLSITE,
-};
+use recorder::trace::{Event, Frame, Header, MarkKind, Pool, Record, ReleaseCause, Source, NO_CALLSITE};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -105,10 +103,7 @@ pub struct ImportReport {
 #[non_exhaustive]
 pub enum ImportError {
     #[error("cannot read {path}: {source}", path = path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("not a pickle (a PyTorch memory snapshot is a Python pickle, starting with byte 0x80; this starts with {found}): {source}")]
     NotAPickle { found: String, source: PickleError },
     #[error("corrupt pickle: {0}")]
@@ -118,10 +113,7 @@ pub enum ImportError {
     #[error("device {device} has no trace: the snapshot has {devices} device trace(s)")]
     NoSuchDevice { device: usize, devices: usize },
     #[error("{path}: {source}", path = path.display())]
-    InFile {
-        path: PathBuf,
-        source: Box<ImportError>,
-    },
+    InFile { path: PathBuf, source: Box<ImportError> },
 }
 
 /// Most warnings kept in the report; the rest are counted in a last line.
@@ -129,14 +121,8 @@ const MAX_WARNINGS: usize = 100;
 
 /// Reads and imports a snapshot file; errors name the file.
 pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Imported, ImportError> {
-    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    import_snapshot(&bytes, opts).map_err(|e| ImportError::InFile {
-        path: path.to_path_buf(),
-        source: Box::new(e),
-    })
+    let bytes = std::fs::read(path).map_err(|source| ImportError::Io { path: path.to_path_buf(), source })?;
+    import_snapshot(&bytes, opts).map_err(|e| ImportError::InFile { path: path.to_path_buf(), source: Box::new(e) })
 }
 
 /// Imports a snapshot held in memory.
@@ -144,10 +130,7 @@ pub fn import_snapshot(bytes: &[u8], opts: &ImportOptions) -> Result<Imported, I
     let pk = match pickle::parse(bytes) {
         Ok(pk) => pk,
         Err(source) if bytes.first() != Some(&0x80) => {
-            return Err(ImportError::NotAPickle {
-                found: describe_start(bytes),
-                source,
-            })
+            return Err(ImportError::NotAPickle { found: describe_start(bytes), source })
         }
         Err(e) => return Err(e.into()),
     };
@@ -160,16 +143,7 @@ fn describe_start(bytes: &[u8]) -> String {
         return "nothing (the input is empty)".into();
     }
     let head = &bytes[..bytes.len().min(16)];
-    let text: String = head
-        .iter()
-        .map(|&b| {
-            if (0x20..0x7f).contains(&b) {
-                b as char
-            } else {
-                '.'
-            }
-        })
-        .collect();
+    let text: String = head.iter().map(|&b| if (0x20..0x7f).contains(&b) { b as char } else { '.' }).collect();
     format!("`{text}`")
 }
 
@@ -211,10 +185,7 @@ impl Action {
     }
 
     fn is_alloc_related(self) -> bool {
-        matches!(
-            self,
-            Action::Alloc | Action::SegmentAlloc | Action::SegmentMap | Action::Oom
-        )
+        matches!(self, Action::Alloc | Action::SegmentAlloc | Action::SegmentMap | Action::Oom)
     }
 }
 
@@ -281,11 +252,7 @@ fn describe(pk: &Pickle<'_>, v: Value<'_>) -> String {
             match first {
                 None => format!("an empty {kind}"),
                 Some(t) if items.iter().all(|i| i.type_name() == t) => {
-                    format!(
-                        "a {kind} of {} {t}{}",
-                        items.len(),
-                        if items.len() == 1 { "" } else { "s" }
-                    )
+                    format!("a {kind} of {} {t}{}", items.len(), if items.len() == 1 { "" } else { "s" })
                 }
                 Some(_) => format!("a {kind} of {} mixed items", items.len()),
             }
@@ -316,14 +283,9 @@ fn describe(pk: &Pickle<'_>, v: Value<'_>) -> String {
 
 impl<'a> Snapshot<'a> {
     fn read(pk: &Pickle<'a>, opts: &ImportOptions) -> Result<Self, ImportError> {
-        let expected =
-            "expected a dict with `segments` and `device_traces`, or a list of segment dicts";
-        let not_snapshot = || {
-            ImportError::NotASnapshot(format!(
-                "top-level object is {}; {expected}",
-                describe(pk, pk.root)
-            ))
-        };
+        let expected = "expected a dict with `segments` and `device_traces`, or a list of segment dicts";
+        let not_snapshot =
+            || ImportError::NotASnapshot(format!("top-level object is {}; {expected}", describe(pk, pk.root)));
         let mut snap = Snapshot {
             has_trace: false,
             entries: Vec::new(),
@@ -357,10 +319,7 @@ impl<'a> Snapshot<'a> {
                     snap.has_trace = true;
                     snap.read_entries(pk, trace)?;
                 } else if !traces.is_empty() {
-                    return Err(ImportError::NoSuchDevice {
-                        device: opts.device,
-                        devices: traces.len(),
-                    });
+                    return Err(ImportError::NoSuchDevice { device: opts.device, devices: traces.len() });
                 }
                 if let Some(settings) = pk.get(pk.root, "allocator_settings") {
                     snap.read_settings(pk, settings);
@@ -373,10 +332,7 @@ impl<'a> Snapshot<'a> {
             Value::List(_) => {
                 // `torch.cuda.memory_snapshot()`: only the segments.
                 let items = pk.items(pk.root);
-                if !items
-                    .iter()
-                    .all(|s| pk.get(*s, "address").is_some() && pk.get(*s, "total_size").is_some())
-                {
+                if !items.iter().all(|s| pk.get(*s, "address").is_some() && pk.get(*s, "total_size").is_some()) {
                     return Err(not_snapshot());
                 }
                 pk.root
@@ -384,10 +340,7 @@ impl<'a> Snapshot<'a> {
             _ => return Err(not_snapshot()),
         };
         let segs = pk.seq(segments).ok_or_else(|| {
-            ImportError::NotASnapshot(format!(
-                "`segments` is {}; expected a list",
-                describe(pk, segments)
-            ))
+            ImportError::NotASnapshot(format!("`segments` is {}; expected a list", describe(pk, segments)))
         })?;
         snap.read_segments(pk, segs, opts.device)?;
         Ok(snap)
@@ -436,9 +389,7 @@ impl<'a> Snapshot<'a> {
                 }
             }
             if !have_action {
-                return Err(ImportError::NotASnapshot(format!(
-                    "trace entry {i} has no `action` string"
-                )));
+                return Err(ImportError::NotASnapshot(format!("trace entry {i} has no `action` string")));
             }
             self.entries.push(entry);
         }
@@ -446,25 +397,10 @@ impl<'a> Snapshot<'a> {
     }
 
     fn read_settings(&mut self, pk: &Pickle<'a>, s: Value<'a>) {
-        let conf = pk
-            .get(s, "PYTORCH_CUDA_ALLOC_CONF")
-            .and_then(|v| pk.str(v))
-            .unwrap_or("")
-            .trim()
-            .to_string();
-        self.alloc_conf = if conf.is_empty() {
-            conf_from_settings(pk, s)
-        } else {
-            conf
-        };
-        if pk
-            .get(s, "trace_alloc_overflowed")
-            .and_then(|v| pk.int(v))
-            .unwrap_or(0)
-            != 0
-        {
-            self.settings_say_overflow =
-                Some("allocator_settings.trace_alloc_overflowed is set".into());
+        let conf = pk.get(s, "PYTORCH_CUDA_ALLOC_CONF").and_then(|v| pk.str(v)).unwrap_or("").trim().to_string();
+        self.alloc_conf = if conf.is_empty() { conf_from_settings(pk, s) } else { conf };
+        if pk.get(s, "trace_alloc_overflowed").and_then(|v| pk.int(v)).unwrap_or(0) != 0 {
+            self.settings_say_overflow = Some("allocator_settings.trace_alloc_overflowed is set".into());
         } else if let Some(max) = pk.get(s, "trace_alloc_max_entries").and_then(|v| pk.u64(v)) {
             if max > 0 && self.entries.len() as u64 >= max {
                 self.settings_say_overflow =
@@ -497,18 +433,10 @@ impl<'a> Snapshot<'a> {
         self.annotations.sort_by_key(|a| a.time_us);
     }
 
-    fn read_segments(
-        &mut self,
-        pk: &Pickle<'a>,
-        segs: &[Value<'a>],
-        device: usize,
-    ) -> Result<(), ImportError> {
+    fn read_segments(&mut self, pk: &Pickle<'a>, segs: &[Value<'a>], device: usize) -> Result<(), ImportError> {
         for (i, &s) in segs.iter().enumerate() {
             if pk.dict(s).is_none() {
-                return Err(ImportError::NotASnapshot(format!(
-                    "segment {i} is {}; expected a dict",
-                    describe(pk, s)
-                )));
+                return Err(ImportError::NotASnapshot(format!("segment {i} is {}; expected a dict", describe(pk, s))));
             }
             if let Some(d) = pk.get(s, "device").and_then(|v| pk.u64(v)) {
                 if d != device as u64 {
@@ -527,11 +455,7 @@ impl<'a> Snapshot<'a> {
                 bytes,
                 stream: pk.get(s, "stream").map(|v| int_u64(pk, v)).unwrap_or(0),
                 pool,
-                expandable: pk
-                    .get(s, "is_expandable")
-                    .and_then(|v| pk.int(v))
-                    .unwrap_or(0)
-                    != 0,
+                expandable: pk.get(s, "is_expandable").and_then(|v| pk.int(v)).unwrap_or(0) != 0,
                 blocks: Vec::new(),
             };
             for &b in pk.get(s, "blocks").and_then(|v| pk.seq(v)).unwrap_or(&[]) {
@@ -542,10 +466,7 @@ impl<'a> Snapshot<'a> {
                 seg.blocks.push(BlockInfo {
                     addr: pk.get(b, "address").map(|v| int_u64(pk, v)).unwrap_or(0),
                     block_bytes: pk.get(b, "size").map(|v| int_u64(pk, v)).unwrap_or(0),
-                    requested_bytes: pk
-                        .get(b, "requested_size")
-                        .map(|v| int_u64(pk, v))
-                        .unwrap_or(0),
+                    requested_bytes: pk.get(b, "requested_size").map(|v| int_u64(pk, v)).unwrap_or(0),
                     frames: pk.get(b, "frames").unwrap_or(Value::None),
                 });
             }
@@ -572,20 +493,12 @@ fn conf_from_settings(pk: &Pickle<'_>, s: Value<'_>) -> String {
             parts.push(format!("max_split_size_mb:{}", v as u64 / MIB));
         }
     }
-    if let Some(t) = pk
-        .get(s, "garbage_collection_threshold")
-        .and_then(|v| pk.f64(v))
-    {
+    if let Some(t) = pk.get(s, "garbage_collection_threshold").and_then(|v| pk.f64(v)) {
         if t > 0.0 {
             parts.push(format!("garbage_collection_threshold:{t}"));
         }
     }
-    if pk
-        .get(s, "expandable_segments")
-        .and_then(|v| pk.int(v))
-        .unwrap_or(0)
-        != 0
-    {
+    if pk.get(s, "expandable_segments").and_then(|v| pk.int(v)).unwrap_or(0) != 0 {
         parts.push("expandable_segments:True".into());
     }
     if let Some(d) = pk.get(s, "roundup_power2_divisions") {
@@ -723,13 +636,8 @@ impl RangeSet {
 
     /// Removes `[start, end)`; returns the bytes that were present.
     fn remove(&mut self, start: u64, end: u64) -> u64 {
-        let hits: Vec<(u64, Range)> = self
-            .ranges
-            .range(..end)
-            .rev()
-            .take_while(|(_, r)| r.end > start)
-            .map(|(&s, &r)| (s, r))
-            .collect();
+        let hits: Vec<(u64, Range)> =
+            self.ranges.range(..end).rev().take_while(|(_, r)| r.end > start).map(|(&s, &r)| (s, r)).collect();
         let mut covered = 0;
         for (s, r) in hits {
             self.ranges.remove(&s);
@@ -787,17 +695,12 @@ struct Burst {
 
 impl<'p, 'a> Importer<'p, 'a> {
     fn new(pk: &'p Pickle<'a>, opts: &ImportOptions, snap: &'p Snapshot<'a>) -> Self {
-        let mut report = ImportReport {
-            entries: snap.entries.len() as u64,
-            ..ImportReport::default()
-        };
+        let mut report = ImportReport { entries: snap.entries.len() as u64, ..ImportReport::default() };
         report.warnings.extend(snap.warnings.iter().cloned());
         let config = match AllocatorConfig::parse(&snap.alloc_conf) {
             Ok(c) => c,
             Err(e) => {
-                report
-                    .warnings
-                    .push(format!("{e}; the default configuration is used"));
+                report.warnings.push(format!("{e}; the default configuration is used"));
                 AllocatorConfig::default()
             }
         };
@@ -807,17 +710,10 @@ impl<'p, 'a> Importer<'p, 'a> {
         header.capacity_bytes = opts.capacity_bytes.unwrap_or(0);
         header.device_name = opts.device_name.clone().unwrap_or_default();
         header.device_total_bytes = opts.device_total_bytes.unwrap_or(0);
-        let origin_ns = snap
-            .entries
-            .first()
-            .map(|e| e.time_us.saturating_mul(1000))
-            .unwrap_or(0);
+        let origin_ns = snap.entries.first().map(|e| e.time_us.saturating_mul(1000)).unwrap_or(0);
         header.clock_origin_unix_ns = origin_ns;
         if !snap.has_trace {
-            header.notes.push(
-                "imported from a snapshot without a trace: only the final segments and blocks"
-                    .into(),
-            );
+            header.notes.push("imported from a snapshot without a trace: only the final segments and blocks".into());
         }
         let mut expandable = RangeSet::default();
         for s in snap.segments.iter().filter(|s| s.expandable) {
@@ -899,10 +795,7 @@ impl<'p, 'a> Importer<'p, 'a> {
             None => {
                 let id = self.next_callsite;
                 self.next_callsite += 1;
-                let frames = key
-                    .iter()
-                    .map(|&f| self.frames[f as usize].clone())
-                    .collect();
+                let frames = key.iter().map(|&f| self.frames[f as usize].clone()).collect();
                 self.callsite_by_content.insert(key, id);
                 self.push(time_ns, Event::CallSite { id, frames });
                 id
@@ -920,16 +813,8 @@ impl<'p, 'a> Importer<'p, 'a> {
             return *id;
         }
         let s = |k| pk.get(f, k).and_then(|v| pk.str(v)).unwrap_or("");
-        let line = pk
-            .get(f, "line")
-            .and_then(|v| pk.u64(v))
-            .unwrap_or(0)
-            .min(u32::MAX as u64) as u32;
-        let frame = Frame {
-            file: s("filename").to_string(),
-            line,
-            function: s("name").to_string(),
-        };
+        let line = pk.get(f, "line").and_then(|v| pk.u64(v)).unwrap_or(0).min(u32::MAX as u64) as u32;
+        let frame = Frame { file: s("filename").to_string(), line, function: s("name").to_string() };
         let id = match self.frame_by_content.get(&frame) {
             Some(&id) => id,
             None => {
@@ -953,22 +838,12 @@ impl<'p, 'a> Importer<'p, 'a> {
         self.report.inferred_empty_cache = self
             .out
             .iter()
-            .filter(|r| {
-                matches!(
-                    r.event,
-                    Event::CacheRelease {
-                        cause: ReleaseCause::EmptyCache,
-                        ..
-                    }
-                )
-            })
+            .filter(|r| matches!(r.event, Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. }))
             .count() as u32;
         self.report.events = self.out.len() as u64;
         if self.warnings_dropped > 0 {
             let n = self.warnings_dropped;
-            self.report
-                .warnings
-                .push(format!("... and {n} more warnings"));
+            self.report.warnings.push(format!("... and {n} more warnings"));
         }
         if self.report.ring_buffer_overflowed {
             self.header.notes.push(format!(
@@ -982,11 +857,7 @@ impl<'p, 'a> Importer<'p, 'a> {
                 self.report.initial_segments, self.report.initial_live_blocks
             ));
         }
-        Imported {
-            header: self.header,
-            records: self.out,
-            report: self.report,
-        }
+        Imported { header: self.header, records: self.out, report: self.report }
     }
 
     /// Walks the trace backwards from the final state: what remains existed before the first
@@ -1013,12 +884,7 @@ impl<'p, 'a> Importer<'p, 'a> {
             let ok = match e.action {
                 Action::Alloc => live.remove(&e.addr).is_some(),
                 Action::FreeCompleted => {
-                    let b = BlockInfo {
-                        addr: e.addr,
-                        block_bytes: 0,
-                        requested_bytes: e.size,
-                        frames: Value::None,
-                    };
+                    let b = BlockInfo { addr: e.addr, block_bytes: 0, requested_bytes: e.size, frames: Value::None };
                     live.insert(e.addr, (b, true)).is_none()
                 }
                 Action::SegmentAlloc | Action::SegmentMap => {
@@ -1028,21 +894,8 @@ impl<'p, 'a> Importer<'p, 'a> {
                     let end = e.addr.saturating_add(e.size);
                     let clash = reserved.remove(e.addr, end) != 0;
                     let expandable = e.action == Action::SegmentUnmap;
-                    let pool = if expandable {
-                        self.map_pool(e)
-                    } else {
-                        segment_pool_by_size(e.size)
-                    };
-                    reserved.add(
-                        e.addr,
-                        Range {
-                            end,
-                            stream: e.stream,
-                            pool,
-                            expandable,
-                            from_trace: true,
-                        },
-                    );
+                    let pool = if expandable { self.map_pool(e) } else { segment_pool_by_size(e.size) };
+                    reserved.add(e.addr, Range { end, stream: e.stream, pool, expandable, from_trace: true });
                     !clash
                 }
                 Action::FreeRequested | Action::Oom | Action::Snapshot | Action::Other => true,
@@ -1064,15 +917,13 @@ impl<'p, 'a> Importer<'p, 'a> {
         segments.sort_by_key(|&(a, _)| a);
         let mut blocks: Vec<(BlockInfo<'a>, bool)> = live.into_values().collect();
         blocks.sort_by_key(|(b, _)| b.addr);
-        let lost = segments.iter().any(|(_, r)| r.from_trace)
-            || blocks.iter().any(|&(_, from_trace)| from_trace);
+        let lost = segments.iter().any(|(_, r)| r.from_trace) || blocks.iter().any(|&(_, from_trace)| from_trace);
         let mut reasons = Vec::new();
         if let Some(why) = &self.snap.settings_say_overflow {
             reasons.push(why.clone());
         }
         if lost {
-            reasons
-                .push("blocks or segments are freed in the trace but never allocated in it".into());
+            reasons.push("blocks or segments are freed in the trace but never allocated in it".into());
         }
         if !reasons.is_empty() {
             self.report.ring_buffer_overflowed = true;
@@ -1080,10 +931,7 @@ impl<'p, 'a> Importer<'p, 'a> {
         }
         self.report.initial_segments = segments.len() as u64;
         self.report.initial_live_blocks = blocks.len() as u64;
-        StartState {
-            segments,
-            blocks: blocks.into_iter().map(|(b, _)| b).collect(),
-        }
+        StartState { segments, blocks: blocks.into_iter().map(|(b, _)| b).collect() }
     }
 
     fn emit_start(&mut self, start: StartState<'a>) {
@@ -1094,20 +942,10 @@ impl<'p, 'a> Importer<'p, 'a> {
             reserved.add(addr, r);
             let ev = if r.expandable {
                 self.expandable.add(addr, r);
-                Event::SegmentMap {
-                    addr,
-                    bytes,
-                    stream: r.stream,
-                    pool: r.pool,
-                }
+                Event::SegmentMap { addr, bytes, stream: r.stream, pool: r.pool }
             } else {
                 self.segment_pool.insert(addr, r.pool);
-                Event::SegmentAlloc {
-                    addr,
-                    bytes,
-                    stream: r.stream,
-                    pool: r.pool,
-                }
+                Event::SegmentAlloc { addr, bytes, stream: r.stream, pool: r.pool }
             };
             self.push(0, ev);
         }
@@ -1119,11 +957,7 @@ impl<'p, 'a> Importer<'p, 'a> {
             let callsite = self.callsite(b.frames, 0);
             let id = self.next_id;
             self.next_id += 1;
-            let rounded = if b.block_bytes > 0 {
-                b.block_bytes
-            } else {
-                round_size(&self.config, b.requested_bytes)
-            };
+            let rounded = if b.block_bytes > 0 { b.block_bytes } else { round_size(&self.config, b.requested_bytes) };
             self.live.insert(b.addr, (id, rounded));
             self.allocated_bytes = self.allocated_bytes.saturating_add(rounded);
             let ev = Event::Alloc {
@@ -1144,11 +978,7 @@ impl<'p, 'a> Importer<'p, 'a> {
         if let Some((_, r)) = self.expandable.containing(e.addr) {
             return r.pool;
         }
-        if let Some((_, r)) = e
-            .addr
-            .checked_sub(1)
-            .and_then(|a| self.expandable.containing(a))
-        {
+        if let Some((_, r)) = e.addr.checked_sub(1).and_then(|a| self.expandable.containing(a)) {
             if r.stream == e.stream {
                 return r.pool;
             }
@@ -1174,23 +1004,14 @@ impl<'p, 'a> Importer<'p, 'a> {
         }
         let mut ann = snap.annotations.iter().peekable();
         let mut clamped_annotations = 0u64;
-        let mut burst = Burst {
-            bytes: 0,
-            segments: 0,
-        };
+        let mut burst = Burst { bytes: 0, segments: 0 };
         for (i, e) in entries.iter().enumerate() {
             while let Some(a) = ann.next_if(|a| a.time_us <= e.time_us) {
                 if a.time_us.saturating_mul(1000) < self.origin_ns {
                     clamped_annotations += 1;
                 }
                 let t = self.time(a.time_us);
-                self.push(
-                    t,
-                    Event::Mark {
-                        kind: MarkKind::Annotation,
-                        text: a.text.clone(),
-                    },
-                );
+                self.push(t, Event::Mark { kind: MarkKind::Annotation, text: a.text.clone() });
             }
             let t = self.time(e.time_us);
             self.entry(e, t);
@@ -1198,38 +1019,20 @@ impl<'p, 'a> Importer<'p, 'a> {
                 burst.bytes = burst.bytes.saturating_add(e.size);
                 burst.segments = burst.segments.saturating_add(1);
                 if !entries.get(i + 1).is_some_and(|n| n.action.is_release()) {
-                    let cause = if next_is_oom[i + 1] {
-                        ReleaseCause::OomRetry
-                    } else {
-                        ReleaseCause::EmptyCache
-                    };
-                    self.push(
-                        t,
-                        Event::CacheRelease {
-                            cause,
-                            bytes: burst.bytes,
-                            segments: burst.segments,
-                        },
-                    );
-                    burst = Burst {
-                        bytes: 0,
-                        segments: 0,
-                    };
+                    let cause = if next_is_oom[i + 1] { ReleaseCause::OomRetry } else { ReleaseCause::EmptyCache };
+                    self.push(t, Event::CacheRelease { cause, bytes: burst.bytes, segments: burst.segments });
+                    burst = Burst { bytes: 0, segments: 0 };
                 }
             }
         }
         for a in ann {
             let t = self.time(a.time_us);
-            self.push(
-                t,
-                Event::Mark {
-                    kind: MarkKind::Annotation,
-                    text: a.text.clone(),
-                },
-            );
+            self.push(t, Event::Mark { kind: MarkKind::Annotation, text: a.text.clone() });
         }
         if clamped_annotations > 0 {
-            self.warn(format!("{clamped_annotations} annotations precede the first trace entry; their time is clamped to 0"));
+            self.warn(format!(
+                "{clamped_annotations} annotations precede the first trace entry; their time is clamped to 0"
+            ));
         }
     }
 
@@ -1242,10 +1045,7 @@ impl<'p, 'a> Importer<'p, 'a> {
                 let rounded = round_size(&self.config, e.size);
                 if let Some((old, old_rounded)) = self.live.insert(e.addr, (id, rounded)) {
                     self.allocated_bytes = self.allocated_bytes.saturating_sub(old_rounded);
-                    self.warn(format!(
-                        "alloc at 0x{:x} while block {old} is live there",
-                        e.addr
-                    ));
+                    self.warn(format!("alloc at 0x{:x} while block {old} is live there", e.addr));
                 }
                 self.allocated_bytes = self.allocated_bytes.saturating_add(rounded);
                 let ev = Event::Alloc {
@@ -1262,43 +1062,22 @@ impl<'p, 'a> Importer<'p, 'a> {
             Action::FreeRequested => match self.live.get(&e.addr) {
                 Some(&(id, _)) => {
                     let callsite = self.callsite(e.frames, t);
-                    self.push(
-                        t,
-                        Event::FreeRequested {
-                            id,
-                            addr: e.addr,
-                            callsite,
-                        },
-                    );
+                    self.push(t, Event::FreeRequested { id, addr: e.addr, callsite });
                 }
-                None => self.warn(format!(
-                    "free_requested of unknown address 0x{:x} (skipped)",
-                    e.addr
-                )),
+                None => self.warn(format!("free_requested of unknown address 0x{:x} (skipped)", e.addr)),
             },
             Action::FreeCompleted => match self.live.remove(&e.addr) {
                 Some((id, rounded)) => {
                     self.allocated_bytes = self.allocated_bytes.saturating_sub(rounded);
                     self.push(t, Event::FreeCompleted { id, addr: e.addr });
                 }
-                None => self.warn(format!(
-                    "free_completed of unknown address 0x{:x} (skipped)",
-                    e.addr
-                )),
+                None => self.warn(format!("free_completed of unknown address 0x{:x} (skipped)", e.addr)),
             },
             Action::SegmentAlloc => {
                 let pool = segment_pool_by_size(e.size);
                 self.segment_pool.insert(e.addr, pool);
                 self.reserved_bytes = self.reserved_bytes.saturating_add(e.size);
-                self.push(
-                    t,
-                    Event::SegmentAlloc {
-                        addr: e.addr,
-                        bytes: e.size,
-                        stream: e.stream,
-                        pool,
-                    },
-                );
+                self.push(t, Event::SegmentAlloc { addr: e.addr, bytes: e.size, stream: e.stream, pool });
             }
             Action::SegmentFree => {
                 let pool = match self.segment_pool.remove(&e.addr) {
@@ -1309,45 +1088,21 @@ impl<'p, 'a> Importer<'p, 'a> {
                     }
                 };
                 self.reserved_bytes = self.reserved_bytes.saturating_sub(e.size);
-                self.push(
-                    t,
-                    Event::SegmentFree {
-                        addr: e.addr,
-                        bytes: e.size,
-                        stream: e.stream,
-                        pool,
-                    },
-                );
+                self.push(t, Event::SegmentFree { addr: e.addr, bytes: e.size, stream: e.stream, pool });
             }
             Action::SegmentMap | Action::SegmentUnmap => {
                 let pool = self.map_pool(e);
                 let end = e.addr.saturating_add(e.size);
                 let ev = if e.action == Action::SegmentMap {
                     self.reserved_bytes = self.reserved_bytes.saturating_add(e.size);
-                    let r = Range {
-                        end,
-                        stream: e.stream,
-                        pool,
-                        expandable: true,
-                        from_trace: true,
-                    };
+                    let r = Range { end, stream: e.stream, pool, expandable: true, from_trace: true };
                     self.expandable.remove(e.addr, end);
                     self.expandable.add(e.addr, r);
-                    Event::SegmentMap {
-                        addr: e.addr,
-                        bytes: e.size,
-                        stream: e.stream,
-                        pool,
-                    }
+                    Event::SegmentMap { addr: e.addr, bytes: e.size, stream: e.stream, pool }
                 } else {
                     // Keep the unmapped range known: a later map there is the same pool.
                     self.reserved_bytes = self.reserved_bytes.saturating_sub(e.size);
-                    Event::SegmentUnmap {
-                        addr: e.addr,
-                        bytes: e.size,
-                        stream: e.stream,
-                        pool,
-                    }
+                    Event::SegmentUnmap { addr: e.addr, bytes: e.size, stream: e.stream, pool }
                 };
                 self.push(t, ev);
             }
@@ -1364,12 +1119,7 @@ impl<'p, 'a> Importer<'p, 'a> {
                 };
                 self.push(t, ev);
             }
-            Action::Snapshot => self.push(
-                t,
-                Event::Snapshot {
-                    active_bytes: e.size,
-                },
-            ),
+            Action::Snapshot => self.push(t, Event::Snapshot { active_bytes: e.size }),
             Action::Other => {
                 let name = e.unknown.unwrap_or("?");
                 self.warn(format!("unknown trace action `{name}` skipped"));
@@ -1411,13 +1161,7 @@ mod tests {
     #[test]
     fn range_set_cuts_and_finds() {
         let mut s = RangeSet::default();
-        let r = |end| Range {
-            end,
-            stream: 0,
-            pool: Pool::Large,
-            expandable: true,
-            from_trace: false,
-        };
+        let r = |end| Range { end, stream: 0, pool: Pool::Large, expandable: true, from_trace: false };
         s.add(100, r(200));
         assert_eq!(s.remove(120, 140), 20);
         assert_eq!(s.containing(110).map(|(a, _)| a), Some(100));
