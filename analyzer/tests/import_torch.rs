@@ -313,6 +313,9 @@ fn truncated_ring_buffer_is_reconstructed() {
     assert!(im.report.ring_buffer_overflowed);
     assert!(im.report.initial_live_blocks > 0 && im.report.initial_segments > 0, "{:?}", im.report);
     assert_eq!(im.report.entries, 1003 - 300);
+    // The only finding is the overflow itself: the reconstructed start agrees with every entry.
+    assert_eq!(im.report.warnings.len(), 1, "{:?}", im.report.warnings);
+    assert!(im.report.warnings[0].starts_with("ring buffer overflow: "));
     check_final_state(name, &im);
     check_times(name, &im.records);
     check_callsites(name, &im.records);
@@ -454,4 +457,16 @@ fn options_reach_the_header() {
         _ => None,
     });
     assert_eq!(limit, Some(2 << 30));
+}
+
+#[test]
+fn full_ring_buffer_counts_as_overflowed() {
+    // seed_experiments with `allocator_settings.trace_alloc_max_entries = 24` added: the trace
+    // holds exactly as many entries as the buffer, so older ones may be lost, even though
+    // nothing in the trace contradicts the final segments.
+    let im = import("seed_experiments.max24.pickle");
+    assert!(im.report.ring_buffer_overflowed);
+    assert_eq!((im.report.initial_segments, im.report.initial_live_blocks), (0, 0));
+    assert!(im.report.warnings.iter().any(|w| w.contains("trace_alloc_max_entries = 24")), "{:?}", im.report.warnings);
+    assert!(im.header.notes.iter().any(|n| n.contains("ring buffer overflowed")));
 }

@@ -461,6 +461,7 @@ impl<'a> Parser<'a> {
         Ok(id)
     }
 
+    #[inline]
     fn memo_put(&mut self, key: u64, v: Value<'a>) {
         let dense = usize::try_from(key).ok().filter(|&k| k < self.memo.len() + MEMO_DENSE_SLACK);
         let fresh = match dense {
@@ -475,6 +476,7 @@ impl<'a> Parser<'a> {
         self.memo_len += fresh as u64;
     }
 
+    #[inline]
     fn memo_get(&mut self, key: u64) -> Result<(), PickleError> {
         let dense = usize::try_from(key).ok().and_then(|k| self.memo.get(k).copied().flatten());
         let v = dense.or_else(|| self.sparse_memo.get(&key).copied());
@@ -756,26 +758,15 @@ impl<'a> Parser<'a> {
                     let target = *self.top("APPEND")?;
                     self.extend(target, &[v], "APPEND")?;
                 }
-                APPENDS | ADDITEMS => {
-                    let name = if op == APPENDS { "APPENDS" } else { "ADDITEMS" };
-                    let items = self.pop_mark(name)?;
-                    let target = *self.top(name)?;
-                    self.extend(target, &items, name)?;
-                }
+                APPENDS => self.extend_from_mark("APPENDS", false)?,
+                ADDITEMS => self.extend_from_mark("ADDITEMS", false)?,
                 SETITEM => {
                     let v = self.pop("SETITEM")?;
                     let k = self.pop("SETITEM")?;
                     let target = *self.top("SETITEM")?;
                     self.extend(target, &[k, v], "SETITEM")?;
                 }
-                SETITEMS => {
-                    let items = self.pop_mark("SETITEMS")?;
-                    if items.len() % 2 != 0 {
-                        return Err(self.corrupt("SETITEMS with an odd number of items"));
-                    }
-                    let target = *self.top("SETITEMS")?;
-                    self.extend(target, &items, "SETITEMS")?;
-                }
+                SETITEMS => self.extend_from_mark("SETITEMS", true)?,
                 PUT => {
                     let line = self.line("PUT")?;
                     let key = std::str::from_utf8(line)
@@ -797,7 +788,13 @@ impl<'a> Parser<'a> {
                 }
                 MEMOIZE => {
                     let v = *self.top("MEMOIZE")?;
-                    self.memo_put(self.memo_len, v);
+                    if self.memo_len == self.memo.len() as u64 {
+                        // Only MEMOIZE so far: the memo is dense and this appends.
+                        self.memo.push(Some(v));
+                        self.memo_len += 1;
+                    } else {
+                        self.memo_put(self.memo_len, v);
+                    }
                 }
                 GET => {
                     let line = self.line("GET")?;
@@ -809,11 +806,18 @@ impl<'a> Parser<'a> {
                 }
                 BINGET => {
                     let key = self.u8("BINGET")? as u64;
-                    self.memo_get(key)?;
+                    // The hot path of a snapshot (half its opcodes are memo gets): a dense hit.
+                    match self.memo.get(key as usize) {
+                        Some(Some(v)) => self.stack.push(*v),
+                        _ => self.memo_get(key)?,
+                    }
                 }
                 LONG_BINGET => {
                     let key = self.u32("LONG_BINGET")? as u64;
-                    self.memo_get(key)?;
+                    match self.memo.get(key as usize) {
+                        Some(Some(v)) => self.stack.push(*v),
+                        _ => self.memo_get(key)?,
+                    }
                 }
                 GLOBAL => {
                     let module = self.line("GLOBAL")?;
@@ -878,8 +882,31 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// Appends items to a list/set/object or key-value pairs to a dict.
-    fn extend(&mut self, target: Value<'a>, items: &[Value<'a>], name: &str) -> Result<(), PickleError> {
+    /// `APPENDS`, `SETITEMS`, `ADDITEMS`: moves the items above the last MARK straight into
+    /// the container just below the MARK (no intermediate vector).
+    fn extend_from_mark(&mut self, name: &str, pairs: bool) -> Result<(), PickleError> {
+        let Some(m) = self.marks.pop() else {
+            return Err(self.corrupt(format!("{name} without a MARK")));
+        };
+        let floor = self.marks.last().copied().unwrap_or(0);
+        if m == 0 || m <= floor {
+            return Err(self.corrupt(format!("{name} on an empty stack")));
+        }
+        let target = self.stack[m - 1];
+        self.check_target(target, name)?;
+        if pairs && (self.stack.len() - m) & 1 != 0 {
+            return Err(self.corrupt(format!("{name} with an odd number of items")));
+        }
+        let id = target.container_id().expect("checked a container") as usize;
+        let Some(c) = self.out.containers.get_mut(id) else {
+            return Err(self.corrupt(format!("{name} on a missing container")));
+        };
+        c.extend_from_slice(&self.stack[m..]);
+        self.stack.truncate(m);
+        Ok(())
+    }
+
+    fn check_target(&self, target: Value<'a>, name: &str) -> Result<(), PickleError> {
         let ok = matches!(
             (target, name),
             (Value::List(_), "APPEND" | "APPENDS")
@@ -887,9 +914,16 @@ impl<'a> Parser<'a> {
                 | (Value::Dict(_), "SETITEM" | "SETITEMS")
                 | (Value::Object(_), _)
         );
-        if !ok {
-            return Err(self.corrupt(format!("{name} on a {}", target.type_name())));
+        if ok {
+            Ok(())
+        } else {
+            Err(self.corrupt(format!("{name} on a {}", target.type_name())))
         }
+    }
+
+    /// Appends items to a list/set/object or key-value pairs to a dict.
+    fn extend(&mut self, target: Value<'a>, items: &[Value<'a>], name: &str) -> Result<(), PickleError> {
+        self.check_target(target, name)?;
         let id = target.container_id().expect("containers have ids") as usize;
         match self.out.containers.get_mut(id) {
             Some(c) => {

@@ -56,6 +56,7 @@ use recorder::engine::config::{
 use recorder::trace::{Event, Frame, Header, MarkKind, Pool, Record, ReleaseCause, Source, NO_CALLSITE};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::path::{Path, PathBuf};
 
 /// What to import and the facts a snapshot does not hold.
@@ -566,6 +567,50 @@ fn allocation_size(config: &AllocatorConfig, rounded: u64) -> u64 {
     }
 }
 
+/// A fast, non-cryptographic hasher (the Fx hash of rustc) for maps keyed by addresses and ids:
+/// the import hashes every entry's address, and SipHash was a tenth of its time. The final
+/// rotation moves the well-mixed high bits down, since addresses are 512-byte aligned and
+/// hashbrown picks buckets from the low bits.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(a));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut a = [0u8; 8];
+            a[..rest.len()].copy_from_slice(rest);
+            self.write_u64(u64::from_le_bytes(a) ^ ((rest.len() as u64) << 59));
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(FX_SEED);
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0.rotate_left(26)
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
 // ---------------------------------------------------------------------------------------------
 // Address ranges of reserved memory (segments and mapped pages).
 
@@ -596,7 +641,7 @@ impl RangeSet {
         let mut covered = 0;
         for (s, r) in hits {
             self.ranges.remove(&s);
-            covered += r.end.min(end) - s.max(start);
+            covered = (r.end.min(end) - s.max(start)).saturating_add(covered);
             if s < start {
                 self.ranges.insert(s, Range { end: start, ..r });
             }
@@ -627,15 +672,18 @@ struct Importer<'p, 'a> {
     origin_ns: u64,
     last_ns: u64,
     // Call sites.
-    callsite_by_container: HashMap<ContainerId, u32>,
-    callsite_by_content: HashMap<Vec<(&'p str, u32, &'p str)>, u32>,
+    callsite_by_container: FxMap<ContainerId, u32>,
+    callsite_by_content: FxMap<Vec<u32>, u32>,
+    frames: Vec<Frame>,
+    frame_by_container: FxMap<ContainerId, u32>,
+    frame_by_content: FxMap<Frame, u32>,
     next_callsite: u32,
     // Live state.
     next_id: u64,
-    live: HashMap<u64, (u64, u64)>,
+    live: FxMap<u64, (u64, u64)>,
     allocated_bytes: u64,
     reserved_bytes: u64,
-    segment_pool: HashMap<u64, Pool>,
+    segment_pool: FxMap<u64, Pool>,
     /// Expandable ranges: from the final segments, then every mapped range of the trace.
     expandable: RangeSet,
 }
@@ -688,14 +736,17 @@ impl<'p, 'a> Importer<'p, 'a> {
             out: Vec::with_capacity(snap.entries.len() + snap.annotations.len() + 64),
             origin_ns,
             last_ns: 0,
-            callsite_by_container: HashMap::new(),
-            callsite_by_content: HashMap::new(),
+            callsite_by_container: FxMap::default(),
+            callsite_by_content: FxMap::default(),
+            frames: Vec::new(),
+            frame_by_container: FxMap::default(),
+            frame_by_content: FxMap::default(),
             next_callsite: 1,
             next_id: 1,
-            live: HashMap::with_capacity(1024),
+            live: FxMap::with_capacity_and_hasher(1024, Default::default()),
             allocated_bytes: 0,
             reserved_bytes: 0,
-            segment_pool: HashMap::new(),
+            segment_pool: FxMap::default(),
             expandable,
         }
     }
@@ -735,29 +786,47 @@ impl<'p, 'a> Importer<'p, 'a> {
         if let Some(&id) = self.callsite_by_container.get(&cid) {
             return id;
         }
-        let key: Vec<(&'p str, u32, &'p str)> = items
-            .iter()
-            .map(|&f| {
-                let s = |k| pk.get(f, k).and_then(|v| pk.str(v)).unwrap_or("");
-                let line = pk.get(f, "line").and_then(|v| pk.u64(v)).unwrap_or(0).min(u32::MAX as u64) as u32;
-                (s("filename"), line, s("name"))
-            })
-            .collect();
+        // PyTorch shares frame dicts between tracebacks, so frames are interned by identity
+        // first (a few dozen distinct objects for tens of thousands of references), and a call
+        // site is the sequence of interned frame ids.
+        let key: Vec<u32> = items.iter().map(|&f| self.frame_id(f)).collect();
         let id = match self.callsite_by_content.get(&key) {
             Some(&id) => id,
             None => {
                 let id = self.next_callsite;
                 self.next_callsite += 1;
-                let frames = key
-                    .iter()
-                    .map(|&(file, line, function)| Frame { file: file.into(), line, function: function.into() })
-                    .collect();
+                let frames = key.iter().map(|&f| self.frames[f as usize].clone()).collect();
                 self.callsite_by_content.insert(key, id);
                 self.push(time_ns, Event::CallSite { id, frames });
                 id
             }
         };
         self.callsite_by_container.insert(cid, id);
+        id
+    }
+
+    /// The interned id of one frame dict (`filename`, `line`, `name`).
+    fn frame_id(&mut self, f: Value<'a>) -> u32 {
+        let pk = self.pk;
+        let cid = f.container_id();
+        if let Some(id) = cid.and_then(|c| self.frame_by_container.get(&c)) {
+            return *id;
+        }
+        let s = |k| pk.get(f, k).and_then(|v| pk.str(v)).unwrap_or("");
+        let line = pk.get(f, "line").and_then(|v| pk.u64(v)).unwrap_or(0).min(u32::MAX as u64) as u32;
+        let frame = Frame { file: s("filename").to_string(), line, function: s("name").to_string() };
+        let id = match self.frame_by_content.get(&frame) {
+            Some(&id) => id,
+            None => {
+                let id = self.frames.len() as u32;
+                self.frames.push(frame.clone());
+                self.frame_by_content.insert(frame, id);
+                id
+            }
+        };
+        if let Some(c) = cid {
+            self.frame_by_container.insert(c, id);
+        }
         id
     }
 
@@ -795,7 +864,7 @@ impl<'p, 'a> Importer<'p, 'a> {
     /// entry (see the module documentation).
     fn reconstruct_start(&mut self) -> StartState<'a> {
         let mut reserved = RangeSet::default();
-        let mut live: HashMap<u64, (BlockInfo<'a>, bool)> = HashMap::new();
+        let mut live: FxMap<u64, (BlockInfo<'a>, bool)> = FxMap::default();
         for s in &self.snap.segments {
             let r = Range {
                 end: s.addr.saturating_add(s.bytes),
@@ -869,7 +938,7 @@ impl<'p, 'a> Importer<'p, 'a> {
         let mut reserved = RangeSet::default();
         for &(addr, r) in &start.segments {
             let bytes = r.end - addr;
-            self.reserved_bytes += bytes;
+            self.reserved_bytes = self.reserved_bytes.saturating_add(bytes);
             reserved.add(addr, r);
             let ev = if r.expandable {
                 self.expandable.add(addr, r);
@@ -890,7 +959,7 @@ impl<'p, 'a> Importer<'p, 'a> {
             self.next_id += 1;
             let rounded = if b.block_bytes > 0 { b.block_bytes } else { round_size(&self.config, b.requested_bytes) };
             self.live.insert(b.addr, (id, rounded));
-            self.allocated_bytes += rounded;
+            self.allocated_bytes = self.allocated_bytes.saturating_add(rounded);
             let ev = Event::Alloc {
                 id,
                 addr: b.addr,
@@ -947,8 +1016,8 @@ impl<'p, 'a> Importer<'p, 'a> {
             let t = self.time(e.time_us);
             self.entry(e, t);
             if e.action.is_release() {
-                burst.bytes += e.size;
-                burst.segments += 1;
+                burst.bytes = burst.bytes.saturating_add(e.size);
+                burst.segments = burst.segments.saturating_add(1);
                 if !entries.get(i + 1).is_some_and(|n| n.action.is_release()) {
                     let cause = if next_is_oom[i + 1] { ReleaseCause::OomRetry } else { ReleaseCause::EmptyCache };
                     self.push(t, Event::CacheRelease { cause, bytes: burst.bytes, segments: burst.segments });
@@ -975,10 +1044,10 @@ impl<'p, 'a> Importer<'p, 'a> {
                 self.next_id += 1;
                 let rounded = round_size(&self.config, e.size);
                 if let Some((old, old_rounded)) = self.live.insert(e.addr, (id, rounded)) {
-                    self.allocated_bytes -= old_rounded;
+                    self.allocated_bytes = self.allocated_bytes.saturating_sub(old_rounded);
                     self.warn(format!("alloc at 0x{:x} while block {old} is live there", e.addr));
                 }
-                self.allocated_bytes += rounded;
+                self.allocated_bytes = self.allocated_bytes.saturating_add(rounded);
                 let ev = Event::Alloc {
                     id,
                     addr: e.addr,
@@ -999,7 +1068,7 @@ impl<'p, 'a> Importer<'p, 'a> {
             },
             Action::FreeCompleted => match self.live.remove(&e.addr) {
                 Some((id, rounded)) => {
-                    self.allocated_bytes -= rounded;
+                    self.allocated_bytes = self.allocated_bytes.saturating_sub(rounded);
                     self.push(t, Event::FreeCompleted { id, addr: e.addr });
                 }
                 None => self.warn(format!("free_completed of unknown address 0x{:x} (skipped)", e.addr)),
@@ -1007,7 +1076,7 @@ impl<'p, 'a> Importer<'p, 'a> {
             Action::SegmentAlloc => {
                 let pool = segment_pool_by_size(e.size);
                 self.segment_pool.insert(e.addr, pool);
-                self.reserved_bytes += e.size;
+                self.reserved_bytes = self.reserved_bytes.saturating_add(e.size);
                 self.push(t, Event::SegmentAlloc { addr: e.addr, bytes: e.size, stream: e.stream, pool });
             }
             Action::SegmentFree => {
@@ -1025,7 +1094,7 @@ impl<'p, 'a> Importer<'p, 'a> {
                 let pool = self.map_pool(e);
                 let end = e.addr.saturating_add(e.size);
                 let ev = if e.action == Action::SegmentMap {
-                    self.reserved_bytes += e.size;
+                    self.reserved_bytes = self.reserved_bytes.saturating_add(e.size);
                     let r = Range { end, stream: e.stream, pool, expandable: true, from_trace: true };
                     self.expandable.remove(e.addr, end);
                     self.expandable.add(e.addr, r);
