@@ -305,7 +305,11 @@ mod tests {
     fn greedy_by_size_disjoint_lifetimes_share_memory() {
         let mut l = vec![(0, 1, 100), (1, 2, 100), (2, 3, 100)];
         assert_eq!(greedy_by_size(&mut l), 100);
+        // C [2,3) overlaps A but not B [1,2): it takes B's place above A.
         let mut l = vec![(0, 3, 100), (1, 2, 100), (2, 3, 50)];
+        assert_eq!(greedy_by_size(&mut l), 200);
+        // All three overlap at time 1: no sharing.
+        let mut l = vec![(0, 3, 100), (1, 2, 100), (0, 3, 50)];
         assert_eq!(greedy_by_size(&mut l), 250);
     }
 

@@ -50,9 +50,8 @@
 //! never allocated in it.
 
 use super::pickle::{self, ContainerId, Pickle, PickleError, Value};
-use recorder::engine::config::{
-    AllocatorConfig, MIB, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE,
-};
+use recorder::engine::config::{AllocatorConfig, MIB, MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE};
+use recorder::engine::{allocation_size, round_size};
 use recorder::trace::{Event, Frame, Header, MarkKind, Pool, Record, ReleaseCause, Source, NO_CALLSITE};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -532,38 +531,6 @@ fn request_pool(size: u64) -> Pool {
         Pool::Small
     } else {
         Pool::Large
-    }
-}
-
-/// PyTorch's `round_size` (reference §1), used only to estimate `allocated_bytes` at an OOM.
-fn round_size(config: &AllocatorConfig, n: u64) -> u64 {
-    if n < MIN_BLOCK_SIZE {
-        return MIN_BLOCK_SIZE;
-    }
-    let d = config.divisions_for(n) as u64;
-    if d > 1 && n > MIN_BLOCK_SIZE * d {
-        if n.is_power_of_two() {
-            return n;
-        }
-        let f = 1u64 << (63 - n.leading_zeros());
-        let step = f >> (63 - d.leading_zeros());
-        if step == 0 {
-            return f.saturating_mul(2);
-        }
-        let lo = n & !(step - 1);
-        return if lo == n { n } else { lo.saturating_add(step) };
-    }
-    n.div_ceil(MIN_BLOCK_SIZE).saturating_mul(MIN_BLOCK_SIZE)
-}
-
-/// PyTorch's `get_allocation_size`: the segment a rounded request would ask the device for.
-fn allocation_size(config: &AllocatorConfig, rounded: u64) -> u64 {
-    if rounded <= SMALL_SIZE {
-        SMALL_BUFFER
-    } else if rounded < MIN_LARGE_ALLOC {
-        config.large_segment_size
-    } else {
-        rounded.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
     }
 }
 
@@ -1136,27 +1103,6 @@ struct StartState<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn round_size_matches_the_reference_examples() {
-        let mut c = AllocatorConfig::default();
-        assert_eq!(round_size(&c, 1), 512);
-        assert_eq!(round_size(&c, 513), 1024);
-        c.roundup_power2_divisions = [4; 16];
-        // 4500 > 512 * 4: next division of [4096, 8192) in steps of 1024.
-        assert_eq!(round_size(&c, 4500), 5120);
-        assert_eq!(round_size(&c, 1200), 1536);
-        assert_eq!(round_size(&c, 1 << 30), 1 << 30);
-    }
-
-    #[test]
-    fn allocation_sizes() {
-        let c = AllocatorConfig::default();
-        assert_eq!(allocation_size(&c, 512), SMALL_BUFFER);
-        assert_eq!(allocation_size(&c, 4 * MIB), 20 * MIB);
-        assert_eq!(allocation_size(&c, 1 << 30), 1 << 30);
-        assert_eq!(allocation_size(&c, 11 * MIB), 12 * MIB);
-    }
 
     #[test]
     fn range_set_cuts_and_finds() {
