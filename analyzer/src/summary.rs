@@ -2,8 +2,8 @@
 //! calls, and the peaks of reserved, requested and allocated bytes with when they happened.
 
 use recorder::trace::{Event, Record, EVENT_KIND_NAMES, NUM_EVENT_KINDS};
+use rustc_hash::FxHashMap;
 use serde::Serialize;
-use std::collections::HashMap;
 
 /// A peak and the moment it was first reached.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
@@ -32,12 +32,11 @@ pub struct SummaryFold {
     reserved: u64,
     requested: u64,
     allocated: u64,
-    /// Live blocks: id -> (requested, block) bytes.
-    live: HashMap<u64, (u64, u64)>,
-    /// Blocks freed but not yet completed: id -> requested bytes.
-    pending: HashMap<u64, u64>,
+    /// Blocks not yet completely freed: id -> (requested bytes, block bytes, free requested).
+    live: FxHashMap<u64, (u64, u64, bool)>,
     block_sizes_known: bool,
     any_alloc: bool,
+    live_blocks: u64,
     peak_reserved: Peak,
     peak_requested: Peak,
     peak_allocated: Peak,
@@ -85,33 +84,32 @@ impl SummaryFold {
                 if *block_bytes == 0 {
                     self.block_sizes_known = false;
                 }
-                self.live.insert(*id, (*requested_bytes, *block_bytes));
+                self.live.insert(*id, (*requested_bytes, *block_bytes, false));
                 self.requested += requested_bytes;
                 self.allocated += block_bytes;
+                self.live_blocks += 1;
                 self.peak_requested.offer(self.requested, index, t);
                 self.peak_allocated.offer(self.allocated, index, t);
             }
-            Event::FreeRequested { id, .. } => match self.live.remove(id) {
-                Some((req, block)) => {
-                    self.allocated -= block;
-                    self.pending.insert(*id, req);
+            Event::FreeRequested { id, .. } => match self.live.get_mut(id) {
+                Some((_, block, pending @ false)) => {
+                    *pending = true;
+                    self.allocated -= *block;
+                    self.live_blocks -= 1;
+                }
+                _ => self.anomalies += 1,
+            },
+            Event::FreeCompleted { id, .. } => match self.live.remove(id) {
+                Some((req, block, pending)) => {
+                    // A completion without a request: the source freed in one step.
+                    if !pending {
+                        self.allocated -= block;
+                        self.live_blocks -= 1;
+                    }
+                    self.requested -= req;
                 }
                 None => self.anomalies += 1,
             },
-            Event::FreeCompleted { id, .. } => {
-                // A completion without a request is a free the source reported in one step.
-                let req = match self.pending.remove(id) {
-                    Some(req) => Some(req),
-                    None => self.live.remove(id).map(|(req, block)| {
-                        self.allocated -= block;
-                        req
-                    }),
-                };
-                match req {
-                    Some(req) => self.requested -= req,
-                    None => self.anomalies += 1,
-                }
-            }
             Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
                 self.reserved += bytes;
                 self.peak_reserved.offer(self.reserved, index, t);
@@ -149,7 +147,7 @@ impl SummaryFold {
             peak_requested: self.peak_requested,
             peak_allocated: (self.block_sizes_known && self.any_alloc).then_some(self.peak_allocated),
             end_reserved_bytes: self.reserved,
-            end_live_blocks: self.live.len() as u64,
+            end_live_blocks: self.live_blocks,
             end_requested_bytes: self.requested,
             dropped_events: self.dropped_events,
             anomalies: self.anomalies,

@@ -41,6 +41,9 @@
 //!   the number of events the writer had to drop. A trace without a trailer was cut short
 //!   (a killed process): readers analyze every complete chunk and report it as truncated.
 //!
+//! The reader decodes records with a specialised decoder of the same bytes (`decode.rs`),
+//! checked against bincode's own by property tests.
+//!
 //! ## Delta transform (applied per chunk before bincode, undone after decoding)
 //! bincode's varint writes values below 251 in one byte, below 2^16 in three, below 2^32 in
 //! five. Events of an allocator trace are close to their predecessors, so fields are stored as
@@ -69,6 +72,7 @@
 //! the golden-bytes test `golden_bytes_are_stable` pins the encoding. Any change that alters
 //! existing bytes must bump [`FORMAT_VERSION`].
 
+mod decode;
 mod event;
 mod header;
 
@@ -170,13 +174,13 @@ struct DeltaState {
     stream: u64,
 }
 
-#[inline]
+#[inline(always)]
 fn enc(prev: &mut u64, v: &mut u64) {
     let cur = *v;
     *v = zigzag(cur.wrapping_sub(*prev) as i64);
     *prev = cur;
 }
-#[inline]
+#[inline(always)]
 fn dec(prev: &mut u64, v: &mut u64) {
     let cur = prev.wrapping_add(unzigzag(*v) as u64);
     *v = cur;
@@ -184,9 +188,10 @@ fn dec(prev: &mut u64, v: &mut u64) {
 }
 
 impl DeltaState {
-    /// Rewrites `r` in place to its stored (encode) or real (decode) form.
-    fn apply(&mut self, r: &mut Record, encode: bool) {
-        let f = if encode { enc } else { dec };
+    /// Rewrites `r` in place to its stored (`ENCODE`) or real (decode) form.
+    #[inline]
+    fn apply<const ENCODE: bool>(&mut self, r: &mut Record) {
+        let f = if ENCODE { enc } else { dec };
         f(&mut self.time, &mut r.time_ns);
         match &mut r.event {
             Event::Alloc { id, addr, requested_bytes, block_bytes, stream, .. } => {
@@ -285,7 +290,7 @@ impl<W: Write> TraceWriter<W> {
     /// Appends one record.
     pub fn write(&mut self, record: &Record) -> Result<(), TraceError> {
         let mut r = record.clone();
-        self.delta.apply(&mut r, true);
+        self.delta.apply::<true>(&mut r);
         bincode::encode_into_std_write(&r, &mut self.body, cfg()).map_err(|e| TraceError::Encode(e.to_string()))?;
         self.count += 1;
         if self.count as usize >= CHUNK_EVENTS || self.body.len() as u64 >= MAX_CHUNK_RAW_BYTES / 2 {
@@ -631,16 +636,14 @@ impl<R: Read> TraceReader<R> {
         }
         out.reserve(count.min(CHUNK_EVENTS as u64 * 4) as usize);
         let mut delta = DeltaState::default();
-        let mut pos = 0usize;
+        let mut dec = decode::Decoder::new(raw);
         for i in 0..count {
-            let (mut r, n): (Record, usize) = bincode::decode_from_slice(&raw[pos..], cfg())
-                .map_err(|e| corrupt(format!("event {i} of the chunk does not decode: {e}")))?;
-            delta.apply(&mut r, false);
-            pos += n;
+            let mut r = dec.record().map_err(|e| corrupt(format!("event {i} of the chunk does not decode: {e}")))?;
+            delta.apply::<false>(&mut r);
             out.push(r);
         }
-        if pos != raw.len() {
-            return Err(corrupt(format!("{} bytes left over after {count} events", raw.len() - pos)));
+        if dec.pos != raw.len() {
+            return Err(corrupt(format!("{} bytes left over after {count} events", raw.len() - dec.pos)));
         }
         Ok(())
     }

@@ -196,9 +196,16 @@ fn truncated_trace_keeps_flushed_chunks() {
 }
 
 fn arb_event() -> impl Strategy<Value = Event> {
-    let pool = prop_oneof![Just(Pool::Small), Just(Pool::Large)];
+    prop_oneof![arb_event_a(), arb_event_b()]
+}
+
+fn arb_pool() -> impl Strategy<Value = Pool> {
+    prop_oneof![Just(Pool::Small), Just(Pool::Large)]
+}
+
+fn arb_event_a() -> impl Strategy<Value = Event> {
     prop_oneof![
-        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), pool.clone(), any::<u32>()).prop_map(
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), arb_pool(), any::<u32>()).prop_map(
             |(id, addr, requested_bytes, block_bytes, stream, pool, callsite)| Event::Alloc {
                 id,
                 addr,
@@ -215,19 +222,52 @@ fn arb_event() -> impl Strategy<Value = Event> {
             callsite
         }),
         (any::<u64>(), any::<u64>()).prop_map(|(id, addr)| Event::FreeCompleted { id, addr }),
-        (any::<u64>(), any::<u64>(), any::<u64>(), pool).prop_map(|(addr, bytes, stream, pool)| Event::SegmentMap {
+        (0..4u8, any::<u64>(), any::<u64>(), any::<u64>(), arb_pool()).prop_map(
+            |(k, addr, bytes, stream, pool)| match k {
+                0 => Event::SegmentAlloc { addr, bytes, stream, pool },
+                1 => Event::SegmentFree { addr, bytes, stream, pool },
+                2 => Event::SegmentMap { addr, bytes, stream, pool },
+                _ => Event::SegmentUnmap { addr, bytes, stream, pool },
+            }
+        ),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(addr, bytes, remainder_bytes)| Event::Split {
             addr,
             bytes,
-            stream,
-            pool
+            remainder_bytes
         }),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(addr, absorbed_addr, bytes)| Event::Merge {
             addr,
             absorbed_addr,
             bytes
         }),
-        ".{0,40}".prop_map(|text| Event::Mark { kind: MarkKind::Phase, text }),
-        (any::<u32>(), proptest::collection::vec(("[a-z/.]{0,20}", any::<u32>(), "[a-z_]{0,12}"), 0..4)).prop_map(
+    ]
+}
+
+fn arb_event_b() -> impl Strategy<Value = Event> {
+    let cause = prop_oneof![
+        Just(ReleaseCause::EmptyCache),
+        Just(ReleaseCause::OomRetry),
+        Just(ReleaseCause::GarbageCollection),
+        Just(ReleaseCause::Oversize)
+    ];
+    let mark = prop_oneof![Just(MarkKind::Phase), Just(MarkKind::Iteration), Just(MarkKind::Annotation)];
+    prop_oneof![
+        (cause, any::<u64>(), any::<u32>()).prop_map(|(cause, bytes, segments)| Event::CacheRelease {
+            cause,
+            bytes,
+            segments
+        }),
+        proptest::array::uniform7(any::<u64>()).prop_map(|v| Event::Oom {
+            requested_bytes: v[0],
+            alloc_bytes: v[1],
+            device_free_bytes: v[2],
+            reserved_bytes: v[3],
+            allocated_bytes: v[4],
+            limit_bytes: v[5],
+            stream: v[6]
+        }),
+        (mark, ".{0,40}").prop_map(|(kind, text)| Event::Mark { kind, text }),
+        (any::<u32>(), proptest::collection::vec((".{0,20}", any::<u32>(), "[a-z_]{0,12}"), 0..4)).prop_map(
             |(id, fr)| {
                 Event::CallSite {
                     id,
@@ -235,6 +275,10 @@ fn arb_event() -> impl Strategy<Value = Event> {
                 }
             }
         ),
+        any::<u64>().prop_map(|active_bytes| Event::Snapshot { active_bytes }),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(free_bytes, total_bytes)| Event::DeviceMemInfo { free_bytes, total_bytes }),
+        any::<u64>().prop_map(|events| Event::Dropped { events }),
     ]
 }
 
@@ -248,6 +292,27 @@ proptest! {
         let (got, end) = read(&bytes).unwrap();
         prop_assert_eq!(got, recs);
         prop_assert!(!end.is_partial());
+    }
+
+    #[test]
+    fn fast_decoder_agrees_with_bincode(evs in proptest::collection::vec((any::<u64>(), arb_event()), 1..50)) {
+        let mut bytes = Vec::new();
+        let recs: Vec<Record> = evs.into_iter().map(|(time_ns, event)| Record { time_ns, event }).collect();
+        for r in &recs {
+            bincode::encode_into_std_write(r, &mut bytes, cfg()).unwrap();
+        }
+        let mut dec = decode::Decoder::new(&bytes);
+        for r in &recs {
+            prop_assert_eq!(&dec.record().unwrap(), r);
+        }
+        prop_assert_eq!(dec.pos, bytes.len());
+        // Any truncation is an error, never a panic.
+        for cut in 0..bytes.len() {
+            let mut dec = decode::Decoder::new(&bytes[..cut]);
+            let mut ok = 0;
+            while dec.record().is_ok() { ok += 1; }
+            prop_assert!(ok <= recs.len());
+        }
     }
 
     #[test]
