@@ -1,16 +1,18 @@
 //! Opening and streaming a trace file: errors that name the file, a progress bar on a terminal,
-//! and decoding on a second thread so that analyses fold records while the next chunk decodes.
+//! and decoding on worker threads (chunks are independent) while analyses fold records in order.
 //!
 //! Memory is bounded by a few chunks whatever the trace's size.
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use recorder::trace::{Header, Record, TraceEnd, TraceError, TraceReader};
+use recorder::trace::{ChunkDecoder, Header, RawChunk, Record, TraceEnd, TraceError, TraceReader};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{channel, sync_channel};
+use std::sync::{Arc, Mutex};
 
 /// What a complete scan of a trace saw, besides what the fold computed.
 #[derive(Debug, Clone)]
@@ -84,6 +86,10 @@ pub fn scan(path: &Path, mut fold: impl FnMut(u64, &Record)) -> Result<Scanned> 
 }
 
 /// Like [`scan`], one decoded chunk at a time (`first` = index of its first record).
+///
+/// A reader thread reads and checksums frames; chunks are independent, so a pool of workers
+/// (one per core) decompresses and decodes them; this thread folds them in order. In flight
+/// are at most a few chunks per worker, so memory stays bounded whatever the trace's size.
 pub fn scan_chunks(path: &Path, mut fold: impl FnMut(u64, &[Record])) -> Result<Scanned> {
     let file = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -92,32 +98,131 @@ pub fn scan_chunks(path: &Path, mut fold: impl FnMut(u64, &[Record])) -> Result<
     let mut reader = TraceReader::new(input).map_err(|e| open_error(path, e))?;
     let header = reader.header().clone();
     let bar = byte_progress(total, "reading");
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Record>>(3);
-    let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<Record>>();
+    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
+    let (work_tx, work_rx) = sync_channel::<(u64, RawChunk)>(workers);
+    let work_rx = Mutex::new(work_rx);
+    let (done_tx, done_rx) = sync_channel::<(u64, Result<Vec<Record>, TraceError>)>(workers);
+    let (recycle_tx, recycle_rx) = channel::<Vec<Record>>();
+    let recycle_rx = Mutex::new(recycle_rx);
+    let stop = AtomicBool::new(false);
     let (events, end) = std::thread::scope(|s| {
-        let decoder = s.spawn(move || {
-            loop {
-                let mut buf = back_rx.try_recv().unwrap_or_default();
-                if !reader.next_chunk(&mut buf) {
+        let reader_thread = s.spawn(|| {
+            let mut seq = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let Some(chunk) = reader.next_raw_chunk() else { break };
+                if work_tx.send((seq, chunk)).is_err() {
                     break;
                 }
-                if tx.send(buf).is_err() {
-                    break;
-                }
+                seq += 1;
             }
+            drop(work_tx);
             reader.end().clone()
         });
-        let mut events = 0u64;
-        for chunk in rx {
-            fold(events, &chunk);
-            events += chunk.len() as u64;
-            bar.set_position(count.load(Ordering::Relaxed));
-            let _ = back_tx.send(chunk);
+        for _ in 0..workers {
+            let done_tx = done_tx.clone();
+            let (work_rx, recycle_rx) = (&work_rx, &recycle_rx);
+            s.spawn(move || {
+                let mut decoder = ChunkDecoder::default();
+                loop {
+                    let job = match work_rx.lock() {
+                        Ok(rx) => rx.recv(),
+                        Err(_) => break,
+                    };
+                    let Ok((seq, chunk)) = job else { break };
+                    let mut buf = recycle_rx.lock().ok().and_then(|rx| rx.try_recv().ok()).unwrap_or_default();
+                    buf.clear();
+                    let result = decoder.decode(&chunk, &mut buf).map(|()| buf);
+                    if done_tx.send((seq, result)).is_err() {
+                        break;
+                    }
+                }
+            });
         }
-        let end =
-            decoder.join().unwrap_or_else(|_| TraceEnd::Corrupt { offset: 0, reason: "decoder thread failed".into() });
+        drop(done_tx);
+        // Fold in order; after the first damaged chunk, drain without folding.
+        let mut waiting: BTreeMap<u64, Result<Vec<Record>, TraceError>> = BTreeMap::new();
+        let (mut next, mut events) = (0u64, 0u64);
+        let mut failure: Option<TraceError> = None;
+        for (seq, result) in done_rx {
+            waiting.insert(seq, result);
+            while let Some(result) = waiting.remove(&next) {
+                next += 1;
+                match result {
+                    Ok(chunk) if failure.is_none() => {
+                        fold(events, &chunk);
+                        events += chunk.len() as u64;
+                        bar.set_position(count.load(Ordering::Relaxed));
+                        let _ = recycle_tx.send(chunk);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        if failure.is_none() {
+                            failure = Some(e);
+                            stop.store(true, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+        }
+        let read_end = reader_thread
+            .join()
+            .unwrap_or_else(|_| TraceEnd::Corrupt { offset: 0, reason: "reader thread failed".into() });
+        let end = match failure {
+            Some(e) => recorder::trace::end_of(e, 0),
+            None => read_end,
+        };
         (events, end)
     });
     bar.finish_and_clear();
     Ok(Scanned { path: path.to_path_buf(), header, events, end })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recorder::trace::{Event, Source, TraceWriter};
+
+    /// 50 chunks of 100 events; returns the file and the offsets where each chunk frame starts.
+    fn many_chunks(name: &str) -> (PathBuf, Vec<u64>) {
+        let path = std::env::temp_dir().join(format!("alloctrace-scan-{}-{name}.atrace", std::process::id()));
+        let mut w = TraceWriter::create(&path, &Header::new(Source::Simulated)).unwrap();
+        let mut offsets = Vec::new();
+        for i in 0..5000u64 {
+            if i % 100 == 0 {
+                offsets.push(w.bytes_written());
+            }
+            w.write(&Record { time_ns: i, event: Event::Snapshot { active_bytes: i } }).unwrap();
+            if i % 100 == 99 {
+                w.flush().unwrap();
+            }
+        }
+        w.finish().unwrap();
+        (path, offsets)
+    }
+
+    #[test]
+    fn parallel_scan_folds_in_order() {
+        let (path, _) = many_chunks("order");
+        let mut seen = Vec::new();
+        let s = scan(&path, |i, r| seen.push((i, r.time_ns))).unwrap();
+        assert_eq!(s.events, 5000);
+        assert!(matches!(s.end, TraceEnd::Complete { .. }));
+        assert!(seen.iter().enumerate().all(|(k, &(i, t))| i == k as u64 && t == k as u64));
+        std::fs::remove_file(path).ok();
+    }
+
+    #[test]
+    fn parallel_scan_stops_at_a_damaged_chunk() {
+        let (path, offsets) = many_chunks("damage");
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = offsets[20] as usize;
+        bytes[at + 20] ^= 0x55; // inside chunk 20's payload
+        std::fs::write(&path, &bytes).unwrap();
+        let mut last = None;
+        let s = scan(&path, |i, _| last = Some(i)).unwrap();
+        assert_eq!(s.events, 2000, "the 20 chunks before the damage");
+        assert_eq!(last, Some(1999));
+        assert_eq!(s.end, TraceEnd::Corrupt { offset: at as u64, reason: "frame checksum mismatch".into() });
+        std::fs::remove_file(path).ok();
+    }
 }

@@ -405,10 +405,9 @@ pub struct TraceReader<R: Read> {
     events_read: u64,
     chunks_read: u64,
     payload: Vec<u8>,
-    raw: Vec<u8>,
+    decoder: ChunkDecoder,
     /// Decoded records of the current chunk, in reverse order (popped from the back).
     pending: Vec<Record>,
-    zstd: Option<zstd::bulk::Decompressor<'static>>,
 }
 
 impl TraceReader<BufReader<File>> {
@@ -446,9 +445,8 @@ impl<R: Read> TraceReader<R> {
             events_read: 0,
             chunks_read: 0,
             payload: Vec::new(),
-            raw: Vec::new(),
+            decoder: ChunkDecoder::default(),
             pending: Vec::new(),
-            zstd: None,
         };
         match r.read_frame()? {
             FrameRead::Frame(KIND_HEADER, at) => {
@@ -534,25 +532,42 @@ impl<R: Read> TraceReader<R> {
     /// or at the first damage; see [`TraceReader::end`].
     pub fn next_chunk(&mut self, out: &mut Vec<Record>) -> bool {
         out.clear();
-        if self.end != TraceEnd::Reading {
-            return false;
-        }
-        match self.next_chunk_inner(out) {
-            Ok(true) => true,
-            Ok(false) => false,
-            Err(e) => {
+        loop {
+            let Some(raw) = self.next_raw_chunk() else { return false };
+            if let Err(e) = self.decoder.decode(&raw, out) {
                 out.clear();
-                self.end = match e {
-                    TraceError::Truncated { offset, reason } => TraceEnd::Truncated { offset, reason },
-                    TraceError::Corrupt { offset, reason } => TraceEnd::Corrupt { offset, reason },
-                    other => TraceEnd::Truncated { offset: self.offset, reason: other.to_string() },
-                };
-                false
+                self.fail(e);
+                return false;
+            }
+            if !out.is_empty() {
+                return true;
             }
         }
     }
 
-    fn next_chunk_inner(&mut self, out: &mut Vec<Record>) -> Result<bool, TraceError> {
+    /// Records `e` as the end of the read.
+    pub fn fail(&mut self, e: TraceError) {
+        self.end = end_of(e, self.offset);
+    }
+
+    /// Reads the next chunk frame, checksummed but not decoded, so that chunks can be decoded
+    /// on other threads ([`ChunkDecoder`]). Returns `None` at the trailer or at the first damage
+    /// of the framing; see [`TraceReader::end`]. (A chunk that later fails to decode is damage
+    /// too: the caller stops there.)
+    pub fn next_raw_chunk(&mut self) -> Option<RawChunk> {
+        if self.end != TraceEnd::Reading {
+            return None;
+        }
+        match self.next_raw_inner() {
+            Ok(c) => c,
+            Err(e) => {
+                self.fail(e);
+                None
+            }
+        }
+    }
+
+    fn next_raw_inner(&mut self) -> Result<Option<RawChunk>, TraceError> {
         loop {
             let (kind, at) = match self.read_frame()? {
                 FrameRead::Eof => {
@@ -565,13 +580,13 @@ impl<R: Read> TraceReader<R> {
             };
             match kind {
                 KIND_CHUNK => {
-                    self.decode_chunk(at, out)?;
+                    let (count, _) = chunk_head(at, &self.payload)?;
                     self.chunks_read += 1;
-                    self.events_read += out.len() as u64;
-                    if out.is_empty() {
+                    self.events_read += count;
+                    if count == 0 {
                         continue;
                     }
-                    return Ok(true);
+                    return Ok(Some(RawChunk { offset: at, count, payload: std::mem::take(&mut self.payload) }));
                 }
                 KIND_TRAILER => {
                     let (t, _) = bincode::decode_from_slice::<Trailer, _>(&self.payload, cfg())
@@ -586,22 +601,67 @@ impl<R: Read> TraceReader<R> {
                         });
                     }
                     self.end = TraceEnd::Complete { trailer: t };
-                    return Ok(false);
+                    return Ok(None);
                 }
                 _ => return Err(TraceError::Corrupt { offset: at, reason: "a second header frame".into() }),
             }
         }
     }
 
-    fn decode_chunk(&mut self, at: u64, out: &mut Vec<Record>) -> Result<(), TraceError> {
-        let corrupt = |reason: String| TraceError::Corrupt { offset: at, reason };
-        let p = &self.payload;
-        if p.is_empty() {
-            return Err(corrupt("empty chunk".into()));
+    /// Reads the remaining records into a vector (tests and small traces).
+    pub fn read_all(&mut self) -> Vec<Record> {
+        let mut all = Vec::new();
+        let mut chunk = Vec::new();
+        while self.next_chunk(&mut chunk) {
+            all.append(&mut chunk);
         }
+        all
+    }
+}
+
+/// The end state for a read that stopped with `e` at `offset`.
+pub fn end_of(e: TraceError, offset: u64) -> TraceEnd {
+    match e {
+        TraceError::Truncated { offset, reason } => TraceEnd::Truncated { offset, reason },
+        TraceError::Corrupt { offset, reason } => TraceEnd::Corrupt { offset, reason },
+        other => TraceEnd::Truncated { offset, reason: other.to_string() },
+    }
+}
+
+/// A chunk frame, checksummed, not yet decoded.
+#[derive(Debug)]
+pub struct RawChunk {
+    /// Byte offset of the frame in the file.
+    pub offset: u64,
+    /// Events in the chunk, as its head says.
+    pub count: u64,
+    payload: Vec<u8>,
+}
+
+/// Parses a chunk's head: (event count, bytes of the count after the codec byte).
+fn chunk_head(at: u64, p: &[u8]) -> Result<(u64, usize), TraceError> {
+    if p.is_empty() {
+        return Err(TraceError::Corrupt { offset: at, reason: "empty chunk".into() });
+    }
+    bincode::decode_from_slice(&p[1..], config::standard())
+        .map_err(|e| TraceError::Corrupt { offset: at, reason: format!("chunk count: {e}") })
+}
+
+/// Decodes chunks into records, keeping its buffers between chunks. One per thread.
+#[derive(Default)]
+pub struct ChunkDecoder {
+    zstd: Option<zstd::bulk::Decompressor<'static>>,
+    raw: Vec<u8>,
+}
+
+impl ChunkDecoder {
+    /// Decodes `chunk`, appending its records to `out`.
+    pub fn decode(&mut self, chunk: &RawChunk, out: &mut Vec<Record>) -> Result<(), TraceError> {
+        let at = chunk.offset;
+        let corrupt = |reason: String| TraceError::Corrupt { offset: at, reason };
+        let p = &chunk.payload;
+        let (count, n1) = chunk_head(at, p)?;
         let codec = p[0];
-        let (count, n1): (u64, usize) = bincode::decode_from_slice(&p[1..], config::standard())
-            .map_err(|e| corrupt(format!("chunk count: {e}")))?;
         let (raw_len, n2): (u64, usize) = bincode::decode_from_slice(&p[1 + n1..], config::standard())
             .map_err(|e| corrupt(format!("chunk length: {e}")))?;
         if raw_len > MAX_CHUNK_RAW_BYTES {
@@ -646,16 +706,6 @@ impl<R: Read> TraceReader<R> {
             return Err(corrupt(format!("{} bytes left over after {count} events", raw.len() - dec.pos)));
         }
         Ok(())
-    }
-
-    /// Reads the remaining records into a vector (tests and small traces).
-    pub fn read_all(&mut self) -> Vec<Record> {
-        let mut all = Vec::new();
-        let mut chunk = Vec::new();
-        while self.next_chunk(&mut chunk) {
-            all.append(&mut chunk);
-        }
-        all
     }
 }
 
