@@ -63,8 +63,20 @@ fn open_error(path: &Path, e: TraceError) -> anyhow::Error {
     }
 }
 
+/// Whether scans draw their own progress bar (commands that run many scans draw one of their
+/// own instead).
+static SCAN_PROGRESS: AtomicBool = AtomicBool::new(true);
+
+/// Turns the per-scan progress bars on or off.
+pub fn set_scan_progress(on: bool) {
+    SCAN_PROGRESS.store(on, Ordering::Relaxed);
+}
+
 /// A progress bar over `total` bytes, drawn only when stderr is a terminal.
 pub fn byte_progress(total: u64, what: &str) -> ProgressBar {
+    if !SCAN_PROGRESS.load(Ordering::Relaxed) {
+        return ProgressBar::hidden();
+    }
     let bar = ProgressBar::new(total);
     bar.set_style(
         ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})")

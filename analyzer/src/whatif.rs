@@ -131,9 +131,17 @@ pub fn fragmentation(allocated: u64, reserved: u64) -> f64 {
 }
 
 /// Smallest capacity (to [`CAPACITY_RESOLUTION`]) at which `config` completes the trace.
-pub fn min_capacity(path: &Path, config: &AllocatorConfig, lower: u64, upper: u64) -> Result<u64> {
+/// `probed` is called after each replay (for progress).
+pub fn min_capacity(
+    path: &Path,
+    config: &AllocatorConfig,
+    lower: u64,
+    upper: u64,
+    probed: &(dyn Fn() + Sync),
+) -> Result<u64> {
     let r = CAPACITY_RESOLUTION;
     let completes = |cap: u64| -> Result<bool> {
+        probed();
         let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: Some(cap), ..Default::default() };
         Ok(!replay_file(path, &o)?.is_oom())
     };
@@ -153,6 +161,26 @@ pub fn min_capacity(path: &Path, config: &AllocatorConfig, lower: u64, upper: u6
 
 pub fn whatif(path: &Path, opts: &WhatifOptions) -> Result<Whatif> {
     let header = tracefile::open(path)?.header().clone();
+    // One bar for the whole comparison instead of one per replay.
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("what-if {spinner} {pos} replays ({elapsed})")
+            .expect("static template"),
+    );
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    tracefile::set_scan_progress(false);
+    let result = whatif_inner(path, opts, &header, &bar);
+    tracefile::set_scan_progress(true);
+    bar.finish_and_clear();
+    result
+}
+
+fn whatif_inner(
+    path: &Path,
+    opts: &WhatifOptions,
+    header: &recorder::trace::Header,
+    bar: &indicatif::ProgressBar,
+) -> Result<Whatif> {
     let bounds = bounds(path, &header.config)?;
     let list = policies(&header.config, opts.capacity_bytes.is_some());
     let rows: Result<Vec<PolicyRow>> = list
@@ -165,6 +193,7 @@ pub fn whatif(path: &Path, opts: &WhatifOptions) -> Result<Whatif> {
                 ..Default::default()
             };
             let r = replay_file(path, &at_cap)?;
+            bar.inc(1);
             let min = if opts.search_capacity {
                 let unlimited = if opts.capacity_bytes.is_none() {
                     r.clone()
@@ -179,6 +208,7 @@ pub fn whatif(path: &Path, opts: &WhatifOptions) -> Result<Whatif> {
                     config,
                     bounds.live_requested_peak_bytes,
                     unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
+                    &|| bar.inc(1),
                 )?)
             } else {
                 None
