@@ -179,8 +179,8 @@ impl<D: Device, S: Sink> Engine<D, S> {
         if gc {
             sets.gc_calls += 1;
         }
-        let mut it = sets.free.range((stream, rounded, 0, 0)..);
-        let mut key = *it.next()?;
+        let mut it = sets.free.at_least(stream, rounded);
+        let mut key = it.next()?;
         if key.0 != stream {
             return None;
         }
@@ -197,7 +197,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
                 {
                     break;
                 }
-                key = *next;
+                key = next;
             }
         }
         let size = key.1;
