@@ -53,7 +53,7 @@ impl Entry {
 /// The free blocks of one (pool, stream).
 #[derive(Debug)]
 struct Bins {
-    classes: Box<[Vec<Entry>]>,
+    classes: [Vec<Entry>; CLASSES],
     /// Bit `g` set: group `g` has a non-empty class.
     groups: u64,
     /// Bit `s` of `subs[g]` set: class `g * SUBS + s` is non-empty.
@@ -62,8 +62,8 @@ struct Bins {
 }
 
 impl Bins {
-    fn new() -> Bins {
-        Bins { classes: (0..CLASSES).map(|_| Vec::new()).collect(), groups: 0, subs: [0; GROUPS], len: 0 }
+    fn new() -> Box<Bins> {
+        Box::new(Bins { classes: std::array::from_fn(|_| Vec::new()), groups: 0, subs: [0; GROUPS], len: 0 })
     }
 
     /// The first non-empty class at or after `class`.
@@ -163,15 +163,15 @@ impl Iterator for Iter<'_> {
 /// that order, as the `BTreeSet` it replaces did.
 #[derive(Debug, Default)]
 pub(crate) struct FreeSet {
-    /// Sorted by stream.
-    streams: Vec<(u64, Bins)>,
+    /// Sorted by stream. Boxed: a `Bins` is 23 KiB, and one pointer leads to a class's `Vec`.
+    streams: Vec<(u64, Box<Bins>)>,
 }
 
 impl FreeSet {
     #[inline]
     fn bins(&self, stream: u64) -> Option<&Bins> {
         // Streams are few: a linear scan beats a binary search.
-        self.streams.iter().find(|s| s.0 == stream).map(|s| &s.1)
+        self.streams.iter().find(|s| s.0 == stream).map(|s| &*s.1)
     }
 
     #[inline]
