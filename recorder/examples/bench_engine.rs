@@ -1,6 +1,7 @@
 //! Engine throughput: a replay-like loop (random sizes, a window of live allocations) and a
 //! cached alloc+free pair, with a null sink and with a `Vec<Event>` sink.
-//! `cargo run --release -p alloctrace-recorder --example bench_engine`
+//! `cargo run --release -p alloctrace-recorder --example bench_engine [replay|pair] [scale]`
+//! (an optional section and a divisor of the iteration counts, for profiling one part).
 
 use recorder::device::SimDevice;
 use recorder::engine::config::AllocatorConfig;
@@ -81,8 +82,13 @@ fn pair_ns<S: Sink>(sink: S, iters: u64, clear: impl Fn(&mut S)) -> f64 {
 }
 
 fn main() {
-    let ops = 5_000_000;
+    let section = std::env::args().nth(1).unwrap_or_default();
+    let scale: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let ops = 5_000_000 / scale;
     for conf in ["", "expandable_segments:True", "max_split_size_mb:64"] {
+        if !"replay".contains(section.as_str()) {
+            break;
+        }
         let null = replay_loop(NullSink, conf, ops, |_| {});
         let vec = replay_loop(Vec::<Event>::with_capacity(1 << 18), conf, ops, |v| v.clear());
         println!(
@@ -92,7 +98,10 @@ fn main() {
             vec / 1e6
         );
     }
-    let n = 20_000_000;
+    if !"pair".contains(section.as_str()) {
+        return;
+    }
+    let n = 20_000_000 / scale as u64;
     println!("cached alloc+free pair: {:.1} ns (NullSink)", pair_ns(NullSink, n, |_| {}));
     println!(
         "cached alloc+free pair: {:.1} ns (Vec sink)",

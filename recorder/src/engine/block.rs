@@ -6,6 +6,7 @@
 //! ```
 //! Blocks refer to each other by arena index (`u32`, [`NIL`] = none); a freed slot is reused.
 
+use super::freeset::FreeSet;
 use crate::trace::Pool;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -130,7 +131,7 @@ impl std::ops::IndexMut<u32> for Arena {
 /// The two pools' sets.
 #[derive(Default, Debug)]
 pub(crate) struct PoolSets {
-    pub free: BTreeSet<FreeKey>,
+    pub free: FreeSet,
     pub unmapped: BTreeSet<UnmappedKey>,
     /// `get_free_blocks_call_count`, counted only while garbage collection is on.
     pub gc_calls: u64,

@@ -13,6 +13,7 @@
 mod block;
 pub mod config;
 mod core;
+mod freeset;
 mod release;
 mod rounding;
 mod stats;

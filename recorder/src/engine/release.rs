@@ -34,7 +34,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         self.synchronize_and_free_events();
         let mut released = Released::default();
         for pool in [Pool::Large, Pool::Small] {
-            let keys: Vec<_> = self.pools[pool_index(pool)].free.iter().copied().collect();
+            let keys: Vec<_> = self.pools[pool_index(pool)].free.iter().collect();
             let mut to_unmap = Vec::new();
             for (_, _, _, idx) in keys {
                 let b = &self.blocks[idx];
@@ -67,7 +67,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         };
         let key_size = rounded.max(msplit);
         let sets = &self.pools[pool_index(pool)];
-        let hit = sets.free.range((stream, key_size, 0, 0)..).next().copied();
+        let hit = sets.free.at_least(stream, key_size).next();
         let single = hit.filter(|k| k.0 == stream && !self.blocks[k.3].is_expandable());
         let mut released = Released::default();
         let ok = if let Some(k) = single {
@@ -83,7 +83,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         } else {
             let mut victims = Vec::new();
             let mut total = 0u64;
-            for k in sets.free.range(..(stream, key_size, 0, 0)).rev() {
+            for k in sets.free.below_size_rev(stream, key_size) {
                 if total >= key_size || k.1 < msplit || k.0 != stream {
                     break;
                 }
@@ -126,7 +126,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         let calls = self.pools[large].gc_calls;
         let age = |b: &Block| calls - b.gc_count_base;
         let (mut total_age, mut count) = (0u64, 0u64);
-        for k in &self.pools[large].free {
+        for k in self.pools[large].free.iter() {
             let b = &self.blocks[k.3];
             if !b.is_split() {
                 total_age += age(b);
@@ -138,7 +138,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         while released.bytes < target && freed && count > 0 {
             let threshold_age = total_age as f64 / count as f64;
             freed = false;
-            let keys: Vec<_> = self.pools[large].free.iter().copied().collect();
+            let keys: Vec<_> = self.pools[large].free.iter().collect();
             for (_, _, _, idx) in keys {
                 let b = &self.blocks[idx];
                 if !b.is_split() && !b.is_expandable() && age(b) as f64 >= threshold_age {
