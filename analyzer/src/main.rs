@@ -118,6 +118,34 @@ at which the run completes.",
         #[arg(long)]
         json: bool,
     },
+    /// Fragmentation four ways, over time and at one moment, with the segment map.
+    #[command(
+        long_about = "Measure fragmentation four ways, each named and defined in the output:\n  \
+1. reserved vs allocated: 1 - allocated / reserved (PyTorch's \"reserved but unallocated\");\n  \
+2. contiguity: 1 - largest free block / total free (why a request fails although memory is free);\n  \
+3. internal (rounding slack inside blocks) vs external (free blocks inside segments);\n  \
+4. the gap between peak reserved and an offline plan that knows every lifetime in advance.\n\n\
+Each is summarised over the run (mean, max, value at peak reserved) and shown at one moment \
+(--at): peak reserved, the first out-of-memory, the end, or an event index. At that moment a \
+segment map lists every segment with its allocated and free blocks and its largest free block, \
+so you can see why a request did not fit: a 1 GiB tensor needs one contiguous block.\n\n\
+The layout comes from replaying the trace under its recorded settings and capacity; for \
+imported and recorded traces the replay reuses the recorded segment addresses, so blocks sit \
+where they sat in the real run.",
+        after_help = "Examples:\n  alloctrace frag traces/frag_oom.default.atrace --at oom\n  \
+alloctrace frag traces/gpt2_train.default.atrace --json"
+    )]
+    Frag {
+        trace: PathBuf,
+        /// The moment to show: peak (peak reserved), oom (the first out-of-memory), end, or an event index.
+        #[arg(long, default_value = "peak", value_parser = parse_at)]
+        at: analyzer::frag::At,
+        /// Lines of the segment map to print (segments of the same shape share a line).
+        #[arg(long, default_value_t = 40)]
+        max_segments: usize,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args)]
@@ -139,6 +167,10 @@ struct PolicyArgs {
 enum ImportFormat {
     /// A PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot).
     Torch,
+}
+
+fn parse_at(s: &str) -> Result<analyzer::frag::At, String> {
+    analyzer::frag::At::parse(s)
 }
 
 fn parse_conf(s: &str) -> Result<AllocatorConfig, String> {
@@ -189,6 +221,9 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
             &cmd::whatif::WhatifCmdOptions { trace, capacity_bytes: capacity, search_capacity: !no_search, json },
             out,
         ),
+        Command::Frag { trace, at, max_segments, json } => {
+            cmd::frag::run(&cmd::frag::FragCmdOptions { trace, at, max_segments, json }, out)
+        }
     }
 }
 
