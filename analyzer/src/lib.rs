@@ -4,6 +4,7 @@
 pub mod cmd;
 pub mod frag;
 pub mod import;
+pub mod leaks;
 pub mod replay;
 pub mod summary;
 pub mod tracefile;

@@ -4,6 +4,7 @@
 pub mod dump;
 pub mod frag;
 pub mod import;
+pub mod leaks;
 pub mod replay;
 pub mod summary;
 pub mod whatif;
