@@ -2,6 +2,7 @@
 //! recorder's engine on a simulated device, computes and renders.
 
 pub mod cmd;
+pub mod explain;
 pub mod frag;
 pub mod import;
 pub mod leaks;

@@ -168,6 +168,28 @@ what empty_cache() would free now, and what it would free if a call site release
         #[arg(long)]
         json: bool,
     },
+    /// The OOM doctor: why the run ran out of memory, and what to change.
+    #[command(
+        long_about = "Explain the first out-of-memory of a trace (or its peak, when there is none).\n\n\
+The trace is replayed under its recorded settings and capacity to rebuild the layout at the \
+failure. PyTorch's OOM message is restated with each number explained (requested, the segment \
+the allocator tried to get, capacity, allocated, reserved, reserved but unallocated, the largest \
+free block, what the CUDA context and other processes hold when the trace knows it), then a \
+verdict with its reason: true exhaustion (live tensors alone exceed the limit), fragmentation \
+(enough free bytes, but no block large enough), cache not released, or steady growth (a leak).\n\n\
+Evidence comes from replays at the same capacity: which allocator settings would have \
+completed, the smallest capacity each needs, and, for fragmentation, a replay of the code \
+change that allocates long-lived tensors before temporaries. Advice is given only where that \
+evidence supports it, each item with the figure that justifies it; settings the evidence rules \
+out are listed as not advised.",
+        after_help = "Examples:\n  alloctrace explain traces/frag_oom.default.atrace\n  \
+alloctrace explain traces/leak_list_append.default.atrace --json"
+    )]
+    Explain {
+        trace: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args)]
@@ -249,6 +271,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
         Command::Leaks { trace, at, json } => {
             cmd::leaks::run(&cmd::leaks::LeaksCmdOptions { trace, at_event: at, json }, out)
         }
+        Command::Explain { trace, json } => cmd::explain::run(&cmd::explain::ExplainCmdOptions { trace, json }, out),
     }
 }
 

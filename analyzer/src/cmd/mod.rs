@@ -2,6 +2,7 @@
 //! and writes its output to the given writer; it returns the process exit code.
 
 pub mod dump;
+pub mod explain;
 pub mod frag;
 pub mod import;
 pub mod leaks;
