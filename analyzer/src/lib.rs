@@ -2,7 +2,10 @@
 //! recorder's engine on a simulated device, computes and renders.
 
 pub mod cmd;
+pub mod explain;
+pub mod frag;
 pub mod import;
+pub mod leaks;
 pub mod replay;
 pub mod summary;
 pub mod synth;

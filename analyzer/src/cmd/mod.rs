@@ -2,7 +2,10 @@
 //! and writes its output to the given writer; it returns the process exit code.
 
 pub mod dump;
+pub mod explain;
+pub mod frag;
 pub mod import;
+pub mod leaks;
 pub mod replay;
 pub mod summary;
 pub mod synth;
