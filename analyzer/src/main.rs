@@ -20,9 +20,10 @@ replays them through a faithful model of PyTorch's CUDA caching allocator, and a
 Reserved is not allocated: the caching allocator keeps freed blocks in segments it got from \
 the device, so nvidia-smi shows memory that no tensor holds. A request can fail although \
 gigabytes are \"free\", because those bytes sit in pieces inside partly used segments.",
-    after_help = "Start here:\n  alloctrace summary traces/frag_oom.default.atrace\n  \
-alloctrace replay traces/frag_oom.default.atrace --conf expandable_segments:True\n  \
-alloctrace whatif traces/gpt2_train.default.atrace --capacity 6GiB\n\n\
+    after_help = "Start here:\n  alloctrace explain traces/frag_oom.default.atrace      why did it run out of memory?\n  \
+alloctrace summary traces/frag_oom.default.atrace      what happened, in one screen\n  \
+alloctrace whatif traces/gpt2_train.default.atrace --capacity 5.5GiB   which settings fit?\n  \
+alloctrace leaks traces/leak_list_append.default.atrace                what keeps growing?\n\n\
 Exit codes: 0 success, 2 bad input or usage, 3 the trace is damaged (results cover what came before the damage)."
 )]
 struct Cli {
