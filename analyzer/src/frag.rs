@@ -19,8 +19,9 @@
 //!    lifetime in advance ([`crate::whatif::bounds`], greedy by size).
 //!
 //! Cost: the layout is walked after request events, with a stride that grows with the number
-//! of blocks (about [`BLOCK_VISITS_PER_EVENT`] block visits per event), so the over-time figures
-//! are exact for small layouts and sampled for large ones. Memory is bounded by the layout (the
+//! of blocks (about [`BLOCK_VISITS_PER_EVENT`] block visits per event) and with the length of
+//! the trace (about [`MAX_SAMPLES`] samples), so the over-time figures are exact for small
+//! traces and layouts and sampled for large ones. Memory is bounded by the layout (the
 //! live blocks and segments), plus one copy of it for the chosen moment and one for the peak.
 
 use crate::replay::{replay_observed, EngineView, Outcome, ReplayOptions};
@@ -34,6 +35,8 @@ use std::path::Path;
 
 /// Amortised budget of block visits per event for the over-time figures.
 pub const BLOCK_VISITS_PER_EVENT: usize = 256;
+/// At most about this many samples of the over-time figures, whatever the trace's length.
+pub const MAX_SAMPLES: u64 = 20_000;
 
 /// The moment to show in detail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -355,7 +358,9 @@ pub fn analyze(path: &Path, opts: &FragOptions) -> Result<FragReport> {
     let last = pre.events.saturating_sub(1);
     let mut runs = [Running::default(); 4];
     let mut samples = 0u64;
-    let mut stride = 1usize;
+    // Every request of a short trace; about MAX_SAMPLES evenly spread over a long one.
+    let min_stride = (pre.events / MAX_SAMPLES).max(1) as usize;
+    let mut stride = min_stride;
     let mut since = 0usize;
     let mut peak_reserved = 0u64;
     let mut peak: Option<(Captured, LayoutMeasures)> = None;
@@ -384,7 +389,7 @@ pub fn analyze(path: &Path, opts: &FragOptions) -> Result<FragReport> {
         let m = LayoutMeasures::of(&segs);
         if sample {
             since = 0;
-            stride = (m.blocks as usize / BLOCK_VISITS_PER_EVENT).max(1);
+            stride = (m.blocks as usize / BLOCK_VISITS_PER_EVENT).max(min_stride);
             samples += 1;
             for (k, v) in
                 [m.reserved_vs_allocated(), m.contiguity(), m.internal(), m.external()].into_iter().enumerate()
