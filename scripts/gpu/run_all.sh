@@ -36,5 +36,8 @@ python3 $S/empty_loop.py
 $REC -o $OUT/empty_loop.atrace -- python3 $S/empty_loop.py
 rm -f $OUT/empty_loop.atrace $OUT/bench_overhead.atrace
 
+echo "== replay check of every recorded trace"
+$C/check_trace $OUT/recorded_*.atrace
+
 echo "== 9. PyTorch native caching allocator, same machine, same run"
 timeout 300 python3 $S/native_bench.py
