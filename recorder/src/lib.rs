@@ -7,4 +7,6 @@
 
 pub mod device;
 pub mod engine;
+pub mod ffi;
+pub mod recorder;
 pub mod trace;

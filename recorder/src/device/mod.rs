@@ -34,3 +34,6 @@ pub trait Device {
     /// Waits for all work on all streams (before `empty_cache` releases memory).
     fn synchronize(&mut self) {}
 }
+
+#[cfg(feature = "cuda")]
+pub mod cuda;

@@ -1,0 +1,170 @@
+//! `alloctrace record -o run.atrace [--conf ...] [--capacity ...] [--stacks] -- python train.py`
+//!
+//! Runs the program with alloctrace's recording allocator installed in PyTorch: the Python shim
+//! (compiled into the recorder crate) is written to a temporary folder that goes first on
+//! `PYTHONPATH`, and the environment tells it where the recorder's cdylib is and how to record.
+//! The program's output is its own; the exit code is the child's (128 + signal when killed).
+//! Afterwards the trace is read back and one summary line goes to stderr, with a warning when
+//! events were dropped (full disk, unwritable path) or the trace is incomplete.
+
+use anyhow::{bail, Context, Result};
+use recorder::recorder::shim;
+use recorder::trace::{TraceEnd, TraceReader};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The options of `alloctrace record`.
+#[derive(Clone, Debug, Default)]
+pub struct RecordOptions {
+    /// The trace to write.
+    pub output: PathBuf,
+    /// Allocator settings (`PYTORCH_CUDA_ALLOC_CONF` syntax); default: that variable, if set.
+    pub conf: Option<String>,
+    /// Cap on reserved memory, e.g. `40GiB` (PyTorch's memory fraction as a size).
+    pub capacity: Option<String>,
+    /// Record Python call sites of every allocation.
+    pub stacks: bool,
+    /// The recorder's cdylib; default: `ALLOCTRACE_LIB`, else next to this executable.
+    pub lib: Option<PathBuf>,
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    /// No summary line.
+    pub quiet: bool,
+}
+
+/// File names the recorder's cdylib may have.
+const LIB_NAMES: [&str; 2] = ["liballoctrace_recorder.so", "librecorder.so"];
+
+/// Finds the recorder's cdylib.
+pub fn find_lib(explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = explicit {
+        if p.is_file() {
+            return Ok(p.to_path_buf());
+        }
+        bail!("the recorder library {} does not exist", p.display());
+    }
+    if let Some(p) = std::env::var_os("ALLOCTRACE_LIB").map(PathBuf::from) {
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    let exe = std::env::current_exe().context("cannot locate the alloctrace executable")?;
+    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    for d in [dir.clone(), dir.join("../lib"), dir.join("..")] {
+        for n in LIB_NAMES {
+            let p = d.join(n);
+            if p.is_file() {
+                return Ok(p.canonicalize().unwrap_or(p));
+            }
+        }
+    }
+    bail!(
+        "cannot find the recorder library ({}) next to {}; build it with \
+         `cargo build --release -p alloctrace-recorder --features cuda` or pass its path in ALLOCTRACE_LIB",
+        LIB_NAMES.join(" or "),
+        exe.display()
+    )
+}
+
+/// Runs the program under the recorder; returns its exit code.
+pub fn run(opts: &RecordOptions) -> Result<i32> {
+    let Some((program, args)) = opts.command.split_first() else {
+        bail!("no program to run: put it after `--`, e.g. `alloctrace record -o run.atrace -- python train.py`");
+    };
+    let lib = find_lib(opts.lib.as_deref())?;
+    let output = std::path::absolute(&opts.output)
+        .with_context(|| format!("cannot resolve the output path {}", opts.output.display()))?;
+    let tmp = std::env::temp_dir().join(format!("alloctrace-record-{}", std::process::id()));
+    let shim_dir = tmp.join("python");
+    shim::write_shim(&shim_dir).with_context(|| format!("cannot write the Python shim to {}", shim_dir.display()))?;
+    let status_path = tmp.join("status");
+
+    let mut pythonpath = std::ffi::OsString::from(&shim_dir);
+    if let Some(old) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
+        pythonpath.push(":");
+        pythonpath.push(old);
+    }
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env("PYTHONPATH", pythonpath)
+        .env("ALLOCTRACE_LIB", &lib)
+        .env("ALLOCTRACE_OUTPUT", &output)
+        .env("ALLOCTRACE_STATUS", &status_path)
+        .env("ALLOCTRACE_STACKS", if opts.stacks { "1" } else { "0" });
+    if let Some(c) = &opts.conf {
+        cmd.env("ALLOCTRACE_CONF", c);
+    }
+    if let Some(c) = &opts.capacity {
+        cmd.env("ALLOCTRACE_CAPACITY", c);
+    }
+    let status = cmd.status().with_context(|| format!("cannot run {program}"))?;
+    let code = exit_code(status);
+
+    let recorder_status = std::fs::read_to_string(&status_path).ok();
+    let _ = std::fs::remove_dir_all(&tmp);
+    if !opts.quiet {
+        eprintln!("{}", summary(&output, recorder_status.as_deref()));
+    }
+    Ok(code)
+}
+
+#[cfg(unix)]
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+#[cfg(not(unix))]
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    status.code().unwrap_or(1)
+}
+
+/// `key=value` lines of the recorder's status file.
+fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+}
+
+/// The line printed after the run: what the trace holds, and what was lost.
+pub fn summary(output: &Path, recorder_status: Option<&str>) -> String {
+    let mut parts = Vec::new();
+    match TraceReader::open(output) {
+        Err(e) => parts.push(format!("alloctrace: no readable trace at {}: {e}", output.display())),
+        Ok(mut r) => {
+            let mut events = 0u64;
+            while r.next().is_some() {
+                events += 1;
+            }
+            let bytes = std::fs::metadata(output).map(|m| m.len()).unwrap_or(0);
+            parts.push(format!(
+                "alloctrace: {} events in {} ({} bytes, {:.1} bytes/event), {}",
+                events,
+                output.display(),
+                bytes,
+                bytes as f64 / events.max(1) as f64,
+                r.end().describe()
+            ));
+            if let TraceEnd::Complete { trailer } = r.end() {
+                if trailer.dropped_events > 0 {
+                    parts.push(format!("WARNING: {} events were dropped", trailer.dropped_events));
+                }
+            }
+        }
+    }
+    match recorder_status {
+        None => parts
+            .push("the recorder did not report (the program did not use CUDA through PyTorch, or was killed)".into()),
+        Some(s) => {
+            let dropped: u64 = status_field(s, "events_dropped").and_then(|v| v.parse().ok()).unwrap_or(0);
+            if dropped > 0 {
+                parts.push(format!("WARNING: the recorder dropped {dropped} events"));
+            }
+            if let Some(e) = status_field(s, "error").filter(|e| !e.is_empty()) {
+                parts.push(format!("WARNING: writing the trace failed: {e}"));
+            }
+            if let Some(e) = status_field(s, "device_errors").filter(|e| !e.is_empty()) {
+                parts.push(format!("WARNING: CUDA errors: {e}"));
+            }
+        }
+    }
+    parts.join("; ")
+}

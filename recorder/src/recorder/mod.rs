@@ -1,0 +1,469 @@
+//! The recorder: the engine running on a device, safe to call from many threads, writing every
+//! decision to a trace on disk while the program runs.
+//!
+//! ```text
+//!  thread A ─┐                      ┌─────────── Mutex ───────────┐
+//!  thread B ─┼─ malloc/free/mark ──▶│ Engine<D, RecSink>          │   bounded queue of batches
+//!  thread C ─┘   (clock read        │   RecSink: Vec<Record> ─────┼──▶ try_send ──▶ writer thread
+//!                 outside the lock) └─────────────────────────────┘   (full: drop + count)      │
+//!                                                                                    TraceWriter ▼ file
+//! ```
+//! The critical section is the engine call plus pushes into a preallocated batch; every
+//! record of one call carries the timestamp read before the lock. A full batch goes to the
+//! writer with `try_send`: the allocating thread never blocks on I/O, and when the queue is full
+//! the batch is dropped and counted (the trace gets an [`Event::Dropped`] and its trailer the
+//! count). The writer flushes a chunk at least every `flush_interval` (100 ms) while events are
+//! pending, taking the partly filled batch itself, so after `kill -9` the trace reads up to its
+//! last flushed chunk, about one interval behind.
+//!
+//! Generic over [`Device`]: on a `SimDevice` it runs in CI, on a `CudaDevice` on a GPU.
+
+pub mod replay;
+pub mod shim;
+mod writer;
+
+pub use writer::WriterOutcome;
+
+use crate::device::Device;
+use crate::engine::config::AllocatorConfig;
+use crate::engine::{Allocation, Engine, FreeError, OutOfMemory, Released, SegmentView, Sink, Stats};
+use crate::trace::{Event, Frame, Header, MarkKind, Record, Source, NO_CALLSITE};
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use writer::{Msg, Writer};
+
+/// How to record: where, under which allocator settings, and the writer's knobs.
+#[derive(Clone, Debug)]
+pub struct RecorderOptions {
+    pub path: PathBuf,
+    /// The allocator settings as a `PYTORCH_CUDA_ALLOC_CONF` string (kept in the header).
+    pub alloc_conf: String,
+    /// Cap on reserved memory (PyTorch's memory fraction); `None` = the device's size.
+    pub capacity_bytes: Option<u64>,
+    /// For the header: the device's name and size, when the device does not say.
+    pub device_name: String,
+    pub device_total_bytes: u64,
+    pub command_line: Vec<String>,
+    pub notes: Vec<String>,
+    /// Events per batch handed to the writer.
+    pub batch_events: usize,
+    /// Batches the queue holds before new ones are dropped.
+    pub queue_batches: usize,
+    /// The writer flushes at least this often while events are pending.
+    pub flush_interval: Duration,
+}
+
+impl RecorderOptions {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        RecorderOptions {
+            path: path.into(),
+            alloc_conf: String::new(),
+            capacity_bytes: None,
+            device_name: String::new(),
+            device_total_bytes: 0,
+            command_line: Vec::new(),
+            notes: Vec::new(),
+            batch_events: 4096,
+            queue_batches: 64,
+            flush_interval: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Why a recorder could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    #[error(transparent)]
+    Conf(#[from] crate::engine::config::ConfError),
+    #[error("cannot start the trace writer thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// What a finished recording left behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordSummary {
+    pub path: PathBuf,
+    /// Events the engine and recorder produced.
+    pub events: u64,
+    pub writer: WriterOutcome,
+    /// Frees of addresses the engine did not know (ignored).
+    pub free_errors: u64,
+}
+
+impl RecordSummary {
+    /// One line for people: where, how many events, what was lost and why.
+    pub fn describe(&self) -> String {
+        let w = &self.writer;
+        let mut s = format!(
+            "{}: {} events written, {} bytes ({:.1} bytes/event)",
+            self.path.display(),
+            w.events_written,
+            w.trace_bytes,
+            w.trace_bytes as f64 / w.events_written.max(1) as f64
+        );
+        if w.events_dropped > 0 {
+            s += &format!(", {} events DROPPED", w.events_dropped);
+        }
+        if let Some(e) = &w.error {
+            s += &format!(", write error: {e}");
+        }
+        if !w.complete {
+            s += ", trace incomplete";
+        }
+        s
+    }
+}
+
+/// An interned call site, from [`Recorder::callsite`] or [`Recorder::tag`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct CallSite(pub u32);
+
+impl CallSite {
+    pub const NONE: CallSite = CallSite(NO_CALLSITE);
+}
+
+thread_local! {
+    static CURRENT_SITE: Cell<u32> = const { Cell::new(NO_CALLSITE) };
+}
+
+/// Restores the thread's previous call site when dropped; see [`Recorder::scope`].
+pub struct SiteScope {
+    prev: u32,
+}
+
+impl Drop for SiteScope {
+    fn drop(&mut self) {
+        CURRENT_SITE.with(|c| c.set(self.prev));
+    }
+}
+
+/// State shared by the recorder, its sink and its writer.
+pub(crate) struct Shared {
+    pub dropped: AtomicU64,
+    origin: Instant,
+}
+
+impl Shared {
+    #[inline]
+    pub fn now_ns(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+}
+
+/// The engine's event sink inside the recorder: a batch being filled.
+pub struct RecSink {
+    now_ns: u64,
+    buf: Vec<Record>,
+    batch: usize,
+    tx: SyncSender<Msg>,
+    spare: Receiver<Vec<Record>>,
+    shared: Arc<Shared>,
+    produced: u64,
+    closed: bool,
+}
+
+impl RecSink {
+    #[cold]
+    fn hand_over(&mut self) {
+        let next = self.spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(self.batch));
+        let full = std::mem::replace(&mut self.buf, next);
+        match self.tx.try_send(Msg::Batch(full)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(Msg::Batch(v)) | TrySendError::Disconnected(Msg::Batch(v))) => {
+                self.shared.dropped.fetch_add(v.len() as u64, Ordering::Relaxed);
+            }
+            Err(_) => {}
+        }
+    }
+
+    fn take(&mut self) -> Vec<Record> {
+        let next = self.spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(self.batch));
+        std::mem::replace(&mut self.buf, next)
+    }
+}
+
+impl Sink for RecSink {
+    #[inline]
+    fn event(&mut self, event: Event) {
+        if self.closed {
+            return;
+        }
+        self.produced += 1;
+        self.buf.push(Record { time_ns: self.now_ns, event });
+        if self.buf.len() >= self.batch {
+            self.hand_over();
+        }
+    }
+}
+
+struct Inner<D: Device> {
+    engine: Engine<D, RecSink>,
+    sites: HashMap<Vec<Frame>, u32>,
+    free_errors: u64,
+}
+
+/// The engine on a device, recording to a trace. See the module documentation.
+pub struct Recorder<D: Device + Send + 'static> {
+    inner: Arc<Mutex<Inner<D>>>,
+    shared: Arc<Shared>,
+    tx: SyncSender<Msg>,
+    writer: Mutex<Option<JoinHandle<WriterOutcome>>>,
+    path: PathBuf,
+}
+
+impl<D: Device + Send + 'static> Recorder<D> {
+    /// Starts recording to `opts.path`. The trace file is created by the writer thread: an
+    /// unwritable path does not stop the recorder (its events are counted as dropped and
+    /// [`Recorder::finish`] says why).
+    pub fn start(opts: RecorderOptions, mut device: D) -> Result<Self, StartError> {
+        let config = AllocatorConfig::parse(&opts.alloc_conf)?;
+        let origin = Instant::now();
+        let unix_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        let mem = device.mem_info();
+        let mut header = Header::new(Source::Recorded);
+        header.device_name = opts.device_name.clone();
+        header.device_total_bytes = mem.map(|(_, t)| t).unwrap_or(opts.device_total_bytes);
+        header.alloc_conf = opts.alloc_conf.clone();
+        header.config = config.clone();
+        header.capacity_bytes = opts.capacity_bytes.unwrap_or(0);
+        header.clock_origin_unix_ns = unix_ns;
+        header.pid = std::process::id();
+        header.command_line = opts.command_line.clone();
+        header.notes = opts.notes.clone();
+
+        let shared = Arc::new(Shared { dropped: AtomicU64::new(0), origin });
+        let (tx, rx) = mpsc::sync_channel(opts.queue_batches.max(1));
+        let (spare_tx, spare_rx) = mpsc::sync_channel(opts.queue_batches.max(1));
+        let batch = opts.batch_events.max(1);
+        let sink = RecSink {
+            now_ns: 0,
+            buf: Vec::with_capacity(batch),
+            batch,
+            tx: tx.clone(),
+            spare: spare_rx,
+            shared: shared.clone(),
+            produced: 0,
+            closed: false,
+        };
+        let mut engine = Engine::new(config, opts.capacity_bytes, device, sink);
+        if let Some((free_bytes, total_bytes)) = mem {
+            engine.sink_mut().event(Event::DeviceMemInfo { free_bytes, total_bytes });
+        }
+        let inner = Arc::new(Mutex::new(Inner { engine, sites: HashMap::new(), free_errors: 0 }));
+        let pull_from = Arc::downgrade(&inner);
+        let w = Writer {
+            path: opts.path.clone(),
+            header,
+            rx,
+            spare: spare_tx,
+            shared: shared.clone(),
+            flush_interval: opts.flush_interval,
+            pull: Box::new(move |rx: &Receiver<Msg>| match pull_from.upgrade() {
+                Some(inner) => {
+                    let mut g = lock(&inner);
+                    let drained: Vec<Msg> = rx.try_iter().collect();
+                    (drained, g.engine.sink_mut().take())
+                }
+                None => (rx.try_iter().collect(), Vec::new()),
+            }),
+        };
+        let handle = std::thread::Builder::new()
+            .name("alloctrace-writer".into())
+            .spawn(move || w.run())
+            .map_err(StartError::Thread)?;
+        Ok(Recorder { inner, shared, tx, writer: Mutex::new(Some(handle)), path: opts.path })
+    }
+
+    #[inline]
+    fn enter(&self) -> MutexGuard<'_, Inner<D>> {
+        let now = self.shared.now_ns();
+        let mut g = lock(&self.inner);
+        g.engine.sink_mut().now_ns = now;
+        g
+    }
+
+    /// Allocates `bytes` on `stream`, attributed to the thread's current call site
+    /// ([`Recorder::scope`]).
+    #[inline]
+    pub fn malloc(&self, bytes: u64, stream: u64) -> Result<Allocation, OutOfMemory> {
+        let site = CURRENT_SITE.with(|c| c.get());
+        self.malloc_at(bytes, stream, CallSite(site))
+    }
+
+    /// Allocates `bytes` on `stream` from call site `site`.
+    #[inline]
+    pub fn malloc_at(&self, bytes: u64, stream: u64, site: CallSite) -> Result<Allocation, OutOfMemory> {
+        let mut g = self.enter();
+        let r = g.engine.malloc(bytes, stream, site.0);
+        if r.is_err() {
+            Self::oom_mem_info(&mut g);
+        }
+        r
+    }
+
+    #[cold]
+    fn oom_mem_info(g: &mut Inner<D>) {
+        if let Some((free_bytes, total_bytes)) = g.engine.device_mut().mem_info() {
+            g.engine.sink_mut().event(Event::DeviceMemInfo { free_bytes, total_bytes });
+        }
+    }
+
+    /// Frees the block at `addr` (back in the cache at once).
+    #[inline]
+    pub fn free(&self, addr: u64) -> Result<(), FreeError> {
+        let mut g = self.enter();
+        let r = g.engine.free(addr);
+        if r.is_err() {
+            g.free_errors += 1;
+        }
+        r
+    }
+
+    /// Stream-ordered free, first half: the block is no longer allocated, not yet reusable.
+    pub fn free_requested(&self, addr: u64) -> Result<(), FreeError> {
+        let mut g = self.enter();
+        let r = g.engine.free_requested(addr);
+        if r.is_err() {
+            g.free_errors += 1;
+        }
+        r
+    }
+
+    /// Stream-ordered free, second half: the stream's work is done, the block is reusable.
+    pub fn free_completed(&self, addr: u64) -> Result<(), FreeError> {
+        let mut g = self.enter();
+        let r = g.engine.free_completed(addr);
+        if r.is_err() {
+            g.free_errors += 1;
+        }
+        r
+    }
+
+    /// Releases every whole free segment and free expandable page (`torch.cuda.empty_cache()`).
+    pub fn empty_cache(&self) -> Released {
+        self.enter().engine.empty_cache()
+    }
+
+    /// Labels this moment of the trace (a phase, an iteration, free text).
+    pub fn mark(&self, kind: MarkKind, text: &str) {
+        self.enter().engine.sink_mut().event(Event::Mark { kind, text: text.to_string() });
+    }
+
+    /// Interns a call site (innermost frame first); the first use writes its definition.
+    pub fn callsite(&self, frames: Vec<Frame>) -> CallSite {
+        let mut g = self.enter();
+        if let Some(&id) = g.sites.get(&frames) {
+            return CallSite(id);
+        }
+        let id = g.sites.len() as u32 + 1;
+        g.sites.insert(frames.clone(), id);
+        g.engine.sink_mut().event(Event::CallSite { id, frames });
+        CallSite(id)
+    }
+
+    /// A call site named by a tag (one frame whose function is `name`). Intern once, keep the
+    /// returned id: passing it is free.
+    pub fn tag(&self, name: &str) -> CallSite {
+        self.callsite(vec![Frame { file: String::new(), line: 0, function: name.to_string() }])
+    }
+
+    /// Makes `site` the call site of this thread's `malloc`s until the guard drops.
+    pub fn scope(&self, site: CallSite) -> SiteScope {
+        let prev = CURRENT_SITE.with(|c| c.replace(site.0));
+        SiteScope { prev }
+    }
+
+    /// The allocator's statistics (`torch.cuda.memory_stats()` names).
+    pub fn stats(&self) -> Stats {
+        lock(&self.inner).engine.stats().clone()
+    }
+
+    /// The cache's segments and blocks right now.
+    pub fn segments(&self) -> Vec<SegmentView> {
+        lock(&self.inner).engine.segments()
+    }
+
+    /// Runs `f` on the device (e.g. to read a `CudaDevice`'s errors), under the lock.
+    pub fn with_device<R>(&self, f: impl FnOnce(&mut D) -> R) -> R {
+        f(lock(&self.inner).engine.device_mut())
+    }
+
+    /// Events dropped so far (full queue, write errors).
+    pub fn dropped_events(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Events produced so far (written, queued or dropped).
+    pub fn produced_events(&self) -> u64 {
+        lock(&self.inner).engine.sink_mut().produced
+    }
+
+    /// Frees of unknown addresses so far.
+    pub fn free_errors(&self) -> u64 {
+        lock(&self.inner).free_errors
+    }
+
+    /// Nanoseconds since the trace's clock origin (the timestamps of its records).
+    pub fn now_ns(&self) -> u64 {
+        self.shared.now_ns()
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Hands over the pending events and waits until the writer has written and flushed them.
+    pub fn flush(&self) {
+        let (ack_tx, ack_rx) = mpsc::sync_channel(1);
+        if self.tx.send(Msg::Flush(ack_tx)).is_ok() {
+            let _ = ack_rx.recv();
+        }
+    }
+
+    /// Writes the last events and the trailer and stops the writer. Later calls still allocate
+    /// and free, but record nothing; a second `finish` returns the same outcome's counts with
+    /// nothing more written.
+    pub fn finish(&self) -> RecordSummary {
+        let (produced, free_errors) = {
+            let mut g = lock(&self.inner);
+            let s = g.engine.sink_mut();
+            s.closed = true;
+            (s.produced, g.free_errors)
+        };
+        let handle = lock(&self.writer).take();
+        let writer = match handle {
+            Some(h) => {
+                // The writer takes the last partial batch itself, after everything queued.
+                let _ = self.tx.send(Msg::Shutdown);
+                h.join().unwrap_or_else(|_| WriterOutcome {
+                    error: Some("the trace writer thread panicked".into()),
+                    ..Default::default()
+                })
+            }
+            None => WriterOutcome { error: Some("already finished".into()), ..Default::default() },
+        };
+        RecordSummary { path: self.path.clone(), events: produced, writer, free_errors }
+    }
+}
+
+impl<D: Device + Send + 'static> Drop for Recorder<D> {
+    /// A recorder dropped without [`Recorder::finish`] finishes its trace.
+    fn drop(&mut self) {
+        if lock(&self.writer).is_some() {
+            self.finish();
+        }
+    }
+}
+
+/// Locks, ignoring poisoning: a panic elsewhere must not stop every later allocation.
+#[inline]
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,209 @@
+//! The background writer: takes batches of records off a bounded queue and writes them to the
+//! trace, so that allocating threads never wait for I/O.
+//!
+//! It flushes a chunk at least every `flush_interval` while events are pending (pulling the
+//! partly filled batch out of the recorder itself), so a killed process loses at most about one
+//! interval of events. A write error ends writing but not the program: from then on every event
+//! is counted as dropped and the summary says why.
+
+use super::Shared;
+use crate::trace::{Event, Header, Record, TraceWriter};
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub(crate) enum Msg {
+    Batch(Vec<Record>),
+    /// Write everything handed over so far, flush, then answer.
+    Flush(SyncSender<()>),
+    Shutdown,
+}
+
+/// How writing ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriterOutcome {
+    pub events_written: u64,
+    /// Events lost: full queue, I/O error, unwritable path.
+    pub events_dropped: u64,
+    /// Bytes of complete frames on disk.
+    pub trace_bytes: u64,
+    /// The first I/O error, when writing failed.
+    pub error: Option<String>,
+    /// True when the trailer was written (the trace is complete).
+    pub complete: bool,
+}
+
+/// See [`Writer::pull`].
+pub(crate) type Pull = Box<dyn Fn(&Receiver<Msg>) -> (Vec<Msg>, Vec<Record>) + Send>;
+
+pub(crate) struct Writer {
+    pub path: PathBuf,
+    pub header: Header,
+    pub rx: Receiver<Msg>,
+    pub spare: SyncSender<Vec<Record>>,
+    pub shared: Arc<Shared>,
+    pub flush_interval: Duration,
+    /// Under the recorder's lock (so no batch can be handed over meanwhile): drains the queue,
+    /// then takes the partly filled batch. Writing the drained messages first, then the partial
+    /// batch, keeps the trace in the order the events happened.
+    pub pull: Pull,
+}
+
+struct State {
+    out: Option<TraceWriter<BufWriter<File>>>,
+    written: u64,
+    /// Drops already reported in the trace.
+    reported_dropped: u64,
+    error: Option<String>,
+    dirty: bool,
+    bytes: u64,
+}
+
+impl State {
+    fn fail(&mut self, e: impl std::fmt::Display) {
+        if self.error.is_none() {
+            self.error = Some(e.to_string());
+        }
+        if let Some(w) = self.out.take() {
+            self.bytes = w.bytes_written();
+        }
+    }
+}
+
+impl Writer {
+    pub fn run(self) -> WriterOutcome {
+        let mut st = State { out: None, written: 0, reported_dropped: 0, error: None, dirty: false, bytes: 0 };
+        match TraceWriter::create(&self.path, &self.header) {
+            Ok(w) => {
+                st.bytes = w.bytes_written();
+                st.out = Some(w);
+            }
+            Err(e) => st.fail(format!("cannot create {}: {e}", self.path.display())),
+        }
+        let mut last_flush = Instant::now();
+        let mut acks = Vec::new();
+        let mut shutdown = false;
+        while !shutdown {
+            let wait = self.flush_interval.saturating_sub(last_flush.elapsed());
+            let mut pull_now = last_flush.elapsed() >= self.flush_interval;
+            match self.rx.recv_timeout(wait) {
+                Ok(Msg::Batch(v)) => self.write_batch(&mut st, v),
+                Ok(Msg::Flush(ack)) => {
+                    acks.push(ack);
+                    pull_now = true;
+                }
+                Ok(Msg::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
+                    shutdown = true;
+                    pull_now = true;
+                }
+                Err(RecvTimeoutError::Timeout) => pull_now = true,
+            }
+            if pull_now || last_flush.elapsed() >= self.flush_interval {
+                let (drained, partial) = (self.pull)(&self.rx);
+                for m in drained {
+                    match m {
+                        Msg::Batch(v) => self.write_batch(&mut st, v),
+                        Msg::Flush(ack) => acks.push(ack),
+                        Msg::Shutdown => shutdown = true,
+                    }
+                }
+                self.write_batch(&mut st, partial);
+                self.flush(&mut st);
+                last_flush = Instant::now();
+                for ack in acks.drain(..) {
+                    let _ = ack.send(());
+                }
+            }
+        }
+        self.report_drops(&mut st);
+        let complete = match st.out.take() {
+            Some(w) => match w.finish() {
+                Ok(mut f) => {
+                    use std::io::Write;
+                    let _ = f.flush();
+                    st.bytes = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(st.bytes);
+                    true
+                }
+                Err(e) => {
+                    st.fail(e);
+                    false
+                }
+            },
+            None => false,
+        };
+        WriterOutcome {
+            events_written: st.written,
+            events_dropped: self.shared.dropped.load(Ordering::Relaxed),
+            trace_bytes: st.bytes,
+            error: st.error,
+            complete,
+        }
+    }
+
+    fn write_batch(&self, st: &mut State, mut v: Vec<Record>) {
+        if v.is_empty() {
+            return;
+        }
+        match st.out.as_mut() {
+            Some(w) => {
+                let mut failed = None;
+                for (i, r) in v.iter().enumerate() {
+                    if let Err(e) = w.write(r) {
+                        failed = Some((i, e));
+                        break;
+                    }
+                }
+                match failed {
+                    None => st.written += v.len() as u64,
+                    Some((i, e)) => {
+                        st.written += i as u64;
+                        self.shared.dropped.fetch_add((v.len() - i) as u64, Ordering::Relaxed);
+                        st.fail(e);
+                    }
+                }
+                st.dirty = true;
+            }
+            None => {
+                self.shared.dropped.fetch_add(v.len() as u64, Ordering::Relaxed);
+            }
+        }
+        v.clear();
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = self.spare.try_send(v) {}
+        self.report_drops(st);
+    }
+
+    /// Writes an `Event::Dropped` for drops not yet in the trace.
+    fn report_drops(&self, st: &mut State) {
+        let dropped = self.shared.dropped.load(Ordering::Relaxed);
+        let new = dropped - st.reported_dropped;
+        if new == 0 {
+            return;
+        }
+        if let Some(w) = st.out.as_mut() {
+            let time_ns = self.shared.now_ns();
+            w.note_dropped(new);
+            if let Err(e) = w.write(&Record { time_ns, event: Event::Dropped { events: new } }) {
+                st.fail(e);
+            }
+            st.dirty = true;
+        }
+        st.reported_dropped = dropped;
+    }
+
+    fn flush(&self, st: &mut State) {
+        if !st.dirty {
+            return;
+        }
+        if let Some(w) = st.out.as_mut() {
+            match w.flush() {
+                Ok(()) => st.bytes = w.bytes_written(),
+                Err(e) => st.fail(e),
+            }
+        }
+        st.dirty = false;
+    }
+}

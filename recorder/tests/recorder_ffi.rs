@@ -1,0 +1,61 @@
+//! The C ABI on the simulated device (`ALLOCTRACE_DEVICE=sim`): PyTorch's entry points, marks,
+//! empty_cache and shutdown with its status file. One test: the ABI has one global recorder.
+
+use recorder::ffi::*;
+use recorder::trace::{Event, MarkKind, ReleaseCause, TraceEnd, TraceReader};
+use std::ffi::CString;
+use std::ptr::null_mut;
+
+#[test]
+fn the_c_abi_records_a_trace() {
+    let dir = std::env::temp_dir().join(format!("alloctrace-ffi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ffi.atrace");
+    let status = dir.join("status");
+    std::env::set_var("ALLOCTRACE_DEVICE", "sim");
+    std::env::set_var("ALLOCTRACE_OUTPUT", &path);
+    std::env::set_var("ALLOCTRACE_STATUS", &status);
+    std::env::set_var("ALLOCTRACE_CONF", "expandable_segments:True");
+    std::env::set_var("ALLOCTRACE_CAPACITY", "1GiB");
+
+    alloctrace_init(1);
+    let p = alloctrace_malloc(4096, 0, null_mut());
+    assert!(!p.is_null());
+    assert!(alloctrace_malloc(0, 0, null_mut()).is_null());
+    assert!(alloctrace_malloc(4096, 1, null_mut()).is_null(), "other devices are refused");
+    assert!(alloctrace_malloc(2 << 30, 0, null_mut()).is_null(), "out of memory is null");
+    let label = CString::new("forward").unwrap();
+    alloctrace_mark(label.as_ptr());
+    alloctrace_mark_iteration(label.as_ptr());
+    alloctrace_mark(std::ptr::null());
+    alloctrace_free(p, 4096, 0, null_mut());
+    alloctrace_free(0xdead as *mut _, 1, 0, null_mut());
+    alloctrace_empty_cache();
+    assert_eq!(alloctrace_dropped(), 0);
+    assert_eq!(alloctrace_shutdown(), 0);
+    assert_eq!(alloctrace_shutdown(), 0, "idempotent");
+    // Still allocates after shutdown, unrecorded.
+    let q = alloctrace_malloc(4096, 0, null_mut());
+    assert!(!q.is_null());
+    alloctrace_free(q, 4096, 0, null_mut());
+
+    let text = std::fs::read_to_string(&status).unwrap();
+    assert!(text.contains("events_dropped=0") && text.contains("complete=true") && text.contains("free_errors=1"));
+    let mut r = TraceReader::open(&path).unwrap();
+    assert_eq!(r.header().alloc_conf, "expandable_segments:True");
+    assert_eq!(r.header().capacity_bytes, 1 << 30);
+    let recs = r.read_all();
+    assert!(matches!(r.end(), TraceEnd::Complete { .. }));
+    let has = |f: &dyn Fn(&Event) -> bool| recs.iter().any(|r| f(&r.event));
+    assert!(has(&|e| matches!(e, Event::Mark { kind: MarkKind::Phase, text } if text == "forward")));
+    assert!(has(&|e| matches!(e, Event::Mark { kind: MarkKind::Iteration, .. })));
+    assert!(has(&|e| matches!(e, Event::SegmentMap { .. })));
+    assert!(has(&|e| matches!(e, Event::SegmentUnmap { .. })));
+    assert!(has(&|e| matches!(e, Event::Oom { .. })));
+    assert!(has(&|e| matches!(e, Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. })));
+    assert_eq!(parse_bytes("40GiB"), Some(40 << 30));
+    assert_eq!(parse_bytes("1.5k"), Some(1536));
+    assert_eq!(parse_bytes("12"), Some(12));
+    assert_eq!(parse_bytes("x"), None);
+    let _ = std::fs::remove_dir_all(&dir);
+}
