@@ -156,6 +156,42 @@ alloctrace synth --events 200000 --leak-bytes-per-iter 8MiB --fragment -o leaky.
         #[arg(long)]
         json: bool,
     },
+    /// Run a program (e.g. a PyTorch script, unmodified) with the recording allocator and write its trace.
+    #[command(
+        long_about = "Run a program with alloctrace's recording allocator installed before its first CUDA \
+allocation, and write every allocator decision (allocations, frees, splits, merges, segments, \
+cache releases, OOMs) to a trace as the program runs. For PyTorch scripts a small Python shim on \
+PYTHONPATH installs the recorder through torch.cuda.memory.CUDAPluggableAllocator when torch is \
+imported; the script's output and exit code are unchanged. torch.cuda.empty_cache() is recorded \
+as a cache release. The trace survives a crash or kill -9 up to its last flush (at most about \
+100 ms behind). Needs a GPU and the recorder library (build it with \
+`cargo build --release -p alloctrace-recorder --features cuda`).",
+        after_help = "Examples:\n  alloctrace record -o run.atrace -- python train.py --epochs 1\n  \
+alloctrace record -o run.atrace --conf expandable_segments:True --stacks -- python infer.py"
+    )]
+    Record {
+        /// The trace to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax); default: that variable, if set.
+        #[arg(long, value_parser = parse_conf_string)]
+        conf: Option<String>,
+        /// Cap on reserved memory (like PyTorch's memory fraction), e.g. 40GiB.
+        #[arg(long, value_parser = parse_capacity_string)]
+        capacity: Option<String>,
+        /// Record the Python call site of every allocation (costs time per allocation).
+        #[arg(long)]
+        stacks: bool,
+        /// The recorder library; default: ALLOCTRACE_LIB, else next to this executable.
+        #[arg(long)]
+        lib: Option<PathBuf>,
+        /// No summary line.
+        #[arg(long, short)]
+        quiet: bool,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Fragmentation four ways, over time and at one moment, with the segment map.
     #[command(
         long_about = "Measure fragmentation four ways, each named and defined in the output:\n  \
@@ -255,6 +291,16 @@ fn parse_at(s: &str) -> Result<analyzer::frag::At, String> {
     analyzer::frag::At::parse(s)
 }
 
+/// Checks a configuration string but keeps it as written (it is handed to the recorder).
+fn parse_conf_string(s: &str) -> Result<String, String> {
+    AllocatorConfig::parse(s).map(|_| s.to_string()).map_err(|e| e.reason)
+}
+
+/// Checks a capacity but keeps it as written.
+fn parse_capacity_string(s: &str) -> Result<String, String> {
+    parse_bytes(s).map(|_| s.to_string())
+}
+
 fn parse_conf(s: &str) -> Result<AllocatorConfig, String> {
     AllocatorConfig::parse(s).map_err(|e| e.reason)
 }
@@ -324,6 +370,9 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
         }
         Command::Leaks { trace, at, json } => {
             cmd::leaks::run(&cmd::leaks::LeaksCmdOptions { trace, at_event: at, json }, out)
+        }
+        Command::Record { output, conf, capacity, stacks, lib, quiet, command } => {
+            cmd::record::run(&cmd::record::RecordOptions { output, conf, capacity, stacks, lib, command, quiet })
         }
         Command::Explain { trace, json } => cmd::explain::run(&cmd::explain::ExplainCmdOptions { trace, json }, out),
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything the recorder needs proven on a GPU, in one call. Run from the repository root with
-# the built artefacts in carry/ (see traces/README-recorded.md), results under $OUT.
+# the built artefacts in carry/ (see traces/README.md), results under $OUT.
 set -u
 C=carry
 S=$C/scripts

@@ -6,6 +6,7 @@ pub mod explain;
 pub mod frag;
 pub mod import;
 pub mod leaks;
+pub mod record;
 pub mod replay;
 pub mod summary;
 pub mod synth;
