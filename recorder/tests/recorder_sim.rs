@@ -150,7 +150,9 @@ fn a_killed_process_leaves_a_readable_trace() {
     let bin = exe.parent().unwrap().parent().unwrap().join("examples").join("sim_workload");
     assert!(bin.exists(), "{} is built by `cargo test`", bin.display());
     let path = tmp("killed");
-    let mut child = Command::new(&bin).arg(&path).stdout(Stdio::piped()).spawn().unwrap();
+    // About 200 events per iteration and 1 ms of "compute" after each: a steady 100-200k events/s,
+    // which even a debug build's writer keeps up with, so the lag measures the flush interval.
+    let mut child = Command::new(&bin).arg(&path).args(["0", "1000"]).stdout(Stdio::piped()).spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let start = Instant::now();
     let mut last = (0u64, 0u64);
