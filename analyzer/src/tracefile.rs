@@ -110,7 +110,13 @@ pub fn scan_chunks(path: &Path, mut fold: impl FnMut(u64, &[Record])) -> Result<
     let mut reader = TraceReader::new(input).map_err(|e| open_error(path, e))?;
     let header = reader.header().clone();
     let bar = byte_progress(total, "reading");
-    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
+    // Inside a parallel computation (what-if replays on rayon's pool) the cores are already
+    // busy: one decoder is enough, and keeps the chunks in flight (and memory) low.
+    let workers = if rayon::current_thread_index().is_some() {
+        1
+    } else {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8)
+    };
     let (work_tx, work_rx) = sync_channel::<(u64, RawChunk)>(workers);
     let work_rx = Mutex::new(work_rx);
     let (done_tx, done_rx) = sync_channel::<(u64, Result<Vec<Record>, TraceError>)>(workers);

@@ -24,6 +24,10 @@ use std::path::Path;
 
 /// Capacities are searched to this resolution.
 pub const CAPACITY_RESOLUTION: u64 = 2 << 20;
+/// Above this many events a trace is long: each policy's capacity search stops after
+/// [`LONG_TRACE_PROBES`] replays, and the resolution it reached is reported.
+pub const LONG_TRACE_EVENTS: u64 = 1_000_000;
+pub const LONG_TRACE_PROBES: u32 = 6;
 /// The offline plan is O(n^2) in allocations; above this many it is skipped.
 pub const OFFLINE_PLAN_MAX_ALLOCS: usize = 200_000;
 /// Typical cost of one `cudaMalloc`/`cudaFree` on an H100 (anchors: 38-53 us).
@@ -55,6 +59,8 @@ pub struct PolicyRow {
     pub num_alloc_retries: u64,
     /// Smallest capacity at which the trace completes (None when not searched).
     pub min_capacity_bytes: Option<u64>,
+    /// How close the search came to the boundary: 2 MiB, or coarser on long traces.
+    pub min_capacity_resolution_bytes: Option<u64>,
 }
 
 /// Bounds that no allocator can beat.
@@ -69,6 +75,8 @@ pub struct Bounds {
     /// 2020): the best static placement of all blocks in one arena.
     pub offline_plan_bytes: Option<u64>,
     pub offline_plan_note: Option<String>,
+    /// Events in the trace.
+    pub events: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -103,7 +111,7 @@ pub fn policies(recorded: &AllocatorConfig, with_capacity: bool) -> Vec<(String,
     rows
 }
 
-fn row_of(policy: &str, r: &ReplayResult, min_capacity: Option<u64>) -> PolicyRow {
+fn row_of(policy: &str, r: &ReplayResult, min_capacity: Option<u64>, resolution: Option<u64>) -> PolicyRow {
     PolicyRow {
         policy: policy.to_string(),
         alloc_conf: r.alloc_conf.clone(),
@@ -119,6 +127,7 @@ fn row_of(policy: &str, r: &ReplayResult, min_capacity: Option<u64>) -> PolicyRo
         num_device_free: r.num_device_free,
         num_alloc_retries: r.num_alloc_retries,
         min_capacity_bytes: min_capacity,
+        min_capacity_resolution_bytes: resolution,
     }
 }
 
@@ -131,14 +140,16 @@ pub fn fragmentation(allocated: u64, reserved: u64) -> f64 {
 }
 
 /// Smallest capacity (to [`CAPACITY_RESOLUTION`]) at which `config` completes the trace.
-/// `probed` is called after each replay (for progress).
+/// `probed` is called after each replay (for progress). At most `max_probes` replays: the
+/// result is then a capacity known to complete, within the returned resolution of the boundary.
 pub fn min_capacity(
     path: &Path,
     config: &AllocatorConfig,
     lower: u64,
     upper: u64,
+    max_probes: u32,
     probed: &(dyn Fn() + Sync),
-) -> Result<u64> {
+) -> Result<(u64, u64)> {
     let r = CAPACITY_RESOLUTION;
     let completes = |cap: u64| -> Result<bool> {
         probed();
@@ -148,7 +159,9 @@ pub fn min_capacity(
     // Invariant: `hi` completes; every capacity below `lo` fails.
     let mut hi = upper.div_ceil(r) * r;
     let mut lo = lower / r * r;
-    while hi - lo > r {
+    let mut probes = 0;
+    while hi - lo > r && probes < max_probes {
+        probes += 1;
         let mid = (lo + (hi - lo) / 2) / r * r;
         if completes(mid)? {
             hi = mid;
@@ -156,7 +169,7 @@ pub fn min_capacity(
             lo = mid;
         }
     }
-    Ok(hi)
+    Ok((hi, (hi - lo).max(r)))
 }
 
 pub fn whatif(path: &Path, opts: &WhatifOptions) -> Result<Whatif> {
@@ -203,17 +216,19 @@ fn whatif_inner(
                         &ReplayOptions { config: Some(config.clone()), unlimited: true, ..Default::default() },
                     )?
                 };
+                let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
                 Some(min_capacity(
                     path,
                     config,
                     bounds.live_requested_peak_bytes,
                     unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
+                    max_probes,
                     &|| bar.inc(1),
                 )?)
             } else {
                 None
             };
-            Ok(row_of(name, &r, min))
+            Ok(row_of(name, &r, min.map(|m| m.0), min.map(|m| m.1)))
         })
         .collect();
     Ok(Whatif { trace: path.display().to_string(), capacity_bytes: opts.capacity_bytes, rows: rows?, bounds })
@@ -283,6 +298,7 @@ pub fn bounds(path: &Path, config: &AllocatorConfig) -> Result<Bounds> {
         no_caching_device_calls: 2 * allocs,
         offline_plan_bytes,
         offline_plan_note,
+        events: scanned.events,
     })
 }
 

@@ -56,6 +56,15 @@ pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
         (None, None) => {}
     }
     writeln!(out, "frag. = 1 - peak allocated / peak reserved; min capacity = smallest limit at which the run completes (2 MiB steps).")?;
+    if let Some(res) = w.rows.iter().filter_map(|r| r.min_capacity_resolution_bytes).max().filter(|&r| r > (2 << 20)) {
+        writeln!(
+            out,
+            "long trace ({} events): each min capacity completes and lies within {} of the boundary (at most {} replays per policy).",
+            w.bounds.events,
+            fmt_bytes(res),
+            crate::whatif::LONG_TRACE_PROBES
+        )?;
+    }
     writeln!(
         out,
         "no caching costs about {:.0} ms of device calls ({DEVICE_CALL_US:.0} us each on an H100).",
