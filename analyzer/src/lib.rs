@@ -2,9 +2,13 @@
 //! recorder's engine on a simulated device, computes and renders.
 
 pub mod cmd;
+pub mod diff;
 pub mod import;
+pub mod plot;
 pub mod replay;
+pub mod report;
 pub mod summary;
+pub mod timeline;
 pub mod tracefile;
 pub mod units;
 pub mod whatif;

@@ -1,9 +1,12 @@
 //! One module per subcommand. Each takes a plain options struct (the library never sees clap)
 //! and writes its output to the given writer; it returns the process exit code.
 
+pub mod diff;
 pub mod dump;
 pub mod import;
+pub mod plot;
 pub mod replay;
+pub mod report;
 pub mod summary;
 pub mod whatif;
 
