@@ -3,7 +3,10 @@
 
 pub mod cmd;
 pub mod diff;
+pub mod explain;
+pub mod frag;
 pub mod import;
+pub mod leaks;
 pub mod plot;
 pub mod replay;
 pub mod report;

@@ -148,7 +148,7 @@ alloctrace plot traces/frag_oom.default.atrace --kind segments --at oom -o oom.s
         #[arg(short, long)]
         output: PathBuf,
         /// The moment of a segment map: peak (reserved), oom, end, or an event index.
-        #[arg(long, default_value = "peak", value_parser = parse_at)]
+        #[arg(long, default_value = "peak", value_parser = parse_plot_at)]
         at: analyzer::plot::At,
         /// Timeline: live bytes by call site, stacked.
         #[arg(long)]
@@ -203,6 +203,78 @@ alloctrace diff traces/gpt2_train.default.atrace sim.atrace -o diff/"
         #[arg(long)]
         json: bool,
     },
+    /// Fragmentation four ways, over time and at one moment, with the segment map.
+    #[command(
+        long_about = "Measure fragmentation four ways, each named and defined in the output:\n  \
+1. reserved vs allocated: 1 - allocated / reserved (PyTorch's \"reserved but unallocated\");\n  \
+2. contiguity: 1 - largest free block / total free (why a request fails although memory is free);\n  \
+3. internal (rounding slack inside blocks) vs external (free blocks inside segments);\n  \
+4. the gap between peak reserved and an offline plan that knows every lifetime in advance.\n\n\
+Each is summarised over the run (mean, max, value at peak reserved) and shown at one moment \
+(--at): peak reserved, the first out-of-memory, the end, or an event index. At that moment a \
+segment map lists every segment with its allocated and free blocks and its largest free block, \
+so you can see why a request did not fit: a 1 GiB tensor needs one contiguous block.\n\n\
+The layout comes from replaying the trace under its recorded settings and capacity; for \
+imported and recorded traces the replay reuses the recorded segment addresses, so blocks sit \
+where they sat in the real run.",
+        after_help = "Examples:\n  alloctrace frag traces/frag_oom.default.atrace --at oom\n  \
+alloctrace frag traces/gpt2_train.default.atrace --json"
+    )]
+    Frag {
+        trace: PathBuf,
+        /// The moment to show: peak (peak reserved), oom (the first out-of-memory), end, or an event index.
+        #[arg(long, default_value = "peak", value_parser = parse_at)]
+        at: analyzer::frag::At,
+        /// Lines of the segment map to print (segments of the same shape share a line).
+        #[arg(long, default_value_t = 40)]
+        max_segments: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Live allocations at the end, growth per iteration by call site, and what pins reserved memory.
+    #[command(
+        long_about = "Find leaks and what they cost.\n\n\
+Live at the end: allocations never freed, grouped by call site (the innermost frame of your \
+code; frames inside torch and site-packages are skipped), with their count, bytes and age.\n\n\
+Growth: live bytes compared at the same phase of successive iterations. Iterations come from \
+iteration marks, else from an annotation that repeats (e.g. Optimizer.zero_grad), else from \
+the repeating pattern of allocations (call site and size). Call sites whose live bytes rise \
+every iteration are reported as \"+N allocations, +X per iteration from FILE:LINE\".\n\n\
+Retention: a segment goes back to the device only when every block in it is free, so one \
+small live tensor can pin a 20 MiB segment. For the end of the run (or --at EVENT) this lists \
+what empty_cache() would free now, and what it would free if a call site released its blocks.",
+        after_help = "Example:\n  alloctrace leaks traces/leak_list_append.default.atrace"
+    )]
+    Leaks {
+        trace: PathBuf,
+        /// Analyse retention after this event index instead of at the end.
+        #[arg(long)]
+        at: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The OOM doctor: why the run ran out of memory, and what to change.
+    #[command(
+        long_about = "Explain the first out-of-memory of a trace (or its peak, when there is none).\n\n\
+The trace is replayed under its recorded settings and capacity to rebuild the layout at the \
+failure. PyTorch's OOM message is restated with each number explained (requested, the segment \
+the allocator tried to get, capacity, allocated, reserved, reserved but unallocated, the largest \
+free block, what the CUDA context and other processes hold when the trace knows it), then a \
+verdict with its reason: true exhaustion (live tensors alone exceed the limit), fragmentation \
+(enough free bytes, but no block large enough), cache not released, or steady growth (a leak).\n\n\
+Evidence comes from replays at the same capacity: which allocator settings would have \
+completed, the smallest capacity each needs, and, for fragmentation, a replay of the code \
+change that allocates long-lived tensors before temporaries. Advice is given only where that \
+evidence supports it, each item with the figure that justifies it; settings the evidence rules \
+out are listed as not advised.",
+        after_help = "Examples:\n  alloctrace explain traces/frag_oom.default.atrace\n  \
+alloctrace explain traces/leak_list_append.default.atrace --json"
+    )]
+    Explain {
+        trace: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args)]
@@ -246,8 +318,12 @@ enum PlotX {
     Event,
 }
 
-fn parse_at(s: &str) -> Result<analyzer::plot::At, String> {
+fn parse_plot_at(s: &str) -> Result<analyzer::plot::At, String> {
     s.parse()
+}
+
+fn parse_at(s: &str) -> Result<analyzer::frag::At, String> {
+    analyzer::frag::At::parse(s)
 }
 
 fn parse_conf(s: &str) -> Result<AllocatorConfig, String> {
@@ -322,6 +398,13 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
             cmd::report::run(&cmd::report::ReportCmdOptions { trace, output, search_capacity: !no_search, json }, out)
         }
         Command::Diff { a, b, output, json } => cmd::diff::run(&cmd::diff::DiffCmdOptions { a, b, output, json }, out),
+        Command::Frag { trace, at, max_segments, json } => {
+            cmd::frag::run(&cmd::frag::FragCmdOptions { trace, at, max_segments, json }, out)
+        }
+        Command::Leaks { trace, at, json } => {
+            cmd::leaks::run(&cmd::leaks::LeaksCmdOptions { trace, at_event: at, json }, out)
+        }
+        Command::Explain { trace, json } => cmd::explain::run(&cmd::explain::ExplainCmdOptions { trace, json }, out),
     }
 }
 

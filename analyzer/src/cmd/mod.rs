@@ -3,7 +3,10 @@
 
 pub mod diff;
 pub mod dump;
+pub mod explain;
+pub mod frag;
 pub mod import;
+pub mod leaks;
 pub mod plot;
 pub mod replay;
 pub mod report;

@@ -1,0 +1,159 @@
+//! `alloctrace explain TRACE [--json]`: the OOM doctor.
+
+use super::{exit, write_json};
+use crate::explain::{explain, ExplainReport};
+use crate::units::{fmt_bytes, fmt_ns};
+use anyhow::Result;
+use std::io::Write;
+use std::path::PathBuf;
+
+pub struct ExplainCmdOptions {
+    pub trace: PathBuf,
+    pub json: bool,
+}
+
+pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()> {
+    let b = fmt_bytes;
+    let f = &r.figures;
+    writeln!(out, "explain {}", r.trace)?;
+    writeln!(out, "settings {}", if r.alloc_conf.is_empty() { "(defaults)" } else { &r.alloc_conf })?;
+    if !r.recorded_ooms.is_empty() {
+        let at: Vec<String> =
+            r.recorded_ooms.iter().map(|o| format!("event {} ({})", o.event, b(o.requested_bytes))).collect();
+        writeln!(out, "the trace recorded {} out-of-memory: {}", r.recorded_ooms.len(), at.join(", "))?;
+    }
+    writeln!(out)?;
+    if r.moment == "oom" {
+        writeln!(out, "out of memory at event {} ({}). PyTorch said:", f.event, fmt_ns(f.time_ns))?;
+        if let Some(m) = &r.pytorch_message {
+            writeln!(out, "  {m}")?;
+        }
+        writeln!(out, "what the numbers mean:")?;
+        writeln!(
+            out,
+            "  requested                {:>12}  the tensor asked for; the allocator tried to get a {} segment for it",
+            b(f.requested_bytes),
+            b(f.alloc_bytes)
+        )?;
+    } else {
+        writeln!(out, "no out-of-memory; the peak of reserved memory, at event {} ({}):", f.event, fmt_ns(f.time_ns))?;
+    }
+    if let Some(c) = f.capacity_bytes {
+        writeln!(out, "  capacity                 {:>12}  the limit the process ran under", b(c))?;
+    }
+    writeln!(out, "  allocated                {:>12}  held by live tensors (rounded blocks)", b(f.allocated_bytes))?;
+    writeln!(out, "  reserved                 {:>12}  obtained from the device in segments", b(f.reserved_bytes))?;
+    writeln!(
+        out,
+        "  reserved but unallocated {:>12}  cached: free blocks inside segments, reusable only for requests that fit in one",
+        b(f.reserved_unallocated_bytes)
+    )?;
+    writeln!(
+        out,
+        "  largest free block       {:>12}  the biggest request the cache could serve",
+        b(f.largest_free_bytes)
+    )?;
+    writeln!(out, "  wholly free segments     {:>12}  what empty_cache() could give back", b(f.releasable_bytes))?;
+    if let Some(h) = f.headroom_bytes {
+        writeln!(
+            out,
+            "  headroom                 {:>12}  capacity - reserved: what new segments may still take",
+            b(h)
+        )?;
+    }
+    if let (Some(t), Some(fr)) = (f.device_total_bytes, f.device_free_bytes) {
+        writeln!(out, "  device total / free      {:>12} / {}  per the driver", b(t), b(fr))?;
+    }
+    if let Some(o) = f.held_outside_bytes {
+        writeln!(
+            out,
+            "  outside the allocator    {:>12}  CUDA context, other libraries and processes (total - free - reserved)",
+            b(o)
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(out, "verdict: {}", r.verdict.kind.as_str())?;
+    writeln!(out, "  {}", r.verdict.reason)?;
+    writeln!(out)?;
+    writeln!(out, "call sites holding memory at that moment:")?;
+    for s in r.top_sites.iter().take(5) {
+        writeln!(
+            out,
+            "  {:>12} in {:>5} blocks, {} segment(s) pinned alone ({})  {}",
+            b(s.block_bytes),
+            s.blocks,
+            s.segments_pinned,
+            b(s.pinned_segment_bytes),
+            s.site.label
+        )?;
+    }
+    if let Some(g) = &r.growth {
+        writeln!(
+            out,
+            "growth: median {}{} live per iteration over {} iterations ({})",
+            if g.per_iteration_bytes < 0.0 { "-" } else { "+" },
+            b(g.per_iteration_bytes.abs() as u64),
+            g.live_bytes.len(),
+            g.source
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "what-if at {} (replays of the same requests):",
+        f.capacity_bytes.map(b).unwrap_or_else(|| "no limit".into())
+    )?;
+    for w in &r.whatif {
+        writeln!(
+            out,
+            "  {:<36} {:>4}  peak reserved {:>11}  smallest capacity that completes {}",
+            w.policy,
+            w.outcome,
+            b(w.peak_reserved_bytes),
+            w.min_capacity_bytes.map(b).unwrap_or_else(|| "-".into())
+        )?;
+    }
+    if let Some(p) = r.offline_plan_bytes {
+        writeln!(out, "  offline plan (knows every lifetime)        {}", b(p))?;
+    }
+    for e in &r.experiments {
+        writeln!(
+            out,
+            "  experiment: {}: {} (peak reserved {})",
+            e.name,
+            if e.completes { "completes" } else { "still runs out of memory" },
+            b(e.peak_reserved_bytes)
+        )?;
+    }
+    writeln!(out)?;
+    if r.advice.is_empty() {
+        writeln!(out, "advice: none that the evidence supports")?;
+    } else {
+        writeln!(out, "advice:")?;
+        for a in &r.advice {
+            writeln!(out, "  - {}", a.text)?;
+            writeln!(out, "    because {}", a.evidence)?;
+        }
+    }
+    if !r.not_advised.is_empty() {
+        writeln!(out, "not advised:")?;
+        for n in &r.not_advised {
+            writeln!(out, "  - {n}")?;
+        }
+    }
+    Ok(())
+}
+
+pub fn run(opts: &ExplainCmdOptions, out: &mut dyn Write) -> Result<i32> {
+    let r = explain(&opts.trace)?;
+    if opts.json {
+        write_json(out, &r)?;
+    } else {
+        print_report(out, &r)?;
+    }
+    if let Some(w) = &r.input_damage {
+        eprintln!("alloctrace: warning: {w}");
+        return Ok(exit::PARTIAL);
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,248 @@
+//! `alloctrace frag TRACE [--at peak|oom|end|EVENT] [--json]`: fragmentation four ways, and the
+//! segment map at one moment.
+
+use super::{exit, write_json};
+use crate::frag::{analyze, At, FragOptions, FragReport, SegmentMap};
+use crate::replay::Outcome;
+use crate::units::{fmt_bytes, fmt_ns};
+use anyhow::Result;
+use std::io::Write;
+use std::path::PathBuf;
+
+pub struct FragCmdOptions {
+    pub trace: PathBuf,
+    pub at: At,
+    /// Print at most this many lines of the segment map (segments of the same shape share one).
+    pub max_segments: usize,
+    pub json: bool,
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+/// Tokens of a segment's block runs beyond this many are summarised.
+const MAX_TOKENS: usize = 16;
+
+/// One segment's blocks, e.g. `A 4.00 MiB | F 4.00 MiB x3`; a repeated pattern of up to four
+/// runs prints once with its count: `(A 4.00 MiB | F 4.00 MiB) x230`.
+pub fn block_runs(s: &SegmentMap) -> String {
+    let runs: Vec<String> = s
+        .blocks
+        .iter()
+        .map(|r| {
+            let tag = match r.state {
+                "allocated" => "A",
+                "free" => "F",
+                _ => "P",
+            };
+            if r.count > 1 {
+                format!("{tag} {} x{}", fmt_bytes(r.bytes), r.count)
+            } else {
+                format!("{tag} {}", fmt_bytes(r.bytes))
+            }
+        })
+        .collect();
+    let mut tokens: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < runs.len() {
+        let mut best: Option<(usize, usize)> = None; // (pattern length, repeats)
+        for len in 2..=4 {
+            let mut k = 1;
+            while i + (k + 1) * len <= runs.len() && runs[i..i + len] == runs[i + k * len..i + (k + 1) * len] {
+                k += 1;
+            }
+            if k >= 3 && best.is_none_or(|(l, n)| k * len > l * n) {
+                best = Some((len, k));
+            }
+        }
+        match best {
+            Some((len, k)) => {
+                tokens.push(format!("({}) x{k}", runs[i..i + len].join(" | ")));
+                i += len * k;
+            }
+            None => {
+                tokens.push(runs[i].clone());
+                i += 1;
+            }
+        }
+    }
+    if tokens.len() > MAX_TOKENS {
+        let rest = tokens.len() - MAX_TOKENS;
+        tokens.truncate(MAX_TOKENS);
+        tokens.push(format!("... {rest} more runs"));
+    }
+    tokens.join(" | ")
+}
+
+/// The segment map: segments of the same shape (size, pool, stream, block runs) share a line,
+/// in order of their first address.
+pub fn print_segment_map(out: &mut dyn Write, segments: &[SegmentMap], max_lines: usize) -> std::io::Result<()> {
+    let mut shapes: Vec<(&SegmentMap, usize)> = Vec::new();
+    for s in segments {
+        match shapes.iter_mut().find(|(first, _)| first.same_shape(s)) {
+            Some((_, n)) => *n += 1,
+            None => shapes.push((s, 1)),
+        }
+    }
+    for (k, (s, n)) in shapes.iter().enumerate() {
+        if k == max_lines {
+            let rest: usize = shapes[k..].iter().map(|(_, n)| n).sum();
+            writeln!(out, "  ... {rest} more segments of {} other shapes (--json lists them all)", shapes.len() - k)?;
+            break;
+        }
+        let times = if *n > 1 { format!(" (x{n} segments like it)") } else { String::new() };
+        writeln!(
+            out,
+            "  {:#014x} {:>10} {:<5} stream {}{}{}: {}   largest free {}",
+            s.addr,
+            fmt_bytes(s.bytes),
+            s.pool.as_str(),
+            s.stream,
+            if s.is_expandable { " expandable" } else { "" },
+            times,
+            block_runs(s),
+            fmt_bytes(s.largest_free_bytes)
+        )?;
+    }
+    Ok(())
+}
+
+pub fn print_report(out: &mut dyn Write, r: &FragReport, max_segments: usize) -> std::io::Result<()> {
+    writeln!(out, "fragmentation of {}", r.trace)?;
+    writeln!(
+        out,
+        "replayed under {} with {}: {}",
+        if r.alloc_conf.is_empty() { "the default settings" } else { &r.alloc_conf },
+        r.capacity_bytes.map(|c| format!("capacity {}", fmt_bytes(c))).unwrap_or_else(|| "no capacity limit".into()),
+        match &r.replay_outcome {
+            Outcome::Ok => format!("completed, {} events", r.events),
+            Outcome::Oom { event, requested_bytes, .. } =>
+                format!("out of memory at event {event} (a request of {})", fmt_bytes(*requested_bytes)),
+        }
+    )?;
+    if r.used_recorded_addresses {
+        writeln!(
+            out,
+            "layout: the recorded segment addresses were reused, so blocks sit where they sat in the real run"
+        )?;
+    }
+    writeln!(out)?;
+    let m = &r.moment;
+    let what = match m.at {
+        At::Peak => "at peak reserved".to_string(),
+        At::Oom => "at the out-of-memory".to_string(),
+        At::End => "at the end".to_string(),
+        At::Event(_) => "at the chosen event".to_string(),
+    };
+    let lm = &m.measures;
+    writeln!(
+        out,
+        "{what}: event {} ({}), {} reserved in {} segments, {} allocated, {} free inside segments",
+        m.event,
+        fmt_ns(m.time_ns),
+        fmt_bytes(lm.reserved_bytes),
+        lm.segments,
+        fmt_bytes(lm.allocated_bytes),
+        fmt_bytes(lm.free_bytes)
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<24} {:>9} {:>12} {:>9} {:>9} {:>9}  (max at event)",
+        "measure", "now", "bytes now", "at peak", "mean", "max"
+    )?;
+    for x in &r.measures {
+        writeln!(
+            out,
+            "{:<24} {:>9} {:>12} {:>9} {:>9} {:>9}  ({})",
+            x.name,
+            pct(x.at_moment),
+            fmt_bytes(x.at_moment_bytes),
+            pct(x.at_peak),
+            pct(x.mean),
+            pct(x.max),
+            x.max_event
+        )?;
+    }
+    let p = &r.plan;
+    match (p.offline_plan_bytes, p.gap) {
+        (Some(plan), Some(gap)) => writeln!(
+            out,
+            "{:<24} {:>9} {:>12}  peak reserved {} vs offline plan {}",
+            "gap_to_offline_plan",
+            pct(gap),
+            fmt_bytes(p.peak_reserved_bytes.saturating_sub(plan)),
+            fmt_bytes(p.peak_reserved_bytes),
+            fmt_bytes(plan)
+        )?,
+        _ => writeln!(out, "{:<24} {:>9}  {}", "gap_to_offline_plan", "-", p.note.as_deref().unwrap_or(""))?,
+    }
+    writeln!(out)?;
+    for x in &r.measures {
+        writeln!(out, "  {:<22} = {}", x.name, x.definition)?;
+    }
+    writeln!(
+        out,
+        "  {:<22} = 1 - offline plan / peak reserved: waste against a planner that knows every lifetime (greedy by size)",
+        "gap_to_offline_plan"
+    )?;
+    if let Some(n) = &p.note {
+        writeln!(out, "  note: {n}")?;
+    }
+    writeln!(
+        out,
+        "  over time: {} samples over {} events; peak reserved first reached at event {}",
+        r.samples, r.events, r.peak_event
+    )?;
+    writeln!(out)?;
+    if let Some(f) = &m.failed_request {
+        writeln!(
+            out,
+            "the failed request: {} (the allocator tried to get a segment of {}). It needs one contiguous block; \
+the largest free block is {}{}.",
+            fmt_bytes(f.requested_bytes),
+            fmt_bytes(f.alloc_bytes),
+            fmt_bytes(f.largest_free_bytes),
+            f.headroom_bytes
+                .map(|h| format!(", and the device could give only {} more under the capacity", fmt_bytes(h)))
+                .unwrap_or_default()
+        )?;
+        writeln!(
+            out,
+            "  free in total: {} inside segments + {} headroom = {}",
+            fmt_bytes(lm.free_bytes),
+            fmt_bytes(f.headroom_bytes.unwrap_or(0)),
+            fmt_bytes(lm.free_bytes + f.headroom_bytes.unwrap_or(0))
+        )?;
+        writeln!(out)?;
+    }
+    writeln!(
+        out,
+        "segment map (A allocated, F free, P freed but pending stream work; xN = N equal blocks in a row), \
+largest free block overall {}:",
+        fmt_bytes(lm.largest_free_bytes)
+    )?;
+    print_segment_map(out, &m.segments, max_segments)?;
+    if r.recorded_oom_event.is_some() && m.at != At::Oom {
+        writeln!(out, "\nthis trace ends in an out-of-memory: `--at oom` shows the layout when it failed")?;
+    }
+    if r.anomalies > 0 {
+        writeln!(out, "anomalies: {} frees of blocks the replay did not know", r.anomalies)?;
+    }
+    Ok(())
+}
+
+pub fn run(opts: &FragCmdOptions, out: &mut dyn Write) -> Result<i32> {
+    let r = analyze(&opts.trace, &FragOptions { at: opts.at })?;
+    if opts.json {
+        write_json(out, &r)?;
+    } else {
+        print_report(out, &r, opts.max_segments)?;
+    }
+    if let Some(w) = &r.input_damage {
+        eprintln!("alloctrace: warning: {w}");
+        return Ok(exit::PARTIAL);
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,127 @@
+//! `alloctrace leaks TRACE [--at EVENT] [--json]`: live at the end, growth per iteration, and
+//! what live blocks keep reserved.
+
+use super::{exit, write_json};
+use crate::leaks::{analyze, LeaksOptions, LeaksReport};
+use crate::units::{fmt_bytes, fmt_ns};
+use anyhow::Result;
+use std::io::Write;
+use std::path::PathBuf;
+
+pub struct LeaksCmdOptions {
+    pub trace: PathBuf,
+    pub at_event: Option<u64>,
+    pub json: bool,
+}
+
+/// Bytes that may be fractional (per-iteration averages).
+fn fmt_rate(bytes: f64) -> String {
+    if bytes >= 1024.0 || bytes.fract() == 0.0 {
+        fmt_bytes(bytes.round().max(0.0) as u64)
+    } else {
+        format!("{bytes:.1} B")
+    }
+}
+
+pub fn print_report(out: &mut dyn Write, r: &LeaksReport, top: usize) -> std::io::Result<()> {
+    writeln!(out, "leaks in {}", r.trace)?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "live at the end: {} allocations, {} requested",
+        r.live_at_end_count,
+        fmt_bytes(r.live_at_end_bytes)
+    )?;
+    for s in r.live_at_end.iter().take(top) {
+        writeln!(
+            out,
+            "  {:>6} x {:>12}  oldest {} events / {} ago  {}",
+            s.count,
+            fmt_bytes(s.requested_bytes),
+            s.oldest_age_events,
+            fmt_ns(s.oldest_age_ns),
+            s.site.label
+        )?;
+    }
+    writeln!(out)?;
+    match &r.growth {
+        Some(g) => {
+            writeln!(out, "growth per iteration: iterations from {}", g.source)?;
+            let (first, last) = (g.live_bytes.first().copied().unwrap_or(0), g.live_bytes.last().copied().unwrap_or(0));
+            writeln!(
+                out,
+                "  live bytes at the same phase of {} iterations: {} -> {} (median {}{} per iteration)",
+                g.live_bytes.len(),
+                fmt_bytes(first),
+                fmt_bytes(last),
+                if g.per_iteration_bytes < 0.0 { "-" } else { "+" },
+                fmt_rate(g.per_iteration_bytes.abs())
+            )?;
+            if g.sites.is_empty() {
+                writeln!(out, "  no call site grows steadily")?;
+            }
+            for s in g.sites.iter().take(top) {
+                writeln!(
+                    out,
+                    "  +{:.0} allocation{}, +{} per iteration from {}  (rose in {} of {} intervals)",
+                    s.per_iteration_count,
+                    if s.per_iteration_count == 1.0 { "" } else { "s" },
+                    fmt_rate(s.per_iteration_bytes),
+                    s.site.label,
+                    s.rising_intervals,
+                    s.intervals
+                )?;
+            }
+        }
+        None => writeln!(out, "growth per iteration: not measured: {}", r.growth_note.as_deref().unwrap_or(""))?,
+    }
+    writeln!(out)?;
+    let t = &r.retention;
+    writeln!(
+        out,
+        "retention after event {}: {} reserved, {} allocated; empty_cache() would free {} now",
+        t.event,
+        fmt_bytes(t.reserved_bytes),
+        fmt_bytes(t.allocated_bytes),
+        fmt_bytes(t.empty_cache_now_bytes)
+    )?;
+    writeln!(out, "  (a segment goes back to the device only when every block in it is free)")?;
+    for s in t.sites.iter().filter(|s| s.pinned_segment_bytes > 0).take(top) {
+        writeln!(
+            out,
+            "  if {} released its {} block(s) ({}), empty_cache() would free {} ({} segment(s) it alone pins)",
+            s.site.label,
+            s.blocks,
+            fmt_bytes(s.block_bytes),
+            fmt_bytes(s.empty_cache_if_released_bytes),
+            s.segments_pinned
+        )?;
+    }
+    for b in t.blocks.iter().filter(|b| b.alone && b.segment_bytes > b.block_bytes).take(top.min(5)) {
+        writeln!(
+            out,
+            "  a {} block from {} keeps a {} segment from being released",
+            fmt_bytes(b.block_bytes),
+            b.site.label,
+            fmt_bytes(b.segment_bytes)
+        )?;
+    }
+    if let Some(n) = &t.note {
+        writeln!(out, "  note: {n}")?;
+    }
+    Ok(())
+}
+
+pub fn run(opts: &LeaksCmdOptions, out: &mut dyn Write) -> Result<i32> {
+    let r = analyze(&opts.trace, &LeaksOptions { at_event: opts.at_event })?;
+    if opts.json {
+        write_json(out, &r)?;
+    } else {
+        print_report(out, &r, 10)?;
+    }
+    if let Some(w) = &r.input_damage {
+        eprintln!("alloctrace: warning: {w}");
+        return Ok(exit::PARTIAL);
+    }
+    Ok(exit::OK)
+}

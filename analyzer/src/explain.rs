@@ -1,0 +1,703 @@
+//! The OOM doctor: for the first out-of-memory of a trace (or its peak, when there is none),
+//! PyTorch's message restated with every figure explained, a verdict with its reason, the call
+//! sites holding memory, what-if evidence at the same capacity, and advice that the evidence
+//! supports, each with the figure that justifies it.
+//!
+//! Verdicts, checked in this order:
+//! - **true exhaustion**: live bytes plus the request exceed the capacity; no allocator could
+//!   have served it. It becomes **steady growth** when live bytes rise every iteration (see
+//!   [`crate::leaks`]) by enough to account for the shortfall.
+//! - **cache not released**: the request would fit after giving whole free segments back.
+//! - **fragmentation**: enough free bytes in total (free inside segments + what the capacity
+//!   still allows) but no free block large enough.
+//!
+//! Advice is never a rule of thumb: a setting is advised only when its replay at the same
+//! capacity completes, a capacity only as the smallest one a replay completes at, and a code
+//! change only with a replay or a figure that shows it helps. The one code change that is
+//! replayed: allocating the tensors that are still live at the OOM before the temporaries of
+//! the same stretch of allocations ([`group_long_lived`]), which keeps temporaries in segments
+//! of their own so that freeing them frees whole segments.
+//!
+//! The replay stops at the first OOM; later `oom` events of the trace are listed with their
+//! recorded figures. Memory: the layout at the moment, live allocations, call sites.
+
+use crate::frag::LayoutMeasures;
+use crate::leaks::{self, Growth, Held, SitePin, Sites};
+use crate::replay::{replay_file, replay_observed, EngineView, Outcome, ReplayOptions, ReplayResult};
+use crate::tracefile;
+use crate::units::fmt_bytes;
+use crate::whatif::{self, PolicyRow, WhatifOptions};
+use anyhow::{Context, Result};
+use recorder::trace::{Event, Record, Source, TraceWriter};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+/// An `oom` event as the trace recorded it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordedOom {
+    pub event: u64,
+    pub requested_bytes: u64,
+    pub alloc_bytes: u64,
+    /// 0 = unknown.
+    pub device_free_bytes: u64,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub limit_bytes: u64,
+}
+
+/// The figures of the moment.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figures {
+    pub event: u64,
+    pub time_ns: u64,
+    /// The failed request (0 at a peak).
+    pub requested_bytes: u64,
+    /// The segment size the allocator tried to get for it.
+    pub alloc_bytes: u64,
+    pub capacity_bytes: Option<u64>,
+    pub allocated_bytes: u64,
+    pub live_requested_bytes: u64,
+    pub reserved_bytes: u64,
+    pub reserved_unallocated_bytes: u64,
+    pub largest_free_bytes: u64,
+    /// Whole free segments (what `empty_cache()` gives back).
+    pub releasable_bytes: u64,
+    /// Capacity minus reserved.
+    pub headroom_bytes: Option<u64>,
+    pub device_total_bytes: Option<u64>,
+    pub device_free_bytes: Option<u64>,
+    /// Device memory held by the CUDA context and other processes: total - free - reserved.
+    pub held_outside_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    TrueExhaustion,
+    Fragmentation,
+    CacheNotReleased,
+    SteadyGrowth,
+    /// No out-of-memory: the peak is described instead.
+    NoOom,
+}
+
+impl VerdictKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerdictKind::TrueExhaustion => "true exhaustion",
+            VerdictKind::Fragmentation => "fragmentation",
+            VerdictKind::CacheNotReleased => "cache not released",
+            VerdictKind::SteadyGrowth => "steady growth (a leak)",
+            VerdictKind::NoOom => "no out-of-memory",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    pub kind: VerdictKind,
+    pub reason: String,
+}
+
+/// One piece of advice.
+#[derive(Debug, Clone, Serialize)]
+pub struct Advice {
+    /// `setting`, `capacity` or `code`.
+    pub kind: &'static str,
+    /// A `PYTORCH_CUDA_ALLOC_CONF=...` value for `setting`.
+    pub setting: Option<String>,
+    pub text: String,
+    /// The figure that justifies it.
+    pub evidence: String,
+}
+
+/// A replay of a code change.
+#[derive(Debug, Clone, Serialize)]
+pub struct Experiment {
+    pub name: &'static str,
+    pub description: String,
+    pub completes: bool,
+    pub peak_reserved_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ExplainReport {
+    pub trace: String,
+    pub alloc_conf: String,
+    /// `oom` or `peak`.
+    pub moment: &'static str,
+    pub replay_outcome: Outcome,
+    pub recorded_ooms: Vec<RecordedOom>,
+    pub figures: Figures,
+    /// PyTorch's OOM message with these figures (at an OOM).
+    pub pytorch_message: Option<String>,
+    pub verdict: Verdict,
+    /// Call sites holding memory at the moment, most bytes first.
+    pub top_sites: Vec<SitePin>,
+    pub growth: Option<Growth>,
+    /// What-if rows at the same capacity (unlimited when there is none).
+    pub whatif: Vec<PolicyRow>,
+    pub offline_plan_bytes: Option<u64>,
+    pub live_requested_peak_bytes: u64,
+    pub experiments: Vec<Experiment>,
+    pub advice: Vec<Advice>,
+    /// Changes that the evidence rules out, with why (e.g. the setting PyTorch's message suggests).
+    pub not_advised: Vec<String>,
+    pub input_damage: Option<String>,
+}
+
+/// The moment captured in the replay.
+struct Capture {
+    event: u64,
+    time_ns: u64,
+    held: Held,
+}
+
+pub fn explain(path: &Path) -> Result<ExplainReport> {
+    let header = tracefile::open(path)?.header().clone();
+    let mut recorded_ooms = Vec::new();
+    let mut mem_info: Option<(u64, u64)> = None; // last DeviceMemInfo before the first recorded OOM
+    tracefile::scan(path, |i, r| match r.event {
+        Event::Oom {
+            requested_bytes,
+            alloc_bytes,
+            device_free_bytes,
+            reserved_bytes,
+            allocated_bytes,
+            limit_bytes,
+            ..
+        } => recorded_ooms.push(RecordedOom {
+            event: i,
+            requested_bytes,
+            alloc_bytes,
+            device_free_bytes,
+            reserved_bytes,
+            allocated_bytes,
+            limit_bytes,
+        }),
+        Event::DeviceMemInfo { free_bytes, total_bytes } if recorded_ooms.is_empty() => {
+            mem_info = Some((free_bytes, total_bytes))
+        }
+        _ => {}
+    })?;
+    let first_recorded = recorded_ooms.first().map(|o| o.event);
+
+    // Replay under the recorded settings and capacity; capture the OOM (or the recorded OOM's
+    // index), else the peak of reserved.
+    let mut sites = Sites::default();
+    let mut callsite_of: HashMap<u64, u32> = HashMap::new();
+    let mut at_oom: Option<Capture> = None;
+    let mut at_peak: Option<Capture> = None;
+    let mut peak_reserved = 0u64;
+    let result = replay_observed(path, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, live| {
+        match &r.event {
+            Event::CallSite { id, frames } => sites.define(*id, frames),
+            Event::Alloc { id, callsite, .. } => {
+                callsite_of.insert(*id, *callsite);
+            }
+            Event::FreeCompleted { id, .. } => {
+                callsite_of.remove(id);
+            }
+            _ => {}
+        }
+        let capture = |sites: &Sites| Capture {
+            event: i,
+            time_ns: r.time_ns,
+            held: Held {
+                event: i,
+                segments: view.segments(),
+                site_of_block: live
+                    .iter()
+                    .map(|(id, addr)| (*addr, sites.of(callsite_of.get(id).copied().unwrap_or(0))))
+                    .collect(),
+            },
+        };
+        if at_oom.is_none() && (view.stats().num_ooms > 0 || first_recorded == Some(i)) {
+            at_oom = Some(capture(&sites));
+        }
+        let reserved = view.stats().reserved_bytes.all.current;
+        if at_oom.is_none() && reserved > peak_reserved {
+            peak_reserved = reserved;
+            at_peak = Some(capture(&sites));
+        }
+    })?;
+    let is_oom = at_oom.is_some();
+    let cap = at_oom.or(at_peak).unwrap_or(Capture {
+        event: 0,
+        time_ns: 0,
+        held: Held { event: 0, segments: Vec::new(), site_of_block: HashMap::new() },
+    });
+    let lm = LayoutMeasures::of(&cap.held.segments);
+    let capacity = result.capacity_bytes;
+    let recorded_here = recorded_ooms.iter().find(|o| o.event == cap.event);
+    let (requested_bytes, alloc_bytes) = match (&result.outcome, recorded_here) {
+        (Outcome::Oom { requested_bytes, alloc_bytes, .. }, _) => (*requested_bytes, *alloc_bytes),
+        (Outcome::Ok, Some(o)) => (o.requested_bytes, o.alloc_bytes),
+        (Outcome::Ok, None) => (0, 0),
+    };
+    let device_total = (header.device_total_bytes > 0)
+        .then_some(header.device_total_bytes)
+        .or(mem_info.map(|m| m.1).filter(|&t| t > 0));
+    let device_free = recorded_here.map(|o| o.device_free_bytes).filter(|&f| f > 0).or(mem_info.map(|m| m.0));
+    let figures = Figures {
+        event: cap.event,
+        time_ns: cap.time_ns,
+        requested_bytes,
+        alloc_bytes,
+        capacity_bytes: capacity,
+        allocated_bytes: lm.allocated_bytes,
+        live_requested_bytes: lm.requested_bytes,
+        reserved_bytes: lm.reserved_bytes,
+        reserved_unallocated_bytes: lm.reserved_bytes - lm.allocated_bytes.min(lm.reserved_bytes),
+        largest_free_bytes: lm.largest_free_bytes,
+        releasable_bytes: lm.releasable_bytes,
+        headroom_bytes: capacity.map(|c| c.saturating_sub(lm.reserved_bytes)),
+        device_total_bytes: device_total,
+        device_free_bytes: device_free,
+        held_outside_bytes: match (device_total, device_free) {
+            (Some(t), Some(f)) => Some(t.saturating_sub(f).saturating_sub(lm.reserved_bytes)),
+            _ => None,
+        },
+    };
+
+    let mut retention = leaks::retention(&cap.held, &sites);
+    retention.sites.sort_by(|a, b| b.block_bytes.cmp(&a.block_bytes).then(a.site.cmp(&b.site)));
+    let top_sites: Vec<SitePin> = retention.sites.iter().take(10).cloned().collect();
+    let (growth, _) = leaks::growth_only(path)?;
+
+    let verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
+    let w = whatif::whatif(path, &WhatifOptions { capacity_bytes: capacity, search_capacity: true })?;
+
+    let mut experiments = Vec::new();
+    if is_oom && verdict.kind == VerdictKind::Fragmentation {
+        if let Some(e) = group_long_lived(path, cap.event)? {
+            experiments.push(e);
+        }
+    }
+    let (advice, not_advised) = advise(&figures, &verdict, &w.rows, &experiments, &top_sites, growth.as_ref(), is_oom);
+    Ok(ExplainReport {
+        trace: path.display().to_string(),
+        alloc_conf: result.alloc_conf.clone(),
+        moment: if is_oom { "oom" } else { "peak" },
+        replay_outcome: result.outcome.clone(),
+        recorded_ooms,
+        pytorch_message: is_oom.then(|| pytorch_message(&figures)),
+        figures,
+        verdict,
+        top_sites,
+        growth,
+        whatif: w.rows,
+        offline_plan_bytes: w.bounds.offline_plan_bytes,
+        live_requested_peak_bytes: w.bounds.live_requested_peak_bytes,
+        experiments,
+        advice,
+        not_advised,
+        input_damage: result.input_damage.clone(),
+    })
+}
+
+/// The share of the live bytes that growth over the run accounts for.
+fn growth_share(g: &Growth, allocated: u64) -> f64 {
+    let total = g.per_iteration_bytes.max(0.0) * g.live_bytes.len().saturating_sub(1) as f64;
+    if allocated == 0 {
+        0.0
+    } else {
+        total / allocated as f64
+    }
+}
+
+fn verdict(is_oom: bool, f: &Figures, growth: Option<&Growth>, lm: &LayoutMeasures) -> Verdict {
+    let b = fmt_bytes;
+    if !is_oom {
+        let mut reason = format!(
+            "the run completed. At peak reserved ({} at event {}), {} is allocated and {} is reserved but \
+unallocated ({:.1}%), the largest free block being {}",
+            b(f.reserved_bytes),
+            f.event,
+            b(f.allocated_bytes),
+            b(f.reserved_unallocated_bytes),
+            100.0 * lm.reserved_vs_allocated(),
+            b(f.largest_free_bytes)
+        );
+        if let Some(g) = growth.filter(|g| g.per_iteration_bytes > 0.0 && !g.sites.is_empty()) {
+            reason.push_str(&format!(
+                "; live bytes grow by {} per iteration ({})",
+                b(g.per_iteration_bytes as u64),
+                g.sites[0].site.label
+            ));
+        }
+        return Verdict { kind: VerdictKind::NoOom, reason };
+    }
+    let limit = f.capacity_bytes.or(f.device_total_bytes.map(|t| t.saturating_sub(f.held_outside_bytes.unwrap_or(0))));
+    let needed = f.allocated_bytes + f.requested_bytes;
+    if let Some(limit) = limit.filter(|&l| needed > l) {
+        if let Some(g) = growth.filter(|g| g.per_iteration_bytes > 0.0 && !g.sites.is_empty()) {
+            let share = growth_share(g, f.allocated_bytes);
+            if share >= 0.25 {
+                return Verdict {
+                    kind: VerdictKind::SteadyGrowth,
+                    reason: format!(
+                        "live bytes ({}) plus the request ({}) exceed the limit ({}), and live bytes grew by {} per \
+iteration over {} iterations ({:.0}% of what is live), mostly from {}",
+                        b(f.allocated_bytes),
+                        b(f.requested_bytes),
+                        b(limit),
+                        b(g.per_iteration_bytes as u64),
+                        g.live_bytes.len(),
+                        100.0 * share.min(1.0),
+                        g.sites[0].site.label
+                    ),
+                };
+            }
+        }
+        return Verdict {
+            kind: VerdictKind::TrueExhaustion,
+            reason: format!(
+                "live bytes ({}) plus the request ({}) = {} exceed the limit ({}): no allocator could serve it",
+                b(f.allocated_bytes),
+                b(f.requested_bytes),
+                b(needed),
+                b(limit)
+            ),
+        };
+    }
+    let headroom = f.headroom_bytes.unwrap_or(0);
+    if f.releasable_bytes > 0 && f.releasable_bytes + headroom >= f.alloc_bytes {
+        return Verdict {
+            kind: VerdictKind::CacheNotReleased,
+            reason: format!(
+                "whole free segments hold {} and the limit allows {} more: releasing the cache would have made room \
+for the {} segment",
+                b(f.releasable_bytes),
+                b(headroom),
+                b(f.alloc_bytes)
+            ),
+        };
+    }
+    Verdict {
+        kind: VerdictKind::Fragmentation,
+        reason: format!(
+            "live bytes plus the request ({}) fit under the limit{}, and {} is free in total ({} free inside segments + \
+{} the limit still allows), but the request needs one contiguous block of {} and the largest free block is {}; \
+no segment is wholly free, so releasing the cache frees {}",
+            b(needed),
+            limit.map(|l| format!(" ({})", b(l))).unwrap_or_default(),
+            b(f.reserved_unallocated_bytes + headroom),
+            b(f.reserved_unallocated_bytes),
+            b(headroom),
+            b(f.requested_bytes),
+            b(f.largest_free_bytes),
+            b(f.releasable_bytes)
+        ),
+    }
+}
+
+/// PyTorch's message for these figures (`format_size` units, as in c10).
+pub fn pytorch_message(f: &Figures) -> String {
+    let b = fmt_bytes;
+    let total = f.device_total_bytes.map(b).unwrap_or_else(|| "(unknown)".into());
+    let free = f.device_free_bytes.map(b).unwrap_or_else(|| "(unknown)".into());
+    format!(
+        "CUDA out of memory. Tried to allocate {}. GPU 0 has a total capacity of {total} of which {free} is free. \
+{}Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated.",
+        b(f.alloc_bytes),
+        f.capacity_bytes.map(|c| format!("{} allowed; ", b(c))).unwrap_or_default(),
+        b(f.allocated_bytes),
+        b(f.reserved_unallocated_bytes)
+    )
+}
+
+/// Replays the code change "allocate the tensors still live at `oom_event` before the
+/// temporaries": each maximal run of consecutive allocations (no free in between) before the
+/// OOM is reordered so that the allocations still live at the OOM come first. Live bytes at
+/// the end of each run are unchanged, so the peak of live bytes is too. The replay does not
+/// reuse recorded addresses (the order differs). `None` when no run has both kinds.
+pub fn group_long_lived(path: &Path, oom_event: u64) -> Result<Option<Experiment>> {
+    // Which allocations are still live at the OOM.
+    let mut live: HashSet<u64> = HashSet::new();
+    let header = tracefile::open(path)?.header().clone();
+    tracefile::scan(path, |i, r| {
+        if i >= oom_event {
+            return;
+        }
+        match &r.event {
+            Event::Alloc { id, .. } => {
+                live.insert(*id);
+            }
+            Event::FreeCompleted { id, .. } | Event::FreeRequested { id, .. } => {
+                live.remove(id);
+            }
+            _ => {}
+        }
+    })?;
+    let tmp = temp_path(path);
+    let mut h = header.clone();
+    h.source = Source::Simulated;
+    h.notes.push("experiment: allocations live at the OOM moved ahead of the temporaries of their run".into());
+    let mut writer = TraceWriter::create(&tmp, &h).with_context(|| format!("cannot write {}", tmp.display()))?;
+    let mut run: Vec<Record> = Vec::new();
+    let mut changed = false;
+    let mut error: Option<anyhow::Error> = None;
+    let flush = |run: &mut Vec<Record>, writer: &mut TraceWriter<_>, changed: &mut bool| -> Result<()> {
+        let is_live = |r: &Record| matches!(&r.event, Event::Alloc { id, .. } if live.contains(id));
+        let is_alloc = |r: &Record| matches!(&r.event, Event::Alloc { .. });
+        let others = run.iter().filter(|r| !is_alloc(r));
+        let keep = run.iter().filter(|r| is_live(r));
+        let temps = run.iter().filter(|r| is_alloc(r) && !is_live(r));
+        let ordered: Vec<&Record> = others.chain(keep).chain(temps).collect();
+        let allocs: Vec<&Record> = run.iter().filter(|r| is_alloc(r)).collect();
+        let new_allocs: Vec<&Record> = ordered.iter().copied().filter(|r| is_alloc(r)).collect();
+        if allocs.iter().zip(&new_allocs).any(|(a, b)| a != b) {
+            *changed = true;
+        }
+        for r in ordered {
+            writer.write(r)?;
+        }
+        run.clear();
+        Ok(())
+    };
+    tracefile::scan(path, |i, r| {
+        if error.is_some() {
+            return;
+        }
+        let res = (|| -> Result<()> {
+            let in_run_kind = matches!(
+                r.event,
+                Event::Alloc { .. } | Event::CallSite { .. } | Event::SegmentAlloc { .. } | Event::SegmentMap { .. }
+            );
+            if i < oom_event && in_run_kind {
+                run.push(r.clone());
+                return Ok(());
+            }
+            flush(&mut run, &mut writer, &mut changed)?;
+            writer.write(r)?;
+            Ok(())
+        })();
+        if let Err(e) = res {
+            error = Some(e);
+        }
+    })?;
+    if let Some(e) = error {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    flush(&mut run, &mut writer, &mut changed)?;
+    writer.finish().with_context(|| format!("cannot write {}", tmp.display()))?;
+    let result: Result<ReplayResult> =
+        if changed { replay_file(&tmp, &ReplayOptions::default()) } else { Err(anyhow::anyhow!("unchanged")) };
+    let _ = std::fs::remove_file(&tmp);
+    Ok(match result {
+        Ok(r) => Some(Experiment {
+            name: "allocate long-lived tensors first",
+            description: "in each stretch of allocations before the OOM, the tensors still live at the OOM are \
+allocated before the temporaries (freed before it), so temporaries share segments only with temporaries"
+                .into(),
+            completes: !r.is_oom(),
+            peak_reserved_bytes: r.peak_reserved_bytes,
+        }),
+        Err(_) => None,
+    })
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    std::env::temp_dir().join(format!("alloctrace-{}-{stem}-grouped.atrace", std::process::id()))
+}
+
+fn advise(
+    f: &Figures,
+    v: &Verdict,
+    rows: &[PolicyRow],
+    experiments: &[Experiment],
+    top: &[SitePin],
+    growth: Option<&Growth>,
+    is_oom: bool,
+) -> (Vec<Advice>, Vec<String>) {
+    let b = fmt_bytes;
+    let mut advice = Vec::new();
+    let mut not_advised = Vec::new();
+    let cap_text = f.capacity_bytes.map(b).unwrap_or_else(|| "no limit".into());
+    let recorded = rows.iter().find(|r| r.policy == "recorded");
+    if is_oom {
+        // Settings whose replay completes at the same capacity.
+        let mut ok: Vec<&PolicyRow> = rows.iter().filter(|r| r.policy != "recorded" && r.outcome == "ok").collect();
+        ok.sort_by_key(|r| r.peak_reserved_bytes);
+        for r in &ok {
+            advice.push(Advice {
+                kind: "setting",
+                setting: Some(format!("PYTORCH_CUDA_ALLOC_CONF={}", r.alloc_conf)),
+                text: format!("set PYTORCH_CUDA_ALLOC_CONF={}", r.alloc_conf),
+                evidence: format!(
+                    "its replay completes at {cap_text} with peak reserved {}; the recorded settings run out of memory",
+                    b(r.peak_reserved_bytes)
+                ),
+            });
+        }
+        for r in rows.iter().filter(|r| r.policy != "recorded" && r.outcome == "oom") {
+            if r.policy.starts_with("expandable_segments:True") || v.kind == VerdictKind::Fragmentation {
+                let suggested = if r.policy.starts_with("expandable_segments:True") {
+                    " (PyTorch's message suggests it when reserved-but-unallocated memory is large)"
+                } else {
+                    ""
+                };
+                not_advised.push(format!(
+                    "{}{suggested}: its replay also runs out of memory at {cap_text}{}",
+                    r.policy,
+                    r.min_capacity_bytes.map(|m| format!(" (it needs {})", b(m))).unwrap_or_default()
+                ));
+            }
+        }
+        if ok.is_empty() {
+            let best = rows.iter().filter_map(|r| r.min_capacity_bytes.map(|m| (m, r))).min_by_key(|(m, _)| *m);
+            if let (Some(rec_min), Some((best_min, best_row))) = (recorded.and_then(|r| r.min_capacity_bytes), best) {
+                let setting = (best_row.policy != "recorded" && (best_min as f64) < 0.9 * rec_min as f64)
+                    .then(|| format!("PYTORCH_CUDA_ALLOC_CONF={}", best_row.alloc_conf));
+                advice.push(Advice {
+                    kind: "capacity",
+                    setting: setting.clone(),
+                    text: match &setting {
+                        Some(s) => format!("give the process at least {} of memory, with {s}", b(best_min)),
+                        None => format!(
+                            "give the process at least {} of memory (no setting helps at {cap_text})",
+                            b(rec_min)
+                        ),
+                    },
+                    evidence: format!(
+                        "the smallest capacity at which the replay completes: {} under the recorded settings{}",
+                        b(rec_min),
+                        if best_row.policy != "recorded" {
+                            format!(", {} under {}", b(best_min), best_row.policy)
+                        } else {
+                            String::new()
+                        }
+                    ),
+                });
+            }
+        }
+    }
+    match v.kind {
+        VerdictKind::Fragmentation => {
+            for e in experiments.iter().filter(|e| e.completes) {
+                let site = top.first().map(|s| s.site.label.clone()).unwrap_or_default();
+                advice.push(Advice {
+                    kind: "code",
+                    setting: None,
+                    text: format!(
+                        "allocate the tensors you keep before the temporaries made in the same stretch of code (or \
+copy the kept ones into one tensor, e.g. torch.stack, before freeing the temporaries){}",
+                        if site.is_empty() { String::new() } else { format!("; the kept blocks come from {site}") }
+                    ),
+                    evidence: format!(
+                        "replayed with that order the run completes at {cap_text} (peak reserved {}): freeing the \
+temporaries then frees whole segments, which the allocator gives back before failing",
+                        b(e.peak_reserved_bytes)
+                    ),
+                });
+            }
+            if let Some(s) = top.first().filter(|s| s.segments_pinned > 0) {
+                advice.push(Advice {
+                    kind: "code",
+                    setting: None,
+                    text: format!(
+                        "free the {} blocks from {} before the {} request",
+                        s.blocks,
+                        s.site.label,
+                        b(f.requested_bytes)
+                    ),
+                    evidence: format!(
+                        "those {} live blocks ({}) keep {} segments ({}) from being released; without them the cache \
+release before an OOM would free {}",
+                        s.blocks,
+                        b(s.block_bytes),
+                        s.segments_pinned,
+                        b(s.pinned_segment_bytes),
+                        b(s.empty_cache_if_released_bytes)
+                    ),
+                });
+            }
+        }
+        VerdictKind::SteadyGrowth => {
+            if let Some(g) = growth {
+                for s in g.sites.iter().take(3) {
+                    advice.push(Advice {
+                        kind: "code",
+                        setting: None,
+                        text: format!(
+                            "stop keeping references to tensors from {} across iterations (store `.item()` or \
+`.detach()` values instead of tensors that hold their autograd graph)",
+                            s.site.label
+                        ),
+                        evidence: format!(
+                            "+{:.0} allocations, +{} live per iteration from there, rising in {} of {} steps between iterations",
+                            s.per_iteration_count,
+                            b(s.per_iteration_bytes as u64),
+                            s.rising_intervals,
+                            s.intervals
+                        ),
+                    });
+                }
+            }
+        }
+        VerdictKind::CacheNotReleased => advice.push(Advice {
+            kind: "code",
+            setting: None,
+            text: "call torch.cuda.empty_cache() before the large request (or in other processes sharing the GPU)"
+                .into(),
+            evidence: format!("whole free segments hold {} at the failure", b(f.releasable_bytes)),
+        }),
+        VerdictKind::TrueExhaustion => {
+            if let Some(s) = top.first() {
+                advice.push(Advice {
+                    kind: "code",
+                    setting: None,
+                    text: format!(
+                        "reduce what {} holds (smaller batch, activation checkpointing, lower precision)",
+                        s.site.label
+                    ),
+                    evidence: format!(
+                        "it holds {} in {} blocks at the failure, the most of any call site",
+                        b(s.block_bytes),
+                        s.blocks
+                    ),
+                });
+            }
+        }
+        VerdictKind::NoOom => {
+            if let Some(g) = growth.filter(|g| !g.sites.is_empty()) {
+                let s = &g.sites[0];
+                advice.push(Advice {
+                    kind: "code",
+                    setting: None,
+                    text: format!(
+                        "check what keeps tensors from {} alive across iterations (a list of losses or outputs \
+that still hold their autograd graph: store `.item()` or `.detach()` instead)",
+                        s.site.label
+                    ),
+                    evidence: format!(
+                        "+{} live per iteration from there, rising in {} of {} steps between iterations",
+                        b(s.per_iteration_bytes as u64),
+                        s.rising_intervals,
+                        s.intervals
+                    ),
+                });
+            }
+            if let Some(r) = recorded.and_then(|r| r.min_capacity_bytes.map(|m| (m, r))) {
+                let best = rows.iter().filter_map(|x| x.min_capacity_bytes.map(|m| (m, x))).min_by_key(|(m, _)| *m);
+                if let Some((m, x)) = best.filter(|(m, x)| x.policy != "recorded" && (*m as f64) < 0.95 * r.0 as f64) {
+                    advice.push(Advice {
+                        kind: "setting",
+                        setting: Some(format!("PYTORCH_CUDA_ALLOC_CONF={}", x.alloc_conf)),
+                        text: format!(
+                            "to run in less memory, set PYTORCH_CUDA_ALLOC_CONF={} (it completes in {})",
+                            x.alloc_conf,
+                            b(m)
+                        ),
+                        evidence: format!("the recorded settings need {}; {} needs {}", b(r.0), x.policy, b(m)),
+                    });
+                }
+            }
+        }
+    }
+    (advice, not_advised)
+}

@@ -1,0 +1,582 @@
+//! Fragmentation, measured four ways, over time and at one moment, with the segment map that
+//! shows why a request did not fit.
+//!
+//! The layout comes from a replay under the recorded settings and capacity
+//! ([`crate::replay::replay_observed`]). For imported and recorded traces the replay reuses the
+//! recorded segment addresses, so its best-fit tie-breaks make the real run's choices; for a
+//! simulated trace (or one with split/merge events written by alloctrace's own engine) the
+//! replay recomputes the same layout deterministically. The source's own split/merge events
+//! are not read: the engine recomputes them.
+//!
+//! The four measures (the names used in the literature and in PyTorch):
+//! 1. **reserved vs allocated**: `1 - allocated / reserved`, and `reserved - allocated` bytes
+//!    (PyTorch's "reserved by PyTorch but unallocated").
+//! 2. **contiguity**: `1 - largest free block / total free` (TensorFlow's BFC measure): near 1,
+//!    free memory exists only in pieces too small for a large request.
+//! 3. **internal vs external**: internal = rounding slack inside allocated blocks (block bytes
+//!    minus requested bytes); external = free blocks inside segments. Both as a share of reserved.
+//! 4. **gap to an offline plan**: `1 - offline plan / peak reserved`, where the plan knows every
+//!    lifetime in advance ([`crate::whatif::bounds`], greedy by size).
+//!
+//! Cost: the layout is walked after request events, with a stride that grows with the number
+//! of blocks (about [`BLOCK_VISITS_PER_EVENT`] block visits per event), so the over-time figures
+//! are exact for small layouts and sampled for large ones. Memory is bounded by the layout (the
+//! live blocks and segments), plus one copy of it for the chosen moment and one for the peak.
+
+use crate::replay::{replay_observed, EngineView, Outcome, ReplayOptions};
+use crate::tracefile;
+use crate::whatif;
+use anyhow::{bail, Result};
+use recorder::engine::SegmentView;
+use recorder::trace::{Event, Pool, ReleaseCause};
+use serde::Serialize;
+use std::path::Path;
+
+/// Amortised budget of block visits per event for the over-time figures.
+pub const BLOCK_VISITS_PER_EVENT: usize = 256;
+
+/// The moment to show in detail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum At {
+    /// When reserved bytes first reached their peak.
+    Peak,
+    /// The first out-of-memory: the replay's, else the first recorded `oom` event.
+    Oom,
+    /// After the last event the replay processed.
+    End,
+    /// After the event with this index.
+    Event(u64),
+}
+
+impl At {
+    /// Parses `peak`, `oom`, `end` or an event index.
+    pub fn parse(s: &str) -> Result<At, String> {
+        match s {
+            "peak" => Ok(At::Peak),
+            "oom" => Ok(At::Oom),
+            "end" => Ok(At::End),
+            n => n
+                .parse::<u64>()
+                .map(At::Event)
+                .map_err(|_| format!("expected peak, oom, end or an event index, got {n:?}")),
+        }
+    }
+}
+
+/// Figures of one layout.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct LayoutMeasures {
+    pub segments: u64,
+    pub blocks: u64,
+    pub reserved_bytes: u64,
+    /// Blocks handed out and not yet freed (rounded sizes).
+    pub allocated_bytes: u64,
+    /// What the program asked for, for the allocated blocks.
+    pub requested_bytes: u64,
+    /// Freed by the program, waiting for stream work: neither usable nor live.
+    pub pending_free_bytes: u64,
+    /// Free blocks inside segments (external fragmentation).
+    pub free_bytes: u64,
+    /// Rounding slack inside allocated blocks (internal fragmentation).
+    pub internal_bytes: u64,
+    pub largest_free_bytes: u64,
+    /// Segments with no allocated or pending block: what `empty_cache()` would give back.
+    pub releasable_bytes: u64,
+}
+
+impl LayoutMeasures {
+    pub fn of(segments: &[SegmentView]) -> Self {
+        let mut m = LayoutMeasures { segments: segments.len() as u64, ..Default::default() };
+        for s in segments {
+            m.reserved_bytes += s.bytes;
+            let mut busy = false;
+            for b in &s.blocks {
+                m.blocks += 1;
+                if b.allocated {
+                    busy = true;
+                    m.allocated_bytes += b.bytes;
+                    m.requested_bytes += b.requested_bytes;
+                    m.internal_bytes += b.bytes.saturating_sub(b.requested_bytes);
+                } else if b.pending_free {
+                    busy = true;
+                    m.pending_free_bytes += b.bytes;
+                } else {
+                    m.free_bytes += b.bytes;
+                    m.largest_free_bytes = m.largest_free_bytes.max(b.bytes);
+                }
+            }
+            if !busy {
+                m.releasable_bytes += s.bytes;
+            }
+        }
+        m
+    }
+
+    /// Measure 1: `1 - allocated / reserved`.
+    pub fn reserved_vs_allocated(&self) -> f64 {
+        ratio_complement(self.allocated_bytes, self.reserved_bytes)
+    }
+    /// Measure 2: `1 - largest free block / total free` (0 when nothing is free).
+    pub fn contiguity(&self) -> f64 {
+        ratio_complement(self.largest_free_bytes, self.free_bytes)
+    }
+    /// Measure 3a: internal slack as a share of reserved.
+    pub fn internal(&self) -> f64 {
+        share(self.internal_bytes, self.reserved_bytes)
+    }
+    /// Measure 3b: free blocks inside segments as a share of reserved.
+    pub fn external(&self) -> f64 {
+        share(self.free_bytes, self.reserved_bytes)
+    }
+}
+
+fn share(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        (part as f64 / whole as f64).clamp(0.0, 1.0)
+    }
+}
+
+fn ratio_complement(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        (1.0 - part as f64 / whole as f64).clamp(0.0, 1.0)
+    }
+}
+
+/// One measure, defined, over time and at the moment.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measure {
+    pub name: &'static str,
+    pub definition: &'static str,
+    /// At the chosen moment, in [0, 1].
+    pub at_moment: f64,
+    /// The bytes behind it at the moment.
+    pub at_moment_bytes: u64,
+    /// At the peak of reserved bytes.
+    pub at_peak: f64,
+    /// Mean over the sampled events.
+    pub mean: f64,
+    pub max: f64,
+    /// Index of the event where `max` was first reached.
+    pub max_event: u64,
+}
+
+/// A run of equal consecutive blocks in a segment.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct BlockRun {
+    /// `allocated`, `free` or `pending_free`.
+    pub state: &'static str,
+    pub bytes: u64,
+    pub count: u64,
+}
+
+/// One segment of the map.
+#[derive(Debug, Clone, Serialize)]
+pub struct SegmentMap {
+    pub addr: u64,
+    pub bytes: u64,
+    pub pool: Pool,
+    pub stream: u64,
+    pub is_expandable: bool,
+    pub allocated_bytes: u64,
+    pub free_bytes: u64,
+    pub largest_free_bytes: u64,
+    pub blocks: Vec<BlockRun>,
+}
+
+impl SegmentMap {
+    pub fn of(s: &SegmentView) -> Self {
+        let mut runs: Vec<BlockRun> = Vec::new();
+        let (mut allocated, mut free, mut largest) = (0, 0, 0);
+        for b in &s.blocks {
+            let state = if b.allocated {
+                allocated += b.bytes;
+                "allocated"
+            } else if b.pending_free {
+                "pending_free"
+            } else {
+                free += b.bytes;
+                largest = largest.max(b.bytes);
+                "free"
+            };
+            match runs.last_mut() {
+                Some(r) if r.state == state && r.bytes == b.bytes => r.count += 1,
+                _ => runs.push(BlockRun { state, bytes: b.bytes, count: 1 }),
+            }
+        }
+        SegmentMap {
+            addr: s.addr,
+            bytes: s.bytes,
+            pool: s.pool,
+            stream: s.stream,
+            is_expandable: s.is_expandable,
+            allocated_bytes: allocated,
+            free_bytes: free,
+            largest_free_bytes: largest,
+            blocks: runs,
+        }
+    }
+
+    /// Same shape (size, pool, stream, block runs): consecutive such segments print as one line.
+    pub fn same_shape(&self, o: &SegmentMap) -> bool {
+        self.bytes == o.bytes
+            && self.pool == o.pool
+            && self.stream == o.stream
+            && self.is_expandable == o.is_expandable
+            && self.blocks == o.blocks
+    }
+}
+
+/// The request that failed at an OOM moment, and whether any free block could hold it.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailedRequest {
+    pub event: u64,
+    pub requested_bytes: u64,
+    /// The segment size the allocator tried to get from the device.
+    pub alloc_bytes: u64,
+    pub largest_free_bytes: u64,
+    /// Capacity minus reserved: what the device could still give (None: no limit known).
+    pub headroom_bytes: Option<u64>,
+}
+
+/// The moment shown in detail.
+#[derive(Debug, Clone, Serialize)]
+pub struct Moment {
+    pub at: At,
+    pub event: u64,
+    pub time_ns: u64,
+    pub measures: LayoutMeasures,
+    pub failed_request: Option<FailedRequest>,
+    pub segments: Vec<SegmentMap>,
+}
+
+/// Gap to the offline plan (measure 4).
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanGap {
+    pub peak_reserved_bytes: u64,
+    pub live_requested_peak_bytes: u64,
+    pub offline_plan_bytes: Option<u64>,
+    /// `1 - offline plan / peak reserved`, clamped to [0, 1].
+    pub gap: Option<f64>,
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FragReport {
+    pub trace: String,
+    pub alloc_conf: String,
+    pub capacity_bytes: Option<u64>,
+    pub replay_outcome: Outcome,
+    pub used_recorded_addresses: bool,
+    pub events: u64,
+    /// Events at which the over-time figures were sampled.
+    pub samples: u64,
+    pub measures: Vec<Measure>,
+    pub plan: PlanGap,
+    pub moment: Moment,
+    pub peak_event: u64,
+    pub anomalies: u64,
+    pub input_damage: Option<String>,
+    /// Index of the first `oom` event the trace recorded, if any.
+    pub recorded_oom_event: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FragOptions {
+    pub at: At,
+}
+
+/// Running mean / max of one measure.
+#[derive(Debug, Clone, Copy, Default)]
+struct Running {
+    sum: f64,
+    max: f64,
+    max_event: u64,
+}
+
+impl Running {
+    fn offer(&mut self, v: f64, event: u64) {
+        self.sum += v;
+        if v > self.max {
+            self.max = v;
+            self.max_event = event;
+        }
+    }
+}
+
+/// The layout at one moment, as an observer captured it.
+#[derive(Debug, Clone)]
+pub struct Captured {
+    pub event: u64,
+    pub time_ns: u64,
+    pub segments: Vec<SegmentView>,
+}
+
+/// Is this record a request that changes the layout?
+pub fn is_request(e: &Event) -> bool {
+    matches!(
+        e,
+        Event::Alloc { .. }
+            | Event::FreeRequested { .. }
+            | Event::FreeCompleted { .. }
+            | Event::Oom { .. }
+            | Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. }
+    )
+}
+
+/// Events and recorded OOMs of a trace: one cheap pass, needed to know where the end is.
+pub struct Prescan {
+    pub events: u64,
+    pub first_oom: Option<u64>,
+}
+
+pub fn prescan(path: &Path) -> Result<Prescan> {
+    let mut first_oom = None;
+    let s = tracefile::scan(path, |i, r| {
+        if first_oom.is_none() && matches!(r.event, Event::Oom { .. }) {
+            first_oom = Some(i);
+        }
+    })?;
+    Ok(Prescan { events: s.events, first_oom })
+}
+
+pub fn analyze(path: &Path, opts: &FragOptions) -> Result<FragReport> {
+    let header = tracefile::open(path)?.header().clone();
+    let pre = prescan(path)?;
+    if let At::Event(e) = opts.at {
+        if e >= pre.events {
+            bail!("{}: event {e} is past the end (the trace has {} events)", path.display(), pre.events);
+        }
+    }
+    let last = pre.events.saturating_sub(1);
+    let mut runs = [Running::default(); 4];
+    let mut samples = 0u64;
+    let mut stride = 1usize;
+    let mut since = 0usize;
+    let mut peak_reserved = 0u64;
+    let mut peak: Option<(Captured, LayoutMeasures)> = None;
+    let mut moment: Option<Captured> = None;
+    let mut oom_seen = false;
+    let mut last_seen: Option<(u64, u64)> = None;
+    let result = replay_observed(path, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, _| {
+        last_seen = Some((i, r.time_ns));
+        let reserved = view.stats().reserved_bytes.all.current;
+        let new_peak = reserved > peak_reserved;
+        let oom_now = !oom_seen && view.stats().num_ooms > 0;
+        oom_seen |= oom_now;
+        let want_moment = moment.is_none()
+            && match opts.at {
+                At::Peak => false,
+                At::Oom => oom_now || (pre.first_oom == Some(i)),
+                At::End => i == last || oom_now,
+                At::Event(e) => i == e,
+            };
+        since += 1;
+        let sample = is_request(&r.event) && since >= stride;
+        if !(new_peak || want_moment || sample) {
+            return;
+        }
+        let segs = view.segments();
+        let m = LayoutMeasures::of(&segs);
+        if sample {
+            since = 0;
+            stride = (m.blocks as usize / BLOCK_VISITS_PER_EVENT).max(1);
+            samples += 1;
+            for (k, v) in
+                [m.reserved_vs_allocated(), m.contiguity(), m.internal(), m.external()].into_iter().enumerate()
+            {
+                runs[k].offer(v, i);
+            }
+        }
+        if want_moment {
+            moment = Some(Captured { event: i, time_ns: r.time_ns, segments: segs.clone() });
+        }
+        if new_peak {
+            peak_reserved = reserved;
+            peak = Some((Captured { event: i, time_ns: r.time_ns, segments: segs }, m));
+        }
+    })?;
+    let (peak_cap, peak_m) =
+        peak.unwrap_or((Captured { event: 0, time_ns: 0, segments: Vec::new() }, LayoutMeasures::default()));
+    let moment = match (opts.at, moment) {
+        (At::Peak, _) => peak_cap.clone(),
+        (_, Some(m)) => m,
+        (At::Oom, None) => bail!("{}: no out-of-memory in the trace or its replay (try --at peak)", path.display()),
+        (At::End, None) | (At::Event(_), None) => {
+            // The replay stopped (at an OOM) before the requested event.
+            let (e, t) = last_seen.unwrap_or((0, 0));
+            bail!(
+                "{}: the replay stopped at event {e} ({} ns) before the requested moment; try --at oom",
+                path.display(),
+                t
+            )
+        }
+    };
+    let mm = LayoutMeasures::of(&moment.segments);
+    let failed_request = match &result.outcome {
+        Outcome::Oom { event, requested_bytes, alloc_bytes, .. } if *event == moment.event => Some(FailedRequest {
+            event: *event,
+            requested_bytes: *requested_bytes,
+            alloc_bytes: *alloc_bytes,
+            largest_free_bytes: mm.largest_free_bytes,
+            headroom_bytes: result.capacity_bytes.map(|c| c.saturating_sub(mm.reserved_bytes)),
+        }),
+        _ => None,
+    };
+    let n = samples.max(1) as f64;
+    let defs: [(&str, &str, f64, u64, f64); 4] = [
+        (
+            "reserved_vs_allocated",
+            "1 - allocated / reserved: share of reserved memory that no live block holds",
+            mm.reserved_vs_allocated(),
+            mm.reserved_bytes - mm.allocated_bytes.min(mm.reserved_bytes),
+            peak_m.reserved_vs_allocated(),
+        ),
+        (
+            "contiguity",
+            "1 - largest free block / total free: near 1, free memory is only in pieces",
+            mm.contiguity(),
+            mm.largest_free_bytes,
+            peak_m.contiguity(),
+        ),
+        (
+            "internal",
+            "rounding slack inside allocated blocks (block - requested), share of reserved",
+            mm.internal(),
+            mm.internal_bytes,
+            peak_m.internal(),
+        ),
+        (
+            "external",
+            "free blocks inside segments (cached, not handed out), share of reserved",
+            mm.external(),
+            mm.free_bytes,
+            peak_m.external(),
+        ),
+    ];
+    let measures = defs
+        .iter()
+        .zip(runs.iter())
+        .map(|(&(name, definition, at_moment, at_moment_bytes, at_peak), r)| Measure {
+            name,
+            definition,
+            at_moment,
+            at_moment_bytes,
+            at_peak,
+            mean: r.sum / n,
+            max: r.max,
+            max_event: r.max_event,
+        })
+        .collect();
+    let bounds = whatif::bounds(path, &header.config)?;
+    let plan = PlanGap {
+        peak_reserved_bytes: result.peak_reserved_bytes,
+        live_requested_peak_bytes: bounds.live_requested_peak_bytes,
+        offline_plan_bytes: bounds.offline_plan_bytes,
+        gap: bounds.offline_plan_bytes.map(|p| ratio_complement(p, result.peak_reserved_bytes)),
+        note: bounds.offline_plan_note.clone().or_else(|| {
+            result
+                .is_oom()
+                .then(|| "the plan covers the requests that succeeded; the failed one is not in it".to_string())
+        }),
+    };
+    Ok(FragReport {
+        trace: path.display().to_string(),
+        alloc_conf: result.alloc_conf.clone(),
+        capacity_bytes: result.capacity_bytes,
+        replay_outcome: result.outcome.clone(),
+        used_recorded_addresses: result.used_recorded_addresses,
+        events: result.events,
+        samples,
+        measures,
+        plan,
+        moment: Moment {
+            at: opts.at,
+            event: moment.event,
+            time_ns: moment.time_ns,
+            measures: mm,
+            failed_request,
+            segments: moment.segments.iter().map(SegmentMap::of).collect(),
+        },
+        peak_event: peak_cap.event,
+        anomalies: result.anomalies,
+        input_damage: result.input_damage.clone(),
+        recorded_oom_event: pre.first_oom,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recorder::engine::BlockView;
+
+    fn seg(addr: u64, blocks: &[(u64, bool, u64)]) -> SegmentView {
+        let mut a = addr;
+        let blocks: Vec<BlockView> = blocks
+            .iter()
+            .map(|&(bytes, allocated, requested)| {
+                let b = BlockView { addr: a, bytes, allocated, requested_bytes: requested, pending_free: false };
+                a += bytes;
+                b
+            })
+            .collect();
+        SegmentView {
+            addr,
+            bytes: blocks.iter().map(|b| b.bytes).sum(),
+            pool: Pool::Large,
+            stream: 0,
+            is_expandable: false,
+            blocks,
+        }
+    }
+
+    #[test]
+    fn measures_of_a_checkerboard() {
+        // Two 20 MiB segments: A F A F A, and one wholly free.
+        let mib = 1 << 20;
+        let s1 = seg(
+            0,
+            &[(4 * mib, true, 4 * mib - 100), (4 * mib, false, 0), (4 * mib, true, 4 * mib), (8 * mib, false, 0)],
+        );
+        let s2 = seg(1 << 30, &[(20 * mib, false, 0)]);
+        let m = LayoutMeasures::of(&[s1.clone(), s2]);
+        assert_eq!(m.reserved_bytes, 40 * mib);
+        assert_eq!(m.allocated_bytes, 8 * mib);
+        assert_eq!(m.free_bytes, 32 * mib);
+        assert_eq!(m.largest_free_bytes, 20 * mib);
+        assert_eq!(m.internal_bytes, 100);
+        assert_eq!(m.releasable_bytes, 20 * mib);
+        assert!((m.reserved_vs_allocated() - 0.8).abs() < 1e-9);
+        assert!((m.contiguity() - (1.0 - 20.0 / 32.0)).abs() < 1e-9);
+        // reserved = allocated + free (no pending blocks here).
+        assert_eq!(m.allocated_bytes + m.free_bytes, m.reserved_bytes);
+        let map = SegmentMap::of(&s1);
+        assert_eq!(map.blocks.len(), 4);
+        assert_eq!(map.largest_free_bytes, 8 * mib);
+    }
+
+    #[test]
+    fn equal_blocks_compress_into_runs() {
+        let s = seg(0, &[(4, true, 4), (4, true, 4), (4, false, 0), (4, true, 4)]);
+        let map = SegmentMap::of(&s);
+        assert_eq!(
+            map.blocks,
+            vec![
+                BlockRun { state: "allocated", bytes: 4, count: 2 },
+                BlockRun { state: "free", bytes: 4, count: 1 },
+                BlockRun { state: "allocated", bytes: 4, count: 1 }
+            ]
+        );
+    }
+
+    #[test]
+    fn at_parses() {
+        assert_eq!(At::parse("peak"), Ok(At::Peak));
+        assert_eq!(At::parse("12"), Ok(At::Event(12)));
+        assert!(At::parse("soon").is_err());
+    }
+}

@@ -1,0 +1,679 @@
+//! Leaks: what is still live at the end, what grows from one iteration to the next, and which
+//! live blocks keep reserved memory from being released.
+//!
+//! Call sites are named by their innermost *user* frame: frames from the Python standard
+//! library, site-packages and PyTorch's own sources are skipped, so a tensor made inside
+//! `torch/nn/modules/linear.py` for `out = m(x)` is charged to the line `out = m(x)`.
+//!
+//! Growth is measured at the same phase of successive iterations. The iterations come from, in
+//! order of preference: `Mark{Iteration}` events; an annotation that repeats (e.g. PyTorch's
+//! `Optimizer.zero_grad ... START`); else the period of the request stream. The period is found
+//! by autocorrelation of the allocation signatures (call site, size): the smallest shift `p` at
+//! which `sig[i] == sig[i + p]` for nearly as many `i` as the best shift. Worked example: the
+//! stream `a b c a b c a b c` matches itself everywhere at shifts 3 and 6; the smallest, 3, is
+//! the period. Live bytes per call site are sampled before every `p`-th allocation from the
+//! first position where the pattern repeats.
+//!
+//! Retention: a segment can go back to the device only when every block in it is free. A graph
+//! call site -> live block -> segment (petgraph) answers which blocks pin which segments, and
+//! what `empty_cache()` would free now, and if a call site released its blocks.
+//!
+//! Memory: live allocations, call sites, one sample of per-site live bytes per iteration, and
+//! (for the period search only) one signature per allocation, at most [`MAX_SIGNATURES`].
+
+use crate::frag::LayoutMeasures;
+use crate::replay::{replay_observed, EngineView, ReplayOptions};
+use crate::tracefile;
+use anyhow::{bail, Result};
+use petgraph::graph::{DiGraph, NodeIndex};
+use petgraph::Direction;
+use recorder::engine::SegmentView;
+use recorder::trace::{Event, Frame, MarkKind};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// Allocation signatures kept for the period search (16 bytes each, plus 8 for the index).
+pub const MAX_SIGNATURES: usize = 1 << 20;
+/// The autocorrelation looks at this many signatures (from the start).
+pub const PERIOD_WINDOW: usize = 20_000;
+/// A period is accepted when at least this share of signatures repeat at that shift.
+pub const PERIOD_MIN_SCORE: f64 = 0.6;
+
+/// A place in the program, named by its innermost user frame.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Site {
+    /// `FILE:LINE (function)`, or `(no call site recorded)`.
+    pub label: String,
+    pub file: String,
+    pub line: u32,
+    pub function: String,
+}
+
+impl Site {
+    fn unknown() -> Self {
+        Site { label: "(no call site recorded)".into(), file: String::new(), line: 0, function: String::new() }
+    }
+}
+
+/// Frames of the Python runtime, installed packages and PyTorch itself: not the user's code.
+pub fn is_library_frame(file: &str) -> bool {
+    let f = file.replace('\\', "/");
+    f.contains("site-packages/")
+        || f.contains("dist-packages/")
+        || f.contains("/lib/python")
+        || f.starts_with("torch/")
+        || f.contains("/torch/")
+        || f.starts_with('<')
+        || f.ends_with(".cpp")
+        || f.ends_with(".cu")
+        || f.ends_with(".h")
+        || f.ends_with(".hpp")
+}
+
+/// The innermost user frame (frames are innermost first), else the innermost frame.
+pub fn user_frame(frames: &[Frame]) -> Option<&Frame> {
+    frames.iter().find(|f| !is_library_frame(&f.file)).or(frames.first())
+}
+
+pub fn site_of(frames: &[Frame]) -> Site {
+    match user_frame(frames) {
+        Some(f) => Site {
+            label: format!("{}:{} ({})", f.file, f.line, f.function),
+            file: f.file.clone(),
+            line: f.line,
+            function: f.function.clone(),
+        },
+        None => Site::unknown(),
+    }
+}
+
+/// Call sites of a trace, deduplicated by their user frame. Index 0 is "no call site".
+#[derive(Debug, Clone)]
+pub struct Sites {
+    pub sites: Vec<Site>,
+    by_callsite: HashMap<u32, usize>,
+    by_site: HashMap<Site, usize>,
+}
+
+impl Default for Sites {
+    fn default() -> Self {
+        let unknown = Site::unknown();
+        Sites { sites: vec![unknown.clone()], by_callsite: HashMap::new(), by_site: HashMap::from([(unknown, 0)]) }
+    }
+}
+
+impl Sites {
+    pub fn define(&mut self, callsite: u32, frames: &[Frame]) {
+        let site = site_of(frames);
+        let n = self.sites.len();
+        let idx = *self.by_site.entry(site.clone()).or_insert(n);
+        if idx == n {
+            self.sites.push(site);
+        }
+        self.by_callsite.insert(callsite, idx);
+    }
+    /// The site index of a call-site id (0 when unknown).
+    pub fn of(&self, callsite: u32) -> usize {
+        self.by_callsite.get(&callsite).copied().unwrap_or(0)
+    }
+}
+
+/// Live allocations of one site.
+#[derive(Debug, Clone, Serialize)]
+pub struct SiteLive {
+    pub site: Site,
+    pub count: u64,
+    pub requested_bytes: u64,
+    /// Events since the oldest of them was allocated.
+    pub oldest_age_events: u64,
+    pub oldest_age_ns: u64,
+}
+
+/// Growth of one site per iteration.
+#[derive(Debug, Clone, Serialize)]
+pub struct SiteGrowth {
+    pub site: Site,
+    /// Median change of its live bytes from one iteration to the next.
+    pub per_iteration_bytes: f64,
+    pub per_iteration_count: f64,
+    /// Intervals in which its live bytes rose.
+    pub rising_intervals: usize,
+    pub intervals: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Growth {
+    /// Where the iterations came from.
+    pub source: String,
+    /// Event indices at which live bytes were sampled (same phase of successive iterations).
+    pub boundaries: Vec<u64>,
+    /// Live requested bytes at each boundary.
+    pub live_bytes: Vec<u64>,
+    /// Median change of live bytes from one iteration to the next.
+    pub per_iteration_bytes: f64,
+    /// Sites whose live bytes grew, largest growth first.
+    pub sites: Vec<SiteGrowth>,
+}
+
+/// A live block and the segment it keeps.
+#[derive(Debug, Clone, Serialize)]
+pub struct PinningBlock {
+    pub site: Site,
+    pub block_bytes: u64,
+    pub requested_bytes: u64,
+    pub segment_addr: u64,
+    pub segment_bytes: u64,
+    /// The only live block in its segment: freeing it alone would make the segment releasable.
+    pub alone: bool,
+}
+
+/// What a site's live blocks keep reserved.
+#[derive(Debug, Clone, Serialize)]
+pub struct SitePin {
+    pub site: Site,
+    pub blocks: u64,
+    pub block_bytes: u64,
+    pub segments_touched: u64,
+    /// Segments whose every live block comes from this site.
+    pub segments_pinned: u64,
+    pub pinned_segment_bytes: u64,
+    /// What `empty_cache()` would free if this site released its blocks.
+    pub empty_cache_if_released_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Retention {
+    pub event: u64,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    /// Whole free segments: what `empty_cache()` frees now.
+    pub empty_cache_now_bytes: u64,
+    /// Sites ranked by the reserved bytes they alone pin.
+    pub sites: Vec<SitePin>,
+    /// Live blocks ranked by the segment bytes they pin alone, then by segment size.
+    pub blocks: Vec<PinningBlock>,
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LeaksReport {
+    pub trace: String,
+    pub events: u64,
+    pub live_at_end_count: u64,
+    pub live_at_end_bytes: u64,
+    /// Live allocations at the end grouped by site, most bytes first.
+    pub live_at_end: Vec<SiteLive>,
+    pub growth: Option<Growth>,
+    pub growth_note: Option<String>,
+    pub retention: Retention,
+    pub input_damage: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct LeaksOptions {
+    /// Event after which to analyse retention; `None` = the end (or the replay's OOM).
+    pub at_event: Option<u64>,
+}
+
+/// What the first pass collects.
+struct Pass1 {
+    sites: Sites,
+    /// id -> (site, requested, event, time)
+    live: HashMap<u64, (usize, u64, u64, u64)>,
+    /// (event index, call site, requested bytes) per allocation, capped.
+    signatures: Vec<(u64, u32, u64)>,
+    iteration_marks: Vec<u64>,
+    annotations: HashMap<String, Vec<u64>>,
+    events: u64,
+    last_time_ns: u64,
+    damage: Option<String>,
+}
+
+fn pass1(path: &Path) -> Result<Pass1> {
+    let mut p = Pass1 {
+        sites: Sites::default(),
+        live: HashMap::new(),
+        signatures: Vec::new(),
+        iteration_marks: Vec::new(),
+        annotations: HashMap::new(),
+        events: 0,
+        last_time_ns: 0,
+        damage: None,
+    };
+    let scanned = tracefile::scan(path, |i, r| {
+        p.last_time_ns = r.time_ns;
+        match &r.event {
+            Event::CallSite { id, frames } => p.sites.define(*id, frames),
+            Event::Alloc { id, requested_bytes, callsite, .. } => {
+                p.live.insert(*id, (p.sites.of(*callsite), *requested_bytes, i, r.time_ns));
+                if p.signatures.len() < MAX_SIGNATURES {
+                    p.signatures.push((i, *callsite, *requested_bytes));
+                }
+            }
+            Event::FreeCompleted { id, .. } => {
+                p.live.remove(id);
+            }
+            Event::Mark { kind: MarkKind::Iteration, .. } => p.iteration_marks.push(i),
+            Event::Mark { kind: MarkKind::Annotation | MarkKind::Phase, text } => {
+                if let Some(v) = p.annotations.get_mut(text) {
+                    v.push(i);
+                } else if p.annotations.len() < 4096 {
+                    p.annotations.insert(text.clone(), vec![i]);
+                }
+            }
+            Event::FreeRequested { .. }
+            | Event::SegmentAlloc { .. }
+            | Event::SegmentFree { .. }
+            | Event::SegmentMap { .. }
+            | Event::SegmentUnmap { .. }
+            | Event::Split { .. }
+            | Event::Merge { .. }
+            | Event::CacheRelease { .. }
+            | Event::Oom { .. }
+            | Event::Snapshot { .. }
+            | Event::DeviceMemInfo { .. }
+            | Event::Dropped { .. } => {}
+        }
+    })?;
+    p.events = scanned.events;
+    p.damage = scanned.damage_warning();
+    Ok(p)
+}
+
+/// The period of a signature sequence and where it starts repeating: `(period, start)`.
+pub fn detect_period<T: PartialEq>(sig: &[T]) -> Option<(usize, usize)> {
+    let n = sig.len().min(PERIOD_WINDOW);
+    if n < 6 {
+        return None;
+    }
+    let s = &sig[..n];
+    let scores: Vec<(usize, f64)> = (1..=n / 3)
+        .map(|p| {
+            let matches = (0..n - p).filter(|&i| s[i] == s[i + p]).count();
+            (p, matches as f64 / (n - p) as f64)
+        })
+        .collect();
+    let best = scores.iter().map(|&(_, x)| x).fold(0.0, f64::max);
+    if best < PERIOD_MIN_SCORE {
+        return None;
+    }
+    let (period, _) = *scores.iter().find(|&&(_, x)| x >= best - 0.05)?;
+    // The first position from which one whole period repeats exactly.
+    let start = (0..n.saturating_sub(2 * period)).find(|&i| s[i..i + period] == s[i + period..i + 2 * period])?;
+    Some((period, start))
+}
+
+/// Picks the iteration boundaries (event indices) and says where they came from.
+fn boundaries(p: &Pass1) -> (Option<(String, Vec<u64>)>, Option<String>) {
+    if p.iteration_marks.len() >= 3 {
+        return (Some(("iteration marks".into(), p.iteration_marks.clone())), None);
+    }
+    // The most frequent repeated annotation, earliest first on ties.
+    let mut best: Option<(&String, &Vec<u64>)> = None;
+    for (text, at) in &p.annotations {
+        if at.len() >= 3 && best.is_none_or(|(_, b)| at.len() > b.len() || (at.len() == b.len() && at[0] < b[0])) {
+            best = Some((text, at));
+        }
+    }
+    if let Some((text, at)) = best {
+        return (Some((format!("the annotation \"{text}\", which repeats {} times", at.len()), at.clone())), None);
+    }
+    let sig: Vec<(u32, u64)> = p.signatures.iter().map(|&(_, c, b)| (c, b)).collect();
+    match detect_period(&sig) {
+        Some((period, start)) => {
+            let b: Vec<u64> = (start..p.signatures.len()).step_by(period).map(|k| p.signatures[k].0).collect();
+            if b.len() >= 3 {
+                let source = format!(
+                    "a repeating pattern of {period} allocation(s) (call site and size) from allocation {start}; no iteration marks"
+                );
+                (Some((source, b)), None)
+            } else {
+                (
+                    None,
+                    Some(format!("the allocation pattern repeats every {period} allocations, but fewer than 3 times")),
+                )
+            }
+        }
+        None => (None, Some("no iteration marks, no repeated annotation and no periodic allocation pattern".into())),
+    }
+}
+
+/// Samples live requested bytes per site before each boundary event.
+fn growth(path: &Path, p: &Pass1, source: String, bounds: Vec<u64>) -> Result<Growth> {
+    let mut live: HashMap<u64, (usize, u64)> = HashMap::new();
+    let mut per_site: Vec<(i64, i64)> = vec![(0, 0); p.sites.sites.len()];
+    let mut samples: Vec<Vec<(i64, i64)>> = Vec::with_capacity(bounds.len());
+    let mut next = 0usize;
+    tracefile::scan(path, |i, r| {
+        while next < bounds.len() && bounds[next] == i {
+            samples.push(per_site.clone());
+            next += 1;
+        }
+        match &r.event {
+            Event::Alloc { id, requested_bytes, callsite, .. } => {
+                let s = p.sites.of(*callsite);
+                live.insert(*id, (s, *requested_bytes));
+                per_site[s].0 += 1;
+                per_site[s].1 += *requested_bytes as i64;
+            }
+            Event::FreeCompleted { id, .. } => {
+                if let Some((s, b)) = live.remove(id) {
+                    per_site[s].0 -= 1;
+                    per_site[s].1 -= b as i64;
+                }
+            }
+            _ => {}
+        }
+    })?;
+    let bounds: Vec<u64> = bounds[..samples.len()].to_vec();
+    let k = samples.len();
+    let intervals = k.saturating_sub(1);
+    let mut sites: Vec<SiteGrowth> = (0..p.sites.sites.len())
+        .filter_map(|s| {
+            let bytes: Vec<i64> = samples.iter().map(|v| v[s].1).collect();
+            let counts: Vec<i64> = samples.iter().map(|v| v[s].0).collect();
+            let rising = bytes.windows(2).filter(|w| w[1] > w[0]).count();
+            let per_iteration_bytes = median_step(&bytes);
+            (per_iteration_bytes > 0.0 && 2 * rising >= intervals).then(|| SiteGrowth {
+                site: p.sites.sites[s].clone(),
+                per_iteration_bytes,
+                per_iteration_count: median_step(&counts),
+                rising_intervals: rising,
+                intervals,
+            })
+        })
+        .collect();
+    sites.sort_by(|a, b| b.per_iteration_bytes.total_cmp(&a.per_iteration_bytes).then(a.site.cmp(&b.site)));
+    let live_bytes: Vec<u64> = samples.iter().map(|v| v.iter().map(|x| x.1.max(0) as u64).sum()).collect();
+    let per_iteration_bytes = median_step(&live_bytes.iter().map(|&b| b as i64).collect::<Vec<_>>());
+    Ok(Growth { source, boundaries: bounds, live_bytes, per_iteration_bytes, sites })
+}
+
+/// The median change from one sample to the next: a warm-up iteration (optimizer state made
+/// on the first step) does not count as growth, a steady leak does.
+pub fn median_step(v: &[i64]) -> f64 {
+    let mut d: Vec<i64> = v.windows(2).map(|w| w[1] - w[0]).collect();
+    if d.is_empty() {
+        return 0.0;
+    }
+    d.sort_unstable();
+    let n = d.len();
+    if n % 2 == 1 {
+        d[n / 2] as f64
+    } else {
+        (d[n / 2 - 1] + d[n / 2]) as f64 / 2.0
+    }
+}
+
+/// The layout and the live blocks' sites at one moment of a replay.
+pub struct Held {
+    pub event: u64,
+    pub segments: Vec<SegmentView>,
+    /// Block address -> site index, for live (allocated or pending) blocks.
+    pub site_of_block: HashMap<u64, usize>,
+}
+
+/// Replays under the recorded settings and captures the layout after `at` (or at the end, or at
+/// the replay's OOM).
+pub fn held_at(path: &Path, sites: &Sites, at: Option<u64>, events: u64) -> Result<Held> {
+    let last = events.saturating_sub(1);
+    let target = at.unwrap_or(last);
+    let mut callsite_of: HashMap<u64, u32> = HashMap::new();
+    let mut held: Option<Held> = None;
+    replay_observed(path, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, live| {
+        match &r.event {
+            Event::Alloc { id, callsite, .. } => {
+                callsite_of.insert(*id, *callsite);
+            }
+            Event::FreeCompleted { id, .. } => {
+                callsite_of.remove(id);
+            }
+            _ => {}
+        }
+        let oom_stop = at.is_none() && view.stats().num_ooms > 0;
+        if held.is_none() && (i == target || oom_stop) {
+            let site_of_block =
+                live.iter().map(|(id, addr)| (*addr, sites.of(callsite_of.get(id).copied().unwrap_or(0)))).collect();
+            held = Some(Held { event: i, segments: view.segments(), site_of_block });
+        }
+    })?;
+    match held {
+        Some(h) => Ok(h),
+        None => bail!("{}: the replay stopped (out of memory) before event {target}", path.display()),
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Node {
+    Site(usize),
+    Block { bytes: u64, requested: u64 },
+    Segment { addr: u64, bytes: u64 },
+}
+
+/// Which live blocks pin which segments, from the graph site -> block -> segment.
+pub fn retention(held: &Held, sites: &Sites) -> Retention {
+    let mut g: DiGraph<Node, ()> = DiGraph::new();
+    let mut site_nodes: BTreeMap<usize, NodeIndex> = BTreeMap::new();
+    let mut seg_nodes: Vec<NodeIndex> = Vec::new();
+    let mut unattributed_pending = 0u64;
+    for s in &held.segments {
+        let sn = g.add_node(Node::Segment { addr: s.addr, bytes: s.bytes });
+        seg_nodes.push(sn);
+        for b in s.blocks.iter().filter(|b| b.allocated || b.pending_free) {
+            let site = match held.site_of_block.get(&b.addr) {
+                Some(&site) => site,
+                None => {
+                    unattributed_pending += 1;
+                    0
+                }
+            };
+            let bn = g.add_node(Node::Block { bytes: b.bytes, requested: b.requested_bytes });
+            let site_node = *site_nodes.entry(site).or_insert_with(|| g.add_node(Node::Site(site)));
+            g.add_edge(site_node, bn, ());
+            g.add_edge(bn, sn, ());
+        }
+    }
+    let site_of_block = |g: &DiGraph<Node, ()>, bn: NodeIndex| -> usize {
+        g.neighbors_directed(bn, Direction::Incoming)
+            .find_map(|n| match g[n] {
+                Node::Site(s) => Some(s),
+                _ => None,
+            })
+            .unwrap_or(0)
+    };
+    let seg_bytes = |g: &DiGraph<Node, ()>, sn: NodeIndex| match g[sn] {
+        Node::Segment { bytes, .. } => bytes,
+        _ => 0,
+    };
+    let empty_cache_now_bytes: u64 = seg_nodes
+        .iter()
+        .filter(|&&sn| g.neighbors_directed(sn, Direction::Incoming).next().is_none())
+        .map(|&sn| seg_bytes(&g, sn))
+        .sum();
+    let mut site_pins: Vec<SitePin> = site_nodes
+        .iter()
+        .map(|(&site, &node)| {
+            let blocks: Vec<NodeIndex> = g.neighbors_directed(node, Direction::Outgoing).collect();
+            let block_bytes = blocks
+                .iter()
+                .map(|&b| match g[b] {
+                    Node::Block { bytes, .. } => bytes,
+                    _ => 0,
+                })
+                .sum();
+            let mut segs: Vec<NodeIndex> =
+                blocks.iter().flat_map(|&b| g.neighbors_directed(b, Direction::Outgoing)).collect();
+            segs.sort();
+            segs.dedup();
+            let pinned: Vec<NodeIndex> = segs
+                .iter()
+                .copied()
+                .filter(|&sn| g.neighbors_directed(sn, Direction::Incoming).all(|b| site_of_block(&g, b) == site))
+                .collect();
+            let pinned_bytes: u64 = pinned.iter().map(|&sn| seg_bytes(&g, sn)).sum();
+            SitePin {
+                site: sites.sites[site].clone(),
+                blocks: blocks.len() as u64,
+                block_bytes,
+                segments_touched: segs.len() as u64,
+                segments_pinned: pinned.len() as u64,
+                pinned_segment_bytes: pinned_bytes,
+                empty_cache_if_released_bytes: empty_cache_now_bytes + pinned_bytes,
+            }
+        })
+        .collect();
+    site_pins
+        .sort_by(|a, b| b.pinned_segment_bytes.cmp(&a.pinned_segment_bytes).then(b.block_bytes.cmp(&a.block_bytes)));
+    let mut blocks: Vec<PinningBlock> = Vec::new();
+    for &sn in &seg_nodes {
+        let (addr, bytes) = match g[sn] {
+            Node::Segment { addr, bytes } => (addr, bytes),
+            _ => continue,
+        };
+        let in_seg: Vec<NodeIndex> = g.neighbors_directed(sn, Direction::Incoming).collect();
+        for &bn in &in_seg {
+            if let Node::Block { bytes: block_bytes, requested } = g[bn] {
+                blocks.push(PinningBlock {
+                    site: sites.sites[site_of_block(&g, bn)].clone(),
+                    block_bytes,
+                    requested_bytes: requested,
+                    segment_addr: addr,
+                    segment_bytes: bytes,
+                    alone: in_seg.len() == 1,
+                });
+            }
+        }
+    }
+    // Most striking first: a block alone in a big segment, small blocks before large ones.
+    blocks.sort_by(|a, b| {
+        b.alone
+            .cmp(&a.alone)
+            .then((b.segment_bytes - b.block_bytes).cmp(&(a.segment_bytes - a.block_bytes)))
+            .then(a.segment_addr.cmp(&b.segment_addr))
+    });
+    blocks.truncate(20);
+    let lm = LayoutMeasures::of(&held.segments);
+    let expandable = held.segments.iter().any(|s| s.is_expandable);
+    let mut notes = Vec::new();
+    if expandable {
+        notes.push("expandable segments: empty_cache() unmaps whole free pages inside partly used ranges too; the figures count whole ranges only".to_string());
+    }
+    if unattributed_pending > 0 {
+        notes.push(format!("{unattributed_pending} live blocks have no known allocation (charged to no call site)"));
+    }
+    Retention {
+        event: held.event,
+        reserved_bytes: lm.reserved_bytes,
+        allocated_bytes: lm.allocated_bytes,
+        empty_cache_now_bytes,
+        sites: site_pins,
+        blocks,
+        note: (!notes.is_empty()).then(|| notes.join("; ")),
+    }
+}
+
+/// Live allocations grouped by site, most bytes first.
+fn live_by_site(p: &Pass1) -> Vec<SiteLive> {
+    let mut by: BTreeMap<usize, SiteLive> = BTreeMap::new();
+    for &(site, requested, event, time) in p.live.values() {
+        let e = by.entry(site).or_insert_with(|| SiteLive {
+            site: p.sites.sites[site].clone(),
+            count: 0,
+            requested_bytes: 0,
+            oldest_age_events: 0,
+            oldest_age_ns: 0,
+        });
+        e.count += 1;
+        e.requested_bytes += requested;
+        e.oldest_age_events = e.oldest_age_events.max(p.events.saturating_sub(event + 1));
+        e.oldest_age_ns = e.oldest_age_ns.max(p.last_time_ns.saturating_sub(time));
+    }
+    let mut v: Vec<SiteLive> = by.into_values().collect();
+    v.sort_by(|a, b| b.requested_bytes.cmp(&a.requested_bytes).then(a.site.cmp(&b.site)));
+    v
+}
+
+/// The growth analysis alone (two streaming passes, no replay): used by `explain`.
+pub fn growth_only(path: &Path) -> Result<(Option<Growth>, Option<String>)> {
+    let p = pass1(path)?;
+    match boundaries(&p) {
+        (Some((source, b)), _) => Ok((Some(growth(path, &p, source, b)?), None)),
+        (None, note) => Ok((None, note)),
+    }
+}
+
+pub fn analyze(path: &Path, opts: &LeaksOptions) -> Result<LeaksReport> {
+    let p = pass1(path)?;
+    if let Some(e) = opts.at_event {
+        if e >= p.events {
+            bail!("{}: event {e} is past the end (the trace has {} events)", path.display(), p.events);
+        }
+    }
+    let (g, growth_note) = match boundaries(&p) {
+        (Some((source, b)), _) => (Some(growth(path, &p, source, b)?), None),
+        (None, note) => (None, note),
+    };
+    let held = held_at(path, &p.sites, opts.at_event, p.events)?;
+    let live_at_end = live_by_site(&p);
+    Ok(LeaksReport {
+        trace: path.display().to_string(),
+        events: p.events,
+        live_at_end_count: p.live.len() as u64,
+        live_at_end_bytes: p.live.values().map(|v| v.1).sum(),
+        live_at_end,
+        growth: g,
+        growth_note,
+        retention: retention(&held, &p.sites),
+        input_damage: p.damage.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(file: &str, line: u32, function: &str) -> Frame {
+        Frame { file: file.into(), line, function: function.into() }
+    }
+
+    #[test]
+    fn user_frame_skips_torch_internals() {
+        let frames = vec![
+            frame("/opt/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", 134, "forward"),
+            frame("/opt/venv/lib/python3.12/site-packages/torch/nn/modules/module.py", 1790, "_call_impl"),
+            frame("workloads.py", 81, "leak_list_append"),
+            frame("workloads.py", 141, "<module>"),
+        ];
+        assert_eq!(site_of(&frames).label, "workloads.py:81 (leak_list_append)");
+        // Only library frames: the innermost one.
+        assert_eq!(site_of(&frames[..1]).line, 134);
+        assert_eq!(site_of(&[]).label, "(no call site recorded)");
+    }
+
+    #[test]
+    fn period_of_a_repeating_stream_after_a_prologue() {
+        let mut s = vec![9, 8, 7];
+        for _ in 0..10 {
+            s.extend([1, 2, 3, 2]);
+        }
+        assert_eq!(detect_period(&s), Some((4, 3)));
+        assert_eq!(detect_period(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]), None);
+    }
+
+    #[test]
+    fn median_step_ignores_a_warm_up_jump() {
+        assert_eq!(median_step(&[0, 100, 100, 100]), 0.0);
+        assert_eq!(median_step(&[0, 12, 24, 36]), 12.0);
+        assert_eq!(median_step(&[5]), 0.0);
+    }
+
+    #[test]
+    fn sites_deduplicate_by_user_frame() {
+        let mut s = Sites::default();
+        s.define(3, &[frame("torch/nn/functional.py", 1, "relu"), frame("a.py", 5, "f")]);
+        s.define(4, &[frame("torch/nn/linear.py", 2, "forward"), frame("a.py", 5, "f")]);
+        assert_eq!(s.of(3), s.of(4));
+        assert_eq!(s.of(99), 0);
+    }
+}
