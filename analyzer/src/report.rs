@@ -8,6 +8,9 @@
 //! (only its file name), so a report is a pure function of the trace: `reports/` is checked
 //! against a fresh run by the test suite.
 
+use crate::explain::{explain, ExplainReport};
+use crate::frag::{FragOptions, FragReport};
+use crate::leaks::{LeaksOptions, LeaksReport};
 use crate::plot::{self, At, XAxis};
 use crate::replay::{replay_file, Outcome, ReplayOptions, ReplayResult};
 use crate::summary::{Summary, SummaryFold};
@@ -101,8 +104,14 @@ pub struct Report {
     pub findings: Vec<Finding>,
     pub whatif: Whatif,
     pub pictures: Vec<Picture>,
-    /// The deeper analyses (explain, frag, leaks) are not part of this report yet.
-    pub deeper_analyses_pending: bool,
+    /// `alloctrace explain`: the OOM (or peak) diagnosed, with advice backed by replays.
+    pub explain: Option<ExplainReport>,
+    /// `alloctrace frag`: fragmentation four ways.
+    pub frag: Option<FragReport>,
+    /// `alloctrace leaks`: what is live at the end, growth per iteration, retention.
+    pub leaks: Option<LeaksReport>,
+    /// Analyses that failed on this trace, with why (the rest of the report stands).
+    pub analysis_errors: Vec<String>,
 }
 
 /// Options of [`build`].
@@ -202,7 +211,31 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
         svg: plot::render_frag(&fd)?,
     });
 
-    let findings = findings(&summary, &replay, layout.as_ref(), &wi);
+    let mut analysis_errors = Vec::new();
+    let mut keep = |what: &str, r: Result<()>| {
+        if let Err(e) = r {
+            analysis_errors.push(format!("{what}: {e:#}"));
+        }
+    };
+    let (mut explained, mut frag, mut leaks) = (None, None, None);
+    keep("explain", explain(path).map(|x| explained = Some(x)));
+    let frag_at = if replay.is_oom() { crate::frag::At::Oom } else { crate::frag::At::Peak };
+    keep("frag", crate::frag::analyze(path, &FragOptions { at: frag_at }).map(|x| frag = Some(x)));
+    keep("leaks", crate::leaks::analyze(path, &LeaksOptions::default()).map(|x| leaks = Some(x)));
+    if let Some(x) = explained.as_mut() {
+        x.trace = name.clone();
+    }
+    if let Some(x) = frag.as_mut() {
+        x.trace = name.clone();
+    }
+    if let Some(x) = leaks.as_mut() {
+        x.trace = name.clone();
+    }
+
+    let mut findings = findings(&summary, &replay, layout.as_ref(), &wi);
+    if let Some(l) = &leaks {
+        refine_live_at_end(&mut findings, l);
+    }
     Ok(Report {
         trace: name,
         environment,
@@ -212,8 +245,72 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
         findings,
         whatif: wi,
         pictures,
-        deeper_analyses_pending: true,
+        explain: explained,
+        frag,
+        leaks,
+        analysis_errors,
     })
+}
+
+/// Live iterations rising: the share of successive iterations whose live bytes went up.
+fn rising_share(live: &[u64]) -> f64 {
+    if live.len() < 2 {
+        return 0.0;
+    }
+    let up = live.windows(2).filter(|w| w[1] > w[0]).count();
+    up as f64 / (live.len() - 1) as f64
+}
+
+/// Turns "still live at the end" into a leak verdict with the growth per iteration.
+fn refine_live_at_end(findings: &mut [Finding], l: &LeaksReport) {
+    let Some(f) = findings.iter_mut().find(|f| f.id == "live_at_end") else { return };
+    let top = l.live_at_end.first().map(|s| {
+        format!(
+            " The most bytes still live come from {} ({} blocks, {}).",
+            s.site.label,
+            s.count,
+            fmt_bytes(s.requested_bytes)
+        )
+    });
+    match &l.growth {
+        Some(g) if g.per_iteration_bytes >= (1 << 20) as f64 && rising_share(&g.live_bytes) >= 0.75 => {
+            f.verdict = Verdict::Problem;
+            f.title = "Memory grows every iteration (a leak)".into();
+            f.value = format!("{} per iteration", crate::units::fmt_delta(g.per_iteration_bytes.round() as i64));
+            let site = g.sites.first().map(|s| {
+                format!(
+                    " The growth comes mostly from {} ({} per iteration).",
+                    s.site.label,
+                    crate::units::fmt_delta(s.per_iteration_bytes.round() as i64)
+                )
+            });
+            f.explanation = format!(
+                "Live bytes rose in {:.0}% of {} iterations (iterations from {}).{}{}",
+                rising_share(&g.live_bytes) * 100.0,
+                g.live_bytes.len().saturating_sub(1),
+                g.source,
+                site.unwrap_or_default(),
+                top.unwrap_or_default()
+            );
+        }
+        Some(g) if l.live_at_end_count > 0 => {
+            f.explanation = format!(
+                "Live bytes do not grow steadily from one iteration to the next ({} per iteration, iterations \
+                 from {}), so these look like long-lived state, not a leak.{}",
+                crate::units::fmt_delta(g.per_iteration_bytes.round() as i64),
+                g.source,
+                top.unwrap_or_default()
+            );
+        }
+        _ if l.live_at_end_count > 0 => {
+            f.explanation = format!(
+                "{}{}",
+                l.growth_note.clone().unwrap_or_else(|| "No iterations found to measure growth.".into()),
+                top.unwrap_or_default()
+            );
+        }
+        _ => {}
+    }
 }
 
 fn pct(f: f64) -> String {
@@ -396,7 +493,7 @@ pub fn findings(s: &Summary, r: &ReplayResult, layout: Option<&LayoutAt>, w: &Wh
         explanation: if s.end_live_blocks == 0 {
             "Every block allocated was freed before the trace ended.".into()
         } else {
-            "Whether these are a leak needs the per-iteration analysis (see the pending section below).".into()
+            "Whether these are a leak: see the leak analysis below.".into()
         },
     });
     // 6. Trust in the trace itself.
@@ -424,6 +521,8 @@ pub enum Block {
     Picture(usize),
     /// A clearly marked note (a blockquote).
     Note(String),
+    /// Preformatted text.
+    Code(String),
 }
 
 impl Report {
@@ -515,13 +614,7 @@ impl Report {
             d.push(Block::Para(format!("**What it is.** {}", f.definition)));
             d.push(Block::Para(format!("**In this run.** {}", f.explanation)));
         }
-        d.push(Block::Heading(2, "Deeper analyses: explain, fragmentation, leaks".into()));
-        d.push(Block::Note(
-            "**Pending.** The detailed explanation of the peak, the internal/external fragmentation breakdown and \
-             the leak analysis per call site are not part of this report version yet; the findings above are \
-             computed from the summary, the replay and the what-if table."
-                .into(),
-        ));
+        self.deeper_blocks(&mut d);
 
         d.push(Block::Heading(2, "What if: other allocator settings".into()));
         let w = &self.whatif;
@@ -584,6 +677,134 @@ impl Report {
         d
     }
 
+    /// The sections of `explain`, `frag` and `leaks`.
+    fn deeper_blocks(&self, d: &mut Vec<Block>) {
+        d.push(Block::Heading(2, "Why: explain, fragmentation, leaks".into()));
+        for e in &self.analysis_errors {
+            d.push(Block::Note(format!("**Not analysed.** {e}")));
+        }
+        if let Some(x) = &self.explain {
+            d.push(Block::Heading(3, format!("Diagnosis: {}", x.verdict.kind.as_str())));
+            d.push(Block::Para(x.verdict.reason.clone()));
+            if let Some(m) = &x.pytorch_message {
+                d.push(Block::Para("What PyTorch's out-of-memory message would have said:".into()));
+                d.push(Block::Code(m.clone()));
+            }
+            if !x.advice.is_empty() {
+                d.push(Block::Table(
+                    vec!["advice".into(), "evidence".into()],
+                    x.advice
+                        .iter()
+                        .map(|a| {
+                            let text = match &a.setting {
+                                Some(s) => format!("{} (`{s}`)", a.text),
+                                None => a.text.clone(),
+                            };
+                            vec![text, a.evidence.clone()]
+                        })
+                        .collect(),
+                ));
+            }
+            if !x.experiments.is_empty() {
+                d.push(Block::Table(
+                    vec!["experiment (replayed)".into(), "completes".into(), "peak reserved".into()],
+                    x.experiments
+                        .iter()
+                        .map(|e| {
+                            vec![
+                                e.description.clone(),
+                                if e.completes { "yes" } else { "no" }.into(),
+                                fmt_bytes(e.peak_reserved_bytes),
+                            ]
+                        })
+                        .collect(),
+                ));
+            }
+            for n in &x.not_advised {
+                d.push(Block::Para(format!("Not advised: {n}")));
+            }
+        }
+        if let Some(f) = &self.frag {
+            d.push(Block::Heading(3, "Fragmentation, four ways".into()));
+            d.push(Block::Table(
+                ["measure", "what it is", "at the moment", "at peak reserved", "mean", "max"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+                f.measures
+                    .iter()
+                    .map(|m| {
+                        vec![
+                            m.name.to_string(),
+                            m.definition.to_string(),
+                            format!("{} ({})", pct(m.at_moment), fmt_bytes(m.at_moment_bytes)),
+                            pct(m.at_peak),
+                            pct(m.mean),
+                            format!("{} at event {}", pct(m.max), m.max_event),
+                        ]
+                    })
+                    .collect(),
+            ));
+        }
+        if let Some(l) = &self.leaks {
+            d.push(Block::Heading(3, "Leaks".into()));
+            d.push(Block::Para(format!(
+                "{} allocations ({}) are still live at the end of the trace.",
+                l.live_at_end_count,
+                fmt_bytes(l.live_at_end_bytes)
+            )));
+            if !l.live_at_end.is_empty() {
+                d.push(Block::Table(
+                    vec!["still live, by call site".into(), "blocks".into(), "requested bytes".into()],
+                    l.live_at_end
+                        .iter()
+                        .take(8)
+                        .map(|s| vec![format!("`{}`", s.site.label), s.count.to_string(), fmt_bytes(s.requested_bytes)])
+                        .collect(),
+                ));
+            }
+            match &l.growth {
+                Some(g) => {
+                    d.push(Block::Para(format!(
+                        "Growth: {} live per iteration over {} iterations (iterations from {}).",
+                        crate::units::fmt_delta(g.per_iteration_bytes.round() as i64),
+                        g.live_bytes.len().saturating_sub(1),
+                        g.source
+                    )));
+                    let growing: Vec<Vec<String>> = g
+                        .sites
+                        .iter()
+                        .filter(|s| s.per_iteration_bytes > 0.0)
+                        .take(5)
+                        .map(|s| {
+                            vec![
+                                format!("`{}`", s.site.label),
+                                crate::units::fmt_delta(s.per_iteration_bytes.round() as i64),
+                                format!("{} of {}", s.rising_intervals, s.intervals),
+                            ]
+                        })
+                        .collect();
+                    if !growing.is_empty() {
+                        d.push(Block::Table(
+                            vec!["growing call site".into(), "per iteration".into(), "iterations rising".into()],
+                            growing,
+                        ));
+                    }
+                }
+                None => {
+                    if let Some(n) = &l.growth_note {
+                        d.push(Block::Para(format!("Growth: {n}")));
+                    }
+                }
+            }
+            d.push(Block::Para(format!(
+                "Retention at event {}: `empty_cache()` would give back {} now.",
+                l.retention.event,
+                fmt_bytes(l.retention.empty_cache_now_bytes)
+            )));
+        }
+    }
+
     /// GitHub-flavoured Markdown; pictures are links to the SVG files next to it.
     pub fn markdown(&self) -> String {
         let mut out = String::new();
@@ -603,6 +824,11 @@ impl Report {
                     out.push_str("> ");
                     out.push_str(&text);
                     out.push_str("\n\n");
+                }
+                Block::Code(text) => {
+                    out.push_str("```text\n");
+                    out.push_str(&text);
+                    out.push_str("\n```\n\n");
                 }
                 Block::Table(head, rows) => {
                     let cell = |s: &str| s.replace('|', "\\|");
@@ -632,6 +858,7 @@ impl Report {
              padding:0 1em;color:#1f2328;line-height:1.5}\ntable{border-collapse:collapse;margin:1em 0}\n\
              th,td{border:1px solid #d0d7de;padding:4px 10px;text-align:left}\nth{background:#f6f8fa}\n\
              code{background:#f6f8fa;padding:1px 4px;border-radius:4px}\n\
+             pre{background:#f6f8fa;padding:.8em;overflow-x:auto;white-space:pre-wrap}\n\
              blockquote{border-left:4px solid #d29922;background:#fff8c5;margin:1em 0;padding:.5em 1em}\n\
              figure{margin:1em 0}\nfigure svg{max-width:100%;height:auto;border:1px solid #d0d7de}\n\
              .problem{color:#cf222e;font-weight:600}.warning{color:#9a6700;font-weight:600}\
@@ -642,6 +869,7 @@ impl Report {
                 Block::Heading(level, text) => out.push_str(&format!("<h{level}>{}</h{level}>\n", inline(&text))),
                 Block::Para(text) => out.push_str(&format!("<p>{}</p>\n", inline(&text))),
                 Block::Note(text) => out.push_str(&format!("<blockquote>{}</blockquote>\n", inline(&text))),
+                Block::Code(text) => out.push_str(&format!("<pre>{}</pre>\n", escape(&text))),
                 Block::Table(head, rows) => {
                     out.push_str("<table>\n");
                     if head.iter().any(|h| !h.is_empty()) {

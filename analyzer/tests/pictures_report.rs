@@ -24,8 +24,11 @@ fn markdown_has_every_section_and_the_oom_explained() {
         "## Findings",
         "### Out of memory (problem)",
         "**What it is.**",
-        "## Deeper analyses: explain, fragmentation, leaks",
-        "> **Pending.**",
+        "## Why: explain, fragmentation, leaks",
+        "### Diagnosis: fragmentation",
+        "CUDA out of memory. Tried to allocate 1.00 GiB",
+        "### Fragmentation, four ways",
+        "### Leaks",
         "## What if: other allocator settings",
         "| `expandable_segments:True` |",
         "Bounds no allocator can beat",
@@ -43,7 +46,8 @@ fn markdown_has_every_section_and_the_oom_explained() {
     assert!(oom.explanation.contains("in pieces of at most 4.00 MiB"), "{}", oom.explanation);
     let pieces = r.findings.iter().find(|f| f.id == "free_memory_in_pieces").expect("contiguity finding");
     assert_eq!(pieces.value, "99.6%");
-    assert!(r.deeper_analyses_pending);
+    assert!(r.analysis_errors.is_empty(), "{:?}", r.analysis_errors);
+    assert!(r.explain.is_some() && r.frag.is_some() && r.leaks.is_some());
 }
 
 #[test]
@@ -58,10 +62,14 @@ fn html_is_self_contained() {
     assert_eq!(html.matches("<svg").count(), r.pictures.len(), "every picture inline");
     assert!(html.contains("<h2>Findings</h2>") && html.contains("<td class=\"problem\">problem</td>"));
     let json: serde_json::Value = serde_json::from_str(&r.json().unwrap()).expect("summary.json parses");
-    for key in ["environment", "summary", "replay", "findings", "whatif", "layout", "pictures"] {
+    for key in
+        ["environment", "summary", "replay", "findings", "whatif", "layout", "pictures", "explain", "frag", "leaks"]
+    {
         assert!(json.get(key).is_some(), "summary.json has no {key}");
     }
-    assert_eq!(json["whatif"]["trace"], "frag_oom.default.atrace", "no machine path in the report");
+    for part in ["whatif", "explain", "frag", "leaks"] {
+        assert_eq!(json[part]["trace"], "frag_oom.default.atrace", "no machine path in the report");
+    }
 }
 
 /// `reports/` must be what the CLI makes of `traces/` today (`scripts/update-reports.sh`).
