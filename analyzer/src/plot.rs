@@ -107,8 +107,124 @@ fn device_text(h: &recorder::trace::Header) -> String {
     }
 }
 
-/// Replays the trace under its recorded settings and folds the four byte counters.
+/// Memory over time. A trace that records block sizes and segments (written by the recorder or
+/// by a replay) already holds the four counters: they are folded straight from its events, at
+/// the cost of reading it. Otherwise (PyTorch snapshots record only requests) the trace is
+/// replayed under its recorded settings, which costs the engine's time per request.
 pub fn timeline_data(path: &Path, x: XAxis, columns: usize) -> Result<TimelineData> {
+    match timeline_recorded(path, x, columns)? {
+        Some(d) => Ok(d),
+        None => timeline_replayed(path, x, columns),
+    }
+}
+
+/// Folds the counters the trace records; `None` as soon as an allocation without a block size
+/// shows that it cannot (or when it records allocations but no segments).
+pub fn timeline_recorded(path: &Path, x: XAxis, columns: usize) -> Result<Option<TimelineData>> {
+    let header = crate::replay::read_header(path)?;
+    let mut tl = Timeline::new(&["allocated", "reserved", "active", "requested"], columns, Mode::Envelope);
+    let (mut allocated, mut reserved, mut active, mut requested) = (0u64, 0u64, 0u64, 0u64);
+    // id -> (block bytes, requested bytes, free requested)
+    let mut live: HashMap<u64, (u64, u64, bool)> = HashMap::new();
+    let (mut peak_r, mut peak_a) = ((0u64, 0u64), (0u64, 0u64));
+    let mut ooms = Vec::new();
+    let mut marks = Vec::new();
+    let (mut unknown_sizes, mut any_alloc, mut any_segment) = (false, false, false);
+    let scanned = tracefile::scan_chunks(path, |first, chunk| {
+        if unknown_sizes {
+            return;
+        }
+        for (k, r) in chunk.iter().enumerate() {
+            let i = first + k as u64;
+            let xv = x_of(x, i, r.time_ns);
+            match &r.event {
+                Event::Alloc { id, requested_bytes, block_bytes, .. } => {
+                    if *block_bytes == 0 {
+                        unknown_sizes = true;
+                        return;
+                    }
+                    any_alloc = true;
+                    live.insert(*id, (*block_bytes, *requested_bytes, false));
+                    allocated += block_bytes;
+                    active += block_bytes;
+                    requested += requested_bytes;
+                }
+                Event::FreeRequested { id, .. } => {
+                    if let Some(b) = live.get_mut(id) {
+                        if !b.2 {
+                            b.2 = true;
+                            allocated -= b.0;
+                        }
+                    }
+                }
+                Event::FreeCompleted { id, .. } => {
+                    if let Some((block, req, freed)) = live.remove(id) {
+                        if !freed {
+                            allocated -= block;
+                        }
+                        active -= block;
+                        requested -= req;
+                    }
+                }
+                Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
+                    any_segment = true;
+                    reserved += bytes;
+                }
+                Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
+                    reserved = reserved.saturating_sub(*bytes)
+                }
+                Event::Oom { requested_bytes, .. } => ooms.push((xv, *requested_bytes)),
+                Event::Mark { kind, text } => {
+                    if let Some(label) = mark_label(*kind, text) {
+                        marks.push((xv, label));
+                    }
+                }
+                Event::Split { .. }
+                | Event::Merge { .. }
+                | Event::CacheRelease { .. }
+                | Event::CallSite { .. }
+                | Event::Snapshot { .. }
+                | Event::DeviceMemInfo { .. }
+                | Event::Dropped { .. } => {}
+            }
+            tl.push(xv, &[allocated as f64, reserved as f64, active as f64, requested as f64]);
+            if reserved > peak_r.1 {
+                peak_r = (xv, reserved);
+            }
+            if allocated > peak_a.1 {
+                peak_a = (xv, allocated);
+            }
+        }
+    })?;
+    if unknown_sizes || (any_alloc && !any_segment) {
+        return Ok(None);
+    }
+    Ok(Some(TimelineData {
+        trace: trace_name(path),
+        device: device_text(&header),
+        x,
+        series: tl.finish(),
+        peak_reserved: peak_r,
+        peak_allocated: peak_a,
+        ooms,
+        marks,
+        capacity_bytes: (header.capacity_bytes > 0).then_some(header.capacity_bytes),
+        events: scanned.events,
+    }))
+}
+
+/// The label of a mark on a timeline, or `None` for marks left out.
+fn mark_label(kind: MarkKind, text: &str) -> Option<String> {
+    let keep = match kind {
+        MarkKind::Phase | MarkKind::Iteration => true,
+        // PyTorch's record_function ranges come in START/END pairs: mark the starts.
+        MarkKind::Annotation => !text.ends_with(" END"),
+    };
+    keep.then(|| text.trim_end_matches(" START").to_string())
+}
+
+/// Replays the trace under its recorded settings and folds the engine's four byte counters.
+pub fn timeline_replayed(path: &Path, x: XAxis, columns: usize) -> Result<TimelineData> {
     let header = crate::replay::read_header(path)?;
     let mut tl = Timeline::new(&["allocated", "reserved", "active", "requested"], columns, Mode::Envelope);
     let (mut peak_r, mut peak_a) = ((0u64, 0u64), (0u64, 0u64));
@@ -136,13 +252,8 @@ pub fn timeline_data(path: &Path, x: XAxis, columns: usize) -> Result<TimelineDa
                 ooms.push((xv, *requested_bytes));
             }
             Event::Mark { kind, text } => {
-                let keep = match kind {
-                    MarkKind::Phase | MarkKind::Iteration => true,
-                    // PyTorch's record_function ranges come in START/END pairs: mark the starts.
-                    MarkKind::Annotation => !text.ends_with(" END"),
-                };
-                if keep {
-                    marks.push((xv, text.trim_end_matches(" START").to_string()));
+                if let Some(label) = mark_label(*kind, text) {
+                    marks.push((xv, label));
                 }
             }
             _ => {}

@@ -149,3 +149,24 @@ fn no_font_machinery_is_compiled_in_and_text_stays_text() {
         plot::plot(&shipped("seed_experiments.default.atrace"), Kind::Timeline, At::Peak, false, XAxis::Time).unwrap();
     assert!(svg.contains("<text") && svg.contains("font-family=\"sans-serif\""));
 }
+
+#[test]
+fn a_trace_with_block_sizes_is_folded_without_replay_and_shows_what_its_run_computed() {
+    let dir = temp_dir("fold");
+    let sim = dir.join("sim.atrace");
+    let opts = ReplayOptions { output: Some(sim.clone()), ..Default::default() };
+    let run = replay_file(&shipped("gpt2_train.default.atrace"), &opts).expect("replay to a full trace");
+    let folded = plot::timeline_recorded(&sim, XAxis::Event, plot::COLUMNS).expect("fold").expect("block sizes known");
+    // The fold of the written trace shows exactly what the run that wrote it computed.
+    assert_eq!(folded.peak_reserved.1, run.peak_reserved_bytes);
+    assert_eq!(folded.peak_allocated.1, run.peak_allocated_bytes);
+    assert_eq!(folded.series.max(1), run.peak_reserved_bytes as f64);
+    assert_eq!(folded.series.max(0), run.peak_allocated_bytes as f64);
+    assert_eq!(folded.series.max(2), run.peak_active_bytes as f64);
+    assert_eq!(folded.series.max(3), run.peak_requested_bytes as f64);
+    assert_eq!(plot::timeline_data(&sim, XAxis::Event, plot::COLUMNS).unwrap().events, folded.events);
+    // An imported snapshot records no block sizes: it must be replayed.
+    let imported = plot::timeline_recorded(&shipped("gpt2_train.default.atrace"), XAxis::Event, plot::COLUMNS);
+    assert!(imported.expect("scan").is_none());
+    let _ = std::fs::remove_dir_all(dir);
+}
