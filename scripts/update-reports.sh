@@ -7,8 +7,9 @@ set -eu
 cd "$(dirname "$0")/.."
 cargo build -q -p alloctrace
 bin="${CARGO_TARGET_DIR:-target}/debug/alloctrace"
-rm -rf reports
 mkdir -p reports
+# Only the per-trace directories are generated; other files (reports/README.md) stay.
+find reports -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
 for trace in traces/*.atrace; do
     name=$(basename "$trace" .atrace)
     "$bin" report "$trace" -o "reports/$name" > /dev/null

@@ -166,8 +166,11 @@ paste into an issue, with the pictures as links), report.html (one self-containe
 pictures inline; opens offline), summary.json (every figure, machine-readable) and the SVGs.\n\n\
 The report states the environment (device, capacity limit, allocator settings, versions), the \
 summary figures, findings with verdicts (out of memory, reserved-but-unallocated memory, free \
-memory in pieces, the gap to an ideal plan, what is still live at the end), each defined in \
-plain words, and the what-if table of other allocator settings.",
+memory in pieces, the gap to an ideal plan, a leak or what is still live at the end), each \
+defined in plain words; the diagnosis and advice of `explain`, the four fragmentation measures \
+of `frag` and the leak analysis of `leaks`; the what-if table of other allocator settings; and \
+the pictures of `plot`. Nothing in it depends on the clock or where the trace lies, so the same \
+trace gives the same files.",
         after_help = "Example:\n  alloctrace report traces/frag_oom.default.atrace -o report/\n  \
 open report/report.html"
     )]

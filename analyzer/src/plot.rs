@@ -15,6 +15,7 @@ use crate::units::fmt_bytes;
 use crate::whatif::policies;
 use anyhow::{anyhow, bail, Result};
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use rayon::prelude::*;
 use recorder::engine::SegmentView;
 use recorder::trace::{Event, Frame, MarkKind};
@@ -680,17 +681,22 @@ fn render_line_chart(c: &LineChart) -> Result<String> {
                 .label(name.as_str())
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(w.max(2))));
         }
+        // Labels near the right edge end at their point instead of starting there.
+        let label_style = |x: f64| {
+            let style = TextStyle::from(("sans-serif", 12).into_font()).color(&BLACK);
+            if x > x0 + 0.75 * (x1 - x0) {
+                style.pos(Pos::new(HPos::Right, VPos::Top))
+            } else {
+                style
+            }
+        };
         for (x, y, label, color) in &c.dots {
             chart.draw_series(std::iter::once(Circle::new((*x, *y), 5, color.filled())))?;
-            chart.draw_series(std::iter::once(Text::new(
-                label.clone(),
-                (*x, *y),
-                ("sans-serif", 12).into_font().color(&BLACK),
-            )))?;
+            chart.draw_series(std::iter::once(Text::new(format!("{label} "), (*x, *y), label_style(*x))))?;
         }
         for (x, y, label) in &c.crosses {
             chart.draw_series(std::iter::once(Cross::new((*x, *y), 7, RED_.stroke_width(3))))?;
-            chart.draw_series(std::iter::once(Text::new(label.clone(), (*x, *y), ("sans-serif", 12).into_font())))?;
+            chart.draw_series(std::iter::once(Text::new(format!("{label} "), (*x, *y), label_style(*x))))?;
         }
         chart
             .configure_series_labels()

@@ -436,11 +436,14 @@ pub fn findings(s: &Summary, r: &ReplayResult, layout: Option<&LayoutAt>, w: &Wh
     }
     // 4. Gap to what no allocator can beat (definition 4), and the best policy.
     let b = &w.bounds;
+    // Ties go to the row listed first (the table's order), as in `explain`'s advice.
     let best = w
         .rows
         .iter()
-        .filter(|row| row.outcome == "ok" || row.min_capacity_bytes.is_some())
-        .min_by_key(|row| (row.min_capacity_bytes.unwrap_or(row.peak_reserved_bytes), row.policy.clone()));
+        .enumerate()
+        .filter(|(_, row)| row.outcome == "ok" || row.min_capacity_bytes.is_some())
+        .min_by_key(|(i, row)| (row.min_capacity_bytes.unwrap_or(row.peak_reserved_bytes), *i))
+        .map(|(_, row)| row);
     let recorded = w.rows.first();
     let need = |row: &crate::whatif::PolicyRow| row.min_capacity_bytes.unwrap_or(row.peak_reserved_bytes);
     if let (Some(rec), Some(best)) = (recorded, best) {
