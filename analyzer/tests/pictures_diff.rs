@@ -58,3 +58,22 @@ fn a_trace_against_itself_has_no_deltas() {
     assert!(d.callsites.iter().all(|c| c.delta_bytes_at_peak == 0 && c.delta_allocations == 0));
     assert!(d.callsites.len() > 5 && d.a.has_callsites);
 }
+
+#[test]
+fn overlay_names_both_runs() {
+    use analyzer::plot::{render_overlay, timeline_data, XAxis, COLUMNS};
+    let a = timeline_data(&shipped("frag_oom.default.atrace"), XAxis::Time, COLUMNS).unwrap();
+    let b = timeline_data(&shipped("frag_oom.expandable.atrace"), XAxis::Time, COLUMNS).unwrap();
+    let svg = render_overlay(&a, &b).unwrap();
+    check_well_formed(&svg);
+    for needle in [
+        "A: frag_oom.default.atrace",
+        "B: frag_oom.expandable.atrace",
+        "A reserved",
+        "B allocated",
+        "A OOM (1.00 GiB)",
+        "B OOM (1.00 GiB)",
+    ] {
+        assert!(svg.contains(needle), "no {needle:?}");
+    }
+}
