@@ -192,6 +192,94 @@ alloctrace record -o run.atrace --conf expandable_segments:True --stacks -- pyth
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Draw a picture of a trace as SVG: memory over time, the segment map, policies, fragmentation.
+    #[command(
+        long_about = "Draw one picture of the trace as a deterministic SVG (same trace, same bytes).\n\n\
+timeline: allocated, reserved, active and requested bytes over time, replayed under the recorded \
+settings, with the peak, OOMs, marks (phases, iterations, annotations) and the capacity limit. \
+Reserved is what the device gave the allocator; allocated is what tensors hold; the gap between \
+them is cached memory. With --stacked: live requested bytes by call site (the top 8, the rest as \
+\"other\").\n\n\
+segments: the segment map at a moment (--at peak, oom, end or an event index): one row per \
+segment, allocated blocks in blue, free ones in grey, the largest free block in orange, and at \
+an OOM the failed request in red to the same scale: \"out of memory although memory is free\" \
+means no free block is as large as the red bar.\n\n\
+whatif: reserved bytes over time under each policy of `alloctrace whatif`, against the live \
+requested bytes (no allocator needs less).\n\n\
+frag: two fragmentation measures over time: 1 - allocated / reserved (cached memory no tensor \
+uses) and 1 - largest free block / total free (how broken up the free memory is).\n\n\
+Long traces are folded into one column per pixel keeping each column's minimum and maximum, \
+so the true peak always shows.",
+        after_help = "Examples:\n  alloctrace plot traces/gpt2_train.default.atrace --kind timeline -o gpt2.svg\n  \
+alloctrace plot traces/gpt2_train.default.atrace --kind timeline --stacked -o gpt2-sites.svg\n  \
+alloctrace plot traces/frag_oom.default.atrace --kind segments --at oom -o oom.svg"
+    )]
+    Plot {
+        trace: PathBuf,
+        #[arg(long, value_enum, default_value = "timeline")]
+        kind: PlotKind,
+        /// Where to write the SVG.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// The moment of a segment map: peak (reserved), oom, end, or an event index.
+        #[arg(long, default_value = "peak", value_parser = parse_plot_at)]
+        at: analyzer::plot::At,
+        /// Timeline: live bytes by call site, stacked.
+        #[arg(long)]
+        stacked: bool,
+        /// What the x axis counts.
+        #[arg(long, value_enum, default_value = "time")]
+        x: PlotX,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a report to paste into a ticket: report.md, report.html, summary.json and SVGs.
+    #[command(
+        long_about = "Write a report of the trace into a directory: report.md (GitHub-flavoured Markdown to \
+paste into an issue, with the pictures as links), report.html (one self-contained page with the \
+pictures inline; opens offline), summary.json (every figure, machine-readable) and the SVGs.\n\n\
+The report states the environment (device, capacity limit, allocator settings, versions), the \
+summary figures, findings with verdicts (out of memory, reserved-but-unallocated memory, free \
+memory in pieces, the gap to an ideal plan, a leak or what is still live at the end), each \
+defined in plain words; the diagnosis and advice of `explain`, the four fragmentation measures \
+of `frag` and the leak analysis of `leaks`; the what-if table of other allocator settings; and \
+the pictures of `plot`. Nothing in it depends on the clock or where the trace lies, so the same \
+trace gives the same files.",
+        after_help = "Example:\n  alloctrace report traces/frag_oom.default.atrace -o report/\n  \
+open report/report.html"
+    )]
+    Report {
+        trace: PathBuf,
+        /// The directory to write into (created if missing).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Skip the search for the smallest capacity of each policy (faster on huge traces).
+        #[arg(long)]
+        no_search: bool,
+        /// Print summary.json to stdout as well.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compare two runs: peaks, OOMs, and per call site the bytes at the peak and allocation counts.
+    #[command(
+        long_about = "Compare two traces, A then B (e.g. before and after a change, or a trace and its \
+replay under other settings): peak reserved, requested and allocated bytes, OOMs, and per call \
+site the live bytes at each trace's peak of requested bytes and the number of allocations, \
+largest changes first. Call sites are matched by their frames, not their ids. With -o DIR, \
+also timeline-overlay.svg (both runs' reserved and allocated bytes) and diff.json.",
+        after_help = "Examples:\n  alloctrace diff traces/frag_oom.default.atrace traces/frag_oom.expandable.atrace\n  \
+alloctrace replay traces/gpt2_train.default.atrace --conf expandable_segments:True -o sim.atrace\n  \
+alloctrace diff traces/gpt2_train.default.atrace sim.atrace -o diff/"
+    )]
+    Diff {
+        a: PathBuf,
+        b: PathBuf,
+        /// Write timeline-overlay.svg and diff.json into this directory.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Fragmentation four ways, over time and at one moment, with the segment map.
     #[command(
         long_about = "Measure fragmentation four ways, each named and defined in the output:\n  \
@@ -287,6 +375,30 @@ enum ImportFormat {
     Torch,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum PlotKind {
+    /// Memory over time.
+    Timeline,
+    /// The segment map at a moment.
+    Segments,
+    /// Reserved bytes per what-if policy over time.
+    Whatif,
+    /// Fragmentation measures over time.
+    Frag,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PlotX {
+    /// Time since the trace's start.
+    Time,
+    /// Event index.
+    Event,
+}
+
+fn parse_plot_at(s: &str) -> Result<analyzer::plot::At, String> {
+    s.parse()
+}
+
 fn parse_at(s: &str) -> Result<analyzer::frag::At, String> {
     analyzer::frag::At::parse(s)
 }
@@ -365,6 +477,30 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
                 out,
             )
         }
+        Command::Plot { trace, kind, output, at, stacked, x, json } => cmd::plot::run(
+            &cmd::plot::PlotCmdOptions {
+                trace,
+                kind: match kind {
+                    PlotKind::Timeline => analyzer::plot::Kind::Timeline,
+                    PlotKind::Segments => analyzer::plot::Kind::Segments,
+                    PlotKind::Whatif => analyzer::plot::Kind::Whatif,
+                    PlotKind::Frag => analyzer::plot::Kind::Frag,
+                },
+                output,
+                at,
+                stacked,
+                x: match x {
+                    PlotX::Time => analyzer::plot::XAxis::Time,
+                    PlotX::Event => analyzer::plot::XAxis::Event,
+                },
+                json,
+            },
+            out,
+        ),
+        Command::Report { trace, output, no_search, json } => {
+            cmd::report::run(&cmd::report::ReportCmdOptions { trace, output, search_capacity: !no_search, json }, out)
+        }
+        Command::Diff { a, b, output, json } => cmd::diff::run(&cmd::diff::DiffCmdOptions { a, b, output, json }, out),
         Command::Frag { trace, at, max_segments, json } => {
             cmd::frag::run(&cmd::frag::FragCmdOptions { trace, at, max_segments, json }, out)
         }

@@ -1,13 +1,16 @@
 //! One module per subcommand. Each takes a plain options struct (the library never sees clap)
 //! and writes its output to the given writer; it returns the process exit code.
 
+pub mod diff;
 pub mod dump;
 pub mod explain;
 pub mod frag;
 pub mod import;
 pub mod leaks;
+pub mod plot;
 pub mod record;
 pub mod replay;
+pub mod report;
 pub mod summary;
 pub mod synth;
 pub mod whatif;

@@ -1,0 +1,89 @@
+//! `alloctrace diff A.atrace B.atrace [-o DIR] [--json]`.
+
+use super::{exit, write_json};
+use crate::diff::{diff, Diff};
+use crate::plot::{render_overlay, timeline_data, XAxis, COLUMNS};
+use crate::units::{fmt_bytes, fmt_delta};
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::path::PathBuf;
+
+pub struct DiffCmdOptions {
+    pub a: PathBuf,
+    pub b: PathBuf,
+    /// Write `timeline-overlay.svg` and `diff.json` here.
+    pub output: Option<PathBuf>,
+    pub json: bool,
+}
+
+/// Call sites printed in the text table (all are in `--json`).
+pub const SHOWN_CALLSITES: usize = 15;
+
+pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
+    let conf = |c: &str| if c.is_empty() { "(defaults)".to_string() } else { c.to_string() };
+    let cap = |c: u64| if c > 0 { format!(", capacity {}", fmt_bytes(c)) } else { String::new() };
+    writeln!(out, "A  {}  {}{}", d.a.trace, conf(&d.a.alloc_conf), cap(d.a.capacity_bytes))?;
+    writeln!(out, "B  {}  {}{}", d.b.trace, conf(&d.b.alloc_conf), cap(d.b.capacity_bytes))?;
+    writeln!(out, "{:<28} {:>14} {:>14} {:>14}", "", "A", "B", "B - A")?;
+    let bytes = |out: &mut dyn Write, name: &str, a: u64, b: u64| {
+        writeln!(out, "{name:<28} {:>14} {:>14} {:>14}", fmt_bytes(a), fmt_bytes(b), fmt_delta(b as i64 - a as i64))
+    };
+    let count = |out: &mut dyn Write, name: &str, a: u64, b: u64| {
+        writeln!(out, "{name:<28} {a:>14} {b:>14} {:>+14}", b as i64 - a as i64)
+    };
+    bytes(out, "peak reserved (recorded)", d.a.recorded_peak_reserved_bytes, d.b.recorded_peak_reserved_bytes)?;
+    bytes(out, "peak requested", d.a.peak_requested_bytes, d.b.peak_requested_bytes)?;
+    bytes(out, "peak reserved (replayed)", d.a.replayed_peak_reserved_bytes, d.b.replayed_peak_reserved_bytes)?;
+    bytes(out, "peak allocated (replayed)", d.a.replayed_peak_allocated_bytes, d.b.replayed_peak_allocated_bytes)?;
+    count(out, "OOMs (recorded)", d.a.recorded_ooms, d.b.recorded_ooms)?;
+    writeln!(out, "{:<28} {:>14} {:>14}", "outcome (replayed)", d.a.replayed_outcome, d.b.replayed_outcome)?;
+    count(out, "events", d.a.events, d.b.events)?;
+    count(out, "allocations", d.a.allocations, d.b.allocations)?;
+    let changed: Vec<_> =
+        d.callsites.iter().filter(|c| c.delta_bytes_at_peak != 0 || c.delta_allocations != 0).collect();
+    if !d.a.has_callsites && !d.b.has_callsites {
+        writeln!(out, "call sites: neither trace records any")?;
+    } else if changed.is_empty() {
+        writeln!(out, "call sites: no change in bytes at the peak or allocation counts ({} sites)", d.callsites.len())?;
+    } else {
+        writeln!(out, "call sites, largest changes first (bytes live at each trace's peak of requested bytes):")?;
+        writeln!(out, "{:>14} {:>12} {:>12} {:>9}  call site", "delta at peak", "A at peak", "B at peak", "d allocs")?;
+        for c in changed.iter().take(SHOWN_CALLSITES) {
+            writeln!(
+                out,
+                "{:>14} {:>12} {:>12} {:>+9}  {}",
+                fmt_delta(c.delta_bytes_at_peak),
+                fmt_bytes(c.a_bytes_at_peak),
+                fmt_bytes(c.b_bytes_at_peak),
+                c.delta_allocations,
+                c.callsite
+            )?;
+        }
+        if changed.len() > SHOWN_CALLSITES {
+            writeln!(out, "... {} more (see --json)", changed.len() - SHOWN_CALLSITES)?;
+        }
+    }
+    Ok(())
+}
+
+pub fn run(opts: &DiffCmdOptions, out: &mut dyn Write) -> Result<i32> {
+    let d = diff(&opts.a, &opts.b)?;
+    if let Some(dir) = &opts.output {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let (ta, tb) = (timeline_data(&opts.a, XAxis::Time, COLUMNS)?, timeline_data(&opts.b, XAxis::Time, COLUMNS)?);
+        let svg = dir.join("timeline-overlay.svg");
+        std::fs::write(&svg, render_overlay(&ta, &tb)?).with_context(|| format!("cannot write {}", svg.display()))?;
+        let json = dir.join("diff.json");
+        std::fs::write(&json, serde_json::to_string_pretty(&d)? + "\n")
+            .with_context(|| format!("cannot write {}", json.display()))?;
+        if !opts.json {
+            writeln!(out, "wrote {} and {}", svg.display(), json.display())?;
+        }
+    }
+    if opts.json {
+        write_json(out, &d)?;
+    } else {
+        print_diff(out, &d)?;
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,48 @@
+//! `alloctrace plot TRACE --kind timeline|segments|whatif|frag -o FILE.svg`.
+
+use super::{exit, write_json};
+use crate::plot::{plot, At, Kind, XAxis};
+use crate::units::fmt_bytes;
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::path::PathBuf;
+
+pub struct PlotCmdOptions {
+    pub trace: PathBuf,
+    pub kind: Kind,
+    pub output: PathBuf,
+    pub at: At,
+    pub stacked: bool,
+    pub x: XAxis,
+    pub json: bool,
+}
+
+pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
+    let started = std::time::Instant::now();
+    let (svg, drawn) = plot(&opts.trace, opts.kind, opts.at, opts.stacked, opts.x)?;
+    std::fs::write(&opts.output, svg.as_bytes()).with_context(|| format!("cannot write {}", opts.output.display()))?;
+    if opts.json {
+        #[derive(serde::Serialize)]
+        struct Out<'a> {
+            output: String,
+            #[serde(flatten)]
+            drawn: &'a crate::plot::Drawn,
+        }
+        write_json(out, &Out { output: opts.output.display().to_string(), drawn: &drawn })?;
+    } else {
+        let folded = if drawn.columns > 0 {
+            format!(", {} events in {} columns", drawn.events, drawn.columns)
+        } else {
+            format!(", layout after event {}", drawn.events.saturating_sub(1))
+        };
+        writeln!(
+            out,
+            "wrote {} ({} {}{folded}, {:.2} s)",
+            opts.output.display(),
+            drawn.kind,
+            fmt_bytes(drawn.svg_bytes),
+            started.elapsed().as_secs_f64()
+        )?;
+    }
+    Ok(exit::OK)
+}

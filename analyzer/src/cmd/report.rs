@@ -1,0 +1,34 @@
+//! `alloctrace report TRACE -o DIR`: report.md, report.html, summary.json and the pictures.
+
+use super::{exit, write_json};
+use crate::report::{build, ReportOptions};
+use anyhow::Result;
+use std::io::Write;
+use std::path::PathBuf;
+
+pub struct ReportCmdOptions {
+    pub trace: PathBuf,
+    pub output: PathBuf,
+    pub search_capacity: bool,
+    pub json: bool,
+}
+
+pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
+    let report = build(&opts.trace, &ReportOptions { search_capacity: opts.search_capacity })?;
+    let files = report.write(&opts.output)?;
+    if opts.json {
+        write_json(out, &report)?;
+    } else {
+        for f in &report.findings {
+            writeln!(out, "{:<8} {}: {}", f.verdict.as_str(), f.title, f.value)?;
+        }
+        for f in &files {
+            writeln!(out, "wrote {}", f.display())?;
+        }
+    }
+    if let Some(w) = &report.replay.input_damage {
+        eprintln!("alloctrace: warning: {w}");
+        return Ok(exit::PARTIAL);
+    }
+    Ok(exit::OK)
+}

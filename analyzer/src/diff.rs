@@ -1,0 +1,199 @@
+//! `alloctrace diff`: two runs compared ("what changed between these two commits"): peaks,
+//! OOMs, and per call site the bytes live at the peak and the number of allocations.
+//!
+//! Call sites are matched across the two traces by their label (see
+//! [`crate::plot::callsite_label`]: the user's frame and the innermost function), not by their
+//! ids, which each trace numbers on its own. "Bytes at the peak" are the live requested bytes
+//! of a call site at the moment the trace's total of live requested bytes first peaked.
+
+use crate::plot::{callsite_label, trace_name};
+use crate::replay::{replay_file, Outcome, ReplayOptions};
+use crate::summary::SummaryFold;
+use crate::tracefile;
+use anyhow::Result;
+use recorder::trace::Event;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// One side of a diff.
+#[derive(Debug, Clone, Serialize)]
+pub struct Side {
+    pub trace: String,
+    pub alloc_conf: String,
+    pub capacity_bytes: u64,
+    pub events: u64,
+    pub allocations: u64,
+    /// OOM events in the trace.
+    pub recorded_ooms: u64,
+    /// Peaks as recorded in the trace.
+    pub recorded_peak_reserved_bytes: u64,
+    pub peak_requested_bytes: u64,
+    /// Peaks of a replay under the trace's own settings and capacity.
+    pub replayed_peak_reserved_bytes: u64,
+    pub replayed_peak_allocated_bytes: u64,
+    /// `ok`, or `oom` with the event index of the failed request.
+    pub replayed_outcome: String,
+    pub has_callsites: bool,
+}
+
+/// A call site's change.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct CallsiteDelta {
+    pub callsite: String,
+    pub a_bytes_at_peak: u64,
+    pub b_bytes_at_peak: u64,
+    pub delta_bytes_at_peak: i64,
+    pub a_allocations: u64,
+    pub b_allocations: u64,
+    pub delta_allocations: i64,
+}
+
+/// The differences B - A of the headline figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Deltas {
+    pub recorded_peak_reserved_bytes: i64,
+    pub peak_requested_bytes: i64,
+    pub replayed_peak_reserved_bytes: i64,
+    pub replayed_peak_allocated_bytes: i64,
+    pub recorded_ooms: i64,
+    pub allocations: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Diff {
+    pub a: Side,
+    pub b: Side,
+    pub deltas: Deltas,
+    /// Largest changes first (by |delta bytes at peak|, then |delta allocations|, then name).
+    pub callsites: Vec<CallsiteDelta>,
+}
+
+/// Per call-site figures of one trace.
+#[derive(Debug, Default)]
+struct Sites {
+    /// label -> (bytes at the peak, allocations)
+    by_label: BTreeMap<String, (u64, u64)>,
+    has_callsites: bool,
+}
+
+fn sites(path: &Path) -> Result<Sites> {
+    let mut labels: Vec<String> = vec!["(no call site)".into()];
+    let mut index: HashMap<String, usize> = HashMap::new();
+    index.insert(labels[0].clone(), 0);
+    let mut label_of_site: HashMap<u32, usize> = HashMap::new();
+    let mut live: HashMap<u64, (usize, u64)> = HashMap::new();
+    let mut cur: Vec<u64> = vec![0];
+    let mut allocs: Vec<u64> = vec![0];
+    let mut at_peak: Vec<u64> = vec![0];
+    let (mut total, mut peak) = (0u64, 0u64);
+    let mut has_callsites = false;
+    tracefile::scan(path, |_, r| match &r.event {
+        Event::CallSite { id, frames } => {
+            has_callsites = true;
+            let label = callsite_label(frames);
+            let l = *index.entry(label.clone()).or_insert_with(|| {
+                labels.push(label);
+                cur.push(0);
+                allocs.push(0);
+                labels.len() - 1
+            });
+            label_of_site.insert(*id, l);
+        }
+        Event::Alloc { id, requested_bytes, callsite, .. } => {
+            let l = label_of_site.get(callsite).copied().unwrap_or(0);
+            live.insert(*id, (l, *requested_bytes));
+            cur[l] += requested_bytes;
+            allocs[l] += 1;
+            total += requested_bytes;
+            if total > peak {
+                peak = total;
+                at_peak.clone_from(&cur);
+            }
+        }
+        Event::FreeCompleted { id, .. } => {
+            if let Some((l, b)) = live.remove(id) {
+                cur[l] -= b;
+                total -= b;
+            }
+        }
+        _ => {}
+    })?;
+    at_peak.resize(labels.len(), 0);
+    let mut by_label = BTreeMap::new();
+    for (l, label) in labels.into_iter().enumerate() {
+        if allocs[l] > 0 {
+            by_label.insert(label, (at_peak[l], allocs[l]));
+        }
+    }
+    Ok(Sites { by_label, has_callsites })
+}
+
+fn side(path: &Path, has_callsites: bool) -> Result<Side> {
+    let mut fold = SummaryFold::new();
+    let scanned = tracefile::scan(path, |i, r| fold.record(i, r))?;
+    let s = fold.finish();
+    let r = replay_file(path, &ReplayOptions::default())?;
+    Ok(Side {
+        trace: trace_name(path),
+        alloc_conf: scanned.header.alloc_conf.clone(),
+        capacity_bytes: scanned.header.capacity_bytes,
+        events: s.events,
+        allocations: s.events_by_kind.get("alloc").copied().unwrap_or(0),
+        recorded_ooms: s.num_ooms,
+        recorded_peak_reserved_bytes: s.peak_reserved.bytes,
+        peak_requested_bytes: s.peak_requested.bytes,
+        replayed_peak_reserved_bytes: r.peak_reserved_bytes,
+        replayed_peak_allocated_bytes: r.peak_allocated_bytes,
+        replayed_outcome: match r.outcome {
+            Outcome::Ok => "ok".into(),
+            Outcome::Oom { event, .. } => format!("oom at event {event}"),
+        },
+        has_callsites,
+    })
+}
+
+fn d(a: u64, b: u64) -> i64 {
+    b as i64 - a as i64
+}
+
+/// Compares the traces at `a` and `b`.
+pub fn diff(a: &Path, b: &Path) -> Result<Diff> {
+    let (sa, sb) = (sites(a)?, sites(b)?);
+    let (a, b) = (side(a, sa.has_callsites)?, side(b, sb.has_callsites)?);
+    let mut labels: Vec<&String> = sa.by_label.keys().chain(sb.by_label.keys()).collect();
+    labels.sort();
+    labels.dedup();
+    let mut callsites: Vec<CallsiteDelta> = labels
+        .into_iter()
+        .map(|l| {
+            let (ab, an) = sa.by_label.get(l).copied().unwrap_or((0, 0));
+            let (bb, bn) = sb.by_label.get(l).copied().unwrap_or((0, 0));
+            CallsiteDelta {
+                callsite: l.clone(),
+                a_bytes_at_peak: ab,
+                b_bytes_at_peak: bb,
+                delta_bytes_at_peak: d(ab, bb),
+                a_allocations: an,
+                b_allocations: bn,
+                delta_allocations: d(an, bn),
+            }
+        })
+        .collect();
+    callsites.sort_by(|x, y| {
+        y.delta_bytes_at_peak
+            .unsigned_abs()
+            .cmp(&x.delta_bytes_at_peak.unsigned_abs())
+            .then(y.delta_allocations.unsigned_abs().cmp(&x.delta_allocations.unsigned_abs()))
+            .then(x.callsite.cmp(&y.callsite))
+    });
+    let deltas = Deltas {
+        recorded_peak_reserved_bytes: d(a.recorded_peak_reserved_bytes, b.recorded_peak_reserved_bytes),
+        peak_requested_bytes: d(a.peak_requested_bytes, b.peak_requested_bytes),
+        replayed_peak_reserved_bytes: d(a.replayed_peak_reserved_bytes, b.replayed_peak_reserved_bytes),
+        replayed_peak_allocated_bytes: d(a.replayed_peak_allocated_bytes, b.replayed_peak_allocated_bytes),
+        recorded_ooms: d(a.recorded_ooms, b.recorded_ooms),
+        allocations: d(a.allocations, b.allocations),
+    };
+    Ok(Diff { a, b, deltas, callsites })
+}

@@ -1,0 +1,1120 @@
+//! Pictures of a trace as SVG: memory over time, the segment map at a moment, what-if policies
+//! over time, fragmentation over time.
+//!
+//! Two halves: `*_data` functions replay or scan the trace once (streaming, memory bounded by
+//! the picture's columns) and return plain data; `render_*` functions only draw that data.
+//!
+//! Deterministic by construction: plotters without its `ttf` feature (text is emitted as SVG
+//! `<text>`, sized by an estimate, no font is loaded), pixel coordinates are integers, no clock,
+//! no map iteration order reaches the output (call sites are ordered by bytes, then label).
+
+use crate::replay::{replay_observed, Outcome, ReplayOptions};
+use crate::timeline::{Downsampled, Mode, Timeline};
+use crate::tracefile;
+use crate::units::fmt_bytes;
+use crate::whatif::policies;
+use anyhow::{anyhow, bail, Result};
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use rayon::prelude::*;
+use recorder::engine::SegmentView;
+use recorder::trace::{Event, Frame, MarkKind};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Picture size in pixels.
+pub const WIDTH: u32 = 1200;
+pub const HEIGHT: u32 = 640;
+/// Columns of downsampling: about one per pixel of the plotting area.
+pub const COLUMNS: usize = 1100;
+/// Bands of the stacked call-site picture (the rest is "other").
+pub const TOP_CALLSITES: usize = 8;
+/// Rows of the segment map; beyond, the largest segments are shown.
+pub const MAX_SEGMENT_ROWS: usize = 200;
+
+/// What the x axis counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum XAxis {
+    /// Nanoseconds since the trace's clock origin (drawn in ms or s).
+    Time,
+    /// The index of the event in the trace.
+    Event,
+}
+
+/// The moment of a segment map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum At {
+    /// When reserved bytes first reached their peak.
+    Peak,
+    /// The first failed allocation.
+    Oom,
+    /// After the last event replayed.
+    End,
+    /// After the event with this index.
+    Event(u64),
+}
+
+impl std::str::FromStr for At {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "peak" => Ok(At::Peak),
+            "oom" => Ok(At::Oom),
+            "end" => Ok(At::End),
+            n => n.parse().map(At::Event).map_err(|_| format!("`{s}`: expected peak, oom, end or an event index")),
+        }
+    }
+}
+
+pub fn trace_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.display().to_string())
+}
+
+fn x_of(x: XAxis, index: u64, time_ns: u64) -> u64 {
+    match x {
+        XAxis::Time => time_ns,
+        XAxis::Event => index,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data
+
+/// Memory over time under the recorded settings.
+#[derive(Debug, Clone)]
+pub struct TimelineData {
+    pub trace: String,
+    pub device: String,
+    pub x: XAxis,
+    /// Series: allocated, reserved, active, requested bytes.
+    pub series: Downsampled,
+    /// (x, bytes) where reserved first reached its peak.
+    pub peak_reserved: (u64, u64),
+    pub peak_allocated: (u64, u64),
+    /// (x, requested bytes) of each failed allocation.
+    pub ooms: Vec<(u64, u64)>,
+    /// (x, label) of phase, iteration and annotation marks.
+    pub marks: Vec<(u64, String)>,
+    pub capacity_bytes: Option<u64>,
+    pub events: u64,
+}
+
+fn device_text(h: &recorder::trace::Header) -> String {
+    match (h.device_name.is_empty(), h.device_total_bytes) {
+        (true, 0) => String::new(),
+        (false, 0) => h.device_name.clone(),
+        (_, t) => format!("{} {}", h.device_name, fmt_bytes(t)).trim().to_string(),
+    }
+}
+
+/// Memory over time. A trace that records block sizes and segments (written by the recorder or
+/// by a replay) already holds the four counters: they are folded straight from its events, at
+/// the cost of reading it. Otherwise (PyTorch snapshots record only requests) the trace is
+/// replayed under its recorded settings, which costs the engine's time per request.
+pub fn timeline_data(path: &Path, x: XAxis, columns: usize) -> Result<TimelineData> {
+    match timeline_recorded(path, x, columns)? {
+        Some(d) => Ok(d),
+        None => timeline_replayed(path, x, columns),
+    }
+}
+
+/// Folds the counters the trace records; `None` as soon as an allocation without a block size
+/// shows that it cannot (or when it records allocations but no segments).
+pub fn timeline_recorded(path: &Path, x: XAxis, columns: usize) -> Result<Option<TimelineData>> {
+    let header = crate::replay::read_header(path)?;
+    let mut tl = Timeline::new(&["allocated", "reserved", "active", "requested"], columns, Mode::Envelope);
+    let (mut allocated, mut reserved, mut active, mut requested) = (0u64, 0u64, 0u64, 0u64);
+    // id -> (block bytes, requested bytes, free requested)
+    let mut live: HashMap<u64, (u64, u64, bool)> = HashMap::new();
+    let (mut peak_r, mut peak_a) = ((0u64, 0u64), (0u64, 0u64));
+    let mut ooms = Vec::new();
+    let mut marks = Vec::new();
+    let (mut unknown_sizes, mut any_alloc, mut any_segment) = (false, false, false);
+    let scanned = tracefile::scan_chunks(path, |first, chunk| {
+        if unknown_sizes {
+            return;
+        }
+        for (k, r) in chunk.iter().enumerate() {
+            let i = first + k as u64;
+            let xv = x_of(x, i, r.time_ns);
+            match &r.event {
+                Event::Alloc { id, requested_bytes, block_bytes, .. } => {
+                    if *block_bytes == 0 {
+                        unknown_sizes = true;
+                        return;
+                    }
+                    any_alloc = true;
+                    live.insert(*id, (*block_bytes, *requested_bytes, false));
+                    allocated += block_bytes;
+                    active += block_bytes;
+                    requested += requested_bytes;
+                }
+                Event::FreeRequested { id, .. } => {
+                    if let Some(b) = live.get_mut(id) {
+                        if !b.2 {
+                            b.2 = true;
+                            allocated -= b.0;
+                        }
+                    }
+                }
+                Event::FreeCompleted { id, .. } => {
+                    if let Some((block, req, freed)) = live.remove(id) {
+                        if !freed {
+                            allocated -= block;
+                        }
+                        active -= block;
+                        requested -= req;
+                    }
+                }
+                Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
+                    any_segment = true;
+                    reserved += bytes;
+                }
+                Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
+                    reserved = reserved.saturating_sub(*bytes)
+                }
+                Event::Oom { requested_bytes, .. } => ooms.push((xv, *requested_bytes)),
+                Event::Mark { kind, text } => {
+                    if let Some(label) = mark_label(*kind, text) {
+                        marks.push((xv, label));
+                    }
+                }
+                Event::Split { .. }
+                | Event::Merge { .. }
+                | Event::CacheRelease { .. }
+                | Event::CallSite { .. }
+                | Event::Snapshot { .. }
+                | Event::DeviceMemInfo { .. }
+                | Event::Dropped { .. } => {}
+            }
+            tl.push(xv, &[allocated as f64, reserved as f64, active as f64, requested as f64]);
+            if reserved > peak_r.1 {
+                peak_r = (xv, reserved);
+            }
+            if allocated > peak_a.1 {
+                peak_a = (xv, allocated);
+            }
+        }
+    })?;
+    if unknown_sizes || (any_alloc && !any_segment) {
+        return Ok(None);
+    }
+    Ok(Some(TimelineData {
+        trace: trace_name(path),
+        device: device_text(&header),
+        x,
+        series: tl.finish(),
+        peak_reserved: peak_r,
+        peak_allocated: peak_a,
+        ooms,
+        marks,
+        capacity_bytes: (header.capacity_bytes > 0).then_some(header.capacity_bytes),
+        events: scanned.events,
+    }))
+}
+
+/// The label of a mark on a timeline, or `None` for marks left out.
+fn mark_label(kind: MarkKind, text: &str) -> Option<String> {
+    let keep = match kind {
+        MarkKind::Phase | MarkKind::Iteration => true,
+        // PyTorch's record_function ranges come in START/END pairs: mark the starts.
+        MarkKind::Annotation => !text.ends_with(" END"),
+    };
+    keep.then(|| text.trim_end_matches(" START").to_string())
+}
+
+/// Replays the trace under its recorded settings and folds the engine's four byte counters.
+pub fn timeline_replayed(path: &Path, x: XAxis, columns: usize) -> Result<TimelineData> {
+    let header = crate::replay::read_header(path)?;
+    let mut tl = Timeline::new(&["allocated", "reserved", "active", "requested"], columns, Mode::Envelope);
+    let (mut peak_r, mut peak_a) = ((0u64, 0u64), (0u64, 0u64));
+    let mut ooms: Vec<(u64, u64)> = Vec::new();
+    let mut marks = Vec::new();
+    let mut seen_ooms = 0u64;
+    let result = replay_observed(path, &ReplayOptions::default(), &mut |i, r, view, _| {
+        let xv = x_of(x, i, r.time_ns);
+        let st = view.stats();
+        let (a, res) = (st.allocated_bytes.all.current, st.reserved_bytes.all.current);
+        tl.push(xv, &[a as f64, res as f64, st.active_bytes.all.current as f64, st.requested_bytes.all.current as f64]);
+        if res > peak_r.1 {
+            peak_r = (xv, res);
+        }
+        if a > peak_a.1 {
+            peak_a = (xv, a);
+        }
+        let failed = st.num_ooms > seen_ooms;
+        seen_ooms = st.num_ooms;
+        match &r.event {
+            Event::Oom { requested_bytes, .. } => {
+                ooms.push((xv, *requested_bytes));
+            }
+            Event::Alloc { requested_bytes, .. } if failed => {
+                ooms.push((xv, *requested_bytes));
+            }
+            Event::Mark { kind, text } => {
+                if let Some(label) = mark_label(*kind, text) {
+                    marks.push((xv, label));
+                }
+            }
+            _ => {}
+        }
+    })?;
+    Ok(TimelineData {
+        trace: trace_name(path),
+        device: device_text(&header),
+        x,
+        series: tl.finish(),
+        peak_reserved: peak_r,
+        peak_allocated: peak_a,
+        ooms,
+        marks,
+        capacity_bytes: result.capacity_bytes,
+        events: result.events,
+    })
+}
+
+/// A short name for a call site: the first frame outside installed packages (the user's
+/// code), with the innermost function when that is a different frame.
+pub fn callsite_label(frames: &[Frame]) -> String {
+    let base = |f: &Frame| f.file.rsplit('/').next().unwrap_or(&f.file).to_string();
+    let user = frames
+        .iter()
+        .find(|f| !f.file.contains("site-packages") && !f.file.contains("dist-packages") && !f.file.starts_with('<'));
+    match (frames.first(), user) {
+        (None, _) => "(no frames)".to_string(),
+        (Some(inner), Some(u)) if u != inner => format!("{}:{} {} > {}", base(u), u.line, u.function, inner.function),
+        (Some(_), Some(u)) => format!("{}:{} {}", base(u), u.line, u.function),
+        (Some(inner), None) => format!("{}:{} {}", base(inner), inner.line, inner.function),
+    }
+}
+
+/// Live requested bytes by call site over time.
+#[derive(Debug, Clone)]
+pub struct StackedData {
+    pub trace: String,
+    pub x: XAxis,
+    /// Series: total, then one per band (top call sites, then "other").
+    pub series: Downsampled,
+    pub bands: Vec<String>,
+    pub has_callsites: bool,
+}
+
+/// Two scans: the first finds each call site's largest live bytes, the second folds the top
+/// [`TOP_CALLSITES`] of them (and the rest as "other").
+pub fn stacked_data(path: &Path, x: XAxis, columns: usize) -> Result<StackedData> {
+    // Pass 1: labels, and each label's peak of live requested bytes.
+    let mut label_of_site: HashMap<u32, usize> = HashMap::new();
+    let mut labels: Vec<String> = Vec::new();
+    let mut label_index: HashMap<String, usize> = HashMap::new();
+    let mut live: HashMap<u64, (usize, u64)> = HashMap::new();
+    let mut cur: Vec<u64> = Vec::new();
+    let mut max: Vec<u64> = Vec::new();
+    let mut intern = |label: String, labels: &mut Vec<String>, cur: &mut Vec<u64>, max: &mut Vec<u64>| -> usize {
+        *label_index.entry(label.clone()).or_insert_with(|| {
+            labels.push(label);
+            cur.push(0);
+            max.push(0);
+            labels.len() - 1
+        })
+    };
+    let none = intern("(no call site)".into(), &mut labels, &mut cur, &mut max);
+    let mut has_callsites = false;
+    tracefile::scan(path, |_, r| match &r.event {
+        Event::CallSite { id, frames } => {
+            has_callsites = true;
+            let l = intern(callsite_label(frames), &mut labels, &mut cur, &mut max);
+            label_of_site.insert(*id, l);
+        }
+        Event::Alloc { id, requested_bytes, callsite, .. } => {
+            let l = label_of_site.get(callsite).copied().unwrap_or(none);
+            live.insert(*id, (l, *requested_bytes));
+            cur[l] += requested_bytes;
+            max[l] = max[l].max(cur[l]);
+        }
+        Event::FreeCompleted { id, .. } => {
+            if let Some((l, b)) = live.remove(id) {
+                cur[l] -= b;
+            }
+        }
+        _ => {}
+    })?;
+    let mut order: Vec<usize> = (0..labels.len()).filter(|&l| max[l] > 0).collect();
+    order.sort_by(|&a, &b| max[b].cmp(&max[a]).then_with(|| labels[a].cmp(&labels[b])));
+    order.truncate(TOP_CALLSITES);
+    let other_band = order.len() + 1; // series index of "other"
+    let mut band_of_label = vec![other_band; labels.len()];
+    for (k, &l) in order.iter().enumerate() {
+        band_of_label[l] = k + 1;
+    }
+    let mut bands: Vec<String> = order.iter().map(|&l| labels[l].clone()).collect();
+    bands.push("other".into());
+    let mut names: Vec<&str> = vec!["total"];
+    names.extend(bands.iter().map(|s| s.as_str()));
+    let mut tl = Timeline::new(&names, columns, Mode::AtMaxOfFirst);
+    // Pass 2.
+    let mut values = vec![0f64; names.len()];
+    let mut live: HashMap<u64, (usize, u64)> = HashMap::new();
+    let mut site_band: HashMap<u32, usize> = HashMap::new();
+    for (&site, &l) in &label_of_site {
+        site_band.insert(site, band_of_label[l]);
+    }
+    let none_band = band_of_label[none];
+    tracefile::scan(path, |i, r| {
+        match &r.event {
+            Event::Alloc { id, requested_bytes, callsite, .. } => {
+                let b = site_band.get(callsite).copied().unwrap_or(none_band);
+                live.insert(*id, (b, *requested_bytes));
+                values[b] += *requested_bytes as f64;
+                values[0] += *requested_bytes as f64;
+            }
+            Event::FreeCompleted { id, .. } => {
+                if let Some((b, bytes)) = live.remove(id) {
+                    values[b] -= bytes as f64;
+                    values[0] -= bytes as f64;
+                }
+            }
+            _ => {}
+        }
+        tl.push(x_of(x, i, r.time_ns), &values);
+    })?;
+    Ok(StackedData { trace: trace_name(path), x, series: tl.finish(), bands, has_callsites })
+}
+
+/// The segment map at one moment.
+#[derive(Debug, Clone)]
+pub struct SegmentsData {
+    pub trace: String,
+    /// In words, e.g. "peak reserved (event 546)".
+    pub moment: String,
+    pub event: u64,
+    pub time_ns: u64,
+    pub segments: Vec<SegmentView>,
+    /// The request that failed, when the moment is an OOM.
+    pub failed_request_bytes: Option<u64>,
+}
+
+impl SegmentsData {
+    pub fn reserved_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.bytes).sum()
+    }
+    /// Bytes in free blocks (not allocated, not waiting for a free to complete).
+    pub fn free_bytes(&self) -> u64 {
+        self.free_blocks().map(|b| b.bytes).sum()
+    }
+    pub fn largest_free_bytes(&self) -> u64 {
+        self.free_blocks().map(|b| b.bytes).max().unwrap_or(0)
+    }
+    fn free_blocks(&self) -> impl Iterator<Item = &recorder::engine::BlockView> + '_ {
+        self.segments.iter().flat_map(|s| s.blocks.iter()).filter(|b| !b.allocated && !b.pending_free)
+    }
+}
+
+/// Replays under the recorded settings and takes the layout at `at`.
+pub fn segments_data(path: &Path, at: At) -> Result<SegmentsData> {
+    let opts = ReplayOptions::default();
+    // Pass 1 (except for a given event): find the event.
+    let (target, moment, failed) = match at {
+        At::Event(n) => (n, format!("after event {n}"), None),
+        At::Peak | At::End | At::Oom => {
+            let (mut best, mut best_i, mut last_i) = (0u64, None, None);
+            let mut oom: Option<(u64, u64)> = None;
+            let mut seen = 0u64;
+            replay_observed(path, &opts, &mut |i, r, view, _| {
+                let st = view.stats();
+                let res = st.reserved_bytes.all.current;
+                if res > best {
+                    best = res;
+                    best_i = Some(i);
+                }
+                last_i = Some(i);
+                if oom.is_none() && st.num_ooms > seen {
+                    let req = match &r.event {
+                        Event::Alloc { requested_bytes, .. } | Event::Oom { requested_bytes, .. } => *requested_bytes,
+                        _ => 0,
+                    };
+                    oom = Some((i, req));
+                }
+                seen = st.num_ooms;
+            })?;
+            match at {
+                At::Peak => {
+                    let i = best_i.ok_or_else(|| anyhow!("{}: nothing was ever reserved", path.display()))?;
+                    (i, format!("peak reserved {} (event {i})", fmt_bytes(best)), None)
+                }
+                At::End => {
+                    let i = last_i.ok_or_else(|| anyhow!("{}: the trace has no events", path.display()))?;
+                    (i, format!("end (event {i})"), None)
+                }
+                _ => match oom {
+                    Some((i, req)) => {
+                        (i, format!("out of memory: request of {} (event {i})", fmt_bytes(req)), Some(req))
+                    }
+                    None => bail!("{}: no allocation fails in this trace (try --at peak)", path.display()),
+                },
+            }
+        }
+    };
+    let mut taken: Option<(u64, Vec<SegmentView>)> = None;
+    replay_observed(path, &opts, &mut |i, r, view, _| {
+        if i == target {
+            taken = Some((r.time_ns, view.segments()));
+        }
+    })?;
+    let (time_ns, segments) =
+        taken.ok_or_else(|| anyhow!("{}: the replay did not reach event {target}", path.display()))?;
+    Ok(SegmentsData { trace: trace_name(path), moment, event: target, time_ns, segments, failed_request_bytes: failed })
+}
+
+/// Reserved bytes over time under each what-if policy.
+#[derive(Debug, Clone)]
+pub struct WhatifData {
+    pub trace: String,
+    pub x: XAxis,
+    /// (policy, series [reserved], x of its OOM if any, peak reserved).
+    pub policies: Vec<(String, Downsampled, Option<u64>, u64)>,
+    /// Live requested bytes (the bound no allocator beats), from the recorded run.
+    pub requested: Downsampled,
+    pub capacity_bytes: Option<u64>,
+}
+
+pub fn whatif_data(path: &Path, x: XAxis, columns: usize) -> Result<WhatifData> {
+    let header = crate::replay::read_header(path)?;
+    let capacity = (header.capacity_bytes > 0).then_some(header.capacity_bytes);
+    let list = policies(&header.config, capacity.is_some());
+    let runs: Result<Vec<_>> = list
+        .par_iter()
+        .map(|(name, config)| {
+            let mut tl = Timeline::new(&["reserved", "requested"], columns, Mode::Envelope);
+            let mut last_x = 0;
+            let r = replay_observed(
+                path,
+                &ReplayOptions { config: Some(config.clone()), ..Default::default() },
+                &mut |i, rec, view, _| {
+                    let st = view.stats();
+                    last_x = x_of(x, i, rec.time_ns);
+                    tl.push(last_x, &[st.reserved_bytes.all.current as f64, st.requested_bytes.all.current as f64]);
+                },
+            )?;
+            let oom = matches!(r.outcome, Outcome::Oom { .. }).then_some(last_x);
+            Ok((name.clone(), tl.finish(), oom, r.peak_reserved_bytes))
+        })
+        .collect();
+    let runs = runs?;
+    let requested = runs[0].1.clone();
+    Ok(WhatifData { trace: trace_name(path), x, policies: runs, requested, capacity_bytes: capacity })
+}
+
+/// Fragmentation over time.
+#[derive(Debug, Clone)]
+pub struct FragData {
+    pub trace: String,
+    pub x: XAxis,
+    /// `1 - allocated / reserved` at every event.
+    pub unallocated: Downsampled,
+    /// `1 - largest free block / total free`, sampled (see [`frag_data`]).
+    pub contiguity: Downsampled,
+    pub samples: u64,
+}
+
+/// The layout is walked at most about `4 * columns` times per doubling of the trace length:
+/// every `stride` events, with the stride doubling each time that many samples were taken.
+pub fn frag_data(path: &Path, x: XAxis, columns: usize) -> Result<FragData> {
+    let mut un = Timeline::new(&["1 - allocated / reserved"], columns, Mode::Envelope);
+    let mut co = Timeline::new(&["1 - largest free / total free"], columns, Mode::Envelope);
+    let (mut stride, mut taken_in_stride, mut samples) = (1u64, 0u64, 0u64);
+    let budget = 4 * columns as u64;
+    replay_observed(path, &ReplayOptions::default(), &mut |i, r, view, _| {
+        let st = view.stats();
+        let xv = x_of(x, i, r.time_ns);
+        let (a, res) = (st.allocated_bytes.all.current, st.reserved_bytes.all.current);
+        un.push(xv, &[crate::whatif::fragmentation(a, res)]);
+        if i % stride == 0 {
+            let (mut total, mut largest) = (0u64, 0u64);
+            for s in view.segments() {
+                for b in s.blocks.iter().filter(|b| !b.allocated && !b.pending_free) {
+                    total += b.bytes;
+                    largest = largest.max(b.bytes);
+                }
+            }
+            let v = if total == 0 { 0.0 } else { 1.0 - largest as f64 / total as f64 };
+            co.push(xv, &[v]);
+            samples += 1;
+            taken_in_stride += 1;
+            if taken_in_stride >= budget {
+                stride *= 2;
+                taken_in_stride = 0;
+            }
+        }
+    })?;
+    Ok(FragData { trace: trace_name(path), x, unallocated: un.finish(), contiguity: co.finish(), samples })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rendering
+
+const BLUE: RGBColor = RGBColor(31, 119, 180);
+const ORANGE: RGBColor = RGBColor(255, 127, 14);
+const GREEN: RGBColor = RGBColor(44, 160, 44);
+const RED_: RGBColor = RGBColor(214, 39, 40);
+const PURPLE: RGBColor = RGBColor(148, 103, 189);
+const GREY: RGBColor = RGBColor(127, 127, 127);
+const LIGHT: RGBColor = RGBColor(224, 224, 224);
+/// Tableau 10, for bands and policies.
+pub const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// A binary unit for an axis whose largest value is `max_bytes`.
+fn byte_unit(max_bytes: f64) -> (f64, &'static str) {
+    if max_bytes >= (1u64 << 30) as f64 {
+        ((1u64 << 30) as f64, "GiB")
+    } else if max_bytes >= (1u64 << 20) as f64 {
+        ((1u64 << 20) as f64, "MiB")
+    } else {
+        (1024.0, "KiB")
+    }
+}
+
+/// The x axis: the factor from trace units to drawn units, and its description.
+fn x_unit(x: XAxis, x_last: u64) -> (f64, &'static str) {
+    match x {
+        XAxis::Event => (1.0, "event index"),
+        XAxis::Time if x_last >= 2_000_000_000 => (1e9, "time (s)"),
+        XAxis::Time => (1e6, "time (ms)"),
+    }
+}
+
+/// A named line: legend text, colour, stroke width, points in drawn units.
+type Line = (String, RGBColor, u32, Vec<(f64, f64)>);
+
+/// A line chart in drawn units.
+struct LineChart {
+    title: String,
+    x_desc: String,
+    y_desc: String,
+    /// Formats a y tick.
+    percent: bool,
+    x_range: (f64, f64),
+    y_max: f64,
+    lines: Vec<Line>,
+    /// Vertical lines with a label (marks).
+    vlines: Vec<(f64, String)>,
+    /// A horizontal line with a legend entry (capacity).
+    hline: Option<(f64, String)>,
+    /// Points with a label: peaks (filled circles).
+    dots: Vec<(f64, f64, String, RGBColor)>,
+    /// Crosses with a label: OOMs.
+    crosses: Vec<(f64, f64, String)>,
+}
+
+fn nonempty_range(lo: f64, hi: f64) -> (f64, f64) {
+    if hi > lo {
+        (lo, hi)
+    } else {
+        (lo, lo + 1.0)
+    }
+}
+
+fn render_line_chart(c: &LineChart) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (x0, x1) = nonempty_range(c.x_range.0, c.x_range.1);
+        let y1 = if c.y_max > 0.0 { c.y_max * 1.08 } else { 1.0 };
+        let mut chart = ChartBuilder::on(&root)
+            .caption(&c.title, ("sans-serif", 18))
+            .margin(14)
+            .x_label_area_size(48)
+            .y_label_area_size(78)
+            .build_cartesian_2d(x0..x1, 0f64..y1)?;
+        let percent = c.percent;
+        let y_fmt = move |v: &f64| if percent { format!("{:.0}%", v * 100.0) } else { format!("{v:.2}") };
+        chart
+            .configure_mesh()
+            .light_line_style(RGBColor(238, 238, 238))
+            .x_desc(c.x_desc.as_str())
+            .y_desc(c.y_desc.as_str())
+            .x_label_formatter(&|v| format!("{v}"))
+            .y_label_formatter(&y_fmt)
+            .label_style(("sans-serif", 13))
+            .draw()?;
+        // Labels of marks closer than this many pixels to the previous label are left out.
+        const LABEL_GAP_PX: f64 = 150.0;
+        let mut labelled_at = f64::NEG_INFINITY;
+        for (x, label) in &c.vlines {
+            chart.draw_series(std::iter::once(PathElement::new(vec![(*x, 0.0), (*x, y1)], LIGHT.stroke_width(1))))?;
+            let px = (*x - x0) / (x1 - x0) * (WIDTH as f64 - 120.0);
+            if px - labelled_at >= LABEL_GAP_PX {
+                labelled_at = px;
+                // "Optimizer.step#AdamW.step" (a record_function name) reads best after the '#'.
+                let short = label.rsplit('#').next().unwrap_or(label);
+                let text: String = short.chars().take(24).collect();
+                chart.draw_series(std::iter::once(Text::new(
+                    text,
+                    (*x, y1 * 0.995),
+                    ("sans-serif", 10).into_font(),
+                )))?;
+            }
+        }
+        if let Some((y, label)) = &c.hline {
+            chart
+                .draw_series(std::iter::once(PathElement::new(vec![(x0, *y), (x1, *y)], RED_.stroke_width(2))))?
+                .label(label.as_str())
+                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED_.stroke_width(2)));
+        }
+        for (name, color, width, pts) in &c.lines {
+            let color = *color;
+            let w = *width;
+            chart
+                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(w)))?
+                .label(name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(w.max(2))));
+        }
+        // Labels near the right edge end at their point instead of starting there.
+        let label_style = |x: f64| {
+            let style = TextStyle::from(("sans-serif", 12).into_font()).color(&BLACK);
+            if x > x0 + 0.75 * (x1 - x0) {
+                style.pos(Pos::new(HPos::Right, VPos::Top))
+            } else {
+                style
+            }
+        };
+        for (x, y, label, color) in &c.dots {
+            chart.draw_series(std::iter::once(Circle::new((*x, *y), 5, color.filled())))?;
+            chart.draw_series(std::iter::once(Text::new(format!("{label} "), (*x, *y), label_style(*x))))?;
+        }
+        for (x, y, label) in &c.crosses {
+            chart.draw_series(std::iter::once(Cross::new((*x, *y), 7, RED_.stroke_width(3))))?;
+            chart.draw_series(std::iter::once(Text::new(format!("{label} "), (*x, *y), label_style(*x))))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 13))
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+fn scaled(points: Vec<(u64, f64)>, xs: f64, ys: f64) -> Vec<(f64, f64)> {
+    points.into_iter().map(|(x, y)| (x as f64 / xs, y / ys)).collect()
+}
+
+/// Memory over time: allocated, reserved, active, requested; peak, OOMs, marks, capacity.
+pub fn render_timeline(d: &TimelineData) -> Result<String> {
+    let s = &d.series;
+    let mut y_max = (0..4).map(|i| s.max(i)).fold(0.0, f64::max);
+    if let Some(c) = d.capacity_bytes {
+        y_max = y_max.max(c as f64);
+    }
+    let (ys, unit) = byte_unit(y_max);
+    let (xs, x_desc) = x_unit(d.x, s.x_last);
+    let colors = [ORANGE, BLUE, GREEN, PURPLE];
+    let widths = [2, 2, 1, 1];
+    let labels =
+        ["allocated (blocks handed out)", "reserved (segments from the device)", "active", "requested (asked for)"];
+    let lines = (0..4).map(|i| (labels[i].to_string(), colors[i], widths[i], scaled(s.points(i), xs, ys))).collect();
+    let device = if d.device.is_empty() { String::new() } else { format!(" on {}", d.device) };
+    render_line_chart(&LineChart {
+        title: format!("GPU memory over time: {}{device}", d.trace),
+        x_desc: x_desc.into(),
+        y_desc: format!("bytes ({unit})"),
+        percent: false,
+        x_range: (s.x0 as f64 / xs, s.x_last as f64 / xs),
+        y_max: y_max / ys,
+        lines,
+        vlines: d.marks.iter().map(|(x, l)| (*x as f64 / xs, l.clone())).collect(),
+        hline: d.capacity_bytes.map(|c| (c as f64 / ys, format!("capacity limit {}", fmt_bytes(c)))),
+        dots: vec![
+            (
+                d.peak_reserved.0 as f64 / xs,
+                d.peak_reserved.1 as f64 / ys,
+                format!(" peak reserved {}", fmt_bytes(d.peak_reserved.1)),
+                BLUE,
+            ),
+            (
+                d.peak_allocated.0 as f64 / xs,
+                d.peak_allocated.1 as f64 / ys,
+                format!(" peak allocated {}", fmt_bytes(d.peak_allocated.1)),
+                ORANGE,
+            ),
+        ],
+        crosses: d
+            .ooms
+            .iter()
+            .map(|(x, req)| {
+                (*x as f64 / xs, d.peak_reserved.1 as f64 / ys, format!(" OOM: {} requested", fmt_bytes(*req)))
+            })
+            .collect(),
+    })
+}
+
+/// Live requested bytes by call site, stacked; the top edge is the true peak of the total.
+pub fn render_stacked(d: &StackedData) -> Result<String> {
+    let s = &d.series;
+    let y_max = s.max(0);
+    let (ys, unit) = byte_unit(y_max);
+    let (xs, x_desc) = x_unit(d.x, s.x_last);
+    let nb = d.bands.len();
+    let per_band: Vec<Vec<(u64, f64)>> = (1..=nb).map(|b| s.at_max_of_first(b)).collect();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (x0, x1) = nonempty_range(s.x0 as f64 / xs, s.x_last as f64 / xs);
+        let y1 = if y_max > 0.0 { y_max / ys * 1.08 } else { 1.0 };
+        let title = if d.has_callsites {
+            format!("Live requested bytes by call site: {}", d.trace)
+        } else {
+            format!("Live requested bytes (the trace records no call sites): {}", d.trace)
+        };
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(14)
+            .x_label_area_size(48)
+            .y_label_area_size(78)
+            .build_cartesian_2d(x0..x1, 0f64..y1)?;
+        chart
+            .configure_mesh()
+            .light_line_style(RGBColor(238, 238, 238))
+            .x_desc(x_desc)
+            .y_desc(format!("live requested bytes ({unit})"))
+            .y_label_formatter(&|v| format!("{v:.2}"))
+            .label_style(("sans-serif", 13))
+            .draw()?;
+        // Cumulative from the top band down, each painted over the previous.
+        for b in (0..nb).rev() {
+            let color = PALETTE[b % PALETTE.len()];
+            let pts: Vec<(f64, f64)> = (0..per_band[0].len())
+                .map(|c| {
+                    let sum: f64 = per_band[..=b].iter().map(|band| band[c].1).sum();
+                    (per_band[0][c].0 as f64 / xs, sum / ys)
+                })
+                .collect();
+            chart
+                .draw_series(AreaSeries::new(pts, 0.0, color.mix(0.85)).border_style(color.stroke_width(1)))?
+                .label(d.bands[b].as_str())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 12))
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+/// The segment map: one row per segment, allocated and free blocks, the largest free block
+/// highlighted, and at an OOM the failed request drawn to the same scale.
+pub fn render_segments(d: &SegmentsData) -> Result<String> {
+    let mut segs: Vec<&SegmentView> = d.segments.iter().collect();
+    let total = segs.len();
+    if segs.len() > MAX_SEGMENT_ROWS {
+        segs.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.addr.cmp(&b.addr)));
+        segs.truncate(MAX_SEGMENT_ROWS);
+        segs.sort_by_key(|s| s.addr);
+    }
+    let largest = d
+        .segments
+        .iter()
+        .flat_map(|s| s.blocks.iter())
+        .filter(|b| !b.allocated && !b.pending_free)
+        .max_by(|a, b| a.bytes.cmp(&b.bytes).then(b.addr.cmp(&a.addr)))
+        .map(|b| b.addr);
+    let widest_segment = segs.iter().map(|s| s.bytes).max().unwrap_or(0);
+    // A request much larger than every segment is drawn off scale, else the segments would be
+    // slivers: the point (no free block is that large) shows either way.
+    let request_off_scale = d.failed_request_bytes.is_some_and(|r| r > 4 * widest_segment.max(1));
+    let widest =
+        if request_off_scale { widest_segment } else { widest_segment.max(d.failed_request_bytes.unwrap_or(0)) };
+    let (xs, unit) = byte_unit(widest as f64);
+    let extra = usize::from(d.failed_request_bytes.is_some());
+    let rows = (segs.len() + extra).max(1);
+    let height = (HEIGHT as usize).max(120 + rows * 10).min(2400) as u32;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let shown =
+            if segs.len() < total { format!(", largest {} of {total} segments", segs.len()) } else { String::new() };
+        let title = format!("Segments at {}: {}{shown}", d.moment, d.trace);
+        let labels: Vec<String> = segs
+            .iter()
+            .map(|s| format!("{} {}{}", fmt_bytes(s.bytes), s.pool.as_str(), if s.is_expandable { " exp" } else { "" }))
+            .collect();
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(14)
+            .x_label_area_size(48)
+            .y_label_area_size(130)
+            .build_cartesian_2d(0f64..(widest.max(1) as f64 / xs) * 1.02, 0f64..rows as f64)?;
+        let n = rows;
+        let label_of = |v: &f64| -> String {
+            let row = n as i64 - 1 - v.floor() as i64;
+            if v.fract() != 0.0 || row < 0 {
+                return String::new();
+            }
+            let row = row as usize;
+            if extra == 1 && row == 0 {
+                "failed request".to_string()
+            } else {
+                labels.get(row - extra).cloned().unwrap_or_default()
+            }
+        };
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .light_line_style(RGBColor(238, 238, 238))
+            .x_desc(format!("offset in segment ({unit})"))
+            .y_desc("segments in address order")
+            .y_labels(rows.min(40))
+            .y_label_formatter(&label_of)
+            .x_label_formatter(&|v| format!("{v:.2}"))
+            .label_style(("sans-serif", 12))
+            .draw()?;
+        let y_of = |row: usize| (n - 1 - row) as f64;
+        let mut rects = Vec::new();
+        let pad = 0.12;
+        for (r, s) in segs.iter().enumerate() {
+            let y = y_of(r + extra);
+            for b in &s.blocks {
+                let (x0, x1) = ((b.addr - s.addr) as f64 / xs, (b.addr - s.addr + b.bytes) as f64 / xs);
+                let color = if b.allocated {
+                    BLUE
+                } else if b.pending_free {
+                    PURPLE
+                } else if Some(b.addr) == largest {
+                    ORANGE
+                } else {
+                    LIGHT
+                };
+                rects.push(Rectangle::new([(x0, y + pad), (x1, y + 1.0 - pad)], color.filled()));
+            }
+        }
+        chart.draw_series(rects)?;
+        if let Some(req) = d.failed_request_bytes {
+            let y = y_of(0);
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [
+                        (0.0, y + pad),
+                        (req.min(widest) as f64 / xs * if request_off_scale { 1.02 } else { 1.0 }, y + 1.0 - pad),
+                    ],
+                    RED_.filled(),
+                )))?
+                .label(if request_off_scale {
+                    format!(
+                        "failed request ({}, {:.0}x the largest segment: off scale)",
+                        fmt_bytes(req),
+                        req as f64 / widest_segment.max(1) as f64
+                    )
+                } else {
+                    format!("failed request ({})", fmt_bytes(req))
+                })
+                .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], RED_.filled()));
+        }
+        let legend: [(String, RGBColor); 4] = [
+            ("allocated".into(), BLUE),
+            ("freed, waiting for its stream (pending)".into(), PURPLE),
+            ("free (cached)".into(), LIGHT),
+            (
+                format!(
+                    "largest free block ({} of {} free)",
+                    fmt_bytes(d.largest_free_bytes()),
+                    fmt_bytes(d.free_bytes())
+                ),
+                ORANGE,
+            ),
+        ];
+        for (name, color) in legend {
+            chart
+                .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())?
+                .label(name)
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 13))
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+/// Reserved bytes per policy against the live-requested bound.
+pub fn render_whatif(d: &WhatifData) -> Result<String> {
+    let mut y_max = d.policies.iter().map(|p| p.1.max(0)).fold(d.requested.max(1), f64::max);
+    if let Some(c) = d.capacity_bytes {
+        y_max = y_max.max(c as f64);
+    }
+    let (ys, unit) = byte_unit(y_max);
+    let x_last = d.policies.iter().map(|p| p.1.x_last).max().unwrap_or(0);
+    let (xs, x_desc) = x_unit(d.x, x_last);
+    let mut lines = vec![(
+        "live requested bytes (no allocator needs less)".to_string(),
+        GREY,
+        3,
+        scaled(d.requested.points(1), xs, ys),
+    )];
+    let mut crosses = Vec::new();
+    for (k, (name, s, oom, peak)) in d.policies.iter().enumerate() {
+        lines.push((
+            format!("{name} (peak {})", fmt_bytes(*peak)),
+            PALETTE[k % PALETTE.len()],
+            2,
+            scaled(s.points(0), xs, ys),
+        ));
+        if let Some(x) = oom {
+            crosses.push((
+                *x as f64 / xs,
+                s.series(0).last().map(|b| b.last.value).unwrap_or(0.0) / ys,
+                format!(" {name}: OOM"),
+            ));
+        }
+    }
+    render_line_chart(&LineChart {
+        title: format!("Reserved bytes under each policy: {}", d.trace),
+        x_desc: x_desc.into(),
+        y_desc: format!("reserved bytes ({unit})"),
+        percent: false,
+        x_range: (d.requested.x0 as f64 / xs, x_last as f64 / xs),
+        y_max: y_max / ys,
+        lines,
+        vlines: Vec::new(),
+        hline: d.capacity_bytes.map(|c| (c as f64 / ys, format!("capacity limit {}", fmt_bytes(c)))),
+        dots: Vec::new(),
+        crosses,
+    })
+}
+
+/// Fragmentation over time, both measures.
+pub fn render_frag(d: &FragData) -> Result<String> {
+    let (xs, x_desc) = x_unit(d.x, d.unallocated.x_last);
+    render_line_chart(&LineChart {
+        title: format!("Fragmentation over time: {}", d.trace),
+        x_desc: x_desc.into(),
+        y_desc: "fraction".into(),
+        percent: true,
+        x_range: (d.unallocated.x0 as f64 / xs, d.unallocated.x_last as f64 / xs),
+        y_max: 1.0 / 1.08,
+        lines: vec![
+            (
+                "reserved but unallocated: 1 - allocated / reserved".into(),
+                BLUE,
+                2,
+                scaled(d.unallocated.points(0), xs, 1.0),
+            ),
+            (
+                "free memory in pieces: 1 - largest free block / total free".into(),
+                ORANGE,
+                2,
+                scaled(d.contiguity.points(0), xs, 1.0),
+            ),
+        ],
+        vlines: Vec::new(),
+        hline: None,
+        dots: Vec::new(),
+        crosses: Vec::new(),
+    })
+}
+
+/// Memory over time of two traces on one picture (for `diff`).
+pub fn render_overlay(a: &TimelineData, b: &TimelineData) -> Result<String> {
+    let y_max = [a.series.max(0), a.series.max(1), b.series.max(0), b.series.max(1)].into_iter().fold(0.0, f64::max);
+    let (ys, unit) = byte_unit(y_max);
+    let x_last = a.series.x_last.max(b.series.x_last);
+    let (xs, x_desc) = x_unit(a.x, x_last);
+    let x0 = a.series.x0.min(b.series.x0);
+    let mut crosses = Vec::new();
+    for (d, tag) in [(a, "A"), (b, "B")] {
+        for (x, req) in &d.ooms {
+            crosses.push((*x as f64 / xs, d.peak_reserved.1 as f64 / ys, format!(" {tag} OOM ({})", fmt_bytes(*req))));
+        }
+    }
+    render_line_chart(&LineChart {
+        title: format!("A: {}  vs  B: {}", a.trace, b.trace),
+        x_desc: x_desc.into(),
+        y_desc: format!("bytes ({unit})"),
+        percent: false,
+        x_range: (x0 as f64 / xs, x_last as f64 / xs),
+        y_max: y_max / ys,
+        lines: vec![
+            ("A reserved".into(), BLUE, 2, scaled(a.series.points(1), xs, ys)),
+            ("A allocated".into(), RGBColor(158, 202, 225), 2, scaled(a.series.points(0), xs, ys)),
+            ("B reserved".into(), RED_, 2, scaled(b.series.points(1), xs, ys)),
+            ("B allocated".into(), RGBColor(252, 174, 145), 2, scaled(b.series.points(0), xs, ys)),
+        ],
+        vlines: Vec::new(),
+        hline: None,
+        dots: Vec::new(),
+        crosses,
+    })
+}
+
+/// The kinds of `alloctrace plot`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Timeline,
+    Segments,
+    Whatif,
+    Frag,
+}
+
+/// What `plot` drew, for its output line and `--json`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Drawn {
+    pub kind: &'static str,
+    pub svg_bytes: u64,
+    /// Events folded, and the columns they were downsampled into (0 for a segment map).
+    pub events: u64,
+    pub columns: u64,
+}
+
+/// Computes and draws one picture.
+pub fn plot(path: &Path, kind: Kind, at: At, stacked: bool, x: XAxis) -> Result<(String, Drawn)> {
+    let (svg, name, events, columns) = match (kind, stacked) {
+        (Kind::Timeline, false) => {
+            let d = timeline_data(path, x, COLUMNS)?;
+            (render_timeline(&d)?, "timeline", d.series.samples, d.series.columns() as u64)
+        }
+        (Kind::Timeline, true) => {
+            let d = stacked_data(path, x, COLUMNS)?;
+            (render_stacked(&d)?, "timeline-stacked", d.series.samples, d.series.columns() as u64)
+        }
+        (Kind::Segments, _) => {
+            let d = segments_data(path, at)?;
+            (render_segments(&d)?, "segments", d.event + 1, 0)
+        }
+        (Kind::Whatif, _) => {
+            let d = whatif_data(path, x, COLUMNS)?;
+            (render_whatif(&d)?, "whatif", d.requested.samples, d.requested.columns() as u64)
+        }
+        (Kind::Frag, _) => {
+            let d = frag_data(path, x, COLUMNS)?;
+            (render_frag(&d)?, "frag", d.unallocated.samples, d.unallocated.columns() as u64)
+        }
+    };
+    let drawn = Drawn { kind: name, svg_bytes: svg.len() as u64, events, columns };
+    Ok((svg, drawn))
+}

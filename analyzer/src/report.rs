@@ -1,0 +1,992 @@
+//! `alloctrace report`: one trace's findings as a document to paste into a ticket
+//! (`report.md`), a self-contained page (`report.html`, pictures inline, no network), and
+//! everything machine-readable (`summary.json`).
+//!
+//! [`build`] computes (summary fold, replay, what-if, segment map, pictures); [`Report`] only
+//! renders. The document is a small list of [`Block`]s rendered twice, so the Markdown and the
+//! HTML can never say different things. Nothing depends on the clock or the trace's path
+//! (only its file name), so a report is a pure function of the trace: `reports/` is checked
+//! against a fresh run by the test suite.
+
+use crate::explain::{explain, ExplainReport};
+use crate::frag::{FragOptions, FragReport};
+use crate::leaks::{LeaksOptions, LeaksReport};
+use crate::plot::{self, At, XAxis};
+use crate::replay::{replay_file, Outcome, ReplayOptions, ReplayResult};
+use crate::summary::{Summary, SummaryFold};
+use crate::tracefile;
+use crate::units::{fmt_bytes, fmt_ns};
+use crate::whatif::{fragmentation, whatif, Whatif, WhatifOptions};
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::path::Path;
+
+/// Where the trace came from and under which settings it ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct Environment {
+    pub source: &'static str,
+    pub device_name: String,
+    pub device_total_bytes: u64,
+    pub alloc_conf: String,
+    pub capacity_bytes: u64,
+    pub trace_tool_version: String,
+    pub report_tool_version: &'static str,
+    pub command_line: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+/// How bad a finding is.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Ok,
+    Info,
+    Warning,
+    Problem,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Info => "info",
+            Verdict::Warning => "warning",
+            Verdict::Problem => "problem",
+        }
+    }
+}
+
+/// One finding: a named measure, its value, what it means, and a verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    pub id: &'static str,
+    pub title: String,
+    pub verdict: Verdict,
+    /// The measure, e.g. "14.3%".
+    pub value: String,
+    /// What the measure is, in plain words.
+    pub definition: String,
+    /// What it says about this run.
+    pub explanation: String,
+}
+
+/// The layout at the picture's moment.
+#[derive(Debug, Clone, Serialize)]
+pub struct LayoutAt {
+    pub moment: String,
+    pub event: u64,
+    pub segments: u64,
+    pub reserved_bytes: u64,
+    pub free_bytes: u64,
+    pub largest_free_bytes: u64,
+    pub failed_request_bytes: Option<u64>,
+}
+
+/// A picture of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Picture {
+    pub file: String,
+    pub title: String,
+    pub caption: String,
+    #[serde(skip)]
+    pub svg: String,
+}
+
+/// `summary.json`, and everything the documents are rendered from.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub trace: String,
+    pub environment: Environment,
+    pub summary: Summary,
+    /// The replay under the recorded settings and capacity.
+    pub replay: ReplayResult,
+    pub layout: Option<LayoutAt>,
+    pub findings: Vec<Finding>,
+    pub whatif: Whatif,
+    pub pictures: Vec<Picture>,
+    /// `alloctrace explain`: the OOM (or peak) diagnosed, with advice backed by replays.
+    pub explain: Option<ExplainReport>,
+    /// `alloctrace frag`: fragmentation four ways.
+    pub frag: Option<FragReport>,
+    /// `alloctrace leaks`: what is live at the end, growth per iteration, retention.
+    pub leaks: Option<LeaksReport>,
+    /// Analyses that failed on this trace, with why (the rest of the report stands).
+    pub analysis_errors: Vec<String>,
+}
+
+/// Options of [`build`].
+#[derive(Debug, Clone)]
+pub struct ReportOptions {
+    /// Search each policy's smallest capacity (slower on huge traces).
+    pub search_capacity: bool,
+}
+
+/// Computes everything a report shows.
+pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
+    let name = plot::trace_name(path);
+    let mut fold = SummaryFold::new();
+    let scanned = tracefile::scan(path, |i, r| fold.record(i, r))?;
+    let summary = fold.finish();
+    let h = &scanned.header;
+    let environment = Environment {
+        source: h.source.as_str(),
+        device_name: h.device_name.clone(),
+        device_total_bytes: h.device_total_bytes,
+        alloc_conf: h.alloc_conf.clone(),
+        capacity_bytes: h.capacity_bytes,
+        trace_tool_version: h.tool_version.clone(),
+        report_tool_version: env!("CARGO_PKG_VERSION"),
+        command_line: h.command_line.clone(),
+        notes: h.notes.clone(),
+    };
+    let replay = replay_file(path, &ReplayOptions::default())?;
+    let capacity = (h.capacity_bytes > 0).then_some(h.capacity_bytes);
+    let mut wi = whatif(path, &WhatifOptions { capacity_bytes: capacity, search_capacity: opts.search_capacity })?;
+    wi.trace = name.clone();
+
+    let mut pictures = Vec::new();
+    let tl = plot::timeline_data(path, XAxis::Time, plot::COLUMNS)?;
+    pictures.push(Picture {
+        file: "timeline.svg".into(),
+        title: "Memory over time".into(),
+        caption: "Reserved (segments the allocator holds from the device), allocated (blocks handed to tensors), \
+                  active and requested bytes, replayed under the recorded settings. The gap between reserved and \
+                  allocated is cached memory."
+            .into(),
+        svg: plot::render_timeline(&tl)?,
+    });
+    let st = plot::stacked_data(path, XAxis::Time, plot::COLUMNS)?;
+    if st.has_callsites {
+        pictures.push(Picture {
+            file: "timeline-callsites.svg".into(),
+            title: "Live bytes by call site".into(),
+            caption: format!(
+                "Live requested bytes stacked by call site (the top {}, the rest as \"other\"). The top edge is the \
+                 true peak of each pixel column.",
+                plot::TOP_CALLSITES
+            ),
+            svg: plot::render_stacked(&st)?,
+        });
+    }
+    let at = if replay.is_oom() { At::Oom } else { At::Peak };
+    let layout = match plot::segments_data(path, at) {
+        Ok(seg) => {
+            pictures.push(Picture {
+                file: "segments.svg".into(),
+                title: format!("Segments at {}", seg.moment),
+                caption: "One row per segment: allocated blocks in blue, free (cached) blocks in grey, the largest \
+                          free block in orange; at an OOM the failed request is the red bar, to the same scale."
+                    .into(),
+                svg: plot::render_segments(&seg)?,
+            });
+            Some(LayoutAt {
+                moment: seg.moment.clone(),
+                event: seg.event,
+                segments: seg.segments.len() as u64,
+                reserved_bytes: seg.reserved_bytes(),
+                free_bytes: seg.free_bytes(),
+                largest_free_bytes: seg.largest_free_bytes(),
+                failed_request_bytes: seg.failed_request_bytes,
+            })
+        }
+        // A trace that never reserves anything has no map to draw.
+        Err(_) => None,
+    };
+    let wd = plot::whatif_data(path, XAxis::Time, plot::COLUMNS)?;
+    pictures.push(Picture {
+        file: "whatif.svg".into(),
+        title: "Reserved bytes under each policy".into(),
+        caption: "The same requests replayed under each what-if policy; the grey line is the live requested bytes, \
+                  which no allocator can go below."
+            .into(),
+        svg: plot::render_whatif(&wd)?,
+    });
+    let fd = plot::frag_data(path, XAxis::Time, plot::COLUMNS)?;
+    pictures.push(Picture {
+        file: "frag.svg".into(),
+        title: "Fragmentation over time".into(),
+        caption: "Blue: the share of reserved memory no tensor holds. Orange: how broken up the free memory is \
+                  (0% = all free memory in one block)."
+            .into(),
+        svg: plot::render_frag(&fd)?,
+    });
+
+    let mut analysis_errors = Vec::new();
+    let mut keep = |what: &str, r: Result<()>| {
+        if let Err(e) = r {
+            analysis_errors.push(format!("{what}: {e:#}"));
+        }
+    };
+    let (mut explained, mut frag, mut leaks) = (None, None, None);
+    keep("explain", explain(path).map(|x| explained = Some(x)));
+    let frag_at = if replay.is_oom() { crate::frag::At::Oom } else { crate::frag::At::Peak };
+    keep("frag", crate::frag::analyze(path, &FragOptions { at: frag_at }).map(|x| frag = Some(x)));
+    keep("leaks", crate::leaks::analyze(path, &LeaksOptions::default()).map(|x| leaks = Some(x)));
+    if let Some(x) = explained.as_mut() {
+        x.trace = name.clone();
+    }
+    if let Some(x) = frag.as_mut() {
+        x.trace = name.clone();
+    }
+    if let Some(x) = leaks.as_mut() {
+        x.trace = name.clone();
+    }
+
+    let mut findings = findings(&summary, &replay, layout.as_ref(), &wi);
+    if let Some(l) = &leaks {
+        refine_live_at_end(&mut findings, l);
+    }
+    Ok(Report {
+        trace: name,
+        environment,
+        summary,
+        replay,
+        layout,
+        findings,
+        whatif: wi,
+        pictures,
+        explain: explained,
+        frag,
+        leaks,
+        analysis_errors,
+    })
+}
+
+/// Live iterations rising: the share of successive iterations whose live bytes went up.
+fn rising_share(live: &[u64]) -> f64 {
+    if live.len() < 2 {
+        return 0.0;
+    }
+    let up = live.windows(2).filter(|w| w[1] > w[0]).count();
+    up as f64 / (live.len() - 1) as f64
+}
+
+/// Turns "still live at the end" into a leak verdict with the growth per iteration.
+fn refine_live_at_end(findings: &mut [Finding], l: &LeaksReport) {
+    let Some(f) = findings.iter_mut().find(|f| f.id == "live_at_end") else { return };
+    let top = l.live_at_end.first().map(|s| {
+        format!(
+            " The most bytes still live come from {} ({} blocks, {}).",
+            s.site.label,
+            s.count,
+            fmt_bytes(s.requested_bytes)
+        )
+    });
+    match &l.growth {
+        Some(g) if g.per_iteration_bytes >= (1 << 20) as f64 && rising_share(&g.live_bytes) >= 0.75 => {
+            f.verdict = Verdict::Problem;
+            f.title = "Memory grows every iteration (a leak)".into();
+            f.value = format!("{} per iteration", crate::units::fmt_delta(g.per_iteration_bytes.round() as i64));
+            let site = g.sites.first().map(|s| {
+                format!(
+                    " The growth comes mostly from {} ({} per iteration).",
+                    s.site.label,
+                    crate::units::fmt_delta(s.per_iteration_bytes.round() as i64)
+                )
+            });
+            f.explanation = format!(
+                "Live bytes rose in {:.0}% of {} iterations (iterations from {}).{}{}",
+                rising_share(&g.live_bytes) * 100.0,
+                g.live_bytes.len().saturating_sub(1),
+                g.source,
+                site.unwrap_or_default(),
+                top.unwrap_or_default()
+            );
+        }
+        Some(g) if l.live_at_end_count > 0 => {
+            f.explanation = format!(
+                "Live bytes do not grow steadily from one iteration to the next ({} per iteration, iterations \
+                 from {}), so these look like long-lived state, not a leak.{}",
+                crate::units::fmt_delta(g.per_iteration_bytes.round() as i64),
+                g.source,
+                top.unwrap_or_default()
+            );
+        }
+        _ if l.live_at_end_count > 0 => {
+            f.explanation = format!(
+                "{}{}",
+                l.growth_note.clone().unwrap_or_else(|| "No iterations found to measure growth.".into()),
+                top.unwrap_or_default()
+            );
+        }
+        _ => {}
+    }
+}
+
+fn pct(f: f64) -> String {
+    format!("{:.1}%", f * 100.0)
+}
+
+/// The findings computable from the summary, the replay, the layout and the what-if table.
+pub fn findings(s: &Summary, r: &ReplayResult, layout: Option<&LayoutAt>, w: &Whatif) -> Vec<Finding> {
+    let mut out = Vec::new();
+    // 1. Did it run out of memory?
+    match &r.outcome {
+        Outcome::Oom { event, requested_bytes, reserved_bytes, allocated_bytes, .. } => {
+            let free = reserved_bytes.saturating_sub(*allocated_bytes);
+            let headroom = r.capacity_bytes.map(|c| c.saturating_sub(*reserved_bytes));
+            let largest = layout.filter(|l| l.failed_request_bytes.is_some()).map(|l| l.largest_free_bytes);
+            let why = match (largest, headroom) {
+                (Some(l), _) if free >= *requested_bytes => format!(
+                    " {} of the reserved memory was free, more than the request, but the largest free block was only \
+                     {}: the free memory is in pieces too small for it, and the device had no room for a new \
+                     segment.",
+                    fmt_bytes(free),
+                    fmt_bytes(l)
+                ),
+                (Some(l), Some(h)) if free + h >= *requested_bytes => format!(
+                    " {} was free in the cache, in pieces of at most {}, and {} of the limit was not reserved yet: \
+                     together enough for the request, but neither alone. Cached pieces in different segments \
+                     cannot be joined, and a new segment for the request does not fit under the limit. This is \
+                     fragmentation: settings that avoid it (see the what-if table) or releasing the cache \
+                     (`torch.cuda.empty_cache()`) before the large request can help.",
+                    fmt_bytes(free),
+                    fmt_bytes(l),
+                    fmt_bytes(h)
+                ),
+                (Some(l), _) => format!(
+                    " Only {} was free in the cache (largest block {}){}: the live tensors plus the request need \
+                     more than the limit allows.",
+                    fmt_bytes(free),
+                    fmt_bytes(l),
+                    headroom.map(|h| format!(" and {} of the limit unreserved", fmt_bytes(h))).unwrap_or_default()
+                ),
+                (None, _) => String::new(),
+            };
+            out.push(Finding {
+                id: "oom",
+                title: "Out of memory".into(),
+                verdict: Verdict::Problem,
+                value: format!("request of {} at event {event}", fmt_bytes(*requested_bytes)),
+                definition: "A request the allocator could not serve from its cache nor from the device, even after \
+                             releasing every cached segment."
+                    .into(),
+                explanation: format!(
+                    "Replayed under the recorded settings, the request failed with {} reserved and {} allocated.{why}",
+                    fmt_bytes(*reserved_bytes),
+                    fmt_bytes(*allocated_bytes)
+                ),
+            });
+        }
+        Outcome::Ok => out.push(Finding {
+            id: "oom",
+            title: "Out of memory".into(),
+            verdict: Verdict::Ok,
+            value: "none".into(),
+            definition: "A request the allocator could not serve.".into(),
+            explanation: format!("All {} requests succeeded in the replay under the recorded settings.", r.requests),
+        }),
+    }
+    // 2. Reserved vs allocated (definition 1).
+    let frag = fragmentation(r.peak_allocated_bytes, r.peak_reserved_bytes);
+    let verdict = if frag < 0.10 {
+        Verdict::Ok
+    } else if frag < 0.25 {
+        Verdict::Warning
+    } else {
+        Verdict::Problem
+    };
+    out.push(Finding {
+        id: "reserved_vs_allocated",
+        title: "Reserved but unallocated memory at the peaks".into(),
+        verdict,
+        value: pct(frag),
+        definition: "1 - peak allocated / peak reserved: the share of the memory taken from the device that no \
+                     tensor held at the peak (cached, or slack in rounded blocks). nvidia-smi shows reserved."
+            .into(),
+        explanation: format!(
+            "Peak reserved {}, peak allocated {}: {} held by the cache beyond what tensors used at their peak. \
+             Under 10% is normal for a caching allocator; above 25% the cache costs real capacity.",
+            fmt_bytes(r.peak_reserved_bytes),
+            fmt_bytes(r.peak_allocated_bytes),
+            fmt_bytes(r.peak_reserved_bytes.saturating_sub(r.peak_allocated_bytes))
+        ),
+    });
+    // 3. Contiguity at the moment of the segment map (definition 2).
+    if let Some(l) = layout {
+        let c = if l.free_bytes == 0 { 0.0 } else { 1.0 - l.largest_free_bytes as f64 / l.free_bytes as f64 };
+        let verdict = if l.free_bytes < (64 << 20) || c < 0.5 {
+            Verdict::Ok
+        } else if l.failed_request_bytes.is_some() {
+            Verdict::Problem
+        } else {
+            Verdict::Warning
+        };
+        out.push(Finding {
+            id: "free_memory_in_pieces",
+            title: if l.failed_request_bytes.is_some() {
+                "Free memory in pieces at the OOM".to_string()
+            } else {
+                "Free memory in pieces at peak reserved".to_string()
+            },
+            verdict,
+            value: pct(c),
+            definition: "1 - largest free block / total free memory in the cache (TensorFlow's measure): 0% means \
+                         all free cached memory is one block; near 100% means it is scattered in small pieces that \
+                         a large request cannot use."
+                .into(),
+            explanation: format!(
+                "{} segments, {} reserved, {} free in the cache, the largest free block {}.",
+                l.segments,
+                fmt_bytes(l.reserved_bytes),
+                fmt_bytes(l.free_bytes),
+                fmt_bytes(l.largest_free_bytes)
+            ),
+        });
+    }
+    // 4. Gap to what no allocator can beat (definition 4), and the best policy.
+    let b = &w.bounds;
+    // Ties go to the row listed first (the table's order), as in `explain`'s advice.
+    let best = w
+        .rows
+        .iter()
+        .enumerate()
+        .filter(|(_, row)| row.outcome == "ok" || row.min_capacity_bytes.is_some())
+        .min_by_key(|(i, row)| (row.min_capacity_bytes.unwrap_or(row.peak_reserved_bytes), *i))
+        .map(|(_, row)| row);
+    let recorded = w.rows.first();
+    let need = |row: &crate::whatif::PolicyRow| row.min_capacity_bytes.unwrap_or(row.peak_reserved_bytes);
+    if let (Some(rec), Some(best)) = (recorded, best) {
+        let floor = b.offline_plan_bytes.unwrap_or(b.live_requested_peak_bytes).max(b.live_requested_peak_bytes);
+        let gap = if floor == 0 { 0.0 } else { need(rec) as f64 / floor as f64 - 1.0 };
+        let verdict = if gap < 0.10 {
+            Verdict::Ok
+        } else if gap < 0.30 {
+            Verdict::Warning
+        } else {
+            Verdict::Problem
+        };
+        let advice = if best.policy != rec.policy && need(best) < need(rec) {
+            format!(
+                " Of the policies tried, `{}` needs the least: {} ({} less).",
+                best.alloc_conf,
+                fmt_bytes(need(best)),
+                fmt_bytes(need(rec) - need(best))
+            )
+        } else {
+            " None of the other policies tried needs less than the recorded settings.".to_string()
+        };
+        out.push(Finding {
+            id: "gap_to_plan",
+            title: "Memory needed vs what an ideal plan needs".into(),
+            verdict,
+            value: pct(gap),
+            definition: "How much more the recorded settings need (smallest capacity at which the run completes, \
+                         else peak reserved) than the larger of the peak of live requested bytes and an offline plan \
+                         that knows every lifetime in advance (greedy by size). No allocator can beat that floor."
+                .into(),
+            explanation: format!(
+                "The recorded settings need {}; the floor is {} (live requested peak {}{}).{advice}",
+                fmt_bytes(need(rec)),
+                fmt_bytes(floor),
+                fmt_bytes(b.live_requested_peak_bytes),
+                b.offline_plan_bytes.map(|p| format!(", offline plan {}", fmt_bytes(p))).unwrap_or_default()
+            ),
+        });
+    }
+    // 5. What was still live at the end.
+    out.push(Finding {
+        id: "live_at_end",
+        title: "Still allocated at the end of the trace".into(),
+        verdict: if s.end_live_blocks == 0 { Verdict::Ok } else { Verdict::Info },
+        value: format!("{} blocks, {}", s.end_live_blocks, fmt_bytes(s.end_requested_bytes)),
+        definition: "Blocks allocated and never freed before the trace ended. Model weights and optimizer state \
+                     normally are; a count that grows with every iteration is a leak."
+            .into(),
+        explanation: if s.end_live_blocks == 0 {
+            "Every block allocated was freed before the trace ended.".into()
+        } else {
+            "Whether these are a leak: see the leak analysis below.".into()
+        },
+    });
+    // 6. Trust in the trace itself.
+    if s.dropped_events > 0 || s.anomalies > 0 || r.input_damage.is_some() {
+        out.push(Finding {
+            id: "trace_quality",
+            title: "Trace completeness".into(),
+            verdict: Verdict::Warning,
+            value: format!("{} dropped, {} anomalies", s.dropped_events, s.anomalies),
+            definition: "Events the recorder could not write, and frees of blocks the trace never allocated.".into(),
+            explanation: r.input_damage.clone().unwrap_or_else(|| "Figures may be low.".into()),
+        });
+    }
+    out
+}
+
+/// A piece of the document.
+#[derive(Debug, Clone)]
+pub enum Block {
+    Heading(u8, String),
+    /// Text with inline `code` and **bold**.
+    Para(String),
+    Table(Vec<String>, Vec<Vec<String>>),
+    /// A picture by index into `Report::pictures`.
+    Picture(usize),
+    /// A clearly marked note (a blockquote).
+    Note(String),
+    /// Preformatted text.
+    Code(String),
+}
+
+impl Report {
+    /// The document, once, for both renderings.
+    pub fn blocks(&self) -> Vec<Block> {
+        let e = &self.environment;
+        let s = &self.summary;
+        let r = &self.replay;
+        let mut d = vec![Block::Heading(1, format!("Memory report: `{}`", self.trace))];
+        let headline = self
+            .findings
+            .iter()
+            .filter(|f| f.verdict == Verdict::Problem)
+            .map(|f| format!("**{}**: {}", f.title, f.value))
+            .collect::<Vec<_>>();
+        d.push(Block::Para(if headline.is_empty() {
+            "No problem found by the checks below.".to_string()
+        } else {
+            format!("Problems: {}.", headline.join("; "))
+        }));
+        d.push(Block::Heading(2, "Environment".into()));
+        let or_unknown = |v: &str| if v.is_empty() { "unknown".to_string() } else { v.to_string() };
+        let mut env = vec![
+            vec!["device".into(), or_unknown(&e.device_name)],
+            vec![
+                "device memory".into(),
+                if e.device_total_bytes > 0 { fmt_bytes(e.device_total_bytes) } else { "unknown".into() },
+            ],
+            vec![
+                "allocator settings".into(),
+                if e.alloc_conf.is_empty() { "(defaults)".into() } else { format!("`{}`", e.alloc_conf) },
+            ],
+            vec![
+                "capacity limit".into(),
+                if e.capacity_bytes > 0 { fmt_bytes(e.capacity_bytes) } else { "none".into() },
+            ],
+            vec!["trace source".into(), e.source.into()],
+            vec!["written by".into(), format!("alloctrace {}", e.trace_tool_version)],
+            vec!["report by".into(), format!("alloctrace {}", e.report_tool_version)],
+        ];
+        if !e.command_line.is_empty() {
+            env.push(vec!["command".into(), format!("`{}`", e.command_line.join(" "))]);
+        }
+        for n in &e.notes {
+            env.push(vec!["note".into(), n.clone()]);
+        }
+        d.push(Block::Table(vec!["".into(), "".into()], env));
+
+        d.push(Block::Heading(2, "Summary".into()));
+        let peak =
+            |p: &crate::summary::Peak| format!("{} at event {} ({})", fmt_bytes(p.bytes), p.event, fmt_ns(p.time_ns));
+        let rows = vec![
+            vec!["events".into(), format!("{} over {}", s.events, fmt_ns(s.duration_ns))],
+            vec!["peak reserved (recorded)".into(), peak(&s.peak_reserved)],
+            vec!["peak requested (recorded)".into(), peak(&s.peak_requested)],
+            vec![
+                "peak allocated".into(),
+                match &s.peak_allocated {
+                    Some(p) => peak(p),
+                    None => {
+                        format!("{} (replayed; the trace records no block sizes)", fmt_bytes(r.peak_allocated_bytes))
+                    }
+                },
+            ],
+            vec!["peak reserved (replayed)".into(), fmt_bytes(r.peak_reserved_bytes)],
+            vec!["OOMs (recorded / replayed)".into(), format!("{} / {}", s.num_ooms, r.num_ooms)],
+            vec![
+                "device calls (recorded)".into(),
+                format!("{} allocations, {} frees", s.num_device_alloc, s.num_device_free),
+            ],
+            vec!["alloc retries (replayed)".into(), r.num_alloc_retries.to_string()],
+            vec![
+                "live at the end".into(),
+                format!("{} blocks, {} reserved", s.end_live_blocks, fmt_bytes(s.end_reserved_bytes)),
+            ],
+        ];
+        d.push(Block::Table(vec!["measure".into(), "value".into()], rows));
+
+        d.push(Block::Heading(2, "Findings".into()));
+        d.push(Block::Table(
+            vec!["verdict".into(), "finding".into(), "value".into()],
+            self.findings
+                .iter()
+                .map(|f| vec![f.verdict.as_str().to_string(), f.title.clone(), f.value.clone()])
+                .collect(),
+        ));
+        for f in &self.findings {
+            d.push(Block::Heading(3, format!("{} ({})", f.title, f.verdict.as_str())));
+            d.push(Block::Para(format!("**What it is.** {}", f.definition)));
+            d.push(Block::Para(format!("**In this run.** {}", f.explanation)));
+        }
+        self.deeper_blocks(&mut d);
+
+        d.push(Block::Heading(2, "What if: other allocator settings".into()));
+        let w = &self.whatif;
+        let cap = w.capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "unlimited".into());
+        d.push(Block::Para(format!(
+            "The same requests replayed under each policy at capacity {cap}. *Fragmentation* is 1 - peak allocated / \
+             peak reserved; *min capacity* is the smallest limit at which the run completes (2 MiB steps)."
+        )));
+        let mut rows: Vec<Vec<String>> = w
+            .rows
+            .iter()
+            .map(|row| {
+                vec![
+                    format!("`{}`", row.policy),
+                    row.outcome.to_string(),
+                    fmt_bytes(row.peak_reserved_bytes),
+                    pct(row.fragmentation),
+                    (row.num_device_alloc + row.num_device_free).to_string(),
+                    row.min_capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "-".into()),
+                ]
+            })
+            .collect();
+        let b = &w.bounds;
+        rows.push(vec![
+            "no caching (cudaMalloc per request)".into(),
+            if w.capacity_bytes.is_none_or(|c| b.no_caching_peak_bytes <= c) { "ok" } else { "oom" }.into(),
+            fmt_bytes(b.no_caching_peak_bytes),
+            pct(0.0),
+            b.no_caching_device_calls.to_string(),
+            fmt_bytes(b.no_caching_peak_bytes),
+        ]);
+        d.push(Block::Table(
+            ["policy", "outcome", "peak reserved", "fragmentation", "device calls", "min capacity"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            rows,
+        ));
+        d.push(Block::Para(format!(
+            "Bounds no allocator can beat: peak of live requested bytes {}; offline plan (knows every lifetime in \
+             advance, greedy by size) {}.",
+            fmt_bytes(b.live_requested_peak_bytes),
+            match (b.offline_plan_bytes, &b.offline_plan_note) {
+                (Some(p), _) => fmt_bytes(p),
+                (None, Some(n)) => n.clone(),
+                (None, None) => "not computed".into(),
+            }
+        )));
+
+        d.push(Block::Heading(2, "Pictures".into()));
+        for (i, p) in self.pictures.iter().enumerate() {
+            d.push(Block::Heading(3, p.title.clone()));
+            d.push(Block::Picture(i));
+            d.push(Block::Para(p.caption.clone()));
+        }
+        d.push(Block::Para(format!(
+            "Made with `alloctrace report {}`; regenerate any picture with `alloctrace plot`.",
+            self.trace
+        )));
+        d
+    }
+
+    /// The sections of `explain`, `frag` and `leaks`.
+    fn deeper_blocks(&self, d: &mut Vec<Block>) {
+        d.push(Block::Heading(2, "Why: explain, fragmentation, leaks".into()));
+        for e in &self.analysis_errors {
+            d.push(Block::Note(format!("**Not analysed.** {e}")));
+        }
+        if let Some(x) = &self.explain {
+            d.push(Block::Heading(3, format!("Diagnosis: {}", x.verdict.kind.as_str())));
+            d.push(Block::Para(x.verdict.reason.clone()));
+            if let Some(m) = &x.pytorch_message {
+                d.push(Block::Para("What PyTorch's out-of-memory message would have said:".into()));
+                d.push(Block::Code(m.clone()));
+            }
+            if !x.advice.is_empty() {
+                d.push(Block::Table(
+                    vec!["advice".into(), "evidence".into()],
+                    x.advice
+                        .iter()
+                        .map(|a| {
+                            let text = match &a.setting {
+                                Some(s) => format!("{} (`{s}`)", a.text),
+                                None => a.text.clone(),
+                            };
+                            vec![text, a.evidence.clone()]
+                        })
+                        .collect(),
+                ));
+            }
+            if !x.experiments.is_empty() {
+                d.push(Block::Table(
+                    vec!["experiment (replayed)".into(), "completes".into(), "peak reserved".into()],
+                    x.experiments
+                        .iter()
+                        .map(|e| {
+                            vec![
+                                e.description.clone(),
+                                if e.completes { "yes" } else { "no" }.into(),
+                                fmt_bytes(e.peak_reserved_bytes),
+                            ]
+                        })
+                        .collect(),
+                ));
+            }
+            for n in &x.not_advised {
+                d.push(Block::Para(format!("Not advised: {n}")));
+            }
+        }
+        if let Some(f) = &self.frag {
+            d.push(Block::Heading(3, "Fragmentation, four ways".into()));
+            d.push(Block::Table(
+                ["measure", "what it is", "at the moment", "at peak reserved", "mean", "max"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+                f.measures
+                    .iter()
+                    .map(|m| {
+                        vec![
+                            m.name.to_string(),
+                            m.definition.to_string(),
+                            format!("{} ({})", pct(m.at_moment), fmt_bytes(m.at_moment_bytes)),
+                            pct(m.at_peak),
+                            pct(m.mean),
+                            format!("{} at event {}", pct(m.max), m.max_event),
+                        ]
+                    })
+                    .collect(),
+            ));
+        }
+        if let Some(l) = &self.leaks {
+            d.push(Block::Heading(3, "Leaks".into()));
+            d.push(Block::Para(format!(
+                "{} allocations ({}) are still live at the end of the trace.",
+                l.live_at_end_count,
+                fmt_bytes(l.live_at_end_bytes)
+            )));
+            if !l.live_at_end.is_empty() {
+                d.push(Block::Table(
+                    vec!["still live, by call site".into(), "blocks".into(), "requested bytes".into()],
+                    l.live_at_end
+                        .iter()
+                        .take(8)
+                        .map(|s| vec![format!("`{}`", s.site.label), s.count.to_string(), fmt_bytes(s.requested_bytes)])
+                        .collect(),
+                ));
+            }
+            match &l.growth {
+                Some(g) => {
+                    d.push(Block::Para(format!(
+                        "Growth: {} live per iteration over {} iterations (iterations from {}).",
+                        crate::units::fmt_delta(g.per_iteration_bytes.round() as i64),
+                        g.live_bytes.len().saturating_sub(1),
+                        g.source
+                    )));
+                    let growing: Vec<Vec<String>> = g
+                        .sites
+                        .iter()
+                        .filter(|s| s.per_iteration_bytes > 0.0)
+                        .take(5)
+                        .map(|s| {
+                            vec![
+                                format!("`{}`", s.site.label),
+                                crate::units::fmt_delta(s.per_iteration_bytes.round() as i64),
+                                format!("{} of {}", s.rising_intervals, s.intervals),
+                            ]
+                        })
+                        .collect();
+                    if !growing.is_empty() {
+                        d.push(Block::Table(
+                            vec!["growing call site".into(), "per iteration".into(), "iterations rising".into()],
+                            growing,
+                        ));
+                    }
+                }
+                None => {
+                    if let Some(n) = &l.growth_note {
+                        d.push(Block::Para(format!("Growth: {n}")));
+                    }
+                }
+            }
+            d.push(Block::Para(format!(
+                "Retention at event {}: `empty_cache()` would give back {} now.",
+                l.retention.event,
+                fmt_bytes(l.retention.empty_cache_now_bytes)
+            )));
+        }
+    }
+
+    /// GitHub-flavoured Markdown; pictures are links to the SVG files next to it.
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        for b in self.blocks() {
+            match b {
+                Block::Heading(level, text) => {
+                    out.push_str(&"#".repeat(level as usize));
+                    out.push(' ');
+                    out.push_str(&text);
+                    out.push_str("\n\n");
+                }
+                Block::Para(text) => {
+                    out.push_str(&text);
+                    out.push_str("\n\n");
+                }
+                Block::Note(text) => {
+                    out.push_str("> ");
+                    out.push_str(&text);
+                    out.push_str("\n\n");
+                }
+                Block::Code(text) => {
+                    out.push_str("```text\n");
+                    out.push_str(&text);
+                    out.push_str("\n```\n\n");
+                }
+                Block::Table(head, rows) => {
+                    let cell = |s: &str| s.replace('|', "\\|");
+                    out.push_str(&format!("| {} |\n", head.iter().map(|h| cell(h)).collect::<Vec<_>>().join(" | ")));
+                    out.push_str(&format!("|{}\n", "---|".repeat(head.len())));
+                    for row in rows {
+                        out.push_str(&format!("| {} |\n", row.iter().map(|c| cell(c)).collect::<Vec<_>>().join(" | ")));
+                    }
+                    out.push('\n');
+                }
+                Block::Picture(i) => {
+                    let p = &self.pictures[i];
+                    out.push_str(&format!("![{}]({})\n\n", p.title, p.file));
+                }
+            }
+        }
+        out
+    }
+
+    /// One self-contained page: styles and pictures inline, no scripts, no network.
+    pub fn html(&self) -> String {
+        let mut out = String::new();
+        out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+        out.push_str(&format!("<title>Memory report: {}</title>\n", escape(&self.trace)));
+        out.push_str(
+            "<style>\nbody{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1240px;margin:2em auto;\
+             padding:0 1em;color:#1f2328;line-height:1.5}\ntable{border-collapse:collapse;margin:1em 0}\n\
+             th,td{border:1px solid #d0d7de;padding:4px 10px;text-align:left}\nth{background:#f6f8fa}\n\
+             code{background:#f6f8fa;padding:1px 4px;border-radius:4px}\n\
+             pre{background:#f6f8fa;padding:.8em;overflow-x:auto;white-space:pre-wrap}\n\
+             blockquote{border-left:4px solid #d29922;background:#fff8c5;margin:1em 0;padding:.5em 1em}\n\
+             figure{margin:1em 0}\nfigure svg{max-width:100%;height:auto;border:1px solid #d0d7de}\n\
+             .problem{color:#cf222e;font-weight:600}.warning{color:#9a6700;font-weight:600}\
+             .ok{color:#1a7f37}.info{color:#0969da}\n</style>\n</head>\n<body>\n",
+        );
+        for b in self.blocks() {
+            match b {
+                Block::Heading(level, text) => out.push_str(&format!("<h{level}>{}</h{level}>\n", inline(&text))),
+                Block::Para(text) => out.push_str(&format!("<p>{}</p>\n", inline(&text))),
+                Block::Note(text) => out.push_str(&format!("<blockquote>{}</blockquote>\n", inline(&text))),
+                Block::Code(text) => out.push_str(&format!("<pre>{}</pre>\n", escape(&text))),
+                Block::Table(head, rows) => {
+                    out.push_str("<table>\n");
+                    if head.iter().any(|h| !h.is_empty()) {
+                        out.push_str("<tr>");
+                        for h in head {
+                            out.push_str(&format!("<th>{}</th>", inline(&h)));
+                        }
+                        out.push_str("</tr>\n");
+                    }
+                    for row in rows {
+                        out.push_str("<tr>");
+                        for c in row {
+                            let class = match c.as_str() {
+                                "problem" | "warning" | "ok" | "info" => format!(" class=\"{c}\""),
+                                _ => String::new(),
+                            };
+                            out.push_str(&format!("<td{class}>{}</td>", inline(&c)));
+                        }
+                        out.push_str("</tr>\n");
+                    }
+                    out.push_str("</table>\n");
+                }
+                Block::Picture(i) => {
+                    let p = &self.pictures[i];
+                    let svg = p.svg.trim_start_matches(|c: char| c != '<');
+                    let svg =
+                        if svg.starts_with("<?xml") { svg.split_once("?>").map(|x| x.1).unwrap_or(svg) } else { svg };
+                    out.push_str(&format!("<figure id=\"{}\">\n{}\n</figure>\n", escape(&p.file), svg.trim()));
+                }
+            }
+        }
+        out.push_str("</body>\n</html>\n");
+        out
+    }
+
+    /// `summary.json`.
+    pub fn json(&self) -> Result<String> {
+        let mut s = serde_json::to_string_pretty(self)?;
+        s.push('\n');
+        Ok(s)
+    }
+
+    /// Writes `report.md`, `report.html`, `summary.json` and the SVGs into `dir`.
+    pub fn write(&self, dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let mut files = Vec::new();
+        let mut put = |name: &str, body: &str| -> Result<()> {
+            let p = dir.join(name);
+            std::fs::write(&p, body).with_context(|| format!("cannot write {}", p.display()))?;
+            files.push(p);
+            Ok(())
+        };
+        put("report.md", &self.markdown())?;
+        put("report.html", &self.html())?;
+        put("summary.json", &self.json()?)?;
+        for p in &self.pictures {
+            put(&p.file, &p.svg)?;
+        }
+        Ok(files)
+    }
+}
+
+/// Escapes text for HTML.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Escapes text and turns `code`, **bold** and *emphasis* into HTML.
+fn inline(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    let (mut bold, mut em) = (false, false);
+    while let Some(c) = rest.chars().next() {
+        if c == '`' {
+            if let Some(end) = rest[1..].find('`') {
+                out.push_str(&format!("<code>{}</code>", escape(&rest[1..1 + end])));
+                rest = &rest[end + 2..];
+                continue;
+            }
+        }
+        if rest.starts_with("**") {
+            out.push_str(if bold { "</strong>" } else { "<strong>" });
+            bold = !bold;
+            rest = &rest[2..];
+            continue;
+        }
+        if c == '*' {
+            out.push_str(if em { "</em>" } else { "<em>" });
+            em = !em;
+            rest = &rest[1..];
+            continue;
+        }
+        out.push_str(&escape(&rest[..c.len_utf8()]));
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inline;
+
+    #[test]
+    fn inline_markup() {
+        assert_eq!(inline("**a** `x<y` *b* c&d"), "<strong>a</strong> <code>x&lt;y</code> <em>b</em> c&amp;d");
+    }
+}
