@@ -60,6 +60,7 @@ pub struct ReplayResult {
     /// The configuration replayed, as a `PYTORCH_CUDA_ALLOC_CONF` string.
     pub alloc_conf: String,
     pub capacity_bytes: Option<u64>,
+    pub capacity_source: CapacitySource,
     pub used_recorded_addresses: bool,
     pub events: u64,
     pub requests: u64,
@@ -127,10 +128,15 @@ pub fn replay_observed(path: &Path, opts: &ReplayOptions, observer: &mut Observe
     let header = tracefile::open(path)?.header().clone();
     let recorded = opts.config.is_none() || opts.config.as_ref() == Some(&header.config);
     let config = opts.config.clone().unwrap_or_else(|| header.config.clone());
-    let capacity = if opts.unlimited {
-        None
+    let (capacity, capacity_source) = if opts.unlimited {
+        (None, CapacitySource::None)
+    } else if let Some(c) = opts.capacity_bytes {
+        (Some(c), CapacitySource::Given)
     } else {
-        opts.capacity_bytes.or((header.capacity_bytes > 0).then_some(header.capacity_bytes))
+        match effective_capacity(path, &header)? {
+            Some((c, src)) => (Some(c), src),
+            None => (None, CapacitySource::None),
+        }
     };
     let device_total = if header.device_total_bytes > 0 { header.device_total_bytes } else { DEFAULT_DEVICE_BYTES };
     let mut device = SimDevice::new(Some(device_total.max(capacity.unwrap_or(0))));
@@ -142,7 +148,9 @@ pub fn replay_observed(path: &Path, opts: &ReplayOptions, observer: &mut Observe
     match &opts.output {
         None => {
             let engine = Engine::new(config, capacity, device, NullSink);
-            run(path, engine, used_hints, &mut |_, _| Ok(()), observer)
+            let mut result = run(path, engine, used_hints, &mut |_, _| Ok(()), observer)?;
+            result.capacity_source = capacity_source;
+            Ok(result)
         }
         Some(out) => {
             let mut h = header.clone();
@@ -172,9 +180,43 @@ pub fn replay_observed(path: &Path, opts: &ReplayOptions, observer: &mut Observe
                 observer,
             )?;
             writer.finish().with_context(|| format!("cannot write {}", out.display()))?;
-            Ok(result)
+            Ok(ReplayResult { capacity_source, ..result })
         }
     }
+}
+
+/// Where a replay's capacity came from.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CapacitySource {
+    /// No limit.
+    None,
+    /// The caller's `--capacity`.
+    Given,
+    /// The limit recorded in the trace's header.
+    Recorded,
+    /// Inferred from the trace's first OOM, which had no limit: the device itself was full, so
+    /// the allocator could have had what it held then plus what the device had left
+    /// (`reserved + device_free`). The CUDA context and other processes held the rest.
+    InferredFromOom,
+}
+
+/// The capacity a replay runs under by default: the trace's recorded limit, or, for a trace
+/// whose first OOM happened with no limit (the device was full), the memory the allocator could
+/// have had at that moment.
+pub fn effective_capacity(path: &Path, header: &Header) -> Result<Option<(u64, CapacitySource)>> {
+    if header.capacity_bytes > 0 {
+        return Ok(Some((header.capacity_bytes, CapacitySource::Recorded)));
+    }
+    let mut found = None;
+    tracefile::scan(path, |_, r| {
+        if let (None, Event::Oom { reserved_bytes, device_free_bytes, limit_bytes: 0, .. }) = (&found, &r.event) {
+            if *device_free_bytes > 0 {
+                found = Some(reserved_bytes + device_free_bytes);
+            }
+        }
+    })?;
+    Ok(found.map(|c| (c, CapacitySource::InferredFromOom)))
 }
 
 /// Recorded segment allocations `(addr, bytes)` and expandable reservation starts.
@@ -282,6 +324,7 @@ fn run<S: Sink + ForwardEvents>(
         outcome,
         alloc_conf: engine.config().to_string(),
         capacity_bytes: engine.capacity(),
+        capacity_source: CapacitySource::None,
         used_recorded_addresses: used_hints,
         events: scanned.events,
         requests,

@@ -181,3 +181,35 @@ fn predicts_outcomes_under_other_policies_and_limits() {
     assert_eq!(total, rows.len());
     assert!(agree as f64 >= 0.95 * total as f64, "outcome agreement {agree}/{total}; misses: {misses:?}");
 }
+
+/// A large real snapshot (320k entries: random sizes on two streams until the H100 itself ran
+/// out of memory, no limit set): the replay infers the memory the allocator had (reserved +
+/// device free at the OOM) and reproduces PyTorch's OOM and peaks, byte for byte.
+#[test]
+fn device_exhaustion_oom_reproduced_on_a_large_real_trace() {
+    let path = root().join("traces/large/mixed_sizes_big.default.atrace");
+    let truth: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/fixtures/mixed_sizes_big.default.stats.json")).unwrap(),
+    )
+    .unwrap();
+    let r = replay_file(&path, &ReplayOptions::default()).unwrap();
+    assert_eq!(r.capacity_source, analyzer::replay::CapacitySource::InferredFromOom);
+    assert_eq!(truth["outcome"], "oom");
+    let recorded_oom = {
+        let mut at = None;
+        tracefile::scan(&path, |i, rec| {
+            if at.is_none() && matches!(rec.event, Event::Oom { .. }) {
+                at = Some(i);
+            }
+        })
+        .unwrap();
+        at.unwrap()
+    };
+    match r.outcome {
+        analyzer::replay::Outcome::Oom { event, .. } => assert_eq!(event, recorded_oom),
+        other => panic!("expected the recorded OOM, got {other:?}"),
+    }
+    assert_eq!(r.peak_reserved_bytes, truth["stats"]["reserved_bytes.all.peak"].as_u64().unwrap());
+    assert_eq!(r.peak_allocated_bytes, truth["stats"]["allocated_bytes.all.peak"].as_u64().unwrap());
+    assert_eq!(r.num_ooms, 1);
+}

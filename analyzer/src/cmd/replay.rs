@@ -1,7 +1,7 @@
 //! `alloctrace replay TRACE [--conf ...] [--capacity ...] [--json] [-o SIM.atrace]`.
 
 use super::{exit, write_json};
-use crate::replay::{replay_file, Outcome, ReplayOptions, ReplayResult};
+use crate::replay::{replay_file, CapacitySource, Outcome, ReplayOptions, ReplayResult};
 use crate::units::fmt_bytes;
 use anyhow::Result;
 use std::io::Write;
@@ -16,7 +16,14 @@ pub struct ReplayCmdOptions {
 pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()> {
     let settings = if r.alloc_conf.is_empty() { "(defaults)".to_string() } else { r.alloc_conf.clone() };
     writeln!(out, "settings        {settings}")?;
-    writeln!(out, "capacity        {}", r.capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "unlimited".into()))?;
+    let source = match r.capacity_source {
+        CapacitySource::None | CapacitySource::Given => "",
+        CapacitySource::Recorded => "  (the limit recorded in the trace)",
+        CapacitySource::InferredFromOom => {
+            "  (inferred: the trace ran out of device memory with no limit; reserved + device free at its OOM)"
+        }
+    };
+    writeln!(out, "capacity        {}{source}", r.capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "unlimited".into()))?;
     match &r.outcome {
         Outcome::Ok => writeln!(out, "outcome         ok ({} requests replayed)", r.requests)?,
         Outcome::Oom { event, requested_bytes, alloc_bytes, reserved_bytes, allocated_bytes, .. } => writeln!(
