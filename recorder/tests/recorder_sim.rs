@@ -73,15 +73,18 @@ fn writes_a_readable_trace() {
     let _ = std::fs::remove_file(&path);
 }
 
-/// 8 threads x 100k alloc/free pairs: nothing lost, no two live blocks overlap, and the replay
+/// 8 threads x 1 million alloc/free pairs: nothing lost, no two live blocks overlap, and the replay
 /// reproduces the segment events.
 #[test]
 fn eight_threads_lose_nothing_and_never_overlap() {
     const THREADS: u64 = 8;
-    const PAIRS: u64 = 100_000;
+    const PAIRS: u64 = 1_000_000;
     let path = tmp("stress");
     let mut opts = RecorderOptions::new(&path);
     opts.queue_batches = 1024;
+    // Eight threads allocating flat out on two cores starve the writer of CPU; with a yield
+    // budget they give it the core instead of dropping (a real job allocates far slower).
+    opts.full_queue_yield = std::time::Duration::from_secs(5);
     let rec = Recorder::start(opts, SimDevice::new(None)).unwrap();
     std::thread::scope(|s| {
         for t in 0..THREADS {
@@ -199,14 +202,15 @@ fn an_unwritable_path_keeps_the_job_running() {
     assert!(s.describe().contains("DROPPED"));
 }
 
-/// A queue too small for the rate: batches are dropped, never waited for, and the trace says
-/// how many events it lacks.
+/// A queue too small for the rate, with no yielding to the writer: batches are dropped, never
+/// waited for, and the trace says how many events it lacks.
 #[test]
 fn a_full_queue_drops_and_counts() {
     let path = tmp("full");
     let mut opts = RecorderOptions::new(&path);
     opts.batch_events = 16;
     opts.queue_batches = 1;
+    opts.full_queue_yield = std::time::Duration::ZERO;
     let rec = Recorder::start(opts, SimDevice::new(None)).unwrap();
     for i in 0..200_000u64 {
         let a = rec.malloc(512 + (i % 100) * 512, 0).unwrap();

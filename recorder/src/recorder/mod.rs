@@ -57,6 +57,9 @@ pub struct RecorderOptions {
     pub queue_batches: usize,
     /// The writer flushes at least this often while events are pending.
     pub flush_interval: Duration,
+    /// When the queue is full (the writer is starved of CPU), an allocating thread yields its
+    /// time slice for at most this long before dropping the batch. Zero: drop at once.
+    pub full_queue_yield: Duration,
 }
 
 impl RecorderOptions {
@@ -72,6 +75,7 @@ impl RecorderOptions {
             batch_events: 4096,
             queue_batches: 64,
             flush_interval: Duration::from_millis(100),
+            full_queue_yield: FULL_QUEUE_YIELD,
         }
     }
 }
@@ -157,6 +161,9 @@ impl Shared {
     }
 }
 
+/// How long an allocating thread yields to a starved writer before dropping a batch (default).
+pub const FULL_QUEUE_YIELD: Duration = Duration::from_millis(20);
+
 /// The engine's event sink inside the recorder: a batch being filled.
 pub struct RecSink {
     now_ns: u64,
@@ -167,6 +174,7 @@ pub struct RecSink {
     shared: Arc<Shared>,
     produced: u64,
     closed: bool,
+    full_queue_yield: Duration,
 }
 
 impl RecSink {
@@ -174,12 +182,29 @@ impl RecSink {
     fn hand_over(&mut self) {
         let next = self.spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(self.batch));
         let full = std::mem::replace(&mut self.buf, next);
-        match self.tx.try_send(Msg::Batch(full)) {
-            Ok(()) => {}
-            Err(TrySendError::Full(Msg::Batch(v)) | TrySendError::Disconnected(Msg::Batch(v))) => {
-                self.shared.dropped.fetch_add(v.len() as u64, Ordering::Relaxed);
+        // Soft backpressure: when the queue is full the writer is starved of CPU (allocating
+        // threads outnumber the cores), so give it the core in short sleeps, for at most
+        // `full_queue_yield` in all, before dropping the batch. The allocating thread never waits for
+        // I/O, and never long; a job whose writer keeps up never gets here.
+        let mut msg = Msg::Batch(full);
+        let mut since: Option<Instant> = None;
+        loop {
+            match self.tx.try_send(msg) {
+                Ok(()) => return,
+                Err(TrySendError::Full(m))
+                    if since.get_or_insert_with(Instant::now).elapsed() < self.full_queue_yield =>
+                {
+                    msg = m;
+                    // A short sleep, not `yield_now`: with more allocating threads than cores,
+                    // yielding threads are rescheduled at once and the writer still starves.
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                Err(TrySendError::Full(Msg::Batch(v)) | TrySendError::Disconnected(Msg::Batch(v))) => {
+                    self.shared.dropped.fetch_add(v.len() as u64, Ordering::Relaxed);
+                    return;
+                }
+                Err(_) => return,
             }
-            Err(_) => {}
         }
     }
 
@@ -251,6 +276,7 @@ impl<D: Device + Send + 'static> Recorder<D> {
             shared: shared.clone(),
             produced: 0,
             closed: false,
+            full_queue_yield: opts.full_queue_yield,
         };
         let mut engine = Engine::new(config, opts.capacity_bytes, device, sink);
         if let Some((free_bytes, total_bytes)) = mem {
@@ -266,11 +292,21 @@ impl<D: Device + Send + 'static> Recorder<D> {
             shared: shared.clone(),
             flush_interval: opts.flush_interval,
             pull: Box::new(move |rx: &Receiver<Msg>| match pull_from.upgrade() {
-                Some(inner) => {
-                    let mut g = lock(&inner);
-                    let drained: Vec<Msg> = rx.try_iter().collect();
-                    (drained, g.engine.sink_mut().take())
-                }
+                // `try_lock`: a thread that holds the lock may be waiting for room in the queue
+                // (soft backpressure); then only drain the queue, which frees that room. The
+                // partial batch is taken on a later pull, or handed over when it fills.
+                Some(inner) => match inner.try_lock() {
+                    Ok(mut g) => {
+                        let drained: Vec<Msg> = rx.try_iter().collect();
+                        (drained, g.engine.sink_mut().take())
+                    }
+                    Err(std::sync::TryLockError::Poisoned(p)) => {
+                        let mut g = p.into_inner();
+                        let drained: Vec<Msg> = rx.try_iter().collect();
+                        (drained, g.engine.sink_mut().take())
+                    }
+                    Err(std::sync::TryLockError::WouldBlock) => (rx.try_iter().collect(), Vec::new()),
+                },
                 None => (rx.try_iter().collect(), Vec::new()),
             }),
         };

@@ -47,9 +47,9 @@ pub(crate) struct Writer {
     pub spare: SyncSender<Vec<Record>>,
     pub shared: Arc<Shared>,
     pub flush_interval: Duration,
-    /// Under the recorder's lock (so no batch can be handed over meanwhile): drains the queue,
-    /// then takes the partly filled batch. Writing the drained messages first, then the partial
-    /// batch, keeps the trace in the order the events happened.
+    /// Drains the queue, then, if the recorder's lock is free (so no batch can be handed over
+    /// meanwhile), takes the partly filled batch. Writing the drained messages first, then the
+    /// partial batch, keeps the trace in the order the events happened.
     pub pull: Pull,
 }
 
@@ -78,7 +78,9 @@ impl Writer {
     pub fn run(self) -> WriterOutcome {
         let mut st = State { out: None, written: 0, reported_dropped: 0, error: None, dirty: false, bytes: 0 };
         match TraceWriter::create(&self.path, &self.header) {
-            Ok(w) => {
+            Ok(mut w) => {
+                // A live job: compression speed matters more than a few percent of size.
+                w.set_compression_level(1);
                 st.bytes = w.bytes_written();
                 st.out = Some(w);
             }

@@ -295,6 +295,16 @@ proptest! {
     }
 
     #[test]
+    fn fast_encoder_agrees_with_bincode(evs in proptest::collection::vec((any::<u64>(), arb_event()), 1..50)) {
+        for (time_ns, event) in evs {
+            let r = Record { time_ns, event };
+            let mut ours = Vec::new();
+            encode::record(&mut ours, &r);
+            prop_assert_eq!(ours, bincode::encode_to_vec(&r, cfg()).unwrap());
+        }
+    }
+
+    #[test]
     fn fast_decoder_agrees_with_bincode(evs in proptest::collection::vec((any::<u64>(), arb_event()), 1..50)) {
         let mut bytes = Vec::new();
         let recs: Vec<Record> = evs.into_iter().map(|(time_ns, event)| Record { time_ns, event }).collect();
