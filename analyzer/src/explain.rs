@@ -26,7 +26,7 @@ use crate::leaks::{self, Growth, Held, SitePin, Sites};
 use crate::replay::{replay_file, replay_observed, EngineView, Outcome, ReplayOptions, ReplayResult};
 use crate::tracefile;
 use crate::units::fmt_bytes;
-use crate::whatif::{self, PolicyRow, WhatifOptions};
+use crate::whatif::{self, PolicyRow, Whatif, WhatifOptions};
 use anyhow::{Context, Result};
 use recorder::trace::{Event, Record, Source, TraceWriter};
 use serde::Serialize;
@@ -138,6 +138,9 @@ pub struct ExplainReport {
     pub growth: Option<Growth>,
     /// What-if rows at the same capacity (unlimited when there is none).
     pub whatif: Vec<PolicyRow>,
+    /// Why the smallest capacities are missing from `whatif` (a long trace), if they are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_search_note: Option<String>,
     pub offline_plan_bytes: Option<u64>,
     pub live_requested_peak_bytes: u64,
     pub experiments: Vec<Experiment>,
@@ -154,11 +157,32 @@ struct Capture {
     held: Held,
 }
 
+/// Options of [`explain_with`].
+#[derive(Debug, Clone, Default)]
+pub struct ExplainOptions<'a> {
+    /// Search each policy's smallest capacity. `None`: only on traces of at most
+    /// [`whatif::LONG_TRACE_EVENTS`] events (the search replays each policy several times).
+    pub search_capacity: Option<bool>,
+    /// A what-if table already computed for this trace (as `report` does). Used when it was
+    /// computed at the same capacity and with the same search; otherwise ignored.
+    pub whatif: Option<&'a Whatif>,
+    /// The growth per iteration already computed for this trace ([`leaks::analyze`]'s).
+    pub growth: Option<Option<Growth>>,
+}
+
+/// Explains the trace at `path`. On a long trace (more than [`whatif::LONG_TRACE_EVENTS`]
+/// events) the smallest capacity of each policy is not searched, so the advice that rests on it
+/// (the capacity to give the process, a setting that runs in less memory) is left out and
+/// [`ExplainReport::capacity_search_note`] says so; [`explain_with`] can ask for the search.
 pub fn explain(path: &Path) -> Result<ExplainReport> {
+    explain_with(path, &ExplainOptions::default())
+}
+
+pub fn explain_with(path: &Path, opts: &ExplainOptions<'_>) -> Result<ExplainReport> {
     let header = tracefile::open(path)?.header().clone();
     let mut recorded_ooms = Vec::new();
     let mut mem_info: Option<(u64, u64)> = None; // last DeviceMemInfo before the first recorded OOM
-    tracefile::scan(path, |i, r| match r.event {
+    let scanned = tracefile::scan(path, |i, r| match r.event {
         Event::Oom {
             requested_bytes,
             alloc_bytes,
@@ -264,10 +288,30 @@ pub fn explain(path: &Path) -> Result<ExplainReport> {
     let mut retention = leaks::retention(&cap.held, &sites);
     retention.sites.sort_by(|a, b| b.block_bytes.cmp(&a.block_bytes).then(a.site.cmp(&b.site)));
     let top_sites: Vec<SitePin> = retention.sites.iter().take(10).cloned().collect();
-    let (growth, _) = leaks::growth_only(path)?;
+    let growth = match opts.growth.clone() {
+        Some(g) => g,
+        None => leaks::growth_only(path)?.0,
+    };
 
     let verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
-    let w = whatif::whatif(path, &WhatifOptions { capacity_bytes: capacity, search_capacity: true })?;
+    let long = scanned.events > whatif::LONG_TRACE_EVENTS;
+    let search = opts.search_capacity.unwrap_or(!long);
+    let searched = |w: &Whatif| w.rows.iter().all(|r| r.min_capacity_bytes.is_some());
+    let computed;
+    let w = match opts.whatif.filter(|w| w.capacity_bytes == capacity && searched(w) == search) {
+        Some(w) => w,
+        None => {
+            computed = whatif::whatif(path, &WhatifOptions { capacity_bytes: capacity, search_capacity: search })?;
+            &computed
+        }
+    };
+    let capacity_search_note = (!search).then(|| {
+        format!(
+            "smallest capacities not searched: the trace is long ({} events), and the search replays each policy \
+several times; `alloctrace whatif` searches them",
+            scanned.events
+        )
+    });
 
     let mut experiments = Vec::new();
     if is_oom && verdict.kind == VerdictKind::Fragmentation {
@@ -287,7 +331,8 @@ pub fn explain(path: &Path) -> Result<ExplainReport> {
         verdict,
         top_sites,
         growth,
-        whatif: w.rows,
+        whatif: w.rows.clone(),
+        capacity_search_note,
         offline_plan_bytes: w.bounds.offline_plan_bytes,
         live_requested_peak_bytes: w.bounds.live_requested_peak_bytes,
         experiments,

@@ -348,6 +348,11 @@ pub fn prescan(path: &Path) -> Result<Prescan> {
 }
 
 pub fn analyze(path: &Path, opts: &FragOptions) -> Result<FragReport> {
+    analyze_with(path, opts, None)
+}
+
+/// [`analyze`], with the trace's [`whatif::Bounds`] when they are already computed.
+pub fn analyze_with(path: &Path, opts: &FragOptions, bounds: Option<&whatif::Bounds>) -> Result<FragReport> {
     let header = tracefile::open(path)?.header().clone();
     let pre = prescan(path)?;
     if let At::Event(e) = opts.at {
@@ -477,7 +482,14 @@ pub fn analyze(path: &Path, opts: &FragOptions) -> Result<FragReport> {
             max_event: r.max_event,
         })
         .collect();
-    let bounds = whatif::bounds(path, &header.config)?;
+    let computed;
+    let bounds = match bounds {
+        Some(b) => b,
+        None => {
+            computed = whatif::bounds(path, &header.config)?;
+            &computed
+        }
+    };
     let plan = PlanGap {
         peak_reserved_bytes: result.peak_reserved_bytes,
         live_requested_peak_bytes: bounds.live_requested_peak_bytes,

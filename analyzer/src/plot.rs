@@ -8,7 +8,7 @@
 //! `<text>`, sized by an estimate, no font is loaded), pixel coordinates are integers, no clock,
 //! no map iteration order reaches the output (call sites are ordered by bytes, then label).
 
-use crate::replay::{replay_observed, Outcome, ReplayOptions};
+use crate::replay::{replay_observed, EngineView, ReplayOptions, ReplayResult};
 use crate::timeline::{Downsampled, Mode, Timeline};
 use crate::tracefile;
 use crate::units::fmt_bytes;
@@ -18,7 +18,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use rayon::prelude::*;
 use recorder::engine::SegmentView;
-use recorder::trace::{Event, Frame, MarkKind};
+use recorder::trace::{Event, Frame, MarkKind, Record};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -410,51 +410,70 @@ impl SegmentsData {
     }
 }
 
+/// Where the moment of a segment map falls: pass 1 of [`segments_data`], an observer of a
+/// replay under the recorded settings.
+#[derive(Default)]
+pub struct MomentTrack {
+    best: u64,
+    best_i: Option<u64>,
+    last_i: Option<u64>,
+    oom: Option<(u64, u64)>,
+    seen: u64,
+}
+
+impl MomentTrack {
+    pub fn observe(&mut self, i: u64, r: &Record, view: &dyn EngineView) {
+        let st = view.stats();
+        let res = st.reserved_bytes.all.current;
+        if res > self.best {
+            self.best = res;
+            self.best_i = Some(i);
+        }
+        self.last_i = Some(i);
+        if self.oom.is_none() && st.num_ooms > self.seen {
+            let req = match &r.event {
+                Event::Alloc { requested_bytes, .. } | Event::Oom { requested_bytes, .. } => *requested_bytes,
+                _ => 0,
+            };
+            self.oom = Some((i, req));
+        }
+        self.seen = st.num_ooms;
+    }
+
+    /// The event, the words for the moment, and the failed request at an OOM.
+    pub fn moment(&self, path: &Path, at: At) -> Result<(u64, String, Option<u64>)> {
+        Ok(match at {
+            At::Event(n) => (n, format!("after event {n}"), None),
+            At::Peak => {
+                let i = self.best_i.ok_or_else(|| anyhow!("{}: nothing was ever reserved", path.display()))?;
+                (i, format!("peak reserved {} (event {i})", fmt_bytes(self.best)), None)
+            }
+            At::End => {
+                let i = self.last_i.ok_or_else(|| anyhow!("{}: the trace has no events", path.display()))?;
+                (i, format!("end (event {i})"), None)
+            }
+            At::Oom => match self.oom {
+                Some((i, req)) => (i, format!("out of memory: request of {} (event {i})", fmt_bytes(req)), Some(req)),
+                None => bail!("{}: no allocation fails in this trace (try --at peak)", path.display()),
+            },
+        })
+    }
+}
+
 /// Replays under the recorded settings and takes the layout at `at`.
 pub fn segments_data(path: &Path, at: At) -> Result<SegmentsData> {
     let opts = ReplayOptions::default();
     // Pass 1 (except for a given event): find the event.
-    let (target, moment, failed) = match at {
-        At::Event(n) => (n, format!("after event {n}"), None),
-        At::Peak | At::End | At::Oom => {
-            let (mut best, mut best_i, mut last_i) = (0u64, None, None);
-            let mut oom: Option<(u64, u64)> = None;
-            let mut seen = 0u64;
-            replay_observed(path, &opts, &mut |i, r, view, _| {
-                let st = view.stats();
-                let res = st.reserved_bytes.all.current;
-                if res > best {
-                    best = res;
-                    best_i = Some(i);
-                }
-                last_i = Some(i);
-                if oom.is_none() && st.num_ooms > seen {
-                    let req = match &r.event {
-                        Event::Alloc { requested_bytes, .. } | Event::Oom { requested_bytes, .. } => *requested_bytes,
-                        _ => 0,
-                    };
-                    oom = Some((i, req));
-                }
-                seen = st.num_ooms;
-            })?;
-            match at {
-                At::Peak => {
-                    let i = best_i.ok_or_else(|| anyhow!("{}: nothing was ever reserved", path.display()))?;
-                    (i, format!("peak reserved {} (event {i})", fmt_bytes(best)), None)
-                }
-                At::End => {
-                    let i = last_i.ok_or_else(|| anyhow!("{}: the trace has no events", path.display()))?;
-                    (i, format!("end (event {i})"), None)
-                }
-                _ => match oom {
-                    Some((i, req)) => {
-                        (i, format!("out of memory: request of {} (event {i})", fmt_bytes(req)), Some(req))
-                    }
-                    None => bail!("{}: no allocation fails in this trace (try --at peak)", path.display()),
-                },
-            }
-        }
-    };
+    let mut track = MomentTrack::default();
+    if !matches!(at, At::Event(_)) {
+        replay_observed(path, &opts, &mut |i, r, view, _| track.observe(i, r, view))?;
+    }
+    segments_data_at(path, track.moment(path, at)?)
+}
+
+/// Pass 2 of [`segments_data`]: replays up to the moment and takes the layout there.
+pub fn segments_data_at(path: &Path, (target, moment, failed): (u64, String, Option<u64>)) -> Result<SegmentsData> {
+    let opts = ReplayOptions::default();
     let mut taken: Option<(u64, Vec<SegmentView>)> = None;
     replay_observed(path, &opts, &mut |i, r, view, _| {
         if i == target {
@@ -478,6 +497,44 @@ pub struct WhatifData {
     pub capacity_bytes: Option<u64>,
 }
 
+/// One policy's series of [`WhatifData`], filled while its replay runs.
+pub struct WhatifTrack {
+    tl: Timeline,
+    last_x: u64,
+}
+
+impl WhatifTrack {
+    pub fn new(columns: usize) -> Self {
+        WhatifTrack { tl: Timeline::new(&["reserved", "requested"], columns, Mode::Envelope), last_x: 0 }
+    }
+
+    /// Called after each record of the replay.
+    pub fn observe(&mut self, x: XAxis, i: u64, rec: &Record, view: &dyn EngineView) {
+        let st = view.stats();
+        self.last_x = x_of(x, i, rec.time_ns);
+        self.tl.push(self.last_x, &[st.reserved_bytes.all.current as f64, st.requested_bytes.all.current as f64]);
+    }
+}
+
+/// The picture's data from the policies' tracks and replays, in the table's order (the
+/// recorded configuration first).
+pub fn whatif_data_of(
+    path: &Path,
+    x: XAxis,
+    capacity_bytes: Option<u64>,
+    runs: Vec<(String, WhatifTrack, &ReplayResult)>,
+) -> WhatifData {
+    let policies: Vec<_> = runs
+        .into_iter()
+        .map(|(name, t, r)| {
+            let oom = r.is_oom().then_some(t.last_x);
+            (name, t.tl.finish(), oom, r.peak_reserved_bytes)
+        })
+        .collect();
+    let requested = policies[0].1.clone();
+    WhatifData { trace: trace_name(path), x, policies, requested, capacity_bytes }
+}
+
 pub fn whatif_data(path: &Path, x: XAxis, columns: usize) -> Result<WhatifData> {
     let header = crate::replay::read_header(path)?;
     let capacity = (header.capacity_bytes > 0).then_some(header.capacity_bytes);
@@ -485,24 +542,18 @@ pub fn whatif_data(path: &Path, x: XAxis, columns: usize) -> Result<WhatifData> 
     let runs: Result<Vec<_>> = list
         .par_iter()
         .map(|(name, config)| {
-            let mut tl = Timeline::new(&["reserved", "requested"], columns, Mode::Envelope);
-            let mut last_x = 0;
+            let mut t = WhatifTrack::new(columns);
             let r = replay_observed(
                 path,
                 &ReplayOptions { config: Some(config.clone()), ..Default::default() },
-                &mut |i, rec, view, _| {
-                    let st = view.stats();
-                    last_x = x_of(x, i, rec.time_ns);
-                    tl.push(last_x, &[st.reserved_bytes.all.current as f64, st.requested_bytes.all.current as f64]);
-                },
+                &mut |i, rec, view, _| t.observe(x, i, rec, view),
             )?;
-            let oom = matches!(r.outcome, Outcome::Oom { .. }).then_some(last_x);
-            Ok((name.clone(), tl.finish(), oom, r.peak_reserved_bytes))
+            Ok((name.clone(), t, r))
         })
         .collect();
-    let runs = runs?;
-    let requested = runs[0].1.clone();
-    Ok(WhatifData { trace: trace_name(path), x, policies: runs, requested, capacity_bytes: capacity })
+    let runs: Vec<(String, WhatifTrack, ReplayResult)> = runs?;
+    let (tracks, results): (Vec<_>, Vec<_>) = runs.into_iter().map(|(n, t, r)| ((n, t), r)).unzip();
+    Ok(whatif_data_of(path, x, capacity, tracks.into_iter().zip(&results).map(|((n, t), r)| (n, t, r)).collect()))
 }
 
 /// Fragmentation over time.
@@ -517,19 +568,36 @@ pub struct FragData {
     pub samples: u64,
 }
 
-/// The layout is walked at most about `4 * columns` times per doubling of the trace length:
-/// every `stride` events, with the stride doubling each time that many samples were taken.
-pub fn frag_data(path: &Path, x: XAxis, columns: usize) -> Result<FragData> {
-    let mut un = Timeline::new(&["1 - allocated / reserved"], columns, Mode::Envelope);
-    let mut co = Timeline::new(&["1 - largest free / total free"], columns, Mode::Envelope);
-    let (mut stride, mut taken_in_stride, mut samples) = (1u64, 0u64, 0u64);
-    let budget = 4 * columns as u64;
-    replay_observed(path, &ReplayOptions::default(), &mut |i, r, view, _| {
+/// The observer of [`frag_data`]'s replay (under the recorded settings).
+pub struct FragTrack {
+    x: XAxis,
+    un: Timeline,
+    co: Timeline,
+    stride: u64,
+    taken_in_stride: u64,
+    samples: u64,
+    budget: u64,
+}
+
+impl FragTrack {
+    pub fn new(x: XAxis, columns: usize) -> Self {
+        FragTrack {
+            x,
+            un: Timeline::new(&["1 - allocated / reserved"], columns, Mode::Envelope),
+            co: Timeline::new(&["1 - largest free / total free"], columns, Mode::Envelope),
+            stride: 1,
+            taken_in_stride: 0,
+            samples: 0,
+            budget: 4 * columns as u64,
+        }
+    }
+
+    pub fn observe(&mut self, i: u64, r: &Record, view: &dyn EngineView) {
         let st = view.stats();
-        let xv = x_of(x, i, r.time_ns);
+        let xv = x_of(self.x, i, r.time_ns);
         let (a, res) = (st.allocated_bytes.all.current, st.reserved_bytes.all.current);
-        un.push(xv, &[crate::whatif::fragmentation(a, res)]);
-        if i % stride == 0 {
+        self.un.push(xv, &[crate::whatif::fragmentation(a, res)]);
+        if i.is_multiple_of(self.stride) {
             let (mut total, mut largest) = (0u64, 0u64);
             for s in view.segments() {
                 for b in s.blocks.iter().filter(|b| !b.allocated && !b.pending_free) {
@@ -538,16 +606,33 @@ pub fn frag_data(path: &Path, x: XAxis, columns: usize) -> Result<FragData> {
                 }
             }
             let v = if total == 0 { 0.0 } else { 1.0 - largest as f64 / total as f64 };
-            co.push(xv, &[v]);
-            samples += 1;
-            taken_in_stride += 1;
-            if taken_in_stride >= budget {
-                stride *= 2;
-                taken_in_stride = 0;
+            self.co.push(xv, &[v]);
+            self.samples += 1;
+            self.taken_in_stride += 1;
+            if self.taken_in_stride >= self.budget {
+                self.stride *= 2;
+                self.taken_in_stride = 0;
             }
         }
-    })?;
-    Ok(FragData { trace: trace_name(path), x, unallocated: un.finish(), contiguity: co.finish(), samples })
+    }
+
+    pub fn finish(self, path: &Path) -> FragData {
+        FragData {
+            trace: trace_name(path),
+            x: self.x,
+            unallocated: self.un.finish(),
+            contiguity: self.co.finish(),
+            samples: self.samples,
+        }
+    }
+}
+
+/// The layout is walked at most about `4 * columns` times per doubling of the trace length:
+/// every `stride` events, with the stride doubling each time that many samples were taken.
+pub fn frag_data(path: &Path, x: XAxis, columns: usize) -> Result<FragData> {
+    let mut t = FragTrack::new(x, columns);
+    replay_observed(path, &ReplayOptions::default(), &mut |i, r, view, _| t.observe(i, r, view))?;
+    Ok(t.finish(path))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -8,15 +8,15 @@
 //! (only its file name), so a report is a pure function of the trace: `reports/` is checked
 //! against a fresh run by the test suite.
 
-use crate::explain::{explain, ExplainReport};
+use crate::explain::{explain_with, ExplainOptions, ExplainReport};
 use crate::frag::{FragOptions, FragReport};
 use crate::leaks::{LeaksOptions, LeaksReport};
 use crate::plot::{self, At, XAxis};
-use crate::replay::{replay_file, Outcome, ReplayOptions, ReplayResult};
+use crate::replay::{Outcome, ReplayResult};
 use crate::summary::{Summary, SummaryFold};
 use crate::tracefile;
 use crate::units::{fmt_bytes, fmt_ns};
-use crate::whatif::{fragmentation, whatif, Whatif, WhatifOptions};
+use crate::whatif::{fragmentation, whatif_observed, Whatif, WhatifOptions, LONG_TRACE_EVENTS};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -103,6 +103,9 @@ pub struct Report {
     pub layout: Option<LayoutAt>,
     pub findings: Vec<Finding>,
     pub whatif: Whatif,
+    /// Why the what-if table has no smallest capacities (a long trace), if so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_search_note: Option<String>,
     pub pictures: Vec<Picture>,
     /// `alloctrace explain`: the OOM (or peak) diagnosed, with advice backed by replays.
     pub explain: Option<ExplainReport>,
@@ -119,9 +122,16 @@ pub struct Report {
 pub struct ReportOptions {
     /// Search each policy's smallest capacity (slower on huge traces).
     pub search_capacity: bool,
+    /// Search it on long traces too (more than [`crate::whatif::LONG_TRACE_EVENTS`] events),
+    /// where it costs several replays per policy; otherwise the report says it was skipped.
+    pub search_long_traces: bool,
 }
 
 /// Computes everything a report shows.
+///
+/// The what-if replays also draw the what-if picture, and the recorded policy's replay is the
+/// report's replay; the analyses (`explain`, `frag`, `leaks`) and the pictures run
+/// concurrently, and `explain` reuses the what-if table and `leaks`' growth.
 pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
     let name = plot::trace_name(path);
     let mut fold = SummaryFold::new();
@@ -139,13 +149,93 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
         command_line: h.command_line.clone(),
         notes: h.notes.clone(),
     };
-    let replay = replay_file(path, &ReplayOptions::default())?;
     let capacity = (h.capacity_bytes > 0).then_some(h.capacity_bytes);
-    let mut wi = whatif(path, &WhatifOptions { capacity_bytes: capacity, search_capacity: opts.search_capacity })?;
+    let long = scanned.events > LONG_TRACE_EVENTS;
+    let search = opts.search_capacity && (!long || opts.search_long_traces);
+    let capacity_search_note = (opts.search_capacity && !search).then(|| {
+        format!(
+            "The trace is long ({} events): the smallest capacity of each policy was not searched (it takes several \
+             replays per policy); `alloctrace whatif {}` searches it.",
+            scanned.events, name
+        )
+    });
+
+    // The what-if replays (which also give the replay under the recorded settings and the
+    // what-if picture) alongside the pictures of the recorded run and the frag and leaks analyses.
+    let ((whatif_run, leaks), pictures_run) = rayon::join(
+        || {
+            rayon::join(
+                || {
+                    whatif_observed(
+                        path,
+                        &WhatifOptions { capacity_bytes: capacity, search_capacity: search },
+                        &|k| ReportTrack {
+                            whatif: plot::WhatifTrack::new(plot::COLUMNS),
+                            // The recorded configuration's replay also draws the fragmentation
+                            // picture and finds the segment map's moment.
+                            recorded: (k == 0).then(|| {
+                                (plot::FragTrack::new(XAxis::Time, plot::COLUMNS), plot::MomentTrack::default())
+                            }),
+                        },
+                        &|t, i, rec, view| {
+                            t.whatif.observe(XAxis::Time, i, rec, view);
+                            if let Some((f, m)) = t.recorded.as_mut() {
+                                f.observe(i, rec, view);
+                                m.observe(i, rec, view);
+                            }
+                        },
+                    )
+                },
+                || crate::leaks::analyze(path, &LeaksOptions::default()),
+            )
+        },
+        || recorded_pictures(path),
+    );
+    let (mut wi, runs) = whatif_run?;
     wi.trace = name.clone();
+    let (mut tracks, results): (Vec<ReportTrack>, Vec<ReplayResult>) = runs.into_iter().unzip();
+    let replay = results[0].clone();
+    let (frag_track, moment) = tracks[0].recorded.take().expect("row 0 is the recorded configuration");
+    let fd = frag_track.finish(path);
+    let (tl, st) = pictures_run?;
+    let wd = plot::whatif_data_of(
+        path,
+        XAxis::Time,
+        capacity,
+        wi.rows.iter().zip(tracks).zip(&results).map(|((row, t), r)| (row.policy.clone(), t.whatif, r)).collect(),
+    );
+
+    let mut analysis_errors = Vec::new();
+    let mut keep = |what: &str, r: Result<()>| {
+        if let Err(e) = r {
+            analysis_errors.push(format!("{what}: {e:#}"));
+        }
+    };
+    let (mut explained, mut frag, mut leaks_report) = (None, None, None);
+    keep("leaks", leaks.map(|x| leaks_report = Some(x)));
+    let at = if replay.is_oom() { At::Oom } else { At::Peak };
+    let frag_at = if replay.is_oom() { crate::frag::At::Oom } else { crate::frag::At::Peak };
+    let (seg, (ex, fr)) = rayon::join(
+        || moment.moment(path, at).and_then(|m| plot::segments_data_at(path, m)),
+        || {
+            rayon::join(
+                || {
+                    // `explain` searches capacities on short traces (whatever the report does), and
+                    // on long ones when the report did.
+                    let growth = leaks_report.as_ref().map(|l: &LeaksReport| l.growth.clone());
+                    let o =
+                        ExplainOptions { search_capacity: (long && search).then_some(true), whatif: Some(&wi), growth };
+                    explain_with(path, &o)
+                },
+                || crate::frag::analyze_with(path, &FragOptions { at: frag_at }, Some(&wi.bounds)),
+            )
+        },
+    );
+    keep("explain", ex.map(|x| explained = Some(x)));
+    keep("frag", fr.map(|x| frag = Some(x)));
+    let mut leaks = leaks_report;
 
     let mut pictures = Vec::new();
-    let tl = plot::timeline_data(path, XAxis::Time, plot::COLUMNS)?;
     pictures.push(Picture {
         file: "timeline.svg".into(),
         title: "Memory over time".into(),
@@ -155,7 +245,6 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
             .into(),
         svg: plot::render_timeline(&tl)?,
     });
-    let st = plot::stacked_data(path, XAxis::Time, plot::COLUMNS)?;
     if st.has_callsites {
         pictures.push(Picture {
             file: "timeline-callsites.svg".into(),
@@ -168,8 +257,7 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
             svg: plot::render_stacked(&st)?,
         });
     }
-    let at = if replay.is_oom() { At::Oom } else { At::Peak };
-    let layout = match plot::segments_data(path, at) {
+    let layout = match seg {
         Ok(seg) => {
             pictures.push(Picture {
                 file: "segments.svg".into(),
@@ -192,7 +280,6 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
         // A trace that never reserves anything has no map to draw.
         Err(_) => None,
     };
-    let wd = plot::whatif_data(path, XAxis::Time, plot::COLUMNS)?;
     pictures.push(Picture {
         file: "whatif.svg".into(),
         title: "Reserved bytes under each policy".into(),
@@ -201,7 +288,6 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
             .into(),
         svg: plot::render_whatif(&wd)?,
     });
-    let fd = plot::frag_data(path, XAxis::Time, plot::COLUMNS)?;
     pictures.push(Picture {
         file: "frag.svg".into(),
         title: "Fragmentation over time".into(),
@@ -211,17 +297,6 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
         svg: plot::render_frag(&fd)?,
     });
 
-    let mut analysis_errors = Vec::new();
-    let mut keep = |what: &str, r: Result<()>| {
-        if let Err(e) = r {
-            analysis_errors.push(format!("{what}: {e:#}"));
-        }
-    };
-    let (mut explained, mut frag, mut leaks) = (None, None, None);
-    keep("explain", explain(path).map(|x| explained = Some(x)));
-    let frag_at = if replay.is_oom() { crate::frag::At::Oom } else { crate::frag::At::Peak };
-    keep("frag", crate::frag::analyze(path, &FragOptions { at: frag_at }).map(|x| frag = Some(x)));
-    keep("leaks", crate::leaks::analyze(path, &LeaksOptions::default()).map(|x| leaks = Some(x)));
     if let Some(x) = explained.as_mut() {
         x.trace = name.clone();
     }
@@ -244,12 +319,27 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
         layout,
         findings,
         whatif: wi,
+        capacity_search_note,
         pictures,
         explain: explained,
         frag,
         leaks,
         analysis_errors,
     })
+}
+
+/// What [`build`] observes in each what-if replay.
+struct ReportTrack {
+    whatif: plot::WhatifTrack,
+    /// Only in the recorded configuration's replay.
+    recorded: Option<(plot::FragTrack, plot::MomentTrack)>,
+}
+
+/// The pictures of the recorded run: memory over time, live bytes by call site.
+fn recorded_pictures(path: &Path) -> Result<(plot::TimelineData, plot::StackedData)> {
+    let tl = plot::timeline_data(path, XAxis::Time, plot::COLUMNS)?;
+    let st = plot::stacked_data(path, XAxis::Time, plot::COLUMNS)?;
+    Ok((tl, st))
 }
 
 /// Live iterations rising: the share of successive iterations whose live bytes went up.
@@ -626,6 +716,9 @@ impl Report {
             "The same requests replayed under each policy at capacity {cap}. *Fragmentation* is 1 - peak allocated / \
              peak reserved; *min capacity* is the smallest limit at which the run completes (2 MiB steps)."
         )));
+        if let Some(n) = &self.capacity_search_note {
+            d.push(Block::Para(n.clone()));
+        }
         let mut rows: Vec<Vec<String>> = w
             .rows
             .iter()

@@ -11,13 +11,13 @@
 //! (a tighter cap can trigger cache flushes that help), so the figure is the boundary that
 //! bisection finds, checked to complete.
 
-use crate::replay::{replay_file, ReplayOptions, ReplayResult};
+use crate::replay::{replay_file, replay_observed, EngineView, ReplayOptions, ReplayResult};
 use crate::tracefile;
 use anyhow::Result;
 use rayon::prelude::*;
 use recorder::engine::config::AllocatorConfig;
 use recorder::engine::round_size;
-use recorder::trace::Event;
+use recorder::trace::{Event, Record};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;
@@ -194,18 +194,56 @@ fn whatif_inner(
     header: &recorder::trace::Header,
     bar: &indicatif::ProgressBar,
 ) -> Result<Whatif> {
+    let (w, _) = whatif_observed_inner(path, opts, header, bar, &|_| (), &|_, _, _, _| {})?;
+    Ok(w)
+}
+
+/// Like [`whatif`], with `observe` called after every record of each policy's replay at the
+/// given capacity (one state per policy, made by `state`), so that a caller can draw the
+/// policies over time from the same replays. Returns the table and, per row, the state and the
+/// replay's result (row 0 is the recorded configuration; `state` is given the row).
+pub fn whatif_observed<T: Send>(
+    path: &Path,
+    opts: &WhatifOptions,
+    state: &(dyn Fn(usize) -> T + Sync),
+    observe: &(dyn Fn(&mut T, u64, &Record, &dyn EngineView) + Sync),
+) -> Result<(Whatif, Vec<(T, ReplayResult)>)> {
+    let header = tracefile::open(path)?.header().clone();
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("what-if {spinner} {pos} replays ({elapsed})")
+            .expect("static template"),
+    );
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    tracefile::set_scan_progress(false);
+    let result = whatif_observed_inner(path, opts, &header, &bar, state, observe);
+    tracefile::set_scan_progress(true);
+    bar.finish_and_clear();
+    result
+}
+
+fn whatif_observed_inner<T: Send>(
+    path: &Path,
+    opts: &WhatifOptions,
+    header: &recorder::trace::Header,
+    bar: &indicatif::ProgressBar,
+    state: &(dyn Fn(usize) -> T + Sync),
+    observe: &(dyn Fn(&mut T, u64, &Record, &dyn EngineView) + Sync),
+) -> Result<(Whatif, Vec<(T, ReplayResult)>)> {
     let bounds = bounds(path, &header.config)?;
     let list = policies(&header.config, opts.capacity_bytes.is_some());
-    let rows: Result<Vec<PolicyRow>> = list
+    let rows: Result<Vec<(PolicyRow, T, ReplayResult)>> = list
         .par_iter()
-        .map(|(name, config)| {
+        .enumerate()
+        .map(|(k, (name, config))| {
             let at_cap = ReplayOptions {
                 config: Some(config.clone()),
                 capacity_bytes: opts.capacity_bytes,
                 unlimited: opts.capacity_bytes.is_none(),
                 ..Default::default()
             };
-            let r = replay_file(path, &at_cap)?;
+            let mut st = state(k);
+            let r = replay_observed(path, &at_cap, &mut |i, rec, view, _| observe(&mut st, i, rec, view))?;
             bar.inc(1);
             let min = if opts.search_capacity {
                 let unlimited = if opts.capacity_bytes.is_none() {
@@ -228,10 +266,17 @@ fn whatif_inner(
             } else {
                 None
             };
-            Ok(row_of(name, &r, min.map(|m| m.0), min.map(|m| m.1)))
+            Ok((row_of(name, &r, min.map(|m| m.0), min.map(|m| m.1)), st, r))
         })
         .collect();
-    Ok(Whatif { trace: path.display().to_string(), capacity_bytes: opts.capacity_bytes, rows: rows?, bounds })
+    let mut table = Vec::new();
+    let mut runs = Vec::new();
+    for (row, st, r) in rows? {
+        table.push(row);
+        runs.push((st, r));
+    }
+    let w = Whatif { trace: path.display().to_string(), capacity_bytes: opts.capacity_bytes, rows: table, bounds };
+    Ok((w, runs))
 }
 
 /// Computes the two bounds and the no-caching row from the request stream.

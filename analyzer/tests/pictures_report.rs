@@ -8,7 +8,8 @@ use pictures_gen::*;
 use std::process::Command;
 
 fn frag_oom_report() -> analyzer::report::Report {
-    build(&shipped("frag_oom.default.atrace"), &ReportOptions { search_capacity: true }).expect("report")
+    build(&shipped("frag_oom.default.atrace"), &ReportOptions { search_capacity: true, search_long_traces: false })
+        .expect("report")
 }
 
 #[test]
@@ -86,7 +87,10 @@ fn shipped_reports_are_current() {
     for trace in traces {
         let name = trace.file_stem().unwrap().to_string_lossy().into_owned();
         let fresh = tmp.join(&name);
-        build(&trace, &ReportOptions { search_capacity: true }).unwrap().write(&fresh).unwrap();
+        build(&trace, &ReportOptions { search_capacity: true, search_long_traces: false })
+            .unwrap()
+            .write(&fresh)
+            .unwrap();
         let shipped_dir = workspace().join("reports").join(&name);
         let mut files: Vec<_> = std::fs::read_dir(&fresh).unwrap().map(|e| e.unwrap().file_name()).collect();
         files.sort();

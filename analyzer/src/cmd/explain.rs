@@ -113,6 +113,9 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
             w.min_capacity_bytes.map(b).unwrap_or_else(|| "-".into())
         )?;
     }
+    if let Some(n) = &r.capacity_search_note {
+        writeln!(out, "  ({n})")?;
+    }
     if let Some(p) = r.offline_plan_bytes {
         writeln!(out, "  offline plan (knows every lifetime)        {}", b(p))?;
     }
