@@ -737,9 +737,15 @@ fn render_line_chart(c: &LineChart) -> Result<String> {
         // Labels of marks closer than this many pixels to the previous label are left out.
         const LABEL_GAP_PX: f64 = 150.0;
         let mut labelled_at = f64::NEG_INFINITY;
+        // At most one line per pixel column: thousands of iteration marks would otherwise
+        // make a large SVG of lines drawn on top of each other.
+        let mut lined_at = f64::NEG_INFINITY;
         for (x, label) in &c.vlines {
-            chart.draw_series(std::iter::once(PathElement::new(vec![(*x, 0.0), (*x, y1)], LIGHT.stroke_width(1))))?;
             let px = (*x - x0) / (x1 - x0) * (WIDTH as f64 - 120.0);
+            if px - lined_at >= 1.0 {
+                lined_at = px;
+                chart.draw_series(std::iter::once(PathElement::new(vec![(*x, 0.0), (*x, y1)], LIGHT.stroke_width(1))))?;
+            }
             if px - labelled_at >= LABEL_GAP_PX {
                 labelled_at = px;
                 // "Optimizer.step#AdamW.step" (a record_function name) reads best after the '#'.
