@@ -744,7 +744,8 @@ fn render_line_chart(c: &LineChart) -> Result<String> {
             let px = (*x - x0) / (x1 - x0) * (WIDTH as f64 - 120.0);
             if px - lined_at >= 1.0 {
                 lined_at = px;
-                chart.draw_series(std::iter::once(PathElement::new(vec![(*x, 0.0), (*x, y1)], LIGHT.stroke_width(1))))?;
+                chart
+                    .draw_series(std::iter::once(PathElement::new(vec![(*x, 0.0), (*x, y1)], LIGHT.stroke_width(1))))?;
             }
             if px - labelled_at >= LABEL_GAP_PX {
                 labelled_at = px;
