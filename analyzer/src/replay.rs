@@ -141,8 +141,8 @@ pub fn replay_observed(path: &Path, opts: &ReplayOptions, observer: &mut Observe
     let device_total = if header.device_total_bytes > 0 { header.device_total_bytes } else { DEFAULT_DEVICE_BYTES };
     let mut device = SimDevice::new(Some(device_total.max(capacity.unwrap_or(0))));
     if recorded && header.source != Source::Simulated {
-        let (segs, maps) = recorded_addresses(path)?;
-        device = device.with_segment_hints(segs).with_reserve_hints(maps);
+        let p = prescan(path)?;
+        device = device.with_segment_hints(p.segments.clone()).with_reserve_hints(p.reservations.clone());
     }
     let used_hints = recorded && header.source != Source::Simulated;
     match &opts.output {
@@ -208,30 +208,47 @@ pub fn effective_capacity(path: &Path, header: &Header) -> Result<Option<(u64, C
     if header.capacity_bytes > 0 {
         return Ok(Some((header.capacity_bytes, CapacitySource::Recorded)));
     }
-    let mut found = None;
-    tracefile::scan(path, |_, r| {
-        if let (None, Event::Oom { reserved_bytes, device_free_bytes, limit_bytes: 0, .. }) = (&found, &r.event) {
-            if *device_free_bytes > 0 {
-                found = Some(reserved_bytes + device_free_bytes);
-            }
-        }
-    })?;
-    Ok(found.map(|c| (c, CapacitySource::InferredFromOom)))
+    Ok(prescan(path)?.oom_capacity.map(|c| (c, CapacitySource::InferredFromOom)))
 }
 
-/// Recorded segment allocations `(addr, bytes)` and expandable reservation starts.
-type RecordedAddresses = (Vec<(u64, u64)>, Vec<u64>);
+/// What replays need from a first pass over a trace: the recorded segment addresses (for
+/// `SimDevice` hints), expandable reservation starts, and the capacity a device-exhaustion OOM
+/// implies. Cached per file (path, size, modification time), so the many replays of one
+/// command (what-if, report) read the trace for it once.
+#[derive(Debug, Default)]
+pub struct Prescan {
+    pub segments: Vec<(u64, u64)>,
+    pub reservations: Vec<u64>,
+    pub oom_capacity: Option<u64>,
+}
 
-/// The recorded segment addresses (for `SimDevice` hints) and expandable reservations.
-fn recorded_addresses(path: &Path) -> Result<RecordedAddresses> {
-    let mut segs = Vec::new();
-    let mut maps: Vec<u64> = Vec::new();
+type PrescanKey = (std::path::PathBuf, u64, Option<std::time::SystemTime>);
+
+pub fn prescan(path: &Path) -> Result<std::sync::Arc<Prescan>> {
+    use std::sync::{Arc, Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<PrescanKey, Arc<Prescan>>>> = OnceLock::new();
+    let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let key = (path.to_path_buf(), meta.len(), meta.modified().ok());
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(p) = cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
+        return Ok(p);
+    }
+    let mut p = Prescan::default();
     tracefile::scan(path, |_, r| match r.event {
-        Event::SegmentAlloc { addr, bytes, .. } => segs.push((addr, bytes)),
-        Event::SegmentMap { addr, .. } if maps.is_empty() => maps.push(addr),
+        Event::SegmentAlloc { addr, bytes, .. } => p.segments.push((addr, bytes)),
+        Event::SegmentMap { addr, .. } if p.reservations.is_empty() => p.reservations.push(addr),
+        Event::Oom { reserved_bytes, device_free_bytes, limit_bytes: 0, .. }
+            if p.oom_capacity.is_none() && device_free_bytes > 0 =>
+        {
+            p.oom_capacity = Some(reserved_bytes + device_free_bytes);
+        }
         _ => {}
     })?;
-    Ok((segs, maps))
+    let p = Arc::new(p);
+    if let Ok(mut c) = cache.lock() {
+        c.insert(key, p.clone());
+    }
+    Ok(p)
 }
 
 /// Takes the engine's events after each request, stamped with the request's time.
