@@ -1,5 +1,5 @@
 """PyTorch's native caching allocator, cached alloc+free pair from C++ (raw_alloc/raw_delete),
-measured the way /work/shared/device/bench_alloc.py measured the anchors (history off only)."""
+measured the way PyTorch's published anchors were measured (history off only)."""
 import time
 import torch
 from torch.utils.cpp_extension import load_inline
