@@ -124,7 +124,17 @@ pub fn replay_file(path: &Path, opts: &ReplayOptions) -> Result<ReplayResult> {
 
 /// Replays the trace at `path`, calling `observer` after every record. The observer is not
 /// called for records after an OOM that ended the replay.
-pub fn replay_observed(path: &Path, opts: &ReplayOptions, observer: &mut Observer<'_>) -> Result<ReplayResult> {
+/// What a replay starts from: the configuration, capacity and device it runs under.
+struct Setup {
+    header: Header,
+    config: AllocatorConfig,
+    capacity: Option<u64>,
+    capacity_source: CapacitySource,
+    device: SimDevice,
+    used_hints: bool,
+}
+
+fn setup(path: &Path, opts: &ReplayOptions) -> Result<Setup> {
     let header = tracefile::open(path)?.header().clone();
     let recorded = opts.config.is_none() || opts.config.as_ref() == Some(&header.config);
     let config = opts.config.clone().unwrap_or_else(|| header.config.clone());
@@ -140,11 +150,16 @@ pub fn replay_observed(path: &Path, opts: &ReplayOptions, observer: &mut Observe
     };
     let device_total = if header.device_total_bytes > 0 { header.device_total_bytes } else { DEFAULT_DEVICE_BYTES };
     let mut device = SimDevice::new(Some(device_total.max(capacity.unwrap_or(0))));
-    if recorded && header.source != Source::Simulated {
+    let used_hints = recorded && header.source != Source::Simulated;
+    if used_hints {
         let p = prescan(path)?;
         device = device.with_segment_hints(p.segments.clone()).with_reserve_hints(p.reservations.clone());
     }
-    let used_hints = recorded && header.source != Source::Simulated;
+    Ok(Setup { header, config, capacity, capacity_source, device, used_hints })
+}
+
+pub fn replay_observed(path: &Path, opts: &ReplayOptions, observer: &mut Observer<'_>) -> Result<ReplayResult> {
+    let Setup { header, config, capacity, capacity_source, device, used_hints } = setup(path, opts)?;
     match &opts.output {
         None => {
             let engine = Engine::new(config, capacity, device, NullSink);
@@ -254,59 +269,62 @@ pub fn prescan(path: &Path) -> Result<std::sync::Arc<Prescan>> {
 /// Takes the engine's events after each request, stamped with the request's time.
 type Drain<'a, S> = dyn FnMut(u64, &mut S) -> Result<(), recorder::trace::TraceError> + 'a;
 
-fn run<S: Sink + ForwardEvents>(
-    path: &Path,
-    mut engine: Engine<SimDevice, S>,
-    used_hints: bool,
-    drain: &mut Drain<'_, S>,
-    observer: &mut Observer<'_>,
-) -> Result<ReplayResult> {
-    let mut live: HashMap<u64, u64> = HashMap::new(); // trace id -> engine addr
-    let mut outcome = Outcome::Ok;
-    let mut requests = 0u64;
-    let mut anomalies = 0u64;
-    let mut error: Option<anyhow::Error> = None;
-    let mut stopped = false;
-    let scanned = tracefile::scan(path, |index, r| {
-        if stopped {
-            return;
-        }
+/// One replay in progress: the engine and what it has seen of the trace.
+struct Replaying<S: Sink> {
+    engine: Engine<SimDevice, S>,
+    /// Trace id -> address in the replay.
+    live: HashMap<u64, u64>,
+    outcome: Outcome,
+    requests: u64,
+    anomalies: u64,
+    /// Set at the first OOM: the program stopped there.
+    stopped: bool,
+}
+
+impl<S: Sink + ForwardEvents> Replaying<S> {
+    fn new(engine: Engine<SimDevice, S>) -> Self {
+        Replaying { engine, live: HashMap::new(), outcome: Outcome::Ok, requests: 0, anomalies: 0, stopped: false }
+    }
+
+    /// Replays one record (a request) or skips it (the source allocator's own decisions).
+    fn step(&mut self, index: u64, r: &Record) {
+        let engine = &mut self.engine;
         match &r.event {
             Event::Alloc { id, requested_bytes, stream, callsite, .. } => {
-                requests += 1;
+                self.requests += 1;
                 match engine.malloc(*requested_bytes, *stream, *callsite) {
                     Ok(a) => {
-                        live.insert(*id, a.addr);
+                        self.live.insert(*id, a.addr);
                     }
                     Err(oom) => {
-                        outcome = oom_outcome(index, r.time_ns, *stream, &oom);
-                        stopped = true;
+                        self.outcome = oom_outcome(index, r.time_ns, *stream, &oom);
+                        self.stopped = true;
                     }
                 }
             }
-            Event::FreeRequested { id, .. } => match live.get(id) {
+            Event::FreeRequested { id, .. } => match self.live.get(id) {
                 Some(&addr) => {
                     if engine.free_requested(addr).is_err() {
-                        anomalies += 1;
+                        self.anomalies += 1;
                     }
                 }
-                None => anomalies += 1,
+                None => self.anomalies += 1,
             },
-            Event::FreeCompleted { id, .. } => match live.remove(id) {
+            Event::FreeCompleted { id, .. } => match self.live.remove(id) {
                 Some(addr) => {
                     // A completion without a request: the source freed in one step.
                     if engine.free_completed(addr).is_err() && engine.free(addr).is_err() {
-                        anomalies += 1;
+                        self.anomalies += 1;
                     }
                 }
-                None => anomalies += 1,
+                None => self.anomalies += 1,
             },
             Event::Oom { requested_bytes, stream, .. } => {
                 // The request that failed in the recorded run: does it fail here too?
-                requests += 1;
+                self.requests += 1;
                 if let Err(oom) = engine.malloc(*requested_bytes, *stream, 0) {
-                    outcome = oom_outcome(index, r.time_ns, *stream, &oom);
-                    stopped = true;
+                    self.outcome = oom_outcome(index, r.time_ns, *stream, &oom);
+                    self.stopped = true;
                 }
             }
             Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. } => {
@@ -325,44 +343,106 @@ fn run<S: Sink + ForwardEvents>(
             | Event::DeviceMemInfo { .. }
             | Event::Dropped { .. } => {}
         }
-        observer(index, r, &engine, &live);
+    }
+
+    fn result(&self, used_hints: bool, capacity_source: CapacitySource, scanned: &tracefile::Scanned) -> ReplayResult {
+        let engine = &self.engine;
+        let st: &Stats = engine.stats();
+        ReplayResult {
+            outcome: self.outcome.clone(),
+            alloc_conf: engine.config().to_string(),
+            capacity_bytes: engine.capacity(),
+            capacity_source,
+            used_recorded_addresses: used_hints,
+            events: scanned.events,
+            requests: self.requests,
+            peak_allocated_bytes: st.allocated_bytes.all.peak,
+            peak_reserved_bytes: st.reserved_bytes.all.peak,
+            peak_requested_bytes: st.requested_bytes.all.peak,
+            peak_active_bytes: st.active_bytes.all.peak,
+            peak_inactive_split_bytes: st.inactive_split_bytes.all.peak,
+            num_alloc_retries: st.num_alloc_retries,
+            num_ooms: st.num_ooms,
+            num_device_alloc: st.num_device_alloc,
+            num_device_free: st.num_device_free,
+            num_sync_all_streams: st.num_sync_all_streams,
+            end_allocated_bytes: st.allocated_bytes.all.current,
+            end_reserved_bytes: st.reserved_bytes.all.current,
+            anomalies: self.anomalies,
+            input_damage: match &scanned.end {
+                TraceEnd::Truncated { .. } | TraceEnd::Corrupt { .. } => scanned.damage_warning(),
+                TraceEnd::Complete { .. } | TraceEnd::Reading => None,
+            },
+        }
+    }
+}
+
+fn run<S: Sink + ForwardEvents>(
+    path: &Path,
+    engine: Engine<SimDevice, S>,
+    used_hints: bool,
+    drain: &mut Drain<'_, S>,
+    observer: &mut Observer<'_>,
+) -> Result<ReplayResult> {
+    let mut rp = Replaying::new(engine);
+    let mut error: Option<anyhow::Error> = None;
+    let scanned = tracefile::scan(path, |index, r| {
+        if rp.stopped {
+            return;
+        }
+        rp.step(index, r);
+        observer(index, r, &rp.engine, &rp.live);
         if error.is_none() {
-            if let Err(e) = drain(r.time_ns, engine.sink_mut()) {
+            if let Err(e) = drain(r.time_ns, rp.engine.sink_mut()) {
                 error = Some(e.into());
-                stopped = true;
+                rp.stopped = true;
             }
         }
     })?;
     if let Some(e) = error {
         return Err(e.context("cannot write the simulated trace"));
     }
-    let st: &Stats = engine.stats();
-    Ok(ReplayResult {
-        outcome,
-        alloc_conf: engine.config().to_string(),
-        capacity_bytes: engine.capacity(),
-        capacity_source: CapacitySource::None,
-        used_recorded_addresses: used_hints,
-        events: scanned.events,
-        requests,
-        peak_allocated_bytes: st.allocated_bytes.all.peak,
-        peak_reserved_bytes: st.reserved_bytes.all.peak,
-        peak_requested_bytes: st.requested_bytes.all.peak,
-        peak_active_bytes: st.active_bytes.all.peak,
-        peak_inactive_split_bytes: st.inactive_split_bytes.all.peak,
-        num_alloc_retries: st.num_alloc_retries,
-        num_ooms: st.num_ooms,
-        num_device_alloc: st.num_device_alloc,
-        num_device_free: st.num_device_free,
-        num_sync_all_streams: st.num_sync_all_streams,
-        end_allocated_bytes: st.allocated_bytes.all.current,
-        end_reserved_bytes: st.reserved_bytes.all.current,
-        anomalies,
-        input_damage: match &scanned.end {
-            TraceEnd::Truncated { .. } | TraceEnd::Corrupt { .. } => scanned.damage_warning(),
-            TraceEnd::Complete { .. } | TraceEnd::Reading => None,
-        },
-    })
+    Ok(rp.result(used_hints, CapacitySource::None, &scanned))
+}
+
+/// An observer that may run on another thread (see [`replay_many`]).
+pub type SendObserver<'a> = dyn FnMut(u64, &Record, &dyn EngineView, &HashMap<u64, u64>) + Send + 'a;
+
+/// Several replays of one trace (different settings or capacities) driven by one read of it:
+/// each decoded chunk is fed to every replay, in parallel. The results are in the order of
+/// `runs`. Writing a replay's output (`ReplayOptions::output`) is not supported here.
+pub fn replay_many(path: &Path, runs: Vec<(ReplayOptions, Box<SendObserver<'_>>)>) -> Result<Vec<ReplayResult>> {
+    use rayon::prelude::*;
+    struct One<'a> {
+        rp: Replaying<NullSink>,
+        observer: Box<SendObserver<'a>>,
+        used_hints: bool,
+        capacity_source: CapacitySource,
+    }
+    let mut all: Vec<One<'_>> = Vec::with_capacity(runs.len());
+    for (opts, observer) in runs {
+        anyhow::ensure!(opts.output.is_none(), "replay_many does not write simulated traces");
+        let s = setup(path, &opts)?;
+        all.push(One {
+            rp: Replaying::new(Engine::new(s.config, s.capacity, s.device, NullSink)),
+            observer,
+            used_hints: s.used_hints,
+            capacity_source: s.capacity_source,
+        });
+    }
+    let scanned = tracefile::scan_chunks(path, |first, chunk| {
+        all.par_iter_mut().for_each(|one| {
+            for (k, r) in chunk.iter().enumerate() {
+                if one.rp.stopped {
+                    break;
+                }
+                let index = first + k as u64;
+                one.rp.step(index, r);
+                (one.observer)(index, r, &one.rp.engine, &one.rp.live);
+            }
+        });
+    })?;
+    Ok(all.iter().map(|one| one.rp.result(one.used_hints, one.capacity_source, &scanned)).collect())
 }
 
 fn oom_outcome(index: u64, time_ns: u64, stream: u64, oom: &recorder::engine::OutOfMemory) -> Outcome {

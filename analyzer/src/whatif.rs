@@ -11,7 +11,7 @@
 //! (a tighter cap can trigger cache flushes that help), so the figure is the boundary that
 //! bisection finds, checked to complete.
 
-use crate::replay::{replay_file, replay_observed, EngineView, ReplayOptions, ReplayResult};
+use crate::replay::{replay_file, EngineView, ReplayOptions, ReplayResult};
 use crate::tracefile;
 use anyhow::Result;
 use rayon::prelude::*;
@@ -232,19 +232,30 @@ fn whatif_observed_inner<T: Send>(
 ) -> Result<(Whatif, Vec<(T, ReplayResult)>)> {
     let bounds = bounds(path, &header.config)?;
     let list = policies(&header.config, opts.capacity_bytes.is_some());
-    let rows: Result<Vec<(PolicyRow, T, ReplayResult)>> = list
-        .par_iter()
-        .enumerate()
-        .map(|(k, (name, config))| {
+    // Every policy at the capacity, from one read of the trace.
+    let mut states: Vec<T> = (0..list.len()).map(state).collect();
+    let runs: Vec<(ReplayOptions, Box<crate::replay::SendObserver<'_>>)> = list
+        .iter()
+        .zip(states.iter_mut())
+        .map(|((_, config), st)| {
             let at_cap = ReplayOptions {
                 config: Some(config.clone()),
                 capacity_bytes: opts.capacity_bytes,
                 unlimited: opts.capacity_bytes.is_none(),
                 ..Default::default()
             };
-            let mut st = state(k);
-            let r = replay_observed(path, &at_cap, &mut |i, rec, view, _| observe(&mut st, i, rec, view))?;
-            bar.inc(1);
+            let observer: Box<crate::replay::SendObserver<'_>> =
+                Box::new(move |i, rec, view, _| observe(st, i, rec, view));
+            (at_cap, observer)
+        })
+        .collect();
+    let at_capacity = crate::replay::replay_many(path, runs)?;
+    bar.inc(at_capacity.len() as u64);
+    // Then each policy's capacity search, the policies in parallel.
+    let rows: Result<Vec<(PolicyRow, T, ReplayResult)>> = list
+        .par_iter()
+        .zip(states.into_par_iter().zip(at_capacity.into_par_iter()))
+        .map(|((name, config), (st, r))| {
             let min = if opts.search_capacity {
                 let unlimited = if opts.capacity_bytes.is_none() {
                     r.clone()
