@@ -89,6 +89,10 @@ impl ReplayResult {
     }
 }
 
+/// The live allocations of a replay: trace `id` -> address in the replay. (Fx hashing: ids
+/// are small integers, and SipHash cost more than the engine's own work per request.)
+pub type LiveMap = rustc_hash::FxHashMap<u64, u64>;
+
 /// What an observer of a replay can see of the engine after each record.
 pub trait EngineView {
     fn stats(&self) -> &Stats;
@@ -115,7 +119,7 @@ impl<S: Sink> EngineView for Engine<SimDevice, S> {
 
 /// Called after each record of a replay with the record's index, the record, the engine, and
 /// the live allocations (trace `id` -> address in the replay).
-pub type Observer<'a> = dyn FnMut(u64, &Record, &dyn EngineView, &HashMap<u64, u64>) + 'a;
+pub type Observer<'a> = dyn FnMut(u64, &Record, &dyn EngineView, &LiveMap) + 'a;
 
 /// Replays the trace at `path`.
 pub fn replay_file(path: &Path, opts: &ReplayOptions) -> Result<ReplayResult> {
@@ -273,7 +277,7 @@ type Drain<'a, S> = dyn FnMut(u64, &mut S) -> Result<(), recorder::trace::TraceE
 struct Replaying<S: Sink> {
     engine: Engine<SimDevice, S>,
     /// Trace id -> address in the replay.
-    live: HashMap<u64, u64>,
+    live: LiveMap,
     outcome: Outcome,
     requests: u64,
     anomalies: u64,
@@ -283,7 +287,7 @@ struct Replaying<S: Sink> {
 
 impl<S: Sink + ForwardEvents> Replaying<S> {
     fn new(engine: Engine<SimDevice, S>) -> Self {
-        Replaying { engine, live: HashMap::new(), outcome: Outcome::Ok, requests: 0, anomalies: 0, stopped: false }
+        Replaying { engine, live: LiveMap::default(), outcome: Outcome::Ok, requests: 0, anomalies: 0, stopped: false }
     }
 
     /// Replays one record (a request) or skips it (the source allocator's own decisions).
@@ -406,7 +410,7 @@ fn run<S: Sink + ForwardEvents>(
 }
 
 /// An observer that may run on another thread (see [`replay_many`]).
-pub type SendObserver<'a> = dyn FnMut(u64, &Record, &dyn EngineView, &HashMap<u64, u64>) + Send + 'a;
+pub type SendObserver<'a> = dyn FnMut(u64, &Record, &dyn EngineView, &LiveMap) + Send + 'a;
 
 /// Several replays of one trace (different settings or capacities) driven by one read of it:
 /// each decoded chunk is fed to every replay, in parallel. The results are in the order of

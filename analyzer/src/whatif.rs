@@ -297,7 +297,7 @@ pub fn bounds(path: &Path, config: &AllocatorConfig) -> Result<Bounds> {
     let mut lifetimes: Vec<(u64, u64, u64)> = Vec::new(); // (start, end, rounded bytes)
     let (mut live_req, mut peak_req) = (0u64, 0u64);
     let (mut live_rounded, mut peak_rounded) = (0u64, 0u64);
-    let mut req_of: HashMap<u64, u64> = HashMap::new();
+    let mut req_of: rustc_hash::FxHashMap<u64, u64> = Default::default();
     let mut allocs = 0u64;
     let mut too_many = false;
     // The failed request of a recorded OOM is a request too (it has no id and is never freed).
