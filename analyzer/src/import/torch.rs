@@ -54,8 +54,7 @@ use recorder::engine::config::{AllocatorConfig, MIB, MIN_BLOCK_SIZE, SMALL_BUFFE
 use recorder::engine::{allocation_size, round_size};
 use recorder::trace::{Event, Frame, Header, MarkKind, Pool, Record, ReleaseCause, Source, NO_CALLSITE};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// What to import and the facts a snapshot does not hold.
@@ -534,49 +533,9 @@ fn request_pool(size: u64) -> Pool {
     }
 }
 
-/// A fast, non-cryptographic hasher (the Fx hash of rustc) for maps keyed by addresses and ids:
-/// the import hashes every entry's address, and SipHash was a tenth of its time. The final
-/// rotation moves the well-mixed high bits down, since addresses are 512-byte aligned and
-/// hashbrown picks buckets from the low bits.
-#[derive(Default, Clone, Copy)]
-struct FxHasher(u64);
-
-const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(c);
-            self.write_u64(u64::from_le_bytes(a));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut a = [0u8; 8];
-            a[..rest.len()].copy_from_slice(rest);
-            self.write_u64(u64::from_le_bytes(a) ^ ((rest.len() as u64) << 59));
-        }
-    }
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(FX_SEED);
-    }
-    #[inline]
-    fn write_u32(&mut self, i: u32) {
-        self.write_u64(i as u64);
-    }
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64);
-    }
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0.rotate_left(26)
-    }
-}
-
-type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+/// Maps keyed by addresses and ids use the Fx hash (rustc-hash): the import hashes every
+/// entry's address, and SipHash was a tenth of its time.
+type FxMap<K, V> = rustc_hash::FxHashMap<K, V>;
 
 // ---------------------------------------------------------------------------------------------
 // Address ranges of reserved memory (segments and mapped pages).
