@@ -274,13 +274,12 @@ pub fn timeline_replayed(path: &Path, x: XAxis, columns: usize) -> Result<Timeli
     })
 }
 
-/// A short name for a call site: the first frame outside installed packages (the user's
-/// code), with the innermost function when that is a different frame.
+/// A short name for a call site: the user's frame (the same rule as `leaks`,
+/// [`crate::leaks::is_library_frame`]), with the innermost function when that is a different
+/// frame.
 pub fn callsite_label(frames: &[Frame]) -> String {
     let base = |f: &Frame| f.file.rsplit('/').next().unwrap_or(&f.file).to_string();
-    let user = frames
-        .iter()
-        .find(|f| !f.file.contains("site-packages") && !f.file.contains("dist-packages") && !f.file.starts_with('<'));
+    let user = frames.iter().find(|f| !crate::leaks::is_library_frame(&f.file));
     match (frames.first(), user) {
         (None, _) => "(no frames)".to_string(),
         (Some(inner), Some(u)) if u != inner => format!("{}:{} {} > {}", base(u), u.line, u.function, inner.function),
