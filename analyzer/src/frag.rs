@@ -331,22 +331,6 @@ pub fn is_request(e: &Event) -> bool {
     )
 }
 
-/// Events and recorded OOMs of a trace: one cheap pass, needed to know where the end is.
-pub struct Prescan {
-    pub events: u64,
-    pub first_oom: Option<u64>,
-}
-
-pub fn prescan(path: &Path) -> Result<Prescan> {
-    let mut first_oom = None;
-    let s = tracefile::scan(path, |i, r| {
-        if first_oom.is_none() && matches!(r.event, Event::Oom { .. }) {
-            first_oom = Some(i);
-        }
-    })?;
-    Ok(Prescan { events: s.events, first_oom })
-}
-
 pub fn analyze(path: &Path, opts: &FragOptions) -> Result<FragReport> {
     analyze_with(path, opts, None)
 }
@@ -354,7 +338,8 @@ pub fn analyze(path: &Path, opts: &FragOptions) -> Result<FragReport> {
 /// [`analyze`], with the trace's [`whatif::Bounds`] when they are already computed.
 pub fn analyze_with(path: &Path, opts: &FragOptions, bounds: Option<&whatif::Bounds>) -> Result<FragReport> {
     let header = tracefile::open(path)?.header().clone();
-    let pre = prescan(path)?;
+    // Where the end is and the first recorded OOM: the replays' shared first pass.
+    let pre = crate::replay::prescan(path)?;
     if let At::Event(e) = opts.at {
         if e >= pre.events {
             bail!("{}: event {e} is past the end (the trace has {} events)", path.display(), pre.events);

@@ -230,15 +230,19 @@ pub fn effective_capacity(path: &Path, header: &Header) -> Result<Option<(u64, C
     Ok(prescan(path)?.oom_capacity.map(|c| (c, CapacitySource::InferredFromOom)))
 }
 
-/// What replays need from a first pass over a trace: the recorded segment addresses (for
-/// `SimDevice` hints), expandable reservation starts, and the capacity a device-exhaustion OOM
-/// implies. Cached per file (path, size, modification time), so the many replays of one
+/// What replays and analyses need from a first pass over a trace: the recorded segment
+/// addresses (for `SimDevice` hints), expandable reservation starts, the capacity a
+/// device-exhaustion OOM implies, the number of events and the first OOM. Cached per file (path, size, modification time), so the many replays of one
 /// command (what-if, report) read the trace for it once.
 #[derive(Debug, Default)]
 pub struct Prescan {
     pub segments: Vec<(u64, u64)>,
     pub reservations: Vec<u64>,
     pub oom_capacity: Option<u64>,
+    /// Events in the trace (up to any damage).
+    pub events: u64,
+    /// Index of the first recorded OOM.
+    pub first_oom: Option<u64>,
 }
 
 type PrescanKey = (std::path::PathBuf, u64, Option<std::time::SystemTime>);
@@ -253,16 +257,18 @@ pub fn prescan(path: &Path) -> Result<std::sync::Arc<Prescan>> {
         return Ok(p);
     }
     let mut p = Prescan::default();
-    tracefile::scan(path, |_, r| match r.event {
+    let scanned = tracefile::scan(path, |i, r| match r.event {
         Event::SegmentAlloc { addr, bytes, .. } => p.segments.push((addr, bytes)),
         Event::SegmentMap { addr, .. } if p.reservations.is_empty() => p.reservations.push(addr),
-        Event::Oom { reserved_bytes, device_free_bytes, limit_bytes: 0, .. }
-            if p.oom_capacity.is_none() && device_free_bytes > 0 =>
-        {
-            p.oom_capacity = Some(reserved_bytes + device_free_bytes);
+        Event::Oom { reserved_bytes, device_free_bytes, limit_bytes, .. } => {
+            p.first_oom.get_or_insert(i);
+            if p.oom_capacity.is_none() && limit_bytes == 0 && device_free_bytes > 0 {
+                p.oom_capacity = Some(reserved_bytes + device_free_bytes);
+            }
         }
         _ => {}
     })?;
+    p.events = scanned.events;
     let p = Arc::new(p);
     if let Ok(mut c) = cache.lock() {
         c.insert(key, p.clone());
