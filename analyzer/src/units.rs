@@ -1,33 +1,9 @@
 //! Byte quantities as people write them (`6GiB`, `1.5GB`, `512MiB`, `1048576`) and as we print
 //! them (binary units, two decimals, like PyTorch's OOM message).
 
-/// Parses a byte quantity: plain bytes, or a number with a unit. Binary units (KiB, MiB, GiB,
-/// TiB) are powers of 1024, decimal ones (KB, MB, GB, TB) powers of 1000; `K`/`M`/`G`/`T`
-/// alone are binary, as in PyTorch's settings.
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let unit = unit.trim();
-    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tib" => 1024f64.powi(4),
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        _ => return Err(format!("`{text}`: unknown unit `{unit}` (use bytes, KiB, MiB, GiB, TiB, KB, MB, GB or TB)")),
-    };
-    let value: f64 = num.parse().map_err(|_| format!("`{text}` is not a byte quantity (e.g. 6GiB, 1.5GB, 512MiB)"))?;
-    let bytes = value * mult;
-    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-        return Err(format!("`{text}` is out of range"));
-    }
-    Ok(bytes.round() as u64)
-}
+/// Parses a byte quantity (`6GiB`, `1.5GB`, `512MiB`, `1048576`): the recorder's parser, so
+/// the CLI and the recorder's `ALLOCTRACE_CAPACITY` read a size the same way.
+pub use recorder::engine::config::parse_bytes;
 
 /// Formats bytes in binary units with two decimals: `512 B`, `4.00 MiB`, `1.80 GiB`.
 pub fn fmt_bytes(bytes: u64) -> String {

@@ -89,23 +89,6 @@ static GLOBAL: OnceLock<Option<Global>> = OnceLock::new();
 static SUMMARY: Mutex<Option<RecordSummary>> = Mutex::new(None);
 static WARNED_DEVICE: AtomicBool = AtomicBool::new(false);
 
-/// Parses `123`, `4KiB`, `512MiB`, `40GiB` (also `K`/`M`/`G`, `KB`/`MB`/`GB` as binary).
-pub fn parse_bytes(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().ok()?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        _ => return None,
-    };
-    Some((n * mult as f64) as u64)
-}
-
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
@@ -115,9 +98,9 @@ fn start(device: c_int) -> Option<Global> {
     let mut opts = RecorderOptions::new(path);
     opts.alloc_conf = env("ALLOCTRACE_CONF").or_else(|| env("PYTORCH_CUDA_ALLOC_CONF")).unwrap_or_default();
     if let Some(c) = env("ALLOCTRACE_CAPACITY") {
-        match parse_bytes(&c) {
-            Some(b) => opts.capacity_bytes = Some(b),
-            None => eprintln!("alloctrace: ignoring ALLOCTRACE_CAPACITY={c}: not a size"),
+        match crate::engine::config::parse_bytes(&c) {
+            Ok(b) => opts.capacity_bytes = Some(b),
+            Err(e) => eprintln!("alloctrace: ignoring ALLOCTRACE_CAPACITY: {e}"),
         }
     }
     let stacks = env("ALLOCTRACE_STACKS").is_some_and(|v| v != "0");

@@ -1,6 +1,7 @@
 //! The C ABI on the simulated device (`ALLOCTRACE_DEVICE=sim`): PyTorch's entry points, marks,
 //! empty_cache and shutdown with its status file. One test: the ABI has one global recorder.
 
+use recorder::engine::config::parse_bytes;
 use recorder::ffi::*;
 use recorder::trace::{Event, MarkKind, ReleaseCause, TraceEnd, TraceReader};
 use std::ffi::CString;
@@ -53,9 +54,9 @@ fn the_c_abi_records_a_trace() {
     assert!(has(&|e| matches!(e, Event::SegmentUnmap { .. })));
     assert!(has(&|e| matches!(e, Event::Oom { .. })));
     assert!(has(&|e| matches!(e, Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. })));
-    assert_eq!(parse_bytes("40GiB"), Some(40 << 30));
-    assert_eq!(parse_bytes("1.5k"), Some(1536));
-    assert_eq!(parse_bytes("12"), Some(12));
-    assert_eq!(parse_bytes("x"), None);
+    assert_eq!(parse_bytes("40GiB").ok(), Some(40 << 30));
+    assert_eq!(parse_bytes("1.5k").ok(), Some(1536));
+    assert_eq!(parse_bytes("12").ok(), Some(12));
+    assert_eq!(parse_bytes("x").ok(), None);
     let _ = std::fs::remove_dir_all(&dir);
 }
