@@ -233,3 +233,37 @@ fn a_full_queue_drops_and_counts() {
 fn dropped_markers(path: &std::path::Path) -> u64 {
     TraceReader::open(path).unwrap().filter(|r| matches!(r.event, Event::Dropped { .. })).count() as u64
 }
+
+/// Timestamps are nanoseconds of the monotonic clock since the recorder started, whichever
+/// source it reads on the hot path (the time stamp counter where reliable, else the clock).
+#[test]
+fn timestamps_are_monotonic_clock_nanoseconds() {
+    for use_tsc in [true, false] {
+        let path = tmp(if use_tsc { "clock_tsc" } else { "clock_mono" });
+        let mut opts = RecorderOptions::new(&path);
+        opts.use_tsc = use_tsc;
+        let rec = Recorder::start(opts, SimDevice::new(None)).unwrap();
+        let mut brackets = Vec::new();
+        for i in 0..4 {
+            std::thread::sleep(std::time::Duration::from_millis(15));
+            let before = rec.now_ns();
+            rec.mark(MarkKind::Phase, &format!("m{i}"));
+            brackets.push((before, rec.now_ns()));
+        }
+        let source = rec.clock_source();
+        rec.finish();
+        let mut r = TraceReader::open(&path).unwrap();
+        assert!(r.header().notes.iter().any(|n| n.starts_with("clock: ")), "{:?}", r.header().notes);
+        let marks: Vec<u64> =
+            r.read_all().iter().filter(|r| matches!(r.event, Event::Mark { .. })).map(|r| r.time_ns).collect();
+        assert_eq!(marks.len(), brackets.len());
+        let slack = 50_000;
+        for (t, (before, after)) in marks.iter().zip(&brackets) {
+            assert!(
+                t + slack >= *before && *t <= after + slack,
+                "{source:?}: mark at {t} ns, read in [{before}, {after}]"
+            );
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+}

@@ -8,8 +8,7 @@
 
 use super::freeset::FreeSet;
 use crate::trace::Pool;
-use std::collections::{BTreeSet, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BTreeSet;
 
 pub(crate) const NIL: u32 = u32::MAX;
 
@@ -136,29 +135,3 @@ pub(crate) struct PoolSets {
     /// `get_free_blocks_call_count`, counted only while garbage collection is on.
     pub gc_calls: u64,
 }
-
-/// Hashes device addresses (multiples of 512) with one multiplication: SipHash would cost more
-/// than the rest of a cached allocation.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-
-    #[inline]
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (n >> 9).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(26);
-    }
-}
-
-pub(crate) type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;

@@ -1,7 +1,8 @@
 //! The engine: malloc (best fit, split), free (merge), and the expandable-segment map path.
 
-use super::block::{AddrMap, Arena, Block, PoolSets, State, NIL};
+use super::block::{Arena, Block, PoolSets, State, NIL};
 use super::config::{AllocatorConfig, MIN_BLOCK_SIZE, SMALL_SIZE};
+use super::live::LiveMap;
 use super::rounding::{allocation_size, page_size, pool_for, round_size};
 use super::stats::Stats;
 use super::{Allocation, FreeError, OutOfMemory, Released, Sink};
@@ -32,7 +33,7 @@ pub struct Engine<D: Device, S: Sink> {
     /// Indexed by [`pool_index`].
     pub(crate) pools: [PoolSets; 2],
     /// Allocated and pending-free blocks by address.
-    pub(crate) live: AddrMap<u32>,
+    pub(crate) live: LiveMap,
     pub(crate) pending: usize,
     /// Pending frees completed by a synchronization; their `free_completed` is still to come.
     pub(crate) completed_by_sync: HashSet<u64>,
@@ -62,7 +63,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
             sink,
             blocks: Arena::default(),
             pools: Default::default(),
-            live: AddrMap::default(),
+            live: LiveMap::default(),
             pending: 0,
             completed_by_sync: HashSet::new(),
             expandables: Vec::new(),
@@ -179,20 +180,16 @@ impl<D: Device, S: Sink> Engine<D, S> {
         if gc {
             sets.gc_calls += 1;
         }
-        let mut it = sets.free.at_least(stream, rounded);
-        let mut key = it.next()?;
-        if key.0 != stream {
-            return None;
-        }
-        if self.blocks[key.3].is_expandable() && self.config.expandable_segments {
+        let (mut key, at) = sets.free.first_at_least(stream, rounded)?;
+        let expandable = self.blocks[key.3].is_expandable() && self.config.expandable_segments;
+        if expandable {
             // An expandable block counts as big as it can grow (plus an unmapped successor).
             let expandable_size = |blocks: &Arena, idx: u32| {
                 let b = &blocks[idx];
                 b.size + if b.next != NIL && blocks[b.next].state == State::Unmapped { blocks[b.next].size } else { 0 }
             };
-            for next in it {
-                if next.0 != stream
-                    || !self.blocks[key.3].is_expandable()
+            for next in sets.free.at_least(stream, rounded).skip(1) {
+                if !self.blocks[key.3].is_expandable()
                     || expandable_size(&self.blocks, next.3) >= expandable_size(&self.blocks, key.3)
                 {
                     break;
@@ -208,7 +205,11 @@ impl<D: Device, S: Sink> Engine<D, S> {
         if rounded >= msplit && size >= rounded.saturating_add(self.config.max_non_split_rounding) {
             return None;
         }
-        sets.free.remove(&key);
+        if expandable {
+            sets.free.remove(&key);
+        } else {
+            sets.free.remove_at(at);
+        }
         self.blocks[key.3].state = State::Taken;
         Some(key.3)
     }
@@ -327,7 +328,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// `free_requested` + `free_completed`: the block goes back to the cache at once.
     pub fn free(&mut self, addr: u64) -> Result<(), FreeError> {
         // One map lookup where the two halves would take three.
-        let Some(idx) = self.live.remove(&addr) else {
+        let Some(idx) = self.live.remove(addr) else {
             return Err(FreeError::UnknownAddress(addr));
         };
         if let Err(e) = self.mark_pending(idx, addr) {
@@ -341,7 +342,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
 
     /// The program released the block: it is no longer allocated but not reusable yet.
     pub fn free_requested(&mut self, addr: u64) -> Result<(), FreeError> {
-        let Some(&idx) = self.live.get(&addr) else {
+        let Some(idx) = self.live.get(addr) else {
             return Err(FreeError::UnknownAddress(addr));
         };
         self.mark_pending(idx, addr)
@@ -369,7 +370,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// The block's stream work is done: it returns to the cache and merges with free
     /// neighbours. A block completed earlier by a synchronization (`empty_cache`) is accepted.
     pub fn free_completed(&mut self, addr: u64) -> Result<(), FreeError> {
-        let Some(&idx) = self.live.get(&addr) else {
+        let Some(idx) = self.live.get(addr) else {
             if !self.completed_by_sync.is_empty() && self.completed_by_sync.remove(&addr) {
                 return Ok(());
             }
@@ -378,7 +379,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         if self.blocks[idx].state != State::Pending {
             return Err(FreeError::NotRequested(addr));
         }
-        self.live.remove(&addr);
+        self.live.remove(addr);
         self.pending -= 1;
         self.free_block(idx);
         Ok(())
@@ -392,10 +393,10 @@ impl<D: Device, S: Sink> Engine<D, S> {
             return;
         }
         let mut pending: Vec<(u64, u32)> =
-            self.live.iter().filter(|(_, &i)| self.blocks[i].state == State::Pending).map(|(&a, &i)| (a, i)).collect();
+            self.live.iter().filter(|&(_, i)| self.blocks[i].state == State::Pending).collect();
         pending.sort_unstable();
         for (addr, idx) in pending {
-            self.live.remove(&addr);
+            self.live.remove(addr);
             self.pending -= 1;
             self.completed_by_sync.insert(addr);
             self.free_block(idx);
@@ -412,8 +413,9 @@ impl<D: Device, S: Sink> Engine<D, S> {
         self.sink.event(Event::FreeCompleted { id, addr });
         let (mut net_blocks, mut net_bytes) = (0i64, 0i64);
         for cand in [self.blocks[idx].prev, self.blocks[idx].next] {
-            let subsumed = self.try_merge_blocks(idx, cand);
-            if subsumed > 0 {
+            // Only a free neighbour merges (`idx` is mapped); most neighbours are not.
+            if cand != NIL && self.blocks[cand].state == State::Free {
+                let subsumed = self.try_merge_blocks(idx, cand);
                 net_blocks -= 1;
                 net_bytes -= subsumed as i64;
             }

@@ -101,22 +101,43 @@ impl Bins {
     fn insert(&mut self, size: u64, addr: u64, idx: u32) {
         let c = class_of(size);
         let v = &mut self.classes[c];
-        let i = v.partition_point(|e| e.below(size, addr));
-        v.insert(i, Entry { size, addr, idx });
-        self.subs[c >> SUB_BITS] |= 1 << (c & (SUBS - 1));
-        self.groups |= 1 << (c >> SUB_BITS);
+        let e = Entry { size, addr, idx };
+        // Classes are narrow: most hold a block or two, and a new block often goes last.
+        match v.last() {
+            None => {
+                v.push(e);
+                self.subs[c >> SUB_BITS] |= 1 << (c & (SUBS - 1));
+                self.groups |= 1 << (c >> SUB_BITS);
+            }
+            Some(last) if last.below(size, addr) => v.push(e),
+            Some(_) => {
+                let i = v.partition_point(|e| e.below(size, addr));
+                v.insert(i, e);
+            }
+        }
         self.len += 1;
     }
 
+    /// Position of (size, addr) when it is in the set.
     #[inline]
-    fn remove(&mut self, size: u64, addr: u64, idx: u32) -> bool {
+    fn position(&self, size: u64, addr: u64, idx: u32) -> Option<(usize, usize)> {
         let c = class_of(size);
-        let v = &mut self.classes[c];
+        let v = &self.classes[c];
         let i = v.partition_point(|e| e.below(size, addr));
-        if i == v.len() || v[i].size != size || v[i].addr != addr || v[i].idx != idx {
-            return false;
+        match v.get(i) {
+            Some(e) if e.size == size && e.addr == addr && e.idx == idx => Some((c, i)),
+            _ => None,
         }
-        v.remove(i);
+    }
+
+    #[inline]
+    fn remove_at(&mut self, c: usize, i: usize) {
+        let v = &mut self.classes[c];
+        if i + 1 == v.len() {
+            v.pop();
+        } else {
+            v.remove(i);
+        }
         if v.is_empty() {
             let g = c >> SUB_BITS;
             self.subs[g] &= !(1 << (c & (SUBS - 1)));
@@ -125,8 +146,15 @@ impl Bins {
             }
         }
         self.len -= 1;
-        true
     }
+}
+
+/// Where a key is: its stream's slot, its class, its index in the class.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Position {
+    slot: usize,
+    class: usize,
+    pos: usize,
 }
 
 /// Ascending iteration over one stream's bins from a position.
@@ -190,10 +218,33 @@ impl FreeSet {
     /// Removes the key; false when it is not in the set.
     #[inline]
     pub fn remove(&mut self, &(stream, size, addr, idx): &FreeKey) -> bool {
-        match self.streams.iter_mut().find(|s| s.0 == stream) {
-            Some(s) => s.1.remove(size, addr, idx),
+        let Some(s) = self.streams.iter_mut().find(|s| s.0 == stream) else {
+            return false;
+        };
+        match s.1.position(size, addr, idx) {
+            Some((c, i)) => {
+                s.1.remove_at(c, i);
+                true
+            }
             None => false,
         }
+    }
+
+    /// The smallest key of this stream with a size of at least `size` (lowest address among
+    /// equals), and where it is, for [`FreeSet::remove_at`].
+    #[inline]
+    pub fn first_at_least(&self, stream: u64, size: u64) -> Option<(FreeKey, Position)> {
+        let (slot, (_, bins)) = self.streams.iter().enumerate().find(|(_, s)| s.0 == stream)?;
+        let (class, pos) = bins.lower_bound(size, 0)?;
+        let e = bins.classes[class][pos];
+        Some(((stream, e.size, e.addr, e.idx), Position { slot, class, pos }))
+    }
+
+    /// Removes the key at `at`, which [`FreeSet::first_at_least`] returned with no change to
+    /// the set since.
+    #[inline]
+    pub fn remove_at(&mut self, at: Position) {
+        self.streams[at.slot].1.remove_at(at.class, at.pos);
     }
 
     /// This stream's keys of at least `size`, ascending (`range((stream, size, 0, 0)..)`
@@ -257,6 +308,12 @@ mod tests {
             let (s, n) = (key.0, rnd() % (1 << 41));
             let want: Vec<_> = reference.range((s, n, 0, 0)..).take_while(|k| k.0 == s).take(3).copied().collect();
             assert_eq!(set.at_least(s, n).take(3).collect::<Vec<_>>(), want);
+            let first = set.first_at_least(s, n);
+            assert_eq!(first.map(|f| f.0), want.first().copied());
+            if let (Some((k, at)), 0) = (first, rnd() % 4) {
+                set.remove_at(at);
+                assert!(reference.remove(&k));
+            }
             let below: Vec<_> = reference.range(..(s, n, 0, 0)).rev().take_while(|k| k.0 == s).copied().collect();
             assert_eq!(set.below_size_rev(s, n).collect::<Vec<_>>(), below);
         }

@@ -14,6 +14,7 @@ mod block;
 pub mod config;
 mod core;
 mod freeset;
+mod live;
 mod release;
 mod rounding;
 mod stats;

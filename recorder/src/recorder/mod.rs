@@ -18,16 +18,23 @@
 //!
 //! Generic over [`Device`]: on a `SimDevice` it runs in CI, on a `CudaDevice` on a GPU.
 
+mod batch;
+mod clock;
+mod lock;
 pub mod replay;
 pub mod shim;
 mod writer;
+
+pub use clock::ClockSource;
 
 pub use writer::WriterOutcome;
 
 use crate::device::Device;
 use crate::engine::config::AllocatorConfig;
 use crate::engine::{Allocation, Engine, FreeError, OutOfMemory, Released, SegmentView, Sink, Stats};
-use crate::trace::{Event, Frame, Header, MarkKind, Record, Source, NO_CALLSITE};
+use crate::trace::{Event, Frame, Header, MarkKind, Source, NO_CALLSITE};
+use batch::Batch;
+use lock::{Guard, Lock};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -60,6 +67,9 @@ pub struct RecorderOptions {
     /// When the queue is full (the writer is starved of CPU), an allocating thread yields its
     /// time slice for at most this long before dropping the batch. Zero: drop at once.
     pub full_queue_yield: Duration,
+    /// Timestamps from the time stamp counter where it is reliable (see [`ClockSource`]);
+    /// false: always `CLOCK_MONOTONIC`.
+    pub use_tsc: bool,
 }
 
 impl RecorderOptions {
@@ -76,6 +86,7 @@ impl RecorderOptions {
             queue_batches: 64,
             flush_interval: Duration::from_millis(100),
             full_queue_yield: FULL_QUEUE_YIELD,
+            use_tsc: true,
         }
     }
 }
@@ -151,91 +162,20 @@ impl Drop for SiteScope {
 /// State shared by the recorder, its sink and its writer.
 pub(crate) struct Shared {
     pub dropped: AtomicU64,
-    origin: clock::Origin,
-}
-
-impl Shared {
-    #[inline]
-    pub fn now_ns(&self) -> u64 {
-        self.origin.elapsed_ns()
-    }
+    pub clock: clock::Clock,
 }
 
 /// How long an allocating thread yields to a starved writer before dropping a batch (default).
 pub const FULL_QUEUE_YIELD: Duration = Duration::from_millis(20);
 
-/// The trace clock: nanoseconds since the recorder started, on the monotonic clock.
-///
-/// On 64-bit Linux it reads `CLOCK_MONOTONIC` (the clock `Instant` reads) straight into
-/// nanoseconds: `Instant::elapsed` costs three times the clock read itself (a second
-/// `Timespec` subtraction with normalisation and checks, then a `u128` conversion), ~100 of
-/// the ~150 instructions the recorder adds to each call.
-mod clock {
-    #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
-    mod imp {
-        #[repr(C)]
-        struct Timespec {
-            tv_sec: i64,
-            tv_nsec: i64,
-        }
-
-        extern "C" {
-            fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
-        }
-
-        const CLOCK_MONOTONIC: i32 = 1;
-
-        #[inline]
-        fn monotonic_ns() -> u64 {
-            let mut ts = Timespec { tv_sec: 0, tv_nsec: 0 };
-            // SAFETY: a valid out-pointer to a `struct timespec` (two 64-bit fields on 64-bit
-            // Linux); CLOCK_MONOTONIC always exists, so the call cannot fail.
-            unsafe { clock_gettime(CLOCK_MONOTONIC, &mut ts) };
-            (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
-        }
-
-        pub(crate) struct Origin(u64);
-
-        impl Origin {
-            pub fn now() -> Origin {
-                Origin(monotonic_ns())
-            }
-
-            #[inline]
-            pub fn elapsed_ns(&self) -> u64 {
-                monotonic_ns().saturating_sub(self.0)
-            }
-        }
-    }
-
-    #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
-    mod imp {
-        use std::time::Instant;
-
-        pub(crate) struct Origin(Instant);
-
-        impl Origin {
-            pub fn now() -> Origin {
-                Origin(Instant::now())
-            }
-
-            #[inline]
-            pub fn elapsed_ns(&self) -> u64 {
-                self.0.elapsed().as_nanos() as u64
-            }
-        }
-    }
-
-    pub(crate) use imp::Origin;
-}
-
 /// The engine's event sink inside the recorder: a batch being filled.
 pub struct RecSink {
-    now_ns: u64,
-    buf: Vec<Record>,
+    /// The clock's ticks at entry to the current call; the writer converts them to ns.
+    now_ticks: u64,
+    buf: Batch,
     batch: usize,
     tx: SyncSender<Msg>,
-    spare: Receiver<Vec<Record>>,
+    spare: Receiver<Batch>,
     shared: Arc<Shared>,
     produced: u64,
     closed: bool,
@@ -243,9 +183,25 @@ pub struct RecSink {
 }
 
 impl RecSink {
+    /// Starts a call: its events happen at `ticks`.
+    #[inline]
+    fn set_time(&mut self, ticks: u64) {
+        self.now_ticks = ticks;
+        if !self.closed {
+            self.buf.time(ticks);
+        }
+    }
+
+    /// An empty batch (a recycled one when the writer has returned some), at the current time.
+    fn next_batch(&mut self) -> Batch {
+        let mut next = self.spare.try_recv().unwrap_or_else(|_| Batch::with_capacity(self.batch));
+        next.time(self.now_ticks);
+        next
+    }
+
     #[cold]
     fn hand_over(&mut self) {
-        let next = self.spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(self.batch));
+        let next = self.next_batch();
         let full = std::mem::replace(&mut self.buf, next);
         // Soft backpressure: when the queue is full the writer is starved of CPU (allocating
         // threads outnumber the cores), so give it the core in short sleeps, for at most
@@ -273,20 +229,20 @@ impl RecSink {
         }
     }
 
-    fn take(&mut self) -> Vec<Record> {
-        let next = self.spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(self.batch));
+    fn take(&mut self) -> Batch {
+        let next = self.next_batch();
         std::mem::replace(&mut self.buf, next)
     }
 }
 
 impl Sink for RecSink {
-    #[inline]
+    #[inline(always)]
     fn event(&mut self, event: Event) {
         if self.closed {
             return;
         }
         self.produced += 1;
-        self.buf.push(Record { time_ns: self.now_ns, event });
+        self.buf.push(event);
         if self.buf.len() >= self.batch {
             self.hand_over();
         }
@@ -301,7 +257,7 @@ struct Inner<D: Device> {
 
 /// The engine on a device, recording to a trace. See the module documentation.
 pub struct Recorder<D: Device + Send + 'static> {
-    inner: Arc<Mutex<Inner<D>>>,
+    inner: Arc<Lock<Inner<D>>>,
     shared: Arc<Shared>,
     tx: SyncSender<Msg>,
     writer: Mutex<Option<JoinHandle<WriterOutcome>>>,
@@ -314,7 +270,7 @@ impl<D: Device + Send + 'static> Recorder<D> {
     /// [`Recorder::finish`] says why).
     pub fn start(opts: RecorderOptions, mut device: D) -> Result<Self, StartError> {
         let config = AllocatorConfig::parse(&opts.alloc_conf)?;
-        let origin = clock::Origin::now();
+        let clock = clock::Clock::start(opts.use_tsc);
         let unix_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
         let mem = device.mem_info();
         let mut header = Header::new(Source::Recorded);
@@ -327,14 +283,15 @@ impl<D: Device + Send + 'static> Recorder<D> {
         header.pid = std::process::id();
         header.command_line = opts.command_line.clone();
         header.notes = opts.notes.clone();
+        header.notes.push(format!("clock: {}", clock.source().describe()));
 
-        let shared = Arc::new(Shared { dropped: AtomicU64::new(0), origin });
+        let shared = Arc::new(Shared { dropped: AtomicU64::new(0), clock });
         let (tx, rx) = mpsc::sync_channel(opts.queue_batches.max(1));
         let (spare_tx, spare_rx) = mpsc::sync_channel(opts.queue_batches.max(1));
         let batch = opts.batch_events.max(1);
         let sink = RecSink {
-            now_ns: 0,
-            buf: Vec::with_capacity(batch),
+            now_ticks: 0,
+            buf: Batch::with_capacity(batch),
             batch,
             tx: tx.clone(),
             spare: spare_rx,
@@ -347,7 +304,7 @@ impl<D: Device + Send + 'static> Recorder<D> {
         if let Some((free_bytes, total_bytes)) = mem {
             engine.sink_mut().event(Event::DeviceMemInfo { free_bytes, total_bytes });
         }
-        let inner = Arc::new(Mutex::new(Inner { engine, sites: HashMap::new(), free_errors: 0 }));
+        let inner = Arc::new(Lock::new(Inner { engine, sites: HashMap::new(), free_errors: 0 }));
         let pull_from = Arc::downgrade(&inner);
         let w = Writer {
             path: opts.path.clone(),
@@ -361,18 +318,13 @@ impl<D: Device + Send + 'static> Recorder<D> {
                 // (soft backpressure); then only drain the queue, which frees that room. The
                 // partial batch is taken on a later pull, or handed over when it fills.
                 Some(inner) => match inner.try_lock() {
-                    Ok(mut g) => {
+                    Some(mut g) => {
                         let drained: Vec<Msg> = rx.try_iter().collect();
                         (drained, g.engine.sink_mut().take())
                     }
-                    Err(std::sync::TryLockError::Poisoned(p)) => {
-                        let mut g = p.into_inner();
-                        let drained: Vec<Msg> = rx.try_iter().collect();
-                        (drained, g.engine.sink_mut().take())
-                    }
-                    Err(std::sync::TryLockError::WouldBlock) => (rx.try_iter().collect(), Vec::new()),
+                    None => (rx.try_iter().collect(), Batch::default()),
                 },
-                None => (rx.try_iter().collect(), Vec::new()),
+                None => (rx.try_iter().collect(), Batch::default()),
             }),
         };
         let handle = std::thread::Builder::new()
@@ -383,10 +335,10 @@ impl<D: Device + Send + 'static> Recorder<D> {
     }
 
     #[inline]
-    fn enter(&self) -> MutexGuard<'_, Inner<D>> {
-        let now = self.shared.now_ns();
-        let mut g = lock(&self.inner);
-        g.engine.sink_mut().now_ns = now;
+    fn enter(&self) -> Guard<'_, Inner<D>> {
+        let now = self.shared.clock.ticks();
+        let mut g = self.inner.lock();
+        g.engine.sink_mut().set_time(now);
         g
     }
 
@@ -483,17 +435,17 @@ impl<D: Device + Send + 'static> Recorder<D> {
 
     /// The allocator's statistics (`torch.cuda.memory_stats()` names).
     pub fn stats(&self) -> Stats {
-        lock(&self.inner).engine.stats().clone()
+        self.inner.lock().engine.stats().clone()
     }
 
     /// The cache's segments and blocks right now.
     pub fn segments(&self) -> Vec<SegmentView> {
-        lock(&self.inner).engine.segments()
+        self.inner.lock().engine.segments()
     }
 
     /// Runs `f` on the device (e.g. to read a `CudaDevice`'s errors), under the lock.
     pub fn with_device<R>(&self, f: impl FnOnce(&mut D) -> R) -> R {
-        f(lock(&self.inner).engine.device_mut())
+        f(self.inner.lock().engine.device_mut())
     }
 
     /// Events dropped so far (full queue, write errors).
@@ -503,17 +455,22 @@ impl<D: Device + Send + 'static> Recorder<D> {
 
     /// Events produced so far (written, queued or dropped).
     pub fn produced_events(&self) -> u64 {
-        lock(&self.inner).engine.sink_mut().produced
+        self.inner.lock().engine.sink_mut().produced
     }
 
     /// Frees of unknown addresses so far.
     pub fn free_errors(&self) -> u64 {
-        lock(&self.inner).free_errors
+        self.inner.lock().free_errors
     }
 
     /// Nanoseconds since the trace's clock origin (the timestamps of its records).
     pub fn now_ns(&self) -> u64 {
-        self.shared.now_ns()
+        self.shared.clock.now_ns()
+    }
+
+    /// What the trace's timestamps were read from.
+    pub fn clock_source(&self) -> ClockSource {
+        self.shared.clock.source()
     }
 
     pub fn path(&self) -> &std::path::Path {
@@ -533,7 +490,7 @@ impl<D: Device + Send + 'static> Recorder<D> {
     /// nothing more written.
     pub fn finish(&self) -> RecordSummary {
         let (produced, free_errors) = {
-            let mut g = lock(&self.inner);
+            let mut g = self.inner.lock();
             let s = g.engine.sink_mut();
             s.closed = true;
             (s.produced, g.free_errors)

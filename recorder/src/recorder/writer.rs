@@ -6,6 +6,8 @@
 //! interval of events. A write error ends writing but not the program: from then on every event
 //! is counted as dropped and the summary says why.
 
+use super::batch::Batch;
+use super::clock::TickConverter;
 use super::Shared;
 use crate::trace::{Event, Header, Record, TraceWriter};
 use std::fs::File;
@@ -17,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub(crate) enum Msg {
-    Batch(Vec<Record>),
+    Batch(Batch),
     /// Write everything handed over so far, flush, then answer.
     Flush(SyncSender<()>),
     Shutdown,
@@ -38,13 +40,13 @@ pub struct WriterOutcome {
 }
 
 /// See [`Writer::pull`].
-pub(crate) type Pull = Box<dyn Fn(&Receiver<Msg>) -> (Vec<Msg>, Vec<Record>) + Send>;
+pub(crate) type Pull = Box<dyn Fn(&Receiver<Msg>) -> (Vec<Msg>, Batch) + Send>;
 
 pub(crate) struct Writer {
     pub path: PathBuf,
     pub header: Header,
     pub rx: Receiver<Msg>,
-    pub spare: SyncSender<Vec<Record>>,
+    pub spare: SyncSender<Batch>,
     pub shared: Arc<Shared>,
     pub flush_interval: Duration,
     /// Drains the queue, then, if the recorder's lock is free (so no batch can be handed over
@@ -55,6 +57,8 @@ pub(crate) struct Writer {
 
 struct State {
     out: Option<TraceWriter<BufWriter<File>>>,
+    /// Turns the records' clock ticks into nanoseconds.
+    ticks: TickConverter,
     written: u64,
     /// Drops already reported in the trace.
     reported_dropped: u64,
@@ -76,7 +80,15 @@ impl State {
 
 impl Writer {
     pub fn run(self) -> WriterOutcome {
-        let mut st = State { out: None, written: 0, reported_dropped: 0, error: None, dirty: false, bytes: 0 };
+        let mut st = State {
+            out: None,
+            ticks: self.shared.clock.converter(),
+            written: 0,
+            reported_dropped: 0,
+            error: None,
+            dirty: false,
+            bytes: 0,
+        };
         match TraceWriter::create(&self.path, &self.header) {
             Ok(mut w) => {
                 // A live job: compression speed matters more than a few percent of size.
@@ -146,26 +158,30 @@ impl Writer {
         }
     }
 
-    fn write_batch(&self, st: &mut State, mut v: Vec<Record>) {
+    fn write_batch(&self, st: &mut State, mut v: Batch) {
         if v.is_empty() {
             return;
         }
         match st.out.as_mut() {
             Some(w) => {
-                let mut failed = None;
-                for (i, r) in v.iter().enumerate() {
-                    if let Err(e) = w.write(r) {
-                        failed = Some((i, e));
-                        break;
-                    }
-                }
-                match failed {
-                    None => st.written += v.len() as u64,
-                    Some((i, e)) => {
-                        st.written += i as u64;
-                        self.shared.dropped.fetch_add((v.len() - i) as u64, Ordering::Relaxed);
-                        st.fail(e);
-                    }
+                st.ticks.calibrate();
+                let (ticks, n) = (&st.ticks, v.len() as u64);
+                let (mut written, mut failed) = (0u64, None);
+                v.decode(
+                    |t| ticks.to_ns(t),
+                    |r| {
+                        if failed.is_none() {
+                            match w.write(&r) {
+                                Ok(()) => written += 1,
+                                Err(e) => failed = Some(e),
+                            }
+                        }
+                    },
+                );
+                st.written += written;
+                if let Some(e) = failed {
+                    self.shared.dropped.fetch_add(n - written, Ordering::Relaxed);
+                    st.fail(e);
                 }
                 st.dirty = true;
             }
@@ -186,7 +202,7 @@ impl Writer {
             return;
         }
         if let Some(w) = st.out.as_mut() {
-            let time_ns = self.shared.now_ns();
+            let time_ns = self.shared.clock.now_ns();
             w.note_dropped(new);
             if let Err(e) = w.write(&Record { time_ns, event: Event::Dropped { events: new } }) {
                 st.fail(e);
