@@ -63,10 +63,12 @@ impl<T> Lock<T> {
     }
 
     pub fn try_lock(&self) -> Option<Guard<'_, T>> {
-        self.locked
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-            .then_some(Guard { lock: self })
+        // A guard exists only once the lock is taken: one built and dropped on failure would
+        // release the holder's lock.
+        match self.locked.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed) {
+            Ok(_) => Some(Guard { lock: self }),
+            Err(_) => None,
+        }
     }
 }
 
@@ -129,6 +131,7 @@ mod tests {
         assert_eq!(lock.lock().0, 80_000);
         let g = lock.lock();
         assert!(lock.try_lock().is_none());
+        assert!(lock.try_lock().is_none(), "a failed try_lock left the lock taken");
         drop(g);
         assert!(lock.try_lock().is_some());
     }
