@@ -8,50 +8,17 @@
 //! device reproduces its segment events.
 
 mod common;
+mod overhead;
 
 use recorder::device::cuda::CudaDevice;
 use recorder::engine::config::AllocatorConfig;
 use recorder::engine::{Engine, NullSink};
 use recorder::recorder::{replay, Recorder, RecorderOptions};
-use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::Instant;
 
 const PAIRS: u64 = 200_000;
-
-fn best_of(mut f: impl FnMut() -> f64) -> f64 {
-    (0..3).map(|_| f()).fold(f64::INFINITY, f64::min)
-}
-
-fn pair_loop(mut malloc: impl FnMut(u64) -> u64, mut free: impl FnMut(u64), size: u64) -> f64 {
-    let p = malloc(size);
-    free(p);
-    best_of(|| {
-        let t = Instant::now();
-        for _ in 0..PAIRS {
-            let p = malloc(black_box(size));
-            free(black_box(p));
-        }
-        t.elapsed().as_nanos() as f64 / PAIRS as f64
-    })
-}
-
-fn many_loop(mut malloc: impl FnMut(u64) -> u64, mut free: impl FnMut(u64)) -> f64 {
-    let (k, rounds) = (1000usize, 200usize);
-    let mut ps = vec![0u64; k];
-    best_of(|| {
-        let t = Instant::now();
-        for _ in 0..rounds {
-            for (i, p) in ps.iter_mut().enumerate() {
-                *p = malloc(65536 + 512 * (i % 7) as u64);
-            }
-            for i in 0..k {
-                free(ps[(i * 7919) % k]);
-            }
-        }
-        t.elapsed().as_nanos() as f64 / (rounds * k) as f64
-    })
-}
+const ROUNDS: usize = 3;
 
 fn main() {
     let out = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| ".".into()));
@@ -61,33 +28,29 @@ fn main() {
     });
     println!("device: {} ({} bytes, VMM granularity {})", dev.name(), dev.total_bytes(), dev.granularity_bytes());
     let name = dev.name().to_string();
-    let sizes = [4096u64, 1 << 20, 16 << 20];
-    let mut rows: Vec<(String, f64, f64)> = Vec::new();
 
     // Recording off: the engine on the CUDA device with a sink that discards.
     let off = std::cell::RefCell::new(Engine::new(AllocatorConfig::default(), None, dev, NullSink));
-    let off_malloc = |b| off.borrow_mut().malloc(b, 0, 0).expect("malloc").addr;
-    let off_free = |p| off.borrow_mut().free(p).expect("free");
-    let off_ns: Vec<f64> = sizes.iter().map(|&s| pair_loop(off_malloc, off_free, s)).collect();
-    let off_many = many_loop(off_malloc, off_free);
+    let off_ns = overhead::column(
+        |b| off.borrow_mut().malloc(b, 0, 0).expect("malloc").addr,
+        |p| off.borrow_mut().free(p).expect("free"),
+        PAIRS,
+        ROUNDS,
+    );
     let (dev, _) = off.into_inner().into_parts();
 
     // Recording on.
     let mut opts = RecorderOptions::new(out.join("bench_overhead.atrace"));
     opts.device_name = name.clone();
     let rec = Recorder::start(opts, dev).expect("start the recorder");
-    for (i, &s) in sizes.iter().enumerate() {
-        let on = pair_loop(|b| rec.malloc(b, 0).expect("malloc").addr, |p| rec.free(p).expect("free"), s);
-        rows.push((format!("pair {} B", s), off_ns[i], on));
-    }
-    let on_many = many_loop(|b| rec.malloc(b, 0).expect("malloc").addr, |p| rec.free(p).expect("free"));
-    rows.push(("1000 live 64 KiB, scrambled".into(), off_many, on_many));
+    let on_ns =
+        overhead::column(|b| rec.malloc(b, 0).expect("malloc").addr, |p| rec.free(p).expect("free"), PAIRS, ROUNDS);
+    let clock = rec.clock_source();
     let s = rec.finish();
-    println!("\n| cached alloc+free, ns per pair | recording off | recording on |\n|---|---|---|");
-    for (label, off, on) in &rows {
-        println!("| {label} | {off:.1} | {on:.1} |");
-    }
-    println!("overhead trace: {}", s.describe());
+    println!();
+    overhead::print_table(&off_ns, &on_ns);
+    println!("overhead trace: {} (clock: {})", s.describe(), clock.describe());
+    println!("{}", overhead::primitives());
     let dev = rec.with_device(|d| {
         let (e, n) = d.errors();
         (e.to_vec(), n)
