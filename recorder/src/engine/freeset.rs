@@ -97,7 +97,7 @@ impl Bins {
         self.next_class(c + 1).map(|c| (c, 0))
     }
 
-    #[inline]
+    #[inline(always)]
     fn insert(&mut self, size: u64, addr: u64, idx: u32) {
         let c = class_of(size);
         let v = &mut self.classes[c];
@@ -202,7 +202,7 @@ impl FreeSet {
         self.streams.iter().find(|s| s.0 == stream).map(|s| &*s.1)
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn insert(&mut self, (stream, size, addr, idx): FreeKey) {
         let bins = match self.streams.iter().position(|s| s.0 == stream) {
             Some(i) => &mut self.streams[i].1,

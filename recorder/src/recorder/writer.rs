@@ -171,7 +171,7 @@ impl Writer {
                     |t| ticks.to_ns(t),
                     |r| {
                         if failed.is_none() {
-                            match w.write(&r) {
+                            match w.write_owned(r) {
                                 Ok(()) => written += 1,
                                 Err(e) => failed = Some(e),
                             }

@@ -298,7 +298,12 @@ impl<W: Write> TraceWriter<W> {
 
     /// Appends one record.
     pub fn write(&mut self, record: &Record) -> Result<(), TraceError> {
-        let mut r = record.clone();
+        self.write_owned(record.clone())
+    }
+
+    /// Appends one record the caller no longer needs (no copy is made).
+    #[inline]
+    pub fn write_owned(&mut self, mut r: Record) -> Result<(), TraceError> {
         self.delta.apply::<true>(&mut r);
         encode::record(&mut self.body, &r);
         self.count += 1;
