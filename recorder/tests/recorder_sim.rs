@@ -267,3 +267,37 @@ fn timestamps_are_monotonic_clock_nanoseconds() {
         let _ = std::fs::remove_file(&path);
     }
 }
+
+/// After `finish` the allocator keeps working but records nothing; every event produced
+/// before it is in the trace, including the last partial batch, even while other threads
+/// keep allocating.
+#[test]
+fn calls_after_finish_allocate_but_record_nothing() {
+    let path = tmp("after_finish");
+    let rec = Recorder::start(RecorderOptions::new(&path), SimDevice::new(None)).unwrap();
+    for _ in 0..1000 {
+        let a = rec.malloc(4096, 0).unwrap();
+        rec.free(a.addr).unwrap();
+    }
+    let s = std::thread::scope(|scope| {
+        let busy = scope.spawn(|| {
+            for _ in 0..20_000 {
+                let a = rec.malloc(1 << 20, 0).unwrap();
+                rec.free(a.addr).unwrap();
+            }
+        });
+        let s = rec.finish();
+        busy.join().unwrap();
+        s
+    });
+    assert!(s.writer.complete && s.writer.events_dropped == 0, "{s:?}");
+    assert_eq!(s.events, s.writer.events_written);
+    let a = rec.malloc(4096, 0).unwrap();
+    rec.free(a.addr).unwrap();
+    assert_eq!(rec.produced_events(), s.events, "nothing recorded after finish");
+    let again = rec.finish();
+    assert_eq!((again.events, again.writer.error.as_deref()), (s.events, Some("already finished")));
+    let mut r = TraceReader::open(&path).unwrap();
+    assert_eq!(r.read_all().len() as u64, s.events);
+    let _ = std::fs::remove_file(&path);
+}

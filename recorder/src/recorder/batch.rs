@@ -25,8 +25,6 @@ const FREE_COMPLETED: u64 = 3;
 const SPLIT: u64 = 4;
 const MERGE: u64 = 5;
 const OTHER: u64 = 6;
-/// The most words one event takes.
-const MAX_WORDS: usize = 6;
 
 #[derive(Default)]
 pub(crate) struct Batch {
@@ -66,9 +64,6 @@ impl Batch {
     /// fields go straight from registers into the words.
     #[inline(always)]
     pub fn push(&mut self, event: Event) {
-        if self.words.capacity() - self.words.len() < MAX_WORDS {
-            self.words.reserve(MAX_WORDS * 64);
-        }
         self.events += 1;
         // Not dropped here: the hot variants own nothing, and a drop of the whole enum would
         // be an out-of-line call that makes the event live on the stack after all.

@@ -177,7 +177,8 @@ pub struct RecSink {
     tx: SyncSender<Msg>,
     spare: Receiver<Batch>,
     shared: Arc<Shared>,
-    produced: u64,
+    /// Events handed to the writer (or dropped on the way).
+    handed: u64,
     closed: bool,
     full_queue_yield: Duration,
 }
@@ -199,8 +200,20 @@ impl RecSink {
         next
     }
 
+    /// Events produced so far: handed over, or in the batch being filled.
+    fn produced(&self) -> u64 {
+        self.handed + self.buf.len() as u64
+    }
+
     #[cold]
     fn hand_over(&mut self) {
+        if self.closed {
+            // After `finish` (which set `batch` to 0, so every event comes here) events are
+            // not recorded.
+            self.buf.clear();
+            return;
+        }
+        self.handed += self.buf.len() as u64;
         let next = self.next_batch();
         let full = std::mem::replace(&mut self.buf, next);
         // Soft backpressure: when the queue is full the writer is starved of CPU (allocating
@@ -230,6 +243,7 @@ impl RecSink {
     }
 
     fn take(&mut self) -> Batch {
+        self.handed += self.buf.len() as u64;
         let next = self.next_batch();
         std::mem::replace(&mut self.buf, next)
     }
@@ -238,10 +252,6 @@ impl RecSink {
 impl Sink for RecSink {
     #[inline(always)]
     fn event(&mut self, event: Event) {
-        if self.closed {
-            return;
-        }
-        self.produced += 1;
         self.buf.push(event);
         if self.buf.len() >= self.batch {
             self.hand_over();
@@ -296,7 +306,7 @@ impl<D: Device + Send + 'static> Recorder<D> {
             tx: tx.clone(),
             spare: spare_rx,
             shared: shared.clone(),
-            produced: 0,
+            handed: 0,
             closed: false,
             full_queue_yield: opts.full_queue_yield,
         };
@@ -455,7 +465,7 @@ impl<D: Device + Send + 'static> Recorder<D> {
 
     /// Events produced so far (written, queued or dropped).
     pub fn produced_events(&self) -> u64 {
-        self.inner.lock().engine.sink_mut().produced
+        self.inner.lock().engine.sink_mut().produced()
     }
 
     /// Frees of unknown addresses so far.
@@ -489,16 +499,23 @@ impl<D: Device + Send + 'static> Recorder<D> {
     /// and free, but record nothing; a second `finish` returns the same outcome's counts with
     /// nothing more written.
     pub fn finish(&self) -> RecordSummary {
-        let (produced, free_errors) = {
+        let (produced, free_errors, last) = {
             let mut g = self.inner.lock();
             let s = g.engine.sink_mut();
+            // The partial batch leaves with the close: from now on every event goes to
+            // `hand_over` (batch 0), which discards it.
+            let last = (!s.closed).then(|| s.take());
             s.closed = true;
-            (s.produced, g.free_errors)
+            s.batch = 0;
+            (s.produced(), g.free_errors, last)
         };
         let handle = lock(&self.writer).take();
         let writer = match handle {
             Some(h) => {
-                // The writer takes the last partial batch itself, after everything queued.
+                // Queued behind every earlier batch, so the trace keeps the events' order.
+                if let Some(last) = last {
+                    let _ = self.tx.send(Msg::Batch(last));
+                }
                 let _ = self.tx.send(Msg::Shutdown);
                 h.join().unwrap_or_else(|_| WriterOutcome {
                     error: Some("the trace writer thread panicked".into()),
