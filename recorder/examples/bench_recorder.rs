@@ -7,10 +7,10 @@
 //! The simulated device costs nothing on the cached path, so this is the engine's and the
 //! recorder's own cost.
 //!
-//! `cargo run --release -p alloctrace-recorder --example bench_recorder [DIR] [PAIRS] [ROUNDS] [off|on]`
+//! `cargo run --release -p alloctrace-recorder --example bench_recorder [DIR] [PAIRS] [ROUNDS]`
 //! (the trace goes to `DIR`, default the temporary directory; `PAIRS` pairs per measurement,
-//! default 2,000,000; the best of `ROUNDS` measurements, default 5; small counts for callgrind;
-//! `off` or `on` runs one column only, for profiling it).
+//! default 2,000,000; the best of `ROUNDS` measurements, default 5, the two columns' rounds
+//! alternating).
 
 mod overhead;
 
@@ -25,28 +25,18 @@ fn main() {
     let dir = std::env::args().nth(1).map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
     let pairs: u64 = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(2_000_000);
     let rounds: usize = std::env::args().nth(3).and_then(|s| s.parse().ok()).unwrap_or(5);
-    let only = std::env::args().nth(4).unwrap_or_default();
 
-    // Recording off: the engine with a sink that discards.
+    // Recording off: the engine with a sink that discards. On: the recorder on the simulated
+    // device, writing a trace.
     let off = RefCell::new(Engine::new(AllocatorConfig::default(), None, SimDevice::new(None), NullSink));
-    let mut off_ns = vec![f64::NAN; 4];
-    if only != "on" {
-        off_ns = overhead::column(
-            |b| off.borrow_mut().malloc(b, 0, 0).expect("malloc").addr,
-            |p| off.borrow_mut().free(p).expect("free"),
-            pairs,
-            rounds,
-        );
-    }
-
-    // Recording on: the recorder on the simulated device, writing a trace.
     let path = dir.join(format!("bench_recorder_{}.atrace", std::process::id()));
     let rec = Recorder::start(RecorderOptions::new(&path), SimDevice::new(None)).expect("start the recorder");
-    let mut on_ns = vec![f64::NAN; 4];
-    if only != "off" {
-        on_ns =
-            overhead::column(|b| rec.malloc(b, 0).expect("malloc").addr, |p| rec.free(p).expect("free"), pairs, rounds);
-    }
+    let (off_ns, on_ns) = overhead::columns(
+        (|b| off.borrow_mut().malloc(b, 0, 0).expect("malloc").addr, |p| off.borrow_mut().free(p).expect("free")),
+        (|b| rec.malloc(b, 0).expect("malloc").addr, |p| rec.free(p).expect("free")),
+        pairs,
+        rounds,
+    );
     let clock = rec.clock_source();
     let summary = rec.finish();
 

@@ -17,8 +17,8 @@ use recorder::recorder::{replay, Recorder, RecorderOptions};
 use std::path::PathBuf;
 use std::time::Instant;
 
-const PAIRS: u64 = 200_000;
-const ROUNDS: usize = 3;
+const PAIRS: u64 = 1_000_000;
+const ROUNDS: usize = 5;
 
 fn main() {
     let out = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| ".".into()));
@@ -29,22 +29,19 @@ fn main() {
     println!("device: {} ({} bytes, VMM granularity {})", dev.name(), dev.total_bytes(), dev.granularity_bytes());
     let name = dev.name().to_string();
 
-    // Recording off: the engine on the CUDA device with a sink that discards.
+    // Recording off: the engine on the CUDA device with a sink that discards. On: the recorder
+    // on a second CUDA device handle (the same GPU), writing a trace.
     let off = std::cell::RefCell::new(Engine::new(AllocatorConfig::default(), None, dev, NullSink));
-    let off_ns = overhead::column(
-        |b| off.borrow_mut().malloc(b, 0, 0).expect("malloc").addr,
-        |p| off.borrow_mut().free(p).expect("free"),
+    let mut opts = RecorderOptions::new(out.join("bench_overhead.atrace"));
+    opts.device_name = name.clone();
+    let dev2 = CudaDevice::new(0).expect("a second handle on the device");
+    let rec = Recorder::start(opts, dev2).expect("start the recorder");
+    let (off_ns, on_ns) = overhead::columns(
+        (|b| off.borrow_mut().malloc(b, 0, 0).expect("malloc").addr, |p| off.borrow_mut().free(p).expect("free")),
+        (|b| rec.malloc(b, 0).expect("malloc").addr, |p| rec.free(p).expect("free")),
         PAIRS,
         ROUNDS,
     );
-    let (dev, _) = off.into_inner().into_parts();
-
-    // Recording on.
-    let mut opts = RecorderOptions::new(out.join("bench_overhead.atrace"));
-    opts.device_name = name.clone();
-    let rec = Recorder::start(opts, dev).expect("start the recorder");
-    let on_ns =
-        overhead::column(|b| rec.malloc(b, 0).expect("malloc").addr, |p| rec.free(p).expect("free"), PAIRS, ROUNDS);
     let clock = rec.clock_source();
     let s = rec.finish();
     println!();

@@ -28,6 +28,9 @@ done
 
 echo "== 3. the same table on the simulated device (the engine's and recorder's own cost)"
 $C/bench_recorder /tmp 1000000 3
+echo "-- the same with an unwritable trace path: the writer thread idles, so this is the"
+echo "   allocating thread's own cost without a busy writer beside it"
+$C/bench_recorder /proc/nonexistent 1000000 3
 
 echo "== 4. torch.empty loop: native vs under alloctrace record, alternating"
 for round in 1 2 3; do

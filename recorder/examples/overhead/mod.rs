@@ -9,43 +9,67 @@ use std::time::Instant;
 pub const LABELS: [&str; 4] = ["pair 4 KiB", "pair 1 MiB", "pair 16 MiB", "1000 live 64 KiB, scrambled"];
 const SIZES: [u64; 3] = [4096, 1 << 20, 16 << 20];
 
-fn best_of(rounds: usize, mut f: impl FnMut() -> f64) -> f64 {
-    (0..rounds).map(|_| f()).fold(f64::INFINITY, f64::min)
+/// One measurement: nanoseconds per pair of `pairs` alloc+free pairs of `size`, or of `pairs`
+/// allocations of 1,000 live blocks freed in scrambled order when `size` is `None`.
+fn measure(malloc: &mut impl FnMut(u64) -> u64, free: &mut impl FnMut(u64), size: Option<u64>, pairs: u64) -> f64 {
+    let t = Instant::now();
+    match size {
+        Some(size) => {
+            for _ in 0..pairs {
+                let p = malloc(black_box(size));
+                free(black_box(p));
+            }
+            t.elapsed().as_nanos() as f64 / pairs as f64
+        }
+        None => {
+            let k = 1000usize;
+            let reps = (pairs as usize / k).max(1);
+            let mut ps = vec![0u64; k];
+            for _ in 0..reps {
+                for (i, p) in ps.iter_mut().enumerate() {
+                    *p = malloc(65536 + 512 * (i % 7) as u64);
+                }
+                for i in 0..k {
+                    free(ps[(i * 7919) % k]);
+                }
+            }
+            t.elapsed().as_nanos() as f64 / (reps * k) as f64
+        }
+    }
 }
 
-/// The four measurements of one column, each the best of `rounds`.
-pub fn column(mut malloc: impl FnMut(u64) -> u64, mut free: impl FnMut(u64), pairs: u64, rounds: usize) -> Vec<f64> {
-    let mut out: Vec<f64> = SIZES
-        .iter()
-        .map(|&size| {
-            let p = malloc(size);
-            free(p);
-            best_of(rounds, || {
-                let t = Instant::now();
-                for _ in 0..pairs {
-                    let p = malloc(black_box(size));
-                    free(black_box(p));
-                }
-                t.elapsed().as_nanos() as f64 / pairs as f64
-            })
-        })
-        .collect();
-    let k = 1000usize;
-    let reps = (pairs as usize / k).max(1);
-    let mut ps = vec![0u64; k];
-    out.push(best_of(rounds, || {
-        let t = Instant::now();
-        for _ in 0..reps {
-            for (i, p) in ps.iter_mut().enumerate() {
-                *p = malloc(65536 + 512 * (i % 7) as u64);
-            }
-            for i in 0..k {
-                free(ps[(i * 7919) % k]);
-            }
+/// Both columns, recording off and on, each the best of `rounds` measurements; the rounds of
+/// the two columns alternate, so that both see the same moments of a noisy machine.
+pub fn columns<A, B, C, D>(
+    (mut off_malloc, mut off_free): (A, B),
+    (mut on_malloc, mut on_free): (C, D),
+    pairs: u64,
+    rounds: usize,
+) -> (Vec<f64>, Vec<f64>)
+where
+    A: FnMut(u64) -> u64,
+    B: FnMut(u64),
+    C: FnMut(u64) -> u64,
+    D: FnMut(u64),
+{
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for size in SIZES.iter().map(|&s| Some(s)).chain([None]) {
+        let (mut best_off, mut best_on) = (f64::INFINITY, f64::INFINITY);
+        // A warm-up pair each: the first segment comes from the device.
+        if let Some(s) = size {
+            let p = off_malloc(s);
+            off_free(p);
+            let p = on_malloc(s);
+            on_free(p);
         }
-        t.elapsed().as_nanos() as f64 / (reps * k) as f64
-    }));
-    out
+        for _ in 0..rounds {
+            best_off = best_off.min(measure(&mut off_malloc, &mut off_free, size, pairs));
+            best_on = best_on.min(measure(&mut on_malloc, &mut on_free, size, pairs));
+        }
+        off.push(best_off);
+        on.push(best_on);
+    }
+    (off, on)
 }
 
 pub fn print_table(off: &[f64], on: &[f64]) {

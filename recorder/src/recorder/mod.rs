@@ -110,6 +110,9 @@ pub struct RecordSummary {
     pub writer: WriterOutcome,
     /// Frees of addresses the engine did not know (ignored).
     pub free_errors: u64,
+    /// Nanoseconds allocating threads waited for the writer to make room (it could not keep
+    /// up with them); zero when recording never slowed the program down this way.
+    pub waited_ns: u64,
 }
 
 impl RecordSummary {
@@ -131,6 +134,9 @@ impl RecordSummary {
         }
         if !w.complete {
             s += ", trace incomplete";
+        }
+        if self.waited_ns > 0 {
+            s += &format!(", allocations waited {:.1} ms for the writer", self.waited_ns as f64 / 1e6);
         }
         s
     }
@@ -162,6 +168,8 @@ impl Drop for SiteScope {
 /// State shared by the recorder, its sink and its writer.
 pub(crate) struct Shared {
     pub dropped: AtomicU64,
+    /// Nanoseconds allocating threads spent waiting for room in the writer's queue.
+    pub waited_ns: AtomicU64,
     pub clock: clock::Clock,
 }
 
@@ -224,7 +232,12 @@ impl RecSink {
         let mut since: Option<std::time::Instant> = None;
         loop {
             match self.tx.try_send(msg) {
-                Ok(()) => return,
+                Ok(()) => {
+                    if let Some(t) = since {
+                        self.shared.waited_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    }
+                    return;
+                }
                 Err(TrySendError::Full(m))
                     if since.get_or_insert_with(std::time::Instant::now).elapsed() < self.full_queue_yield =>
                 {
@@ -235,6 +248,9 @@ impl RecSink {
                 }
                 Err(TrySendError::Full(Msg::Batch(v)) | TrySendError::Disconnected(Msg::Batch(v))) => {
                     self.shared.dropped.fetch_add(v.len() as u64, Ordering::Relaxed);
+                    if let Some(t) = since {
+                        self.shared.waited_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    }
                     return;
                 }
                 Err(_) => return,
@@ -295,7 +311,7 @@ impl<D: Device + Send + 'static> Recorder<D> {
         header.notes = opts.notes.clone();
         header.notes.push(format!("clock: {}", clock.source().describe()));
 
-        let shared = Arc::new(Shared { dropped: AtomicU64::new(0), clock });
+        let shared = Arc::new(Shared { dropped: AtomicU64::new(0), waited_ns: AtomicU64::new(0), clock });
         let (tx, rx) = mpsc::sync_channel(opts.queue_batches.max(1));
         let (spare_tx, spare_rx) = mpsc::sync_channel(opts.queue_batches.max(1));
         let batch = opts.batch_events.max(1);
@@ -524,7 +540,8 @@ impl<D: Device + Send + 'static> Recorder<D> {
             }
             None => WriterOutcome { error: Some("already finished".into()), ..Default::default() },
         };
-        RecordSummary { path: self.path.clone(), events: produced, writer, free_errors }
+        let waited_ns = self.shared.waited_ns.load(Ordering::Relaxed);
+        RecordSummary { path: self.path.clone(), events: produced, writer, free_errors, waited_ns }
     }
 }
 
