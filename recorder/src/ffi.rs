@@ -269,7 +269,7 @@ fn status_text(s: &RecordSummary, rec: &Recorder<AnyDevice>) -> String {
     let _ = rec;
     let w = &s.writer;
     format!(
-        "path={}\nevents={}\nevents_written={}\nevents_dropped={}\ntrace_bytes={}\ncomplete={}\nerror={}\nfree_errors={}\ndevice_errors={}\n",
+        "path={}\nevents={}\nevents_written={}\nevents_dropped={}\ntrace_bytes={}\ncomplete={}\nerror={}\nfree_errors={}\ndevice_errors={}\nwaited_ns={}\n",
         s.path.display(),
         s.events,
         w.events_written,
@@ -278,7 +278,8 @@ fn status_text(s: &RecordSummary, rec: &Recorder<AnyDevice>) -> String {
         w.complete,
         w.error.as_deref().unwrap_or(""),
         s.free_errors,
-        device_errors
+        device_errors,
+        s.waited_ns
     )
 }
 

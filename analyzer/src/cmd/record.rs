@@ -164,7 +164,34 @@ pub fn summary(output: &Path, recorder_status: Option<&str>) -> String {
             if let Some(e) = status_field(s, "device_errors").filter(|e| !e.is_empty()) {
                 parts.push(format!("WARNING: CUDA errors: {e}"));
             }
+            let waited: u64 = status_field(s, "waited_ns").and_then(|v| v.parse().ok()).unwrap_or(0);
+            if waited >= 1_000_000 {
+                parts.push(format!(
+                    "recording slowed the program: allocations waited {:.0} ms in all for the trace writer",
+                    waited as f64 / 1e6
+                ));
+            }
         }
     }
     parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The closing line reports what the recorder's status file says went wrong, and how long
+    /// the program waited for the writer (only when it matters: from a millisecond).
+    #[test]
+    fn summary_reports_losses_and_waits() {
+        let missing = Path::new("/nonexistent/alloctrace/run.atrace");
+        let status = "path=x\nevents=10\nevents_dropped=3\nerror=disk full\ndevice_errors=\nwaited_ns=12500000\n";
+        let line = summary(missing, Some(status));
+        assert!(line.starts_with("alloctrace: no readable trace at /nonexistent/alloctrace/run.atrace"), "{line}");
+        assert!(line.contains("WARNING: the recorder dropped 3 events"), "{line}");
+        assert!(line.contains("WARNING: writing the trace failed: disk full"), "{line}");
+        assert!(line.contains("allocations waited 12 ms in all"), "{line}");
+        assert!(!summary(missing, Some("waited_ns=999999\n")).contains("waited"));
+        assert!(summary(missing, None).contains("the recorder did not report"));
+    }
 }
