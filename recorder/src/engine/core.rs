@@ -41,6 +41,8 @@ pub struct Engine<D: Device, S: Sink> {
     pub(crate) next_id: u64,
     pub(crate) stats: Stats,
     max_split_size: u64,
+    /// No `roundup_power2_divisions`: every request rounds up to a multiple of 512.
+    plain_rounding: bool,
 }
 
 #[inline]
@@ -56,6 +58,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// fraction); `None` = only the device limits it.
     pub fn new(config: AllocatorConfig, capacity_bytes: Option<u64>, device: D, sink: S) -> Self {
         let max_split_size = config.max_split_size.unwrap_or(u64::MAX);
+        let plain_rounding = config.roundup_power2_divisions.iter().all(|&d| d <= 1);
         Engine {
             config,
             capacity: capacity_bytes,
@@ -70,6 +73,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
             next_id: 1,
             stats: Stats::default(),
             max_split_size,
+            plain_rounding,
         }
     }
 
@@ -114,7 +118,11 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// PyTorch `malloc`: best fit in the cache, else a new segment, else the OOM path
     /// (garbage collection, oversize release, release everything and retry), else OOM.
     pub fn malloc(&mut self, requested_bytes: u64, stream: u64, callsite: u32) -> Result<Allocation, OutOfMemory> {
-        let rounded = round_size(&self.config, requested_bytes);
+        let rounded = if self.plain_rounding {
+            requested_bytes.max(1).div_ceil(MIN_BLOCK_SIZE).saturating_mul(MIN_BLOCK_SIZE)
+        } else {
+            round_size(&self.config, requested_bytes)
+        };
         let pool = pool_for(rounded);
         let alloc_bytes = allocation_size(&self.config, rounded);
         if requested_bytes >= MAX_REQUEST {
@@ -447,7 +455,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
 
     /// Merges `src` into `dst` when `src` is a free neighbour in the same mapped state;
     /// returns the bytes absorbed. `dst` must not be in a set.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_merge_blocks(&mut self, dst: u32, src: u32) -> u64 {
         if src == NIL {
             return 0;

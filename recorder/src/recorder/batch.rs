@@ -14,9 +14,10 @@
 //! MERGE, addr, absorbed_addr, bytes
 //! OTHER                                        (the next event of `others`, in order)
 //! ```
-//! The writer turns the words back into records ([`Batch::decode`]), converting the ticks.
+//! The writer reads the words back ([`Batch::decode`]), converting the ticks, and writes the
+//! hot events to the trace from their fields, with no [`Event`] built in between.
 
-use crate::trace::{Event, Pool, Record};
+use crate::trace::{Event, HotEvent, Pool};
 
 const TIME: u64 = 0;
 const ALLOC: u64 = 1;
@@ -93,8 +94,9 @@ impl Batch {
         self.others.push(event);
     }
 
-    /// The records, in order, with `to_ns` applied to their ticks.
-    pub fn decode(&mut self, mut to_ns: impl FnMut(u64) -> u64, mut f: impl FnMut(Record)) {
+    /// The events, in order, with their times (`to_ns` applied to the ticks): the five hot
+    /// kinds as [`HotEvent`]s, straight from the words, the others as they were pushed.
+    pub fn decode(&mut self, mut to_ns: impl FnMut(u64) -> u64, mut f: impl FnMut(u64, Decoded)) {
         let mut others = self.others.drain(..);
         let (w, mut i, mut time_ns) = (&self.words, 0, 0);
         while i < w.len() {
@@ -107,7 +109,7 @@ impl Batch {
                 }
                 ALLOC => {
                     let pool = if (head >> 8) & 0xff == Pool::Small as u64 { Pool::Small } else { Pool::Large };
-                    let e = Event::Alloc {
+                    let e = HotEvent::Alloc {
                         id: w[i + 1],
                         addr: w[i + 2],
                         requested_bytes: w[i + 3],
@@ -117,41 +119,51 @@ impl Batch {
                         callsite: (head >> 32) as u32,
                     };
                     i += 6;
-                    e
+                    Decoded::Hot(e)
                 }
                 FREE_REQUESTED => {
                     i += 3;
-                    Event::FreeRequested { id: w[i - 2], addr: w[i - 1], callsite: (head >> 32) as u32 }
+                    Decoded::Hot(HotEvent::FreeRequested {
+                        id: w[i - 2],
+                        addr: w[i - 1],
+                        callsite: (head >> 32) as u32,
+                    })
                 }
                 FREE_COMPLETED => {
                     i += 3;
-                    Event::FreeCompleted { id: w[i - 2], addr: w[i - 1] }
+                    Decoded::Hot(HotEvent::FreeCompleted { id: w[i - 2], addr: w[i - 1] })
                 }
                 SPLIT => {
                     i += 4;
-                    Event::Split { addr: w[i - 3], bytes: w[i - 2], remainder_bytes: w[i - 1] }
+                    Decoded::Hot(HotEvent::Split { addr: w[i - 3], bytes: w[i - 2], remainder_bytes: w[i - 1] })
                 }
                 MERGE => {
                     i += 4;
-                    Event::Merge { addr: w[i - 3], absorbed_addr: w[i - 2], bytes: w[i - 1] }
+                    Decoded::Hot(HotEvent::Merge { addr: w[i - 3], absorbed_addr: w[i - 2], bytes: w[i - 1] })
                 }
                 _ => {
                     i += 1;
                     match others.next() {
-                        Some(e) => e,
+                        Some(e) => Decoded::Other(e),
                         None => break,
                     }
                 }
             };
-            f(Record { time_ns, event });
+            f(time_ns, event);
         }
     }
+}
+
+/// An event out of a batch.
+pub(crate) enum Decoded {
+    Hot(HotEvent),
+    Other(Event),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{MarkKind, ReleaseCause};
+    use crate::trace::{MarkKind, Record, ReleaseCause};
 
     /// Every kind of event comes back as it went in, in order, at the time of its call.
     #[test]
@@ -200,7 +212,16 @@ mod tests {
         }
         assert_eq!(b.len(), events.len());
         let mut out = Vec::new();
-        b.decode(|t| t * 100, |r| out.push(r));
+        b.decode(
+            |t| t * 100,
+            |time_ns, e| {
+                let event = match e {
+                    Decoded::Hot(h) => h.into_event(),
+                    Decoded::Other(e) => e,
+                };
+                out.push(Record { time_ns, event })
+            },
+        );
         let want: Vec<Record> = events.into_iter().map(|(t, event)| Record { time_ns: t * 100, event }).collect();
         assert_eq!(out, want);
         b.clear();

@@ -6,7 +6,7 @@
 //! interval of events. A write error ends writing but not the program: from then on every event
 //! is counted as dropped and the summary says why.
 
-use super::batch::Batch;
+use super::batch::{Batch, Decoded};
 use super::clock::TickConverter;
 use super::Shared;
 use crate::trace::{Event, Header, Record, TraceWriter};
@@ -65,6 +65,8 @@ struct State {
     error: Option<String>,
     dirty: bool,
     bytes: u64,
+    /// Events counted in `written` whose chunk the compression thread could not write.
+    lost: u64,
 }
 
 impl State {
@@ -74,6 +76,8 @@ impl State {
         }
         if let Some(w) = self.out.take() {
             self.bytes = w.bytes_written();
+            // Events encoded and counted as written whose chunk never reached the file.
+            self.lost += w.events_lost();
         }
     }
 }
@@ -88,11 +92,15 @@ impl Writer {
             error: None,
             dirty: false,
             bytes: 0,
+            lost: 0,
         };
         match TraceWriter::create(&self.path, &self.header) {
             Ok(mut w) => {
                 // A live job: compression speed matters more than a few percent of size.
                 w.set_compression_level(1);
+                // Compression on a thread of its own: this one only encodes, so it keeps up
+                // with faster programs. Without that thread it compresses inline.
+                let _ = w.compress_in_background();
                 st.bytes = w.bytes_written();
                 st.out = Some(w);
             }
@@ -135,14 +143,15 @@ impl Writer {
         }
         self.report_drops(&mut st);
         let complete = match st.out.take() {
-            Some(w) => match w.finish() {
-                Ok(mut f) => {
+            Some(w) => match (w.events_lost(), w.finish()) {
+                (_, Ok(mut f)) => {
                     use std::io::Write;
                     let _ = f.flush();
                     st.bytes = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(st.bytes);
                     true
                 }
-                Err(e) => {
+                (lost, Err(e)) => {
+                    st.lost += lost;
                     st.fail(e);
                     false
                 }
@@ -150,8 +159,8 @@ impl Writer {
             None => false,
         };
         WriterOutcome {
-            events_written: st.written,
-            events_dropped: self.shared.dropped.load(Ordering::Relaxed),
+            events_written: st.written - st.lost,
+            events_dropped: self.shared.dropped.load(Ordering::Relaxed) + st.lost,
             trace_bytes: st.bytes,
             error: st.error,
             complete,
@@ -169,9 +178,13 @@ impl Writer {
                 let (mut written, mut failed) = (0u64, None);
                 v.decode(
                     |t| ticks.to_ns(t),
-                    |r| {
+                    |time_ns, e| {
                         if failed.is_none() {
-                            match w.write_owned(r) {
+                            let r = match e {
+                                Decoded::Hot(h) => w.write_hot(time_ns, h),
+                                Decoded::Other(event) => w.write_owned(Record { time_ns, event }),
+                            };
+                            match r {
                                 Ok(()) => written += 1,
                                 Err(e) => failed = Some(e),
                             }

@@ -5,7 +5,7 @@
 use super::event::{Event, MarkKind, Pool, Record, ReleaseCause};
 
 #[inline(always)]
-fn u64v(out: &mut Vec<u8>, v: u64) {
+pub(super) fn u64v(out: &mut Vec<u8>, v: u64) {
     if v < 251 {
         out.push(v as u8);
     } else if v < 1 << 16 {

@@ -72,6 +72,7 @@
 //! the golden-bytes test `golden_bytes_are_stable` pins the encoding. Any change that alters
 //! existing bytes must bump [`FORMAT_VERSION`].
 
+mod background;
 mod decode;
 mod encode;
 mod event;
@@ -235,12 +236,54 @@ impl DeltaState {
 // Writer
 // ---------------------------------------------------------------------------------------------
 
+/// The fields of an event of the five kinds that make up almost every trace, for
+/// [`TraceWriter::write_hot`]. The same fields as the [`Event`] variants of those names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HotEvent {
+    Alloc { id: u64, addr: u64, requested_bytes: u64, block_bytes: u64, stream: u64, pool: Pool, callsite: u32 },
+    FreeRequested { id: u64, addr: u64, callsite: u32 },
+    FreeCompleted { id: u64, addr: u64 },
+    Split { addr: u64, bytes: u64, remainder_bytes: u64 },
+    Merge { addr: u64, absorbed_addr: u64, bytes: u64 },
+}
+
+impl HotEvent {
+    /// The hot form of `event`, if it is of one of the five kinds.
+    #[inline]
+    pub fn of(event: &Event) -> Option<HotEvent> {
+        Some(match *event {
+            Event::Alloc { id, addr, requested_bytes, block_bytes, stream, pool, callsite } => {
+                HotEvent::Alloc { id, addr, requested_bytes, block_bytes, stream, pool, callsite }
+            }
+            Event::FreeRequested { id, addr, callsite } => HotEvent::FreeRequested { id, addr, callsite },
+            Event::FreeCompleted { id, addr } => HotEvent::FreeCompleted { id, addr },
+            Event::Split { addr, bytes, remainder_bytes } => HotEvent::Split { addr, bytes, remainder_bytes },
+            Event::Merge { addr, absorbed_addr, bytes } => HotEvent::Merge { addr, absorbed_addr, bytes },
+            _ => return None,
+        })
+    }
+
+    pub fn into_event(self) -> Event {
+        match self {
+            HotEvent::Alloc { id, addr, requested_bytes, block_bytes, stream, pool, callsite } => {
+                Event::Alloc { id, addr, requested_bytes, block_bytes, stream, pool, callsite }
+            }
+            HotEvent::FreeRequested { id, addr, callsite } => Event::FreeRequested { id, addr, callsite },
+            HotEvent::FreeCompleted { id, addr } => Event::FreeCompleted { id, addr },
+            HotEvent::Split { addr, bytes, remainder_bytes } => Event::Split { addr, bytes, remainder_bytes },
+            HotEvent::Merge { addr, absorbed_addr, bytes } => Event::Merge { addr, absorbed_addr, bytes },
+        }
+    }
+}
+
 /// Writes a trace: preamble and header at creation, events in chunks, a trailer at `finish`.
 ///
 /// Records are encoded as they arrive; a chunk frame is written every [`CHUNK_EVENTS`] events
 /// and at every [`TraceWriter::flush`], so what was flushed survives a killed process.
 pub struct TraceWriter<W: Write> {
-    out: W,
+    /// The output, unless a compression thread owns it.
+    out: Option<W>,
+    bg: Option<background::Compressor<W>>,
     body: Vec<u8>,
     count: u64,
     delta: DeltaState,
@@ -266,7 +309,8 @@ impl<W: Write> TraceWriter<W> {
         out.write_all(&0u16.to_le_bytes())?;
         let payload = bincode::encode_to_vec(header, cfg()).map_err(|e| TraceError::Encode(e.to_string()))?;
         let mut w = TraceWriter {
-            out,
+            out: Some(out),
+            bg: None,
             body: Vec::with_capacity(1 << 20),
             count: 0,
             delta: DeltaState::default(),
@@ -304,8 +348,65 @@ impl<W: Write> TraceWriter<W> {
     /// Appends one record the caller no longer needs (no copy is made).
     #[inline]
     pub fn write_owned(&mut self, mut r: Record) -> Result<(), TraceError> {
+        if let Some(hot) = HotEvent::of(&r.event) {
+            return self.write_hot(r.time_ns, hot);
+        }
         self.delta.apply::<true>(&mut r);
         encode::record(&mut self.body, &r);
+        self.end_record()
+    }
+
+    /// Appends an event of the five kinds that make up almost every trace, from its fields:
+    /// the delta transform and the encoding in one pass, with no [`Record`] built or dropped
+    /// (a live recorder writes tens of millions a second).
+    #[inline]
+    pub fn write_hot(&mut self, time_ns: u64, event: HotEvent) -> Result<(), TraceError> {
+        let (d, out) = (&mut self.delta, &mut self.body);
+        // `stored(prev, v)`: the delta transform of one field, as `DeltaState::apply` does it.
+        let stored = |prev: &mut u64, v: u64| {
+            let mut v = v;
+            enc(prev, &mut v);
+            v
+        };
+        let t = stored(&mut d.time, time_ns);
+        encode::u64v(out, t);
+        match event {
+            HotEvent::Alloc { id, addr, requested_bytes, block_bytes, stream, pool, callsite } => {
+                let fields = [
+                    0,
+                    stored(&mut d.id, id),
+                    stored(&mut d.addr, addr),
+                    requested_bytes,
+                    stored(&mut { requested_bytes }, block_bytes),
+                    stored(&mut d.stream, stream),
+                    pool as u64,
+                    u64::from(callsite),
+                ];
+                fields.into_iter().for_each(|v| encode::u64v(out, v));
+            }
+            HotEvent::FreeRequested { id, addr, callsite } => {
+                let fields = [1, stored(&mut d.id, id), stored(&mut d.addr, addr), u64::from(callsite)];
+                fields.into_iter().for_each(|v| encode::u64v(out, v));
+            }
+            HotEvent::FreeCompleted { id, addr } => {
+                let fields = [2, stored(&mut d.id, id), stored(&mut d.addr, addr)];
+                fields.into_iter().for_each(|v| encode::u64v(out, v));
+            }
+            HotEvent::Split { addr, bytes, remainder_bytes } => {
+                let fields = [7, stored(&mut d.addr, addr), bytes, remainder_bytes];
+                fields.into_iter().for_each(|v| encode::u64v(out, v));
+            }
+            HotEvent::Merge { addr, absorbed_addr, bytes } => {
+                let a = stored(&mut d.addr, addr);
+                let fields = [8, a, stored(&mut { addr }, absorbed_addr), bytes];
+                fields.into_iter().for_each(|v| encode::u64v(out, v));
+            }
+        }
+        self.end_record()
+    }
+
+    #[inline]
+    fn end_record(&mut self) -> Result<(), TraceError> {
         self.count += 1;
         if self.count as usize >= CHUNK_EVENTS || self.body.len() as u64 >= MAX_CHUNK_RAW_BYTES / 2 {
             self.write_chunk()?;
@@ -316,56 +417,110 @@ impl<W: Write> TraceWriter<W> {
     /// Writes the pending events as a chunk and flushes the underlying writer.
     pub fn flush(&mut self) -> Result<(), TraceError> {
         self.write_chunk()?;
-        self.out.flush()?;
+        if let Some(bg) = &mut self.bg {
+            return bg.flush();
+        }
+        if let Some(out) = &mut self.out {
+            out.flush()?;
+        }
         Ok(())
     }
 
     /// Bytes written so far (complete frames only).
     pub fn bytes_written(&self) -> u64 {
-        self.bytes_written
+        self.bg.as_ref().map_or(self.bytes_written, |bg| bg.bytes_written())
+    }
+
+    /// Events handed to the background compression thread that it could not write (after a
+    /// write error); always 0 without one.
+    pub fn events_lost(&self) -> u64 {
+        self.bg.as_ref().map_or(0, |bg| bg.events_lost())
     }
 
     /// Writes the last chunk and the trailer, flushes, and returns the underlying writer.
     pub fn finish(mut self) -> Result<W, TraceError> {
         self.write_chunk()?;
         let payload = bincode::encode_to_vec(&self.trailer, cfg()).map_err(|e| TraceError::Encode(e.to_string()))?;
+        if let Some(mut bg) = self.bg.take() {
+            bg.frame(KIND_TRAILER, payload);
+            return bg.finish();
+        }
         self.write_frame(KIND_TRAILER, &payload)?;
-        self.out.flush()?;
-        Ok(self.out)
+        let mut out = self.out.take().expect("the output is here without a compression thread");
+        out.flush()?;
+        Ok(out)
     }
 
     fn write_chunk(&mut self) -> Result<(), TraceError> {
         if self.count == 0 {
             return Ok(());
         }
-        let mut payload = Vec::with_capacity(self.body.len() / 3 + 16);
-        let compressed = if self.compress { Some(zstd::bulk::compress(&self.body, self.level)?) } else { None };
-        payload.push(if compressed.is_some() { CODEC_ZSTD } else { CODEC_RAW });
-        push_varint(&mut payload, self.count);
-        push_varint(&mut payload, self.body.len() as u64);
-        payload.extend_from_slice(compressed.as_deref().unwrap_or(&self.body));
-        self.write_frame(KIND_CHUNK, &payload)?;
+        if let Some(bg) = &mut self.bg {
+            let next = bg.chunk(self.count, std::mem::take(&mut self.body))?;
+            self.body = next;
+        } else {
+            let payload = chunk_payload(self.count, &self.body, self.compress, self.level)?;
+            self.write_frame(KIND_CHUNK, &payload)?;
+            self.body.clear();
+        }
         self.trailer.events += self.count;
         self.trailer.chunks += 1;
         self.count = 0;
-        self.body.clear();
         self.delta = DeltaState::default();
         Ok(())
     }
 
     fn write_frame(&mut self, kind: u8, payload: &[u8]) -> Result<(), TraceError> {
-        let mut h = crc32fast::Hasher::new();
-        h.update(&[kind]);
-        h.update(payload);
-        self.frame.clear();
-        self.frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        self.frame.push(kind);
-        self.frame.extend_from_slice(&h.finalize().to_le_bytes());
-        self.out.write_all(&self.frame)?;
-        self.out.write_all(payload)?;
-        self.bytes_written += FRAME_HEAD_BYTES + payload.len() as u64;
+        let out = self.out.as_mut().expect("frames are written here only without a compression thread");
+        self.bytes_written += frame_bytes(out, &mut self.frame, kind, payload)?;
         Ok(())
     }
+}
+
+impl<W: Write + Send + 'static> TraceWriter<W> {
+    /// From now on chunks are compressed and written by a thread of their own, so that this
+    /// writer spends its time encoding (a live recorder must keep up with the program). Frames
+    /// still go out in order; [`TraceWriter::flush`] waits for them; a write error shows at the
+    /// next chunk, flush or finish, and [`TraceWriter::events_lost`] counts what it cost.
+    /// When the thread cannot start, nothing changes and the error says why.
+    pub fn compress_in_background(&mut self) -> Result<(), TraceError> {
+        if let Some(out) = self.out.take() {
+            match background::Compressor::start(out, self.bytes_written, self.compress, self.level) {
+                Ok(bg) => self.bg = Some(bg),
+                Err((out, e)) => {
+                    self.out = Some(out);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A chunk frame's payload: codec, count, raw length, body (zstd-compressed unless `compress`
+/// is off).
+fn chunk_payload(count: u64, body: &[u8], compress: bool, level: i32) -> Result<Vec<u8>, TraceError> {
+    let mut payload = Vec::with_capacity(body.len() / 3 + 16);
+    let compressed = if compress { Some(zstd::bulk::compress(body, level)?) } else { None };
+    payload.push(if compressed.is_some() { CODEC_ZSTD } else { CODEC_RAW });
+    push_varint(&mut payload, count);
+    push_varint(&mut payload, body.len() as u64);
+    payload.extend_from_slice(compressed.as_deref().unwrap_or(body));
+    Ok(payload)
+}
+
+/// Writes one frame (length, kind, CRC, payload) using `frame` as scratch; returns its size.
+fn frame_bytes<W: Write>(out: &mut W, frame: &mut Vec<u8>, kind: u8, payload: &[u8]) -> Result<u64, TraceError> {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&[kind]);
+    h.update(payload);
+    frame.clear();
+    frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    frame.push(kind);
+    frame.extend_from_slice(&h.finalize().to_le_bytes());
+    out.write_all(frame)?;
+    out.write_all(payload)?;
+    Ok(FRAME_HEAD_BYTES + payload.len() as u64)
 }
 
 fn push_varint(out: &mut Vec<u8>, v: u64) {

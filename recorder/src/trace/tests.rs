@@ -189,10 +189,76 @@ fn truncated_trace_keeps_flushed_chunks() {
     }
     // Simulates kill -9: the writer is never finished; only flushed frames exist.
     let flushed = w.bytes_written() as usize;
-    let bytes = w.out.clone();
+    let bytes = w.out.clone().unwrap();
     let (got, end) = read(&bytes[..flushed]).unwrap();
     assert_eq!(got, recs[..5]);
     assert!(matches!(end, TraceEnd::Truncated { .. }), "{end:?}");
+}
+
+/// With chunks compressed on a thread of their own the file is byte for byte the one written
+/// inline, across many chunks and flushes, and `bytes_written` counts what a flush put out.
+#[test]
+fn background_compression_writes_the_same_bytes() {
+    let recs: Vec<Record> = (0..5).flat_map(|_| sample()).collect();
+    let shared = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let (mut inline, mut bg) = (
+        TraceWriter::new(Vec::new(), &header()).unwrap(),
+        TraceWriter::new(Shared(shared.clone()), &header()).unwrap(),
+    );
+    bg.compress_in_background().unwrap();
+    for (i, r) in recs.iter().enumerate() {
+        inline.write(r).unwrap();
+        bg.write(r).unwrap();
+        if i % 7 == 0 {
+            inline.flush().unwrap();
+            bg.flush().unwrap();
+            assert_eq!(bg.bytes_written(), inline.bytes_written());
+            assert_eq!(shared.lock().unwrap().len() as u64, bg.bytes_written());
+        }
+    }
+    assert_eq!(bg.events_lost(), 0);
+    let want = inline.finish().unwrap();
+    bg.finish().unwrap();
+    assert_eq!(*shared.lock().unwrap(), want);
+}
+
+/// A write error on the compression thread shows at the next flush, and the events of the
+/// chunks it could not write are counted as lost.
+#[test]
+fn background_compression_reports_write_errors() {
+    struct FailAfter(usize);
+    impl std::io::Write for FailAfter {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if self.0 < b.len() {
+                return Err(std::io::Error::other("disk full"));
+            }
+            self.0 -= b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut w = TraceWriter::new(FailAfter(200), &header()).unwrap();
+    w.compress_in_background().unwrap();
+    let recs = sample();
+    for r in &recs {
+        w.write(r).unwrap();
+    }
+    let e = w.flush().unwrap_err();
+    assert!(e.to_string().contains("disk full"), "{e}");
+    assert_eq!(w.events_lost(), recs.len() as u64);
+    assert!(w.finish().is_err());
 }
 
 /// Every byte count of bincode's varint, in every field of the events the fast encoder
