@@ -19,7 +19,7 @@ echo "== 1. GPU tests (ignored in CI)"
 $C/recorder_cuda --ignored --test-threads=1 2>&1 | grep -E "^test |test result"
 
 echo "== 2. cached alloc+free pair: alloctrace (Rust, CUDA device) and PyTorch native, alternating"
-for round in 1 2; do
+for round in 1 2 3; do
   echo "-- round $round: alloctrace"
   $C/cuda_bench $OUT 2>&1 | grep -vE "^\s*$"
   echo "-- round $round: PyTorch native"
