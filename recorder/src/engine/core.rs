@@ -444,7 +444,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         st.requested_bytes.decrease(pool, requested);
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn insert_free(&mut self, idx: u32) {
         let b = &mut self.blocks[idx];
         let sets = &mut self.pools[pool_index(b.pool)];

@@ -216,7 +216,7 @@ impl FreeSet {
     }
 
     /// Removes the key; false when it is not in the set.
-    #[inline]
+    #[inline(always)]
     pub fn remove(&mut self, &(stream, size, addr, idx): &FreeKey) -> bool {
         let Some(s) = self.streams.iter_mut().find(|s| s.0 == stream) else {
             return false;
