@@ -23,6 +23,7 @@
 //! | `ALLOCTRACE_STACKS=1` | record Python call sites (interned stacks) of each allocation |
 //! | `ALLOCTRACE_STATUS` | where `alloctrace_shutdown` writes a `key=value` summary (for the CLI) |
 //! | `ALLOCTRACE_DEVICE=sim` | use the simulated device (tests without a GPU; pointers are fake) |
+//! | `ALLOCTRACE_CLOCK=monotonic` | timestamps from `CLOCK_MONOTONIC`, not the time stamp counter |
 //!
 //! No panic crosses the ABI: every entry point runs under `catch_unwind` and answers null / does
 //! nothing when something went wrong.
@@ -105,6 +106,7 @@ fn start(device: c_int) -> Option<Global> {
     }
     let stacks = env("ALLOCTRACE_STACKS").is_some_and(|v| v != "0");
     opts.command_line = std::env::args().collect();
+    opts.use_tsc = env("ALLOCTRACE_CLOCK").as_deref() != Some("monotonic");
     opts.notes.push(format!("recorded through the C ABI (CUDAPluggableAllocator), device {device}"));
     let dev = if env("ALLOCTRACE_DEVICE").as_deref() == Some("sim") {
         opts.notes.push("simulated device (ALLOCTRACE_DEVICE=sim)".into());

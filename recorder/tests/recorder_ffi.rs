@@ -18,6 +18,7 @@ fn the_c_abi_records_a_trace() {
     std::env::set_var("ALLOCTRACE_STATUS", &status);
     std::env::set_var("ALLOCTRACE_CONF", "expandable_segments:True");
     std::env::set_var("ALLOCTRACE_CAPACITY", "1GiB");
+    std::env::set_var("ALLOCTRACE_CLOCK", "monotonic");
 
     alloctrace_init(1);
     let p = alloctrace_malloc(4096, 0, null_mut());
@@ -45,6 +46,7 @@ fn the_c_abi_records_a_trace() {
     let mut r = TraceReader::open(&path).unwrap();
     assert_eq!(r.header().alloc_conf, "expandable_segments:True");
     assert_eq!(r.header().capacity_bytes, 1 << 30);
+    assert!(r.header().notes.iter().any(|n| n == "clock: CLOCK_MONOTONIC"), "{:?}", r.header().notes);
     let recs = r.read_all();
     assert!(matches!(r.end(), TraceEnd::Complete { .. }));
     let has = |f: &dyn Fn(&Event) -> bool| recs.iter().any(|r| f(&r.event));

@@ -177,8 +177,14 @@ impl TickConverter {
         loop {
             let (ticks, ns) = read_pair();
             let span = ticks.saturating_sub(self.clock.origin_ticks);
-            if span >= Self::MIN_SPAN_TICKS {
-                self.ns_per_tick = ns.saturating_sub(self.clock.origin_ns) as f64 / span as f64;
+            let elapsed = ns.saturating_sub(self.clock.origin_ns);
+            // A counter that barely moves in 10 ms is not one to convert with: keep the last
+            // ratio rather than wait (only a broken clock source gets here).
+            if span >= Self::MIN_SPAN_TICKS || (elapsed > 10_000_000 && span > 0) {
+                self.ns_per_tick = elapsed as f64 / span as f64;
+                return;
+            }
+            if elapsed > 10_000_000 {
                 return;
             }
             std::hint::spin_loop();
