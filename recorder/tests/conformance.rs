@@ -350,3 +350,23 @@ fn oom_path_order_and_counters() {
     // the device was never asked beyond the cap
     assert!(e.stats().reserved_bytes.all.peak <= cap);
 }
+
+/// Frees of addresses the engine never handed out are refused and change nothing, whatever the
+/// address (including the all-ones value, which no device returns).
+#[test]
+fn frees_of_unknown_addresses_are_refused() {
+    use recorder::engine::FreeError::UnknownAddress;
+    let mut e = Engine::new(AllocatorConfig::default(), None, SimDevice::new(None), Vec::<Event>::new());
+    let live: Vec<u64> = (0..40).map(|_| e.malloc(4096, 0, 0).unwrap().addr).collect();
+    for bad in [u64::MAX, 0, 1, live[0] + 512] {
+        for _ in 0..64 {
+            assert_eq!(e.free(bad), Err(UnknownAddress(bad)));
+            assert_eq!(e.free_requested(bad), Err(UnknownAddress(bad)));
+            assert_eq!(e.free_completed(bad), Err(UnknownAddress(bad)));
+        }
+    }
+    for a in live {
+        e.free(a).unwrap();
+    }
+    assert_eq!(e.stats().allocated_bytes.all.current, 0);
+}

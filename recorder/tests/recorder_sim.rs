@@ -202,6 +202,25 @@ fn an_unwritable_path_keeps_the_job_running() {
     assert!(s.describe().contains("DROPPED"));
 }
 
+/// A disk that fills up (`/dev/full` takes the file but refuses every byte): the job keeps
+/// running, and no event that failed to reach the file is counted as written.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_disk_counts_every_event_as_dropped() {
+    let rec = Recorder::start(RecorderOptions::new("/dev/full"), SimDevice::new(None)).unwrap();
+    for i in 0..100_000u64 {
+        let a = rec.malloc(512 + (i % 64) * 4096, 0).unwrap();
+        rec.free(a.addr).unwrap();
+        if i % 20_000 == 0 {
+            rec.flush();
+        }
+    }
+    let s = rec.finish();
+    assert!(s.writer.error.is_some() && !s.writer.complete, "{s:?}");
+    assert_eq!(s.writer.events_written, 0, "{s:?}");
+    assert_eq!(s.writer.events_dropped, s.events, "{s:?}");
+}
+
 /// A queue too small for the rate, with no yielding to the writer: batches are dropped, never
 /// waited for, and the trace says how many events it lacks.
 #[test]
@@ -242,7 +261,13 @@ fn timestamps_are_monotonic_clock_nanoseconds() {
         let path = tmp(if use_tsc { "clock_tsc" } else { "clock_mono" });
         let mut opts = RecorderOptions::new(&path);
         opts.use_tsc = use_tsc;
+        // Small batches: many calibrations, many batch boundaries.
+        opts.batch_events = 64;
         let rec = Recorder::start(opts, SimDevice::new(None)).unwrap();
+        for _ in 0..5000 {
+            let a = rec.malloc(4096, 0).unwrap();
+            rec.free(a.addr).unwrap();
+        }
         let mut brackets = Vec::new();
         for i in 0..4 {
             std::thread::sleep(std::time::Duration::from_millis(15));
@@ -254,8 +279,10 @@ fn timestamps_are_monotonic_clock_nanoseconds() {
         rec.finish();
         let mut r = TraceReader::open(&path).unwrap();
         assert!(r.header().notes.iter().any(|n| n.starts_with("clock: ")), "{:?}", r.header().notes);
+        let recs = r.read_all();
+        assert!(recs.windows(2).all(|w| w[0].time_ns <= w[1].time_ns), "{source:?}: a timestamp went backwards");
         let marks: Vec<u64> =
-            r.read_all().iter().filter(|r| matches!(r.event, Event::Mark { .. })).map(|r| r.time_ns).collect();
+            recs.iter().filter(|r| matches!(r.event, Event::Mark { .. })).map(|r| r.time_ns).collect();
         assert_eq!(marks.len(), brackets.len());
         let slack = 50_000;
         for (t, (before, after)) in marks.iter().zip(&brackets) {

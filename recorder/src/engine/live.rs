@@ -61,6 +61,10 @@ impl LiveMap {
     /// The slot holding `addr`, if any.
     #[inline]
     fn find(&self, addr: u64) -> Option<usize> {
+        if addr == EMPTY {
+            // The marker of an empty slot is no address: a free of it must not "find" one.
+            return None;
+        }
         let mask = self.mask();
         let mut i = self.home(addr);
         loop {
@@ -174,6 +178,8 @@ mod tests {
             }
             let probe = (rnd() % 4096) * 512;
             assert_eq!(map.get(probe), reference.get(&probe).copied());
+            assert_eq!(map.get(EMPTY), None);
+            assert_eq!(map.remove(EMPTY), None, "the empty-slot marker is never a key");
             assert_eq!(map.len(), reference.len());
         }
         let mut all: Vec<_> = map.iter().collect();

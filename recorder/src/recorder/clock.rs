@@ -135,7 +135,7 @@ impl Clock {
     }
 
     pub fn converter(&self) -> TickConverter {
-        TickConverter { clock: *self, ns_per_tick: 1.0 }
+        TickConverter { clock: *self, ns_per_tick: 1.0, last_ns: 0 }
     }
 }
 
@@ -162,6 +162,8 @@ fn read_pair() -> (u64, u64) {
 pub(crate) struct TickConverter {
     clock: Clock,
     ns_per_tick: f64,
+    /// The latest time handed out: times never go backwards.
+    last_ns: u64,
 }
 
 impl TickConverter {
@@ -191,14 +193,26 @@ impl TickConverter {
         }
     }
 
-    /// Nanoseconds since the origin of a tick read by [`Clock::ticks`].
+    /// Nanoseconds since the origin of a tick read by [`Clock::ticks`], in the order the records
+    /// were written: never earlier than the time before it. Each batch converts with the
+    /// latest calibration, so two ticks a few nanoseconds apart on either side of a batch
+    /// boundary could otherwise swap by a few hundred nanoseconds; and a thread that read the
+    /// clock just before another took the lock gets that thread's time.
     #[inline]
-    pub fn to_ns(&self, ticks: u64) -> u64 {
+    pub fn convert(&mut self, ticks: u64) -> u64 {
         let since = ticks.saturating_sub(self.clock.origin_ticks);
-        match self.clock.source {
+        let ns = match self.clock.source {
             ClockSource::Tsc => (since as f64 * self.ns_per_tick) as u64,
             ClockSource::Monotonic => since,
-        }
+        };
+        self.monotone(ns)
+    }
+
+    /// `ns`, or the latest time handed out if that is later.
+    #[inline]
+    pub fn monotone(&mut self, ns: u64) -> u64 {
+        self.last_ns = self.last_ns.max(ns);
+        self.last_ns
     }
 }
 
@@ -223,7 +237,7 @@ mod tests {
             // covers the calibration's own error.
             let slack = 50_000;
             for (before, ticks, after) in samples {
-                let got = conv.to_ns(ticks);
+                let got = conv.convert(ticks);
                 assert!(
                     got + slack >= before && got <= after + slack,
                     "{:?}: {got} not in [{before}, {after}]",

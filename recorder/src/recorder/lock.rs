@@ -12,6 +12,7 @@
 //! from many threads at once are rare in GPU programs; the benchmark measures the common case.
 
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -29,6 +30,8 @@ unsafe impl<T: Send> Send for Lock<T> {}
 
 pub(crate) struct Guard<'a, T> {
     lock: &'a Lock<T>,
+    /// A guard gives `&mut T`: it is `Sync` only where `T` is, as `MutexGuard` is.
+    _value: PhantomData<&'a mut T>,
 }
 
 impl<T> Lock<T> {
@@ -41,7 +44,7 @@ impl<T> Lock<T> {
         if self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
             self.lock_contended();
         }
-        Guard { lock: self }
+        Guard { lock: self, _value: PhantomData }
     }
 
     #[cold]
@@ -66,7 +69,7 @@ impl<T> Lock<T> {
         // A guard exists only once the lock is taken: one built and dropped on failure would
         // release the holder's lock.
         match self.locked.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed) {
-            Ok(_) => Some(Guard { lock: self }),
+            Ok(_) => Some(Guard { lock: self, _value: PhantomData }),
             Err(_) => None,
         }
     }

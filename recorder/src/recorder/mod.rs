@@ -515,17 +515,19 @@ impl<D: Device + Send + 'static> Recorder<D> {
     /// and free, but record nothing; a second `finish` returns the same outcome's counts with
     /// nothing more written.
     pub fn finish(&self) -> RecordSummary {
-        let (produced, free_errors, last) = {
+        let (produced, free_errors, last, handle) = {
             let mut g = self.inner.lock();
+            // The writer's handle and the partial batch are taken in one critical section, so
+            // that of two `finish` calls exactly one sends the batch and stops the writer.
+            let handle = lock(&self.writer).take();
             let s = g.engine.sink_mut();
             // The partial batch leaves with the close: from now on every event goes to
             // `hand_over` (batch 0), which discards it.
-            let last = (!s.closed).then(|| s.take());
+            let last = (handle.is_some() && !s.closed).then(|| s.take());
             s.closed = true;
             s.batch = 0;
-            (s.produced(), g.free_errors, last)
+            (s.produced(), g.free_errors, last, handle)
         };
-        let handle = lock(&self.writer).take();
         let writer = match handle {
             Some(h) => {
                 // Queued behind every earlier batch, so the trace keeps the events' order.

@@ -13,7 +13,7 @@ use crate::trace::{Event, Header, Record, TraceWriter};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -65,8 +65,8 @@ struct State {
     error: Option<String>,
     dirty: bool,
     bytes: u64,
-    /// Events counted in `written` whose chunk the compression thread could not write.
-    lost: u64,
+    /// Events counted in `written` whose chunk never reached the file (the trace writer counts).
+    lost: Option<Arc<AtomicU64>>,
 }
 
 impl State {
@@ -76,8 +76,6 @@ impl State {
         }
         if let Some(w) = self.out.take() {
             self.bytes = w.bytes_written();
-            // Events encoded and counted as written whose chunk never reached the file.
-            self.lost += w.events_lost();
         }
     }
 }
@@ -92,7 +90,7 @@ impl Writer {
             error: None,
             dirty: false,
             bytes: 0,
-            lost: 0,
+            lost: None,
         };
         match TraceWriter::create(&self.path, &self.header) {
             Ok(mut w) => {
@@ -102,6 +100,7 @@ impl Writer {
                 // with faster programs. Without that thread it compresses inline.
                 let _ = w.compress_in_background();
                 st.bytes = w.bytes_written();
+                st.lost = Some(w.lost_counter());
                 st.out = Some(w);
             }
             Err(e) => st.fail(format!("cannot create {}: {e}", self.path.display())),
@@ -143,24 +142,24 @@ impl Writer {
         }
         self.report_drops(&mut st);
         let complete = match st.out.take() {
-            Some(w) => match (w.events_lost(), w.finish()) {
-                (_, Ok(mut f)) => {
+            Some(w) => match w.finish() {
+                Ok(mut f) => {
                     use std::io::Write;
                     let _ = f.flush();
                     st.bytes = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(st.bytes);
                     true
                 }
-                (lost, Err(e)) => {
-                    st.lost += lost;
+                Err(e) => {
                     st.fail(e);
                     false
                 }
             },
             None => false,
         };
+        let lost = st.lost.as_ref().map_or(0, |l| l.load(Ordering::Relaxed)).min(st.written);
         WriterOutcome {
-            events_written: st.written - st.lost,
-            events_dropped: self.shared.dropped.load(Ordering::Relaxed) + st.lost,
+            events_written: st.written - lost,
+            events_dropped: self.shared.dropped.load(Ordering::Relaxed) + lost,
             trace_bytes: st.bytes,
             error: st.error,
             complete,
@@ -174,19 +173,21 @@ impl Writer {
         match st.out.as_mut() {
             Some(w) => {
                 st.ticks.calibrate();
-                let (ticks, n) = (&st.ticks, v.len() as u64);
+                let (ticks, n) = (&mut st.ticks, v.len() as u64);
                 let (mut written, mut failed) = (0u64, None);
                 v.decode(
-                    |t| ticks.to_ns(t),
+                    |t| ticks.convert(t),
                     |time_ns, e| {
                         if failed.is_none() {
                             let r = match e {
                                 Decoded::Hot(h) => w.write_hot(time_ns, h),
                                 Decoded::Other(event) => w.write_owned(Record { time_ns, event }),
                             };
-                            match r {
-                                Ok(()) => written += 1,
-                                Err(e) => failed = Some(e),
+                            // A failing record is already in the chunk that failed, and counted
+                            // with its events as lost by the trace writer.
+                            written += 1;
+                            if let Err(e) = r {
+                                failed = Some(e);
                             }
                         }
                     },
@@ -215,7 +216,7 @@ impl Writer {
             return;
         }
         if let Some(w) = st.out.as_mut() {
-            let time_ns = self.shared.clock.now_ns();
+            let time_ns = st.ticks.monotone(self.shared.clock.now_ns());
             w.note_dropped(new);
             if let Err(e) = w.write(&Record { time_ns, event: Event::Dropped { events: new } }) {
                 st.fail(e);

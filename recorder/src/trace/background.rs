@@ -5,9 +5,10 @@
 //! hands each chunk body here and goes back to encoding; this thread compresses it, frames it
 //! and writes it, in the order received, and hands the body's buffer back for reuse. A flush
 //! waits until everything handed over is written and the file flushed, so a flushed trace is
-//! still readable after `kill -9`. The first write error stops writing: later chunks are
-//! counted as lost (their events are in no frame), and the error is reported at the next chunk,
-//! flush or finish.
+//! still readable after `kill -9`. The first write error stops writing: the events of every
+//! chunk written since the last successful flush (they may never have reached the file) and of
+//! every later chunk are counted as lost, and the error is reported at the next chunk, flush or
+//! finish.
 
 use super::{chunk_payload, frame_bytes, TraceError, KIND_CHUNK};
 use std::io::Write;
@@ -25,7 +26,6 @@ enum Job {
 #[derive(Default)]
 struct Shared {
     bytes_written: AtomicU64,
-    events_lost: AtomicU64,
     failed: AtomicBool,
     error: Mutex<Option<String>>,
 }
@@ -35,61 +35,70 @@ pub(super) struct Compressor<W> {
     spare: Receiver<Vec<u8>>,
     handle: Option<JoinHandle<Option<W>>>,
     shared: Arc<Shared>,
+    lost: Arc<AtomicU64>,
 }
 
 impl<W: Write + Send + 'static> Compressor<W> {
     /// Starts the thread and hands it `out`; when the thread cannot start, `out` comes back
     /// with the error.
-    pub fn start(out: W, bytes_written: u64, compress: bool, level: i32) -> Result<Self, (W, TraceError)> {
+    pub fn start(
+        out: W,
+        bytes_written: u64,
+        compress: bool,
+        level: i32,
+        lost: Arc<AtomicU64>,
+    ) -> Result<Self, (W, TraceError)> {
         // Two chunks in flight: enough to overlap, little memory.
         let (tx, rx) = mpsc::sync_channel::<Job>(2);
         let (spare_tx, spare) = mpsc::sync_channel(4);
         let shared = Arc::new(Shared { bytes_written: AtomicU64::new(bytes_written), ..Default::default() });
-        let sh = shared.clone();
+        let (sh, lost_in_thread) = (shared.clone(), lost.clone());
         let (out_tx, out_rx) = mpsc::sync_channel::<W>(1);
         let spawned = std::thread::Builder::new().name("alloctrace-compress".into()).spawn(move || {
             let Ok(mut out) = out_rx.recv() else { return None };
             let mut frame = Vec::new();
-            let fail = |e: &dyn std::fmt::Display| {
+            // Events of chunks written since the last successful flush.
+            let mut unflushed = 0u64;
+            let fail = |e: &dyn std::fmt::Display, unflushed: &mut u64| {
+                lost_in_thread.fetch_add(std::mem::take(unflushed), Ordering::Relaxed);
                 sh.failed.store(true, Ordering::Release);
                 let mut slot = sh.error.lock().unwrap_or_else(|p| p.into_inner());
                 slot.get_or_insert_with(|| e.to_string());
             };
             for job in rx {
+                let failed = sh.failed.load(Ordering::Acquire);
                 match job {
                     Job::Chunk { count, mut body } => {
-                        if sh.failed.load(Ordering::Acquire) {
-                            sh.events_lost.fetch_add(count, Ordering::Relaxed);
+                        if failed {
+                            lost_in_thread.fetch_add(count, Ordering::Relaxed);
                         } else {
+                            unflushed += count;
                             let written = chunk_payload(count, &body, compress, level)
                                 .and_then(|p| frame_bytes(&mut out, &mut frame, KIND_CHUNK, &p));
                             match written {
                                 Ok(n) => {
                                     sh.bytes_written.fetch_add(n, Ordering::Release);
                                 }
-                                Err(e) => {
-                                    sh.events_lost.fetch_add(count, Ordering::Relaxed);
-                                    fail(&e);
-                                }
+                                Err(e) => fail(&e, &mut unflushed),
                             }
                         }
                         body.clear();
                         let _ = spare_tx.try_send(body);
                     }
-                    Job::Frame { kind, payload } => {
-                        if !sh.failed.load(Ordering::Acquire) {
-                            match frame_bytes(&mut out, &mut frame, kind, &payload) {
-                                Ok(n) => {
-                                    sh.bytes_written.fetch_add(n, Ordering::Release);
-                                }
-                                Err(e) => fail(&e),
+                    Job::Frame { kind, payload } if !failed => {
+                        match frame_bytes(&mut out, &mut frame, kind, &payload) {
+                            Ok(n) => {
+                                sh.bytes_written.fetch_add(n, Ordering::Release);
                             }
+                            Err(e) => fail(&e, &mut unflushed),
                         }
                     }
+                    Job::Frame { .. } => {}
                     Job::Flush(ack) => {
-                        if !sh.failed.load(Ordering::Acquire) {
-                            if let Err(e) = out.flush() {
-                                fail(&e);
+                        if !failed {
+                            match out.flush() {
+                                Ok(()) => unflushed = 0,
+                                Err(e) => fail(&e, &mut unflushed),
                             }
                         }
                         let _ = ack.send(());
@@ -105,7 +114,7 @@ impl<W: Write + Send + 'static> Compressor<W> {
         if let Err(mpsc::SendError(out)) = out_tx.send(out) {
             return Err((out, TraceError::Io(std::io::Error::other("the trace compression thread stopped"))));
         }
-        Ok(Compressor { tx: Some(tx), spare, handle: Some(handle), shared })
+        Ok(Compressor { tx: Some(tx), spare, handle: Some(handle), shared, lost })
     }
 }
 
@@ -121,7 +130,11 @@ impl<W> Compressor<W> {
 
     /// Hands a chunk over; returns an empty buffer for the next one.
     pub fn chunk(&mut self, count: u64, body: Vec<u8>) -> Result<Vec<u8>, TraceError> {
-        self.error()?;
+        if let Err(e) = self.error() {
+            // Writing has stopped: this chunk's events go nowhere.
+            self.lost.fetch_add(count, Ordering::Relaxed);
+            return Err(e);
+        }
         self.send(Job::Chunk { count, body });
         Ok(self.spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(1 << 20)))
     }
@@ -147,11 +160,6 @@ impl<W> Compressor<W> {
 
     pub fn bytes_written(&self) -> u64 {
         self.shared.bytes_written.load(Ordering::Acquire)
-    }
-
-    /// Events in chunks that were handed over but could not be written.
-    pub fn events_lost(&self) -> u64 {
-        self.shared.events_lost.load(Ordering::Relaxed)
     }
 
     /// Writes what is pending, stops the thread and returns the output.

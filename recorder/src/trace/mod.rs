@@ -86,6 +86,8 @@ use bincode::{Decode, Encode};
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// First eight bytes of every trace.
 pub const MAGIC: [u8; 8] = *b"\x89ATRC\r\n\x1a";
@@ -284,6 +286,10 @@ pub struct TraceWriter<W: Write> {
     /// The output, unless a compression thread owns it.
     out: Option<W>,
     bg: Option<background::Compressor<W>>,
+    /// Events of chunks that could not be written (shared with the compression thread).
+    lost: Arc<AtomicU64>,
+    /// Without a compression thread: events of chunks written since the last successful flush.
+    unflushed: u64,
     body: Vec<u8>,
     count: u64,
     delta: DeltaState,
@@ -311,6 +317,8 @@ impl<W: Write> TraceWriter<W> {
         let mut w = TraceWriter {
             out: Some(out),
             bg: None,
+            lost: Arc::new(AtomicU64::new(0)),
+            unflushed: 0,
             body: Vec::with_capacity(1 << 20),
             count: 0,
             delta: DeltaState::default(),
@@ -420,8 +428,18 @@ impl<W: Write> TraceWriter<W> {
         if let Some(bg) = &mut self.bg {
             return bg.flush();
         }
+        self.flush_inline()
+    }
+
+    /// Flushes the output (without a compression thread); on failure the events that may not
+    /// have reached it count as lost.
+    fn flush_inline(&mut self) -> Result<(), TraceError> {
         if let Some(out) = &mut self.out {
-            out.flush()?;
+            if let Err(e) = out.flush() {
+                self.lost.fetch_add(std::mem::take(&mut self.unflushed), Ordering::Relaxed);
+                return Err(e.into());
+            }
+            self.unflushed = 0;
         }
         Ok(())
     }
@@ -431,10 +449,16 @@ impl<W: Write> TraceWriter<W> {
         self.bg.as_ref().map_or(self.bytes_written, |bg| bg.bytes_written())
     }
 
-    /// Events handed to the background compression thread that it could not write (after a
-    /// write error); always 0 without one.
+    /// Events written with `Ok` whose chunk did not reach the output (a write error: the
+    /// chunks since the last successful flush and any after it).
     pub fn events_lost(&self) -> u64 {
-        self.bg.as_ref().map_or(0, |bg| bg.events_lost())
+        self.lost.load(Ordering::Relaxed)
+    }
+
+    /// The counter behind [`TraceWriter::events_lost`], readable after [`TraceWriter::finish`]
+    /// (which may lose the last chunks).
+    pub fn lost_counter(&self) -> Arc<AtomicU64> {
+        self.lost.clone()
     }
 
     /// Writes the last chunk and the trailer, flushes, and returns the underlying writer.
@@ -445,10 +469,12 @@ impl<W: Write> TraceWriter<W> {
             bg.frame(KIND_TRAILER, payload);
             return bg.finish();
         }
-        self.write_frame(KIND_TRAILER, &payload)?;
-        let mut out = self.out.take().expect("the output is here without a compression thread");
-        out.flush()?;
-        Ok(out)
+        if let Err(e) = self.write_frame(KIND_TRAILER, &payload) {
+            self.lost.fetch_add(std::mem::take(&mut self.unflushed), Ordering::Relaxed);
+            return Err(e);
+        }
+        self.flush_inline()?;
+        Ok(self.out.take().expect("the output is here without a compression thread"))
     }
 
     fn write_chunk(&mut self) -> Result<(), TraceError> {
@@ -459,8 +485,13 @@ impl<W: Write> TraceWriter<W> {
             let next = bg.chunk(self.count, std::mem::take(&mut self.body))?;
             self.body = next;
         } else {
-            let payload = chunk_payload(self.count, &self.body, self.compress, self.level)?;
-            self.write_frame(KIND_CHUNK, &payload)?;
+            self.unflushed += self.count;
+            let written = chunk_payload(self.count, &self.body, self.compress, self.level)
+                .and_then(|payload| self.write_frame(KIND_CHUNK, &payload));
+            if let Err(e) = written {
+                self.lost.fetch_add(std::mem::take(&mut self.unflushed), Ordering::Relaxed);
+                return Err(e);
+            }
             self.body.clear();
         }
         self.trailer.events += self.count;
@@ -485,7 +516,7 @@ impl<W: Write + Send + 'static> TraceWriter<W> {
     /// When the thread cannot start, nothing changes and the error says why.
     pub fn compress_in_background(&mut self) -> Result<(), TraceError> {
         if let Some(out) = self.out.take() {
-            match background::Compressor::start(out, self.bytes_written, self.compress, self.level) {
+            match background::Compressor::start(out, self.bytes_written, self.compress, self.level, self.lost.clone()) {
                 Ok(bg) => self.bg = Some(bg),
                 Err((out, e)) => {
                     self.out = Some(out);
