@@ -110,7 +110,7 @@ impl LiveMap {
 
     /// Removes `addr`, returning its index. The entries after it in its probe run move back to
     /// close the gap, so lookups never need tombstones.
-    #[inline]
+    #[inline(always)]
     pub fn remove(&mut self, addr: u64) -> Option<u32> {
         let mut hole = self.find(addr)?;
         let idx = self.slots[hole].idx;
