@@ -280,13 +280,7 @@ mod tests {
     /// Random inserts, removes and lower-bound walks agree with the `BTreeSet` it replaces.
     #[test]
     fn matches_btreeset() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rnd = crate::engine::test_rng(0x2545_f491_4f6c_dd1du64);
         let (mut set, mut reference) = (FreeSet::default(), BTreeSet::new());
         for i in 0..20_000u32 {
             let stream = [0, 7, u64::MAX][rnd() as usize % 3];
@@ -300,7 +294,7 @@ mod tests {
             let key = (stream, size, ((rnd() % 64) << 40) | (u64::from(i) * 512), i);
             set.insert(key);
             reference.insert(key);
-            if rnd() % 2 == 0 {
+            if rnd().is_multiple_of(2) {
                 let victim = *reference.iter().nth(rnd() as usize % reference.len()).unwrap();
                 assert!(set.remove(&victim) && reference.remove(&victim));
                 assert!(!set.remove(&victim));

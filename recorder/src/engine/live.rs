@@ -158,13 +158,7 @@ mod tests {
     /// addresses that collide on their home slot.
     #[test]
     fn matches_hashmap() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rnd = crate::engine::test_rng(0x9e37_79b9_7f4a_7c15u64);
         let (mut map, mut reference) = (LiveMap::default(), HashMap::new());
         for step in 0..200_000u32 {
             // Few distinct addresses (512-byte multiples in a small range) so that removals hit.

@@ -121,3 +121,15 @@ pub struct Released {
     /// Segments freed plus ranges unmapped.
     pub segments: u32,
 }
+
+/// A small deterministic generator (xorshift64) for the engine's randomized tests.
+#[cfg(test)]
+pub(crate) fn test_rng(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
