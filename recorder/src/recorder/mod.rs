@@ -2,19 +2,25 @@
 //! decision to a trace on disk while the program runs.
 //!
 //! ```text
-//!  thread A ─┐                      ┌─────────── Mutex ───────────┐
-//!  thread B ─┼─ malloc/free/mark ──▶│ Engine<D, RecSink>          │   bounded queue of batches
-//!  thread C ─┘   (clock read        │   RecSink: Vec<Record> ─────┼──▶ try_send ──▶ writer thread
-//!                 outside the lock) └─────────────────────────────┘   (full: drop + count)      │
-//!                                                                                    TraceWriter ▼ file
+//!  thread A ─┐                      ┌──────── Lock ──────────┐
+//!  thread B ─┼─ malloc/free/mark ──▶│ Engine<D, RecSink>     │   bounded queue of batches
+//!  thread C ─┘   (clock read        │   RecSink: Batch words ┼──▶ try_send ──▶ writer thread
+//!                 outside the lock) └────────────────────────┘   (full: wait a little,      │ encode
+//!                                                                  then drop + count)       ▼
+//!                                                        compression thread ◀── chunks ── TraceWriter
+//!                                                               │ zstd, frame, write
+//!                                                               ▼ file
 //! ```
-//! The critical section is the engine call plus pushes into a preallocated batch; every
-//! record of one call carries the timestamp read before the lock. A full batch goes to the
-//! writer with `try_send`: the allocating thread never blocks on I/O, and when the queue is full
-//! the batch is dropped and counted (the trace gets an [`Event::Dropped`] and its trailer the
-//! count). The writer flushes a chunk at least every `flush_interval` (100 ms) while events are
-//! pending, taking the partly filled batch itself, so after `kill -9` the trace reads up to its
-//! last flushed chunk, about one interval behind.
+//! The critical section is the engine call plus a few words pushed into a preallocated batch
+//! ([`batch`]); every event of one call carries the time read before the lock (a time stamp
+//! counter read where reliable, converted by the writer: [`clock`]). The lock ([`lock`]) is
+//! taken with one atomic exchange and released with a plain store. A full batch goes to the
+//! writer with `try_send`: the allocating thread never blocks on I/O; when the queue is full
+//! it gives the writer a little time, then drops the batch and counts it (the trace gets an
+//! [`Event::Dropped`] and its trailer the count), and the summary says how long it waited. The
+//! writer flushes a chunk at least every `flush_interval` (100 ms) while events are pending,
+//! taking the partly filled batch itself, so after `kill -9` the trace reads up to its last
+//! flushed chunk, about one interval behind.
 //!
 //! Generic over [`Device`]: on a `SimDevice` it runs in CI, on a `CudaDevice` on a GPU.
 
