@@ -2,7 +2,7 @@
 //!
 //! [`Engine`] decides where every block goes: size rounding ([`round_size`]), the pool, best
 //! fit per stream, splitting and merging, the OOM path (garbage collection, oversize release,
-//! release everything and retry), and expandable segments. It gets memory from a [`Device`]
+//! release everything and retry), and expandable segments. It gets memory from a [`Device`](crate::device::Device)
 //! and reports every decision to a [`Sink`] as trace [`Event`]s. No I/O, no CUDA: the recorder
 //! on a GPU and a what-if replay on a [`crate::device::SimDevice`] run this same code.
 //!

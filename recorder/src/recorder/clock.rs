@@ -76,7 +76,7 @@ fn tsc_is_reliable() -> bool {
     false
 }
 
-/// Which source [`Clock::ticks`] reads.
+/// Which source the recorder's clock reads on the hot path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClockSource {
     /// The time stamp counter, converted by the writer.

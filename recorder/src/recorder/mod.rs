@@ -12,8 +12,8 @@
 //!                                                               ▼ file
 //! ```
 //! The critical section is the engine call plus a few words pushed into a preallocated batch
-//! ([`batch`]); every event of one call carries the time read before the lock (a time stamp
-//! counter read where reliable, converted by the writer: [`clock`]). The lock ([`lock`]) is
+//! (`batch.rs`); every event of one call carries the time read before the lock (a time stamp
+//! counter read where reliable, converted by the writer: `clock.rs`). The lock (`lock.rs`) is
 //! taken with one atomic exchange and released with a plain store. A full batch goes to the
 //! writer with `try_send`: the allocating thread never blocks on I/O; when the queue is full
 //! it gives the writer a little time, then drops the batch and counts it (the trace gets an
