@@ -43,3 +43,8 @@ done
 echo
 echo "import of PyTorch pickles against python3 pickle.load of the same files:"
 target/release/examples/bench_import 20
+echo
+echo "recorder overhead on the CPU (the engine and the recorder on the simulated device; the GPU"
+echo "figures come from scripts/gpu/overhead.sh):"
+cargo build --release -q -p alloctrace-recorder --example bench_recorder
+target/release/examples/bench_recorder "$TMP" 1000000 5
