@@ -36,6 +36,8 @@ pub(super) struct Compressor<W> {
     handle: Option<JoinHandle<Option<W>>>,
     shared: Arc<Shared>,
     lost: Arc<AtomicU64>,
+    /// Events in chunks handed over since the last flush (lost if the thread dies).
+    sent: u64,
 }
 
 impl<W: Write + Send + 'static> Compressor<W> {
@@ -112,9 +114,9 @@ impl<W: Write + Send + 'static> Compressor<W> {
             Err(e) => return Err((out, TraceError::Io(e))),
         };
         if let Err(mpsc::SendError(out)) = out_tx.send(out) {
-            return Err((out, TraceError::Io(std::io::Error::other("the trace compression thread stopped"))));
+            return Err((out, gone()));
         }
-        Ok(Compressor { tx: Some(tx), spare, handle: Some(handle), shared, lost })
+        Ok(Compressor { tx: Some(tx), spare, handle: Some(handle), shared, lost, sent: 0 })
     }
 }
 
@@ -135,7 +137,11 @@ impl<W> Compressor<W> {
             self.lost.fetch_add(count, Ordering::Relaxed);
             return Err(e);
         }
-        self.send(Job::Chunk { count, body });
+        if !self.send(Job::Chunk { count, body }) {
+            self.lost.fetch_add(count + std::mem::take(&mut self.sent), Ordering::Relaxed);
+            return Err(gone());
+        }
+        self.sent += count;
         Ok(self.spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(1 << 20)))
     }
 
@@ -146,16 +152,20 @@ impl<W> Compressor<W> {
     /// Waits until everything handed over is written and the output flushed.
     pub fn flush(&mut self) -> Result<(), TraceError> {
         let (ack_tx, ack_rx) = mpsc::sync_channel(1);
-        self.send(Job::Flush(ack_tx));
-        let _ = ack_rx.recv();
+        if !self.send(Job::Flush(ack_tx)) || ack_rx.recv().is_err() {
+            // The thread died (it cannot count what it lost): nothing sent since the last
+            // flush is known to be in the file.
+            self.lost.fetch_add(std::mem::take(&mut self.sent), Ordering::Relaxed);
+            return Err(gone());
+        }
+        // On a write error the thread has counted the lost events itself.
+        self.sent = 0;
         self.error()
     }
 
-    fn send(&mut self, job: Job) {
-        if let Some(tx) = &self.tx {
-            // Fails only if the thread is gone (it panicked); `finish` reports that.
-            let _ = tx.send(job);
-        }
+    /// False when the thread is gone (it panicked): nothing handed over since was written.
+    fn send(&mut self, job: Job) -> bool {
+        self.tx.as_ref().is_some_and(|tx| tx.send(job).is_ok())
     }
 
     pub fn bytes_written(&self) -> u64 {
@@ -173,4 +183,8 @@ impl<W> Compressor<W> {
         self.error()?;
         Ok(out)
     }
+}
+
+fn gone() -> TraceError {
+    TraceError::Io(std::io::Error::other("the trace compression thread stopped"))
 }

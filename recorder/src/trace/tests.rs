@@ -261,6 +261,34 @@ fn background_compression_reports_write_errors() {
     assert!(w.finish().is_err());
 }
 
+/// A compression thread that dies (here its output panics) is noticed at the next flush, and
+/// the events handed to it count as lost rather than written.
+#[test]
+fn background_compression_reports_a_dead_thread() {
+    struct Panics;
+    impl std::io::Write for Panics {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if b.len() > 100 {
+                panic!("the output fails hard");
+            }
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut w = TraceWriter::new(Panics, &header()).unwrap();
+    w.set_compression(false);
+    w.compress_in_background().unwrap();
+    let recs: Vec<Record> = (0..20).flat_map(|_| sample()).collect();
+    for r in &recs {
+        w.write(r).unwrap();
+    }
+    assert!(w.flush().is_err(), "the dead thread is reported");
+    assert!(w.events_lost() >= recs.len() as u64 - 1, "lost {}", w.events_lost());
+    assert!(w.finish().is_err());
+}
+
 /// Every byte count of bincode's varint, in every field of the events the fast encoder
 /// handles, encodes as bincode does.
 #[test]
