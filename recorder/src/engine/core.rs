@@ -3,7 +3,7 @@
 use super::block::{Arena, Block, PoolSets, State, NIL};
 use super::config::{AllocatorConfig, MIN_BLOCK_SIZE, SMALL_SIZE};
 use super::live::LiveMap;
-use super::rounding::{allocation_size, page_size, pool_for, round_size};
+use super::rounding::{allocation_size, page_size, pool_for, round_plain, round_size};
 use super::stats::Stats;
 use super::{Allocation, FreeError, OutOfMemory, Released, Sink};
 use crate::device::Device;
@@ -118,11 +118,8 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// PyTorch `malloc`: best fit in the cache, else a new segment, else the OOM path
     /// (garbage collection, oversize release, release everything and retry), else OOM.
     pub fn malloc(&mut self, requested_bytes: u64, stream: u64, callsite: u32) -> Result<Allocation, OutOfMemory> {
-        let rounded = if self.plain_rounding {
-            requested_bytes.max(1).div_ceil(MIN_BLOCK_SIZE).saturating_mul(MIN_BLOCK_SIZE)
-        } else {
-            round_size(&self.config, requested_bytes)
-        };
+        let rounded =
+            if self.plain_rounding { round_plain(requested_bytes) } else { round_size(&self.config, requested_bytes) };
         let pool = pool_for(rounded);
         let alloc_bytes = allocation_size(&self.config, rounded);
         if requested_bytes >= MAX_REQUEST {

@@ -17,15 +17,19 @@ use crate::trace::Pool;
 
 /// The block size handed out for a request of `bytes` (PyTorch `round_size`).
 pub fn round_size(config: &AllocatorConfig, bytes: u64) -> u64 {
-    if bytes < MIN_BLOCK_SIZE {
-        return MIN_BLOCK_SIZE;
-    }
     let divisions = config.divisions_for(bytes) as u64;
     if divisions > 1 && bytes > MIN_BLOCK_SIZE * divisions {
         roundup_power2_next_division(bytes, divisions)
     } else {
-        bytes.div_ceil(MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
+        round_plain(bytes)
     }
+}
+
+/// `round_size` without `roundup_power2_divisions`: the next multiple of 512, at least 512
+/// (saturating: a request that large fails anyway).
+#[inline]
+pub fn round_plain(bytes: u64) -> u64 {
+    bytes.max(1).div_ceil(MIN_BLOCK_SIZE).saturating_mul(MIN_BLOCK_SIZE)
 }
 
 /// Rounds `bytes` up to the next of `divisions` equal steps between the powers of two around it.
