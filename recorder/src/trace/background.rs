@@ -10,7 +10,7 @@
 //! every later chunk are counted as lost, and the error is reported at the next chunk, flush or
 //! finish.
 
-use super::{chunk_payload, frame_bytes, TraceError, KIND_CHUNK};
+use super::{chunk_payload, frame_bytes, TraceError, Unflushed, KIND_CHUNK};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
@@ -35,9 +35,9 @@ pub(super) struct Compressor<W> {
     spare: Receiver<Vec<u8>>,
     handle: Option<JoinHandle<Option<W>>>,
     shared: Arc<Shared>,
-    lost: Arc<AtomicU64>,
-    /// Events in chunks handed over since the last flush (lost if the thread dies).
-    sent: u64,
+    /// Events in chunks handed over since the last flush, lost if the thread dies (it cannot
+    /// count them then).
+    sent: Unflushed,
 }
 
 impl<W: Write + Send + 'static> Compressor<W> {
@@ -54,15 +54,13 @@ impl<W: Write + Send + 'static> Compressor<W> {
         let (tx, rx) = mpsc::sync_channel::<Job>(2);
         let (spare_tx, spare) = mpsc::sync_channel(4);
         let shared = Arc::new(Shared { bytes_written: AtomicU64::new(bytes_written), ..Default::default() });
-        let (sh, lost_in_thread) = (shared.clone(), lost.clone());
+        let (sh, mut unflushed) = (shared.clone(), Unflushed::new(lost.clone()));
         let (out_tx, out_rx) = mpsc::sync_channel::<W>(1);
         let spawned = std::thread::Builder::new().name("alloctrace-compress".into()).spawn(move || {
             let Ok(mut out) = out_rx.recv() else { return None };
             let mut frame = Vec::new();
-            // Events of chunks written since the last successful flush.
-            let mut unflushed = 0u64;
-            let fail = |e: &dyn std::fmt::Display, unflushed: &mut u64| {
-                lost_in_thread.fetch_add(std::mem::take(unflushed), Ordering::Relaxed);
+            let fail = |e: &dyn std::fmt::Display, unflushed: &mut Unflushed| {
+                unflushed.failed();
                 sh.failed.store(true, Ordering::Release);
                 let mut slot = sh.error.lock().unwrap_or_else(|p| p.into_inner());
                 slot.get_or_insert_with(|| e.to_string());
@@ -72,9 +70,9 @@ impl<W: Write + Send + 'static> Compressor<W> {
                 match job {
                     Job::Chunk { count, mut body } => {
                         if failed {
-                            lost_in_thread.fetch_add(count, Ordering::Relaxed);
+                            unflushed.lose(count);
                         } else {
-                            unflushed += count;
+                            unflushed.wrote(count);
                             let written = chunk_payload(count, &body, compress, level)
                                 .and_then(|p| frame_bytes(&mut out, &mut frame, KIND_CHUNK, &p));
                             match written {
@@ -99,7 +97,7 @@ impl<W: Write + Send + 'static> Compressor<W> {
                     Job::Flush(ack) => {
                         if !failed {
                             match out.flush() {
-                                Ok(()) => unflushed = 0,
+                                Ok(()) => unflushed.flushed(),
                                 Err(e) => fail(&e, &mut unflushed),
                             }
                         }
@@ -116,7 +114,7 @@ impl<W: Write + Send + 'static> Compressor<W> {
         if let Err(mpsc::SendError(out)) = out_tx.send(out) {
             return Err((out, gone()));
         }
-        Ok(Compressor { tx: Some(tx), spare, handle: Some(handle), shared, lost, sent: 0 })
+        Ok(Compressor { tx: Some(tx), spare, handle: Some(handle), shared, sent: Unflushed::new(lost) })
     }
 }
 
@@ -134,14 +132,15 @@ impl<W> Compressor<W> {
     pub fn chunk(&mut self, count: u64, body: Vec<u8>) -> Result<Vec<u8>, TraceError> {
         if let Err(e) = self.error() {
             // Writing has stopped: this chunk's events go nowhere.
-            self.lost.fetch_add(count, Ordering::Relaxed);
+            self.sent.lose(count);
             return Err(e);
         }
         if !self.send(Job::Chunk { count, body }) {
-            self.lost.fetch_add(count + std::mem::take(&mut self.sent), Ordering::Relaxed);
+            self.sent.wrote(count);
+            self.sent.failed();
             return Err(gone());
         }
-        self.sent += count;
+        self.sent.wrote(count);
         Ok(self.spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(1 << 20)))
     }
 
@@ -155,11 +154,11 @@ impl<W> Compressor<W> {
         if !self.send(Job::Flush(ack_tx)) || ack_rx.recv().is_err() {
             // The thread died (it cannot count what it lost): nothing sent since the last
             // flush is known to be in the file.
-            self.lost.fetch_add(std::mem::take(&mut self.sent), Ordering::Relaxed);
+            self.sent.failed();
             return Err(gone());
         }
         // On a write error the thread has counted the lost events itself.
-        self.sent = 0;
+        self.sent.flushed();
         self.error()
     }
 

@@ -286,10 +286,9 @@ pub struct TraceWriter<W: Write> {
     /// The output, unless a compression thread owns it.
     out: Option<W>,
     bg: Option<background::Compressor<W>>,
-    /// Events of chunks that could not be written (shared with the compression thread).
-    lost: Arc<AtomicU64>,
-    /// Without a compression thread: events of chunks written since the last successful flush.
-    unflushed: u64,
+    /// Without a compression thread: events of chunks written since the last successful flush,
+    /// and the count of lost events (shared with the compression thread).
+    unflushed: Unflushed,
     body: Vec<u8>,
     count: u64,
     delta: DeltaState,
@@ -317,8 +316,7 @@ impl<W: Write> TraceWriter<W> {
         let mut w = TraceWriter {
             out: Some(out),
             bg: None,
-            lost: Arc::new(AtomicU64::new(0)),
-            unflushed: 0,
+            unflushed: Unflushed::new(Arc::new(AtomicU64::new(0))),
             body: Vec::with_capacity(1 << 20),
             count: 0,
             delta: DeltaState::default(),
@@ -436,10 +434,10 @@ impl<W: Write> TraceWriter<W> {
     fn flush_inline(&mut self) -> Result<(), TraceError> {
         if let Some(out) = &mut self.out {
             if let Err(e) = out.flush() {
-                self.lost.fetch_add(std::mem::take(&mut self.unflushed), Ordering::Relaxed);
+                self.unflushed.failed();
                 return Err(e.into());
             }
-            self.unflushed = 0;
+            self.unflushed.flushed();
         }
         Ok(())
     }
@@ -452,13 +450,13 @@ impl<W: Write> TraceWriter<W> {
     /// Events written with `Ok` whose chunk did not reach the output (a write error: the
     /// chunks since the last successful flush and any after it).
     pub fn events_lost(&self) -> u64 {
-        self.lost.load(Ordering::Relaxed)
+        self.unflushed.lost.load(Ordering::Relaxed)
     }
 
     /// The counter behind [`TraceWriter::events_lost`], readable after [`TraceWriter::finish`]
     /// (which may lose the last chunks).
     pub fn lost_counter(&self) -> Arc<AtomicU64> {
-        self.lost.clone()
+        self.unflushed.lost.clone()
     }
 
     /// Writes the last chunk and the trailer, flushes, and returns the underlying writer.
@@ -470,7 +468,7 @@ impl<W: Write> TraceWriter<W> {
             return bg.finish();
         }
         if let Err(e) = self.write_frame(KIND_TRAILER, &payload) {
-            self.lost.fetch_add(std::mem::take(&mut self.unflushed), Ordering::Relaxed);
+            self.unflushed.failed();
             return Err(e);
         }
         self.flush_inline()?;
@@ -485,11 +483,11 @@ impl<W: Write> TraceWriter<W> {
             let next = bg.chunk(self.count, std::mem::take(&mut self.body))?;
             self.body = next;
         } else {
-            self.unflushed += self.count;
+            self.unflushed.wrote(self.count);
             let written = chunk_payload(self.count, &self.body, self.compress, self.level)
                 .and_then(|payload| self.write_frame(KIND_CHUNK, &payload));
             if let Err(e) = written {
-                self.lost.fetch_add(std::mem::take(&mut self.unflushed), Ordering::Relaxed);
+                self.unflushed.failed();
                 return Err(e);
             }
             self.body.clear();
@@ -516,7 +514,13 @@ impl<W: Write + Send + 'static> TraceWriter<W> {
     /// When the thread cannot start, nothing changes and the error says why.
     pub fn compress_in_background(&mut self) -> Result<(), TraceError> {
         if let Some(out) = self.out.take() {
-            match background::Compressor::start(out, self.bytes_written, self.compress, self.level, self.lost.clone()) {
+            match background::Compressor::start(
+                out,
+                self.bytes_written,
+                self.compress,
+                self.level,
+                self.unflushed.lost.clone(),
+            ) {
                 Ok(bg) => self.bg = Some(bg),
                 Err((out, e)) => {
                     self.out = Some(out);
@@ -525,6 +529,39 @@ impl<W: Write + Send + 'static> TraceWriter<W> {
             }
         }
         Ok(())
+    }
+}
+
+/// Events of chunks written since the last successful flush, which a write error may have kept
+/// out of the file, and the counter they go to when it does.
+pub(crate) struct Unflushed {
+    events: u64,
+    pub lost: Arc<AtomicU64>,
+}
+
+impl Unflushed {
+    pub fn new(lost: Arc<AtomicU64>) -> Self {
+        Unflushed { events: 0, lost }
+    }
+
+    pub fn wrote(&mut self, events: u64) {
+        self.events += events;
+    }
+
+    /// A flush succeeded: everything written is in the file.
+    pub fn flushed(&mut self) {
+        self.events = 0;
+    }
+
+    /// Writing failed: nothing since the last flush is known to be in the file.
+    pub fn failed(&mut self) {
+        let events = std::mem::take(&mut self.events);
+        self.lose(events);
+    }
+
+    /// Events that never went out.
+    pub fn lose(&self, events: u64) {
+        self.lost.fetch_add(events, Ordering::Relaxed);
     }
 }
 
