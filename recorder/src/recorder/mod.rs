@@ -238,12 +238,6 @@ impl RecSink {
         let mut since: Option<std::time::Instant> = None;
         loop {
             match self.tx.try_send(msg) {
-                Ok(()) => {
-                    if let Some(t) = since {
-                        self.shared.waited_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                    }
-                    return;
-                }
                 Err(TrySendError::Full(m))
                     if since.get_or_insert_with(std::time::Instant::now).elapsed() < self.full_queue_yield =>
                 {
@@ -251,16 +245,19 @@ impl RecSink {
                     // A short sleep, not `yield_now`: with more allocating threads than cores,
                     // yielding threads are rescheduled at once and the writer still starves.
                     std::thread::sleep(Duration::from_micros(50));
+                    continue;
                 }
+                Ok(()) => {}
                 Err(TrySendError::Full(Msg::Batch(v)) | TrySendError::Disconnected(Msg::Batch(v))) => {
                     self.shared.dropped.fetch_add(v.len() as u64, Ordering::Relaxed);
-                    if let Some(t) = since {
-                        self.shared.waited_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                    }
-                    return;
                 }
-                Err(_) => return,
+                Err(_) => {}
             }
+            // Sent or dropped: the time this thread spent waiting is the program's.
+            if let Some(t) = since {
+                self.shared.waited_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            }
+            return;
         }
     }
 
