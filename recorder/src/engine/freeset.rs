@@ -196,15 +196,20 @@ pub(crate) struct FreeSet {
 }
 
 impl FreeSet {
+    /// The slot of `stream`'s bins. Streams are few: a linear scan beats a binary search.
+    #[inline(always)]
+    fn slot(&self, stream: u64) -> Option<usize> {
+        self.streams.iter().position(|s| s.0 == stream)
+    }
+
     #[inline]
     fn bins(&self, stream: u64) -> Option<&Bins> {
-        // Streams are few: a linear scan beats a binary search.
-        self.streams.iter().find(|s| s.0 == stream).map(|s| &*s.1)
+        self.slot(stream).map(|i| &*self.streams[i].1)
     }
 
     #[inline(always)]
     pub fn insert(&mut self, (stream, size, addr, idx): FreeKey) {
-        let bins = match self.streams.iter().position(|s| s.0 == stream) {
+        let bins = match self.slot(stream) {
             Some(i) => &mut self.streams[i].1,
             None => {
                 let i = self.streams.partition_point(|s| s.0 < stream);
@@ -218,12 +223,13 @@ impl FreeSet {
     /// Removes the key; false when it is not in the set.
     #[inline(always)]
     pub fn remove(&mut self, &(stream, size, addr, idx): &FreeKey) -> bool {
-        let Some(s) = self.streams.iter_mut().find(|s| s.0 == stream) else {
+        let Some(slot) = self.slot(stream) else {
             return false;
         };
-        match s.1.position(size, addr, idx) {
+        let bins = &mut self.streams[slot].1;
+        match bins.position(size, addr, idx) {
             Some((c, i)) => {
-                s.1.remove_at(c, i);
+                bins.remove_at(c, i);
                 true
             }
             None => false,
@@ -234,7 +240,8 @@ impl FreeSet {
     /// equals), and where it is, for [`FreeSet::remove_at`].
     #[inline]
     pub fn first_at_least(&self, stream: u64, size: u64) -> Option<(FreeKey, Position)> {
-        let (slot, (_, bins)) = self.streams.iter().enumerate().find(|(_, s)| s.0 == stream)?;
+        let slot = self.slot(stream)?;
+        let bins = &self.streams[slot].1;
         let (class, pos) = bins.lower_bound(size, 0)?;
         let e = bins.classes[class][pos];
         Some(((stream, e.size, e.addr, e.idx), Position { slot, class, pos }))
