@@ -4,8 +4,8 @@
 
 use analyzer::cmd::{self, exit};
 use analyzer::units::parse_bytes;
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use recorder::engine::config::AllocatorConfig;
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use recorder::engine::config::{AllocatorConfig, MODELLED_KEYS, UNMODELLED_KEYS};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -164,8 +164,10 @@ cache releases, OOMs) to a trace as the program runs. For PyTorch scripts a smal
 PYTHONPATH installs the recorder through torch.cuda.memory.CUDAPluggableAllocator when torch is \
 imported; the script's output and exit code are unchanged. torch.cuda.empty_cache() is recorded \
 as a cache release. The trace survives a crash or kill -9 up to its last flush (at most about \
-100 ms behind). Needs a GPU and the recorder library (build it with \
-`cargo build --release -p alloctrace-recorder --features cuda`).",
+100 ms behind). A trace path that cannot be written, or settings PyTorch would refuse, are \
+refused before the program starts (exit code 2); a disk that fills up during the run costs \
+events (counted, and said in the closing line), never the run. Needs a GPU and the recorder \
+library (build it with `cargo build --release -p alloctrace-recorder --features cuda`).",
         after_help = "Examples:\n  alloctrace record -o run.atrace -- python train.py --epochs 1\n  \
 alloctrace record -o run.atrace --conf expandable_segments:True --stacks -- python infer.py"
     )]
@@ -405,7 +407,7 @@ fn parse_at(s: &str) -> Result<analyzer::frag::At, String> {
 
 /// Checks a configuration string but keeps it as written (it is handed to the recorder).
 fn parse_conf_string(s: &str) -> Result<String, String> {
-    AllocatorConfig::parse(s).map(|_| s.to_string()).map_err(|e| e.reason)
+    parse_conf(s).map(|_| s.to_string())
 }
 
 /// Checks a capacity but keeps it as written.
@@ -413,8 +415,24 @@ fn parse_capacity_string(s: &str) -> Result<String, String> {
     parse_bytes(s).map(|_| s.to_string())
 }
 
+/// Parses allocator settings a user typed. Like PyTorch, refuses keys it does not know (a typo
+/// would otherwise change nothing, silently), and the memory fraction, which is a capacity.
 fn parse_conf(s: &str) -> Result<AllocatorConfig, String> {
-    AllocatorConfig::parse(s).map_err(|e| e.reason)
+    let c = AllocatorConfig::parse(s).map_err(|e| e.reason)?;
+    if c.other.iter().any(|(k, _)| k == "per_process_memory_fraction") {
+        return Err("per_process_memory_fraction limits memory rather than setting a policy: give the limit \
+                    as --capacity (e.g. --capacity 40GiB)"
+            .into());
+    }
+    if let Some(key) = c.unknown_key() {
+        let known = MODELLED_KEYS.iter().chain(UNMODELLED_KEYS.iter());
+        let nearest = known.min_by_key(|k| strsim::levenshtein(k, key)).filter(|k| strsim::levenshtein(k, key) <= 3);
+        return Err(match nearest {
+            Some(k) => format!("`{key}` is not an allocator setting; did you mean `{k}`?"),
+            None => format!("`{key}` is not an allocator setting (settings: {})", MODELLED_KEYS.join(", ")),
+        });
+    }
+    Ok(c)
 }
 
 fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
@@ -527,12 +545,51 @@ fn parse_args() -> Cli {
         }
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
         Err(e) => {
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
-            eprintln!("alloctrace: error: {first} (see `alloctrace --help`)");
+            // The subcommand whose `--help` explains the mistake, when one was named.
+            let named = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+            let help = match named {
+                Some(sub) if Cli::command().find_subcommand(&sub).is_some() => format!("alloctrace {sub}"),
+                _ => "alloctrace".to_string(),
+            };
+            eprintln!("alloctrace: error: {}", usage_error_line(&e.to_string(), &help));
             std::process::exit(exit::ERROR)
         }
     }
+}
+
+/// One line from clap's usage error: its message with the lines that belong to it (the missing
+/// arguments, the possible values, a suggestion), and which command's `--help` to read.
+fn usage_error_line(text: &str, help: &str) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with("Usage: ") {
+            break;
+        } else if !t.is_empty() && !t.starts_with("For more information") {
+            parts.push(t.trim_start_matches("error: ").trim_start_matches("tip: ").to_string());
+        }
+    }
+    // "the following required arguments were not provided:" is followed by one argument a line.
+    let mut line = String::new();
+    let mut listing = false;
+    for p in parts {
+        if line.ends_with(':') {
+            line.push(' ');
+            listing = true;
+        } else if p.starts_with('[') {
+            line.push(' ');
+        } else if listing && p.starts_with(['-', '<']) {
+            line.push_str(", ");
+        } else if !line.is_empty() {
+            line.push_str("; ");
+            listing = false;
+        }
+        line.push_str(&p);
+    }
+    if line.is_empty() {
+        line.push_str("invalid arguments");
+    }
+    format!("{line} (see `{help} --help`)")
 }
 
 fn main() {

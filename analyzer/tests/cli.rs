@@ -251,3 +251,43 @@ fn help_teaches() {
         assert!(String::from_utf8(o.stdout).unwrap().contains("alloctrace"), "{cmd} --help has no example");
     }
 }
+
+/// `record` refuses what would make a long job record nothing, before the job starts: a trace
+/// path that cannot be written, allocator settings PyTorch would refuse. The program never runs.
+#[test]
+fn record_refuses_bad_output_and_settings_before_running_the_program() {
+    let marker = tmp("record-ran");
+    let _ = std::fs::remove_file(&marker);
+    let touch = ["--", "touch", marker.to_str().unwrap()];
+    let cases: [(Vec<&str>, &str); 3] = [
+        (
+            vec!["record", "-o", "/nonexistent-alloctrace-dir/run.atrace"],
+            "cannot write the trace /nonexistent-alloctrace-dir/run.atrace",
+        ),
+        (
+            vec!["record", "-o", "run.atrace", "--conf", "expandable_segment:True"],
+            "did you mean `expandable_segments`?",
+        ),
+        (vec!["record", "-o", "run.atrace", "--conf", "per_process_memory_fraction:0.5"], "--capacity"),
+    ];
+    for (mut args, needle) in cases {
+        args.extend(touch);
+        let o = run(&args);
+        assert_error(&o, needle);
+        assert!(!marker.exists(), "the program ran: {args:?}");
+    }
+    assert!(!Path::new("run.atrace").exists());
+}
+
+/// Usage errors name what is missing or wrong and the subcommand whose `--help` explains it.
+#[test]
+fn usage_errors_name_the_arguments_and_the_subcommand_help() {
+    let o = run(&["import", "torch"]);
+    assert_error(&o, "not provided: --output <OUTPUT>, <SNAPSHOT>");
+    assert!(stderr(&o).contains("(see `alloctrace import --help`)"), "{}", stderr(&o));
+    let o = run(&["plot", "--kind", "pie", "x.atrace"]);
+    assert_error(&o, "[possible values: timeline, segments, whatif, frag]");
+    assert!(stderr(&o).contains("(see `alloctrace plot --help`)"), "{}", stderr(&o));
+    let o = run(&["replay", "x.atrace", "--conf", "bogus:1"]);
+    assert_error(&o, "`bogus` is not an allocator setting");
+}

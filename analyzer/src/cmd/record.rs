@@ -71,9 +71,10 @@ pub fn run(opts: &RecordOptions) -> Result<i32> {
     let Some((program, args)) = opts.command.split_first() else {
         bail!("no program to run: put it after `--`, e.g. `alloctrace record -o run.atrace -- python train.py`");
     };
-    let lib = find_lib(opts.lib.as_deref())?;
     let output = std::path::absolute(&opts.output)
         .with_context(|| format!("cannot resolve the output path {}", opts.output.display()))?;
+    check_writable(&output)?;
+    let lib = find_lib(opts.lib.as_deref())?;
     let tmp = std::env::temp_dir().join(format!("alloctrace-record-{}", std::process::id()));
     let shim_dir = tmp.join("python");
     shim::write_shim(&shim_dir).with_context(|| format!("cannot write the Python shim to {}", shim_dir.display()))?;
@@ -106,6 +107,22 @@ pub fn run(opts: &RecordOptions) -> Result<i32> {
         eprintln!("{}", summary(&output, recorder_status.as_deref()));
     }
     Ok(code)
+}
+
+/// Refuses a trace path that cannot be written (a missing folder, no permission) before the
+/// program starts: a job that runs for hours should not learn at its end that nothing was
+/// recorded. An existing file is left as it is; the recorder replaces it when it starts.
+fn check_writable(path: &Path) -> Result<()> {
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .with_context(|| format!("cannot write the trace {}", path.display()))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
 }
 
 #[cfg(unix)]

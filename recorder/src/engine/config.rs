@@ -59,6 +59,41 @@ impl Default for AllocatorConfig {
     }
 }
 
+/// The settings this engine applies.
+pub const MODELLED_KEYS: [&str; 7] = [
+    "max_split_size_mb",
+    "max_non_split_rounding_mb",
+    "large_segment_size_mb",
+    "garbage_collection_threshold",
+    "expandable_segments",
+    "roundup_power2_divisions",
+    "backend",
+];
+
+/// PyTorch's other allocator settings: kept verbatim, changing none of the engine's decisions
+/// (host-memory pinning, the lock around `cudaMalloc`, CUDA-graph capture), and the memory
+/// fraction, which is a capacity rather than a policy.
+pub const UNMODELLED_KEYS: [&str; 9] = [
+    "release_lock_on_cudamalloc",
+    "release_lock_on_hipmalloc",
+    "pinned_use_cuda_host_register",
+    "pinned_use_hip_host_register",
+    "pinned_num_register_threads",
+    "pinned_use_background_threads",
+    "pinned_reserve_segment_size_mb",
+    "graph_capture_record_stream_reuse",
+    "per_process_memory_fraction",
+];
+
+impl AllocatorConfig {
+    /// The first key that is no PyTorch allocator setting (PyTorch refuses such a string; the
+    /// parser keeps it so that foreign traces still load, and a user's own setting should be
+    /// checked with this).
+    pub fn unknown_key(&self) -> Option<&str> {
+        self.other.iter().map(|(k, _)| k.as_str()).find(|k| !UNMODELLED_KEYS.contains(k))
+    }
+}
+
 /// A configuration string that cannot be parsed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("invalid allocator configuration `{conf}`: {reason}")]
@@ -340,5 +375,9 @@ mod tests {
         let c = AllocatorConfig::parse("pinned_num_register_threads:8,expandable_segments:False").unwrap();
         assert_eq!(c.other, vec![("pinned_num_register_threads".to_string(), "8".to_string())]);
         assert_eq!(c.to_string(), "pinned_num_register_threads:8");
+        assert_eq!(c.unknown_key(), None, "a PyTorch setting the engine does not act on");
+        let typo = AllocatorConfig::parse("pinned_num_register_threads:8,expandable_segment:True").unwrap();
+        assert_eq!(typo.unknown_key(), Some("expandable_segment"));
+        assert!(!typo.expandable_segments);
     }
 }
