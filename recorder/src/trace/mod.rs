@@ -131,7 +131,7 @@ pub struct Trailer {
 pub enum TraceError {
     #[error("{0}")]
     Io(#[from] io::Error),
-    #[error("not an alloctrace trace: byte 0 starts with {found:02x?}, expected the magic {MAGIC:02x?}")]
+    #[error("not an alloctrace trace: {}", foreign_start(found))]
     NotATrace { found: Vec<u8> },
     #[error(
         "trace format version {found} is newer than this alloctrace supports (version {supported}); upgrade alloctrace"
@@ -143,6 +143,21 @@ pub enum TraceError {
     Truncated { offset: u64, reason: String },
     #[error("cannot encode trace record: {0}")]
     Encode(String),
+}
+
+/// What the first bytes of a file that is not a trace are, as far as that helps the user.
+fn foreign_start(found: &[u8]) -> String {
+    match found {
+        [] => "the file is empty (byte 0)".into(),
+        [0x80, proto @ 2..=5, ..] => format!(
+            "byte 0 starts a Python pickle (protocol {proto}); a PyTorch memory snapshot becomes a trace with \
+             `alloctrace import torch SNAPSHOT.pickle -o OUT.atrace`"
+        ),
+        _ if MAGIC.starts_with(found) => {
+            format!("the file ends at byte {} inside the 8-byte magic {MAGIC:02x?}", found.len())
+        }
+        _ => format!("byte 0 starts with {found:02x?}, expected the magic {MAGIC:02x?}"),
+    }
 }
 
 impl TraceError {

@@ -103,6 +103,12 @@ fn refuses_foreign_files_and_newer_versions() {
     assert!(e.to_string().contains("not an alloctrace trace"));
     let e = TraceReader::new(&b""[..]).err().unwrap();
     assert!(matches!(e, TraceError::NotATrace { .. }));
+    assert!(e.to_string().contains("the file is empty (byte 0)"), "{e}");
+    // A PyTorch snapshot given where a trace belongs: say how to import it.
+    let e = TraceReader::new(&b"\x80\x04\x95\x10\x00\x00"[..]).err().unwrap();
+    assert!(e.to_string().contains("Python pickle (protocol 4)") && e.to_string().contains("alloctrace import torch"));
+    let e = TraceReader::new(&MAGIC[..5]).err().unwrap();
+    assert!(e.to_string().contains("ends at byte 5 inside the 8-byte magic"), "{e}");
 
     let mut bytes = write(&sample(), true);
     bytes[8..10].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
