@@ -164,7 +164,7 @@ cache releases, OOMs) to a trace as the program runs. For PyTorch scripts a smal
 PYTHONPATH installs the recorder through torch.cuda.memory.CUDAPluggableAllocator when torch is \
 imported; the script's output and exit code are unchanged. torch.cuda.empty_cache() is recorded \
 as a cache release. The trace survives a crash or kill -9 up to its last flush (at most about \
-100 ms behind). A trace path that cannot be written, or settings PyTorch would refuse, are \
+100 ms behind). A trace path that cannot be written, or an allocator setting that does not exist, are \
 refused before the program starts (exit code 2); a disk that fills up during the run costs \
 events (counted, and said in the closing line), never the run. Needs a GPU and the recorder \
 library (build it with `cargo build --release -p alloctrace-recorder --features cuda`).",

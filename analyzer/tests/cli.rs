@@ -253,7 +253,7 @@ fn help_teaches() {
 }
 
 /// `record` refuses what would make a long job record nothing, before the job starts: a trace
-/// path that cannot be written, allocator settings PyTorch would refuse. The program never runs.
+/// path that cannot be written, an allocator setting that does not exist. The program never runs.
 #[test]
 fn record_refuses_bad_output_and_settings_before_running_the_program() {
     let marker = tmp("record-ran");
@@ -290,4 +290,29 @@ fn usage_errors_name_the_arguments_and_the_subcommand_help() {
     assert!(stderr(&o).contains("(see `alloctrace plot --help`)"), "{}", stderr(&o));
     let o = run(&["replay", "x.atrace", "--conf", "bogus:1"]);
     assert_error(&o, "`bogus` is not an allocator setting");
+}
+
+/// An error's cause is said once, however many layers pass it on.
+#[test]
+fn error_causes_are_not_repeated() {
+    let dir = std::env::temp_dir();
+    let cut = tmp("cut-once.pickle");
+    let pickle = root().join("../shared/traces/torch/leak_list_append.default.pickle");
+    let snapshot = std::fs::read(&pickle).ok();
+    if let Some(bytes) = &snapshot {
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    }
+    let t = trace("seed_experiments.default");
+    let mut cases = vec![
+        (vec!["import", "torch", "/nonexistent/snap.pickle", "-o", "x.atrace"], "No such file"),
+        (vec!["replay", t.to_str().unwrap(), "-o", dir.to_str().unwrap()], "Is a directory"),
+    ];
+    if snapshot.is_some() {
+        cases.push((vec!["import", "torch", cut.to_str().unwrap(), "-o", "x.atrace"], "truncated pickle"));
+    }
+    for (args, cause) in cases {
+        let o = run(&args);
+        assert_error(&o, cause);
+        assert_eq!(stderr(&o).matches(cause).count(), 1, "{args:?}: {}", stderr(&o));
+    }
 }

@@ -96,22 +96,29 @@ pub struct ImportReport {
     pub warnings: Vec<String>,
 }
 
-/// Why a snapshot could not be imported.
+/// Why a snapshot could not be imported. Each message is whole (the inner error is part of it,
+/// not a separate `source`), so printing the error chain does not repeat it.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ImportError {
-    #[error("cannot read {path}: {source}", path = path.display())]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("not a pickle (a PyTorch memory snapshot is a Python pickle, starting with byte 0x80; this starts with {found}): {source}")]
-    NotAPickle { found: String, source: PickleError },
+    #[error("cannot read {path}: {error}", path = path.display())]
+    Io { path: PathBuf, error: std::io::Error },
+    #[error("not a pickle (a PyTorch memory snapshot is a Python pickle, starting with byte 0x80; this starts with {found}): {error}")]
+    NotAPickle { found: String, error: PickleError },
     #[error("corrupt pickle: {0}")]
-    Pickle(#[from] PickleError),
+    Pickle(PickleError),
     #[error("not a PyTorch memory snapshot: {0}")]
     NotASnapshot(String),
     #[error("device {device} has no trace: the snapshot has {devices} device trace(s)")]
     NoSuchDevice { device: usize, devices: usize },
-    #[error("{path}: {source}", path = path.display())]
-    InFile { path: PathBuf, source: Box<ImportError> },
+    #[error("{path}: {error}", path = path.display())]
+    InFile { path: PathBuf, error: Box<ImportError> },
+}
+
+impl From<PickleError> for ImportError {
+    fn from(e: PickleError) -> Self {
+        ImportError::Pickle(e)
+    }
 }
 
 /// Most warnings kept in the report; the rest are counted in a last line.
@@ -119,8 +126,8 @@ const MAX_WARNINGS: usize = 100;
 
 /// Reads and imports a snapshot file; errors name the file.
 pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Imported, ImportError> {
-    let bytes = std::fs::read(path).map_err(|source| ImportError::Io { path: path.to_path_buf(), source })?;
-    import_snapshot(&bytes, opts).map_err(|e| ImportError::InFile { path: path.to_path_buf(), source: Box::new(e) })
+    let bytes = std::fs::read(path).map_err(|error| ImportError::Io { path: path.to_path_buf(), error })?;
+    import_snapshot(&bytes, opts).map_err(|e| ImportError::InFile { path: path.to_path_buf(), error: Box::new(e) })
 }
 
 /// Imports a snapshot held in memory.
@@ -128,7 +135,7 @@ pub fn import_snapshot(bytes: &[u8], opts: &ImportOptions) -> Result<Imported, I
     let pk = match pickle::parse(bytes) {
         Ok(pk) => pk,
         Err(source) if bytes.first() != Some(&0x80) => {
-            return Err(ImportError::NotAPickle { found: describe_start(bytes), source })
+            return Err(ImportError::NotAPickle { found: describe_start(bytes), error: source })
         }
         Err(e) => return Err(e.into()),
     };

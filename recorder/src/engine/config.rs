@@ -158,10 +158,12 @@ impl AllocatorConfig {
                 "roundup_power2_divisions" => {
                     c.roundup_power2_divisions = parse_divisions(value).map_err(err)?;
                 }
-                "backend" if value != "native" => {
-                    return Err(err(format!(
-                        "backend `{value}` is not modelled; only the native caching allocator is"
-                    )));
+                "backend" => {
+                    if value != "native" {
+                        return Err(err(format!(
+                            "backend `{value}` is not modelled; only the native caching allocator is"
+                        )));
+                    }
                 }
                 _ => c.other.push((key.to_string(), value.to_string())),
             }
@@ -378,6 +380,7 @@ mod tests {
         assert_eq!(c.unknown_key(), None, "a PyTorch setting the engine does not act on");
         let typo = AllocatorConfig::parse("pinned_num_register_threads:8,expandable_segment:True").unwrap();
         assert_eq!(typo.unknown_key(), Some("expandable_segment"));
+        assert_eq!(AllocatorConfig::parse("backend:native").unwrap(), AllocatorConfig::default());
         assert!(!typo.expandable_segments);
     }
 }

@@ -129,7 +129,7 @@ pub struct Trailer {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TraceError {
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] io::Error),
     #[error("not an alloctrace trace: {}", foreign_start(found))]
     NotATrace { found: Vec<u8> },
