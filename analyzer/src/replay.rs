@@ -5,8 +5,12 @@
 //! allocator did (segments, splits, merges, its own OOM-path releases) is what the replay
 //! recomputes, under the recorded configuration or any other.
 //!
-//! Under the recorded configuration the simulated device hands out the recorded segment
-//! addresses, so the engine's lowest-address tie-breaks make the real run's choices.
+//! The simulated device hands out the recorded segment addresses, in order, while the replay
+//! asks for segments of the recorded sizes (under the recorded configuration, always; under
+//! another, until its segments part ways with the recorded run's), so the engine's
+//! lowest-address tie-breaks make the choices the real run's driver addresses made. The
+//! driver's addresses follow from the sequence of segment calls, not from the policy, so they
+//! carry over to another policy for as long as its calls are the same.
 
 use crate::tracefile;
 use anyhow::{Context, Result};
@@ -140,7 +144,6 @@ struct Setup {
 
 fn setup(path: &Path, opts: &ReplayOptions) -> Result<Setup> {
     let header = tracefile::open(path)?.header().clone();
-    let recorded = opts.config.is_none() || opts.config.as_ref() == Some(&header.config);
     let config = opts.config.clone().unwrap_or_else(|| header.config.clone());
     let (capacity, capacity_source) = if opts.unlimited {
         (None, CapacitySource::None)
@@ -154,7 +157,7 @@ fn setup(path: &Path, opts: &ReplayOptions) -> Result<Setup> {
     };
     let device_total = if header.device_total_bytes > 0 { header.device_total_bytes } else { DEFAULT_DEVICE_BYTES };
     let mut device = SimDevice::new(Some(device_total.max(capacity.unwrap_or(0))));
-    let used_hints = recorded && header.source != Source::Simulated;
+    let used_hints = header.source != Source::Simulated;
     if used_hints {
         let p = prescan(path)?;
         device = device.with_segment_hints(p.segments.clone()).with_reserve_hints(p.reservations.clone());

@@ -53,7 +53,11 @@ pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()
         writeln!(out, "anomalies       {} frees of blocks the replay does not know", r.anomalies)?;
     }
     if r.used_recorded_addresses {
-        writeln!(out, "addresses       recorded segment addresses reused (same tie-breaks as the real run)")?;
+        writeln!(
+            out,
+            "addresses       the recorded segment addresses, while the replay's segment sizes follow the recorded run's \
+             (the driver's placement, so the same tie-breaks)"
+        )?;
     }
     Ok(())
 }
