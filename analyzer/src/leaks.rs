@@ -440,6 +440,8 @@ pub fn held_at(path: &Path, sites: &Sites, at: Option<u64>, events: u64) -> Resu
     })?;
     match held {
         Some(h) => Ok(h),
+        // A trace with no events (one damaged before its first frame ended): nothing is held.
+        None if events == 0 => Ok(Held { event: 0, segments: Vec::new(), site_of_block: HashMap::new() }),
         None => bail!("{}: the replay stopped (out of memory) before event {target}", path.display()),
     }
 }

@@ -246,6 +246,8 @@ pub struct Prescan {
     pub events: u64,
     /// Index of the first recorded OOM.
     pub first_oom: Option<u64>,
+    /// The damage warning of a truncated or corrupt trace (`Scanned::damage_warning`).
+    pub damage: Option<String>,
 }
 
 type PrescanKey = (std::path::PathBuf, u64, Option<std::time::SystemTime>);
@@ -272,6 +274,7 @@ pub fn prescan(path: &Path) -> Result<std::sync::Arc<Prescan>> {
         _ => {}
     })?;
     p.events = scanned.events;
+    p.damage = scanned.damage_warning();
     let p = Arc::new(p);
     if let Ok(mut c) = cache.lock() {
         c.insert(key, p.clone());

@@ -85,6 +85,8 @@ pub struct Whatif {
     pub capacity_bytes: Option<u64>,
     pub rows: Vec<PolicyRow>,
     pub bounds: Bounds,
+    /// Set when the trace is truncated or corrupt: the rows cover the events before the damage.
+    pub input_damage: Option<String>,
 }
 
 /// The policies compared: the recorded configuration with one knob changed each.
@@ -286,7 +288,13 @@ fn whatif_observed_inner<T: Send>(
         table.push(row);
         runs.push((st, r));
     }
-    let w = Whatif { trace: path.display().to_string(), capacity_bytes: opts.capacity_bytes, rows: table, bounds };
+    let w = Whatif {
+        trace: path.display().to_string(),
+        capacity_bytes: opts.capacity_bytes,
+        rows: table,
+        bounds,
+        input_damage: crate::replay::prescan(path)?.damage.clone(),
+    };
     Ok((w, runs))
 }
 

@@ -316,3 +316,37 @@ fn error_causes_are_not_repeated() {
         assert_eq!(stderr(&o).matches(cause).count(), 1, "{args:?}: {}", stderr(&o));
     }
 }
+
+/// Every command that reads a trace analyzes a damaged one up to the damage, says where the
+/// damage is, and exits 3: a cut inside a later frame, and a cut inside the first (no events).
+#[test]
+fn every_command_reports_damage_and_exits_3() {
+    let whole = trace("recorded_rust_workload");
+    let bytes = std::fs::read(&whole).unwrap();
+    let cases = [("cut-late.atrace", bytes.len() * 2 / 3), ("cut-early.atrace", 1000)];
+    for (name, keep) in cases {
+        let f = tmp(name);
+        std::fs::write(&f, &bytes[..keep]).unwrap();
+        let (f, w) = (f.to_str().unwrap(), whole.to_str().unwrap());
+        let svg = tmp("damaged.svg");
+        let dir = tmp("damaged-report");
+        let commands: Vec<Vec<&str>> = vec![
+            vec!["summary", f],
+            vec!["dump", f],
+            vec!["replay", f],
+            vec!["whatif", f, "--no-search"],
+            vec!["explain", f],
+            vec!["leaks", f],
+            vec!["frag", f],
+            vec!["plot", f, "-o", svg.to_str().unwrap()],
+            vec!["report", f, "-o", dir.to_str().unwrap()],
+            vec!["diff", f, w],
+        ];
+        for args in commands {
+            let o = run(&args);
+            let e = stderr(&o);
+            assert_eq!(o.status.code(), Some(3), "{args:?}: {e}");
+            assert!(e.contains(name) && e.contains("truncated at byte"), "{args:?}: {e}");
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! `alloctrace diff A.atrace B.atrace [-o DIR] [--json]`.
 
-use super::{exit, write_json};
+use super::{damage_exit, write_json};
 use crate::diff::{diff, Diff};
 use crate::plot::{render_overlay, timeline_data, XAxis, COLUMNS};
 use crate::units::{fmt_bytes, fmt_delta};
@@ -85,5 +85,5 @@ pub fn run(opts: &DiffCmdOptions, out: &mut dyn Write) -> Result<i32> {
     } else {
         print_diff(out, &d)?;
     }
-    Ok(exit::OK)
+    damage_exit(&[&opts.a, &opts.b])
 }

@@ -25,6 +25,19 @@ pub mod exit {
     pub const PARTIAL: i32 = 3;
 }
 
+/// The exit code after a command's output about these traces: `PARTIAL`, with the warning on
+/// stderr, for each one that was damaged (its results cover what came before the damage).
+pub fn damage_exit(traces: &[&std::path::Path]) -> anyhow::Result<i32> {
+    let mut code = exit::OK;
+    for t in traces {
+        if let Some(w) = &crate::replay::prescan(t)?.damage {
+            eprintln!("alloctrace: warning: {w}");
+            code = exit::PARTIAL;
+        }
+    }
+    Ok(code)
+}
+
 /// Prints a JSON value, pretty, with a trailing newline.
 pub fn write_json(out: &mut dyn std::io::Write, value: &impl serde::Serialize) -> anyhow::Result<()> {
     serde_json::to_writer_pretty(&mut *out, value)?;

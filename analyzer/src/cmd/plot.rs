@@ -1,6 +1,6 @@
 //! `alloctrace plot TRACE --kind timeline|segments|whatif|frag -o FILE.svg`.
 
-use super::{exit, write_json};
+use super::{damage_exit, write_json};
 use crate::plot::{plot, At, Kind, XAxis};
 use crate::units::fmt_bytes;
 use anyhow::{Context, Result};
@@ -44,5 +44,5 @@ pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
             started.elapsed().as_secs_f64()
         )?;
     }
-    Ok(exit::OK)
+    damage_exit(&[&opts.trace])
 }

@@ -1,6 +1,6 @@
 //! `alloctrace whatif TRACE [--capacity 24GiB] [--json]`: the policies side by side.
 
-use super::{exit, write_json};
+use super::{damage_exit, write_json};
 use crate::units::fmt_bytes;
 use crate::whatif::{whatif, Whatif, WhatifOptions, DEVICE_CALL_US};
 use anyhow::Result;
@@ -86,5 +86,5 @@ pub fn run(opts: &WhatifCmdOptions, out: &mut dyn Write) -> Result<i32> {
     } else {
         print_table(out, &w)?;
     }
-    Ok(exit::OK)
+    damage_exit(&[&opts.trace])
 }
