@@ -483,7 +483,7 @@ pub fn analyze_with(path: &Path, opts: &FragOptions, bounds: Option<&whatif::Bou
         note: bounds.offline_plan_note.clone().or_else(|| {
             result
                 .is_oom()
-                .then(|| "the plan covers the requests that succeeded; the failed one is not in it".to_string())
+                .then(|| "the plan includes the request that failed (the program needs it to go on)".to_string())
         }),
     };
     Ok(FragReport {

@@ -102,8 +102,9 @@ alloctrace replay traces/resnet50_train.default.atrace --conf max_split_size_mb:
     #[command(
         long_about = "Replay the trace under several allocator policies side by side (the recorded \
 settings, expandable segments, max_split_size_mb, roundup_power2_divisions, a GC threshold when \
-a capacity is given, and no caching at all), with two bounds no allocator can beat: the peak of \
-live requested bytes, and an offline plan that knows every lifetime in advance. For each policy: \
+a capacity is given, and no caching at all), with the peak of live requested bytes (no allocator \
+needs less) and, for reference, an offline plan that knows every lifetime in advance (greedy by \
+size: a heuristic, which a policy can beat by a little). For each policy: \
 peak reserved, fragmentation, device calls, the outcome at the capacity, and the smallest capacity \
 at which the run completes.",
         after_help = "Example:\n  alloctrace whatif traces/gpt2_train.default.atrace --capacity 5.5GiB"
@@ -242,7 +243,7 @@ paste into an issue, with the pictures as links), report.html (one self-containe
 pictures inline; opens offline), summary.json (every figure, machine-readable) and the SVGs.\n\n\
 The report states the environment (device, capacity limit, allocator settings, versions), the \
 summary figures, findings with verdicts (out of memory, reserved-but-unallocated memory, free \
-memory in pieces, the gap to an ideal plan, a leak or what is still live at the end), each \
+memory in pieces, memory needed beyond the live bytes, a leak or what is still live at the end), each \
 defined in plain words; the diagnosis and advice of `explain`, the four fragmentation measures \
 of `frag` and the leak analysis of `leaks`; the what-if table of other allocator settings; and \
 the pictures of `plot`. Nothing in it depends on the clock or where the trace lies, so the same \

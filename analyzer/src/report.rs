@@ -427,9 +427,9 @@ pub fn findings(s: &Summary, r: &ReplayResult, layout: Option<&LayoutAt>, w: &Wh
                 (Some(l), Some(h)) if free + h >= *requested_bytes => format!(
                     " {} was free in the cache, in pieces of at most {}, and {} of the limit was not reserved yet: \
                      together enough for the request, but neither alone. Cached pieces in different segments \
-                     cannot be joined, and a new segment for the request does not fit under the limit. This is \
-                     fragmentation: settings that avoid it (see the what-if table) or releasing the cache \
-                     (`torch.cuda.empty_cache()`) before the large request can help.",
+                     cannot be joined, and a new segment for the request does not fit under the limit (the \
+                     allocator had already given back every wholly free segment, as `torch.cuda.empty_cache()` \
+                     would). This is fragmentation.",
                     fmt_bytes(free),
                     fmt_bytes(l),
                     fmt_bytes(h)
@@ -443,6 +443,22 @@ pub fn findings(s: &Summary, r: &ReplayResult, layout: Option<&LayoutAt>, w: &Wh
                 ),
                 (None, _) => String::new(),
             };
+            // What would have helped, from the what-if table at the same limit.
+            let fits: Vec<String> = w
+                .rows
+                .iter()
+                .filter(|row| row.policy != "recorded" && row.outcome == "ok" && !row.alloc_conf.is_empty())
+                .map(|row| format!("`{}`", row.alloc_conf))
+                .collect();
+            let remedy = if why.is_empty() {
+                String::new()
+            } else if fits.is_empty() {
+                " None of the settings tried completes under this limit: the program must hold less at this \
+                 moment, or get more memory."
+                    .to_string()
+            } else {
+                format!(" Under this limit the run completes with {} (see the what-if table).", fits.join(", "))
+            };
             out.push(Finding {
                 id: "oom",
                 title: "Out of memory".into(),
@@ -452,7 +468,7 @@ pub fn findings(s: &Summary, r: &ReplayResult, layout: Option<&LayoutAt>, w: &Wh
                              releasing every cached segment."
                     .into(),
                 explanation: format!(
-                    "Replayed under the recorded settings, the request failed with {} reserved and {} allocated.{why}",
+                    "Replayed under the recorded settings, the request failed with {} reserved and {} allocated.{why}{remedy}",
                     fmt_bytes(*reserved_bytes),
                     fmt_bytes(*allocated_bytes)
                 ),
@@ -537,7 +553,7 @@ pub fn findings(s: &Summary, r: &ReplayResult, layout: Option<&LayoutAt>, w: &Wh
     let recorded = w.rows.first();
     let need = |row: &crate::whatif::PolicyRow| row.min_capacity_bytes.unwrap_or(row.peak_reserved_bytes);
     if let (Some(rec), Some(best)) = (recorded, best) {
-        let floor = b.offline_plan_bytes.unwrap_or(b.live_requested_peak_bytes).max(b.live_requested_peak_bytes);
+        let floor = b.live_requested_peak_bytes;
         let gap = if floor == 0 { 0.0 } else { need(rec) as f64 / floor as f64 - 1.0 };
         let verdict = if gap < 0.10 {
             Verdict::Ok
@@ -558,19 +574,22 @@ pub fn findings(s: &Summary, r: &ReplayResult, layout: Option<&LayoutAt>, w: &Wh
         };
         out.push(Finding {
             id: "gap_to_plan",
-            title: "Memory needed vs what an ideal plan needs".into(),
+            title: "Memory needed vs the least any allocator needs".into(),
             verdict,
             value: pct(gap),
             definition: "How much more the recorded settings need (smallest capacity at which the run completes, \
-                         else peak reserved) than the larger of the peak of live requested bytes and an offline plan \
-                         that knows every lifetime in advance (greedy by size). No allocator can beat that floor."
+                         else peak reserved) than the peak of live requested bytes, which no allocator can beat. An \
+                         offline plan that knows every lifetime in advance (greedy by size) is quoted for reference."
                 .into(),
             explanation: format!(
-                "The recorded settings need {}; the floor is {} (live requested peak {}{}).{advice}",
+                "The recorded settings need {}; the requests themselves need at least {} (the peak of live \
+                 requested bytes{}){}.{advice}",
                 fmt_bytes(need(rec)),
                 fmt_bytes(floor),
-                fmt_bytes(b.live_requested_peak_bytes),
-                b.offline_plan_bytes.map(|p| format!(", offline plan {}", fmt_bytes(p))).unwrap_or_default()
+                if b.includes_failed_request { ", with the request that failed" } else { "" },
+                b.offline_plan_bytes
+                    .map(|p| format!("; an offline plan that knows every lifetime packs them into {}", fmt_bytes(p)))
+                    .unwrap_or_default()
             ),
         });
     }
@@ -714,7 +733,9 @@ impl Report {
         let cap = w.capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "unlimited".into());
         d.push(Block::Para(format!(
             "The same requests replayed under each policy at capacity {cap}. *Fragmentation* is 1 - peak allocated / \
-             peak reserved; *min capacity* is the smallest limit at which the run completes (2 MiB steps)."
+             peak reserved; *min capacity* is the smallest limit at which the run completes (2 MiB steps). A limit \
+             above it can still fail (other limits mean other segments and other pieces): replay the exact limit to \
+             check it."
         )));
         if let Some(n) = &self.capacity_search_note {
             d.push(Block::Para(n.clone()));
@@ -750,9 +771,10 @@ impl Report {
             rows,
         ));
         d.push(Block::Para(format!(
-            "Bounds no allocator can beat: peak of live requested bytes {}; offline plan (knows every lifetime in \
-             advance, greedy by size) {}.",
+            "No allocator needs less than the peak of live requested bytes, {}{}. For reference, an offline plan \
+             that knows every lifetime in advance (greedy by size; a heuristic, not a bound) needs {}.",
             fmt_bytes(b.live_requested_peak_bytes),
+            if b.includes_failed_request { " (with the request that failed)" } else { "" },
             match (b.offline_plan_bytes, &b.offline_plan_note) {
                 (Some(p), _) => fmt_bytes(p),
                 (None, Some(n)) => n.clone(),

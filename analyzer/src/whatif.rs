@@ -1,5 +1,6 @@
 //! What-if: the same request stream under several allocator policies, side by side, with the
-//! smallest capacity each needs, and two bounds no allocator can beat.
+//! smallest capacity each needs, the bound no allocator can beat (the peak of live requested
+//! bytes) and an offline plan for reference.
 //!
 //! Each policy row is the recorded configuration with one knob changed. Rows run in parallel
 //! (rayon), each replay streaming the trace from disk, so memory stays bounded.
@@ -63,16 +64,20 @@ pub struct PolicyRow {
     pub min_capacity_resolution_bytes: Option<u64>,
 }
 
-/// Bounds that no allocator can beat.
+/// What the request stream itself needs: the bound no allocator can beat, and references.
 #[derive(Debug, Clone, Serialize)]
 pub struct Bounds {
-    /// Peak of the bytes the program asked for and still held.
+    /// Peak of the bytes the program asked for and still held: no allocator needs less.
     pub live_requested_peak_bytes: u64,
+    /// The trace ends in a failed request, and the peak and the plan count it (the program
+    /// needs it to go on).
+    pub includes_failed_request: bool,
     /// Peak with every request a `cudaMalloc` of its rounded size (no caching at all).
     pub no_caching_peak_bytes: u64,
     pub no_caching_device_calls: u64,
     /// An offline plan that knows every lifetime in advance (greedy by size, Pisarchyk & Lee
-    /// 2020): the best static placement of all blocks in one arena.
+    /// 2020): a good static placement of all blocks in one arena. A heuristic, not a bound: a
+    /// policy can need a little less.
     pub offline_plan_bytes: Option<u64>,
     pub offline_plan_note: Option<String>,
     /// Events in the trace.
@@ -310,11 +315,13 @@ pub fn bounds(path: &Path, config: &AllocatorConfig) -> Result<Bounds> {
     let mut too_many = false;
     // The failed request of a recorded OOM is a request too (it has no id and is never freed).
     let mut next_oom_id = u64::MAX;
+    let mut failed = false;
     let scanned = tracefile::scan(path, |i, r| {
         let request = match &r.event {
             Event::Alloc { id, requested_bytes, .. } => Some((*id, *requested_bytes)),
             Event::Oom { requested_bytes, .. } => {
                 next_oom_id -= 1;
+                failed = true;
                 Some((next_oom_id, *requested_bytes))
             }
             Event::FreeCompleted { id, .. } => {
@@ -358,6 +365,7 @@ pub fn bounds(path: &Path, config: &AllocatorConfig) -> Result<Bounds> {
     };
     Ok(Bounds {
         live_requested_peak_bytes: peak_req,
+        includes_failed_request: failed,
         no_caching_peak_bytes: peak_rounded,
         no_caching_device_calls: 2 * allocs,
         offline_plan_bytes,

@@ -46,16 +46,27 @@ pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
         b.no_caching_device_calls,
         fmt_bytes(b.no_caching_peak_bytes)
     )?;
-    writeln!(out, "bounds no allocator can beat:")?;
-    writeln!(out, "  peak of live requested bytes      {}", fmt_bytes(b.live_requested_peak_bytes))?;
+    let failed = if b.includes_failed_request { "  (with the request that failed)" } else { "" };
+    writeln!(out, "what the requests themselves need:")?;
+    writeln!(
+        out,
+        "  peak of live requested bytes      {}  no allocator needs less{failed}",
+        fmt_bytes(b.live_requested_peak_bytes)
+    )?;
     match (b.offline_plan_bytes, &b.offline_plan_note) {
-        (Some(p), _) => {
-            writeln!(out, "  offline plan (greedy by size)     {}  (knows every lifetime in advance)", fmt_bytes(p))?
-        }
+        (Some(p), _) => writeln!(
+            out,
+            "  offline plan (greedy by size)     {}  knows every lifetime in advance; a heuristic, not a bound{failed}",
+            fmt_bytes(p)
+        )?,
         (None, Some(n)) => writeln!(out, "  offline plan (greedy by size)     {n}")?,
         (None, None) => {}
     }
     writeln!(out, "frag. = 1 - peak allocated / peak reserved; min capacity = smallest limit at which the run completes (2 MiB steps).")?;
+    writeln!(
+        out,
+        "a limit above the min capacity can still fail: other limits mean other segments and other pieces; replay the exact limit to check it."
+    )?;
     if let Some(res) = w.rows.iter().filter_map(|r| r.min_capacity_resolution_bytes).max().filter(|&r| r > (2 << 20)) {
         writeln!(
             out,
