@@ -23,7 +23,7 @@
 
 use crate::frag::LayoutMeasures;
 use crate::leaks::{self, Growth, Held, SitePin, Sites};
-use crate::replay::{replay_file, replay_observed, EngineView, Outcome, ReplayOptions, ReplayResult};
+use crate::replay::{replay_file, replay_observed, CapacitySource, EngineView, Outcome, ReplayOptions, ReplayResult};
 use crate::tracefile;
 use crate::units::fmt_bytes;
 use crate::whatif::{self, PolicyRow, Whatif, WhatifOptions};
@@ -132,6 +132,8 @@ pub struct ExplainReport {
     pub figures: Figures,
     /// PyTorch's OOM message with these figures (at an OOM).
     pub pytorch_message: Option<String>,
+    /// Set when the capacity was not recorded but inferred: how, and what to do for the real one.
+    pub capacity_note: Option<String>,
     pub verdict: Verdict,
     /// Call sites holding memory at the moment, most bytes first.
     pub top_sites: Vec<SitePin>,
@@ -326,7 +328,12 @@ several times; `alloctrace whatif` searches them",
         moment: if is_oom { "oom" } else { "peak" },
         replay_outcome: result.outcome.clone(),
         recorded_ooms,
-        pytorch_message: is_oom.then(|| pytorch_message(&figures)),
+        // PyTorch names the limit ("X allowed") only when one was set; an inferred one is not known.
+        pytorch_message: is_oom.then(|| {
+            let known = matches!(result.capacity_source, CapacitySource::Given | CapacitySource::Recorded);
+            pytorch_message(&Figures { capacity_bytes: figures.capacity_bytes.filter(|_| known), ..figures.clone() })
+        }),
+        capacity_note: capacity_note(path, result.capacity_source, capacity)?,
         figures,
         verdict,
         top_sites,
@@ -436,6 +443,31 @@ no segment is wholly free, so releasing the cache frees {}",
             b(f.releasable_bytes)
         ),
     }
+}
+
+/// What an inferred capacity rests on, and how to give the real one.
+fn capacity_note(path: &Path, source: CapacitySource, capacity: Option<u64>) -> Result<Option<String>> {
+    let b = fmt_bytes;
+    Ok(match (source, capacity) {
+        (CapacitySource::InferredLimit, Some(c)) => {
+            let high = crate::replay::prescan(path)?.limit_range.map(|r| r.1).unwrap_or(c);
+            Some(format!(
+                "no limit was recorded, but the run ran out of memory while the device still had room, so a lower \
+                 limit (a memory fraction?) was in force, at least {} and under {}; the figures assume {}, the \
+                 least it can have been. Import the snapshot again with --capacity LIMIT for answers at the real \
+                 limit.",
+                b(c),
+                b(high),
+                b(c)
+            ))
+        }
+        (CapacitySource::InferredFromOom, Some(c)) => Some(format!(
+            "no limit was recorded and the device itself was full: the allocator could have had {} (reserved + \
+             device free at the OOM); the CUDA context and other processes held the rest",
+            b(c)
+        )),
+        _ => None,
+    })
 }
 
 /// PyTorch's message for these figures (`format_size` units, as in c10).

@@ -221,6 +221,11 @@ pub enum CapacitySource {
     /// the allocator could have had what it held then plus what the device had left
     /// (`reserved + device_free`). The CUDA context and other processes held the rest.
     InferredFromOom,
+    /// Inferred from the trace's first OOM, which had no recorded limit although the device
+    /// still had room for the segment: a limit below the device was in force (a memory
+    /// fraction). It lay at or above the peak reserved before the OOM and below what the failed
+    /// segment would have made; the replay takes the lower end (see `Prescan::limit_range`).
+    InferredLimit,
 }
 
 /// The capacity a replay runs under by default: the trace's recorded limit, or, for a trace
@@ -230,7 +235,12 @@ pub fn effective_capacity(path: &Path, header: &Header) -> Result<Option<(u64, C
     if header.capacity_bytes > 0 {
         return Ok(Some((header.capacity_bytes, CapacitySource::Recorded)));
     }
-    Ok(prescan(path)?.oom_capacity.map(|c| (c, CapacitySource::InferredFromOom)))
+    let p = prescan(path)?;
+    Ok(match (p.oom_capacity, p.limit_range) {
+        (Some(c), _) => Some((c, CapacitySource::InferredFromOom)),
+        (None, Some((low, _))) => Some((low, CapacitySource::InferredLimit)),
+        (None, None) => None,
+    })
 }
 
 /// What replays and analyses need from a first pass over a trace: the recorded segment
@@ -248,6 +258,10 @@ pub struct Prescan {
     pub first_oom: Option<u64>,
     /// The damage warning of a truncated or corrupt trace (`Scanned::damage_warning`).
     pub damage: Option<String>,
+    /// For a first OOM with no recorded limit while the device had room for the segment: the
+    /// limit in force was at least the first value (the peak reserved up to the OOM) and below
+    /// the second (reserved at the OOM plus the failed segment).
+    pub limit_range: Option<(u64, u64)>,
 }
 
 type PrescanKey = (std::path::PathBuf, u64, Option<std::time::SystemTime>);
@@ -262,13 +276,34 @@ pub fn prescan(path: &Path) -> Result<std::sync::Arc<Prescan>> {
         return Ok(p);
     }
     let mut p = Prescan::default();
+    let (mut reserved, mut peak_reserved) = (0u64, 0u64);
     let scanned = tracefile::scan(path, |i, r| match r.event {
-        Event::SegmentAlloc { addr, bytes, .. } => p.segments.push((addr, bytes)),
-        Event::SegmentMap { addr, .. } if p.reservations.is_empty() => p.reservations.push(addr),
-        Event::Oom { reserved_bytes, device_free_bytes, limit_bytes, .. } => {
+        Event::SegmentAlloc { addr, bytes, .. } => {
+            p.segments.push((addr, bytes));
+            reserved += bytes;
+            peak_reserved = peak_reserved.max(reserved);
+        }
+        Event::SegmentMap { addr, bytes, .. } => {
+            if p.reservations.is_empty() {
+                p.reservations.push(addr);
+            }
+            reserved += bytes;
+            peak_reserved = peak_reserved.max(reserved);
+        }
+        Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
+            reserved = reserved.saturating_sub(bytes)
+        }
+        Event::Oom { reserved_bytes, device_free_bytes, limit_bytes, alloc_bytes, .. } => {
+            let first = p.first_oom.is_none();
             p.first_oom.get_or_insert(i);
-            if p.oom_capacity.is_none() && limit_bytes == 0 && device_free_bytes > 0 {
-                p.oom_capacity = Some(reserved_bytes + device_free_bytes);
+            if first && limit_bytes == 0 && device_free_bytes > 0 {
+                if device_free_bytes < alloc_bytes {
+                    // The device itself was full.
+                    p.oom_capacity = Some(reserved_bytes + device_free_bytes);
+                } else {
+                    let low = peak_reserved.max(reserved_bytes);
+                    p.limit_range = Some((low, (reserved_bytes + alloc_bytes).max(low + 1)));
+                }
             }
         }
         _ => {}

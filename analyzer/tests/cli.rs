@@ -350,3 +350,27 @@ fn every_command_reports_damage_and_exits_3() {
         }
     }
 }
+
+/// A snapshot imported without its limit, which ran out of memory while the device had tens of
+/// GiB free: a limit below the device was in force. The replay assumes the least it can have
+/// been, reproduces the OOM, and `explain` says the limit is inferred and how to give it.
+#[test]
+fn a_limit_left_out_on_import_is_inferred_and_said_to_be() {
+    let pickle = root().join("../shared/traces/torch/frag_oom.default.pickle");
+    if !pickle.exists() {
+        eprintln!("skipped: {} is not here", pickle.display());
+        return;
+    }
+    let out = tmp("nocap.atrace");
+    let o = run(&["import", "torch", pickle.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run(&["replay", "--json", out.to_str().unwrap()]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["capacity_source"], "inferred_limit");
+    assert_eq!(j["outcome"]["outcome"], "oom");
+    assert_eq!(j["outcome"]["event"], 1012, "the recorded OOM");
+    let o = run(&["explain", out.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("note: no limit was recorded") && text.contains("--capacity"), "{text}");
+    assert!(!text.contains("allowed;"), "PyTorch's message names no limit that was not recorded: {text}");
+}

@@ -22,6 +22,9 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
             r.recorded_ooms.iter().map(|o| format!("event {} ({})", o.event, b(o.requested_bytes))).collect();
         writeln!(out, "the trace recorded {} out-of-memory: {}", r.recorded_ooms.len(), at.join(", "))?;
     }
+    if let Some(n) = &r.capacity_note {
+        writeln!(out, "note: {n}")?;
+    }
     writeln!(out)?;
     if r.moment == "oom" {
         writeln!(out, "out of memory at event {} ({}). PyTorch said:", f.event, fmt_ns(f.time_ns))?;
@@ -39,7 +42,12 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         writeln!(out, "no out-of-memory; the peak of reserved memory, at event {} ({}):", f.event, fmt_ns(f.time_ns))?;
     }
     if let Some(c) = f.capacity_bytes {
-        writeln!(out, "  capacity                 {:>12}  the limit the process ran under", b(c))?;
+        let what = if r.capacity_note.is_some() {
+            "the limit assumed (see the note above)"
+        } else {
+            "the limit the process ran under"
+        };
+        writeln!(out, "  capacity                 {:>12}  {what}", b(c))?;
     }
     writeln!(out, "  allocated                {:>12}  held by live tensors (rounded blocks)", b(f.allocated_bytes))?;
     writeln!(out, "  reserved                 {:>12}  obtained from the device in segments", b(f.reserved_bytes))?;

@@ -22,6 +22,10 @@ pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()
         CapacitySource::InferredFromOom => {
             "  (inferred: the trace ran out of device memory with no limit; reserved + device free at its OOM)"
         }
+        CapacitySource::InferredLimit => {
+            "  (inferred: the trace ran out of memory while the device had room, so a lower limit such as a memory \
+             fraction was in force; this is the least it can have been: give the real one with --capacity)"
+        }
     };
     writeln!(out, "capacity        {}{source}", r.capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "unlimited".into()))?;
     match &r.outcome {
