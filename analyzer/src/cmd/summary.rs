@@ -22,7 +22,8 @@ pub struct SummaryJson<'a> {
     pub device_name: &'a str,
     pub device_total_bytes: u64,
     pub alloc_conf: &'a str,
-    pub capacity_bytes: u64,
+    /// The recorded limit; `null` when none was (as in `replay --json`).
+    pub capacity_bytes: Option<u64>,
     pub events: u64,
     pub events_by_kind: &'a std::collections::BTreeMap<&'static str, u64>,
     pub duration_ns: u64,
@@ -58,7 +59,7 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
                 device_name: &h.device_name,
                 device_total_bytes: h.device_total_bytes,
                 alloc_conf: &h.alloc_conf,
-                capacity_bytes: h.capacity_bytes,
+                capacity_bytes: (h.capacity_bytes > 0).then_some(h.capacity_bytes),
                 events: s.events,
                 events_by_kind: &s.events_by_kind,
                 duration_ns: s.duration_ns,

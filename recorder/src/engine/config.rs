@@ -312,7 +312,8 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     };
     let value: f64 = num.parse().map_err(|_| format!("`{text}` is not a byte quantity (e.g. 6GiB, 1.5GB, 512MiB)"))?;
     let bytes = value * mult;
-    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+    // `u64::MAX as f64` rounds up to 2^64, which does not fit.
+    if !bytes.is_finite() || bytes < 0.0 || bytes >= u64::MAX as f64 {
         return Err(format!("`{text}` is out of range"));
     }
     Ok(bytes.round() as u64)
