@@ -52,7 +52,7 @@ entries, the state before the first entry is reconstructed from its segments.",
         #[arg(short, long)]
         output: PathBuf,
         /// The memory limit the program ran under (snapshots don't record it), e.g. 2GiB.
-        #[arg(long, value_parser = parse_bytes)]
+        #[arg(long, value_parser = parse_capacity)]
         capacity: Option<u64>,
         /// Which device's trace to import.
         #[arg(long, default_value_t = 0)]
@@ -112,7 +112,7 @@ at which the run completes.",
     Whatif {
         trace: PathBuf,
         /// Device capacity to test against (default: the trace's own limit, else unlimited).
-        #[arg(long, value_parser = parse_bytes)]
+        #[arg(long, value_parser = parse_capacity)]
         capacity: Option<u64>,
         /// Skip the search for the smallest capacity of each policy (faster on huge traces).
         #[arg(long)]
@@ -365,7 +365,7 @@ struct PolicyArgs {
     conf: Option<AllocatorConfig>,
     /// Memory limit (like torch.cuda.set_per_process_memory_fraction): bytes or 6GiB, 1.5GB, 512MiB.
     /// Default: the trace's own limit, if any.
-    #[arg(long, value_parser = parse_bytes, conflicts_with = "unlimited")]
+    #[arg(long, value_parser = parse_capacity, conflicts_with = "unlimited")]
     capacity: Option<u64>,
     /// Replay without any memory limit, even if the trace recorded one.
     #[arg(long)]
@@ -413,7 +413,15 @@ fn parse_conf_string(s: &str) -> Result<String, String> {
 
 /// Checks a capacity but keeps it as written.
 fn parse_capacity_string(s: &str) -> Result<String, String> {
-    parse_bytes(s).map(|_| s.to_string())
+    parse_capacity(s).map(|_| s.to_string())
+}
+
+/// A memory limit: a byte size above zero (no limit is the default, or `--unlimited`).
+fn parse_capacity(s: &str) -> Result<u64, String> {
+    match parse_bytes(s)? {
+        0 => Err("a limit of 0 bytes fits nothing; leave --capacity out for no limit".into()),
+        b => Ok(b),
+    }
 }
 
 /// Parses allocator settings a user typed. Like PyTorch, refuses keys it does not know (a typo

@@ -99,6 +99,8 @@ fn bad_flags_exit_2() {
     let t = t.to_str().unwrap();
     for (args, needle) in [
         (vec!["replay", t, "--capacity", "6 bananas"], "unknown unit"),
+        (vec!["replay", t, "--capacity", "0"], "leave --capacity out for no limit"),
+        (vec!["whatif", t, "--capacity", "18446744073709551616"], "out of range"),
         (vec!["replay", t, "--conf", "max_split_size_mb:5"], "max_split_size_mb must be > 20"),
         (vec!["replay", t, "--conf", "expandable_segments:maybe"], "expandable_segments"),
         (vec!["summary", t, "--frobnicate"], "--frobnicate"),
