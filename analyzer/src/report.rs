@@ -364,8 +364,14 @@ fn refine_live_at_end(findings: &mut [Finding], l: &LeaksReport) {
     });
     match &l.growth {
         Some(g) if g.per_iteration_bytes >= (1 << 20) as f64 && rising_share(&g.live_bytes) >= 0.75 => {
-            f.verdict = Verdict::Problem;
-            f.title = "Memory grows every iteration (a leak)".into();
+            // Growth that the program let go of by the end raises the peak but is no leak.
+            let released = l.live_at_end_count == 0;
+            f.verdict = if released { Verdict::Warning } else { Verdict::Problem };
+            f.title = if released {
+                "Memory grows every iteration (released by the end)".into()
+            } else {
+                "Memory grows every iteration (a leak)".into()
+            };
             f.value = format!("{} per iteration", crate::units::fmt_delta(g.per_iteration_bytes.round() as i64));
             let site = g.sites.first().map(|s| {
                 format!(
@@ -375,12 +381,18 @@ fn refine_live_at_end(findings: &mut [Finding], l: &LeaksReport) {
                 )
             });
             f.explanation = format!(
-                "Live bytes rose in {:.0}% of {} iterations (iterations from {}).{}{}",
+                "Live bytes rose in {:.0}% of {} iterations (iterations from {}).{}{}{}",
                 rising_share(&g.live_bytes) * 100.0,
                 g.live_bytes.len().saturating_sub(1),
                 g.source,
                 site.unwrap_or_default(),
-                top.unwrap_or_default()
+                top.unwrap_or_default(),
+                if released {
+                    " Nothing is live at the end of the trace: the program let the growth go, so it raised the \
+                     peak but did not leak."
+                } else {
+                    ""
+                }
             );
         }
         Some(g) if l.live_at_end_count > 0 => {
