@@ -163,10 +163,20 @@ pub fn min_capacity(
         let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: Some(cap), ..Default::default() };
         Ok(!replay_file(path, &o)?.is_oom())
     };
-    // Invariant: `hi` completes; every capacity below `lo` fails.
+    // Invariant: `hi` completes; `lo` fails (or is the lower bound). `upper` is the peak reserved
+    // of an unlimited run, which usually completes as a limit too, but a limit can change the run
+    // (pages mapped in another order, the OOM path's releases): check it, and step up until a
+    // limit completes, so the answer is always a limit that was replayed and completed.
     let mut hi = upper.div_ceil(r) * r;
     let mut lo = lower / r * r;
     let mut probes = 0;
+    let mut step = r;
+    while !completes(hi)? {
+        probes += 1;
+        lo = hi;
+        hi = hi.checked_add(step).ok_or_else(|| anyhow::anyhow!("no capacity completes {}", path.display()))?;
+        step = step.saturating_mul(2);
+    }
     while hi - lo > r && probes < max_probes {
         probes += 1;
         let mid = (lo + (hi - lo) / 2) / r * r;

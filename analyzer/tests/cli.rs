@@ -376,3 +376,26 @@ fn a_limit_left_out_on_import_is_inferred_and_said_to_be() {
     assert!(text.contains("note: no limit was recorded") && text.contains("--capacity"), "{text}");
     assert!(!text.contains("allowed;"), "PyTorch's message names no limit that was not recorded: {text}");
 }
+
+/// Every min capacity `whatif` reports is a limit at which `replay` of that policy completes
+/// (for expandable segments the unlimited run's peak reserved is not such a limit here).
+#[test]
+fn whatif_min_capacities_replay_to_completion() {
+    let t = trace("frag_oom.default");
+    let t = t.to_str().unwrap();
+    let o = run(&["whatif", "--json", t]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let w: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = w["rows"].as_array().unwrap();
+    assert!(rows.len() >= 6);
+    for row in rows {
+        let (conf, min) = (row["alloc_conf"].as_str().unwrap(), row["min_capacity_bytes"].as_u64().unwrap());
+        let cap = min.to_string();
+        let mut args = vec!["replay", "--json", t, "--capacity", cap.as_str()];
+        if !conf.is_empty() {
+            args.extend(["--conf", conf]);
+        }
+        let r: serde_json::Value = serde_json::from_slice(&run(&args).stdout).unwrap();
+        assert_eq!(r["outcome"]["outcome"], "ok", "{conf} at its min capacity {min}");
+    }
+}
