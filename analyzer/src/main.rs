@@ -5,7 +5,7 @@
 use analyzer::cmd::{self, exit};
 use analyzer::units::parse_bytes;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
-use recorder::engine::config::{AllocatorConfig, MODELLED_KEYS, UNMODELLED_KEYS};
+use recorder::engine::config::AllocatorConfig;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -424,24 +424,9 @@ fn parse_capacity(s: &str) -> Result<u64, String> {
     }
 }
 
-/// Parses allocator settings a user typed. Like PyTorch, refuses keys it does not know (a typo
-/// would otherwise change nothing, silently), and the memory fraction, which is a capacity.
+/// Parses allocator settings a user typed (see [`analyzer::units::user_conf`]).
 fn parse_conf(s: &str) -> Result<AllocatorConfig, String> {
-    let c = AllocatorConfig::parse(s).map_err(|e| e.reason)?;
-    if c.other.iter().any(|(k, _)| k == "per_process_memory_fraction") {
-        return Err("per_process_memory_fraction limits memory rather than setting a policy: give the limit \
-                    as --capacity (e.g. --capacity 40GiB)"
-            .into());
-    }
-    if let Some(key) = c.unknown_key() {
-        let known = MODELLED_KEYS.iter().chain(UNMODELLED_KEYS.iter());
-        let nearest = known.min_by_key(|k| strsim::levenshtein(k, key)).filter(|k| strsim::levenshtein(k, key) <= 3);
-        return Err(match nearest {
-            Some(k) => format!("`{key}` is not an allocator setting; did you mean `{k}`?"),
-            None => format!("`{key}` is not an allocator setting (settings: {})", MODELLED_KEYS.join(", ")),
-        });
-    }
-    Ok(c)
+    analyzer::units::user_conf(s)
 }
 
 fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {

@@ -278,6 +278,15 @@ fn record_refuses_bad_output_and_settings_before_running_the_program() {
         assert_error(&o, needle);
         assert!(!marker.exists(), "the program ran: {args:?}");
     }
+    // Without --conf the recorder takes PYTORCH_CUDA_ALLOC_CONF: it is checked the same way.
+    let o = bin()
+        .args(["record", "-o", "run.atrace", "--", "touch", marker.to_str().unwrap()])
+        .env("PYTORCH_CUDA_ALLOC_CONF", "garbage_colection_threshold:0.5")
+        .output()
+        .unwrap();
+    assert_error(&o, "PYTORCH_CUDA_ALLOC_CONF=garbage_colection_threshold:0.5");
+    assert!(stderr(&o).contains("did you mean `garbage_collection_threshold`?"), "{}", stderr(&o));
+    assert!(!marker.exists());
     assert!(!Path::new("run.atrace").exists());
 }
 

@@ -9,17 +9,19 @@
 //! void  alloctrace_mark(const char* label);   // a phase
 //! void  alloctrace_mark_iteration(const char* label);
 //! int   alloctrace_shutdown(void);            // flush, write the trailer; 0 = nothing lost
+//!                                             // (also run at exit; 2 in a forked child)
 //! unsigned long long alloctrace_dropped(void);
 //! ```
 //! One recorder per process, for the first device it is asked for (allocations for another
 //! device fail with a message: multi-GPU processes are not supported yet). It starts on the
-//! first call, configured from the environment:
+//! first allocation (marks and cache releases before it are not recorded), configured from the
+//! environment:
 //!
 //! | variable | meaning |
 //! |---|---|
 //! | `ALLOCTRACE_OUTPUT` | the trace's path (default `alloctrace.atrace`) |
-//! | `ALLOCTRACE_CONF` | allocator settings, `PYTORCH_CUDA_ALLOC_CONF` syntax (default: that variable) |
-//! | `ALLOCTRACE_CAPACITY` | cap on reserved memory: bytes, or with a `KiB`/`MiB`/`GiB` suffix |
+//! | `ALLOCTRACE_CONF` | allocator settings, `PYTORCH_CUDA_ALLOC_CONF` syntax (default: that variable); settings that cannot be parsed are replaced by the defaults, with a warning |
+//! | `ALLOCTRACE_CAPACITY` | cap on reserved memory: bytes, or with a `KiB`/`MiB`/`GiB` suffix (0 or a bad value: ignored, with a warning) |
 //! | `ALLOCTRACE_STACKS=1` | record Python call sites (interned stacks) of each allocation |
 //! | `ALLOCTRACE_STATUS` | where `alloctrace_shutdown` writes a `key=value` summary (for the CLI) |
 //! | `ALLOCTRACE_DEVICE=sim` | use the simulated device (tests without a GPU; pointers are fake) |
@@ -84,6 +86,9 @@ struct Global {
     rec: Recorder<AnyDevice>,
     device: c_int,
     stacks: bool,
+    /// The process that started the recorder: a forked child has its memory but not its writer
+    /// thread, so it must not close the parent's trace.
+    pid: u32,
 }
 
 static GLOBAL: OnceLock<Option<Global>> = OnceLock::new();
@@ -97,9 +102,13 @@ fn env(name: &str) -> Option<String> {
 fn start(device: c_int) -> Option<Global> {
     let path = env("ALLOCTRACE_OUTPUT").unwrap_or_else(|| "alloctrace.atrace".into());
     let mut opts = RecorderOptions::new(path);
-    opts.alloc_conf = env("ALLOCTRACE_CONF").or_else(|| env("PYTORCH_CUDA_ALLOC_CONF")).unwrap_or_default();
+    opts.alloc_conf =
+        checked_conf(env("ALLOCTRACE_CONF").or_else(|| env("PYTORCH_CUDA_ALLOC_CONF")).unwrap_or_default());
     if let Some(c) = env("ALLOCTRACE_CAPACITY") {
         match crate::engine::config::parse_bytes(&c) {
+            Ok(0) => eprintln!(
+                "alloctrace: ignoring ALLOCTRACE_CAPACITY=0 (a 0-byte limit fits nothing; unset it for no limit)"
+            ),
             Ok(b) => opts.capacity_bytes = Some(b),
             Err(e) => eprintln!("alloctrace: ignoring ALLOCTRACE_CAPACITY: {e}"),
         }
@@ -121,10 +130,44 @@ fn start(device: c_int) -> Option<Global> {
         }
     };
     match Recorder::start(opts, dev) {
-        Ok(rec) => Some(Global { rec, device, stacks }),
+        Ok(rec) => {
+            // Close the trace at exit even when the program never calls alloctrace_shutdown.
+            // SAFETY: registers a function with no captured state; atexit is thread-safe.
+            unsafe { atexit(shutdown_at_exit) };
+            Some(Global { rec, device, stacks, pid: std::process::id() })
+        }
         Err(e) => {
             eprintln!("alloctrace: cannot record: {e}");
             None
+        }
+    }
+}
+
+extern "C" {
+    fn atexit(f: extern "C" fn()) -> c_int;
+}
+
+extern "C" fn shutdown_at_exit() {
+    let _ = alloctrace_shutdown();
+}
+
+/// Allocator settings from the environment that the engine can run: a string it cannot parse is
+/// replaced by the defaults (a recorder that refuses to start would fail every allocation, and
+/// PyTorch would report that as out of memory), and a key that is no allocator setting is
+/// pointed out. Both are said on stderr.
+fn checked_conf(conf: String) -> String {
+    match crate::engine::config::AllocatorConfig::parse(&conf) {
+        Ok(c) => {
+            if let Some(k) = c.unknown_key() {
+                eprintln!(
+                    "alloctrace: `{k}` in the allocator settings is not an allocator setting; it changes nothing"
+                );
+            }
+            conf
+        }
+        Err(e) => {
+            eprintln!("alloctrace: {e}; recording with the default settings");
+            String::new()
         }
     }
 }
@@ -237,6 +280,9 @@ pub extern "C" fn alloctrace_shutdown() -> c_int {
         let Some(Some(g)) = GLOBAL.get() else {
             return 2;
         };
+        if g.pid != std::process::id() {
+            return 2; // a forked child: the trace is the parent's to close
+        }
         let mut slot = SUMMARY.lock().unwrap_or_else(|e| e.into_inner());
         if slot.is_none() {
             let s = g.rec.finish();

@@ -74,6 +74,14 @@ pub fn run(opts: &RecordOptions) -> Result<i32> {
     let output = std::path::absolute(&opts.output)
         .with_context(|| format!("cannot resolve the output path {}", opts.output.display()))?;
     check_writable(&output)?;
+    if opts.conf.is_none() {
+        // The recorder takes its settings from this variable then: check them now, not after
+        // the job has run with the defaults.
+        if let Some(env) = std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok().filter(|v| !v.is_empty()) {
+            recorder::engine::config::user_conf(&env)
+                .map_err(|e| anyhow::anyhow!("PYTORCH_CUDA_ALLOC_CONF={env}: {e}"))?;
+        }
+    }
     let lib = find_lib(opts.lib.as_deref())?;
     let tmp = std::env::temp_dir().join(format!("alloctrace-record-{}", std::process::id()));
     let shim_dir = tmp.join("python");

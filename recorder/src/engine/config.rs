@@ -94,6 +94,27 @@ impl AllocatorConfig {
     }
 }
 
+/// Parses allocator settings a user gave (`--conf`, or `PYTORCH_CUDA_ALLOC_CONF` for `record`).
+/// Like PyTorch, refuses keys it does not know (a typo would otherwise change nothing, silently),
+/// naming the nearest known one, and the memory fraction, which is a capacity.
+pub fn user_conf(s: &str) -> Result<AllocatorConfig, String> {
+    let c = AllocatorConfig::parse(s).map_err(|e| e.reason)?;
+    if c.other.iter().any(|(k, _)| k == "per_process_memory_fraction") {
+        return Err("per_process_memory_fraction limits memory rather than setting a policy: give the limit \
+                    as --capacity (e.g. --capacity 40GiB)"
+            .into());
+    }
+    if let Some(key) = c.unknown_key() {
+        let known = MODELLED_KEYS.iter().chain(UNMODELLED_KEYS.iter());
+        let nearest = known.min_by_key(|k| strsim::levenshtein(k, key)).filter(|k| strsim::levenshtein(k, key) <= 3);
+        return Err(match nearest {
+            Some(k) => format!("`{key}` is not an allocator setting; did you mean `{k}`?"),
+            None => format!("`{key}` is not an allocator setting (settings: {})", MODELLED_KEYS.join(", ")),
+        });
+    }
+    Ok(c)
+}
+
 /// A configuration string that cannot be parsed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("invalid allocator configuration `{conf}`: {reason}")]
