@@ -328,3 +328,22 @@ fn calls_after_finish_allocate_but_record_nothing() {
     assert_eq!(r.read_all().len() as u64, s.events);
     let _ = std::fs::remove_file(&path);
 }
+
+/// A request of nearly 2^64 bytes (`malloc(SIZE_MAX)` through the C ABI) is an OOM under every
+/// setting, with and without a limit: no overflow, and the engine keeps working.
+#[test]
+fn huge_requests_are_out_of_memory() {
+    use recorder::engine::config::AllocatorConfig;
+    use recorder::engine::{Engine, NullSink};
+    for conf in ["", "roundup_power2_divisions:4", "expandable_segments:True", "max_split_size_mb:64"] {
+        for cap in [None, Some(1u64 << 30)] {
+            let c = AllocatorConfig::parse(conf).unwrap();
+            let mut e = Engine::new(c, cap, SimDevice::new(cap), NullSink);
+            for bytes in [u64::MAX, u64::MAX - 4096, 1 << 63] {
+                assert!(e.malloc(bytes, 0, 0).is_err(), "{conf} {cap:?} {bytes}");
+            }
+            let a = e.malloc(4096, 0, 0).expect("a small request still succeeds");
+            e.free(a.addr).unwrap();
+        }
+    }
+}

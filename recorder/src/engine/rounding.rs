@@ -46,7 +46,7 @@ pub fn roundup_power2_next_division(bytes: u64, divisions: u64) -> u64 {
     if low == bytes {
         bytes
     } else {
-        low + step
+        low.saturating_add(step)
     }
 }
 
@@ -57,7 +57,8 @@ pub fn allocation_size(config: &AllocatorConfig, rounded: u64) -> u64 {
     } else if rounded < MIN_LARGE_ALLOC {
         config.large_segment_size
     } else {
-        rounded.div_ceil(ROUND_LARGE) * ROUND_LARGE
+        // Saturates near u64::MAX (a request no device can serve) instead of wrapping to 0.
+        rounded.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
     }
 }
 
@@ -85,6 +86,19 @@ mod tests {
 
     fn cfg(s: &str) -> AllocatorConfig {
         AllocatorConfig::parse(s).unwrap()
+    }
+
+    /// Requests near u64::MAX (a `malloc(SIZE_MAX)` through the C ABI, a damaged trace) round
+    /// to sizes no device has, never wrap to small ones or overflow.
+    #[test]
+    fn huge_requests_saturate() {
+        for c in [AllocatorConfig::default(), cfg("roundup_power2_divisions:4"), cfg("expandable_segments:True")] {
+            for bytes in [u64::MAX, u64::MAX - 511, (1 << 63) + 1, 1 << 63] {
+                let r = round_size(&c, bytes);
+                assert!(r >= bytes.min(u64::MAX - 511), "{bytes} -> {r}");
+                assert!(allocation_size(&c, r) >= r, "{bytes} -> {r} -> {}", allocation_size(&c, r));
+            }
+        }
     }
 
     #[test]
