@@ -39,6 +39,16 @@ pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()
             fmt_bytes(*allocated_bytes)
         )?,
     }
+    if let Outcome::Oom { event, .. } = &r.outcome {
+        let after = r.events.saturating_sub(event + 1);
+        if after > 0 {
+            writeln!(
+                out,
+                "                the replay stops there, as a program that does not catch the error does; \
+                 the trace's {after} later events were not replayed"
+            )?;
+        }
+    }
     writeln!(out, "peak reserved   {:>12}  ({} bytes)", fmt_bytes(r.peak_reserved_bytes), r.peak_reserved_bytes)?;
     writeln!(out, "peak allocated  {:>12}  ({} bytes)", fmt_bytes(r.peak_allocated_bytes), r.peak_allocated_bytes)?;
     writeln!(out, "peak requested  {:>12}  ({} bytes)", fmt_bytes(r.peak_requested_bytes), r.peak_requested_bytes)?;
