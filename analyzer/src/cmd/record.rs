@@ -186,6 +186,13 @@ pub fn summary(output: &Path, recorder_status: Option<&str>) -> String {
             if let Some(e) = status_field(s, "error").filter(|e| !e.is_empty()) {
                 parts.push(format!("WARNING: writing the trace failed: {e}"));
             }
+            let free_errors: u64 = status_field(s, "free_errors").and_then(|v| v.parse().ok()).unwrap_or(0);
+            if free_errors > 0 {
+                parts.push(format!(
+                    "WARNING: {free_errors} frees of pointers the allocator did not hand out (double frees or foreign \
+                     pointers)"
+                ));
+            }
             if let Some(e) = status_field(s, "device_errors").filter(|e| !e.is_empty()) {
                 parts.push(format!("WARNING: CUDA errors: {e}"));
             }
@@ -210,12 +217,14 @@ mod tests {
     #[test]
     fn summary_reports_losses_and_waits() {
         let missing = Path::new("/nonexistent/alloctrace/run.atrace");
-        let status = "path=x\nevents=10\nevents_dropped=3\nerror=disk full\ndevice_errors=\nwaited_ns=12500000\n";
+        let status =
+            "path=x\nevents=10\nevents_dropped=3\nerror=disk full\ndevice_errors=\nwaited_ns=12500000\nfree_errors=2\n";
         let line = summary(missing, Some(status));
         assert!(line.starts_with("alloctrace: no readable trace at /nonexistent/alloctrace/run.atrace"), "{line}");
         assert!(line.contains("WARNING: the recorder dropped 3 events"), "{line}");
         assert!(line.contains("WARNING: writing the trace failed: disk full"), "{line}");
         assert!(line.contains("allocations waited 12 ms in all"), "{line}");
+        assert!(line.contains("WARNING: 2 frees of pointers the allocator did not hand out"), "{line}");
         assert!(!summary(missing, Some("waited_ns=999999\n")).contains("waited"));
         assert!(summary(missing, None).contains("the recorder did not report"));
     }
