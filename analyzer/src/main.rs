@@ -5,7 +5,7 @@
 use analyzer::cmd::{self, exit};
 use analyzer::units::parse_bytes;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
-use recorder::engine::config::AllocatorConfig;
+use recorder::engine::config::{user_conf, AllocatorConfig};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -140,7 +140,7 @@ alloctrace synth --events 200000 --leak-bytes-per-iter 8MiB --fragment -o leaky.
         #[arg(short, long)]
         output: PathBuf,
         /// Allocator settings of the synthetic run.
-        #[arg(long, value_parser = parse_conf)]
+        #[arg(long, value_parser = user_conf)]
         conf: Option<AllocatorConfig>,
         /// Layers of the synthetic model.
         #[arg(long, default_value_t = 24)]
@@ -361,7 +361,7 @@ alloctrace explain traces/leak_list_append.default.atrace --json"
 struct PolicyArgs {
     /// Allocator settings as PYTORCH_CUDA_ALLOC_CONF, e.g. "max_split_size_mb:64,expandable_segments:True".
     /// Default: the settings recorded in the trace.
-    #[arg(long, value_parser = parse_conf)]
+    #[arg(long, value_parser = user_conf)]
     conf: Option<AllocatorConfig>,
     /// Memory limit (like torch.cuda.set_per_process_memory_fraction): bytes or 6GiB, 1.5GB, 512MiB.
     /// Default: the trace's own limit, if any.
@@ -408,7 +408,7 @@ fn parse_at(s: &str) -> Result<analyzer::frag::At, String> {
 
 /// Checks a configuration string but keeps it as written (it is handed to the recorder).
 fn parse_conf_string(s: &str) -> Result<String, String> {
-    parse_conf(s).map(|_| s.to_string())
+    user_conf(s).map(|_| s.to_string())
 }
 
 /// Checks a capacity but keeps it as written.
@@ -422,11 +422,6 @@ fn parse_capacity(s: &str) -> Result<u64, String> {
         0 => Err("a limit of 0 bytes fits nothing; leave --capacity out for no limit".into()),
         b => Ok(b),
     }
-}
-
-/// Parses allocator settings a user typed (see [`analyzer::units::user_conf`]).
-fn parse_conf(s: &str) -> Result<AllocatorConfig, String> {
-    analyzer::units::user_conf(s)
 }
 
 fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {

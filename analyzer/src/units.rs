@@ -4,8 +4,6 @@
 /// Parses a byte quantity (`6GiB`, `1.5GB`, `512MiB`, `1048576`): the recorder's parser, so
 /// the CLI and the recorder's `ALLOCTRACE_CAPACITY` read a size the same way.
 pub use recorder::engine::config::parse_bytes;
-/// Parses allocator settings a user gave: the recorder's check, shared with `record`.
-pub use recorder::engine::config::user_conf;
 
 /// Formats bytes in binary units with two decimals: `512 B`, `4.00 MiB`, `1.80 GiB`.
 pub fn fmt_bytes(bytes: u64) -> String {

@@ -158,10 +158,8 @@ extern "C" fn shutdown_at_exit() {
 fn checked_conf(conf: String) -> String {
     match crate::engine::config::AllocatorConfig::parse(&conf) {
         Ok(c) => {
-            if let Some(k) = c.unknown_key() {
-                eprintln!(
-                    "alloctrace: `{k}` in the allocator settings is not an allocator setting; it changes nothing"
-                );
+            if let Err(e) = c.check_user_keys() {
+                eprintln!("alloctrace: allocator settings `{conf}`: {e}; it changes nothing here");
             }
             conf
         }

@@ -92,26 +92,34 @@ impl AllocatorConfig {
     pub fn unknown_key(&self) -> Option<&str> {
         self.other.iter().map(|(k, _)| k.as_str()).find(|k| !UNMODELLED_KEYS.contains(k))
     }
+
+    /// What is wrong with the keys of settings a user gave, as PyTorch would see it: a key it
+    /// does not know (a typo would otherwise change nothing, silently), with the nearest known
+    /// one, or the memory fraction, which is a capacity rather than a policy.
+    pub fn check_user_keys(&self) -> Result<(), String> {
+        if self.other.iter().any(|(k, _)| k == "per_process_memory_fraction") {
+            return Err("per_process_memory_fraction limits memory rather than setting a policy: give the limit \
+                        as a capacity (--capacity 40GiB; ALLOCTRACE_CAPACITY for the recorder library)"
+                .into());
+        }
+        if let Some(key) = self.unknown_key() {
+            let known = MODELLED_KEYS.iter().chain(UNMODELLED_KEYS.iter());
+            let nearest =
+                known.min_by_key(|k| strsim::levenshtein(k, key)).filter(|k| strsim::levenshtein(k, key) <= 3);
+            return Err(match nearest {
+                Some(k) => format!("`{key}` is not an allocator setting; did you mean `{k}`?"),
+                None => format!("`{key}` is not an allocator setting (settings: {})", MODELLED_KEYS.join(", ")),
+            });
+        }
+        Ok(())
+    }
 }
 
-/// Parses allocator settings a user gave (`--conf`, or `PYTORCH_CUDA_ALLOC_CONF` for `record`).
-/// Like PyTorch, refuses keys it does not know (a typo would otherwise change nothing, silently),
-/// naming the nearest known one, and the memory fraction, which is a capacity.
+/// Parses allocator settings a user gave (`--conf`, or `PYTORCH_CUDA_ALLOC_CONF` for `record`),
+/// refusing what [`AllocatorConfig::check_user_keys`] finds.
 pub fn user_conf(s: &str) -> Result<AllocatorConfig, String> {
     let c = AllocatorConfig::parse(s).map_err(|e| e.reason)?;
-    if c.other.iter().any(|(k, _)| k == "per_process_memory_fraction") {
-        return Err("per_process_memory_fraction limits memory rather than setting a policy: give the limit \
-                    as --capacity (e.g. --capacity 40GiB)"
-            .into());
-    }
-    if let Some(key) = c.unknown_key() {
-        let known = MODELLED_KEYS.iter().chain(UNMODELLED_KEYS.iter());
-        let nearest = known.min_by_key(|k| strsim::levenshtein(k, key)).filter(|k| strsim::levenshtein(k, key) <= 3);
-        return Err(match nearest {
-            Some(k) => format!("`{key}` is not an allocator setting; did you mean `{k}`?"),
-            None => format!("`{key}` is not an allocator setting (settings: {})", MODELLED_KEYS.join(", ")),
-        });
-    }
+    c.check_user_keys()?;
     Ok(c)
 }
 
