@@ -598,7 +598,7 @@ fn advise(
     let recorded = rows.iter().find(|r| r.policy == "recorded");
     if is_oom {
         // Settings whose replay completes at the same capacity.
-        let mut ok: Vec<&PolicyRow> = rows.iter().filter(|r| r.policy != "recorded" && r.outcome == "ok").collect();
+        let mut ok: Vec<&PolicyRow> = whatif::completing(rows).collect();
         ok.sort_by_key(|r| r.peak_reserved_bytes);
         for r in &ok {
             advice.push(Advice {

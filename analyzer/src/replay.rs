@@ -294,9 +294,11 @@ pub fn prescan(path: &Path) -> Result<std::sync::Arc<Prescan>> {
             reserved = reserved.saturating_sub(bytes)
         }
         Event::Oom { reserved_bytes, device_free_bytes, limit_bytes, alloc_bytes, .. } => {
-            let first = p.first_oom.is_none();
-            p.first_oom.get_or_insert(i);
-            if first && limit_bytes == 0 && device_free_bytes > 0 {
+            if p.first_oom.is_some() {
+                return;
+            }
+            p.first_oom = Some(i);
+            if limit_bytes == 0 && device_free_bytes > 0 {
                 if device_free_bytes < alloc_bytes {
                     // The device itself was full.
                     p.oom_capacity = Some(reserved_bytes + device_free_bytes);

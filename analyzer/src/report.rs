@@ -456,10 +456,8 @@ pub fn findings(s: &Summary, r: &ReplayResult, layout: Option<&LayoutAt>, w: &Wh
                 (None, _) => String::new(),
             };
             // What would have helped, from the what-if table at the same limit.
-            let fits: Vec<String> = w
-                .rows
-                .iter()
-                .filter(|row| row.policy != "recorded" && row.outcome == "ok" && !row.alloc_conf.is_empty())
+            let fits: Vec<String> = crate::whatif::completing(&w.rows)
+                .filter(|row| !row.alloc_conf.is_empty())
                 .map(|row| format!("`{}`", row.alloc_conf))
                 .collect();
             let remedy = if why.is_empty() {

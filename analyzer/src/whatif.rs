@@ -94,6 +94,12 @@ pub struct Whatif {
     pub input_damage: Option<String>,
 }
 
+/// The rows other than the recorded settings whose replay completes at the capacity compared:
+/// the settings that would have let the run go on.
+pub fn completing(rows: &[PolicyRow]) -> impl Iterator<Item = &PolicyRow> {
+    rows.iter().filter(|r| r.policy != "recorded" && r.outcome == "ok")
+}
+
 /// The policies compared: the recorded configuration with one knob changed each.
 pub fn policies(recorded: &AllocatorConfig, with_capacity: bool) -> Vec<(String, AllocatorConfig)> {
     let mut rows = vec![("recorded".to_string(), recorded.clone())];
@@ -325,13 +331,11 @@ pub fn bounds(path: &Path, config: &AllocatorConfig) -> Result<Bounds> {
     let mut too_many = false;
     // The failed request of a recorded OOM is a request too (it has no id and is never freed).
     let mut next_oom_id = u64::MAX;
-    let mut failed = false;
     let scanned = tracefile::scan(path, |i, r| {
         let request = match &r.event {
             Event::Alloc { id, requested_bytes, .. } => Some((*id, *requested_bytes)),
             Event::Oom { requested_bytes, .. } => {
                 next_oom_id -= 1;
-                failed = true;
                 Some((next_oom_id, *requested_bytes))
             }
             Event::FreeCompleted { id, .. } => {
@@ -375,7 +379,7 @@ pub fn bounds(path: &Path, config: &AllocatorConfig) -> Result<Bounds> {
     };
     Ok(Bounds {
         live_requested_peak_bytes: peak_req,
-        includes_failed_request: failed,
+        includes_failed_request: next_oom_id != u64::MAX,
         no_caching_peak_bytes: peak_rounded,
         no_caching_device_calls: 2 * allocs,
         offline_plan_bytes,
