@@ -13,6 +13,10 @@ Usage (on the GPU machine, from the directory holding truth_workloads.py or with
 3. Every (workload, setting, limit or none) in a fresh process; runs of the default setting
    under a limit also record a snapshot (kept when they end in an out-of-memory error).
 
+With --levels-from TRUTH.tsv, step 1 is skipped: the limits are those of an earlier truth.tsv,
+and every run of step 3 records a snapshot (--snapshot-all does the same without it); they go to
+OUTDIR/snapshots_all.tar.gz, to compare each row's own request sequence with the default run's.
+
 Writes OUTDIR/truth.tsv (one row per run, the columns of the shipped truth.tsv), runs.jsonl (all
 counters of every run), snapshots.tar.gz (the snapshots) and prints a summary.
 """
@@ -80,6 +84,8 @@ def run(workload, policy, level, limit, snapshot):
 
 
 deadline = 460
+levels_from = sys.argv[sys.argv.index("--levels-from") + 1] if "--levels-from" in sys.argv else None
+snapshot_all = "--snapshot-all" in sys.argv or levels_from is not None
 if "--deadline" in sys.argv:
     deadline = float(sys.argv[sys.argv.index("--deadline") + 1])
 
@@ -89,36 +95,48 @@ def peaks(r):
     return s["allocated_bytes.all.peak"], s["reserved_bytes.all.peak"]
 
 
-with cf.ThreadPoolExecutor(jobs) as ex:
-    rec = dict(zip(WORKLOADS, ex.map(lambda w: run(w, "default", "snap", None, True), WORKLOADS)))
-for w, r in rec.items():
-    print(f"snapshot run {w}: {r.get('outcome')} peaks {peaks(r) if 'stats' in r else None} wall {r.get('wall')}s", flush=True)
-# oom_catch: its own snapshot under a limit where its first batch does not fit.
-oc_unlimited = rec["oom_catch"]
-oc_limit = align(0.7 * peaks(oc_unlimited)[0]) if "stats" in oc_unlimited else 2 * GIB + MIB
-rec["oom_catch"] = run("oom_catch", "default", "snaprec", oc_limit, True)
-print(f"oom_catch at its own limit {oc_limit}: {rec['oom_catch'].get('outcome')} extra {rec['oom_catch'].get('extra')}", flush=True)
-
 plan = []
 levels_of = {}
-for w in WORKLOADS:
-    if "stats" not in rec[w]:
-        continue
-    pa, pr = peaks(rec[w])
-    lv = {"unlimited": None, "0.90": align(0.90 * pa), "1.00": align(pa), "1.10": align(1.10 * pa),
-          "mid": align((pa + pr) / 2)}
-    if w == "oom_catch":
-        lv["rec"] = oc_limit
-    levels_of[w] = lv
-    for policy in POLICIES:
-        for level, limit in lv.items():
-            plan.append((w, policy, level, limit, policy == "default" and limit is not None))
+rec, oc_unlimited = {}, {}
+if levels_from:
+    with open(levels_from) as f:
+        next(f)
+        for line in f:
+            w, policy, level, lim = line.split("\t")[:4]
+            limit = None if lim == "None" else round(float(lim) * GIB)
+            levels_of.setdefault(w, {})[level] = limit
+    for w, lv in levels_of.items():
+        for policy in POLICIES:
+            for level, limit in lv.items():
+                plan.append((w, policy, level, limit, True))
+else:
+    with cf.ThreadPoolExecutor(jobs) as ex:
+        rec = dict(zip(WORKLOADS, ex.map(lambda w: run(w, "default", "snap", None, True), WORKLOADS)))
+    for w, r in rec.items():
+        print(f"snapshot run {w}: {r.get('outcome')} peaks {peaks(r) if 'stats' in r else None} wall {r.get('wall')}s", flush=True)
+    # oom_catch: its own snapshot under a limit where its first batch does not fit.
+    oc_unlimited = rec["oom_catch"]
+    oc_limit = align(0.7 * peaks(oc_unlimited)[0]) if "stats" in oc_unlimited else 2 * GIB + MIB
+    rec["oom_catch"] = run("oom_catch", "default", "snaprec", oc_limit, True)
+    print(f"oom_catch at its own limit {oc_limit}: {rec['oom_catch'].get('outcome')} extra {rec['oom_catch'].get('extra')}", flush=True)
+    for w in WORKLOADS:
+        if "stats" not in rec[w]:
+            continue
+        pa, pr = peaks(rec[w])
+        lv = {"unlimited": None, "0.90": align(0.90 * pa), "1.00": align(pa), "1.10": align(1.10 * pa),
+              "mid": align((pa + pr) / 2)}
+        if w == "oom_catch":
+            lv["rec"] = oc_limit
+        levels_of[w] = lv
+        for policy in POLICIES:
+            for level, limit in lv.items():
+                plan.append((w, policy, level, limit, snapshot_all or (policy == "default" and limit is not None)))
 print(f"{len(plan)} runs, {jobs} at a time", flush=True)
 with cf.ThreadPoolExecutor(jobs) as ex:
     results = list(ex.map(lambda a: run(*a), plan))
 
 with open(os.path.join(out, "runs.jsonl"), "w") as f:
-    for r in list(rec.values()) + [oc_unlimited] + results:
+    for r in list(rec.values()) + ([oc_unlimited] if oc_unlimited else []) + results:
         f.write(json.dumps(r) + "\n")
 
 cols = ["workload", "policy", "level", "limit_gib", "outcome", "peak_reserved", "peak_allocated",
@@ -140,7 +158,7 @@ with tarfile.open(os.path.join(out, "snapshots.tar.gz"), "w:gz") as tar:
         if r.get("snapshot") and os.path.exists(r["snapshot"]):
             tar.add(r["snapshot"], arcname=f"{w}.default.pickle")
             tar.add(r["snapshot"][:-len(".pickle")] + ".json", arcname=f"{w}.default.json")
-    if oc_unlimited.get("snapshot") and os.path.exists(oc_unlimited["snapshot"]):
+    if oc_unlimited and oc_unlimited.get("snapshot") and os.path.exists(oc_unlimited["snapshot"]):
         tar.add(oc_unlimited["snapshot"], arcname="oom_catch.default.unlimited.pickle")
     for r in results:
         if r.get("snapshot") and r.get("outcome") == "oom" and os.path.exists(r["snapshot"]):
@@ -153,6 +171,11 @@ for r in results:
         print(f"{r['workload']:17} {r['policy']:10} {r['level']:9} {r['outcome']:3} res={s['reserved_bytes.all.peak']:>11} "
               f"alloc={s['allocated_bytes.all.peak']:>11} retries={s['num_alloc_retries']} ooms={s['num_ooms']} "
               f"extra={r.get('extra')} {r['wall']}s")
+if snapshot_all:
+    with tarfile.open(os.path.join(out, "snapshots_all.tar.gz"), "w:gz") as tar:
+        for r in results:
+            if r.get("snapshot") and os.path.exists(r["snapshot"]):
+                tar.add(r["snapshot"], arcname=os.path.basename(r["snapshot"]))
 for w, r in rec.items():
     if r.get("snapshot") and os.path.exists(r["snapshot"]):
         print(f"snapshot {w}: {os.path.getsize(r['snapshot'])} bytes")
