@@ -218,7 +218,16 @@ fn default_run_replayed_under_every_row() {
             peak_errors.push((first.name(), err, r.peak_reserved_bytes, first.peak_reserved, second.peak_reserved));
         }
     }
+    // A replay that went on past the recorded run's caught OOMs (the failed request gets
+    // nothing) and stopped only at a failure of its own.
+    let mut agree_continuing = 0;
+    for (first, second) in &rows {
+        let c = replay_continuing(&default_trace(&first.workload), &first.policy, first.limit);
+        let oom = c.unrecorded_failures > 0;
+        agree_continuing += (oom == first.oom || oom == second.oom) as u32;
+    }
     println!("outcome agreement with the first pass: {agree_first}/{total}");
+    println!("outcome agreement of a replay going on past the recorded run's caught OOMs: {agree_continuing}/{total}");
     println!("outcome agreement with a real run of the row (the two passes differ on {differing_runs} rows): {agree_either}/{total}");
     println!("  rows where PyTorch caught no OOM (workloads recorded without a limit): {plain_agree}/{plain_rows}");
     for m in &misses {
@@ -329,4 +338,109 @@ fn addresses_decide_varlen_train_under_max_split_size() {
     assert_eq!(requests(&own_unlimited), requests(&default_trace("varlen_train")));
     assert!(!replay(&default_trace("varlen_train"), "maxsplit64", row.limit).is_oom());
     assert!(replay(&own_unlimited, "maxsplit64", row.limit).is_oom());
+}
+
+/// What a replay that goes on past failed requests, as a program that catches OOMs does, ends
+/// with: PyTorch's counters at the end of the run.
+#[derive(Debug, PartialEq)]
+struct Continued {
+    peak_reserved: u64,
+    peak_allocated: u64,
+    num_ooms: u64,
+    /// Requests that failed in the replay but not in the recorded run.
+    unrecorded_failures: u64,
+}
+
+/// Replays every request of a real run under its own setting and limit and goes on after an
+/// OOM the program caught: the failed request gets nothing, the program goes on with the
+/// requests it made next. (The analyzer's replay stops at the first OOM.)
+fn replay_continuing(path: &Path, policy: &str, limit: Option<u64>) -> Continued {
+    use recorder::device::SimDevice;
+    use recorder::engine::{Engine, NullSink};
+    use recorder::trace::ReleaseCause;
+    let header = tracefile::open(path).unwrap().header().clone();
+    let p = analyzer::replay::prescan(path).unwrap();
+    let device = SimDevice::new(Some(header.device_total_bytes.max(limit.unwrap_or(0))))
+        .with_segment_hints(p.segments.clone())
+        .with_reserve_hints(p.reservations.clone());
+    let mut engine = Engine::new(conf(policy), limit, device, NullSink);
+    let mut live: HashMap<u64, u64> = HashMap::new();
+    let mut unrecorded_failures = 0;
+    tracefile::scan(path, |_, r| match r.event {
+        Event::Alloc { id, requested_bytes, stream, .. } => match engine.malloc(requested_bytes, stream, 0) {
+            Ok(a) => {
+                live.insert(id, a.addr);
+            }
+            Err(_) => unrecorded_failures += 1,
+        },
+        Event::Oom { requested_bytes, stream, .. } => {
+            // PyTorch failed here and the program went on without the block.
+            if let Ok(a) = engine.malloc(requested_bytes, stream, 0) {
+                engine.free(a.addr).unwrap();
+            }
+        }
+        Event::FreeRequested { id, .. } => {
+            if let Some(&addr) = live.get(&id) {
+                engine.free_requested(addr).unwrap();
+            }
+        }
+        Event::FreeCompleted { id, .. } => {
+            if let Some(addr) = live.remove(&id) {
+                if engine.free_completed(addr).is_err() {
+                    let _ = engine.free(addr);
+                }
+            }
+        }
+        Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. } => {
+            engine.empty_cache();
+        }
+        _ => {}
+    })
+    .unwrap();
+    let st = engine.stats();
+    Continued {
+        peak_reserved: st.reserved_bytes.all.peak,
+        peak_allocated: st.allocated_bytes.all.peak,
+        num_ooms: st.num_ooms,
+        unrecorded_failures,
+    }
+}
+
+/// Real runs that caught OOMs (cuDNN retrying with a smaller workspace; `oom_catch` halving its
+/// batch), replayed under their own setting and limit past every caught OOM: the engine fails
+/// exactly the requests PyTorch failed, and ends with PyTorch's peaks.
+#[test]
+fn real_runs_that_caught_ooms_replayed_past_them() {
+    let (mut rows, mut same_failures, mut exact) = (0, 0, 0);
+    let mut off = Vec::new();
+    for (_, row) in truth() {
+        if !row.caught_an_oom() {
+            continue;
+        }
+        rows += 1;
+        let c = replay_continuing(&own_trace(&row), &row.policy, row.limit);
+        let failures_match = c.unrecorded_failures == 0 && c.num_ooms == row.ooms;
+        same_failures += failures_match as u32;
+        if failures_match && c.peak_reserved == row.peak_reserved && c.peak_allocated == row.peak_allocated {
+            exact += 1;
+        } else {
+            off.push(format!(
+                "{}: ooms {} vs {} (+{} unrecorded), reserved {} vs {}, allocated {} vs {}",
+                row.name(),
+                c.num_ooms,
+                row.ooms,
+                c.unrecorded_failures,
+                c.peak_reserved,
+                row.peak_reserved,
+                c.peak_allocated,
+                row.peak_allocated
+            ));
+        }
+    }
+    println!("runs with caught OOMs: the same failed requests in {same_failures}/{rows}, and both peaks exact in {exact}/{rows}");
+    for o in &off {
+        println!("not exact: {o}");
+    }
+    assert_eq!(same_failures, rows);
+    assert_eq!(exact, rows);
 }

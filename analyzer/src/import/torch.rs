@@ -65,7 +65,7 @@
 
 use super::pickle::{self, ContainerId, Pickle, PickleError, Value};
 use recorder::engine::config::{AllocatorConfig, MIB, MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE};
-use recorder::engine::{allocation_size, round_size};
+use recorder::engine::{allocation_size, pool_for, round_size};
 use recorder::trace::{Event, Frame, Header, MarkKind, Pool, Record, ReleaseCause, Source, NO_CALLSITE};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -637,7 +637,7 @@ struct Importer<'p, 'a> {
 
 /// A run of consecutive segment releases of the trace (module documentation, "empty_cache
 /// inference").
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
+#[derive(Debug, Default, Clone, PartialEq)]
 struct Burst {
     bytes: u64,
     segments: u32,
@@ -649,10 +649,17 @@ struct Burst {
     /// release only whole segments of at least `max_split_size`).
     not_gc: bool,
     not_oversize: bool,
+    /// Freed segments `(bytes, stream, pool)` that were free before the burst began (no block
+    /// in them completed a stream-ordered free since the last allocation-related entry, which
+    /// the release's own synchronization may have done).
+    servable: Vec<(u64, u64, Pool)>,
 }
 
 impl Burst {
-    fn add(&mut self, e: &Entry<'_>, max_split_size: Option<u64>) {
+    fn add(&mut self, e: &Entry<'_>, max_split_size: Option<u64>, pool: Pool, free_before: bool) {
+        if free_before {
+            self.servable.push((e.size, e.stream, pool));
+        }
         self.bytes = self.bytes.saturating_add(e.size);
         self.segments = self.segments.saturating_add(1);
         let unmap = e.action == Action::SegmentUnmap;
@@ -666,8 +673,12 @@ impl Burst {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum NextEntry {
     Oom,
-    /// A `segment_alloc` or `segment_map` of this many bytes.
-    Segment(u64),
+    /// A `segment_alloc` or `segment_map` of `bytes`, and the request it served (rounded size
+    /// and stream), when the trace holds it.
+    Segment {
+        bytes: u64,
+        request: Option<(u64, u64)>,
+    },
     /// An `alloc` (a cache hit), or nothing.
     HitOrEnd,
 }
@@ -685,11 +696,26 @@ struct LimitFacts {
 /// Who released a burst's segments: PyTorch inside a `malloc`, or the program (module
 /// documentation, "empty_cache inference").
 fn release_cause(b: &Burst, next: NextEntry, config: &AllocatorConfig, facts: &LimitFacts) -> ReleaseCause {
-    let segment = match next {
+    let (segment, request) = match next {
         NextEntry::Oom => return ReleaseCause::OomRetry,
         NextEntry::HitOrEnd => return ReleaseCause::EmptyCache,
-        NextEntry::Segment(bytes) => bytes,
+        NextEntry::Segment { bytes, request } => (bytes, request),
     };
+    // PyTorch releases only after the request missed the cache: a freed segment that could
+    // have served it was not free at the miss, so the program released it before.
+    if let Some((rounded, stream)) = request {
+        let msplit = config.max_split_size.unwrap_or(u64::MAX);
+        let could_serve = |&(bytes, s, pool): &(u64, u64, Pool)| {
+            s == stream
+                && pool == pool_for(rounded)
+                && bytes >= rounded
+                && !(rounded < msplit && bytes >= msplit)
+                && !(rounded >= msplit && bytes >= rounded.saturating_add(config.max_non_split_rounding))
+        };
+        if b.servable.iter().any(could_serve) {
+            return ReleaseCause::EmptyCache;
+        }
+    }
     let wanted = b.reserved_before.saturating_add(segment);
     if let (Some(limit), Some(t)) = (facts.limit, config.garbage_collection_threshold) {
         if t > 0.0 && !b.not_gc && b.reserved_before as f64 > t * limit as f64 {
@@ -1015,7 +1041,14 @@ impl<'p, 'a> Importer<'p, 'a> {
             next_alloc_related[i] =
                 if entries[i].action.is_alloc_related() { Some(i) } else { next_alloc_related[i + 1] };
         }
+        let mut next_alloc = vec![None; entries.len() + 1];
+        for i in (0..entries.len()).rev() {
+            next_alloc[i] = if entries[i].action == Action::Alloc { Some(i) } else { next_alloc[i + 1] };
+        }
         let trace_has_oom = entries.iter().any(|e| e.action == Action::Oom);
+        // Blocks whose stream-ordered free completed (not right after its request) since the
+        // last allocation-related entry: a release's synchronization may have completed them.
+        let mut deferred: Vec<u64> = Vec::new();
         let mut ann = snap.annotations.iter().peekable();
         let mut clamped_annotations = 0u64;
         let mut burst = Burst::default();
@@ -1035,13 +1068,29 @@ impl<'p, 'a> Importer<'p, 'a> {
             }
             self.entry(e, t);
             peak_reserved = peak_reserved.max(self.reserved_bytes);
+            match e.action {
+                Action::FreeCompleted
+                    if !(i > 0 && entries[i - 1].action == Action::FreeRequested && entries[i - 1].addr == e.addr) =>
+                {
+                    deferred.push(e.addr)
+                }
+                a if a.is_alloc_related() => deferred.clear(),
+                _ => {}
+            }
             if e.action.is_release() {
-                burst.add(e, self.config.max_split_size);
+                let end = e.addr.saturating_add(e.size);
+                let free_before = !deferred.iter().any(|&a| a >= e.addr && a < end);
+                let pool =
+                    if e.action == Action::SegmentUnmap { self.map_pool(e) } else { segment_pool_by_size(e.size) };
+                burst.add(e, self.config.max_split_size, pool, free_before);
                 if !entries.get(i + 1).is_some_and(|n| n.action.is_release()) {
                     let next = match next_alloc_related[i + 1].map(|j| &entries[j]) {
                         Some(n) if n.action == Action::Oom => NextEntry::Oom,
                         Some(n) if matches!(n.action, Action::SegmentAlloc | Action::SegmentMap) => {
-                            NextEntry::Segment(n.size)
+                            let request = next_alloc[i + 1]
+                                .map(|j| &entries[j])
+                                .map(|a| (round_size(&self.config, a.size), a.stream));
+                            NextEntry::Segment { bytes: n.size, request }
                         }
                         _ => NextEntry::HitOrEnd,
                     };
@@ -1172,8 +1221,32 @@ struct StartState<'a> {
 mod tests {
     use super::*;
 
+    fn seg(bytes: u64) -> NextEntry {
+        NextEntry::Segment { bytes, request: None }
+    }
+
+    /// The program's `empty_cache()` after it caught an OOM, followed by a request that would
+    /// not have fit under the limit beside the cached segments: one of them could have served
+    /// it, so there was no miss, and PyTorch releases only after a miss.
+    #[test]
+    fn release_cause_a_freed_segment_that_could_serve_the_request() {
+        let c = AllocatorConfig::default();
+        let limited = LimitFacts { limit: Some(1000 * MIB), trace_has_oom: true, device_total: None };
+        let mut b = burst(900 * MIB, 900 * MIB, false, true);
+        b.servable.push((256 * MIB, 7, Pool::Large));
+        let next =
+            |rounded: u64, stream: u64| NextEntry::Segment { bytes: 128 * MIB, request: Some((rounded, stream)) };
+        assert_eq!(release_cause(&b, next(128 * MIB, 7), &c, &limited), ReleaseCause::EmptyCache);
+        // Another stream's segment, or one too small, could not have served it.
+        assert_eq!(release_cause(&b, next(128 * MIB, 8), &c, &limited), ReleaseCause::OomRetry);
+        assert_eq!(release_cause(&b, next(300 * MIB, 7), &c, &limited), ReleaseCause::OomRetry);
+        // With max_split_size_mb:64 a 256 MiB block does not serve a 32 MiB request.
+        let msplit = AllocatorConfig::parse("max_split_size_mb:64").unwrap();
+        assert_eq!(release_cause(&b, next(32 * MIB, 7), &msplit, &limited), ReleaseCause::OomRetry);
+    }
+
     fn burst(reserved_before: u64, peak_before: u64, not_gc: bool, not_oversize: bool) -> Burst {
-        Burst { bytes: 0, segments: 1, reserved_before, peak_before, not_gc, not_oversize }
+        Burst { bytes: 0, segments: 1, reserved_before, peak_before, not_gc, not_oversize, servable: Vec::new() }
     }
 
     /// PyTorch's own releases happen inside `malloc` for a request that missed: the burst is
@@ -1189,28 +1262,25 @@ mod tests {
         // A cache hit follows: nothing was failing.
         assert_eq!(release_cause(&b, NextEntry::HitOrEnd, &default, &limited), ReleaseCause::EmptyCache);
         // The next segment would not have fit under the limit: the retry flush that succeeded.
-        assert_eq!(release_cause(&b, NextEntry::Segment(200 * MIB), &default, &limited), ReleaseCause::OomRetry);
+        assert_eq!(release_cause(&b, seg(200 * MIB), &default, &limited), ReleaseCause::OomRetry);
         // It would have fit: the program's empty_cache().
-        assert_eq!(release_cause(&b, NextEntry::Segment(20 * MIB), &default, &limited), ReleaseCause::EmptyCache);
+        assert_eq!(release_cause(&b, seg(20 * MIB), &default, &limited), ReleaseCause::EmptyCache);
         // max_split_size_mb: only oversize segments went, the request was failing.
         let msplit = AllocatorConfig::parse("max_split_size_mb:64").unwrap();
         let oversize = burst(900 * MIB, 900 * MIB, false, false);
-        assert_eq!(release_cause(&oversize, NextEntry::Segment(200 * MIB), &msplit, &limited), ReleaseCause::Oversize);
-        assert_eq!(release_cause(&b, NextEntry::Segment(200 * MIB), &msplit, &limited), ReleaseCause::OomRetry);
+        assert_eq!(release_cause(&oversize, seg(200 * MIB), &msplit, &limited), ReleaseCause::Oversize);
+        assert_eq!(release_cause(&b, seg(200 * MIB), &msplit, &limited), ReleaseCause::OomRetry);
         // garbage_collection_threshold: above threshold * limit, whole large segments only.
         let gc = AllocatorConfig::parse("garbage_collection_threshold:0.6").unwrap();
         let large_only = burst(700 * MIB, 900 * MIB, false, true);
-        assert_eq!(
-            release_cause(&large_only, NextEntry::Segment(20 * MIB), &gc, &limited),
-            ReleaseCause::GarbageCollection
-        );
+        assert_eq!(release_cause(&large_only, seg(20 * MIB), &gc, &limited), ReleaseCause::GarbageCollection);
         // Below the threshold, or a small segment went: not GC.
         let low = burst(500 * MIB, 900 * MIB, false, true);
-        assert_eq!(release_cause(&low, NextEntry::Segment(20 * MIB), &gc, &limited), ReleaseCause::EmptyCache);
-        assert_eq!(release_cause(&b, NextEntry::Segment(20 * MIB), &gc, &limited), ReleaseCause::EmptyCache);
+        assert_eq!(release_cause(&low, seg(20 * MIB), &gc, &limited), ReleaseCause::EmptyCache);
+        assert_eq!(release_cause(&b, seg(20 * MIB), &gc, &limited), ReleaseCause::EmptyCache);
         // GC needs a memory fraction: with no limit it is never GC.
         let none = LimitFacts::default();
-        assert_eq!(release_cause(&large_only, NextEntry::Segment(20 * MIB), &gc, &none), ReleaseCause::EmptyCache);
+        assert_eq!(release_cause(&large_only, seg(20 * MIB), &gc, &none), ReleaseCause::EmptyCache);
     }
 
     /// With the limit unknown, a request can only have been failing if it would have set a new
@@ -1222,11 +1292,11 @@ mod tests {
         let oom_trace = LimitFacts { limit: None, trace_has_oom: true, device_total: None };
         let below_peak = burst(800 * MIB, 1000 * MIB, true, true);
         let at_peak = burst(1000 * MIB, 1000 * MIB, true, true);
-        assert_eq!(release_cause(&below_peak, NextEntry::Segment(100 * MIB), &c, &oom_trace), ReleaseCause::EmptyCache);
-        assert_eq!(release_cause(&at_peak, NextEntry::Segment(100 * MIB), &c, &oom_trace), ReleaseCause::OomRetry);
+        assert_eq!(release_cause(&below_peak, seg(100 * MIB), &c, &oom_trace), ReleaseCause::EmptyCache);
+        assert_eq!(release_cause(&at_peak, seg(100 * MIB), &c, &oom_trace), ReleaseCause::OomRetry);
         let no_oom = LimitFacts { limit: None, trace_has_oom: false, device_total: Some(1050 * MIB) };
-        assert_eq!(release_cause(&at_peak, NextEntry::Segment(20 * MIB), &c, &no_oom), ReleaseCause::EmptyCache);
-        assert_eq!(release_cause(&at_peak, NextEntry::Segment(100 * MIB), &c, &no_oom), ReleaseCause::OomRetry);
+        assert_eq!(release_cause(&at_peak, seg(20 * MIB), &c, &no_oom), ReleaseCause::EmptyCache);
+        assert_eq!(release_cause(&at_peak, seg(100 * MIB), &c, &no_oom), ReleaseCause::OomRetry);
     }
 
     #[test]
