@@ -171,6 +171,9 @@ fn default_run_replayed_under_every_row() {
     let mut differing_runs = 0;
     let mut misses = Vec::new();
     let mut peak_errors = Vec::new();
+    // Rows under a limit where the replay and PyTorch both completed: relative error of peak
+    // reserved against the nearer of the two real runs.
+    let mut limited_ok: Vec<f64> = Vec::new();
     for (first, second) in &rows {
         let r = replay(&default_trace(&first.workload), &first.policy, first.limit);
         total += 1;
@@ -212,6 +215,20 @@ fn default_run_replayed_under_every_row() {
                 describe(&r)
             ));
         }
+        if first.limit.is_some() && !r.is_oom() && !first.oom {
+            let err =
+                rel(r.peak_reserved_bytes, first.peak_reserved).min(rel(r.peak_reserved_bytes, second.peak_reserved));
+            if err > 0.005 {
+                println!(
+                    "under a limit, both complete: {}: peak reserved {} vs PyTorch {} / {}",
+                    first.name(),
+                    r.peak_reserved_bytes,
+                    first.peak_reserved,
+                    second.peak_reserved
+                );
+            }
+            limited_ok.push(err);
+        }
         if first.limit.is_none() && first.workload != "oom_catch" {
             let err =
                 rel(r.peak_reserved_bytes, first.peak_reserved).min(rel(r.peak_reserved_bytes, second.peak_reserved));
@@ -239,6 +256,14 @@ fn default_run_replayed_under_every_row() {
         println!("unlimited {name}: peak reserved {replayed} vs PyTorch {a} / {b} ({:.3}%)", err * 100.0);
     }
     println!("unlimited rows within 0.5% of a real run's peak reserved: {within}/{}", peak_errors.len());
+    let exact_limited = limited_ok.iter().filter(|&&e| e == 0.0).count();
+    let within_limited = limited_ok.iter().filter(|&&e| e <= 0.005).count();
+    let worst = limited_ok.iter().cloned().fold(0.0, f64::max);
+    println!(
+        "rows under a limit that both completed: {}; peak reserved exact in {exact_limited}, within 0.5% in {within_limited}, worst {:.2}%",
+        limited_ok.len(),
+        worst * 100.0
+    );
 
     // What holds: on rows whose real runs made the default run's requests, the replay agrees
     // with a real run's outcome in at least 99% of rows...
