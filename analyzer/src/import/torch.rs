@@ -37,6 +37,10 @@
 //! `segment_map` or its `oom`. The cause is, in this order:
 //! - `OomRetry` when that next entry is an `oom`;
 //! - `EmptyCache` when it is an `alloc` (a cache hit) or there is none: no request was failing;
+//! - `EmptyCache` when a freed segment could have served the request that followed (same
+//!   stream and pool, large enough, allowed by the `max_split_size` rules) and was free before
+//!   the burst (no block in it completed a stream-ordered free since the last
+//!   allocation-related entry, as the release's own synchronization would): there was no miss;
 //! - for a next `segment_alloc`/`segment_map` of `S` bytes, with `R` reserved before the burst
 //!   and the limit `L` (`--capacity`): `GarbageCollection` when the settings have
 //!   `garbage_collection_threshold` `t`, `R > t * L` and only whole large segments went;
