@@ -9,9 +9,10 @@
 //!   `allocated_bytes` and `active_bytes`); reserved is what the device gave the allocator.
 //!   Where the trace does not know block sizes (an imported snapshot), a block counts as its
 //!   request rounded as the allocator rounds it, and `otherData` says so.
-//! - **Instant events** on the `events` thread: every OOM, cache release and mark.
-//! - **Slices** on the `iterations` thread: one per iteration mark, to the next one (the last
-//!   one to the end of the trace).
+//! - **Instant events** on the `events` thread: every OOM, cache release and mark (phases and
+//!   annotations).
+//! - **Slices** on the `iterations` thread: one per iteration mark, from it to the next one (the
+//!   last one to the end of the trace).
 //!
 //! Counters are downsampled per time bucket with the fold of [`crate::timeline`]: each bucket
 //! keeps per track its first, lowest, highest and last value where they happened, so every
@@ -187,14 +188,13 @@ pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<Per
                     "args": { "cause": cause.as_str(), "bytes": bytes, "segments": segments },
                 }));
             }
+            // An iteration mark starts a slice (which shows where it is); other marks are instants.
+            Event::Mark { kind: MarkKind::Iteration, text } => iterations.push((t, text.clone())),
             Event::Mark { kind, text } => {
                 instants.push(json!({
                     "name": text, "cat": kind.as_str(), "ph": "i", "s": "t", "ts": ts_us(t),
                     "pid": PID, "tid": TID_EVENTS,
                 }));
-                if *kind == MarkKind::Iteration {
-                    iterations.push((t, text.clone()));
-                }
             }
             Event::Split { .. }
             | Event::Merge { .. }
