@@ -145,12 +145,16 @@ def _torch():
 
 
 def _recorder_library():
-    """The recorder's shared library, found as `alloctrace record` finds it: ALLOCTRACE_LIB,
-    else next to the binary (or in ../lib). None when absent (it is built separately, with
-    `cargo build --release -p alloctrace-recorder --features cuda`)."""
+    """The recorder's shared library: ALLOCTRACE_LIB, else the one in this package (wheels made
+    by python/build-wheel.sh carry it), else next to the binary (or in ../lib), as
+    `alloctrace record` looks. None when absent (`pip install ./python` builds the binary only;
+    `cargo build --release -p alloctrace-recorder --features cuda` builds the library)."""
     env = os.environ.get("ALLOCTRACE_LIB")
     if env and os.path.isfile(env):
         return env
+    packaged = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "librecorder.so")
+    if os.path.isfile(packaged):
+        return packaged
     try:
         here = os.path.dirname(os.path.realpath(binary()))
     except AlloctraceError:
@@ -245,6 +249,12 @@ class record(contextlib.ContextDecorator):
             raw.set_reset_fn(ctypes.cast(handle.alloctrace_empty_cache, ctypes.c_void_p).value)
             change_current_allocator(alloc)
             _recorder_used = True
+            # The recorder starts at its first request; a request of 0 bytes starts it and
+            # allocates nothing. Started now, it keeps the marks made before the block's first
+            # allocation (and its clock starts with the block).
+            handle.alloctrace_malloc.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+            handle.alloctrace_malloc.restype = ctypes.c_void_p
+            handle.alloctrace_malloc(0, torch.cuda.current_device(), None)
             self._mode = ("recorder", handle)
         elif _recorder_used:
             raise AlloctraceError(

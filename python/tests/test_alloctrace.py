@@ -11,7 +11,8 @@ import pytest
 
 import alloctrace
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# The repository, for its shipped traces (ALLOCTRACE_REPO when the tests run from elsewhere).
+ROOT = os.environ.get("ALLOCTRACE_REPO") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FRAG = os.path.join(ROOT, "traces", "frag_oom.default.atrace")
 GPT2 = os.path.join(ROOT, "traces", "gpt2_train.default.atrace")
 SNAPSHOT = os.path.join(ROOT, "analyzer", "tests", "fixtures", "torch", "frag_oom.default.pickle")
@@ -147,7 +148,7 @@ def _python(script, tmp_path):
 
 
 @needs_gpu
-def test_record_context_manager_and_decorator(tmp_path):
+def test_record_as_a_context_manager(tmp_path):
     _python(
         """
         import torch, alloctrace
@@ -156,21 +157,33 @@ def test_record_context_manager_and_decorator(tmp_path):
                 alloctrace.mark_iteration(i)
                 x = [torch.empty(1 << 20, device="cuda") for _ in range(8)]
                 del x
-
-        @alloctrace.record("dec.atrace")
-        def work():
-            y = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
-            return y.sum().item()
-        work()
         """,
         tmp_path,
     )
     ctx = alloctrace.load(tmp_path / "ctx.atrace")
     assert ctx["events_by_kind"]["alloc"] >= 24
     assert ctx["events_by_kind"]["mark"] >= 3
-    assert ctx["peak_requested_bytes"] >= 8 * 4 << 20
+    assert ctx["peak_requested_bytes"] >= 8 * (4 << 20)
+
+
+@needs_gpu
+def test_record_as_a_decorator(tmp_path):
+    _python(
+        """
+        import torch, alloctrace
+
+        @alloctrace.record("dec.atrace", conf="expandable_segments:True")
+        def work():
+            y = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+            return y.sum().item()
+
+        work()
+        """,
+        tmp_path,
+    )
     dec = alloctrace.load(tmp_path / "dec.atrace")
     assert dec["peak_requested_bytes"] >= 64 << 20
+    assert "expandable_segments:True" in dec["alloc_conf"]
 
 
 @needs_gpu
