@@ -216,13 +216,16 @@ class record(contextlib.ContextDecorator):
     process, alloctrace's recording allocator is installed (PyTorch keeps it for the rest of the
     process: one such recording per process). Otherwise PyTorch's memory history is recorded
     and imported into the trace at the end (allocator settings can then only be changed before
-    CUDA's first allocation).
+    CUDA's first allocation). `backend="recorder"` or `"history"` insists on one of the two.
     """
 
-    def __init__(self, path, conf=None, stacks=False):
+    def __init__(self, path, conf=None, stacks=False, *, backend="auto"):
+        if backend not in ("auto", "recorder", "history"):
+            raise ValueError("backend must be 'auto', 'recorder' or 'history', not %r" % (backend,))
         self.path = os.path.abspath(os.fspath(path))
         self.conf = conf
         self.stacks = stacks
+        self.backend = backend
         self._mode = None
 
     def __enter__(self):
@@ -230,7 +233,16 @@ class record(contextlib.ContextDecorator):
         if _active is not None:
             raise AlloctraceError("alloctrace is already recording; recordings do not nest")
         torch = _torch()
-        lib = _recorder_library()
+        lib = _recorder_library() if self.backend != "history" else None
+        if self.backend == "recorder" and (lib is None or _recorder_used or torch.cuda.is_initialized()):
+            raise AlloctraceError(
+                "cannot record with alloctrace's allocator: "
+                + (
+                    "no recorder library (set ALLOCTRACE_LIB)"
+                    if lib is None
+                    else "this process has already used CUDA; record from the start of a new process"
+                )
+            )
         if lib and not _recorder_used and not torch.cuda.is_initialized():
             os.environ["ALLOCTRACE_LIB"] = lib
             os.environ["ALLOCTRACE_OUTPUT"] = self.path

@@ -104,6 +104,11 @@ def test_marks_outside_a_recording_do_nothing():
     alloctrace.mark_iteration(3)
 
 
+def test_record_refuses_an_unknown_backend(tmp_path):
+    with pytest.raises(ValueError, match="backend"):
+        alloctrace.record(tmp_path / "run.atrace", backend="cupti")
+
+
 def _has_torch():
     try:
         import torch  # noqa: F401
@@ -151,8 +156,8 @@ def _python(script, tmp_path):
 def test_record_as_a_context_manager(tmp_path):
     _python(
         """
-        import torch, alloctrace
-        with alloctrace.record("ctx.atrace"):
+        import os, torch, alloctrace
+        with alloctrace.record("ctx.atrace", backend=os.environ.get("ALLOCTRACE_TEST_BACKEND", "auto")):
             for i in range(3):
                 alloctrace.mark_iteration(i)
                 x = [torch.empty(1 << 20, device="cuda") for _ in range(8)]
@@ -170,9 +175,11 @@ def test_record_as_a_context_manager(tmp_path):
 def test_record_as_a_decorator(tmp_path):
     _python(
         """
-        import torch, alloctrace
+        import os, torch, alloctrace
 
-        @alloctrace.record("dec.atrace", conf="expandable_segments:True")
+        backend = os.environ.get("ALLOCTRACE_TEST_BACKEND", "auto")
+
+        @alloctrace.record("dec.atrace", conf="expandable_segments:True", backend=backend)
         def work():
             y = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
             return y.sum().item()
