@@ -173,7 +173,7 @@ impl<W: Write> PickleWriter<W> {
     fn end(&mut self) -> io::Result<()> {
         let top = self.stack.pop().expect("end without begin");
         if top.pending > 0 {
-            debug_assert!(!top.dict || top.pending % 2 == 0, "a dict key without its value");
+            debug_assert!(!top.dict || top.pending & 1 == 0, "a dict key without its value");
             self.out.write_all(&[if top.dict { SETITEMS } else { APPENDS }])?;
         }
         self.after()
