@@ -4,6 +4,7 @@
 pub mod cmd;
 pub mod diff;
 pub mod explain;
+pub mod export;
 pub mod frag;
 pub mod import;
 pub mod leaks;

@@ -12,7 +12,6 @@ use std::path::PathBuf;
 #[derive(Parser)]
 #[command(
     name = "alloctrace",
-    version,
     about = "Record, replay and explain GPU caching-allocator memory traces",
     long_about = "alloctrace reads allocator traces (its own .atrace files and PyTorch memory snapshots), \
 replays them through a faithful model of PyTorch's CUDA caching allocator, and answers \
@@ -333,6 +332,35 @@ what empty_cache() would free now, and what it would free if a call site release
         #[arg(long)]
         json: bool,
     },
+    /// Write the trace for another viewer: PyTorch's memory_viz (a snapshot pickle) or Perfetto.
+    #[command(
+        long_about = "Write the trace in a format that another viewer opens.\n\n\
+memory-viz: a PyTorch memory snapshot pickle (what torch.cuda.memory._dump_snapshot writes), for \
+https://pytorch.org/memory_viz and `python -m torch.cuda._memory_viz`. Every allocation, free, \
+segment and OOM becomes a trace entry, call sites become frames, marks become \
+external_annotations, and `segments` holds the state at the end. `alloctrace import torch` reads \
+it back (pass the memory limit with --capacity: snapshots do not hold it).\n\n\
+perfetto: Chrome trace-event JSON for https://ui.perfetto.dev and chrome://tracing: counter \
+tracks of reserved, allocated and active bytes (all streams, and per stream when there are \
+several), instant events for OOMs, cache releases and marks, and a slice per iteration. \
+Counters are downsampled per time bucket keeping each bucket's lowest and highest values, so \
+every peak is kept and the file stays small on any number of events.",
+        after_help = "Examples:\n  alloctrace export traces/gpt2_train.default.atrace --format memory-viz -o gpt2.pickle\n  \
+alloctrace export traces/gpt2_train.default.atrace --format perfetto -o gpt2.json"
+    )]
+    Export {
+        trace: PathBuf,
+        #[arg(long, value_enum)]
+        format: ExportFormat,
+        /// Where to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Perfetto: time buckets per counter track (each keeps its lowest and highest values).
+        #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(2..=10_000_000))]
+        buckets: u64,
+        #[arg(long)]
+        json: bool,
+    },
     /// The OOM doctor: why the run ran out of memory, and what to change.
     #[command(
         long_about = "Explain the first out-of-memory of a trace (or its peak, when there is none).\n\n\
@@ -376,6 +404,14 @@ struct PolicyArgs {
 enum ImportFormat {
     /// A PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot).
     Torch,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ExportFormat {
+    /// A PyTorch memory snapshot pickle (pytorch.org/memory_viz, torch.cuda._memory_viz).
+    MemoryViz,
+    /// Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing).
+    Perfetto,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -517,6 +553,19 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
         Command::Record { output, conf, capacity, stacks, lib, quiet, command } => {
             cmd::record::run(&cmd::record::RecordOptions { output, conf, capacity, stacks, lib, command, quiet })
         }
+        Command::Export { trace, format, output, buckets, json } => cmd::export::run(
+            &cmd::export::ExportCmdOptions {
+                trace,
+                format: match format {
+                    ExportFormat::MemoryViz => cmd::export::Format::MemoryViz,
+                    ExportFormat::Perfetto => cmd::export::Format::Perfetto,
+                },
+                output,
+                buckets: buckets as usize,
+                json,
+            },
+            out,
+        ),
         Command::Explain { trace, json } => cmd::explain::run(&cmd::explain::ExplainCmdOptions { trace, json }, out),
     }
 }
@@ -525,9 +574,18 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
+/// `alloctrace --version`: the tool's version and the newest trace format it reads and writes.
+static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!("{} (trace format {})", env!("CARGO_PKG_VERSION"), recorder::trace::FORMAT_VERSION)
+});
+
 /// Parses the command line; usage errors become one line on stderr and exit code 2.
 fn parse_args() -> Cli {
-    match Cli::try_parse() {
+    let parsed = Cli::command()
+        .version(VERSION.as_str())
+        .try_get_matches()
+        .and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m));
+    match parsed {
         Ok(cli) => cli,
         Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => {
             e.exit()

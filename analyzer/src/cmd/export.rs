@@ -1,0 +1,104 @@
+//! `alloctrace export TRACE --format memory-viz|perfetto -o OUT`: the trace in a format that
+//! other viewers open.
+
+use super::{exit, write_json};
+use crate::export::{memory_viz, perfetto};
+use crate::units::fmt_bytes;
+use anyhow::Result;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// The formats `export` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// A PyTorch memory snapshot pickle (memory_viz, `_memory_viz.py`).
+    MemoryViz,
+    /// Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing).
+    Perfetto,
+}
+
+pub struct ExportCmdOptions {
+    pub trace: PathBuf,
+    pub format: Format,
+    pub output: PathBuf,
+    /// Perfetto: time buckets per counter track.
+    pub buckets: usize,
+    pub json: bool,
+}
+
+pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
+    let bytes = |p: &PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let damage = match opts.format {
+        Format::MemoryViz => {
+            let s = memory_viz::export(&opts.trace, &opts.output)?;
+            if opts.json {
+                #[derive(serde::Serialize)]
+                struct J<'a> {
+                    output: String,
+                    output_bytes: u64,
+                    #[serde(flatten)]
+                    stats: &'a memory_viz::MemoryVizStats,
+                }
+                write_json(
+                    out,
+                    &J { output: opts.output.display().to_string(), output_bytes: bytes(&opts.output), stats: &s },
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "wrote {} ({}): a PyTorch memory snapshot of {} trace entries, {} segments and {} live blocks at the end",
+                    opts.output.display(),
+                    fmt_bytes(bytes(&opts.output)),
+                    s.entries,
+                    s.segments,
+                    s.live_blocks
+                )?;
+                writeln!(
+                    out,
+                    "open it at https://pytorch.org/memory_viz, or: python -m torch.cuda._memory_viz trace_plot {} -o plot.html",
+                    opts.output.display()
+                )?;
+            }
+            s.damage
+        }
+        Format::Perfetto => {
+            let s = perfetto::export(&opts.trace, &opts.output, &perfetto::PerfettoOptions { buckets: opts.buckets })?;
+            if opts.json {
+                #[derive(serde::Serialize)]
+                struct J<'a> {
+                    output: String,
+                    output_bytes: u64,
+                    #[serde(flatten)]
+                    stats: &'a perfetto::PerfettoStats,
+                }
+                write_json(
+                    out,
+                    &J { output: opts.output.display().to_string(), output_bytes: bytes(&opts.output), stats: &s },
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "wrote {} ({}): {} counter samples of {} events ({} stream{}), {} instant events, {} iteration slices; peak reserved {}",
+                    opts.output.display(),
+                    fmt_bytes(bytes(&opts.output)),
+                    s.counter_events,
+                    s.events,
+                    s.streams,
+                    if s.streams == 1 { "" } else { "s" },
+                    s.instant_events,
+                    s.slices,
+                    fmt_bytes(s.peak_reserved_bytes)
+                )?;
+                writeln!(out, "open it at https://ui.perfetto.dev or chrome://tracing")?;
+            }
+            s.damage
+        }
+    };
+    match damage {
+        Some(w) => {
+            eprintln!("alloctrace: warning: {w}");
+            Ok(exit::PARTIAL)
+        }
+        None => Ok(exit::OK),
+    }
+}
