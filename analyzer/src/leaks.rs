@@ -79,7 +79,8 @@ pub fn user_frame(frames: &[Frame]) -> Option<&Frame> {
 pub fn site_of(frames: &[Frame]) -> Site {
     match user_frame(frames) {
         Some(f) => Site {
-            label: format!("{}:{} ({})", f.file, f.line, f.function),
+            // One line whatever the trace holds: the label is printed and put in reports.
+            label: crate::escape::terminal(&format!("{}:{} ({})", f.file, f.line, f.function)).into_owned(),
             file: f.file.clone(),
             line: f.line,
             function: f.function.clone(),

@@ -103,8 +103,8 @@ pub struct TimelineData {
 fn device_text(h: &recorder::trace::Header) -> String {
     match (h.device_name.is_empty(), h.device_total_bytes) {
         (true, 0) => String::new(),
-        (false, 0) => h.device_name.clone(),
-        (_, t) => format!("{} {}", h.device_name, fmt_bytes(t)).trim().to_string(),
+        (false, 0) => crate::escape::terminal(&h.device_name).into_owned(),
+        (_, t) => format!("{} {}", crate::escape::terminal(&h.device_name), fmt_bytes(t)).trim().to_string(),
     }
 }
 
@@ -221,7 +221,7 @@ fn mark_label(kind: MarkKind, text: &str) -> Option<String> {
         // PyTorch's record_function ranges come in START/END pairs: mark the starts.
         MarkKind::Annotation => !text.ends_with(" END"),
     };
-    keep.then(|| text.trim_end_matches(" START").to_string())
+    keep.then(|| crate::escape::terminal(text.trim_end_matches(" START")).into_owned())
 }
 
 /// Replays the trace under its recorded settings and folds the engine's four byte counters.
@@ -278,6 +278,12 @@ pub fn timeline_replayed(path: &Path, x: XAxis, columns: usize) -> Result<Timeli
 /// [`crate::leaks::is_library_frame`]), with the innermost function when that is a different
 /// frame.
 pub fn callsite_label(frames: &[Frame]) -> String {
+    // Labels come from the trace: control characters (invalid in SVG, raw on a terminal) are
+    // shown escaped (plotters escapes `<` and `&` itself).
+    crate::escape::terminal(&callsite_label_raw(frames)).into_owned()
+}
+
+fn callsite_label_raw(frames: &[Frame]) -> String {
     let base = |f: &Frame| f.file.rsplit('/').next().unwrap_or(&f.file).to_string();
     let user = frames.iter().find(|f| !crate::leaks::is_library_frame(&f.file));
     match (frames.first(), user) {
