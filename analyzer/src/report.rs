@@ -1047,6 +1047,13 @@ impl Report {
         let mut files = Vec::new();
         let mut put = |name: &str, body: &str| -> Result<()> {
             let p = dir.join(name);
+            // Whatever the trace holds, a report writes a bounded amount (see the README).
+            anyhow::ensure!(
+                body.len() <= MAX_REPORT_FILE_BYTES,
+                "{} would be {} bytes, more than the {MAX_REPORT_FILE_BYTES} a report file may hold; nothing more was written",
+                p.display(),
+                body.len()
+            );
             std::fs::write(&p, body).with_context(|| format!("cannot write {}", p.display()))?;
             files.push(p);
             Ok(())
@@ -1060,6 +1067,9 @@ impl Report {
         Ok(files)
     }
 }
+
+/// Largest file a report writes: with its 8 files, a report is at most 8 times this.
+pub const MAX_REPORT_FILE_BYTES: usize = 16 << 20;
 
 /// Escapes text for HTML (see [`crate::escape`]).
 pub fn escape(s: &str) -> String {

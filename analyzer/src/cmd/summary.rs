@@ -114,7 +114,7 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
             writeln!(out, "WARNING      the recorder dropped {} events; figures may be low", s.dropped_events)?;
         }
         if s.anomalies > 0 {
-            writeln!(out, "anomalies    {} frees of unknown blocks", s.anomalies)?;
+            writeln!(out, "anomalies    {} (frees of unknown blocks, allocations that reuse a live id)", s.anomalies)?;
         }
         for n in &h.notes {
             writeln!(out, "note         {}", crate::escape::terminal(n))?;
