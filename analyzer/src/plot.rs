@@ -146,30 +146,31 @@ pub fn timeline_recorded(path: &Path, x: XAxis, columns: usize) -> Result<Option
                     }
                     any_alloc = true;
                     live.insert(*id, (*block_bytes, *requested_bytes, false));
-                    allocated += block_bytes;
-                    active += block_bytes;
-                    requested += requested_bytes;
+                    // Saturating: hostile sizes near 2^64 must not wrap.
+                    allocated = allocated.saturating_add(*block_bytes);
+                    active = active.saturating_add(*block_bytes);
+                    requested = requested.saturating_add(*requested_bytes);
                 }
                 Event::FreeRequested { id, .. } => {
                     if let Some(b) = live.get_mut(id) {
                         if !b.2 {
                             b.2 = true;
-                            allocated -= b.0;
+                            allocated = allocated.saturating_sub(b.0);
                         }
                     }
                 }
                 Event::FreeCompleted { id, .. } => {
                     if let Some((block, req, freed)) = live.remove(id) {
                         if !freed {
-                            allocated -= block;
+                            allocated = allocated.saturating_sub(block);
                         }
-                        active -= block;
-                        requested -= req;
+                        active = active.saturating_sub(block);
+                        requested = requested.saturating_sub(req);
                     }
                 }
                 Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
                     any_segment = true;
-                    reserved += bytes;
+                    reserved = reserved.saturating_add(*bytes);
                 }
                 Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
                     reserved = reserved.saturating_sub(*bytes)
@@ -334,12 +335,12 @@ pub fn stacked_data(path: &Path, x: XAxis, columns: usize) -> Result<StackedData
         Event::Alloc { id, requested_bytes, callsite, .. } => {
             let l = label_of_site.get(callsite).copied().unwrap_or(none);
             live.insert(*id, (l, *requested_bytes));
-            cur[l] += requested_bytes;
+            cur[l] = cur[l].saturating_add(*requested_bytes);
             max[l] = max[l].max(cur[l]);
         }
         Event::FreeCompleted { id, .. } => {
             if let Some((l, b)) = live.remove(id) {
-                cur[l] -= b;
+                cur[l] = cur[l].saturating_sub(b);
             }
         }
         _ => {}

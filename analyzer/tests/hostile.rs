@@ -266,3 +266,59 @@ fn reports_stay_within_their_output_bound() {
         assert!(total < bound / 8, "{} holds {total} bytes", dir.display());
     }
 }
+
+/// Writes a trace of `events` (times 0, 1, 2, ...) with a 1 GiB limit.
+fn write_trace(name: &str, events: Vec<recorder::trace::Event>) -> PathBuf {
+    use recorder::trace::{Header, Record, Source, TraceWriter};
+    let p = tmp(name);
+    let mut h = Header::new(Source::Recorded);
+    h.capacity_bytes = 1 << 30;
+    let mut w = TraceWriter::create(&p, &h).unwrap();
+    for (i, event) in events.into_iter().enumerate() {
+        w.write_owned(Record { time_ns: i as u64, event }).unwrap();
+    }
+    w.finish().unwrap();
+    p
+}
+
+#[test]
+fn requests_near_2_to_the_64_and_reused_ids_are_findings_not_failures() {
+    use recorder::trace::{Event, Pool};
+    let huge = 1u64 << 60;
+    let alloc = |id: u64, addr: u64, bytes: u64| Event::Alloc {
+        id,
+        addr,
+        requested_bytes: bytes,
+        block_bytes: 0,
+        stream: 0,
+        pool: Pool::Large,
+        callsite: 0,
+    };
+    let t = write_trace(
+        "huge.atrace",
+        vec![
+            alloc(1, 0x1000, 1 << 20),
+            alloc(1, 0x2000, 1 << 20),
+            alloc(2, 0x3000, u64::MAX - 5),
+            alloc(3, 0x4000, 100),
+            Event::Oom {
+                requested_bytes: huge,
+                alloc_bytes: huge,
+                device_free_bytes: 0,
+                reserved_bytes: 0,
+                allocated_bytes: 0,
+                limit_bytes: 1 << 30,
+                stream: 0,
+            },
+        ],
+    );
+    let (o, _) = run(&["summary", path(&t)]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(out.contains("anomalies    1 (frees of unknown blocks, allocations that reuse a live id)"), "{out}");
+    assert!(out.contains("16384.00 PiB"), "sums saturate instead of wrapping: {out}");
+    for cmd in ["explain", "replay", "leaks"] {
+        let (o, _) = run(&[cmd, path(&t)]);
+        assert!(matches!(o.status.code(), Some(0)), "{cmd}: {}\n{}", text(&o.stderr), text(&o.stdout));
+    }
+}
