@@ -112,8 +112,9 @@ use std::sync::Arc;
 pub const MAGIC: [u8; 8] = *b"\x89ATRC\r\n\x1a";
 /// The version this build writes, and the newest it reads.
 pub const FORMAT_VERSION: u16 = 1;
-/// Largest frame payload a reader accepts.
-pub const MAX_FRAME_BYTES: u32 = 64 << 20;
+/// Largest frame payload a reader accepts: a chunk body of [`MAX_CHUNK_RAW_BYTES`] stored as
+/// is, or compressed (zstd's worst case adds a little), with its head.
+pub const MAX_FRAME_BYTES: u32 = (32 << 20) + (1 << 16);
 /// Largest decompressed chunk body a reader accepts: twice what a writer makes (a chunk ends
 /// once its body reaches [`WRITER_CHUNK_BYTES`], and one record adds at most a call site of
 /// [`MAX_CALLSITE_FRAMES`] frames of [`MAX_TEXT_BYTES`] strings, about 8 MiB).
