@@ -103,9 +103,9 @@ fn sites(path: &Path) -> Result<Sites> {
         Event::Alloc { id, requested_bytes, callsite, .. } => {
             let l = label_of_site.get(callsite).copied().unwrap_or(0);
             live.insert(*id, (l, *requested_bytes));
-            cur[l] += requested_bytes;
+            cur[l] = cur[l].saturating_add(*requested_bytes);
             allocs[l] += 1;
-            total += requested_bytes;
+            total = total.saturating_add(*requested_bytes);
             if total > peak {
                 peak = total;
                 at_peak.clone_from(&cur);
@@ -113,8 +113,8 @@ fn sites(path: &Path) -> Result<Sites> {
         }
         Event::FreeCompleted { id, .. } => {
             if let Some((l, b)) = live.remove(id) {
-                cur[l] -= b;
-                total -= b;
+                cur[l] = cur[l].saturating_sub(b);
+                total = total.saturating_sub(b);
             }
         }
         _ => {}

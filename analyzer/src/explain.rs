@@ -382,7 +382,7 @@ unallocated ({:.1}%), the largest free block being {}",
         return Verdict { kind: VerdictKind::NoOom, reason };
     }
     let limit = f.capacity_bytes.or(f.device_total_bytes.map(|t| t.saturating_sub(f.held_outside_bytes.unwrap_or(0))));
-    let needed = f.allocated_bytes + f.requested_bytes;
+    let needed = f.allocated_bytes.saturating_add(f.requested_bytes);
     if let Some(limit) = limit.filter(|&l| needed > l) {
         if let Some(g) = growth.filter(|g| g.per_iteration_bytes > 0.0 && !g.sites.is_empty()) {
             let share = growth_share(g, f.allocated_bytes);

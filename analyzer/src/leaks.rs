@@ -79,7 +79,8 @@ pub fn user_frame(frames: &[Frame]) -> Option<&Frame> {
 pub fn site_of(frames: &[Frame]) -> Site {
     match user_frame(frames) {
         Some(f) => Site {
-            label: format!("{}:{} ({})", f.file, f.line, f.function),
+            // One line whatever the trace holds: the label is printed and put in reports.
+            label: crate::escape::terminal(&format!("{}:{} ({})", f.file, f.line, f.function)).into_owned(),
             file: f.file.clone(),
             line: f.line,
             function: f.function.clone(),
@@ -385,7 +386,8 @@ fn growth(path: &Path, p: &Pass1, source: String, bounds: Vec<u64>) -> Result<Gr
         })
         .collect();
     sites.sort_by(|a, b| b.per_iteration_bytes.total_cmp(&a.per_iteration_bytes).then(a.site.cmp(&b.site)));
-    let live_bytes: Vec<u64> = samples.iter().map(|v| v.iter().map(|x| x.1.max(0) as u64).sum()).collect();
+    let live_bytes: Vec<u64> =
+        samples.iter().map(|v| v.iter().fold(0u64, |a, x| a.saturating_add(x.1.max(0) as u64))).collect();
     let per_iteration_bytes = median_step(&live_bytes.iter().map(|&b| b as i64).collect::<Vec<_>>());
     Ok(Growth { source, boundaries: bounds, live_bytes, per_iteration_bytes, sites })
 }
@@ -587,7 +589,7 @@ fn live_by_site(p: &Pass1) -> Vec<SiteLive> {
             oldest_age_ns: 0,
         });
         e.count += 1;
-        e.requested_bytes += requested;
+        e.requested_bytes = e.requested_bytes.saturating_add(requested);
         e.oldest_age_events = e.oldest_age_events.max(p.events.saturating_sub(event + 1));
         e.oldest_age_ns = e.oldest_age_ns.max(p.last_time_ns.saturating_sub(time));
     }
@@ -622,7 +624,7 @@ pub fn analyze(path: &Path, opts: &LeaksOptions) -> Result<LeaksReport> {
         trace: path.display().to_string(),
         events: p.events,
         live_at_end_count: p.live.len() as u64,
-        live_at_end_bytes: p.live.values().map(|v| v.1).sum(),
+        live_at_end_bytes: p.live.values().fold(0u64, |a, v| a.saturating_add(v.1)),
         live_at_end,
         growth: g,
         growth_note,

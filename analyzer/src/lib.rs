@@ -3,6 +3,7 @@
 
 pub mod cmd;
 pub mod diff;
+pub mod escape;
 pub mod explain;
 pub mod export;
 pub mod frag;

@@ -642,7 +642,8 @@ fn usage_error_line(text: &str, help: &str) -> String {
 fn main() {
     let cli = parse_args();
     let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    // Strings from a trace reach the output: no control character gets to the terminal raw.
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, analyzer::escape::TerminalWriter::new(stdout.lock()));
     let code = match dispatch(cli, &mut out).and_then(|code| {
         out.flush()?;
         Ok(code)
@@ -651,7 +652,7 @@ fn main() {
         Err(e) if is_broken_pipe(&e) => exit::OK,
         Err(e) => {
             let _ = out.flush();
-            eprintln!("alloctrace: error: {e:#}");
+            eprintln!("alloctrace: error: {}", analyzer::escape::terminal(&format!("{e:#}")));
             exit::ERROR
         }
     };

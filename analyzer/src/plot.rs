@@ -103,8 +103,8 @@ pub struct TimelineData {
 fn device_text(h: &recorder::trace::Header) -> String {
     match (h.device_name.is_empty(), h.device_total_bytes) {
         (true, 0) => String::new(),
-        (false, 0) => h.device_name.clone(),
-        (_, t) => format!("{} {}", h.device_name, fmt_bytes(t)).trim().to_string(),
+        (false, 0) => crate::escape::terminal(&h.device_name).into_owned(),
+        (_, t) => format!("{} {}", crate::escape::terminal(&h.device_name), fmt_bytes(t)).trim().to_string(),
     }
 }
 
@@ -146,30 +146,31 @@ pub fn timeline_recorded(path: &Path, x: XAxis, columns: usize) -> Result<Option
                     }
                     any_alloc = true;
                     live.insert(*id, (*block_bytes, *requested_bytes, false));
-                    allocated += block_bytes;
-                    active += block_bytes;
-                    requested += requested_bytes;
+                    // Saturating: hostile sizes near 2^64 must not wrap.
+                    allocated = allocated.saturating_add(*block_bytes);
+                    active = active.saturating_add(*block_bytes);
+                    requested = requested.saturating_add(*requested_bytes);
                 }
                 Event::FreeRequested { id, .. } => {
                     if let Some(b) = live.get_mut(id) {
                         if !b.2 {
                             b.2 = true;
-                            allocated -= b.0;
+                            allocated = allocated.saturating_sub(b.0);
                         }
                     }
                 }
                 Event::FreeCompleted { id, .. } => {
                     if let Some((block, req, freed)) = live.remove(id) {
                         if !freed {
-                            allocated -= block;
+                            allocated = allocated.saturating_sub(block);
                         }
-                        active -= block;
-                        requested -= req;
+                        active = active.saturating_sub(block);
+                        requested = requested.saturating_sub(req);
                     }
                 }
                 Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
                     any_segment = true;
-                    reserved += bytes;
+                    reserved = reserved.saturating_add(*bytes);
                 }
                 Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
                     reserved = reserved.saturating_sub(*bytes)
@@ -221,7 +222,7 @@ fn mark_label(kind: MarkKind, text: &str) -> Option<String> {
         // PyTorch's record_function ranges come in START/END pairs: mark the starts.
         MarkKind::Annotation => !text.ends_with(" END"),
     };
-    keep.then(|| text.trim_end_matches(" START").to_string())
+    keep.then(|| crate::escape::terminal(text.trim_end_matches(" START")).into_owned())
 }
 
 /// Replays the trace under its recorded settings and folds the engine's four byte counters.
@@ -278,6 +279,12 @@ pub fn timeline_replayed(path: &Path, x: XAxis, columns: usize) -> Result<Timeli
 /// [`crate::leaks::is_library_frame`]), with the innermost function when that is a different
 /// frame.
 pub fn callsite_label(frames: &[Frame]) -> String {
+    // Labels come from the trace: control characters (invalid in SVG, raw on a terminal) are
+    // shown escaped (plotters escapes `<` and `&` itself).
+    crate::escape::terminal(&callsite_label_raw(frames)).into_owned()
+}
+
+fn callsite_label_raw(frames: &[Frame]) -> String {
     let base = |f: &Frame| f.file.rsplit('/').next().unwrap_or(&f.file).to_string();
     let user = frames.iter().find(|f| !crate::leaks::is_library_frame(&f.file));
     match (frames.first(), user) {
@@ -328,12 +335,12 @@ pub fn stacked_data(path: &Path, x: XAxis, columns: usize) -> Result<StackedData
         Event::Alloc { id, requested_bytes, callsite, .. } => {
             let l = label_of_site.get(callsite).copied().unwrap_or(none);
             live.insert(*id, (l, *requested_bytes));
-            cur[l] += requested_bytes;
+            cur[l] = cur[l].saturating_add(*requested_bytes);
             max[l] = max[l].max(cur[l]);
         }
         Event::FreeCompleted { id, .. } => {
             if let Some((l, b)) = live.remove(id) {
-                cur[l] -= b;
+                cur[l] = cur[l].saturating_sub(b);
             }
         }
         _ => {}

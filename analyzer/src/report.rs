@@ -941,25 +941,26 @@ impl Report {
                 Block::Heading(level, text) => {
                     out.push_str(&"#".repeat(level as usize));
                     out.push(' ');
-                    out.push_str(&text);
+                    out.push_str(&crate::escape::report_markdown(&text));
                     out.push_str("\n\n");
                 }
                 Block::Para(text) => {
-                    out.push_str(&text);
+                    out.push_str(&crate::escape::report_markdown(&text));
                     out.push_str("\n\n");
                 }
                 Block::Note(text) => {
                     out.push_str("> ");
-                    out.push_str(&text);
+                    out.push_str(&crate::escape::report_markdown(&text));
                     out.push_str("\n\n");
                 }
                 Block::Code(text) => {
-                    out.push_str("```text\n");
-                    out.push_str(&text);
-                    out.push_str("\n```\n\n");
+                    // A fence longer than any backtick run in the text, which cannot close it.
+                    let text: String = text.lines().map(|l| crate::escape::terminal(l) + "\n").collect();
+                    let fence = "`".repeat(3.max(text.split(|c| c != '`').map(str::len).max().unwrap_or(0) + 1));
+                    out.push_str(&format!("{fence}text\n{text}{fence}\n\n"));
                 }
                 Block::Table(head, rows) => {
-                    let cell = |s: &str| s.replace('|', "\\|");
+                    let cell = |s: &str| crate::escape::report_markdown(s);
                     out.push_str(&format!("| {} |\n", head.iter().map(|h| cell(h)).collect::<Vec<_>>().join(" | ")));
                     out.push_str(&format!("|{}\n", "---|".repeat(head.len())));
                     for row in rows {
@@ -969,7 +970,7 @@ impl Report {
                 }
                 Block::Picture(i) => {
                     let p = &self.pictures[i];
-                    out.push_str(&format!("![{}]({})\n\n", p.title, p.file));
+                    out.push_str(&format!("![{}]({})\n\n", crate::escape::report_markdown(&p.title), p.file));
                 }
             }
         }
@@ -1046,6 +1047,13 @@ impl Report {
         let mut files = Vec::new();
         let mut put = |name: &str, body: &str| -> Result<()> {
             let p = dir.join(name);
+            // Whatever the trace holds, a report writes a bounded amount (see the README).
+            anyhow::ensure!(
+                body.len() <= MAX_REPORT_FILE_BYTES,
+                "{} would be {} bytes, more than the {MAX_REPORT_FILE_BYTES} a report file may hold; nothing more was written",
+                p.display(),
+                body.len()
+            );
             std::fs::write(&p, body).with_context(|| format!("cannot write {}", p.display()))?;
             files.push(p);
             Ok(())
@@ -1060,50 +1068,17 @@ impl Report {
     }
 }
 
-/// Escapes text for HTML.
+/// Largest file a report writes: with its 8 files, a report is at most 8 times this.
+pub const MAX_REPORT_FILE_BYTES: usize = 16 << 20;
+
+/// Escapes text for HTML (see [`crate::escape`]).
 pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            c => out.push(c),
-        }
-    }
-    out
+    crate::escape::html(s).into_owned()
 }
 
 /// Escapes text and turns `code`, **bold** and *emphasis* into HTML.
 fn inline(s: &str) -> String {
-    let mut out = String::new();
-    let mut rest = s;
-    let (mut bold, mut em) = (false, false);
-    while let Some(c) = rest.chars().next() {
-        if c == '`' {
-            if let Some(end) = rest[1..].find('`') {
-                out.push_str(&format!("<code>{}</code>", escape(&rest[1..1 + end])));
-                rest = &rest[end + 2..];
-                continue;
-            }
-        }
-        if rest.starts_with("**") {
-            out.push_str(if bold { "</strong>" } else { "<strong>" });
-            bold = !bold;
-            rest = &rest[2..];
-            continue;
-        }
-        if c == '*' {
-            out.push_str(if em { "</em>" } else { "<em>" });
-            em = !em;
-            rest = &rest[1..];
-            continue;
-        }
-        out.push_str(&escape(&rest[..c.len_utf8()]));
-        rest = &rest[c.len_utf8()..];
-    }
-    out
+    crate::escape::report_html(s)
 }
 
 #[cfg(test)]

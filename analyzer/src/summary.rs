@@ -84,9 +84,19 @@ impl SummaryFold {
                 if *block_bytes == 0 {
                     self.block_sizes_known = false;
                 }
-                self.live.insert(*id, (*requested_bytes, *block_bytes, false));
-                self.requested += requested_bytes;
-                self.allocated += block_bytes;
+                if let Some((req, block, pending)) = self.live.insert(*id, (*requested_bytes, *block_bytes, false)) {
+                    // An allocation that reuses the id of a live block: the old block's bytes
+                    // leave the sums (as if freed), and it counts as an anomaly.
+                    self.anomalies += 1;
+                    self.requested = self.requested.saturating_sub(req);
+                    if !pending {
+                        self.allocated = self.allocated.saturating_sub(block);
+                        self.live_blocks -= 1;
+                    }
+                }
+                // Sums saturate: hostile sizes near 2^64 must not wrap to small numbers.
+                self.requested = self.requested.saturating_add(*requested_bytes);
+                self.allocated = self.allocated.saturating_add(*block_bytes);
                 self.live_blocks += 1;
                 self.peak_requested.offer(self.requested, index, t);
                 self.peak_allocated.offer(self.allocated, index, t);
@@ -94,7 +104,7 @@ impl SummaryFold {
             Event::FreeRequested { id, .. } => match self.live.get_mut(id) {
                 Some((_, block, pending @ false)) => {
                     *pending = true;
-                    self.allocated -= *block;
+                    self.allocated = self.allocated.saturating_sub(*block);
                     self.live_blocks -= 1;
                 }
                 _ => self.anomalies += 1,
@@ -103,21 +113,21 @@ impl SummaryFold {
                 Some((req, block, pending)) => {
                     // A completion without a request: the source freed in one step.
                     if !pending {
-                        self.allocated -= block;
+                        self.allocated = self.allocated.saturating_sub(block);
                         self.live_blocks -= 1;
                     }
-                    self.requested -= req;
+                    self.requested = self.requested.saturating_sub(req);
                 }
                 None => self.anomalies += 1,
             },
             Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
-                self.reserved += bytes;
+                self.reserved = self.reserved.saturating_add(*bytes);
                 self.peak_reserved.offer(self.reserved, index, t);
             }
             Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
                 self.reserved = self.reserved.saturating_sub(*bytes);
             }
-            Event::Dropped { events } => self.dropped_events += events,
+            Event::Dropped { events } => self.dropped_events = self.dropped_events.saturating_add(*events),
             Event::Split { .. }
             | Event::Merge { .. }
             | Event::CacheRelease { .. }

@@ -155,6 +155,8 @@ pub fn fragmentation(allocated: u64, reserved: u64) -> f64 {
 /// Smallest capacity (to [`CAPACITY_RESOLUTION`]) at which `config` completes the trace.
 /// `probed` is called after each replay (for progress). At most `max_probes` replays: the
 /// result is then a capacity known to complete, within the returned resolution of the boundary.
+/// `None` when no capacity completes (a request near 2^64 bytes fails under any limit): that
+/// is a finding about the trace, not an error.
 pub fn min_capacity(
     path: &Path,
     config: &AllocatorConfig,
@@ -162,7 +164,7 @@ pub fn min_capacity(
     upper: u64,
     max_probes: u32,
     probed: &(dyn Fn() + Sync),
-) -> Result<(u64, u64)> {
+) -> Result<Option<(u64, u64)>> {
     let r = CAPACITY_RESOLUTION;
     let completes = |cap: u64| -> Result<bool> {
         probed();
@@ -180,7 +182,8 @@ pub fn min_capacity(
     while !completes(hi)? {
         probes += 1;
         lo = hi;
-        hi = hi.checked_add(step).ok_or_else(|| anyhow::anyhow!("no capacity completes {}", path.display()))?;
+        let Some(next) = hi.checked_add(step) else { return Ok(None) };
+        hi = next;
         step = step.saturating_mul(2);
     }
     while hi - lo > r && probes < max_probes {
@@ -192,7 +195,7 @@ pub fn min_capacity(
             lo = mid;
         }
     }
-    Ok((hi, (hi - lo).max(r)))
+    Ok(Some((hi, (hi - lo).max(r))))
 }
 
 pub fn whatif(path: &Path, opts: &WhatifOptions) -> Result<Whatif> {
@@ -289,14 +292,14 @@ fn whatif_observed_inner<T: Send>(
                     )?
                 };
                 let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
-                Some(min_capacity(
+                min_capacity(
                     path,
                     config,
                     bounds.live_requested_peak_bytes,
                     unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
                     max_probes,
                     &|| bar.inc(1),
-                )?)
+                )?
             } else {
                 None
             };
@@ -340,8 +343,8 @@ pub fn bounds(path: &Path, config: &AllocatorConfig) -> Result<Bounds> {
             }
             Event::FreeCompleted { id, .. } => {
                 if let Some(req) = req_of.remove(id) {
-                    live_req -= req;
-                    live_rounded -= round_size(config, req);
+                    live_req = live_req.saturating_sub(req);
+                    live_rounded = live_rounded.saturating_sub(round_size(config, req));
                 }
                 if let Some(k) = open.remove(id) {
                     lifetimes[k].1 = i;
@@ -353,8 +356,9 @@ pub fn bounds(path: &Path, config: &AllocatorConfig) -> Result<Bounds> {
         if let Some((id, requested_bytes)) = request {
             let rounded = round_size(config, requested_bytes);
             allocs += 1;
-            live_req += requested_bytes;
-            live_rounded += rounded;
+            // Saturating: a hostile request near 2^64 must not wrap the sums.
+            live_req = live_req.saturating_add(requested_bytes);
+            live_rounded = live_rounded.saturating_add(rounded);
             peak_req = peak_req.max(live_req);
             peak_rounded = peak_rounded.max(live_rounded);
             req_of.insert(id, requested_bytes);
@@ -413,12 +417,13 @@ pub fn greedy_by_size(lifetimes: &mut [(u64, u64, u64)]) -> u64 {
                     best = Some((gap, prev_end));
                 }
             }
-            prev_end = prev_end.max(off + sz);
+            prev_end = prev_end.max(off.saturating_add(sz));
         }
         let offset = best.map(|(_, o)| o).unwrap_or(prev_end);
         let pos = placed.partition_point(|p| p.0 < offset);
         placed.insert(pos, (offset, size, start, end));
-        arena = arena.max(offset + size);
+        // Saturating: sizes near 2^64 from a hostile trace must not wrap the arena.
+        arena = arena.max(offset.saturating_add(size));
     }
     arena
 }

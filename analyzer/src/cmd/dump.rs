@@ -24,24 +24,26 @@ pub struct DumpOptions {
 pub fn write_header(out: &mut dyn Write, h: &Header, version: u16) -> std::io::Result<()> {
     writeln!(out, "# alloctrace trace, format version {version}")?;
     writeln!(out, "# source: {}", h.source.as_str())?;
-    writeln!(out, "# tool_version: {}", h.tool_version)?;
+    // Header strings come from the trace: one line each, whatever they hold.
+    let t = |s: &str| crate::escape::terminal(s).into_owned();
+    writeln!(out, "# tool_version: {}", t(&h.tool_version))?;
     writeln!(
         out,
         "# device: {} ({} bytes)",
-        if h.device_name.is_empty() { "unknown" } else { &h.device_name },
+        if h.device_name.is_empty() { "unknown".into() } else { t(&h.device_name) },
         h.device_total_bytes
     )?;
-    writeln!(out, "# alloc_conf: {}", h.alloc_conf)?;
+    writeln!(out, "# alloc_conf: {}", t(&h.alloc_conf))?;
     writeln!(out, "# capacity_bytes: {}", h.capacity_bytes)?;
     writeln!(out, "# clock_origin_unix_ns: {}", h.clock_origin_unix_ns)?;
     if h.pid != 0 {
         writeln!(out, "# pid: {}", h.pid)?;
     }
     if !h.command_line.is_empty() {
-        writeln!(out, "# command_line: {}", h.command_line.join(" "))?;
+        writeln!(out, "# command_line: {}", t(&h.command_line.join(" ")))?;
     }
     for n in &h.notes {
-        writeln!(out, "# note: {n}")?;
+        writeln!(out, "# note: {}", t(n))?;
     }
     Ok(())
 }
@@ -90,7 +92,8 @@ pub fn format_record(index: u64, r: &Record, s: &mut String) {
         Event::CallSite { id, frames } => {
             let _ = write!(s, " id={id} frames=");
             for (i, f) in frames.iter().enumerate() {
-                let _ = write!(s, "{}{}:{}:{}", if i > 0 { ";" } else { "" }, f.file, f.line, f.function);
+                let (file, function) = (crate::escape::terminal(&f.file), crate::escape::terminal(&f.function));
+                let _ = write!(s, "{}{file}:{}:{function}", if i > 0 { ";" } else { "" }, f.line);
             }
             Ok(())
         }
@@ -120,7 +123,7 @@ pub fn run(opts: &DumpOptions, out: &mut dyn Write) -> Result<i32> {
     }
     writeln!(out, "# end: {} ({} events)", scanned.end.describe(), scanned.events)?;
     if let Some(w) = scanned.damage_warning() {
-        eprintln!("alloctrace: warning: {w}");
+        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

@@ -163,7 +163,7 @@ pub fn run(opts: &ExplainCmdOptions, out: &mut dyn Write) -> Result<i32> {
         print_report(out, &r)?;
     }
     if let Some(w) = &r.input_damage {
-        eprintln!("alloctrace: warning: {w}");
+        eprintln!("alloctrace: warning: {}", crate::escape::terminal(w));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

@@ -241,7 +241,7 @@ pub fn run(opts: &FragCmdOptions, out: &mut dyn Write) -> Result<i32> {
         print_report(out, &r, opts.max_segments)?;
     }
     if let Some(w) = &r.input_damage {
-        eprintln!("alloctrace: warning: {w}");
+        eprintln!("alloctrace: warning: {}", crate::escape::terminal(w));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

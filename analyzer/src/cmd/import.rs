@@ -73,7 +73,7 @@ pub fn run(opts: &ImportCmdOptions, out: &mut dyn Write) -> Result<i32> {
             writeln!(out, "note: {} empty_cache() calls inferred from segment-free bursts", rep.inferred_empty_cache)?;
         }
         for warning in &rep.warnings {
-            writeln!(out, "warning: {warning}")?;
+            writeln!(out, "warning: {}", crate::escape::terminal(warning))?;
         }
     }
     Ok(exit::OK)

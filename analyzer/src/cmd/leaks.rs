@@ -120,7 +120,7 @@ pub fn run(opts: &LeaksCmdOptions, out: &mut dyn Write) -> Result<i32> {
         print_report(out, &r, 10)?;
     }
     if let Some(w) = &r.input_damage {
-        eprintln!("alloctrace: warning: {w}");
+        eprintln!("alloctrace: warning: {}", crate::escape::terminal(w));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

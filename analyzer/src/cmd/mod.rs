@@ -32,7 +32,7 @@ pub fn damage_exit(traces: &[&std::path::Path]) -> anyhow::Result<i32> {
     let mut code = exit::OK;
     for t in traces {
         if let Some(w) = &crate::replay::prescan(t)?.damage {
-            eprintln!("alloctrace: warning: {w}");
+            eprintln!("alloctrace: warning: {}", crate::escape::terminal(w));
             code = exit::PARTIAL;
         }
     }

@@ -87,7 +87,7 @@ pub fn run(opts: &ReplayCmdOptions, out: &mut dyn Write) -> Result<i32> {
         }
     }
     if let Some(w) = &r.input_damage {
-        eprintln!("alloctrace: warning: {w}");
+        eprintln!("alloctrace: warning: {}", crate::escape::terminal(w));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

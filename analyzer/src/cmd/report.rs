@@ -28,7 +28,7 @@ pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
         }
     }
     if let Some(w) = &report.replay.input_damage {
-        eprintln!("alloctrace: warning: {w}");
+        eprintln!("alloctrace: warning: {}", crate::escape::terminal(w));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

@@ -86,9 +86,11 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
         writeln!(out, "trace        {}", opts.trace.display())?;
         writeln!(out, "source       {}", h.source.as_str())?;
         if !h.device_name.is_empty() || h.device_total_bytes > 0 {
-            writeln!(out, "device       {} ({})", h.device_name, fmt_bytes(h.device_total_bytes))?;
+            let name = crate::escape::terminal(&h.device_name);
+            writeln!(out, "device       {name} ({})", fmt_bytes(h.device_total_bytes))?;
         }
-        writeln!(out, "settings     {}", if h.alloc_conf.is_empty() { "(defaults)" } else { &h.alloc_conf })?;
+        let conf = crate::escape::terminal(&h.alloc_conf);
+        writeln!(out, "settings     {}", if conf.is_empty() { "(defaults)" } else { &conf })?;
         if h.capacity_bytes > 0 {
             writeln!(out, "capacity     {}", fmt_bytes(h.capacity_bytes))?;
         }
@@ -112,14 +114,14 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
             writeln!(out, "WARNING      the recorder dropped {} events; figures may be low", s.dropped_events)?;
         }
         if s.anomalies > 0 {
-            writeln!(out, "anomalies    {} frees of unknown blocks", s.anomalies)?;
+            writeln!(out, "anomalies    {} (frees of unknown blocks, allocations that reuse a live id)", s.anomalies)?;
         }
         for n in &h.notes {
-            writeln!(out, "note         {n}")?;
+            writeln!(out, "note         {}", crate::escape::terminal(n))?;
         }
     }
     if let Some(w) = scanned.damage_warning() {
-        eprintln!("alloctrace: warning: {w}");
+        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

@@ -70,8 +70,12 @@
 use super::pickle::{self, ContainerId, Pickle, PickleError, Value};
 use recorder::engine::config::{AllocatorConfig, MIB, MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE};
 use recorder::engine::{allocation_size, pool_for, round_size};
-use recorder::trace::{Event, Frame, Header, MarkKind, Pool, Record, ReleaseCause, Source, NO_CALLSITE};
+use recorder::trace::{
+    bound_frames, bounded_text, Event, Frame, Header, MarkKind, Pool, Record, ReleaseCause, Source, MAX_TEXT_BYTES,
+    NO_CALLSITE,
+};
 use serde::Serialize;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -305,6 +309,31 @@ fn describe(pk: &Pickle<'_>, v: Value<'_>) -> String {
 }
 
 impl<'a> Snapshot<'a> {
+    /// Notes an anomaly of the snapshot's structure (the first [`MAX_WARNINGS`] are kept).
+    fn warn(&mut self, w: impl FnOnce() -> String) {
+        if self.warnings.len() < MAX_WARNINGS {
+            self.warnings.push(w());
+        } else if self.warnings.len() == MAX_WARNINGS {
+            self.warnings.push("... and more anomalies of the same kinds".into());
+        }
+    }
+
+    /// A size, address or time field: a negative or too wide integer reads as 0, with a warning
+    /// naming the entry (it used to become a number near 2^64).
+    fn field_u64(&mut self, pk: &Pickle<'a>, v: Value<'a>, entry: impl FnOnce() -> String, key: &str) -> u64 {
+        match v {
+            Value::Int(i) if i < 0 => {
+                self.warn(|| format!("{} has a negative `{key}` ({i}); read as 0", entry()));
+                0
+            }
+            Value::BigInt(_) if pk.u64(v).is_none() => {
+                self.warn(|| format!("{} has a `{key}` that does not fit 64 bits; read as 0", entry()));
+                0
+            }
+            _ => int_u64(pk, v),
+        }
+    }
+
     fn read(pk: &Pickle<'a>, opts: &ImportOptions) -> Result<Self, ImportError> {
         let expected = "expected a dict with `segments` and `device_traces`, or a list of segment dicts";
         let not_snapshot =
@@ -371,7 +400,14 @@ impl<'a> Snapshot<'a> {
 
     fn read_entries(&mut self, pk: &Pickle<'a>, trace: &[Value<'a>]) -> Result<(), ImportError> {
         self.entries.reserve_exact(trace.len());
+        // An entry object referenced again through the memo is read once: walking one big dict
+        // at every reference cost time quadratic in the input.
+        let mut seen: FxMap<ContainerId, Entry<'a>> = FxMap::default();
         for (i, &e) in trace.iter().enumerate() {
+            if let Some(entry) = e.container_id().and_then(|c| seen.get(&c)) {
+                self.entries.push(*entry);
+                continue;
+            }
             let Some(items) = pk.dict(e) else {
                 return Err(ImportError::NotASnapshot(format!(
                     "trace entry {i} is {}; expected a dict",
@@ -403,16 +439,19 @@ impl<'a> Snapshot<'a> {
                             have_action = true;
                         }
                     }
-                    "addr" | "device_free" => entry.addr = int_u64(pk, v),
-                    "size" => entry.size = int_u64(pk, v),
+                    "addr" | "device_free" => entry.addr = self.field_u64(pk, v, || format!("trace entry {i}"), key),
+                    "size" => entry.size = self.field_u64(pk, v, || format!("trace entry {i}"), key),
                     "stream" => entry.stream = int_u64(pk, v),
-                    "time_us" => entry.time_us = int_u64(pk, v),
+                    "time_us" => entry.time_us = self.field_u64(pk, v, || format!("trace entry {i}"), key),
                     "frames" => entry.frames = v,
                     _ => {}
                 }
             }
             if !have_action {
                 return Err(ImportError::NotASnapshot(format!("trace entry {i} has no `action` string")));
+            }
+            if let Some(c) = e.container_id() {
+                seen.insert(c, entry);
             }
             self.entries.push(entry);
         }
@@ -433,8 +472,13 @@ impl<'a> Snapshot<'a> {
     }
 
     fn read_annotations(&mut self, pk: &Pickle<'a>, ann: Value<'a>, device: usize) {
-        for &a in pk.seq(ann).unwrap_or(&[]) {
+        let (mut seen, mut repeated) = (rustc_hash::FxHashSet::default(), Vec::new());
+        for (i, &a) in pk.seq(ann).unwrap_or(&[]).iter().enumerate() {
             if pk.dict(a).is_none() {
+                continue;
+            }
+            if !seen.insert(a.container_id()) {
+                repeated.push(i);
                 continue;
             }
             if let Some(d) = pk.get(a, "device").and_then(|v| pk.u64(v)) {
@@ -445,29 +489,47 @@ impl<'a> Snapshot<'a> {
             let time_us = pk.get(a, "time_us").map(|v| int_u64(pk, v)).unwrap_or(0);
             let name = pk.get(a, "name").and_then(|v| pk.str(v)).unwrap_or("");
             let stage = pk.get(a, "stage").and_then(|v| pk.str(v)).unwrap_or("");
-            let text = match (name.is_empty(), stage.is_empty()) {
+            let (name, stage) = (bounded_text(name), bounded_text(stage));
+            let mut text = match (name.is_empty(), stage.is_empty()) {
                 (false, false) => format!("{name} {stage}"),
-                (false, true) => name.to_string(),
-                (true, false) => stage.to_string(),
+                (false, true) => name.into_owned(),
+                (true, false) => stage.into_owned(),
                 (true, true) => continue,
             };
+            if recorder::trace::bound_text(&mut text) || text.contains("...[truncated: ") {
+                self.warn(|| format!("annotation {i} is longer than {MAX_TEXT_BYTES} bytes; cut with a marker"));
+            }
             self.annotations.push(Annotation { time_us, text });
+        }
+        if let Some(first) = repeated.first() {
+            let n = repeated.len();
+            self.warn(|| {
+                format!("{n} annotations (the first: annotation {first}) repeat an earlier annotation object; skipped")
+            });
         }
         self.annotations.sort_by_key(|a| a.time_us);
     }
 
     fn read_segments(&mut self, pk: &Pickle<'a>, segs: &[Value<'a>], device: usize) -> Result<(), ImportError> {
+        // A segment, block list or block is one object: a repeated reference (which PyTorch never
+        // writes) is skipped, so a big one referenced many times is not walked many times.
+        let (mut seen, mut repeated) = (rustc_hash::FxHashSet::default(), Vec::new());
         for (i, &s) in segs.iter().enumerate() {
             if pk.dict(s).is_none() {
                 return Err(ImportError::NotASnapshot(format!("segment {i} is {}; expected a dict", describe(pk, s))));
+            }
+            if !seen.insert(s.container_id()) {
+                repeated.push(format!("segment {i}"));
+                continue;
             }
             if let Some(d) = pk.get(s, "device").and_then(|v| pk.u64(v)) {
                 if d != device as u64 {
                     continue;
                 }
             }
-            let addr = pk.get(s, "address").map(|v| int_u64(pk, v)).unwrap_or(0);
-            let bytes = pk.get(s, "total_size").map(|v| int_u64(pk, v)).unwrap_or(0);
+            let seg_name = || format!("segment {i}");
+            let addr = pk.get(s, "address").map(|v| self.field_u64(pk, v, seg_name, "address")).unwrap_or(0);
+            let bytes = pk.get(s, "total_size").map(|v| self.field_u64(pk, v, seg_name, "total_size")).unwrap_or(0);
             let pool = match pk.get(s, "segment_type").and_then(|v| pk.str(v)) {
                 Some("small") => Pool::Small,
                 Some("large") => Pool::Large,
@@ -481,19 +543,42 @@ impl<'a> Snapshot<'a> {
                 expandable: pk.get(s, "is_expandable").and_then(|v| pk.int(v)).unwrap_or(0) != 0,
                 blocks: Vec::new(),
             };
-            for &b in pk.get(s, "blocks").and_then(|v| pk.seq(v)).unwrap_or(&[]) {
+            let blocks = pk.get(s, "blocks").unwrap_or(Value::None);
+            let mut blocks = pk.seq(blocks).map(|items| (blocks, items)).unwrap_or((Value::None, &[]));
+            if blocks.0.container_id().is_some() && !seen.insert(blocks.0.container_id()) {
+                repeated.push(format!("segment {i}'s block list"));
+                blocks.1 = &[];
+            }
+            for (j, &b) in blocks.1.iter().enumerate() {
+                if b.container_id().is_some() && !seen.insert(b.container_id()) {
+                    repeated.push(format!("segment {i} block {j}"));
+                    continue;
+                }
                 let state = pk.get(b, "state").and_then(|v| pk.str(v)).unwrap_or("");
                 if !state.starts_with("active") {
                     continue;
                 }
+                let name = || format!("segment {i} block {j}");
                 seg.blocks.push(BlockInfo {
-                    addr: pk.get(b, "address").map(|v| int_u64(pk, v)).unwrap_or(0),
-                    block_bytes: pk.get(b, "size").map(|v| int_u64(pk, v)).unwrap_or(0),
-                    requested_bytes: pk.get(b, "requested_size").map(|v| int_u64(pk, v)).unwrap_or(0),
+                    addr: pk.get(b, "address").map(|v| self.field_u64(pk, v, name, "address")).unwrap_or(0),
+                    block_bytes: pk.get(b, "size").map(|v| self.field_u64(pk, v, name, "size")).unwrap_or(0),
+                    requested_bytes: pk
+                        .get(b, "requested_size")
+                        .map(|v| self.field_u64(pk, v, name, "requested_size"))
+                        .unwrap_or(0),
                     frames: pk.get(b, "frames").unwrap_or(Value::None),
                 });
             }
             self.segments.push(seg);
+            if repeated.len() > MAX_WARNINGS {
+                repeated.truncate(1);
+                repeated.push(String::new());
+            }
+        }
+        if let Some(first) = repeated.first() {
+            self.warn(|| {
+                format!("segments, block lists or blocks (the first: {first}) repeat an earlier object; skipped")
+            });
         }
         Ok(())
     }
@@ -628,6 +713,8 @@ struct Importer<'p, 'a> {
     frames: Vec<Frame>,
     frame_by_container: FxMap<ContainerId, u32>,
     frame_by_content: FxMap<Frame, u32>,
+    /// File and function names cut to [`MAX_TEXT_BYTES`].
+    frame_strings_cut: u64,
     next_callsite: u32,
     // Live state.
     next_id: u64,
@@ -787,6 +874,7 @@ impl<'p, 'a> Importer<'p, 'a> {
             frames: Vec::new(),
             frame_by_container: FxMap::default(),
             frame_by_content: FxMap::default(),
+            frame_strings_cut: 0,
             next_callsite: 1,
             next_id: 1,
             live: FxMap::with_capacity_and_hasher(1024, Default::default()),
@@ -841,7 +929,14 @@ impl<'p, 'a> Importer<'p, 'a> {
             None => {
                 let id = self.next_callsite;
                 self.next_callsite += 1;
-                let frames = key.iter().map(|&f| self.frames[f as usize].clone()).collect();
+                let mut frames: Vec<Frame> = key.iter().map(|&f| self.frames[f as usize].clone()).collect();
+                if bound_frames(&mut frames) {
+                    self.warn(format!(
+                        "call site {id} has {} frames; cut to the {} a trace keeps",
+                        key.len(),
+                        frames.len()
+                    ));
+                }
                 self.callsite_by_content.insert(key, id);
                 self.push(time_ns, Event::CallSite { id, frames });
                 id
@@ -860,7 +955,11 @@ impl<'p, 'a> Importer<'p, 'a> {
         }
         let s = |k| pk.get(f, k).and_then(|v| pk.str(v)).unwrap_or("");
         let line = pk.get(f, "line").and_then(|v| pk.u64(v)).unwrap_or(0).min(u32::MAX as u64) as u32;
-        let frame = Frame { file: s("filename").to_string(), line, function: s("name").to_string() };
+        // Each string is cut to what a trace keeps here, before it is copied or hashed: a 1 MiB
+        // name referenced from 300 frames took 300 MiB and made a trace its reader refused.
+        let (file, function) = (bounded_text(s("filename")), bounded_text(s("name")));
+        self.frame_strings_cut += matches!(file, Cow::Owned(_)) as u64 + matches!(function, Cow::Owned(_)) as u64;
+        let frame = Frame { file: file.into_owned(), line, function: function.into_owned() };
         let id = match self.frame_by_content.get(&frame) {
             Some(&id) => id,
             None => {
@@ -881,6 +980,12 @@ impl<'p, 'a> Importer<'p, 'a> {
         self.emit_start(start);
         self.emit_trace();
         self.report.callsites = self.next_callsite - 1;
+        if self.frame_strings_cut > 0 {
+            let n = self.frame_strings_cut;
+            self.warn(format!(
+                "{n} frame file or function names are longer than {MAX_TEXT_BYTES} bytes; cut with a marker"
+            ));
+        }
         self.report.inferred_empty_cache = self
             .out
             .iter()

@@ -150,12 +150,16 @@ impl AllocatorConfig {
                     if mb <= LARGE_BUFFER / MIB {
                         return Err(err(format!("max_split_size_mb must be > {} (got {mb})", LARGE_BUFFER / MIB)));
                     }
-                    c.max_split_size = Some(mb.saturating_mul(MIB));
+                    c.max_split_size = Some(
+                        mb.checked_mul(MIB).ok_or_else(|| err(format!("max_split_size_mb {mb} is out of range")))?,
+                    );
                 }
                 "max_non_split_rounding_mb" => {
                     let mb = parse_u64(value)
                         .ok_or_else(|| err(format!("max_non_split_rounding_mb `{value}` is not a number")))?;
-                    c.max_non_split_rounding = mb.saturating_mul(MIB);
+                    c.max_non_split_rounding = mb
+                        .checked_mul(MIB)
+                        .ok_or_else(|| err(format!("max_non_split_rounding_mb {mb} is out of range")))?;
                 }
                 "large_segment_size_mb" => {
                     let mb = parse_u64(value)
@@ -166,7 +170,9 @@ impl AllocatorConfig {
                             MIN_LARGE_ALLOC / MIB
                         )));
                     }
-                    c.large_segment_size = mb * MIB;
+                    c.large_segment_size = mb
+                        .checked_mul(MIB)
+                        .ok_or_else(|| err(format!("large_segment_size_mb {mb} is out of range")))?;
                 }
                 "garbage_collection_threshold" => {
                     let t: f64 = value
@@ -198,6 +204,22 @@ impl AllocatorConfig {
             }
         }
         Ok(c)
+    }
+
+    /// Checks settings that did not come from [`AllocatorConfig::parse`] (a trace header) exactly
+    /// as a command line's are checked: they must be what parsing their own
+    /// `PYTORCH_CUDA_ALLOC_CONF` string gives. A hand-made `large_segment_size` of 0, a
+    /// threshold outside (0, 1) or divisions that are not powers of two are refused with
+    /// parse's own message, so the engine never sees them.
+    pub fn check(&self) -> Result<(), String> {
+        let text = self.to_string();
+        let parsed = AllocatorConfig::parse(&text).map_err(|e| e.reason)?;
+        if parsed != *self {
+            return Err(format!(
+                "the settings are not what their own configuration string `{text}` gives (sizes must be whole MiB)"
+            ));
+        }
+        Ok(())
     }
 
     /// The divisions used for a request of `bytes` (interval `floor(log2 bytes) - 20`, clamped).

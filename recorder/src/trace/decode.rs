@@ -9,18 +9,21 @@
 //! or u64 that follows, little endian. Enum variants are a u32 varint, strings and vectors a
 //! u64 varint length then the items.
 
-use super::event::{Event, Frame, MarkKind, Pool, Record, ReleaseCause};
+use super::event::{Event, Frame, MarkKind, Pool, Record, ReleaseCause, MAX_CALLSITE_FRAMES};
+use super::MAX_CHUNK_FRAMES;
 
 pub(crate) struct Decoder<'a> {
     buf: &'a [u8],
     pub(crate) pos: usize,
+    /// Call-site frames decoded so far (a chunk holds at most [`MAX_CHUNK_FRAMES`]).
+    frames: u64,
 }
 
 type R<T> = Result<T, String>;
 
 impl<'a> Decoder<'a> {
     pub(crate) fn new(buf: &'a [u8]) -> Self {
-        Decoder { buf, pos: 0 }
+        Decoder { buf, pos: 0, frames: 0 }
     }
 
     #[inline(always)]
@@ -128,6 +131,17 @@ impl<'a> Decoder<'a> {
                 let remaining = (self.buf.len() - self.pos) as u64;
                 if n > remaining / 3 {
                     return Err(format!("call site claims {n} frames in {remaining} bytes"));
+                }
+                if n > MAX_CALLSITE_FRAMES as u64 {
+                    return Err(format!(
+                        "call site {id} claims {n} frames; a writer keeps at most {MAX_CALLSITE_FRAMES}"
+                    ));
+                }
+                self.frames += n;
+                if self.frames > MAX_CHUNK_FRAMES {
+                    return Err(format!(
+                        "call sites of the chunk hold more than {MAX_CHUNK_FRAMES} frames, more than a writer puts in one"
+                    ));
                 }
                 let mut frames = Vec::with_capacity(n as usize);
                 for _ in 0..n {

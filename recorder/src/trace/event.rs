@@ -214,3 +214,64 @@ impl Event {
 
 /// Number of distinct event kinds.
 pub const NUM_EVENT_KINDS: usize = 16;
+
+/// Longest string a writer stores in a record ([`Event::Mark`] text, a [`Frame`]'s file and
+/// function) or in a header field. Longer ones are cut by [`bounded_text`].
+pub const MAX_TEXT_BYTES: usize = 4096;
+/// Most frames a writer stores in one [`Event::CallSite`]; a reader refuses more. Deeper stacks
+/// keep their innermost frames and end with a marker frame saying how many were cut.
+pub const MAX_CALLSITE_FRAMES: usize = 1024;
+
+/// `s` itself when it fits in [`MAX_TEXT_BYTES`], else its start (cut at a character boundary)
+/// followed by a marker with the original length, `MAX_TEXT_BYTES` in all.
+pub fn bounded_text(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.len() <= MAX_TEXT_BYTES {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let marker = format!("...[truncated: {} bytes]", s.len());
+    let mut cut = MAX_TEXT_BYTES - marker.len();
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}{marker}", &s[..cut]))
+}
+
+/// Cuts `s` in place as [`bounded_text`] does; returns whether it was cut.
+pub fn bound_text(s: &mut String) -> bool {
+    match bounded_text(s) {
+        std::borrow::Cow::Borrowed(_) => false,
+        std::borrow::Cow::Owned(b) => {
+            *s = b;
+            true
+        }
+    }
+}
+
+/// Cuts `frames` to [`MAX_CALLSITE_FRAMES`] (the innermost kept, the last one a marker) and
+/// every string in them to [`MAX_TEXT_BYTES`]; returns whether anything was cut.
+pub fn bound_frames(frames: &mut Vec<Frame>) -> bool {
+    let mut cut = false;
+    if frames.len() > MAX_CALLSITE_FRAMES {
+        let dropped = frames.len() - (MAX_CALLSITE_FRAMES - 1);
+        frames.truncate(MAX_CALLSITE_FRAMES - 1);
+        frames.push(Frame { file: "...".into(), line: 0, function: format!("[truncated: {dropped} more frames]") });
+        cut = true;
+    }
+    for f in frames.iter_mut() {
+        cut |= bound_text(&mut f.file);
+        cut |= bound_text(&mut f.function);
+    }
+    cut
+}
+
+impl Event {
+    /// Cuts the strings and frames of a mark or call site to what a writer stores (see
+    /// [`MAX_TEXT_BYTES`], [`MAX_CALLSITE_FRAMES`]); returns whether anything was cut.
+    pub fn bound(&mut self) -> bool {
+        match self {
+            Event::Mark { text, .. } => bound_text(text),
+            Event::CallSite { frames, .. } => bound_frames(frames),
+            _ => false,
+        }
+    }
+}

@@ -72,3 +72,30 @@ impl Header {
         }
     }
 }
+
+/// Most entries a writer keeps in a header list (`command_line`, `notes`); the last one kept
+/// says how many more there were.
+pub const MAX_HEADER_ITEMS: usize = 1024;
+
+impl Header {
+    /// Cuts every string to [`super::MAX_TEXT_BYTES`] and every list to [`MAX_HEADER_ITEMS`],
+    /// as a writer stores them; returns whether anything was cut.
+    pub fn bound(&mut self) -> bool {
+        let mut cut = false;
+        for s in [&mut self.tool_version, &mut self.device_name, &mut self.alloc_conf] {
+            cut |= super::bound_text(s);
+        }
+        for list in [&mut self.command_line, &mut self.notes] {
+            if list.len() > MAX_HEADER_ITEMS {
+                let more = list.len() - (MAX_HEADER_ITEMS - 1);
+                list.truncate(MAX_HEADER_ITEMS - 1);
+                list.push(format!("...[truncated: {more} more]"));
+                cut = true;
+            }
+            for s in list.iter_mut() {
+                cut |= super::bound_text(s);
+            }
+        }
+        cut
+    }
+}

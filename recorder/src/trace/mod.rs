@@ -11,8 +11,9 @@
 //! ```
 //! * **magic** is `\x89ATRC\r\n\x1a` (the PNG trick: a high byte, CR LF and ^Z catch transfers
 //!   that mangle binary files).
-//! * **version** is [`FORMAT_VERSION`]. A reader accepts every version up to its own and refuses a
-//!   newer one with an error naming both ([`TraceError::NewerVersion`]). **flags** are 0.
+//! * **version** is [`FORMAT_VERSION`]. A reader accepts every version from 1 up to its own and
+//!   refuses a newer one with an error naming both ([`TraceError::NewerVersion`]). **flags** are
+//!   0; a reader refuses any other value (no flag is defined) and version 0.
 //!
 //! ## Frames
 //! Everything after the 12-byte preamble is a sequence of frames:
@@ -40,6 +41,24 @@
 //! * **Trailer frame** (last): bincode [`Trailer`]: the number of events and chunks written and
 //!   the number of events the writer had to drop. A trace without a trailer was cut short
 //!   (a killed process): readers analyze every complete chunk and report it as truncated.
+//!   Nothing follows the trailer: bytes after it (`cat a.atrace b.atrace`) make the trace
+//!   corrupt at the first of them.
+//!
+//! ## Bounds
+//! Every record and chunk is bounded, and a reader accepts exactly what a writer makes, so a
+//! small hostile file cannot make a reader allocate much (memory per chunk decoded is at most
+//! about [`MAX_CHUNK_RAW_BYTES`] plus 70 bytes per event and frame):
+//!
+//! | what | writer | reader |
+//! |---|---|---|
+//! | events per chunk | at most [`CHUNK_EVENTS`] | refuses more |
+//! | chunk body | ends a chunk at [`WRITER_CHUNK_BYTES`] (plus one record) | refuses more than [`MAX_CHUNK_RAW_BYTES`] |
+//! | frames per call site | cuts to [`MAX_CALLSITE_FRAMES`], the last a marker | refuses more |
+//! | frames per chunk | ends a chunk before [`MAX_CHUNK_FRAMES`] | refuses more |
+//! | a mark's text, a frame's file and function, header strings | cuts to [`MAX_TEXT_BYTES`] with a marker | reads any length the chunk holds |
+//! | header lists (`command_line`, `notes`) | cuts to [`MAX_HEADER_ITEMS`] | reads any length the frame holds |
+//! | header `config` | must be what parsing its own configuration string gives | refuses anything else |
+//! | frame payload | refuses to write more than [`MAX_FRAME_BYTES`] | refuses more |
 //!
 //! The writer and the reader encode and decode records with specialised code for the same
 //! bytes (`encode.rs`, `decode.rs`), checked against bincode's own by property tests.
@@ -93,12 +112,21 @@ use std::sync::Arc;
 pub const MAGIC: [u8; 8] = *b"\x89ATRC\r\n\x1a";
 /// The version this build writes, and the newest it reads.
 pub const FORMAT_VERSION: u16 = 1;
-/// Largest frame payload a reader accepts.
-pub const MAX_FRAME_BYTES: u32 = 64 << 20;
-/// Largest decompressed chunk body a reader accepts.
-pub const MAX_CHUNK_RAW_BYTES: u64 = 256 << 20;
-/// A writer starts a new chunk after this many events.
+/// Largest frame payload a reader accepts: a chunk body of [`MAX_CHUNK_RAW_BYTES`] stored as
+/// is, or compressed (zstd's worst case adds a little), with its head.
+pub const MAX_FRAME_BYTES: u32 = (32 << 20) + (1 << 16);
+/// Largest decompressed chunk body a reader accepts: twice what a writer makes (a chunk ends
+/// once its body reaches [`WRITER_CHUNK_BYTES`], and one record adds at most a call site of
+/// [`MAX_CALLSITE_FRAMES`] frames of [`MAX_TEXT_BYTES`] strings, about 8 MiB).
+pub const MAX_CHUNK_RAW_BYTES: u64 = 32 << 20;
+/// A writer ends a chunk once its body holds this many bytes.
+pub const WRITER_CHUNK_BYTES: u64 = 8 << 20;
+/// A writer starts a new chunk after this many events; a reader refuses a chunk of more.
 pub const CHUNK_EVENTS: usize = 1 << 16;
+/// Most call-site frames in one chunk: a writer ends a chunk before a call site would pass it,
+/// and a reader refuses more. (A frame takes 3 bytes stored and about 60 decoded, so without
+/// this a chunk of empty frames would decode to twenty times its size.)
+pub const MAX_CHUNK_FRAMES: u64 = 1 << 18;
 /// Bytes of the preamble (magic, version, flags).
 pub const PREAMBLE_BYTES: u64 = 12;
 /// Bytes of a frame's head (len, kind, crc).
@@ -306,6 +334,8 @@ pub struct TraceWriter<W: Write> {
     unflushed: Unflushed,
     body: Vec<u8>,
     count: u64,
+    /// Call-site frames in the pending chunk.
+    chunk_frames: u64,
     delta: DeltaState,
     trailer: Trailer,
     frame: Vec<u8>,
@@ -323,17 +353,24 @@ impl TraceWriter<BufWriter<File>> {
 }
 
 impl<W: Write> TraceWriter<W> {
+    /// Writes the preamble and `header`, its strings and lists cut as [`Header::bound`] says.
+    /// Settings a reader would refuse ([`AllocatorConfig::check`](crate::engine::config::AllocatorConfig::check))
+    /// are an error.
     pub fn new(mut out: W, header: &Header) -> Result<Self, TraceError> {
+        header.config.check().map_err(|e| TraceError::Encode(format!("the header's allocator settings: {e}")))?;
+        let mut header = header.clone();
+        header.bound();
+        let payload = bincode::encode_to_vec(&header, cfg()).map_err(|e| TraceError::Encode(e.to_string()))?;
         out.write_all(&MAGIC)?;
         out.write_all(&FORMAT_VERSION.to_le_bytes())?;
         out.write_all(&0u16.to_le_bytes())?;
-        let payload = bincode::encode_to_vec(header, cfg()).map_err(|e| TraceError::Encode(e.to_string()))?;
         let mut w = TraceWriter {
             out: Some(out),
             bg: None,
             unflushed: Unflushed::new(Arc::new(AtomicU64::new(0))),
             body: Vec::with_capacity(1 << 20),
             count: 0,
+            chunk_frames: 0,
             delta: DeltaState::default(),
             trailer: Trailer::default(),
             frame: Vec::new(),
@@ -366,11 +403,20 @@ impl<W: Write> TraceWriter<W> {
         self.write_owned(record.clone())
     }
 
-    /// Appends one record the caller no longer needs (no copy is made).
+    /// Appends one record the caller no longer needs (no copy is made). A mark's text and a
+    /// call site's frames are cut to what a reader accepts ([`Event::bound`]).
     #[inline]
     pub fn write_owned(&mut self, mut r: Record) -> Result<(), TraceError> {
         if let Some(hot) = HotEvent::of(&r.event) {
             return self.write_hot(r.time_ns, hot);
+        }
+        r.event.bound();
+        if let Event::CallSite { frames, .. } = &r.event {
+            // A call site that would pass the chunk's frame budget starts a new chunk.
+            if self.chunk_frames + frames.len() as u64 > MAX_CHUNK_FRAMES {
+                self.write_chunk()?;
+            }
+            self.chunk_frames += frames.len() as u64;
         }
         self.delta.apply::<true>(&mut r);
         encode::record(&mut self.body, &r);
@@ -429,7 +475,7 @@ impl<W: Write> TraceWriter<W> {
     #[inline]
     fn end_record(&mut self) -> Result<(), TraceError> {
         self.count += 1;
-        if self.count as usize >= CHUNK_EVENTS || self.body.len() as u64 >= MAX_CHUNK_RAW_BYTES / 2 {
+        if self.count as usize >= CHUNK_EVENTS || self.body.len() as u64 >= WRITER_CHUNK_BYTES {
             self.write_chunk()?;
         }
         Ok(())
@@ -510,6 +556,7 @@ impl<W: Write> TraceWriter<W> {
         self.trailer.events += self.count;
         self.trailer.chunks += 1;
         self.count = 0;
+        self.chunk_frames = 0;
         self.delta = DeltaState::default();
         Ok(())
     }
@@ -583,6 +630,13 @@ impl Unflushed {
 /// A chunk frame's payload: codec, count, raw length, body (zstd-compressed unless `compress`
 /// is off).
 fn chunk_payload(count: u64, body: &[u8], compress: bool, level: i32) -> Result<Vec<u8>, TraceError> {
+    // What the reader would refuse is never written (the bounds above keep it from happening).
+    if count > CHUNK_EVENTS as u64 || body.len() as u64 > MAX_CHUNK_RAW_BYTES {
+        return Err(TraceError::Encode(format!(
+            "a chunk of {count} events in {} bytes passes the reader's limits ({CHUNK_EVENTS} events, {MAX_CHUNK_RAW_BYTES} bytes)",
+            body.len()
+        )));
+    }
     let mut payload = Vec::with_capacity(body.len() / 3 + 16);
     let compressed = if compress { Some(zstd::bulk::compress(body, level)?) } else { None };
     payload.push(if compressed.is_some() { CODEC_ZSTD } else { CODEC_RAW });
@@ -594,6 +648,12 @@ fn chunk_payload(count: u64, body: &[u8], compress: bool, level: i32) -> Result<
 
 /// Writes one frame (length, kind, CRC, payload) using `frame` as scratch; returns its size.
 fn frame_bytes<W: Write>(out: &mut W, frame: &mut Vec<u8>, kind: u8, payload: &[u8]) -> Result<u64, TraceError> {
+    if payload.len() as u64 > MAX_FRAME_BYTES as u64 {
+        return Err(TraceError::Encode(format!(
+            "a frame of {} bytes passes the reader's limit of {MAX_FRAME_BYTES}",
+            payload.len()
+        )));
+    }
     let mut h = crc32fast::Hasher::new();
     h.update(&[kind]);
     h.update(payload);
@@ -688,6 +748,19 @@ impl<R: Read> TraceReader<R> {
         if version > FORMAT_VERSION {
             return Err(TraceError::NewerVersion { found: version, supported: FORMAT_VERSION });
         }
+        if version == 0 {
+            return Err(TraceError::Corrupt {
+                offset: 8,
+                reason: "format version 0 does not exist (versions start at 1)".into(),
+            });
+        }
+        let flags = u16::from_le_bytes([pre[10], pre[11]]);
+        if flags != 0 {
+            return Err(TraceError::Corrupt {
+                offset: 10,
+                reason: format!("unknown flags 0x{flags:04x} (no flag is defined; the field is 0)"),
+            });
+        }
         let mut r = TraceReader {
             input,
             header: Header::new(Source::Recorded),
@@ -701,11 +774,7 @@ impl<R: Read> TraceReader<R> {
             pending: Vec::new(),
         };
         match r.read_frame()? {
-            FrameRead::Frame(KIND_HEADER, at) => {
-                let (h, _) = bincode::decode_from_slice::<Header, _>(&r.payload, cfg())
-                    .map_err(|e| TraceError::Corrupt { offset: at, reason: format!("undecodable header: {e}") })?;
-                r.header = h;
-            }
+            FrameRead::Frame(KIND_HEADER, at) => r.header = decode_header(&r.payload, at)?,
             FrameRead::Frame(k, at) => {
                 return Err(TraceError::Corrupt {
                     offset: at,
@@ -841,8 +910,7 @@ impl<R: Read> TraceReader<R> {
                     return Ok(Some(RawChunk { offset: at, count, payload: std::mem::take(&mut self.payload) }));
                 }
                 KIND_TRAILER => {
-                    let (t, _) = bincode::decode_from_slice::<Trailer, _>(&self.payload, cfg())
-                        .map_err(|e| TraceError::Corrupt { offset: at, reason: format!("undecodable trailer: {e}") })?;
+                    let t = decode_trailer(&self.payload, at)?;
                     if t.events != self.events_read || t.chunks != self.chunks_read {
                         return Err(TraceError::Corrupt {
                             offset: at,
@@ -850,6 +918,14 @@ impl<R: Read> TraceReader<R> {
                                 "trailer counts {} events in {} chunks, but {} in {} were read",
                                 t.events, t.chunks, self.events_read, self.chunks_read
                             ),
+                        });
+                    }
+                    let mut next = [0u8; 1];
+                    if read_full(&mut self.input, &mut next)? > 0 {
+                        return Err(TraceError::Corrupt {
+                            offset: self.offset,
+                            reason: "data after the trailer (a trace ends with its trailer; were files concatenated?)"
+                                .into(),
                         });
                     }
                     self.end = TraceEnd::Complete { trailer: t };
@@ -895,8 +971,107 @@ fn chunk_head(at: u64, p: &[u8]) -> Result<(u64, usize), TraceError> {
     if p.is_empty() {
         return Err(TraceError::Corrupt { offset: at, reason: "empty chunk".into() });
     }
-    bincode::decode_from_slice(&p[1..], config::standard())
-        .map_err(|e| TraceError::Corrupt { offset: at, reason: format!("chunk count: {e}") })
+    let (count, n) = varint(&p[1..], at + FRAME_HEAD_BYTES + 1, "the chunk's event count")?;
+    if count > CHUNK_EVENTS as u64 {
+        return Err(TraceError::Corrupt {
+            offset: at,
+            reason: format!("chunk claims {count} events; a writer puts at most {CHUNK_EVENTS} in a chunk"),
+        });
+    }
+    Ok((count, n))
+}
+
+/// A bincode varint at the start of `p` and its length; `offset` is where `p` starts in the file.
+fn varint(p: &[u8], offset: u64, what: &str) -> Result<(u64, usize), TraceError> {
+    let corrupt = |reason: String| TraceError::Corrupt { offset, reason };
+    let width = match p.first() {
+        None => return Err(corrupt(format!("{what} is missing"))),
+        Some(&b) if b <= 250 => return Ok((b as u64, 1)),
+        Some(251) => 2,
+        Some(252) => 4,
+        Some(253) => 8,
+        Some(&b) => return Err(corrupt(format!("{what} starts with byte {b}, which no integer starts with"))),
+    };
+    let bytes = p.get(1..1 + width).ok_or_else(|| corrupt(format!("{what} is cut short")))?;
+    let mut v = [0u8; 8];
+    v[..width].copy_from_slice(bytes);
+    Ok((u64::from_le_bytes(v), 1 + width))
+}
+
+/// What went wrong in a bincode decode, in words (bincode's own messages name its internals).
+fn decode_problem(e: &bincode::error::DecodeError) -> String {
+    use bincode::error::DecodeError as D;
+    match e {
+        D::UnexpectedEnd { .. } => "is cut short (the frame ends inside it)".into(),
+        D::LimitExceeded => "is longer than the 64 MiB limit".into(),
+        D::InvalidIntegerType { .. } => "is not a valid integer".into(),
+        D::UnexpectedVariant { found, .. } => format!("has unknown value {found}"),
+        D::Utf8 { .. } => "is not valid UTF-8".into(),
+        D::InvalidBooleanValue(b) => format!("is {b}, not a boolean (0 or 1)"),
+        D::OutsideUsizeRange(n) => format!("claims a length of {n}"),
+        D::ArrayLengthMismatch { required, found } => format!("holds {found} items, {required} expected"),
+        _ => "does not decode".into(),
+    }
+}
+
+/// Decodes the fields of a frame's payload one by one, so that an error names the field and its
+/// byte offset in the file. `$at` is the frame's offset.
+macro_rules! decode_fields {
+    ($payload:expr, $at:expr, $what:literal, $ty:ident { $($field:ident),* $(,)? }) => {{
+        let payload: &[u8] = $payload;
+        let start = $at + FRAME_HEAD_BYTES;
+        let mut pos = 0usize;
+        let value = $ty {
+            $($field: {
+                let (v, n) = bincode::decode_from_slice(&payload[pos..], cfg()).map_err(|e| TraceError::Corrupt {
+                    offset: start + pos as u64,
+                    reason: format!(concat!($what, " field `", stringify!($field), "` {}"), decode_problem(&e)),
+                })?;
+                pos += n;
+                v
+            },)*
+        };
+        if pos != payload.len() {
+            return Err(TraceError::Corrupt {
+                offset: start + pos as u64,
+                reason: format!(concat!("{} bytes after the ", $what, "'s last field"), payload.len() - pos),
+            });
+        }
+        value
+    }};
+}
+
+/// The header frame's payload; its allocator settings are checked as a command line's are.
+fn decode_header(payload: &[u8], at: u64) -> Result<Header, TraceError> {
+    let h = decode_fields!(
+        payload,
+        at,
+        "header",
+        Header {
+            tool_version,
+            source,
+            device_name,
+            device_total_bytes,
+            alloc_conf,
+            config,
+            capacity_bytes,
+            clock_origin_unix_ns,
+            pid,
+            command_line,
+            notes,
+        }
+    );
+    if let Err(e) = h.config.check() {
+        return Err(TraceError::Corrupt {
+            offset: at,
+            reason: format!("header field `config` holds allocator settings that are refused: {e}"),
+        });
+    }
+    Ok(h)
+}
+
+fn decode_trailer(payload: &[u8], at: u64) -> Result<Trailer, TraceError> {
+    Ok(decode_fields!(payload, at, "trailer", Trailer { events, chunks, dropped_events }))
 }
 
 /// Decodes chunks into records, keeping its buffers between chunks. One per thread.
@@ -914,10 +1089,11 @@ impl ChunkDecoder {
         let p = &chunk.payload;
         let (count, n1) = chunk_head(at, p)?;
         let codec = p[0];
-        let (raw_len, n2): (u64, usize) = bincode::decode_from_slice(&p[1 + n1..], config::standard())
-            .map_err(|e| corrupt(format!("chunk length: {e}")))?;
+        let (raw_len, n2) = varint(&p[1 + n1..], at + FRAME_HEAD_BYTES + 1 + n1 as u64, "the chunk's body length")?;
         if raw_len > MAX_CHUNK_RAW_BYTES {
-            return Err(corrupt(format!("chunk body of {raw_len} bytes exceeds the limit")));
+            return Err(corrupt(format!(
+                "chunk body of {raw_len} bytes exceeds the limit of {MAX_CHUNK_RAW_BYTES} (a writer ends a chunk at {WRITER_CHUNK_BYTES})"
+            )));
         }
         // Every record takes at least two bytes, so a count above raw_len / 2 is a lie.
         if count > raw_len / 2 + 1 {
@@ -946,11 +1122,14 @@ impl ChunkDecoder {
         if raw.len() as u64 != raw_len {
             return Err(corrupt(format!("chunk body is {} bytes, expected {raw_len}", raw.len())));
         }
-        out.reserve(count.min(CHUNK_EVENTS as u64 * 4) as usize);
+        out.reserve(count as usize);
         let mut delta = DeltaState::default();
         let mut dec = decode::Decoder::new(raw);
         for i in 0..count {
-            let mut r = dec.record().map_err(|e| corrupt(format!("event {i} of the chunk does not decode: {e}")))?;
+            let at_byte = dec.pos;
+            let mut r = dec.record().map_err(|e| {
+                corrupt(format!("event {i} of the chunk (at byte {at_byte} of its body) does not decode: {e}"))
+            })?;
             delta.apply::<false>(&mut r);
             out.push(r);
         }

@@ -466,3 +466,160 @@ proptest! {
         }
     }
 }
+
+/// A trace whose chunks are `bodies` as given (codec raw), with a matching trailer: the bytes a
+/// hostile writer could make.
+fn hand_made(chunks: &[(u64, Vec<u8>)]) -> Vec<u8> {
+    let mut out = write(&[], false);
+    let trailer_len = u32::from_le_bytes(out[out.len() - 9 - 3..out.len() - 9 - 3 + 4].try_into().unwrap());
+    assert_eq!(trailer_len, 3, "an empty trace's trailer is three zero varints");
+    out.truncate(out.len() - 12);
+    let mut frame = Vec::new();
+    let mut events = 0;
+    for (count, body) in chunks {
+        let mut payload = vec![CODEC_RAW];
+        push_varint(&mut payload, *count);
+        push_varint(&mut payload, body.len() as u64);
+        payload.extend_from_slice(body);
+        frame_bytes(&mut out, &mut frame, KIND_CHUNK, &payload).unwrap();
+        events += count;
+    }
+    let t = Trailer { events, chunks: chunks.len() as u64, dropped_events: 0 };
+    frame_bytes(&mut out, &mut frame, KIND_TRAILER, &bincode::encode_to_vec(&t, cfg()).unwrap()).unwrap();
+    out
+}
+
+#[test]
+fn a_chunk_of_more_events_than_a_writer_makes_is_corrupt() {
+    // 70,000 snapshot records of three bytes each: small, but more events than a chunk holds
+    // (the decompression bomb had 256 M of them).
+    let n = CHUNK_EVENTS as u64 + 4464;
+    let body: Vec<u8> = (0..n).flat_map(|_| [0u8, 13, 0]).collect();
+    let (got, end) = read(&hand_made(&[(n, body)])).unwrap();
+    assert!(got.is_empty());
+    let TraceEnd::Corrupt { reason, .. } = end else { panic!("{end:?}") };
+    assert!(reason.contains("chunk claims 70000 events; a writer puts at most 65536"), "{reason}");
+}
+
+#[test]
+fn a_call_site_of_more_frames_than_a_writer_keeps_is_corrupt() {
+    // One call site of 2000 empty frames: [time 0, kind 12, id 1, count, (file "", line 0, fn "")*].
+    let mut body = vec![0u8, 12, 1];
+    push_varint(&mut body, 2000);
+    body.extend((0..2000).flat_map(|_| [0u8, 0, 0]));
+    let (_, end) = read(&hand_made(&[(1, body)])).unwrap();
+    let TraceEnd::Corrupt { reason, .. } = end else { panic!("{end:?}") };
+    assert!(reason.contains("call site 1 claims 2000 frames; a writer keeps at most 1024"), "{reason}");
+}
+
+#[test]
+fn the_writer_cuts_huge_labels_and_stacks_and_the_reader_takes_them() {
+    let label = "x".repeat(3 << 20);
+    let frame = Frame { file: "f.py".into(), line: 1, function: "é".repeat(5000) };
+    let recs = vec![
+        Record { time_ns: 1, event: Event::Mark { kind: MarkKind::Annotation, text: label } },
+        Record { time_ns: 2, event: Event::CallSite { id: 1, frames: vec![frame; 3000] } },
+        Record { time_ns: 3, event: Event::Snapshot { active_bytes: 7 } },
+    ];
+    for compress in [false, true] {
+        let (got, end) = read(&write(&recs, compress)).unwrap();
+        assert!(matches!(end, TraceEnd::Complete { .. }), "{end:?}");
+        assert_eq!(got.len(), 3, "nothing after the huge records is lost");
+        let Event::Mark { text, .. } = &got[0].event else { panic!() };
+        assert_eq!(text.len(), MAX_TEXT_BYTES);
+        assert!(text.ends_with("...[truncated: 3145728 bytes]"), "{}", &text[4000..]);
+        let Event::CallSite { frames, .. } = &got[1].event else { panic!() };
+        assert_eq!(frames.len(), MAX_CALLSITE_FRAMES);
+        assert_eq!(frames.last().unwrap().function, "[truncated: 1977 more frames]");
+        assert!(frames[0].function.len() <= MAX_TEXT_BYTES && frames[0].function.ends_with("[truncated: 10000 bytes]"));
+        assert_eq!(got[2].event, Event::Snapshot { active_bytes: 7 });
+    }
+}
+
+#[test]
+fn many_deep_call_sites_are_spread_over_chunks_the_reader_accepts() {
+    let frames: Vec<Frame> =
+        (0..1000).map(|i| Frame { file: String::new(), line: i, function: String::new() }).collect();
+    let recs: Vec<Record> = (0..600)
+        .map(|i| Record { time_ns: i, event: Event::CallSite { id: i as u32 + 1, frames: frames.clone() } })
+        .collect();
+    let (got, end) = read(&write(&recs, true)).unwrap();
+    let TraceEnd::Complete { trailer } = end else { panic!("{end:?}") };
+    assert_eq!(got.len(), 600);
+    assert_eq!(trailer.chunks, 3, "262 call sites of 1000 frames fill a chunk's frame budget");
+}
+
+#[test]
+fn data_after_the_trailer_unknown_flags_and_version_0_are_refused() {
+    let one = write(&sample(), true);
+    let mut two = one.clone();
+    two.extend_from_slice(&one);
+    let (got, end) = read(&two).unwrap();
+    assert_eq!(got, sample(), "every event before the garbage is read");
+    assert_eq!(
+        end,
+        TraceEnd::Corrupt {
+            offset: one.len() as u64,
+            reason: "data after the trailer (a trace ends with its trailer; were files concatenated?)".into()
+        }
+    );
+    let mut flagged = one.clone();
+    flagged[10] = 4;
+    let e = TraceReader::new(&flagged[..]).err().unwrap();
+    assert_eq!(e.to_string(), "corrupt trace at byte 10: unknown flags 0x0004 (no flag is defined; the field is 0)");
+    let mut v0 = one;
+    v0[8] = 0;
+    let e = TraceReader::new(&v0[..]).err().unwrap();
+    assert_eq!(e.to_string(), "corrupt trace at byte 8: format version 0 does not exist (versions start at 1)");
+}
+
+/// Re-frames a trace's header with `edit` applied to its payload (checksum recomputed).
+fn with_header_payload(bytes: &[u8], edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let mut payload = bytes[21..21 + len].to_vec();
+    edit(&mut payload);
+    let mut out = bytes[..12].to_vec();
+    frame_bytes(&mut out, &mut Vec::new(), KIND_HEADER, &payload).unwrap();
+    out.extend_from_slice(&bytes[21 + len..]);
+    out
+}
+
+#[test]
+fn header_errors_name_the_field_and_its_offset() {
+    let good = write(&sample(), true);
+    // tool_version "0.0.0-test" is a length byte then 10 bytes; source follows at payload byte 11.
+    let bad_source = with_header_payload(&good, |p| p[11] = 9);
+    let e = TraceReader::new(&bad_source[..]).err().unwrap();
+    assert_eq!(e.to_string(), "corrupt trace at byte 32: header field `source` has unknown value 9");
+    let bad_int = with_header_payload(&good, |p| p[11] = 0xff);
+    let e = TraceReader::new(&bad_int[..]).err().unwrap();
+    assert_eq!(e.to_string(), "corrupt trace at byte 32: header field `source` is not a valid integer");
+    let cut = with_header_payload(&good, |p| p.truncate(20));
+    let e = TraceReader::new(&cut[..]).err().unwrap();
+    assert!(e.to_string().starts_with("corrupt trace at byte "), "{e}");
+    assert!(e.to_string().contains("is cut short"), "{e}");
+    assert!(!e.to_string().contains("UnexpectedEnd"), "{e}");
+}
+
+#[test]
+fn header_settings_are_checked_as_a_command_line_is() {
+    let mut h = header();
+    h.config.large_segment_size = 0;
+    let e = TraceWriter::new(Vec::new(), &h).err().unwrap();
+    assert!(e.to_string().contains("large_segment_size_mb must be > 10 (got 0)"), "{e}");
+    // The same settings in a file made by another writer: refused by the reader.
+    let good = write(&sample(), true);
+    let lss = crate::engine::config::LARGE_BUFFER;
+    let bad = with_header_payload(&good, |p| {
+        let enc = bincode::encode_to_vec(lss, cfg()).unwrap();
+        let at = p.windows(enc.len()).rposition(|w| w == enc.as_slice()).unwrap();
+        p.splice(at..at + enc.len(), [0u8]);
+    });
+    let e = TraceReader::new(&bad[..]).err().unwrap();
+    assert!(
+        e.to_string().contains(
+            "header field `config` holds allocator settings that are refused: large_segment_size_mb must be > 10 (got 0)"
+        ),
+        "{e}"
+    );
+}

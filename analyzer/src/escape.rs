@@ -1,0 +1,371 @@
+//! Escaping of strings that come from a trace or a snapshot (device name, notes, command line,
+//! settings, call-site files and functions, mark texts), for every output alloctrace writes.
+//!
+//! A trace is input from someone else: its strings may hold a backtick that closes a Markdown
+//! code span, a newline that breaks out of a table or forges a line of `dump`, `<script>`,
+//! an ANSI escape that rewrites the terminal, or a control character that makes an SVG invalid
+//! XML. Every renderer passes such a string through the function for its output, here, at the
+//! point where it is emitted:
+//!
+//! | output | function | what it does |
+//! |---|---|---|
+//! | terminal (text output, warnings) | [`terminal`] | control characters (C0 but tab, DEL, C1) and bidirectional overrides become visible escapes (`\n`, `\x1b`, `\u{202e}`) |
+//! | Markdown text and table cells | [`markdown`] | as [`terminal`], then HTML-escaped and Markdown punctuation backslash-escaped |
+//! | Markdown code span | [`markdown_code`] | as [`terminal`], a fence longer than any backtick run inside, `\|` for table pipes |
+//! | the report's text (inline `code`, `**bold**`, `*em*` around interpolated strings) | [`report_markdown`], [`report_html`] | code spans kept literal; everything else escaped as text |
+//! | HTML text and attributes | [`html`] | as [`terminal`], then `& < > "` as entities |
+//! | SVG / XML text and attributes | [`xml`] | as [`html`] (control characters are invalid XML even as entities, so they are shown escaped) |
+//!
+//! JSON output goes through `serde_json`, which escapes quotes, backslashes and every control
+//! character, so a string there needs nothing more.
+//!
+//! ```text
+//! "a`b\n# x<img>"  markdown_code -> ``a`b\n# x<img>``   (the newline is the two characters `\` `n`)
+//!                  html          -> a`b\n# x&lt;img&gt;
+//! ```
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+/// True for characters a terminal or a document must not receive raw from a trace: C0 controls
+/// but tab, DEL, C1 controls, and the bidirectional overrides and isolates (which reorder what
+/// the reader sees).
+fn is_unsafe(c: char) -> bool {
+    (c.is_control() && c != '\t') || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `s` with every unsafe character shown as an escape: `\n`, `\r`, `\x1b`, `\u{202e}`; a
+/// backslash stays one backslash (the escapes are for a person to read, not to be undone).
+pub fn terminal(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(is_unsafe) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if is_unsafe(c) && (c as u32) < 0x100 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if is_unsafe(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// For HTML text and double-quoted attribute values.
+pub fn html(s: &str) -> Cow<'_, str> {
+    let t = terminal(s);
+    if !t.contains(['&', '<', '>', '"']) {
+        return t;
+    }
+    let mut out = String::with_capacity(t.len() + 16);
+    for c in t.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// For SVG and other XML text and attribute values.
+pub fn xml(s: &str) -> Cow<'_, str> {
+    html(s)
+}
+
+/// For Markdown text and table cells: no markup of the trace's survives (HTML is escaped,
+/// Markdown punctuation is backslash-escaped, a newline cannot end the line or the table row).
+pub fn markdown(s: &str) -> String {
+    let h = html(s);
+    let mut out = String::with_capacity(h.len() + 8);
+    for c in h.chars() {
+        if matches!(
+            c,
+            '\\' | '`' | '*' | '_' | '{' | '}' | '[' | ']' | '(' | ')' | '#' | '+' | '-' | '.' | '!' | '|' | '~'
+        ) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A Markdown code span holding `s` literally, safe in a table cell too.
+pub fn markdown_code(s: &str) -> String {
+    if s.is_empty() {
+        return "` `".into();
+    }
+    let t = terminal(s);
+    let t = t.replace('|', "\\|");
+    let mut longest = 0;
+    let mut run = 0;
+    for c in t.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let fence = "`".repeat(longest + 1);
+    // A span that starts or ends with a backtick needs a space inside the fence (CommonMark
+    // strips one space on each side).
+    let pad = if t.starts_with('`') || t.ends_with('`') { " " } else { "" };
+    format!("{fence}{pad}{t}{pad}{fence}")
+}
+
+/// The pieces of the report's inline markup: code spans (between single backticks, paired in
+/// order), `**` and `*` toggles, and text. Both renderings read it the same way, so a backtick
+/// from a trace can end a code span early but never lets its text out unescaped.
+enum Piece<'a> {
+    Code(&'a str),
+    Bold,
+    Em,
+    Char(char),
+}
+
+fn pieces(s: &str) -> impl Iterator<Item = Piece<'_>> {
+    let mut rest = s;
+    std::iter::from_fn(move || {
+        let c = rest.chars().next()?;
+        if c == '`' {
+            if let Some(end) = rest[1..].find('`') {
+                let code = &rest[1..1 + end];
+                rest = &rest[end + 2..];
+                return Some(Piece::Code(code));
+            }
+        }
+        if let Some(r) = rest.strip_prefix("**") {
+            rest = r;
+            return Some(Piece::Bold);
+        }
+        rest = &rest[c.len_utf8()..];
+        Some(if c == '*' { Piece::Em } else { Piece::Char(c) })
+    })
+}
+
+/// The report's inline markup as HTML: code spans as `<code>`, `**`/`*` as `<strong>`/`<em>`,
+/// every character of text escaped with [`html`].
+pub fn report_html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 16);
+    let (mut bold, mut em) = (false, false);
+    let mut buf = [0u8; 4];
+    for p in pieces(s) {
+        match p {
+            Piece::Code(c) => {
+                let _ = write!(out, "<code>{}</code>", html(c));
+            }
+            Piece::Bold => {
+                out.push_str(if bold { "</strong>" } else { "<strong>" });
+                bold = !bold;
+            }
+            Piece::Em => {
+                out.push_str(if em { "</em>" } else { "<em>" });
+                em = !em;
+            }
+            Piece::Char(c) => out.push_str(&html(c.encode_utf8(&mut buf))),
+        }
+    }
+    out
+}
+
+/// The report's inline markup as one line of GitHub Markdown, safe in a paragraph, heading,
+/// quote or table cell: code spans stay code spans (their content is literal in Markdown), and
+/// a backtick from a trace cannot make a Markdown renderer pair them differently than here,
+/// `**`/`*` stay, and text is escaped: HTML as entities, link, code, table and emphasis
+/// punctuation with a backslash, control characters as visible escapes.
+pub fn report_markdown(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 16);
+    for p in pieces(s) {
+        match p {
+            // A code span's content is literal in Markdown, and holds no backtick (spans end at
+            // the next one); every backtick outside spans is escaped, so a Markdown renderer
+            // pairs exactly these spans. Adjacent or empty spans would make longer backtick
+            // runs, which pair differently: a space keeps them apart, an empty one is left out.
+            Piece::Code("") => {}
+            Piece::Code(c) => {
+                if out.ends_with('`') {
+                    out.push(' ');
+                }
+                let _ = write!(out, "`{}`", terminal(c).replace('|', "\\|"));
+            }
+            Piece::Bold => out.push_str("**"),
+            Piece::Em => out.push('*'),
+            Piece::Char(c) => {
+                let first = out.is_empty();
+                markdown_char(&mut out, c, first);
+            }
+        }
+    }
+    out
+}
+
+/// One character of Markdown text, escaped (see [`report_markdown`]).
+fn markdown_char(out: &mut String, c: char, line_start: bool) {
+    let mut buf = [0u8; 4];
+    // Quotes need no entity outside attributes.
+    let t = if c == '"' { "\"".into() } else { html(c.encode_utf8(&mut buf)).into_owned() };
+    let punct = matches!(c, '\\' | '`' | '[' | ']' | '|' | '_' | '~' | '*');
+    // A line that starts like a heading, list or quote is not one of ours.
+    let block = line_start && c == '#';
+    if t.len() == 1 && (punct || block) {
+        out.push('\\');
+    }
+    out.push_str(&t);
+}
+
+/// A writer for a terminal (alloctrace's standard output): what passes through keeps its
+/// newlines and tabs, but a control character can never reach the terminal raw, whichever
+/// command printed it. C0 controls, ESC and DEL become `\x1b`-style escapes; C1 controls and
+/// bidirectional overrides become `\u0085`-style escapes, which are also valid inside a JSON
+/// string (serde_json already escapes C0 there), so `--json` output stays valid JSON.
+///
+/// Line structure is the printing code's business: a string that must stay on one line goes
+/// through [`terminal`] where it is formatted.
+pub struct TerminalWriter<W: std::io::Write> {
+    inner: W,
+    /// The start of a UTF-8 sequence cut by the end of the last write.
+    pending: Vec<u8>,
+}
+
+impl<W: std::io::Write> TerminalWriter<W> {
+    pub fn new(inner: W) -> Self {
+        TerminalWriter { inner, pending: Vec::new() }
+    }
+
+    /// Writes `buf` (whole sequences only), escaped; returns the bytes of a sequence cut at
+    /// its end, for the next write.
+    fn put(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut start = 0;
+        let mut i = 0;
+        while i < buf.len() {
+            let b = buf[i];
+            let (len, escape): (usize, Option<String>) = match b {
+                b'\n' | b'\t' => (1, None),
+                0..=0x1f | 0x7f => (1, Some(format!("\\x{b:02x}"))),
+                0xc2 | 0xe2 => {
+                    let need = if b == 0xc2 { 2 } else { 3 };
+                    if i + need > buf.len() {
+                        break;
+                    }
+                    let cp = std::str::from_utf8(&buf[i..i + need]).ok().and_then(|s| s.chars().next());
+                    match cp {
+                        Some(c) if is_unsafe(c) => (need, Some(format!("\\u{:04x}", c as u32))),
+                        _ => (1, None),
+                    }
+                }
+                _ => (1, None),
+            };
+            if let Some(e) = escape {
+                self.inner.write_all(&buf[start..i])?;
+                self.inner.write_all(e.as_bytes())?;
+                start = i + len;
+            }
+            i += len;
+        }
+        self.inner.write_all(&buf[start..i])?;
+        Ok(i)
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for TerminalWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if !self.pending.is_empty() {
+            let mut joined = std::mem::take(&mut self.pending);
+            joined.extend_from_slice(buf);
+            let done = self.put(&joined)?;
+            self.pending = joined[done..].to_vec();
+            return Ok(buf.len());
+        }
+        let done = self.put(buf)?;
+        self.pending.extend_from_slice(&buf[done..]);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let rest = std::mem::take(&mut self.pending);
+        self.inner.write_all(&rest)?;
+        self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOSTILE: &str = "a`b\n# H\r\x1b[31mred\x1b[0m <img src=x onerror=alert(1)> [l](http://x) |c| \u{202e}rev\x07";
+
+    #[test]
+    fn terminal_shows_controls_as_escapes() {
+        assert_eq!(terminal("plain text\tok"), "plain text\tok");
+        let t = terminal(HOSTILE);
+        assert!(!t.chars().any(is_unsafe), "{t}");
+        assert!(t.contains("a`b\\n# H\\r\\x1b[31mred\\x1b[0m") && t.contains("\\u{202e}rev\\x07"), "{t}");
+        assert_eq!(terminal("\u{85}\u{7f}"), "\\x85\\x7f");
+    }
+
+    #[test]
+    fn html_and_xml_leave_no_markup_or_invalid_characters() {
+        let h = html(HOSTILE);
+        assert!(!h.contains('<') && !h.contains('>') && !h.chars().any(is_unsafe), "{h}");
+        assert!(h.contains("&lt;img src=x onerror=alert(1)&gt;"), "{h}");
+        assert_eq!(html("\"'&"), "&quot;'&amp;");
+        assert_eq!(xml("a\u{1}b"), "a\\x01b");
+    }
+
+    #[test]
+    fn markdown_text_cannot_open_markup_or_leave_its_line() {
+        let m = markdown(HOSTILE);
+        assert!(!m.contains('\n') && !m.contains('<'), "{m}");
+        assert!(m.contains("a\\`b\\\\n\\# H") && m.contains("\\[l\\]\\(http://x\\)") && m.contains("\\|c\\|"), "{m}");
+    }
+
+    #[test]
+    fn report_markup_keeps_ours_and_escapes_theirs() {
+        assert_eq!(report_html("**a** `x<y` *b* c&d"), "<strong>a</strong> <code>x&lt;y</code> <em>b</em> c&amp;d");
+        assert_eq!(report_markdown("**a** `x<y|z*` *b* c&d_e"), "**a** `x<y\\|z*` *b* c&amp;d\\_e");
+        assert_eq!(report_markdown("`a``b` ``"), "`a` `b` ");
+        // A command line from a trace that closes the span it was put in.
+        let cmd = format!("`{}`", "python a.py` <img src=x onerror=alert(1)> [x](http://e) `y\n# h");
+        for out in [report_markdown(&cmd), report_html(&cmd)] {
+            assert!(!out.contains("<img") && !out.contains('\n') && !out.contains('\x1b'), "{out}");
+        }
+        let md = report_markdown(&cmd);
+        assert_eq!(md, "`python a.py` &lt;img src=x onerror=alert(1)&gt; \\[x\\](http://e) `y\\n# h`");
+        assert_eq!(report_markdown("# not a heading"), "\\# not a heading");
+    }
+
+    #[test]
+    fn the_terminal_writer_lets_no_control_character_through() {
+        use std::io::Write;
+        let text = "ok\tline\n\x1b]0;title\x07 \u{85}é\u{202e}€\n";
+        let expected = "ok\tline\n\\x1b]0;title\\x07 \\u0085é\\u202e€\n";
+        // Whole, and cut at every byte (a sequence split between two writes).
+        for cut in 0..=text.len() {
+            let mut w = TerminalWriter::new(Vec::new());
+            w.write_all(&text.as_bytes()[..cut]).unwrap();
+            w.write_all(&text.as_bytes()[cut..]).unwrap();
+            w.flush().unwrap();
+            assert_eq!(String::from_utf8(w.inner).unwrap(), expected, "cut at {cut}");
+        }
+        let json = serde_json::to_string(&serde_json::json!({ "s": "a\u{85}\u{202e}\x1b" })).unwrap();
+        let mut w = TerminalWriter::new(Vec::new());
+        w.write_all(json.as_bytes()).unwrap();
+        w.flush().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&w.inner).unwrap();
+        assert_eq!(v["s"], "a\u{85}\u{202e}\x1b", "JSON stays valid and means the same");
+    }
+
+    #[test]
+    fn markdown_code_spans_hold_any_backticks() {
+        assert_eq!(markdown_code("x"), "`x`");
+        assert_eq!(markdown_code("a`b"), "``a`b``");
+        assert_eq!(markdown_code("``x"), "``` ``x ```");
+        assert_eq!(markdown_code("a|b\nc"), "`a\\|b\\nc`");
+        assert_eq!(markdown_code(""), "` `");
+    }
+}

@@ -1,0 +1,324 @@
+//! Hostile inputs (tests/fixtures/hostile, see its README): each gets a clear message, its exit
+//! code, and bounded time and output. Each test names the fault it pins.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hostile").join(name)
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("alloctrace-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+/// Runs alloctrace; returns its output and how long it took.
+fn run(args: &[&str]) -> (Output, Duration) {
+    let start = Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_alloctrace")).args(args).output().expect("run alloctrace");
+    (o, start.elapsed())
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Exit code `code`, `needle` on stderr, within `secs` (a debug build on a slow machine).
+fn expect(args: &[&str], code: i32, needle: &str, secs: u64) -> Output {
+    let (o, took) = run(args);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?}: `{needle}` not in: {err}");
+    assert!(took < Duration::from_secs(secs), "{args:?} took {took:?}");
+    o
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// No raw control character (but newline and tab) anywhere in `s`.
+fn assert_no_controls(s: &str, what: &str) {
+    let bad: Vec<char> = s.chars().filter(|&c| c.is_control() && c != '\n' && c != '\t').collect();
+    assert!(bad.is_empty(), "{what} holds control characters {bad:?}");
+}
+
+#[test]
+fn decompression_bomb_of_256m_events_is_corrupt_at_once() {
+    // Was: exit 0 after 26 s and 6.5 GB resident.
+    let f = fixture("snap256M.atrace");
+    for cmd in ["summary", "dump", "leaks"] {
+        expect(
+            &[cmd, path(&f)],
+            3,
+            "corrupt at byte 205: chunk claims 89478485 events; a writer puts at most 65536 in a chunk; analyzed the 0 events before the damage",
+            10,
+        );
+    }
+}
+
+#[test]
+fn call_site_of_250m_frames_is_corrupt_at_once() {
+    // Was: 15 s and 5 GB.
+    let f = fixture("cs250M.atrace");
+    expect(
+        &["summary", path(&f)],
+        3,
+        "corrupt at byte 205: chunk body of 262144007 bytes exceeds the limit of 33554432 (a writer ends a chunk at 8388608)",
+        10,
+    );
+}
+
+#[test]
+fn large_segment_size_zero_in_a_header_is_refused_not_a_panic() {
+    // Was: a divide by zero (exit 101) in replay, whatif, explain and report.
+    let f = fixture("lss0_exp_s0.atrace");
+    let out = tmp("lss0-report");
+    for args in [
+        vec!["replay", path(&f)],
+        vec!["whatif", path(&f)],
+        vec!["explain", path(&f)],
+        vec!["summary", path(&f)],
+        vec!["report", path(&f), "-o", path(&out)],
+    ] {
+        let o = expect(
+            &args,
+            2,
+            "corrupt trace at byte 12: header field `config` holds allocator settings that are refused: large_segment_size_mb must be > 10 (got 0)",
+            10,
+        );
+        assert_eq!(text(&o.stderr).lines().count(), 1, "{}", text(&o.stderr));
+    }
+}
+
+/// The text of a Markdown line outside its code spans (whose content is literal): what a
+/// Markdown renderer interprets. Backslash-escaped characters are dropped with their backslash.
+fn markdown_outside_code(line: &str) -> String {
+    let (mut out, mut in_code, mut chars) = (String::new(), false, line.chars());
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if !in_code => {
+                chars.next();
+            }
+            '`' => in_code = !in_code,
+            c if !in_code => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// What a report of a hostile trace wrote: no markup, link, heading or control character of
+/// the trace's is live in it.
+fn assert_report_is_inert(dir: &Path) {
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert_no_controls(&md, "report.md");
+    assert_no_controls(&html, "report.html");
+    for bad in ["<script", "<img"] {
+        assert!(!html.contains(bad), "report.html holds a live {bad}");
+    }
+    for line in md.lines() {
+        if line.starts_with("![") && line.ends_with(".svg)") {
+            continue; // the report's own pictures
+        }
+        let live = markdown_outside_code(line);
+        for bad in ["<script", "<img", "](", "<http"] {
+            assert!(!live.contains(bad), "report.md: a live {bad} in: {line}");
+        }
+        assert!(!line.starts_with("# INJECTED") && !line.starts_with("# CONF"), "a heading broke out: {line}");
+    }
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|e| e == "svg") {
+            let svg = std::fs::read_to_string(&p).unwrap();
+            // Control characters are not allowed in XML 1.0, even as entities.
+            assert_no_controls(&svg, &p.display().to_string());
+            assert!(!svg.contains("<script") && !svg.contains("<img"), "{}", p.display());
+        }
+    }
+}
+
+#[test]
+fn header_and_call_site_payloads_stay_text_in_reports_and_on_the_terminal() {
+    // Was: raw in report.md (a backtick closed the code span, a newline broke the table) and
+    // raw ANSI escapes on the terminal.
+    let f = fixture("hdr_xss.atrace");
+    let dir = tmp("hdr-report");
+    let (o, _) = run(&["report", path(&f), "-o", path(&dir)]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_report_is_inert(&dir);
+    for cmd in ["dump", "summary", "explain", "leaks", "replay"] {
+        let (o, _) = run(&[cmd, path(&f)]);
+        assert!(o.status.code() == Some(0), "{cmd}: {}", text(&o.stderr));
+        let out = text(&o.stdout);
+        assert_no_controls(&out, cmd);
+        assert_no_controls(&text(&o.stderr), cmd);
+        assert!(!out.lines().any(|l| l.starts_with("# INJECTED")), "{cmd} printed a forged line:\n{out}");
+    }
+    let (o, _) = run(&["summary", "--json", path(&f)]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("--json stays valid JSON");
+    assert!(v.is_object());
+}
+
+#[test]
+fn snapshot_payloads_stay_text_after_import() {
+    let f = fixture("xss.pickle");
+    let t = tmp("xss.atrace");
+    let (o, _) = run(&["import", "torch", path(&f), "-o", path(&t)]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert_no_controls(&out, "import warnings");
+    assert!(out.contains("frame file or function names are longer than 4096 bytes; cut with a marker"), "{out}");
+    let dir = tmp("xss-report");
+    let (o, _) = run(&["report", path(&t), "-o", path(&dir)]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_report_is_inert(&dir);
+    let (o, _) = run(&["dump", path(&t)]);
+    assert_no_controls(&text(&o.stdout), "dump");
+}
+
+#[test]
+fn memo_keys_far_past_the_memo_take_no_memory() {
+    // Was: 1.5 GB resident. The pickle is not a snapshot once parsed.
+    let f = fixture("memo_bomb_1k.pickle");
+    expect(
+        &["import", "torch", path(&f), "-o", path(&tmp("memo.atrace"))],
+        2,
+        "not a PyTorch memory snapshot: top-level object is a None",
+        10,
+    );
+}
+
+#[test]
+fn a_huge_frame_referenced_300_times_imports_into_a_readable_trace() {
+    // Was: exit 0 writing a trace whose own reader called it corrupt at byte 70.
+    let f = fixture("laughs_frames_300.pickle");
+    let t = tmp("laughs.atrace");
+    let (o, took) = run(&["import", "torch", path(&f), "-o", path(&t)]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert!(text(&o.stdout).contains("longer than 4096 bytes; cut with a marker"), "{}", text(&o.stdout));
+    assert!(std::fs::metadata(&t).unwrap().len() < 64 << 10, "the 1 MiB name is not stored 300 times");
+    let (o, _) = run(&["dump", path(&t)]);
+    assert_eq!(o.status.code(), Some(0), "the imported trace reads whole: {}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("...[truncated: 1048576 bytes]"), "{}", text(&o.stdout));
+}
+
+#[test]
+fn one_big_dict_referenced_many_times_imports_in_linear_time() {
+    // 100,000 trace entries that are one dict of 30,000 keys: re-walking it at every reference
+    // took minutes.
+    let f = fixture("quadratic_entries.pickle");
+    let (o, took) = run(&["import", "torch", path(&f), "-o", path(&tmp("quad.atrace"))]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("imported 100000 trace entries"), "{}", text(&o.stdout));
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+#[test]
+fn negative_sizes_read_as_zero_with_a_warning_naming_the_entry() {
+    // Was: a size of -512 became 2^64 - 512.
+    let f = fixture("negative_size.pickle");
+    let t = tmp("neg.atrace");
+    let (o, _) = run(&["import", "torch", path(&f), "-o", path(&t)]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("warning: trace entry 0 has a negative `size` (-512); read as 0"), "{out}");
+    assert!(out.contains("warning: trace entry 1 has a negative `size` (-1); read as 0"), "{out}");
+    let (o, _) = run(&["summary", path(&t)]);
+    assert!(text(&o.stdout).contains("peak requested          0 B"), "{}", text(&o.stdout));
+}
+
+#[test]
+fn concatenated_traces_are_corrupt_at_the_second() {
+    // Was: `cat a b > c` read as one complete trace.
+    let a = Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces/seed_experiments.default.atrace");
+    let bytes = std::fs::read(&a).unwrap();
+    let c = tmp("cat.atrace");
+    std::fs::write(&c, [bytes.as_slice(), bytes.as_slice()].concat()).unwrap();
+    expect(
+        &["summary", path(&c)],
+        3,
+        &format!(
+            "corrupt at byte {}: data after the trailer (a trace ends with its trailer; were files concatenated?)",
+            bytes.len()
+        ),
+        30,
+    );
+}
+
+#[test]
+fn reports_stay_within_their_output_bound() {
+    // Every report file is at most MAX_REPORT_FILE_BYTES (a 2.1 KB trace once wrote 1.07 GB);
+    // the shipped reports are far below it.
+    let bound = analyzer::report::MAX_REPORT_FILE_BYTES as u64;
+    let reports = Path::new(env!("CARGO_MANIFEST_DIR")).join("../reports");
+    for dir in std::fs::read_dir(&reports).unwrap() {
+        let dir = dir.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let total: u64 = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
+        assert!(total < bound / 8, "{} holds {total} bytes", dir.display());
+    }
+}
+
+/// Writes a trace of `events` (times 0, 1, 2, ...) with a 1 GiB limit.
+fn write_trace(name: &str, events: Vec<recorder::trace::Event>) -> PathBuf {
+    use recorder::trace::{Header, Record, Source, TraceWriter};
+    let p = tmp(name);
+    let mut h = Header::new(Source::Recorded);
+    h.capacity_bytes = 1 << 30;
+    let mut w = TraceWriter::create(&p, &h).unwrap();
+    for (i, event) in events.into_iter().enumerate() {
+        w.write_owned(Record { time_ns: i as u64, event }).unwrap();
+    }
+    w.finish().unwrap();
+    p
+}
+
+#[test]
+fn requests_near_2_to_the_64_and_reused_ids_are_findings_not_failures() {
+    use recorder::trace::{Event, Pool};
+    let huge = 1u64 << 60;
+    let alloc = |id: u64, addr: u64, bytes: u64| Event::Alloc {
+        id,
+        addr,
+        requested_bytes: bytes,
+        block_bytes: 0,
+        stream: 0,
+        pool: Pool::Large,
+        callsite: 0,
+    };
+    let t = write_trace(
+        "huge.atrace",
+        vec![
+            alloc(1, 0x1000, 1 << 20),
+            alloc(1, 0x2000, 1 << 20),
+            alloc(2, 0x3000, u64::MAX - 5),
+            alloc(3, 0x4000, 100),
+            Event::Oom {
+                requested_bytes: huge,
+                alloc_bytes: huge,
+                device_free_bytes: 0,
+                reserved_bytes: 0,
+                allocated_bytes: 0,
+                limit_bytes: 1 << 30,
+                stream: 0,
+            },
+        ],
+    );
+    let (o, _) = run(&["summary", path(&t)]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(out.contains("anomalies    1 (frees of unknown blocks, allocations that reuse a live id)"), "{out}");
+    assert!(out.contains("16384.00 PiB"), "sums saturate instead of wrapping: {out}");
+    for cmd in ["explain", "replay", "leaks"] {
+        let (o, _) = run(&[cmd, path(&t)]);
+        assert!(matches!(o.status.code(), Some(0)), "{cmd}: {}\n{}", text(&o.stderr), text(&o.stdout));
+    }
+}
