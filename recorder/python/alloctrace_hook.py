@@ -110,10 +110,15 @@ def _build_helper(torch):
     from torch.utils import cpp_extension
 
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "alloctrace_torch_helper.cpp")
-    with open(src, "rb") as f:
-        digest = hashlib.sha256(f.read() + torch.__version__.encode()).hexdigest()[:16]
-    name = f"alloctrace_torch_helper_{digest}"
-    return cpp_extension.load(name=name, sources=[src], with_cuda=True, extra_cflags=["-O2"], verbose=False)
+    with open(src) as f:
+        text = f.read()
+    digest = hashlib.sha256((text + torch.__version__).encode()).hexdigest()[:16]
+    # load_inline keeps the source in the extension's own build folder, so a later run (whose
+    # shim folder is a new one) finds the build up to date and only loads it.
+    return cpp_extension.load_inline(
+        name=f"alloctrace_torch_helper_{digest}", cpp_sources=[text], with_cuda=True, extra_cflags=["-O2"],
+        verbose=False,
+    )
 
 
 def _start_history(torch, why):

@@ -7,17 +7,19 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace {
 
 namespace A = c10::cuda::CUDACachingAllocator;
-using Entry = A::TraceEntry;
 using EntryFn = void (*)(int, int, uint64_t, uint64_t, uint64_t);
 
 EntryFn entry_fn = nullptr;
 
 // The recorder's numbering (recorder::ffi::torch_action), whatever PyTorch's enum order is.
-int code(Entry::Action a) {
+// `Entry` is PyTorch's TraceEntry, wherever this version declares it.
+template <class Entry>
+int code(typename Entry::Action a) {
   switch (a) {
     case Entry::ALLOC: return 0;
     case Entry::FREE_REQUESTED: return 1;
@@ -46,8 +48,9 @@ uint64_t as_u64(T v) {
 // `fn`: the address of alloctrace_torch_entry in the recorder library.
 void attach(uint64_t fn) {
   entry_fn = reinterpret_cast<EntryFn>(fn);
-  A::attachAllocatorTraceTracker([](const Entry& te) {
-    int c = code(te.action_);
+  A::attachAllocatorTraceTracker([](const auto& te) {
+    using Entry = std::decay_t<decltype(te)>;
+    int c = code<Entry>(te.action_);
     if (c >= 0 && entry_fn != nullptr) {
       entry_fn(c, static_cast<int>(te.device_), as_u64(te.addr_), as_u64(te.size_), as_u64(te.stream_));
     }
