@@ -161,8 +161,14 @@ alloctrace synth --events 200000 --leak-bytes-per-iter 8MiB --fragment -o leaky.
         long_about = "Run a program with alloctrace's recording allocator installed before its first CUDA \
 allocation, and write every allocator decision (allocations, frees, splits, merges, segments, \
 cache releases, OOMs) to a trace as the program runs. For PyTorch scripts a small Python shim on \
-PYTHONPATH installs the recorder through torch.cuda.memory.CUDAPluggableAllocator when torch is \
-imported; the script's output and exit code are unchanged. torch.cuda.empty_cache() is recorded \
+PYTHONPATH installs the recorder when torch is imported; the script's output and exit code are \
+unchanged. By default PyTorch's own caching allocator runs the job (CUDA graphs, record_stream and \
+private pools behave exactly as natively) and its events are streamed into the trace by a small \
+helper built against the installed torch at first use (cached); without a compiler, PyTorch's \
+allocator history is converted at exit, at an OOM or on SIGTERM instead (a kill -9 loses it). \
+`--allocator alloctrace` runs alloctrace's engine through torch.cuda.memory.CUDAPluggableAllocator \
+(splits and merges recorded live; no CUDA graphs). Each process and device writes a trace of its \
+own: under torchrun NAME.rank{R}.atrace, or a pattern with {rank}, {local_rank}, {device}, {pid}. torch.cuda.empty_cache() is recorded \
 as a cache release. The trace survives a crash or kill -9 up to its last flush (at most about \
 100 ms behind). A trace path that cannot be written, or an allocator setting that does not exist, are \
 refused before the program starts (exit code 2); a disk that fills up during the run costs \
@@ -190,6 +196,10 @@ alloctrace record -o run.atrace --conf expandable_segments:True --stacks -- pyth
         /// No summary line.
         #[arg(long, short)]
         quiet: bool,
+        /// Which allocator runs the job: PyTorch's own (its events streamed into the trace), or
+        /// alloctrace's engine (a policy for real, splits and merges recorded live).
+        #[arg(long, value_enum, default_value = "pytorch")]
+        allocator: RecordAllocator,
         /// The program and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -406,6 +416,15 @@ enum ImportFormat {
     Torch,
 }
 
+/// `record --allocator`.
+#[derive(Clone, Copy, ValueEnum)]
+enum RecordAllocator {
+    /// PyTorch's own caching allocator (the job runs exactly as natively).
+    Pytorch,
+    /// alloctrace's engine through PyTorch's pluggable allocator.
+    Alloctrace,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum ExportFormat {
     /// A PyTorch memory snapshot pickle (pytorch.org/memory_viz, torch.cuda._memory_viz).
@@ -550,8 +569,22 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
         Command::Leaks { trace, at, json } => {
             cmd::leaks::run(&cmd::leaks::LeaksCmdOptions { trace, at_event: at, json }, out)
         }
-        Command::Record { output, conf, capacity, stacks, lib, quiet, command } => {
-            cmd::record::run(&cmd::record::RecordOptions { output, conf, capacity, stacks, lib, command, quiet })
+        Command::Record { output, conf, capacity, stacks, lib, quiet, allocator, command } => {
+            let allocator = match allocator {
+                RecordAllocator::Pytorch => cmd::record::Allocator::Pytorch,
+                RecordAllocator::Alloctrace => cmd::record::Allocator::Alloctrace,
+            };
+            cmd::record::run(&cmd::record::RecordOptions {
+                output,
+                conf,
+                capacity,
+                stacks,
+                lib,
+                command,
+                quiet,
+                allocator,
+                convert_history: Some(cmd::record_history::convert_histories),
+            })
         }
         Command::Export { trace, format, output, buckets, json } => cmd::export::run(
             &cmd::export::ExportCmdOptions {

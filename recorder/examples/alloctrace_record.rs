@@ -1,7 +1,7 @@
 //! `alloctrace record` as a standalone binary, running the same code as the CLI subcommand
 //! (`analyzer/src/cmd/record.rs`), for machines where only the recorder crate is built.
 //!
-//! `alloctrace_record -o run.atrace [--conf CONF] [--capacity SIZE] [--stacks] [--lib PATH] -- PROGRAM ARGS...`
+//! `alloctrace_record -o run.atrace [--conf CONF] [--capacity SIZE] [--allocator pytorch|alloctrace] [--stacks] [--lib PATH] -- PROGRAM ARGS...`
 
 #[path = "../../analyzer/src/cmd/record.rs"]
 mod record;
@@ -19,6 +19,14 @@ fn main() {
             "--capacity" => opts.capacity = args.next(),
             "--lib" => opts.lib = args.next().map(PathBuf::from),
             "--stacks" => opts.stacks = true,
+            "--allocator" => match args.next().as_deref() {
+                Some("pytorch") => opts.allocator = record::Allocator::Pytorch,
+                Some("alloctrace") => opts.allocator = record::Allocator::Alloctrace,
+                other => {
+                    eprintln!("alloctrace_record: --allocator takes pytorch or alloctrace, not {other:?}");
+                    std::process::exit(2);
+                }
+            },
             "-q" | "--quiet" => opts.quiet = true,
             other => {
                 eprintln!("alloctrace_record: unknown option {other}");

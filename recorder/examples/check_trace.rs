@@ -11,6 +11,13 @@ fn main() {
         let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         let (mut sites, mut marks, mut releases) = (0, 0, 0);
         if let Ok(r) = TraceReader::open(&path) {
+            let p = r.header().placement;
+            if p.is_known() {
+                println!(
+                    "{path}: device {:?}, rank {:?}, local rank {:?}, world size {:?}",
+                    p.device_index, p.rank, p.local_rank, p.world_size
+                );
+            }
             for rec in r {
                 match rec.event {
                     Event::CallSite { .. } => sites += 1,

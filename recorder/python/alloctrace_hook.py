@@ -1,10 +1,20 @@
-"""Installs alloctrace's recording allocator into PyTorch, unmodified scripts included.
+"""Installs alloctrace's recorder into PyTorch, unmodified scripts included.
 
 `alloctrace record` puts this folder first on PYTHONPATH; its `sitecustomize.py` calls
 `install()`, which waits for the program to import torch (an import hook: processes that never
-import torch pay nothing) and then swaps in the CUDAPluggableAllocator from the library named by
-ALLOCTRACE_LIB, before the first CUDA allocation. `torch.cuda.empty_cache()` reaches the
-recorder through the allocator's reset function; the trace is closed at exit and on SIGTERM.
+import torch pay nothing), then sets up the back-end ALLOCTRACE_ALLOCATOR names:
+
+- `pytorch` (default): PyTorch's own caching allocator runs the job, exactly as natively. When
+  CUDA starts (torch.cuda's lazy-init queue, so CUDA is never started early), a small helper
+  built against this torch (cached) attaches a trace tracker that forwards every allocator event
+  to the recorder library, and history recording is turned on with a ring buffer of one entry
+  (trackers are called only while it is on). Without a compiler, with --stacks, or when the
+  helper cannot attach, PyTorch's history itself is kept and dumped at exit, at an OOM and on
+  SIGTERM for `alloctrace record` to convert (a kill -9 loses it).
+- `alloctrace`: alloctrace's engine runs the job through CUDAPluggableAllocator, with
+  record_stream honoured; CUDA graph capture is refused with a clear message.
+
+Every failure says one line on stderr and leaves the job running natively.
 
 Programs may also label their trace: `import alloctrace_hook as at; at.mark("forward")`,
 `at.mark_iteration("step 3")` (no-ops when not recording).
@@ -17,6 +27,11 @@ import sys
 
 _lib = None
 _installed = False
+_history = False
+
+
+def _say(msg):
+    sys.stderr.write(f"alloctrace: {msg}\n")
 
 
 def _library():
@@ -48,16 +63,172 @@ def shutdown():
     return 2
 
 
-def _on_sigterm(signum, frame):
-    shutdown()
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
+def _chain_sigterm(dump):
+    """On SIGTERM: `dump()`, then die of the signal as the program would have."""
+
+    def handler(signum, frame):
+        try:
+            dump()
+        finally:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    try:
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        pass  # not the main thread
 
 
-def _install_into_torch(torch_module):
-    global _installed
-    if _installed:
+def _capacity_bytes():
+    text = os.environ.get("ALLOCTRACE_CAPACITY", "").strip()
+    if not text:
+        return None
+    units = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+             "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+    num = text.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    try:
+        return int(float(num) * units[text[len(num):].strip().lower()])
+    except (ValueError, KeyError):
+        return None
+
+
+# ---------------------------------------------------------------- the default back-end
+
+def _rank_info():
+    def num(name):
+        try:
+            return int(os.environ[name])
+        except (KeyError, ValueError):
+            return None
+
+    return {"rank": num("RANK"), "local_rank": num("LOCAL_RANK"), "world_size": num("WORLD_SIZE")}
+
+
+def _build_helper(torch):
+    import hashlib
+    from torch.utils import cpp_extension
+
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "alloctrace_torch_helper.cpp")
+    with open(src) as f:
+        text = f.read()
+    digest = hashlib.sha256((text + torch.__version__).encode()).hexdigest()[:16]
+    # load_inline keeps the source in the extension's own build folder, so a later run (whose
+    # shim folder is a new one) finds the build up to date and only loads it.
+    return cpp_extension.load_inline(
+        name=f"alloctrace_torch_helper_{digest}", cpp_sources=[text], with_cuda=True, extra_cflags=["-O2"],
+        verbose=False,
+    )
+
+
+def _start_history(torch, why):
+    """The fallback: PyTorch keeps its allocator history; dumped at exit, OOM and SIGTERM."""
+    global _history
+    stacks = os.environ.get("ALLOCTRACE_STACKS") == "1"
+    entries = int(os.environ.get("ALLOCTRACE_HISTORY_ENTRIES", "1000000"))
+    torch.cuda.memory._record_memory_history(
+        max_entries=entries, context="alloc" if stacks else None, stacks="python"
+    )
+    _history = True
+    out = os.environ.get("ALLOCTRACE_HISTORY_DIR")
+    if not out:
         return
+    _say(f"{why}: keeping PyTorch's allocator history instead (up to {entries} entries), written at exit, at an "
+         "OOM and on SIGTERM (a kill -9 loses it)")
+
+    def dump(reason):
+        import json
+
+        try:
+            base = os.path.join(out, f"snapshot.{os.getpid()}")
+            devices = [d for d in range(torch.cuda.device_count()) if torch.cuda.max_memory_reserved(d) > 0]
+            torch.cuda.memory._dump_snapshot(base + ".pickle")
+            meta = dict(_rank_info(), devices=devices or [torch.cuda.current_device()], reason=reason)
+            with open(base + ".json", "w") as f:
+                json.dump(meta, f)
+        except Exception as e:  # never break the program
+            _say(f"could not write PyTorch's allocator history: {e}")
+
+    atexit.register(dump, "exit")
+    _chain_sigterm(lambda: dump("SIGTERM"))
+    try:
+        torch._C._cuda_attach_out_of_memory_observer(lambda *a: dump("an OOM"))
+    except Exception:
+        pass
+
+
+def _start_pytorch(torch):
+    global _installed
+    try:
+        _set_capacity(torch)
+        if os.environ.get("ALLOCTRACE_STACKS") == "1":
+            _start_history(torch, "--stacks with PyTorch's allocator takes Python call sites from its history")
+            return
+        try:
+            helper = _build_helper(torch)
+        except Exception as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[-1][:200]
+            _start_history(torch, f"cannot build alloctrace's PyTorch helper ({first})")
+            return
+        lib = _library()
+        helper.attach(ctypes.cast(lib.alloctrace_torch_entry, ctypes.c_void_p).value)
+        torch.cuda.memory._record_memory_history(max_entries=1, context=None, stacks="python")
+        _installed = True
+        atexit.register(shutdown)
+        _chain_sigterm(shutdown)
+    except Exception as e:  # never break the program
+        _say(f"cannot record, the job runs natively: {e}")
+
+
+def _set_capacity(torch):
+    cap = _capacity_bytes()
+    if cap:
+        dev = torch.cuda.current_device()
+        total = torch.cuda.get_device_properties(dev).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total), dev)
+
+
+def _install_pytorch(torch):
+    try:
+        major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    except ValueError:
+        major, minor = 0, 0
+    if (major, minor) < (2, 1) or not hasattr(torch.cuda, "memory") or not hasattr(torch.cuda, "_lazy_call"):
+        _say(f"PyTorch {torch.__version__} is too old to record (2.1 or later is needed): the job runs natively")
+        return
+    # Runs when the program starts CUDA (at once if it already has): never starts CUDA itself.
+    torch.cuda._lazy_call(lambda: _start_pytorch(torch))
+
+
+# ---------------------------------------------------------------- the engine back-end
+
+_GRAPHS = (
+    "CUDA graph capture (torch.cuda.graph, torch.compile(mode=\"reduce-overhead\")) needs PyTorch's own "
+    "allocator, and this job runs on alloctrace's engine (--allocator alloctrace); record it with the default "
+    "back-end instead: `alloctrace record -o run.atrace -- python ...` without --allocator alloctrace"
+)
+
+
+def _refuse_graphs(torch):
+    def refuse(*args, **kwargs):
+        _say(_GRAPHS)
+        raise RuntimeError("alloctrace: " + _GRAPHS)
+
+    try:
+        torch.cuda.graphs.CUDAGraph.capture_begin = refuse
+    except Exception:
+        pass
+    for name in ("_cuda_beginAllocateCurrentThreadToPool", "_cuda_beginAllocateCurrentStreamToPool",
+                 "_cuda_beginAllocateToPool", "_cuda_checkPoolLiveAllocations"):
+        if hasattr(torch._C, name):
+            try:
+                setattr(torch._C, name, refuse)
+            except Exception:
+                pass
+
+
+def _install_engine(torch_module):
+    global _installed
     path = os.environ["ALLOCTRACE_LIB"]
     from torch.cuda.memory import CUDAPluggableAllocator, change_current_allocator
 
@@ -66,14 +237,25 @@ def _install_into_torch(torch_module):
     raw = alloc.allocator()
     raw.set_init_fn(ctypes.cast(lib.alloctrace_init, ctypes.c_void_p).value)
     raw.set_reset_fn(ctypes.cast(lib.alloctrace_empty_cache, ctypes.c_void_p).value)
+    if hasattr(raw, "set_record_stream_fn"):
+        raw.set_record_stream_fn(ctypes.cast(lib.alloctrace_record_stream, ctypes.c_void_p).value)
+    else:
+        _say("this PyTorch cannot pass record_stream to a pluggable allocator: blocks used on other streams "
+             "may be reused too early; record with the default back-end instead")
     change_current_allocator(alloc)
+    _refuse_graphs(torch_module)
     _installed = True
     atexit.register(shutdown)
-    try:
-        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:
-        pass  # not the main thread
+    _chain_sigterm(shutdown)
+
+
+def _install_into_torch(torch_module):
+    if _installed:
+        return
+    if os.environ.get("ALLOCTRACE_ALLOCATOR", "pytorch") == "alloctrace":
+        _install_engine(torch_module)
+    else:
+        _install_pytorch(torch_module)
 
 
 class _TorchWatcher:
@@ -96,7 +278,7 @@ class _TorchWatcher:
             try:
                 _install_into_torch(module)
             except Exception as e:  # never break the program
-                sys.stderr.write(f"alloctrace: could not install the recording allocator: {e}\n")
+                _say(f"could not install the recorder, the job runs natively: {e}")
 
         loader.exec_module = exec_module
         return spec

@@ -1,42 +1,61 @@
-//! The C ABI of the cdylib: PyTorch's `CUDAPluggableAllocator` entry points and a few calls to
-//! label and close the trace.
+//! The C ABI of the cdylib: PyTorch's `CUDAPluggableAllocator` entry points (the engine
+//! back-end), the entry PyTorch's own allocator forwards its events to (the default back-end),
+//! and a few calls to label and close the traces.
 //!
 //! ```c
+//! // The engine back-end (alloctrace's allocator runs the job):
 //! void* alloctrace_malloc(size_t size, int device, cudaStream_t stream);
 //! void  alloctrace_free(void* ptr, size_t size, int device, cudaStream_t stream);
+//! void  alloctrace_record_stream(void* ptr, cudaStream_t stream); // set_record_stream_fn
 //! void  alloctrace_init(int device_count);    // set_init_fn (nothing: malloc starts the recorder)
 //! void  alloctrace_empty_cache(void);         // set_reset_fn: torch.cuda.empty_cache()
+//! // The default back-end (PyTorch's caching allocator runs the job, its trace tracker calls):
+//! void  alloctrace_torch_entry(int action, int device, uint64_t addr, uint64_t size, uint64_t stream);
+//! // Both:
 //! void  alloctrace_mark(const char* label);   // a phase
 //! void  alloctrace_mark_iteration(const char* label);
-//! int   alloctrace_shutdown(void);            // flush, write the trailer; 0 = nothing lost
+//! int   alloctrace_shutdown(void);            // flush, write the trailers; 0 = nothing lost
 //!                                             // (also run at exit; 2 in a forked child)
 //! unsigned long long alloctrace_dropped(void);
 //! ```
-//! One recorder per process, for the first device it is asked for (allocations for another
-//! device fail with a message: multi-GPU processes are not supported yet). It starts on the
-//! first allocation (marks and cache releases before it are not recorded), configured from the
-//! environment:
+//! One recorder per device a process uses, each with a trace of its own, started by the first
+//! event for that device, configured from the environment:
 //!
 //! | variable | meaning |
 //! |---|---|
-//! | `ALLOCTRACE_OUTPUT` | the trace's path (default `alloctrace.atrace`) |
+//! | `ALLOCTRACE_OUTPUT` | the trace's path (default `alloctrace.atrace`); see [`trace_path`] for ranks, devices and patterns |
 //! | `ALLOCTRACE_CONF` | allocator settings, `PYTORCH_CUDA_ALLOC_CONF` syntax (default: that variable); settings that cannot be parsed are replaced by the defaults, with a warning |
 //! | `ALLOCTRACE_CAPACITY` | cap on reserved memory: bytes, or with a `KiB`/`MiB`/`GiB` suffix (0 or a bad value: ignored, with a warning) |
-//! | `ALLOCTRACE_STACKS=1` | record Python call sites (interned stacks) of each allocation |
-//! | `ALLOCTRACE_STATUS` | where `alloctrace_shutdown` writes a `key=value` summary (for the CLI) |
+//! | `ALLOCTRACE_STACKS=1` | record Python call sites (interned stacks) of each allocation (engine back-end) |
+//! | `ALLOCTRACE_STATUS` | a folder: `alloctrace_shutdown` writes `status.<pid>.<device>` there, a `key=value` summary for the CLI (created new, never through a link) |
 //! | `ALLOCTRACE_DEVICE=sim` | use the simulated device (tests without a GPU; pointers are fake) |
 //! | `ALLOCTRACE_CLOCK=monotonic` | timestamps from `CLOCK_MONOTONIC`, not the time stamp counter |
+//! | `RANK`, `LOCAL_RANK`, `WORLD_SIZE` | set by `torchrun`: kept in the header, and the rank names the trace |
+//!
+//! **Forks.** A forked child gets a copy of the recorders but not their writer threads: it
+//! records nothing and never waits for a writer (`pthread_atfork` handlers hold every lock
+//! across the fork, so the child's copies are consistent and unlocked). Its allocations work.
+//!
+//! **`record_stream`** (engine back-end). A block used on other streams than its own is freed
+//! in two steps, as PyTorch does: `free_requested` at the free, an event recorded on each of
+//! those streams, and `free_completed` (the block is reusable) once every event has completed,
+//! checked at later allocations without waiting; an allocation that would fail first
+//! waits for them.
 //!
 //! No panic crosses the ABI: every entry point runs under `catch_unwind` and answers null / does
 //! nothing when something went wrong.
 
 use crate::device::{Device, SimDevice};
+use crate::engine::config::AllocatorConfig;
+use crate::recorder::lock::Lock;
 use crate::recorder::{CallSite, RecordSummary, Recorder, RecorderOptions};
-use crate::trace::MarkKind;
+use crate::trace::{Event, MarkKind, Placement, Pool, ReleaseCause, NO_CALLSITE};
+use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, Once, OnceLock};
 
 /// The device behind the C ABI: CUDA, or simulated for tests.
 pub enum AnyDevice {
@@ -80,61 +99,182 @@ impl Device for AnyDevice {
     fn synchronize(&mut self) {
         each!(self, d => d.synchronize())
     }
+    fn record_event(&mut self, stream: u64) -> Option<u64> {
+        each!(self, d => d.record_event(stream))
+    }
+    fn event_done(&mut self, event: u64) -> bool {
+        each!(self, d => d.event_done(event))
+    }
+    fn wait_event(&mut self, event: u64) {
+        each!(self, d => d.wait_event(event))
+    }
+    fn destroy_event(&mut self, event: u64) {
+        each!(self, d => d.destroy_event(event))
+    }
+}
+
+/// Which allocator runs the job.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Backend {
+    /// alloctrace's engine (`CUDAPluggableAllocator`).
+    Engine,
+    /// PyTorch's caching allocator; its events are forwarded here.
+    Torch,
 }
 
 struct Global {
     rec: Recorder<AnyDevice>,
     device: c_int,
     stacks: bool,
-    /// The process that started the recorder: a forked child has its memory but not its writer
-    /// thread, so it must not close the parent's trace.
+    /// The process that started the recorder (a forked child's copy must not close the trace).
     pid: u32,
+    /// The default back-end's view of PyTorch's allocator.
+    torch: Option<Lock<TorchState>>,
+    summary: Mutex<Option<RecordSummary>>,
 }
 
-static GLOBAL: OnceLock<Option<Global>> = OnceLock::new();
-static SUMMARY: Mutex<Option<RecordSummary>> = Mutex::new(None);
-static WARNED_DEVICE: AtomicBool = AtomicBool::new(false);
+/// Devices a process may record (CUDA ordinals).
+const MAX_DEVICES: usize = 64;
+
+static GLOBALS: [OnceLock<Option<Global>>; MAX_DEVICES] = [const { OnceLock::new() }; MAX_DEVICES];
+/// True once a device's trace took the plain output name; later devices add `.dev{D}`.
+static PRIMARY_TAKEN: AtomicBool = AtomicBool::new(false);
+static FORK_HANDLERS: Once = Once::new();
+
+/// Streams a live block was used on (`record_stream`), keyed by address; with a count so that
+/// frees of blocks never recorded pay one atomic load.
+static USES: Lock<Option<HashMap<u64, Vec<u64>>>> = Lock::new(None);
+static USES_N: AtomicUsize = AtomicUsize::new(0);
+/// Frees waiting for events on other streams.
+static PENDING: Lock<Vec<PendingFree>> = Lock::new(Vec::new());
+static PENDING_N: AtomicUsize = AtomicUsize::new(0);
+
+struct PendingFree {
+    device: c_int,
+    addr: u64,
+    events: Vec<u64>,
+}
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-fn start(device: c_int) -> Option<Global> {
-    let path = env("ALLOCTRACE_OUTPUT").unwrap_or_else(|| "alloctrace.atrace".into());
-    let mut opts = RecorderOptions::new(path);
-    opts.alloc_conf =
-        checked_conf(env("ALLOCTRACE_CONF").or_else(|| env("PYTORCH_CUDA_ALLOC_CONF")).unwrap_or_default());
-    if let Some(c) = env("ALLOCTRACE_CAPACITY") {
-        match crate::engine::config::parse_bytes(&c) {
-            Ok(0) => eprintln!(
-                "alloctrace: ignoring ALLOCTRACE_CAPACITY=0 (a 0-byte limit fits nothing; unset it for no limit)"
-            ),
-            Ok(b) => opts.capacity_bytes = Some(b),
-            Err(e) => eprintln!("alloctrace: ignoring ALLOCTRACE_CAPACITY: {e}"),
+fn env_u32(name: &str) -> Option<u32> {
+    env(name).and_then(|v| v.trim().parse().ok())
+}
+
+/// The placement of this process's trace of `device`: the device, and `torchrun`'s variables.
+fn placement(device: c_int) -> Placement {
+    Placement {
+        device_index: u32::try_from(device).ok(),
+        rank: env_u32("RANK"),
+        local_rank: env_u32("LOCAL_RANK"),
+        world_size: env_u32("WORLD_SIZE"),
+    }
+}
+
+/// The trace of `device` in this process. `base` may hold `{rank}`, `{local_rank}`, `{device}`
+/// and `{pid}` (unknown ranks read 0). Without a pattern, a process of a distributed job
+/// (`RANK` set) writes `NAME.rank{R}.atrace`, and a process that records more than one device
+/// writes the first device's trace under the name and each later one's under
+/// `NAME[.rank{R}].dev{D}.atrace`: never two writers on one file.
+pub fn trace_path(base: &str, p: &Placement, device: c_int, primary: bool) -> PathBuf {
+    let num = |v: Option<u32>| v.unwrap_or(0).to_string();
+    if base.contains('{') {
+        let s = base
+            .replace("{rank}", &num(p.rank))
+            .replace("{local_rank}", &num(p.local_rank))
+            .replace("{device}", &device.to_string())
+            .replace("{pid}", &std::process::id().to_string());
+        let mut path = PathBuf::from(s);
+        if !base.contains("{device}") && !primary {
+            path = with_suffix(&path, &format!("dev{device}"));
+        }
+        return path;
+    }
+    let mut path = PathBuf::from(base);
+    if let Some(r) = p.rank {
+        path = with_suffix(&path, &format!("rank{r}"));
+    }
+    if !primary {
+        path = with_suffix(&path, &format!("dev{device}"));
+    }
+    path
+}
+
+/// `run.atrace` + `rank1` = `run.rank1.atrace`; a name without the extension gets the suffix
+/// at its end.
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let new = match name.strip_suffix(".atrace") {
+        Some(stem) => format!("{stem}.{suffix}.atrace"),
+        None => format!("{name}.{suffix}"),
+    };
+    path.with_file_name(new)
+}
+
+fn start(device: c_int, backend: Backend) -> Option<Global> {
+    let base = env("ALLOCTRACE_OUTPUT").unwrap_or_else(|| "alloctrace.atrace".into());
+    let place = placement(device);
+    let primary = base.contains("{device}") || !PRIMARY_TAKEN.swap(true, Ordering::AcqRel);
+    let mut opts = RecorderOptions::new(trace_path(&base, &place, device, primary));
+    let conf = match backend {
+        Backend::Engine => env("ALLOCTRACE_CONF").or_else(|| env("PYTORCH_CUDA_ALLOC_CONF")),
+        // PyTorch's allocator runs under PyTorch's variable, whatever else is set.
+        Backend::Torch => env("PYTORCH_CUDA_ALLOC_CONF"),
+    };
+    opts.alloc_conf = checked_conf(conf.unwrap_or_default());
+    if backend == Backend::Engine {
+        if let Some(c) = env("ALLOCTRACE_CAPACITY") {
+            match crate::engine::config::parse_bytes(&c) {
+                Ok(0) => eprintln!(
+                    "alloctrace: ignoring ALLOCTRACE_CAPACITY=0 (a 0-byte limit fits nothing; unset it for no limit)"
+                ),
+                Ok(b) => opts.capacity_bytes = Some(b),
+                Err(e) => eprintln!("alloctrace: ignoring ALLOCTRACE_CAPACITY: {e}"),
+            }
         }
     }
-    let stacks = env("ALLOCTRACE_STACKS").is_some_and(|v| v != "0");
+    let stacks = backend == Backend::Engine && env("ALLOCTRACE_STACKS").is_some_and(|v| v != "0");
     opts.command_line = std::env::args().collect();
     opts.use_tsc = env("ALLOCTRACE_CLOCK").as_deref() != Some("monotonic");
-    opts.notes.push(format!("recorded through the C ABI (CUDAPluggableAllocator), device {device}"));
+    opts.placement = place;
+    opts.notes.push(match backend {
+        Backend::Engine => format!("recorded through the C ABI (CUDAPluggableAllocator), device {device}"),
+        Backend::Torch => format!(
+            "PyTorch's caching allocator ran the job; its events were forwarded by its trace tracker, device {device} \
+             (no split or merge events: a replay adds them)"
+        ),
+    });
     let dev = if env("ALLOCTRACE_DEVICE").as_deref() == Some("sim") {
         opts.notes.push("simulated device (ALLOCTRACE_DEVICE=sim)".into());
         AnyDevice::Sim(SimDevice::new(opts.capacity_bytes))
     } else {
         match open_cuda(device, &mut opts) {
             Ok(d) => d,
+            Err(e) if backend == Backend::Torch => {
+                // The device only names the header here: record without it.
+                opts.notes.push(format!("device details unknown: {e}"));
+                AnyDevice::Sim(SimDevice::new(None))
+            }
             Err(e) => {
                 eprintln!("alloctrace: cannot record: {e}");
                 return None;
             }
         }
     };
+    let config = AllocatorConfig::parse(&opts.alloc_conf).unwrap_or_default();
     match Recorder::start(opts, dev) {
         Ok(rec) => {
             // Close the trace at exit even when the program never calls alloctrace_shutdown.
-            // SAFETY: registers a function with no captured state; atexit is thread-safe.
-            unsafe { atexit(shutdown_at_exit) };
-            Some(Global { rec, device, stacks, pid: std::process::id() })
+            // SAFETY: registers functions with no captured state; atexit and pthread_atfork
+            // are thread-safe.
+            FORK_HANDLERS.call_once(|| unsafe {
+                atexit(shutdown_at_exit);
+                pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child));
+            });
+            let torch = (backend == Backend::Torch).then(|| Lock::new(TorchState::new(config)));
+            Some(Global { rec, device, stacks, pid: std::process::id(), torch, summary: Mutex::new(None) })
         }
         Err(e) => {
             eprintln!("alloctrace: cannot record: {e}");
@@ -145,10 +285,62 @@ fn start(device: c_int) -> Option<Global> {
 
 extern "C" {
     fn atexit(f: extern "C" fn()) -> c_int;
+    fn pthread_atfork(
+        prepare: Option<extern "C" fn()>,
+        parent: Option<extern "C" fn()>,
+        child: Option<extern "C" fn()>,
+    ) -> c_int;
 }
 
 extern "C" fn shutdown_at_exit() {
     let _ = alloctrace_shutdown();
+}
+
+fn started() -> impl Iterator<Item = &'static Global> {
+    GLOBALS.iter().filter_map(|g| g.get().and_then(|g| g.as_ref()))
+}
+
+/// `pthread_atfork` prepare: every lock taken (the side tables first, as everywhere), so that
+/// no thread is inside a critical section when the process is copied.
+extern "C" fn before_fork() {
+    USES.lock_and_keep();
+    PENDING.lock_and_keep();
+    for g in started() {
+        if let Some(t) = &g.torch {
+            t.lock_and_keep();
+        }
+        g.rec.before_fork();
+    }
+}
+
+extern "C" fn after_fork_in_parent() {
+    // SAFETY: `before_fork` kept each of these locks, in this order.
+    unsafe {
+        for g in started() {
+            g.rec.after_fork_in_parent();
+            if let Some(t) = &g.torch {
+                t.force_unlock(|_| {});
+            }
+        }
+        PENDING.force_unlock(|_| {});
+        USES.force_unlock(|_| {});
+    }
+}
+
+extern "C" fn after_fork_in_child() {
+    // SAFETY: as in the parent; the child's copies of the locks are held by `before_fork`.
+    unsafe {
+        for g in started() {
+            g.rec.after_fork_in_child();
+            if let Some(t) = &g.torch {
+                t.force_unlock(|_| {});
+            }
+        }
+        // The parent's pending frees wait on the parent's streams: not the child's business.
+        PENDING.force_unlock(|p| p.clear());
+        PENDING_N.store(0, Ordering::Relaxed);
+        USES.force_unlock(|_| {});
+    }
 }
 
 /// Allocator settings from the environment that the engine can run: a string it cannot parse is
@@ -156,7 +348,7 @@ extern "C" fn shutdown_at_exit() {
 /// PyTorch would report that as out of memory), and a key that is no allocator setting is
 /// pointed out. Both are said on stderr.
 fn checked_conf(conf: String) -> String {
-    match crate::engine::config::AllocatorConfig::parse(&conf) {
+    match AllocatorConfig::parse(&conf) {
         Ok(c) => {
             if let Err(e) = c.check_user_keys() {
                 eprintln!("alloctrace: allocator settings `{conf}`: {e}; it changes nothing here");
@@ -184,12 +376,18 @@ fn open_cuda(_device: c_int, _opts: &mut RecorderOptions) -> Result<AnyDevice, S
 }
 
 #[inline]
-fn global(device: c_int) -> Option<&'static Global> {
-    GLOBAL.get_or_init(|| start(device)).as_ref()
+fn global(device: c_int, backend: Backend) -> Option<&'static Global> {
+    let slot = GLOBALS.get(usize::try_from(device).ok()?)?;
+    slot.get_or_init(|| start(device, backend)).as_ref()
 }
 
-/// PyTorch's `set_init_fn`, called with the number of devices. The recorder starts at the
-/// first allocation instead, for the device that allocation names.
+#[inline]
+fn started_global(device: c_int) -> Option<&'static Global> {
+    GLOBALS.get(usize::try_from(device).ok()?)?.get()?.as_ref()
+}
+
+/// PyTorch's `set_init_fn`, called with the number of devices. Each device's recorder starts
+/// at its first allocation instead.
 #[no_mangle]
 pub extern "C" fn alloctrace_init(_device_count: c_int) {}
 
@@ -197,18 +395,23 @@ pub extern "C" fn alloctrace_init(_device_count: c_int) {}
 #[no_mangle]
 pub extern "C" fn alloctrace_malloc(size: usize, device: c_int, stream: *mut c_void) -> *mut c_void {
     catch_unwind(AssertUnwindSafe(|| {
-        let g = global(device)?;
-        if device != g.device {
-            if !WARNED_DEVICE.swap(true, Ordering::Relaxed) {
-                eprintln!("alloctrace: allocation on device {device} refused: recording device {} only", g.device);
-            }
-            return None;
-        }
+        let g = global(device, Backend::Engine)?;
         if size == 0 {
             return None;
         }
+        if PENDING_N.load(Ordering::Relaxed) > 0 {
+            complete_pending(g, false);
+        }
         let site = if g.stacks { pystack::current(&g.rec) } else { CallSite::NONE };
-        g.rec.malloc_at(size as u64, stream as u64, site).ok().map(|a| a.addr as *mut c_void)
+        match g.rec.malloc_at(size as u64, stream as u64, site) {
+            Ok(a) => Some(a.addr as *mut c_void),
+            // Blocks waiting for other streams' work may be all that is missing: wait for
+            // them, as PyTorch does before giving up.
+            Err(_) if PENDING_N.load(Ordering::Relaxed) > 0 && complete_pending(g, true) > 0 => {
+                g.rec.malloc_at(size as u64, stream as u64, site).ok().map(|a| a.addr as *mut c_void)
+            }
+            Err(_) => None,
+        }
     }))
     .ok()
     .flatten()
@@ -217,25 +420,277 @@ pub extern "C" fn alloctrace_malloc(size: usize, device: c_int, stream: *mut c_v
 
 /// `CUDAPluggableAllocator` free.
 #[no_mangle]
-pub extern "C" fn alloctrace_free(ptr: *mut c_void, _size: usize, _device: c_int, _stream: *mut c_void) {
+pub extern "C" fn alloctrace_free(ptr: *mut c_void, _size: usize, device: c_int, stream: *mut c_void) {
     if ptr.is_null() {
         return;
     }
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        if let Some(Some(g)) = GLOBAL.get() {
-            let _ = g.rec.free(ptr as u64);
+        let Some(g) = started_global(device) else { return };
+        let addr = ptr as u64;
+        let mut used_on = if USES_N.load(Ordering::Relaxed) > 0 { take_uses(addr) } else { Vec::new() };
+        used_on.retain(|&s| s != stream as u64);
+        if used_on.is_empty() {
+            let _ = g.rec.free(addr);
+        } else {
+            defer_free(g, addr, &used_on);
         }
     }));
 }
 
-/// `torch.cuda.empty_cache()` (PyTorch's `set_reset_fn`).
+/// `set_record_stream_fn`: the block at `ptr` is used on `stream` too; its free waits for the
+/// work queued there until then.
+#[no_mangle]
+pub extern "C" fn alloctrace_record_stream(ptr: *mut c_void, stream: *mut c_void) {
+    if ptr.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let mut uses = USES.lock();
+        let streams = uses.get_or_insert_with(HashMap::new).entry(ptr as u64).or_default();
+        if !streams.contains(&(stream as u64)) {
+            streams.push(stream as u64);
+        }
+        USES_N.store(uses.as_ref().map_or(0, HashMap::len), Ordering::Relaxed);
+    }));
+}
+
+fn take_uses(addr: u64) -> Vec<u64> {
+    let mut uses = USES.lock();
+    let Some(map) = uses.as_mut() else { return Vec::new() };
+    let streams = map.remove(&addr).unwrap_or_default();
+    USES_N.store(map.len(), Ordering::Relaxed);
+    streams
+}
+
+/// The first half of a free whose block other streams still use: `free_requested` now, and
+/// an event on each of those streams; [`complete_pending`] does the rest.
+fn defer_free(g: &Global, addr: u64, streams: &[u64]) {
+    if g.rec.free_requested(addr).is_err() {
+        return; // an unknown pointer: counted by the recorder
+    }
+    let mut events = Vec::with_capacity(streams.len());
+    let recorded = g.rec.with_device(|d| {
+        for &s in streams {
+            match d.record_event(s) {
+                Some(e) => events.push(e),
+                None => return false,
+            }
+        }
+        true
+    });
+    if !recorded {
+        // No event could be made: wait for the device, then the block is free.
+        g.rec.with_device(|d| {
+            events.iter().for_each(|&e| d.destroy_event(e));
+            d.synchronize();
+        });
+        let _ = g.rec.free_completed(addr);
+        return;
+    }
+    let mut p = PENDING.lock();
+    p.push(PendingFree { device: g.device, addr, events });
+    PENDING_N.store(p.len(), Ordering::Relaxed);
+}
+
+/// Completes the pending frees of `g`'s device whose events are done (`wait`: waits for all
+/// of them first). Returns how many completed.
+fn complete_pending(g: &Global, wait: bool) -> usize {
+    let done: Vec<PendingFree> = {
+        let mut p = PENDING.lock();
+        let mut done = Vec::new();
+        let mut i = 0;
+        while i < p.len() {
+            let ready = p[i].device == g.device
+                && g.rec.with_device(|d| {
+                    p[i].events.iter().all(|&e| {
+                        if wait {
+                            d.wait_event(e);
+                        }
+                        d.event_done(e)
+                    })
+                });
+            if ready {
+                done.push(p.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        PENDING_N.store(p.len(), Ordering::Relaxed);
+        done
+    };
+    for f in &done {
+        g.rec.with_device(|d| f.events.iter().for_each(|&e| d.destroy_event(e)));
+        let _ = g.rec.free_completed(f.addr);
+    }
+    done.len()
+}
+
+/// `torch.cuda.empty_cache()` (PyTorch's `set_reset_fn`): every device's cache.
 #[no_mangle]
 pub extern "C" fn alloctrace_empty_cache() {
     let _ = catch_unwind(|| {
-        if let Some(Some(g)) = GLOBAL.get() {
-            g.rec.empty_cache();
+        for g in started() {
+            if g.torch.is_none() {
+                complete_pending(g, true);
+                g.rec.empty_cache();
+            }
         }
     });
+}
+
+/// What the default back-end knows of PyTorch's allocator, to turn its trace entries into
+/// events: the ids of live blocks, segment pools, reserved and allocated bytes (for an OOM),
+/// and the release burst in progress (PyTorch does not trace `empty_cache()`: a run of segment
+/// frees is one [`Event::CacheRelease`], of cause `OomRetry` when an OOM follows it).
+struct TorchState {
+    config: AllocatorConfig,
+    live: HashMap<u64, (u64, u64)>,
+    next_id: u64,
+    segment_pools: HashMap<u64, Pool>,
+    reserved: u64,
+    allocated: u64,
+    burst: Option<(u64, u32)>,
+}
+
+impl TorchState {
+    fn new(config: AllocatorConfig) -> Self {
+        TorchState {
+            config,
+            live: HashMap::new(),
+            next_id: 0,
+            segment_pools: HashMap::new(),
+            reserved: 0,
+            allocated: 0,
+            burst: None,
+        }
+    }
+}
+
+/// The actions of PyTorch's trace entries, as `alloctrace_torch_entry` numbers them.
+pub mod torch_action {
+    pub const ALLOC: i32 = 0;
+    pub const FREE_REQUESTED: i32 = 1;
+    pub const FREE_COMPLETED: i32 = 2;
+    pub const SEGMENT_ALLOC: i32 = 3;
+    pub const SEGMENT_FREE: i32 = 4;
+    pub const SEGMENT_MAP: i32 = 5;
+    pub const SEGMENT_UNMAP: i32 = 6;
+    pub const SNAPSHOT: i32 = 7;
+    pub const OOM: i32 = 8;
+}
+
+/// A block's pool as PyTorch chooses it: small for requests of at most 1 MiB (rounded to 512).
+fn request_pool(bytes: u64) -> Pool {
+    if bytes.div_ceil(512).saturating_mul(512) <= crate::engine::config::SMALL_SIZE {
+        Pool::Small
+    } else {
+        Pool::Large
+    }
+}
+
+/// A segment's pool: small segments are exactly 2 MiB; a mapped range that is a whole number of
+/// large pages is large.
+fn segment_pool(st: &TorchState, bytes: u64, expandable: bool) -> Pool {
+    if expandable {
+        let large = st.config.large_segment_size.max(1);
+        if bytes.is_multiple_of(large) {
+            Pool::Large
+        } else {
+            Pool::Small
+        }
+    } else if bytes == crate::engine::config::SMALL_BUFFER {
+        Pool::Small
+    } else {
+        Pool::Large
+    }
+}
+
+/// The default back-end: one entry of PyTorch's allocator trace (`TraceEntry`), forwarded by
+/// the trace tracker of alloctrace's PyTorch helper as it happens. `action` numbers:
+/// [`torch_action`]. For an OOM, `addr` is the device's free memory and `size` the request.
+#[no_mangle]
+pub extern "C" fn alloctrace_torch_entry(action: c_int, device: c_int, addr: u64, size: u64, stream: u64) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let Some(g) = global(device, Backend::Torch) else { return };
+        let Some(t) = &g.torch else { return };
+        let mut st = t.lock();
+        torch_entry(&g.rec, &mut st, action, addr, size, stream);
+    }));
+}
+
+fn torch_entry(rec: &Recorder<AnyDevice>, st: &mut TorchState, action: c_int, addr: u64, size: u64, stream: u64) {
+    use torch_action::*;
+    if !matches!(action, SEGMENT_FREE | SEGMENT_UNMAP) {
+        if let Some((bytes, segments)) = st.burst.take() {
+            let cause = if action == OOM { ReleaseCause::OomRetry } else { ReleaseCause::EmptyCache };
+            rec.record(Event::CacheRelease { cause, bytes, segments });
+        }
+    }
+    match action {
+        ALLOC => {
+            st.next_id += 1;
+            let id = st.next_id;
+            let rounded = crate::engine::round_size(&st.config, size);
+            st.live.insert(addr, (id, rounded));
+            st.allocated = st.allocated.saturating_add(rounded);
+            let pool = request_pool(size);
+            rec.record(Event::Alloc {
+                id,
+                addr,
+                requested_bytes: size,
+                block_bytes: 0,
+                stream,
+                pool,
+                callsite: NO_CALLSITE,
+            });
+        }
+        FREE_REQUESTED => {
+            if let Some(&(id, rounded)) = st.live.get(&addr) {
+                st.allocated = st.allocated.saturating_sub(rounded);
+                rec.record(Event::FreeRequested { id, addr, callsite: NO_CALLSITE });
+            }
+        }
+        FREE_COMPLETED => {
+            if let Some((id, _)) = st.live.remove(&addr) {
+                rec.record(Event::FreeCompleted { id, addr });
+            }
+        }
+        SEGMENT_ALLOC => {
+            let pool = segment_pool(st, size, false);
+            st.segment_pools.insert(addr, pool);
+            st.reserved = st.reserved.saturating_add(size);
+            rec.record(Event::SegmentAlloc { addr, bytes: size, stream, pool });
+        }
+        SEGMENT_MAP => {
+            let pool = segment_pool(st, size, true);
+            st.reserved = st.reserved.saturating_add(size);
+            rec.record(Event::SegmentMap { addr, bytes: size, stream, pool });
+        }
+        SEGMENT_FREE | SEGMENT_UNMAP => {
+            st.reserved = st.reserved.saturating_sub(size);
+            let event = if action == SEGMENT_FREE {
+                let pool = st.segment_pools.remove(&addr).unwrap_or_else(|| segment_pool(st, size, false));
+                Event::SegmentFree { addr, bytes: size, stream, pool }
+            } else {
+                Event::SegmentUnmap { addr, bytes: size, stream, pool: segment_pool(st, size, true) }
+            };
+            rec.record(event);
+            let b = st.burst.get_or_insert((0, 0));
+            b.0 = b.0.saturating_add(size);
+            b.1 += u32::from(action == SEGMENT_FREE);
+        }
+        SNAPSHOT => {}
+        OOM => rec.record(Event::Oom {
+            requested_bytes: size,
+            alloc_bytes: size,
+            device_free_bytes: addr,
+            reserved_bytes: st.reserved,
+            allocated_bytes: st.allocated,
+            limit_bytes: 0,
+            stream,
+        }),
+        _ => {}
+    }
 }
 
 fn mark(kind: MarkKind, label: *const c_char) {
@@ -245,13 +700,13 @@ fn mark(kind: MarkKind, label: *const c_char) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the caller passes a NUL-terminated string.
         let text = unsafe { CStr::from_ptr(label) }.to_string_lossy();
-        if let Some(Some(g)) = GLOBAL.get() {
+        for g in started() {
             g.rec.mark(kind, &text);
         }
     }));
 }
 
-/// Labels a phase of the program.
+/// Labels a phase of the program (in the trace of every device it records).
 #[no_mangle]
 pub extern "C" fn alloctrace_mark(label: *const c_char) {
     mark(MarkKind::Phase, label);
@@ -263,47 +718,76 @@ pub extern "C" fn alloctrace_mark_iteration(label: *const c_char) {
     mark(MarkKind::Iteration, label);
 }
 
-/// Events dropped so far (0 before the recorder started).
+/// Events dropped so far, over every device (0 before a recorder started): events that did not
+/// reach the queue, and events whose chunk did not reach the file. After
+/// [`alloctrace_shutdown`], the exact count the status file gives (what the file holds).
 #[no_mangle]
 pub extern "C" fn alloctrace_dropped() -> u64 {
-    catch_unwind(|| GLOBAL.get().and_then(|g| g.as_ref()).map_or(0, |g| g.rec.dropped_events())).unwrap_or(0)
+    catch_unwind(|| {
+        started()
+            .map(|g| match g.summary.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                Some(s) => s.writer.events_dropped,
+                None => g.rec.dropped_events(),
+            })
+            .sum()
+    })
+    .unwrap_or(0)
 }
 
-/// Writes the last events and the trailer. Returns 0 when every event reached the trace,
-/// 1 when some were dropped or writing failed, 2 when no recorder ran. Idempotent: later
-/// calls return the first result. Allocations keep working afterwards (unrecorded).
+/// Writes the last events and the trailer of every device's trace. Returns 0 when every event
+/// reached the traces, 1 when some were dropped or writing failed, 2 when no recorder ran (or
+/// in a forked child). Idempotent: later calls return the first result. Allocations keep
+/// working afterwards (unrecorded).
 #[no_mangle]
 pub extern "C" fn alloctrace_shutdown() -> c_int {
     catch_unwind(|| {
-        let Some(Some(g)) = GLOBAL.get() else {
-            return 2;
-        };
-        if g.pid != std::process::id() {
-            return 2; // a forked child: the trace is the parent's to close
-        }
-        let mut slot = SUMMARY.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.is_none() {
-            let s = g.rec.finish();
-            if let Some(path) = env("ALLOCTRACE_STATUS") {
-                let _ = std::fs::write(path, status_text(&s, &g.rec));
+        let mut result = 2;
+        for g in started() {
+            if g.pid != std::process::id() {
+                return 2; // a forked child: the traces are the parent's to close
             }
-            *slot = Some(s);
+            let mut slot = g.summary.lock().unwrap_or_else(|e| e.into_inner());
+            if slot.is_none() {
+                if g.torch.is_none() {
+                    complete_pending(g, true);
+                }
+                let s = g.rec.finish();
+                if let Some(dir) = env("ALLOCTRACE_STATUS") {
+                    write_status(Path::new(&dir), g.device, &status_text(&s, g));
+                }
+                *slot = Some(s);
+            }
+            let w = slot.as_ref().map(|s| s.writer.clone()).unwrap_or_default();
+            let lost = w.events_dropped > 0 || w.error.is_some() || !w.complete;
+            result = if lost { 1 } else { result.min(0) };
         }
-        let s = slot.as_ref().map(|s| s.writer.clone()).unwrap_or_default();
-        if s.events_dropped > 0 || s.error.is_some() || !s.complete {
-            1
-        } else {
-            0
-        }
+        result
     })
     .unwrap_or(1)
 }
 
-fn status_text(s: &RecordSummary, rec: &Recorder<AnyDevice>) -> String {
+/// Writes `text` to a new file in the status folder `dir` (`status.<pid>.<device>`): created
+/// new with mode 0600, so a link planted there is never followed and nothing is overwritten.
+fn write_status(dir: &Path, device: c_int, text: &str) {
+    use std::io::Write;
+    let path = dir.join(format!("status.{}.{device}", std::process::id()));
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+    match o.open(&path) {
+        Ok(mut f) => {
+            let _ = f.write_all(text.as_bytes());
+        }
+        Err(e) => eprintln!("alloctrace: cannot write the status file {}: {e}", path.display()),
+    }
+}
+
+fn status_text(s: &RecordSummary, g: &Global) -> String {
     #[allow(unused_mut)]
     let mut device_errors = String::new();
     #[cfg(feature = "cuda")]
-    rec.with_device(|d| {
+    g.rec.with_device(|d| {
         if let AnyDevice::Cuda(c) = d {
             let (msgs, n) = c.errors();
             if n > 0 {
@@ -311,12 +795,14 @@ fn status_text(s: &RecordSummary, rec: &Recorder<AnyDevice>) -> String {
             }
         }
     });
-    #[cfg(not(feature = "cuda"))]
-    let _ = rec;
     let w = &s.writer;
+    let p = placement(g.device);
+    let opt = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or_default();
     format!(
-        "path={}\nevents={}\nevents_written={}\nevents_dropped={}\ntrace_bytes={}\ncomplete={}\nerror={}\nfree_errors={}\ndevice_errors={}\nwaited_ns={}\n",
+        "path={}\ndevice={}\nrank={}\nevents={}\nevents_written={}\nevents_dropped={}\ntrace_bytes={}\ncomplete={}\nerror={}\nfree_errors={}\ndevice_errors={}\nwaited_ns={}\n",
         s.path.display(),
+        g.device,
+        opt(p.rank),
         s.events,
         w.events_written,
         w.events_dropped,
@@ -327,6 +813,26 @@ fn status_text(s: &RecordSummary, rec: &Recorder<AnyDevice>) -> String {
         device_errors,
         s.waited_ns
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_paths_per_rank_device_and_pattern() {
+        let none = Placement::default();
+        let r1 = Placement { rank: Some(1), local_rank: Some(1), world_size: Some(2), device_index: Some(1) };
+        let p = |base: &str, pl: &Placement, d: c_int, primary: bool| trace_path(base, pl, d, primary);
+        assert_eq!(p("run.atrace", &none, 0, true), PathBuf::from("run.atrace"));
+        assert_eq!(p("out/run.atrace", &r1, 1, true), PathBuf::from("out/run.rank1.atrace"));
+        assert_eq!(p("out/run.atrace", &r1, 3, false), PathBuf::from("out/run.rank1.dev3.atrace"));
+        assert_eq!(p("run.atrace", &none, 2, false), PathBuf::from("run.dev2.atrace"));
+        assert_eq!(p("run", &r1, 1, true), PathBuf::from("run.rank1"));
+        assert_eq!(p("t/{rank}-{local_rank}-gpu{device}.atrace", &r1, 1, true), PathBuf::from("t/1-1-gpu1.atrace"));
+        assert_eq!(p("t/r{rank}.atrace", &r1, 2, false), PathBuf::from("t/r1.dev2.atrace"));
+        assert_eq!(p("t/r{rank}.atrace", &none, 0, true), PathBuf::from("t/r0.atrace"));
+    }
 }
 
 /// Python call sites for `ALLOCTRACE_STACKS=1`, read through CPython's C API found with

@@ -10,6 +10,7 @@ pub mod import;
 pub mod leaks;
 pub mod plot;
 pub mod record;
+pub mod record_history;
 pub mod replay;
 pub mod report;
 pub mod summary;

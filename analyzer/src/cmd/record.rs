@@ -1,8 +1,11 @@
-//! `alloctrace record -o run.atrace [--conf ...] [--capacity ...] [--stacks] -- python train.py`
+//! `alloctrace record -o run.atrace [--allocator pytorch|alloctrace] [--conf ...] [--capacity ...] [--stacks] -- python train.py`
 //!
-//! Runs the program with alloctrace's recording allocator installed in PyTorch: the Python shim
-//! (compiled into the recorder crate) is written to a temporary folder that goes first on
+//! Runs the program with alloctrace's recorder installed in PyTorch: the Python shim (compiled
+//! into the recorder crate) is written to a fresh private folder that goes first on
 //! `PYTHONPATH`, and the environment tells it where the recorder's cdylib is and how to record.
+//! By default PyTorch's own allocator runs the job and its events are streamed into the trace;
+//! `--allocator alloctrace` runs alloctrace's engine instead. Each process and device of the
+//! job writes a trace of its own (`NAME.rank{R}.atrace` under `torchrun`).
 //! The program's output is its own; the exit code is the child's (128 + signal when killed).
 //! Afterwards the trace is read back and one summary line goes to stderr, with a warning when
 //! events were dropped (full disk, unwritable path) or the trace is incomplete.
@@ -30,7 +33,15 @@ pub struct RecordOptions {
     pub command: Vec<String>,
     /// No summary line.
     pub quiet: bool,
+    /// Which allocator runs the job.
+    pub allocator: Allocator,
+    /// Turns PyTorch's history, dumped where the default back-end's helper could not be used,
+    /// into traces (`history folder, output, capacity`): one line each. The CLI's importer.
+    pub convert_history: Option<ConvertHistory>,
 }
+
+/// See [`RecordOptions::convert_history`].
+pub type ConvertHistory = fn(&Path, &Path, Option<&str>) -> Vec<String>;
 
 /// File names the recorder's cdylib may have.
 const LIB_NAMES: [&str; 2] = ["liballoctrace_recorder.so", "librecorder.so"];
@@ -66,6 +77,103 @@ pub fn find_lib(explicit: Option<&Path>) -> Result<PathBuf> {
     )
 }
 
+/// Which allocator runs the job.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Allocator {
+    /// PyTorch's own caching allocator: the job runs exactly as natively, its events are
+    /// streamed into the trace (a small helper built at first use), or, without a compiler,
+    /// PyTorch's history is converted at exit.
+    #[default]
+    Pytorch,
+    /// alloctrace's engine, through PyTorch's pluggable allocator: a policy runs for real, and
+    /// splits and merges are recorded live.
+    Alloctrace,
+}
+
+impl Allocator {
+    fn env_value(self) -> &'static str {
+        match self {
+            Allocator::Pytorch => "pytorch",
+            Allocator::Alloctrace => "alloctrace",
+        }
+    }
+}
+
+/// The private folder of one `record` run: a fresh directory with a random name, mode 0700,
+/// created with `mkdir` (never an existing one, never through a link), holding the Python shim,
+/// the recorders' status files and PyTorch's history when that is the fallback. Removed when
+/// dropped.
+struct RunDir(PathBuf);
+
+impl RunDir {
+    fn create() -> Result<Self> {
+        use std::hash::{BuildHasher, Hasher};
+        let base = std::env::temp_dir();
+        let mut last = None;
+        for attempt in 0..64u64 {
+            // Random per process (the OS seeds RandomState); the name need not be secret: the
+            // folder is created new and only its owner may enter it.
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(attempt);
+            h.write_u32(std::process::id());
+            h.write_u128(
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos(),
+            );
+            let dir = base.join(format!("alloctrace-record-{:016x}", h.finish()));
+            let mut b = std::fs::DirBuilder::new();
+            #[cfg(unix)]
+            std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+            match b.create(&dir) {
+                Ok(()) => {
+                    let d = RunDir(dir);
+                    d.check()?;
+                    for sub in ["python", "status", "history"] {
+                        b.create(d.0.join(sub))
+                            .with_context(|| format!("cannot create {}", d.0.join(sub).display()))?;
+                    }
+                    return Ok(d);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot create a private folder in {}", base.display()))
+                }
+            }
+        }
+        Err(anyhow::anyhow!("cannot create a private folder in {}: {last:?}", base.display()))
+    }
+
+    /// The folder is a directory (not a link), ours, and closed to everyone else.
+    fn check(&self) -> Result<()> {
+        let m = std::fs::symlink_metadata(&self.0).with_context(|| format!("cannot inspect {}", self.0.display()))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::{MetadataExt, PermissionsExt};
+            // SAFETY: getuid has no preconditions.
+            let uid = unsafe { getuid() };
+            if !m.file_type().is_dir() || m.uid() != uid || m.permissions().mode() & 0o077 != 0 {
+                bail!("refusing the private folder {}: not a directory of ours closed to others", self.0.display());
+            }
+        }
+        #[cfg(not(unix))]
+        if !m.file_type().is_dir() {
+            bail!("refusing the private folder {}: not a directory", self.0.display());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(unix)]
+extern "C" {
+    fn getuid() -> u32;
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        // remove_dir_all does not follow links inside the folder.
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Runs the program under the recorder; returns its exit code.
 pub fn run(opts: &RecordOptions) -> Result<i32> {
     let Some((program, args)) = opts.command.split_first() else {
@@ -83,10 +191,11 @@ pub fn run(opts: &RecordOptions) -> Result<i32> {
         }
     }
     let lib = find_lib(opts.lib.as_deref())?;
-    let tmp = std::env::temp_dir().join(format!("alloctrace-record-{}", std::process::id()));
-    let shim_dir = tmp.join("python");
+    let run_dir = RunDir::create()?;
+    let shim_dir = run_dir.0.join("python");
     shim::write_shim(&shim_dir).with_context(|| format!("cannot write the Python shim to {}", shim_dir.display()))?;
-    let status_path = tmp.join("status");
+    let status_dir = run_dir.0.join("status");
+    let history_dir = run_dir.0.join("history");
 
     let mut pythonpath = std::ffi::OsString::from(&shim_dir);
     if let Some(old) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
@@ -98,10 +207,16 @@ pub fn run(opts: &RecordOptions) -> Result<i32> {
         .env("PYTHONPATH", pythonpath)
         .env("ALLOCTRACE_LIB", &lib)
         .env("ALLOCTRACE_OUTPUT", &output)
-        .env("ALLOCTRACE_STATUS", &status_path)
+        .env("ALLOCTRACE_STATUS", &status_dir)
+        .env("ALLOCTRACE_HISTORY_DIR", &history_dir)
+        .env("ALLOCTRACE_ALLOCATOR", opts.allocator.env_value())
         .env("ALLOCTRACE_STACKS", if opts.stacks { "1" } else { "0" });
     if let Some(c) = &opts.conf {
         cmd.env("ALLOCTRACE_CONF", c);
+        if opts.allocator == Allocator::Pytorch {
+            // PyTorch's allocator runs the job: the settings are its own.
+            cmd.env("PYTORCH_CUDA_ALLOC_CONF", c);
+        }
     }
     if let Some(c) = &opts.capacity {
         cmd.env("ALLOCTRACE_CAPACITY", c);
@@ -109,10 +224,31 @@ pub fn run(opts: &RecordOptions) -> Result<i32> {
     let status = cmd.status().with_context(|| format!("cannot run {program}"))?;
     let code = exit_code(status);
 
-    let recorder_status = std::fs::read_to_string(&status_path).ok();
-    let _ = std::fs::remove_dir_all(&tmp);
+    let mut statuses: Vec<String> = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(&status_dir) {
+        let mut names: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        names.sort();
+        statuses = names.iter().filter_map(|p| std::fs::read_to_string(p).ok()).collect();
+    }
+    let converted = match opts.convert_history {
+        Some(convert) => convert(&history_dir, &output, opts.capacity.as_deref()),
+        None if std::fs::read_dir(&history_dir).is_ok_and(|mut d| d.next().is_some()) => {
+            vec!["alloctrace: PyTorch's allocator history was kept, but converting it needs the alloctrace CLI".into()]
+        }
+        None => Vec::new(),
+    };
+    drop(run_dir);
     if !opts.quiet {
-        eprintln!("{}", summary(&output, recorder_status.as_deref()));
+        if statuses.is_empty() && converted.is_empty() {
+            eprintln!("{}", summary(&output, None));
+        }
+        for s in &statuses {
+            let path = status_field(s, "path").map(PathBuf::from).unwrap_or_else(|| output.clone());
+            eprintln!("{}", summary(&path, Some(s)));
+        }
+        for line in &converted {
+            eprintln!("{line}");
+        }
     }
     Ok(code)
 }
@@ -211,6 +347,50 @@ pub fn summary(output: &Path, recorder_status: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The shim goes to a fresh folder of random name, mode 0700, made by this run and removed
+    /// after it; a folder planted under the old predictable name (with a `json.py` that would
+    /// run inside the job) is neither used nor touched.
+    #[cfg(unix)]
+    #[test]
+    fn the_shim_folder_is_fresh_private_and_removed() {
+        use std::os::unix::fs::PermissionsExt;
+        let planted = std::env::temp_dir().join(format!("alloctrace-record-{}", std::process::id()));
+        std::fs::create_dir_all(planted.join("python")).unwrap();
+        std::fs::write(planted.join("python/json.py"), "raise SystemExit('planted code ran')\n").unwrap();
+
+        let (a, b) = (RunDir::create().unwrap(), RunDir::create().unwrap());
+        assert_ne!(a.0, b.0);
+        for d in [&a, &b] {
+            let m = std::fs::symlink_metadata(&d.0).unwrap();
+            assert!(m.is_dir() && m.permissions().mode() & 0o777 == 0o700, "{:o}", m.permissions().mode());
+        }
+        // A file planted in the shim folder is never overwritten or followed.
+        std::os::unix::fs::symlink(planted.join("python/json.py"), a.0.join("python/sitecustomize.py")).unwrap();
+        assert!(shim::write_shim(&a.0.join("python")).is_err());
+        assert!(std::fs::read_to_string(planted.join("python/json.py")).unwrap().contains("planted"));
+        let path = a.0.clone();
+        drop(a);
+        assert!(!path.exists(), "removed afterwards");
+
+        // A whole run: the program sees the fresh folder first on PYTHONPATH, and it is gone after.
+        let out = std::env::temp_dir().join(format!("alloctrace-shimtest-{}.txt", std::process::id()));
+        let opts = RecordOptions {
+            output: out.with_extension("atrace"),
+            lib: Some(PathBuf::from("/bin/sh")),
+            command: vec!["sh".into(), "-c".into(), format!("echo \"$PYTHONPATH\" > {}", out.display())],
+            quiet: true,
+            ..Default::default()
+        };
+        assert_eq!(run(&opts).unwrap(), 0);
+        let seen = std::fs::read_to_string(&out).unwrap();
+        let first = PathBuf::from(seen.trim().split(':').next().unwrap());
+        assert!(first.ends_with("python") && first.parent().unwrap() != planted, "{seen}");
+        assert!(!first.exists(), "the run's folder is removed");
+        assert!(planted.join("python/json.py").exists(), "the planted folder is left alone");
+        let _ = std::fs::remove_dir_all(&planted);
+        let _ = std::fs::remove_file(&out);
+    }
 
     /// The closing line reports what the recorder's status file says went wrong, and how long
     /// the program waited for the writer (only when it matters: from a millisecond).

@@ -299,4 +299,50 @@ impl Device for CudaDevice {
         let r = unsafe { sys::cuCtxSynchronize() };
         self.note("cuCtxSynchronize", r);
     }
+
+    fn record_event(&mut self, stream: u64) -> Option<u64> {
+        self.make_current();
+        let mut ev = std::ptr::null_mut();
+        // SAFETY: valid out-pointer, current context; `stream` is a live stream handle of this
+        // context (PyTorch passes the stream of `record_stream`).
+        unsafe {
+            let r = sys::cuEventCreate(&mut ev, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32);
+            if self.note("cuEventCreate", r) {
+                return None;
+            }
+            let r = sys::cuEventRecord(ev, stream as sys::CUstream);
+            if self.note("cuEventRecord", r) {
+                let r = sys::cuEventDestroy_v2(ev);
+                self.note("cuEventDestroy", r);
+                return None;
+            }
+        }
+        Some(ev as u64)
+    }
+
+    fn event_done(&mut self, event: u64) -> bool {
+        self.make_current();
+        // SAFETY: `event` came from `record_event` and is not destroyed yet.
+        let r = unsafe { sys::cuEventQuery(event as sys::CUevent) };
+        if r == sys::CUresult::CUDA_ERROR_NOT_READY {
+            return false;
+        }
+        // An error other than "not ready" will not get better: count it and let the block go.
+        self.note("cuEventQuery", r);
+        true
+    }
+
+    fn wait_event(&mut self, event: u64) {
+        self.make_current();
+        // SAFETY: as in `event_done`.
+        let r = unsafe { sys::cuEventSynchronize(event as sys::CUevent) };
+        self.note("cuEventSynchronize", r);
+    }
+
+    fn destroy_event(&mut self, event: u64) {
+        self.make_current();
+        // SAFETY: as in `event_done`; destroyed once.
+        let r = unsafe { sys::cuEventDestroy_v2(event as sys::CUevent) };
+        self.note("cuEventDestroy", r);
+    }
 }

@@ -33,6 +33,20 @@ pub trait Device {
     }
     /// Waits for all work on all streams (before `empty_cache` releases memory).
     fn synchronize(&mut self) {}
+    /// Records an event on `stream` marking the work queued there so far (`record_stream`:
+    /// a block used on that stream is reusable once the event completes). `None`: no event
+    /// could be made; the caller waits with [`Device::synchronize`] instead.
+    fn record_event(&mut self, _stream: u64) -> Option<u64> {
+        None
+    }
+    /// True once the work before `event` is done (a query that does not wait).
+    fn event_done(&mut self, _event: u64) -> bool {
+        true
+    }
+    /// Waits for `event`.
+    fn wait_event(&mut self, _event: u64) {}
+    /// Destroys an event from [`Device::record_event`].
+    fn destroy_event(&mut self, _event: u64) {}
 }
 
 #[cfg(feature = "cuda")]

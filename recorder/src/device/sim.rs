@@ -40,6 +40,10 @@ pub struct SimDevice {
     pub hints_used: u64,
     /// Segments placed by the fallback allocator while hints were given.
     pub hints_missed: u64,
+    /// Recorded events and whether a query has seen them: a simulated stream finishes its
+    /// work between the first query of an event and the second, so callers see both states.
+    events: BTreeMap<u64, bool>,
+    next_event: u64,
 }
 
 impl SimDevice {
@@ -100,6 +104,29 @@ fn first_fit(live: &BTreeMap<u64, u64>, base: u64, bytes: u64) -> u64 {
 }
 
 impl Device for SimDevice {
+    fn record_event(&mut self, _stream: u64) -> Option<u64> {
+        self.next_event += 1;
+        self.events.insert(self.next_event, false);
+        Some(self.next_event)
+    }
+
+    fn event_done(&mut self, event: u64) -> bool {
+        match self.events.get_mut(&event) {
+            Some(seen) => std::mem::replace(seen, true),
+            None => true,
+        }
+    }
+
+    fn wait_event(&mut self, event: u64) {
+        if let Some(seen) = self.events.get_mut(&event) {
+            *seen = true;
+        }
+    }
+
+    fn destroy_event(&mut self, event: u64) {
+        self.events.remove(&event);
+    }
+
     fn alloc_segment(&mut self, bytes: u64, _stream: u64) -> Option<u64> {
         if bytes == 0 || !self.fits(bytes) {
             return None;

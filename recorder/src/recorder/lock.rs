@@ -35,7 +35,7 @@ pub(crate) struct Guard<'a, T> {
 }
 
 impl<T> Lock<T> {
-    pub fn new(value: T) -> Self {
+    pub const fn new(value: T) -> Self {
         Lock { locked: AtomicBool::new(false), value: UnsafeCell::new(value) }
     }
 
@@ -63,6 +63,22 @@ impl<T> Lock<T> {
                 _ => std::thread::sleep(Duration::from_micros(20)),
             }
         }
+    }
+
+    /// Takes the lock and keeps it until [`Lock::force_unlock`] (for `fork`: held across it,
+    /// so that no thread is inside the critical section when the process is copied).
+    pub fn lock_and_keep(&self) {
+        std::mem::forget(self.lock());
+    }
+
+    /// Gives back a lock kept by [`Lock::lock_and_keep`], first running `f` on the value.
+    ///
+    /// # Safety
+    /// The caller took the lock with `lock_and_keep` and no guard exists.
+    pub unsafe fn force_unlock(&self, f: impl FnOnce(&mut T)) {
+        // SAFETY: the caller holds the lock (kept by `lock_and_keep`), so this is the only access.
+        f(unsafe { &mut *self.value.get() });
+        self.locked.store(false, Ordering::Release);
     }
 
     pub fn try_lock(&self) -> Option<Guard<'_, T>> {

@@ -26,7 +26,7 @@
 
 mod batch;
 mod clock;
-mod lock;
+pub(crate) mod lock;
 pub mod replay;
 pub mod shim;
 mod writer;
@@ -76,6 +76,8 @@ pub struct RecorderOptions {
     /// Timestamps from the time stamp counter where it is reliable (see [`ClockSource`]);
     /// false: always `CLOCK_MONOTONIC`.
     pub use_tsc: bool,
+    /// The device and rank the trace is of (the header's placement).
+    pub placement: crate::trace::Placement,
 }
 
 impl RecorderOptions {
@@ -93,6 +95,7 @@ impl RecorderOptions {
             flush_interval: Duration::from_millis(100),
             full_queue_yield: FULL_QUEUE_YIELD,
             use_tsc: true,
+            placement: crate::trace::Placement::default(),
         }
     }
 }
@@ -177,6 +180,9 @@ pub(crate) struct Shared {
     /// Nanoseconds allocating threads spent waiting for room in the writer's queue.
     pub waited_ns: AtomicU64,
     pub clock: clock::Clock,
+    /// The trace writer's count of events whose chunk never reached the file (set once the
+    /// file is open).
+    pub lost: std::sync::OnceLock<Arc<AtomicU64>>,
 }
 
 /// How long an allocating thread yields to a starved writer before dropping a batch (default).
@@ -312,9 +318,15 @@ impl<D: Device + Send + 'static> Recorder<D> {
         header.pid = std::process::id();
         header.command_line = opts.command_line.clone();
         header.notes = opts.notes.clone();
+        header.placement = opts.placement;
         header.notes.push(format!("clock: {}", clock.source().describe()));
 
-        let shared = Arc::new(Shared { dropped: AtomicU64::new(0), waited_ns: AtomicU64::new(0), clock });
+        let shared = Arc::new(Shared {
+            dropped: AtomicU64::new(0),
+            waited_ns: AtomicU64::new(0),
+            clock,
+            lost: std::sync::OnceLock::new(),
+        });
         let (tx, rx) = mpsc::sync_channel(opts.queue_batches.max(1));
         let (spare_tx, spare_rx) = mpsc::sync_channel(opts.queue_batches.max(1));
         let batch = opts.batch_events.max(1);
@@ -438,6 +450,47 @@ impl<D: Device + Send + 'static> Recorder<D> {
         self.enter().engine.sink_mut().event(Event::Mark { kind, text: text.to_string() });
     }
 
+    /// Writes an event that did not come from the engine (the events of another allocator, e.g.
+    /// PyTorch's own, forwarded as they happen), at the current time.
+    pub fn record(&self, event: Event) {
+        self.enter().engine.sink_mut().event(event);
+    }
+
+    /// Before `fork`: takes the lock and keeps it, so that the child gets a consistent copy.
+    /// Then exactly one of [`Recorder::after_fork_in_parent`] (in the parent) or
+    /// [`Recorder::after_fork_in_child`] (in the child) must follow.
+    pub fn before_fork(&self) {
+        self.inner.lock_and_keep();
+    }
+
+    /// After `fork`, in the parent: gives the lock back.
+    ///
+    /// # Safety
+    /// Only after [`Recorder::before_fork`], once.
+    pub unsafe fn after_fork_in_parent(&self) {
+        // SAFETY: `before_fork` kept the lock.
+        unsafe { self.inner.force_unlock(|_| {}) };
+    }
+
+    /// After `fork`, in the child: the child records nothing. Its copy of the recorder has no
+    /// writer thread, so handing it batches would only fill the queue and make every
+    /// allocation wait for a writer that does not exist; events are discarded instead. The
+    /// allocator keeps working (on the child's copy of its state). Gives the lock back.
+    ///
+    /// # Safety
+    /// Only after [`Recorder::before_fork`], once, in the child.
+    pub unsafe fn after_fork_in_child(&self) {
+        // SAFETY: `before_fork` kept the lock (copied into the child taken).
+        unsafe {
+            self.inner.force_unlock(|g| {
+                let s = g.engine.sink_mut();
+                s.buf.clear();
+                s.closed = true;
+                s.batch = 0;
+            })
+        };
+    }
+
     /// Interns a call site (innermost frame first); the first use writes its definition.
     pub fn callsite(&self, frames: Vec<Frame>) -> CallSite {
         let mut g = self.enter();
@@ -477,9 +530,11 @@ impl<D: Device + Send + 'static> Recorder<D> {
         f(self.inner.lock().engine.device_mut())
     }
 
-    /// Events dropped so far (full queue, write errors).
+    /// Events dropped so far (full queue, write errors, chunks that did not reach the file).
+    /// After [`Recorder::finish`], the summary's count is the exact one.
     pub fn dropped_events(&self) -> u64 {
-        self.shared.dropped.load(Ordering::Relaxed)
+        let lost = self.shared.lost.get().map_or(0, |l| l.load(Ordering::Relaxed));
+        self.shared.dropped.load(Ordering::Relaxed) + lost
     }
 
     /// Events produced so far (written, queued or dropped).
@@ -531,6 +586,7 @@ impl<D: Device + Send + 'static> Recorder<D> {
             s.batch = 0;
             (s.produced(), g.free_errors, last, handle)
         };
+        let handle_was_running = handle.is_some();
         let writer = match handle {
             Some(h) => {
                 // Queued behind every earlier batch, so the trace keeps the events' order.
@@ -545,6 +601,10 @@ impl<D: Device + Send + 'static> Recorder<D> {
             }
             None => WriterOutcome { error: Some("already finished".into()), ..Default::default() },
         };
+        let mut writer = writer;
+        if writer.error.is_some() && handle_was_running {
+            writer.count_what_the_file_holds(&self.path, produced);
+        }
         let waited_ns = self.shared.waited_ns.load(Ordering::Relaxed);
         RecordSummary { path: self.path.clone(), events: produced, writer, free_errors, waited_ns }
     }

@@ -10,10 +10,24 @@ pub const SITECUSTOMIZE_PY: &str = include_str!("../../python/sitecustomize.py")
 /// `recorder/python/alloctrace_hook.py`.
 pub const HOOK_PY: &str = include_str!("../../python/alloctrace_hook.py");
 
-/// Writes the shim's files into `dir` (which then goes first on `PYTHONPATH`).
+/// `recorder/python/alloctrace_torch_helper.cpp`: the default back-end's PyTorch extension.
+pub const HELPER_CPP: &str = include_str!("../../python/alloctrace_torch_helper.cpp");
+
+/// Writes the shim's files into `dir` (an existing folder, which then goes first on
+/// `PYTHONPATH`). Each file is created new (mode 0600): an existing file or a link planted in
+/// the folder is an error, never overwritten or followed.
 pub fn write_shim(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("sitecustomize.py"), SITECUSTOMIZE_PY)?;
-    std::fs::write(dir.join("alloctrace_hook.py"), HOOK_PY)?;
+    use std::io::Write;
+    for (name, text) in [
+        ("sitecustomize.py", SITECUSTOMIZE_PY),
+        ("alloctrace_hook.py", HOOK_PY),
+        ("alloctrace_torch_helper.cpp", HELPER_CPP),
+    ] {
+        let mut o = std::fs::OpenOptions::new();
+        o.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+        o.open(dir.join(name))?.write_all(text.as_bytes())?;
+    }
     Ok(())
 }

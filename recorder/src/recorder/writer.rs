@@ -39,6 +39,28 @@ pub struct WriterOutcome {
     pub complete: bool,
 }
 
+impl WriterOutcome {
+    /// After a write error the counts kept while writing are estimates (a failed flush may
+    /// still have put part of its chunks in the file, and the bytes of frames buffered at the
+    /// failure never arrived): read the file back and count what a reader gets, so that the
+    /// summary says exactly what the trace holds. `produced` is every event the recorder made.
+    pub(crate) fn count_what_the_file_holds(&mut self, path: &std::path::Path, produced: u64) {
+        let mut held = 0u64;
+        if let Ok(mut r) = crate::trace::TraceReader::open(path) {
+            for rec in r.by_ref() {
+                // The writer's own loss reports are not events of the program.
+                if !matches!(rec.event, Event::Dropped { .. }) {
+                    held += 1;
+                }
+            }
+        }
+        self.events_written = held;
+        self.events_dropped = produced.saturating_sub(held);
+        self.trace_bytes = std::fs::metadata(path).map_or(0, |m| m.len());
+        self.complete = false;
+    }
+}
+
 /// See [`Writer::pull`].
 pub(crate) type Pull = Box<dyn Fn(&Receiver<Msg>) -> (Vec<Msg>, Batch) + Send>;
 
@@ -101,6 +123,7 @@ impl Writer {
                 let _ = w.compress_in_background();
                 st.bytes = w.bytes_written();
                 st.lost = Some(w.lost_counter());
+                let _ = self.shared.lost.set(w.lost_counter());
                 st.out = Some(w);
             }
             Err(e) => st.fail(format!("cannot create {}: {e}", self.path.display())),

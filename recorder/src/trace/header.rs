@@ -29,7 +29,12 @@ impl Source {
 }
 
 /// Metadata at the start of every trace.
-#[derive(Encode, Decode, Serialize, Clone, Debug, PartialEq)]
+///
+/// Encoded field by field in declaration order (bincode 2, standard configuration), then
+/// [`Placement`] only when any of it is known: a header without it has exactly the bytes of the
+/// first version, and a reader that stops after `notes` ignores it (the payload's length is
+/// in its frame).
+#[derive(Serialize, Clone, Debug, PartialEq)]
 pub struct Header {
     /// Version of the alloctrace that wrote the trace.
     pub tool_version: String,
@@ -52,7 +57,72 @@ pub struct Header {
     pub command_line: Vec<String>,
     /// Free-text notes from the writer, e.g. that an imported ring buffer had overflowed.
     pub notes: Vec<String>,
+    /// Which device and which rank of a distributed job the trace is of (appended field).
+    pub placement: Placement,
 }
+
+/// Where in a job a trace was taken: the CUDA device, and for a distributed job (`torchrun`:
+/// `RANK`, `LOCAL_RANK`, `WORLD_SIZE`) the process's rank. `None` = unknown.
+#[derive(Encode, Decode, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    pub device_index: Option<u32>,
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    pub world_size: Option<u32>,
+}
+
+impl Placement {
+    pub fn is_known(&self) -> bool {
+        *self != Placement::default()
+    }
+}
+
+impl Encode for Header {
+    fn encode<E: bincode::enc::Encoder>(&self, e: &mut E) -> Result<(), bincode::error::EncodeError> {
+        self.tool_version.encode(e)?;
+        self.source.encode(e)?;
+        self.device_name.encode(e)?;
+        self.device_total_bytes.encode(e)?;
+        self.alloc_conf.encode(e)?;
+        self.config.encode(e)?;
+        self.capacity_bytes.encode(e)?;
+        self.clock_origin_unix_ns.encode(e)?;
+        self.pid.encode(e)?;
+        self.command_line.encode(e)?;
+        self.notes.encode(e)?;
+        if self.placement.is_known() {
+            self.placement.encode(e)?;
+        }
+        Ok(())
+    }
+}
+
+impl<C> Decode<C> for Header {
+    fn decode<D: bincode::de::Decoder<Context = C>>(d: &mut D) -> Result<Self, bincode::error::DecodeError> {
+        use bincode::de::read::Reader;
+        let mut h = Header {
+            tool_version: Decode::decode(d)?,
+            source: Decode::decode(d)?,
+            device_name: Decode::decode(d)?,
+            device_total_bytes: Decode::decode(d)?,
+            alloc_conf: Decode::decode(d)?,
+            config: Decode::decode(d)?,
+            capacity_bytes: Decode::decode(d)?,
+            clock_origin_unix_ns: Decode::decode(d)?,
+            pid: Decode::decode(d)?,
+            command_line: Decode::decode(d)?,
+            notes: Decode::decode(d)?,
+            placement: Placement::default(),
+        };
+        // Headers written before the field, or with nothing known, end here.
+        if d.reader().peek_read(1).is_some() {
+            h.placement = Decode::decode(d)?;
+        }
+        Ok(h)
+    }
+}
+
+bincode::impl_borrow_decode!(Header);
 
 impl Header {
     /// A header with the current tool version and nothing else known.
@@ -69,6 +139,7 @@ impl Header {
             pid: 0,
             command_line: Vec::new(),
             notes: Vec::new(),
+            placement: Placement::default(),
         }
     }
 }
@@ -97,5 +168,75 @@ impl Header {
             }
         }
         cut
+    }
+}
+
+#[cfg(test)]
+mod placement_tests {
+    use super::*;
+    use crate::trace::TraceReader;
+
+    fn cfg() -> impl bincode::config::Config {
+        bincode::config::standard()
+    }
+
+    /// The header as the first version wrote it, field for field.
+    #[derive(Decode, Debug, PartialEq)]
+    struct HeaderV1 {
+        tool_version: String,
+        source: Source,
+        device_name: String,
+        device_total_bytes: u64,
+        alloc_conf: String,
+        config: AllocatorConfig,
+        capacity_bytes: u64,
+        clock_origin_unix_ns: u64,
+        pid: u32,
+        command_line: Vec<String>,
+        notes: Vec<String>,
+    }
+
+    fn header() -> Header {
+        let mut h = Header::new(Source::Recorded);
+        h.device_name = "GPU".into();
+        h.pid = 7;
+        h.notes = vec!["n".into()];
+        h
+    }
+
+    /// A placement is appended after the first version's fields: 4 options (tag, then varint),
+    /// and a header without one has exactly the first version's bytes.
+    #[test]
+    fn placement_is_appended_only_when_known() {
+        let plain = bincode::encode_to_vec(header(), cfg()).unwrap();
+        let mut h = header();
+        h.placement = Placement { device_index: Some(1), rank: Some(3), local_rank: Some(1), world_size: Some(4) };
+        let placed = bincode::encode_to_vec(&h, cfg()).unwrap();
+        assert_eq!(&placed[..plain.len()], &plain[..]);
+        assert_eq!(&placed[plain.len()..], &[1, 1, 1, 3, 1, 1, 1, 4]);
+        let (back, n) = bincode::decode_from_slice::<Header, _>(&placed, cfg()).unwrap();
+        assert_eq!((back, n), (h.clone(), placed.len()));
+        let (back, _) = bincode::decode_from_slice::<Header, _>(&plain, cfg()).unwrap();
+        assert_eq!(back.placement, Placement::default());
+        // A reader of the first version reads the same fields and stops before the placement.
+        let (v1, n) = bincode::decode_from_slice::<HeaderV1, _>(&placed, cfg()).unwrap();
+        assert_eq!(n, plain.len());
+        assert_eq!((v1.pid, v1.device_name.as_str(), v1.notes), (7, "GPU", vec!["n".to_string()]));
+        let partial = Placement { device_index: Some(0), ..Default::default() };
+        h.placement = partial;
+        let bytes = bincode::encode_to_vec(&h, cfg()).unwrap();
+        assert_eq!(&bytes[plain.len()..], &[1, 0, 0, 0, 0]);
+        assert_eq!(bincode::decode_from_slice::<Header, _>(&bytes, cfg()).unwrap().0.placement, partial);
+    }
+
+    /// The pinned trace of the first version (no placement) still reads, placement unknown.
+    #[test]
+    fn the_first_versions_golden_trace_reads_without_placement() {
+        let hex = include_str!("golden_v1.hex").trim();
+        let bytes: Vec<u8> =
+            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+        let r = TraceReader::new(&bytes[..]).unwrap();
+        assert_eq!(r.header().placement, Placement::default());
+        assert_eq!(r.header().pid, 42);
     }
 }

@@ -1015,9 +1015,13 @@ fn decode_problem(e: &bincode::error::DecodeError) -> String {
 }
 
 /// Decodes the fields of a frame's payload one by one, so that an error names the field and its
-/// byte offset in the file. `$at` is the frame's offset.
+/// byte offset in the file. `$at` is the frame's offset. Fields after `;` were appended in a
+/// later version: a payload that ends before them gives their defaults.
 macro_rules! decode_fields {
-    ($payload:expr, $at:expr, $what:literal, $ty:ident { $($field:ident),* $(,)? }) => {{
+    ($payload:expr, $at:expr, $what:literal, $ty:ident { $($field:ident),* $(,)? }) => {
+        decode_fields!($payload, $at, $what, $ty { $($field),* ; })
+    };
+    ($payload:expr, $at:expr, $what:literal, $ty:ident { $($field:ident),* ; $($later:ident),* $(,)? }) => {{
         let payload: &[u8] = $payload;
         let start = $at + FRAME_HEAD_BYTES;
         let mut pos = 0usize;
@@ -1026,6 +1030,16 @@ macro_rules! decode_fields {
                 let (v, n) = bincode::decode_from_slice(&payload[pos..], cfg()).map_err(|e| TraceError::Corrupt {
                     offset: start + pos as u64,
                     reason: format!(concat!($what, " field `", stringify!($field), "` {}"), decode_problem(&e)),
+                })?;
+                pos += n;
+                v
+            },)*
+            $($later: if pos == payload.len() {
+                Default::default()
+            } else {
+                let (v, n) = bincode::decode_from_slice(&payload[pos..], cfg()).map_err(|e| TraceError::Corrupt {
+                    offset: start + pos as u64,
+                    reason: format!(concat!($what, " field `", stringify!($later), "` {}"), decode_problem(&e)),
                 })?;
                 pos += n;
                 v
@@ -1058,7 +1072,8 @@ fn decode_header(payload: &[u8], at: u64) -> Result<Header, TraceError> {
             clock_origin_unix_ns,
             pid,
             command_line,
-            notes,
+            notes;
+            placement,
         }
     );
     if let Err(e) = h.config.check() {
