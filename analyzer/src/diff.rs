@@ -6,15 +6,13 @@
 //! ids, which each trace numbers on its own. "Bytes at the peak" are the live requested bytes
 //! of a call site at the moment the trace's total of live requested bytes first peaked.
 
-use crate::plot::{callsite_label, trace_name};
-use crate::replay::{replay_file, Outcome, ReplayOptions};
-use crate::summary::SummaryFold;
-use crate::tracefile;
+use crate::model::Trace;
+use crate::plot::callsite_label;
+use crate::replay::{replay, Outcome, ReplayOptions};
 use anyhow::Result;
 use recorder::trace::Event;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 
 /// One side of a diff.
 #[derive(Debug, Clone, Serialize)]
@@ -77,7 +75,7 @@ struct Sites {
     has_callsites: bool,
 }
 
-fn sites(path: &Path) -> Result<Sites> {
+fn sites(trace: &Trace) -> Result<Sites> {
     let mut labels: Vec<String> = vec!["(no call site)".into()];
     let mut index: HashMap<String, usize> = HashMap::new();
     index.insert(labels[0].clone(), 0);
@@ -88,7 +86,7 @@ fn sites(path: &Path) -> Result<Sites> {
     let mut at_peak: Vec<u64> = vec![0];
     let (mut total, mut peak) = (0u64, 0u64);
     let mut has_callsites = false;
-    tracefile::scan(path, |_, r| match &r.event {
+    trace.scan(|_, r| match &r.event {
         Event::CallSite { id, frames } => {
             has_callsites = true;
             let label = callsite_label(frames);
@@ -129,15 +127,13 @@ fn sites(path: &Path) -> Result<Sites> {
     Ok(Sites { by_label, has_callsites })
 }
 
-fn side(path: &Path, has_callsites: bool) -> Result<Side> {
-    let mut fold = SummaryFold::new();
-    let scanned = tracefile::scan(path, |i, r| fold.record(i, r))?;
-    let s = fold.finish();
-    let r = replay_file(path, &ReplayOptions::default())?;
+fn side(trace: &Trace, has_callsites: bool) -> Result<Side> {
+    let s = &trace.summary;
+    let r = replay(trace, &ReplayOptions::default())?;
     Ok(Side {
-        trace: trace_name(path),
-        alloc_conf: scanned.header.alloc_conf.clone(),
-        capacity_bytes: scanned.header.capacity_bytes,
+        trace: trace.name(),
+        alloc_conf: trace.header.alloc_conf.clone(),
+        capacity_bytes: trace.header.capacity_bytes,
         events: s.events,
         allocations: s.events_by_kind.get("alloc").copied().unwrap_or(0),
         recorded_ooms: s.num_ooms,
@@ -158,7 +154,7 @@ fn d(a: u64, b: u64) -> i64 {
 }
 
 /// Compares the traces at `a` and `b`.
-pub fn diff(a: &Path, b: &Path) -> Result<Diff> {
+pub fn diff(a: &Trace, b: &Trace) -> Result<Diff> {
     let (sa, sb) = (sites(a)?, sites(b)?);
     let (a, b) = (side(a, sa.has_callsites)?, side(b, sb.has_callsites)?);
     let mut labels: Vec<&String> = sa.by_label.keys().chain(sb.by_label.keys()).collect();

@@ -24,14 +24,13 @@
 //! traces and layouts and sampled for large ones. Memory is bounded by the layout (the
 //! live blocks and segments), plus one copy of it for the chosen moment and one for the peak.
 
+use crate::model::Trace;
 use crate::replay::{replay_observed, EngineView, Outcome, ReplayOptions};
-use crate::tracefile;
 use crate::whatif;
 use anyhow::{bail, Result};
 use recorder::engine::SegmentView;
 use recorder::trace::{Event, Pool, ReleaseCause};
 use serde::Serialize;
-use std::path::Path;
 
 /// Amortised budget of block visits per event for the over-time figures.
 pub const BLOCK_VISITS_PER_EVENT: usize = 256;
@@ -283,7 +282,7 @@ pub struct FragReport {
     pub moment: Moment,
     pub peak_event: u64,
     pub anomalies: u64,
-    pub input_damage: Option<String>,
+    pub input_damage: Option<crate::model::Damage>,
     /// Index of the first `oom` event the trace recorded, if any.
     pub recorded_oom_event: Option<u64>,
 }
@@ -331,25 +330,26 @@ pub fn is_request(e: &Event) -> bool {
     )
 }
 
-pub fn analyze(path: &Path, opts: &FragOptions) -> Result<FragReport> {
-    analyze_with(path, opts, None)
+pub fn analyze(trace: &Trace, opts: &FragOptions) -> Result<FragReport> {
+    analyze_with(trace, opts, None)
 }
 
 /// [`analyze`], with the trace's [`whatif::Bounds`] when they are already computed.
-pub fn analyze_with(path: &Path, opts: &FragOptions, bounds: Option<&whatif::Bounds>) -> Result<FragReport> {
-    let header = tracefile::open(path)?.header().clone();
-    // Where the end is and the first recorded OOM: the replays' shared first pass.
-    let pre = crate::replay::prescan(path)?;
+pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::Bounds>) -> Result<FragReport> {
+    let header = &trace.header;
+    let path = &trace.path;
+    let first_oom = trace.facts.first_oom();
+    let events = trace.events;
     if let At::Event(e) = opts.at {
-        if e >= pre.events {
-            bail!("{}: event {e} is past the end (the trace has {} events)", path.display(), pre.events);
+        if e >= events {
+            bail!("{}: event {e} is past the end (the trace has {} events)", path.display(), events);
         }
     }
-    let last = pre.events.saturating_sub(1);
+    let last = events.saturating_sub(1);
     let mut runs = [Running::default(); 4];
     let mut samples = 0u64;
     // Every request of a short trace; about MAX_SAMPLES evenly spread over a long one.
-    let min_stride = (pre.events / MAX_SAMPLES).max(1) as usize;
+    let min_stride = (events / MAX_SAMPLES).max(1) as usize;
     let mut stride = min_stride;
     let mut since = 0usize;
     let mut peak_reserved = 0u64;
@@ -357,7 +357,7 @@ pub fn analyze_with(path: &Path, opts: &FragOptions, bounds: Option<&whatif::Bou
     let mut moment: Option<Captured> = None;
     let mut oom_seen = false;
     let mut last_seen: Option<(u64, u64)> = None;
-    let result = replay_observed(path, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, _| {
+    let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, _| {
         last_seen = Some((i, r.time_ns));
         let reserved = view.stats().reserved_bytes.all.current;
         let new_peak = reserved > peak_reserved;
@@ -366,7 +366,7 @@ pub fn analyze_with(path: &Path, opts: &FragOptions, bounds: Option<&whatif::Bou
         let want_moment = moment.is_none()
             && match opts.at {
                 At::Peak => false,
-                At::Oom => oom_now || (pre.first_oom == Some(i)),
+                At::Oom => oom_now || (first_oom == Some(i)),
                 At::End => i == last || oom_now,
                 At::Event(e) => i == e,
             };
@@ -471,7 +471,7 @@ pub fn analyze_with(path: &Path, opts: &FragOptions, bounds: Option<&whatif::Bou
     let bounds = match bounds {
         Some(b) => b,
         None => {
-            computed = whatif::bounds(path, &header.config)?;
+            computed = whatif::bounds(trace, &header.config)?;
             &computed
         }
     };
@@ -507,7 +507,7 @@ pub fn analyze_with(path: &Path, opts: &FragOptions, bounds: Option<&whatif::Bou
         peak_event: peak_cap.event,
         anomalies: result.anomalies,
         input_damage: result.input_damage.clone(),
-        recorded_oom_event: pre.first_oom,
+        recorded_oom_event: first_oom,
     })
 }
 

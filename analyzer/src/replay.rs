@@ -12,15 +12,17 @@
 //! driver's addresses follow from the sequence of segment calls, not from the policy, so they
 //! carry over to another policy for as long as its calls are the same.
 
+use crate::model::Trace;
+pub use crate::model::{Capacity, CapacitySource, Damage};
 use crate::tracefile;
 use anyhow::{Context, Result};
 use recorder::device::SimDevice;
 use recorder::engine::config::AllocatorConfig;
 use recorder::engine::{Engine, NullSink, Sink, Stats};
-use recorder::trace::{Event, Header, Record, ReleaseCause, Source, TraceEnd, TraceWriter};
+use recorder::trace::{Event, Header, Record, ReleaseCause, Source, TraceWriter};
 use serde::Serialize;
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::ops::ControlFlow;
+use std::path::PathBuf;
 
 /// Total memory assumed for the simulated device when neither the trace nor the caller knows
 /// it: it only sizes expandable segments' address reservations.
@@ -84,12 +86,25 @@ pub struct ReplayResult {
     pub anomalies: u64,
     /// The input trace was damaged; the replay covers what came before the damage.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub input_damage: Option<String>,
+    pub input_damage: Option<Damage>,
 }
 
 impl ReplayResult {
     pub fn is_oom(&self) -> bool {
         matches!(self.outcome, Outcome::Oom { .. })
+    }
+    pub fn outcome_kind(&self) -> crate::model::OutcomeKind {
+        match self.outcome {
+            Outcome::Ok => crate::model::OutcomeKind::Ok,
+            Outcome::Oom { .. } => crate::model::OutcomeKind::Oom,
+        }
+    }
+    /// Index of the request that failed, if one did.
+    pub fn oom_event(&self) -> Option<u64> {
+        match self.outcome {
+            Outcome::Ok => None,
+            Outcome::Oom { event, .. } => Some(event),
+        }
     }
 }
 
@@ -125,54 +140,50 @@ impl<S: Sink> EngineView for Engine<SimDevice, S> {
 /// the live allocations (trace `id` -> address in the replay).
 pub type Observer<'a> = dyn FnMut(u64, &Record, &dyn EngineView, &LiveMap) + 'a;
 
-/// Replays the trace at `path`.
-pub fn replay_file(path: &Path, opts: &ReplayOptions) -> Result<ReplayResult> {
-    replay_observed(path, opts, &mut |_, _, _, _| {})
+/// Reads the trace at `path` and replays it (for callers with one replay to make).
+pub fn replay_file(path: &std::path::Path, opts: &ReplayOptions) -> Result<ReplayResult> {
+    replay(&Trace::open(path)?, opts)
 }
 
-/// Replays the trace at `path`, calling `observer` after every record. The observer is not
-/// called for records after an OOM that ended the replay.
+/// Replays `trace`.
+pub fn replay(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayResult> {
+    replay_observed(trace, opts, &mut |_, _, _, _| {})
+}
+
 /// What a replay starts from: the configuration, capacity and device it runs under.
 struct Setup {
-    header: Header,
     config: AllocatorConfig,
-    capacity: Option<u64>,
-    capacity_source: CapacitySource,
+    capacity: Capacity,
     device: SimDevice,
     used_hints: bool,
 }
 
-fn setup(path: &Path, opts: &ReplayOptions) -> Result<Setup> {
-    let header = tracefile::open(path)?.header().clone();
+fn setup(trace: &Trace, opts: &ReplayOptions) -> Setup {
+    let header = &trace.header;
     let config = opts.config.clone().unwrap_or_else(|| header.config.clone());
-    let (capacity, capacity_source) = if opts.unlimited {
-        (None, CapacitySource::None)
-    } else if let Some(c) = opts.capacity_bytes {
-        (Some(c), CapacitySource::Given)
-    } else {
-        match effective_capacity(path, &header)? {
-            Some((c, src)) => (Some(c), src),
-            None => (None, CapacitySource::None),
-        }
-    };
+    let capacity = trace.capacity(opts.capacity_bytes, opts.unlimited);
     let device_total = if header.device_total_bytes > 0 { header.device_total_bytes } else { DEFAULT_DEVICE_BYTES };
-    let mut device = SimDevice::new(Some(device_total.max(capacity.unwrap_or(0))));
+    let mut device = SimDevice::new(Some(device_total.max(capacity.bytes.unwrap_or(0))));
     let used_hints = header.source != Source::Simulated;
     if used_hints {
-        let p = prescan(path)?;
-        device = device.with_segment_hints(p.segments.clone()).with_reserve_hints(p.reservations.clone());
+        device = device
+            .with_segment_hints(trace.facts.segments.clone())
+            .with_reserve_hints(trace.facts.reservations.clone());
     }
-    Ok(Setup { header, config, capacity, capacity_source, device, used_hints })
+    Setup { config, capacity, device, used_hints }
 }
 
-pub fn replay_observed(path: &Path, opts: &ReplayOptions, observer: &mut Observer<'_>) -> Result<ReplayResult> {
-    let Setup { header, config, capacity, capacity_source, device, used_hints } = setup(path, opts)?;
+/// Replays `trace`, calling `observer` after every record. The observer is not called for
+/// records after an OOM that ended the replay.
+pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Observer<'_>) -> Result<ReplayResult> {
+    let Setup { config, capacity: cap, device, used_hints } = setup(trace, opts);
+    let capacity = cap.bytes;
+    let header = &trace.header;
+    let path = &trace.path;
     match &opts.output {
         None => {
             let engine = Engine::new(config, capacity, device, NullSink);
-            let mut result = run(path, engine, used_hints, &mut |_, _| Ok(()), observer)?;
-            result.capacity_source = capacity_source;
-            Ok(result)
+            run(trace, engine, used_hints, cap.source, &mut |_, _| Ok(()), observer)
         }
         Some(out) => {
             let mut h = header.clone();
@@ -190,9 +201,10 @@ pub fn replay_observed(path: &Path, opts: &ReplayOptions, observer: &mut Observe
             let mut writer = TraceWriter::create(out, &h).with_context(|| format!("cannot write {}", out.display()))?;
             let engine = Engine::new(config, capacity, device, Vec::<Event>::with_capacity(64));
             let result = run(
-                path,
+                trace,
                 engine,
                 used_hints,
+                cap.source,
                 &mut |time_ns, events: &mut Vec<Event>| {
                     for event in events.drain(..) {
                         writer.write(&Record { time_ns, event })?;
@@ -202,121 +214,9 @@ pub fn replay_observed(path: &Path, opts: &ReplayOptions, observer: &mut Observe
                 observer,
             )?;
             writer.finish().with_context(|| format!("cannot write {}", out.display()))?;
-            Ok(ReplayResult { capacity_source, ..result })
+            Ok(result)
         }
     }
-}
-
-/// Where a replay's capacity came from.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum CapacitySource {
-    /// No limit.
-    None,
-    /// The caller's `--capacity`.
-    Given,
-    /// The limit recorded in the trace's header.
-    Recorded,
-    /// Inferred from the trace's first OOM, which had no limit: the device itself was full, so
-    /// the allocator could have had what it held then plus what the device had left
-    /// (`reserved + device_free`). The CUDA context and other processes held the rest.
-    InferredFromOom,
-    /// Inferred from the trace's first OOM, which had no recorded limit although the device
-    /// still had room for the segment: a limit below the device was in force (a memory
-    /// fraction). It lay at or above the peak reserved before the OOM and below what the failed
-    /// segment would have made; the replay takes the lower end (see `Prescan::limit_range`).
-    InferredLimit,
-}
-
-/// The capacity a replay runs under by default: the trace's recorded limit, or, for a trace
-/// whose first OOM happened with no limit (the device was full), the memory the allocator could
-/// have had at that moment.
-pub fn effective_capacity(path: &Path, header: &Header) -> Result<Option<(u64, CapacitySource)>> {
-    if header.capacity_bytes > 0 {
-        return Ok(Some((header.capacity_bytes, CapacitySource::Recorded)));
-    }
-    let p = prescan(path)?;
-    Ok(match (p.oom_capacity, p.limit_range) {
-        (Some(c), _) => Some((c, CapacitySource::InferredFromOom)),
-        (None, Some((low, _))) => Some((low, CapacitySource::InferredLimit)),
-        (None, None) => None,
-    })
-}
-
-/// What replays and analyses need from a first pass over a trace: the recorded segment
-/// addresses (for `SimDevice` hints), expandable reservation starts, the capacity a
-/// device-exhaustion OOM implies, the number of events and the first OOM. Cached per file (path, size, modification time), so the many replays of one
-/// command (what-if, report) read the trace for it once.
-#[derive(Debug, Default)]
-pub struct Prescan {
-    pub segments: Vec<(u64, u64)>,
-    pub reservations: Vec<u64>,
-    pub oom_capacity: Option<u64>,
-    /// Events in the trace (up to any damage).
-    pub events: u64,
-    /// Index of the first recorded OOM.
-    pub first_oom: Option<u64>,
-    /// The damage warning of a truncated or corrupt trace (`Scanned::damage_warning`).
-    pub damage: Option<String>,
-    /// For a first OOM with no recorded limit while the device had room for the segment: the
-    /// limit in force was at least the first value (the peak reserved up to the OOM) and below
-    /// the second (reserved at the OOM plus the failed segment).
-    pub limit_range: Option<(u64, u64)>,
-}
-
-type PrescanKey = (std::path::PathBuf, u64, Option<std::time::SystemTime>);
-
-pub fn prescan(path: &Path) -> Result<std::sync::Arc<Prescan>> {
-    use std::sync::{Arc, Mutex, OnceLock};
-    static CACHE: OnceLock<Mutex<HashMap<PrescanKey, Arc<Prescan>>>> = OnceLock::new();
-    let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let key = (path.to_path_buf(), meta.len(), meta.modified().ok());
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(p) = cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
-        return Ok(p);
-    }
-    let mut p = Prescan::default();
-    let (mut reserved, mut peak_reserved) = (0u64, 0u64);
-    let scanned = tracefile::scan(path, |i, r| match r.event {
-        Event::SegmentAlloc { addr, bytes, .. } => {
-            p.segments.push((addr, bytes));
-            reserved += bytes;
-            peak_reserved = peak_reserved.max(reserved);
-        }
-        Event::SegmentMap { addr, bytes, .. } => {
-            if p.reservations.is_empty() {
-                p.reservations.push(addr);
-            }
-            reserved += bytes;
-            peak_reserved = peak_reserved.max(reserved);
-        }
-        Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
-            reserved = reserved.saturating_sub(bytes)
-        }
-        Event::Oom { reserved_bytes, device_free_bytes, limit_bytes, alloc_bytes, .. } => {
-            if p.first_oom.is_some() {
-                return;
-            }
-            p.first_oom = Some(i);
-            if limit_bytes == 0 && device_free_bytes > 0 {
-                if device_free_bytes < alloc_bytes {
-                    // The device itself was full.
-                    p.oom_capacity = Some(reserved_bytes + device_free_bytes);
-                } else {
-                    let low = peak_reserved.max(reserved_bytes);
-                    p.limit_range = Some((low, (reserved_bytes + alloc_bytes).max(low + 1)));
-                }
-            }
-        }
-        _ => {}
-    })?;
-    p.events = scanned.events;
-    p.damage = scanned.damage_warning();
-    let p = Arc::new(p);
-    if let Ok(mut c) = cache.lock() {
-        c.insert(key, p.clone());
-    }
-    Ok(p)
 }
 
 /// Takes the engine's events after each request, stamped with the request's time.
@@ -398,7 +298,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
         }
     }
 
-    fn result(&self, used_hints: bool, capacity_source: CapacitySource, scanned: &tracefile::Scanned) -> ReplayResult {
+    fn result(&self, used_hints: bool, capacity_source: CapacitySource, trace: &Trace) -> ReplayResult {
         let engine = &self.engine;
         let st: &Stats = engine.stats();
         ReplayResult {
@@ -407,7 +307,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             capacity_bytes: engine.capacity(),
             capacity_source,
             used_recorded_addresses: used_hints,
-            events: scanned.events,
+            events: trace.events,
             requests: self.requests,
             peak_allocated_bytes: st.allocated_bytes.all.peak,
             peak_reserved_bytes: st.reserved_bytes.all.peak,
@@ -422,40 +322,42 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             end_allocated_bytes: st.allocated_bytes.all.current,
             end_reserved_bytes: st.reserved_bytes.all.current,
             anomalies: self.anomalies,
-            input_damage: match &scanned.end {
-                TraceEnd::Truncated { .. } | TraceEnd::Corrupt { .. } => scanned.damage_warning(),
-                TraceEnd::Complete { .. } | TraceEnd::Reading => None,
-            },
+            input_damage: trace.damage(),
         }
     }
 }
 
 fn run<S: Sink + ForwardEvents>(
-    path: &Path,
+    trace: &Trace,
     engine: Engine<SimDevice, S>,
     used_hints: bool,
+    capacity_source: CapacitySource,
     drain: &mut Drain<'_, S>,
     observer: &mut Observer<'_>,
 ) -> Result<ReplayResult> {
     let mut rp = Replaying::new(engine);
     let mut error: Option<anyhow::Error> = None;
-    let scanned = tracefile::scan(path, |index, r| {
-        if rp.stopped {
-            return;
-        }
-        rp.step(index, r);
-        observer(index, r, &rp.engine, &rp.live);
-        if error.is_none() {
-            if let Err(e) = drain(r.time_ns, rp.engine.sink_mut()) {
-                error = Some(e.into());
-                rp.stopped = true;
+    trace.scan_chunks(|first, chunk| {
+        for (k, r) in chunk.iter().enumerate() {
+            let index = first + k as u64;
+            rp.step(index, r);
+            observer(index, r, &rp.engine, &rp.live);
+            if error.is_none() {
+                if let Err(e) = drain(r.time_ns, rp.engine.sink_mut()) {
+                    error = Some(e.into());
+                    rp.stopped = true;
+                }
+            }
+            if rp.stopped {
+                return ControlFlow::Break(());
             }
         }
+        ControlFlow::Continue(())
     })?;
     if let Some(e) = error {
         return Err(e.context("cannot write the simulated trace"));
     }
-    Ok(rp.result(used_hints, CapacitySource::None, &scanned))
+    Ok(rp.result(used_hints, capacity_source, trace))
 }
 
 /// An observer that may run on another thread (see [`replay_many`]).
@@ -464,7 +366,7 @@ pub type SendObserver<'a> = dyn FnMut(u64, &Record, &dyn EngineView, &LiveMap) +
 /// Several replays of one trace (different settings or capacities) driven by one read of it:
 /// each decoded chunk is fed to every replay, in parallel. The results are in the order of
 /// `runs`. Writing a replay's output (`ReplayOptions::output`) is not supported here.
-pub fn replay_many(path: &Path, runs: Vec<(ReplayOptions, Box<SendObserver<'_>>)>) -> Result<Vec<ReplayResult>> {
+pub fn replay_many(trace: &Trace, runs: Vec<(ReplayOptions, Box<SendObserver<'_>>)>) -> Result<Vec<ReplayResult>> {
     use rayon::prelude::*;
     struct One<'a> {
         rp: Replaying<NullSink>,
@@ -475,16 +377,16 @@ pub fn replay_many(path: &Path, runs: Vec<(ReplayOptions, Box<SendObserver<'_>>)
     let mut all: Vec<One<'_>> = Vec::with_capacity(runs.len());
     for (opts, observer) in runs {
         anyhow::ensure!(opts.output.is_none(), "replay_many does not write simulated traces");
-        let s = setup(path, &opts)?;
+        let s = setup(trace, &opts);
         all.push(One {
-            rp: Replaying::new(Engine::new(s.config, s.capacity, s.device, NullSink)),
+            rp: Replaying::new(Engine::new(s.config, s.capacity.bytes, s.device, NullSink)),
             observer,
             used_hints: s.used_hints,
-            capacity_source: s.capacity_source,
+            capacity_source: s.capacity.source,
         });
     }
-    let scanned = tracefile::scan_chunks(path, |first, chunk| {
-        all.par_iter_mut().for_each(|one| {
+    trace.scan_chunks(|first, chunk| {
+        let work = |one: &mut One<'_>| {
             for (k, r) in chunk.iter().enumerate() {
                 if one.rp.stopped {
                     break;
@@ -493,9 +395,19 @@ pub fn replay_many(path: &Path, runs: Vec<(ReplayOptions, Box<SendObserver<'_>>)
                 one.rp.step(index, r);
                 (one.observer)(index, r, &one.rp.engine, &one.rp.live);
             }
-        });
+        };
+        if all.len() > 1 {
+            all.par_iter_mut().for_each(work);
+        } else {
+            all.iter_mut().for_each(work);
+        }
+        if all.iter().all(|one| one.rp.stopped) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
     })?;
-    Ok(all.iter().map(|one| one.rp.result(one.used_hints, one.capacity_source, &scanned)).collect())
+    Ok(all.iter().map(|one| one.rp.result(one.used_hints, one.capacity_source, trace)).collect())
 }
 
 fn oom_outcome(index: u64, time_ns: u64, stream: u64, oom: &recorder::engine::OutOfMemory) -> Outcome {
@@ -525,6 +437,6 @@ impl ForwardEvents for Vec<Event> {
 }
 
 /// The header of a trace, for commands that need only that.
-pub fn read_header(path: &Path) -> Result<Header> {
+pub fn read_header(path: &std::path::Path) -> Result<Header> {
     Ok(tracefile::open(path)?.header().clone())
 }

@@ -11,10 +11,10 @@
 use crate::explain::{explain_with, ExplainOptions, ExplainReport};
 use crate::frag::{FragOptions, FragReport};
 use crate::leaks::{LeaksOptions, LeaksReport};
+use crate::model::Trace;
 use crate::plot::{self, At, XAxis};
 use crate::replay::{Outcome, ReplayResult};
-use crate::summary::{Summary, SummaryFold};
-use crate::tracefile;
+use crate::summary::Summary;
 use crate::units::{fmt_bytes, fmt_ns};
 use crate::whatif::{fragmentation, whatif_observed, Whatif, WhatifOptions, LONG_TRACE_EVENTS};
 use anyhow::{Context, Result};
@@ -132,12 +132,11 @@ pub struct ReportOptions {
 /// The what-if replays also draw the what-if picture, and the recorded policy's replay is the
 /// report's replay; the analyses (`explain`, `frag`, `leaks`) and the pictures run
 /// concurrently, and `explain` reuses the what-if table and `leaks`' growth.
-pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
-    let name = plot::trace_name(path);
-    let mut fold = SummaryFold::new();
-    let scanned = tracefile::scan(path, |i, r| fold.record(i, r))?;
-    let summary = fold.finish();
-    let h = &scanned.header;
+pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
+    let path = &trace.path;
+    let name = trace.name();
+    let summary = trace.summary.clone();
+    let h = &trace.header;
     let environment = Environment {
         source: h.source.as_str(),
         device_name: h.device_name.clone(),
@@ -149,14 +148,15 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
         command_line: h.command_line.clone(),
         notes: h.notes.clone(),
     };
-    let capacity = (h.capacity_bytes > 0).then_some(h.capacity_bytes);
-    let long = scanned.events > LONG_TRACE_EVENTS;
+    // The same capacity as every other command: recorded, else inferred from the first OOM.
+    let capacity = trace.default_capacity().bytes;
+    let long = trace.events > LONG_TRACE_EVENTS;
     let search = opts.search_capacity && (!long || opts.search_long_traces);
     let capacity_search_note = (opts.search_capacity && !search).then(|| {
         format!(
             "The trace is long ({} events): the smallest capacity of each policy was not searched (it takes several \
              replays per policy); `alloctrace whatif {}` searches it.",
-            scanned.events, name
+            trace.events, name
         )
     });
 
@@ -167,7 +167,7 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
             rayon::join(
                 || {
                     whatif_observed(
-                        path,
+                        trace,
                         &WhatifOptions { capacity_bytes: capacity, search_capacity: search },
                         &|k| ReportTrack {
                             whatif: plot::WhatifTrack::new(plot::COLUMNS),
@@ -186,10 +186,10 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
                         },
                     )
                 },
-                || crate::leaks::analyze(path, &LeaksOptions::default()),
+                || crate::leaks::analyze(trace, &LeaksOptions::default()),
             )
         },
-        || recorded_pictures(path),
+        || recorded_pictures(trace),
     );
     let (mut wi, runs) = whatif_run?;
     wi.trace = name.clone();
@@ -202,7 +202,12 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
         path,
         XAxis::Time,
         capacity,
-        wi.rows.iter().zip(tracks).zip(&results).map(|((row, t), r)| (row.policy.clone(), t.whatif, r)).collect(),
+        wi.rows
+            .iter()
+            .zip(tracks)
+            .zip(&results)
+            .map(|((row, t), r)| (row.policy.name().to_string(), t.whatif, r))
+            .collect(),
     );
 
     let mut analysis_errors = Vec::new();
@@ -216,7 +221,7 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
     let at = if replay.is_oom() { At::Oom } else { At::Peak };
     let frag_at = if replay.is_oom() { crate::frag::At::Oom } else { crate::frag::At::Peak };
     let (seg, (ex, fr)) = rayon::join(
-        || moment.moment(path, at).and_then(|m| plot::segments_data_at(path, m)),
+        || moment.moment(path, at).and_then(|m| plot::segments_data_at(trace, m)),
         || {
             rayon::join(
                 || {
@@ -225,9 +230,9 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
                     let growth = leaks_report.as_ref().map(|l: &LeaksReport| l.growth.clone());
                     let o =
                         ExplainOptions { search_capacity: (long && search).then_some(true), whatif: Some(&wi), growth };
-                    explain_with(path, &o)
+                    explain_with(trace, &o)
                 },
-                || crate::frag::analyze_with(path, &FragOptions { at: frag_at }, Some(&wi.bounds)),
+                || crate::frag::analyze_with(trace, &FragOptions { at: frag_at }, Some(&wi.bounds)),
             )
         },
     );
@@ -336,9 +341,9 @@ struct ReportTrack {
 }
 
 /// The pictures of the recorded run: memory over time, live bytes by call site.
-fn recorded_pictures(path: &Path) -> Result<(plot::TimelineData, plot::StackedData)> {
-    let tl = plot::timeline_data(path, XAxis::Time, plot::COLUMNS)?;
-    let st = plot::stacked_data(path, XAxis::Time, plot::COLUMNS)?;
+fn recorded_pictures(trace: &Trace) -> Result<(plot::TimelineData, plot::StackedData)> {
+    let tl = plot::timeline_data(trace, XAxis::Time, plot::COLUMNS)?;
+    let st = plot::stacked_data(trace, XAxis::Time, plot::COLUMNS)?;
     Ok((tl, st))
 }
 
@@ -557,7 +562,7 @@ pub fn findings(s: &Summary, r: &ReplayResult, layout: Option<&LayoutAt>, w: &Wh
         .rows
         .iter()
         .enumerate()
-        .filter(|(_, row)| row.outcome == "ok" || row.min_capacity_bytes.is_some())
+        .filter(|(_, row)| row.outcome == crate::model::OutcomeKind::Ok || row.min_capacity_bytes.is_some())
         .min_by_key(|(i, row)| (row.min_capacity_bytes.unwrap_or(row.peak_reserved_bytes), *i))
         .map(|(_, row)| row);
     let recorded = w.rows.first();
@@ -626,7 +631,7 @@ pub fn findings(s: &Summary, r: &ReplayResult, layout: Option<&LayoutAt>, w: &Wh
             verdict: Verdict::Warning,
             value: format!("{} dropped, {} anomalies", s.dropped_events, s.anomalies),
             definition: "Events the recorder could not write, and frees of blocks the trace never allocated.".into(),
-            explanation: r.input_damage.clone().unwrap_or_else(|| "Figures may be low.".into()),
+            explanation: r.input_damage.as_ref().map(|d| d.to_string()).unwrap_or_else(|| "Figures may be low.".into()),
         });
     }
     out

@@ -12,8 +12,8 @@
 //! (a tighter cap can trigger cache flushes that help), so the figure is the boundary that
 //! bisection finds, checked to complete.
 
-use crate::replay::{replay_file, EngineView, ReplayOptions, ReplayResult};
-use crate::tracefile;
+use crate::model::{Damage, OutcomeKind, Policy, Trace};
+use crate::replay::{replay, EngineView, ReplayOptions, ReplayResult};
 use anyhow::Result;
 use rayon::prelude::*;
 use recorder::engine::config::AllocatorConfig;
@@ -21,7 +21,6 @@ use recorder::engine::round_size;
 use recorder::trace::{Event, Record};
 use serde::Serialize;
 use std::collections::HashMap;
-use std::path::Path;
 
 /// Capacities are searched to this resolution.
 pub const CAPACITY_RESOLUTION: u64 = 2 << 20;
@@ -45,11 +44,11 @@ pub struct WhatifOptions {
 #[derive(Debug, Clone, Serialize)]
 pub struct PolicyRow {
     /// Short name: `recorded`, or the knob that was changed.
-    pub policy: String,
+    pub policy: Policy,
     /// The full configuration replayed.
     pub alloc_conf: String,
     /// `ok` or `oom` at the given capacity (unlimited when none was given).
-    pub outcome: &'static str,
+    pub outcome: OutcomeKind,
     pub oom_event: Option<u64>,
     pub peak_reserved_bytes: u64,
     pub peak_allocated_bytes: u64,
@@ -91,23 +90,23 @@ pub struct Whatif {
     pub rows: Vec<PolicyRow>,
     pub bounds: Bounds,
     /// Set when the trace is truncated or corrupt: the rows cover the events before the damage.
-    pub input_damage: Option<String>,
+    pub input_damage: Option<Damage>,
 }
 
 /// The rows other than the recorded settings whose replay completes at the capacity compared:
 /// the settings that would have let the run go on.
 pub fn completing(rows: &[PolicyRow]) -> impl Iterator<Item = &PolicyRow> {
-    rows.iter().filter(|r| r.policy != "recorded" && r.outcome == "ok")
+    rows.iter().filter(|r| !r.policy.is_recorded() && r.outcome == OutcomeKind::Ok)
 }
 
 /// The policies compared: the recorded configuration with one knob changed each.
-pub fn policies(recorded: &AllocatorConfig, with_capacity: bool) -> Vec<(String, AllocatorConfig)> {
-    let mut rows = vec![("recorded".to_string(), recorded.clone())];
+pub fn policies(recorded: &AllocatorConfig, with_capacity: bool) -> Vec<(Policy, AllocatorConfig)> {
+    let mut rows = vec![(Policy::Recorded, recorded.clone())];
     let mut push = |name: &str, f: &dyn Fn(&mut AllocatorConfig)| {
         let mut c = recorded.clone();
         f(&mut c);
         if c != *recorded {
-            rows.push((name.to_string(), c));
+            rows.push((Policy::Knob(name.to_string()), c));
         }
     };
     push("expandable_segments:True", &|c| c.expandable_segments = true);
@@ -124,11 +123,11 @@ pub fn policies(recorded: &AllocatorConfig, with_capacity: bool) -> Vec<(String,
     rows
 }
 
-fn row_of(policy: &str, r: &ReplayResult, min_capacity: Option<u64>, resolution: Option<u64>) -> PolicyRow {
+fn row_of(policy: &Policy, r: &ReplayResult, min_capacity: Option<u64>, resolution: Option<u64>) -> PolicyRow {
     PolicyRow {
-        policy: policy.to_string(),
+        policy: policy.clone(),
         alloc_conf: r.alloc_conf.clone(),
-        outcome: if r.is_oom() { "oom" } else { "ok" },
+        outcome: r.outcome_kind(),
         oom_event: match r.outcome {
             crate::replay::Outcome::Oom { event, .. } => Some(event),
             crate::replay::Outcome::Ok => None,
@@ -156,7 +155,7 @@ pub fn fragmentation(allocated: u64, reserved: u64) -> f64 {
 /// `probed` is called after each replay (for progress). At most `max_probes` replays: the
 /// result is then a capacity known to complete, within the returned resolution of the boundary.
 pub fn min_capacity(
-    path: &Path,
+    trace: &Trace,
     config: &AllocatorConfig,
     lower: u64,
     upper: u64,
@@ -167,7 +166,7 @@ pub fn min_capacity(
     let completes = |cap: u64| -> Result<bool> {
         probed();
         let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: Some(cap), ..Default::default() };
-        Ok(!replay_file(path, &o)?.is_oom())
+        Ok(!replay(trace, &o)?.is_oom())
     };
     // Invariant: `hi` completes; `lo` fails (or is the lower bound). `upper` is the peak reserved
     // of an unlimited run, which usually completes as a limit too, but a limit can change the run
@@ -180,7 +179,7 @@ pub fn min_capacity(
     while !completes(hi)? {
         probes += 1;
         lo = hi;
-        hi = hi.checked_add(step).ok_or_else(|| anyhow::anyhow!("no capacity completes {}", path.display()))?;
+        hi = hi.checked_add(step).ok_or_else(|| anyhow::anyhow!("no capacity completes {}", trace.path.display()))?;
         step = step.saturating_mul(2);
     }
     while hi - lo > r && probes < max_probes {
@@ -195,30 +194,9 @@ pub fn min_capacity(
     Ok((hi, (hi - lo).max(r)))
 }
 
-pub fn whatif(path: &Path, opts: &WhatifOptions) -> Result<Whatif> {
-    let header = tracefile::open(path)?.header().clone();
-    // One bar for the whole comparison instead of one per replay.
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("what-if {spinner} {pos} replays ({elapsed})")
-            .expect("static template"),
-    );
-    bar.enable_steady_tick(std::time::Duration::from_millis(200));
-    tracefile::set_scan_progress(false);
-    let result = whatif_inner(path, opts, &header, &bar);
-    tracefile::set_scan_progress(true);
-    bar.finish_and_clear();
-    result
-}
-
-fn whatif_inner(
-    path: &Path,
-    opts: &WhatifOptions,
-    header: &recorder::trace::Header,
-    bar: &indicatif::ProgressBar,
-) -> Result<Whatif> {
-    let (w, _) = whatif_observed_inner(path, opts, header, bar, &|_| (), &|_, _, _, _| {})?;
-    Ok(w)
+/// The what-if table of `trace` (see the module documentation).
+pub fn whatif(trace: &Trace, opts: &WhatifOptions) -> Result<Whatif> {
+    Ok(whatif_observed(trace, opts, &|_| (), &|_, _, _, _| {})?.0)
 }
 
 /// Like [`whatif`], with `observe` called after every record of each policy's replay at the
@@ -226,35 +204,30 @@ fn whatif_inner(
 /// policies over time from the same replays. Returns the table and, per row, the state and the
 /// replay's result (row 0 is the recorded configuration; `state` is given the row).
 pub fn whatif_observed<T: Send>(
-    path: &Path,
+    trace: &Trace,
     opts: &WhatifOptions,
     state: &(dyn Fn(usize) -> T + Sync),
     observe: &(dyn Fn(&mut T, u64, &Record, &dyn EngineView) + Sync),
 ) -> Result<(Whatif, Vec<(T, ReplayResult)>)> {
-    let header = tracefile::open(path)?.header().clone();
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("what-if {spinner} {pos} replays ({elapsed})")
-            .expect("static template"),
-    );
-    bar.enable_steady_tick(std::time::Duration::from_millis(200));
-    tracefile::set_scan_progress(false);
-    let result = whatif_observed_inner(path, opts, &header, &bar, state, observe);
-    tracefile::set_scan_progress(true);
+    // One bar for the whole comparison: its total is the replays planned (each policy at the
+    // capacity, then its capacity search), and it moves with each one.
+    let bar = crate::progress::replays(trace);
+    let result = whatif_observed_inner(trace, opts, &bar, state, observe);
     bar.finish_and_clear();
     result
 }
 
 fn whatif_observed_inner<T: Send>(
-    path: &Path,
+    trace: &Trace,
     opts: &WhatifOptions,
-    header: &recorder::trace::Header,
     bar: &indicatif::ProgressBar,
     state: &(dyn Fn(usize) -> T + Sync),
     observe: &(dyn Fn(&mut T, u64, &Record, &dyn EngineView) + Sync),
 ) -> Result<(Whatif, Vec<(T, ReplayResult)>)> {
-    let bounds = bounds(path, &header.config)?;
-    let list = policies(&header.config, opts.capacity_bytes.is_some());
+    let bounds = bounds(trace, &trace.header.config)?;
+    let list = policies(&trace.header.config, opts.capacity_bytes.is_some());
+    let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { 16 };
+    bar.set_length(list.len() as u64 * if opts.search_capacity { 1 + max_probes as u64 } else { 1 });
     // Every policy at the capacity, from one read of the trace.
     let mut states: Vec<T> = (0..list.len()).map(state).collect();
     let runs: Vec<(ReplayOptions, Box<crate::replay::SendObserver<'_>>)> = list
@@ -272,7 +245,7 @@ fn whatif_observed_inner<T: Send>(
             (at_cap, observer)
         })
         .collect();
-    let at_capacity = crate::replay::replay_many(path, runs)?;
+    let at_capacity = crate::replay::replay_many(trace, runs)?;
     bar.inc(at_capacity.len() as u64);
     // Then each policy's capacity search, the policies in parallel.
     let rows: Result<Vec<(PolicyRow, T, ReplayResult)>> = list
@@ -283,14 +256,15 @@ fn whatif_observed_inner<T: Send>(
                 let unlimited = if opts.capacity_bytes.is_none() {
                     r.clone()
                 } else {
-                    replay_file(
-                        path,
+                    bar.inc(1);
+                    replay(
+                        trace,
                         &ReplayOptions { config: Some(config.clone()), unlimited: true, ..Default::default() },
                     )?
                 };
                 let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
                 Some(min_capacity(
-                    path,
+                    trace,
                     config,
                     bounds.live_requested_peak_bytes,
                     unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
@@ -310,17 +284,17 @@ fn whatif_observed_inner<T: Send>(
         runs.push((st, r));
     }
     let w = Whatif {
-        trace: path.display().to_string(),
+        trace: trace.path.display().to_string(),
         capacity_bytes: opts.capacity_bytes,
         rows: table,
         bounds,
-        input_damage: crate::replay::prescan(path)?.damage.clone(),
+        input_damage: trace.damage(),
     };
     Ok((w, runs))
 }
 
 /// Computes the two bounds and the no-caching row from the request stream.
-pub fn bounds(path: &Path, config: &AllocatorConfig) -> Result<Bounds> {
+pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
     // id -> (index into lifetimes)
     let mut open: HashMap<u64, usize> = HashMap::new();
     let mut lifetimes: Vec<(u64, u64, u64)> = Vec::new(); // (start, end, rounded bytes)
@@ -331,7 +305,7 @@ pub fn bounds(path: &Path, config: &AllocatorConfig) -> Result<Bounds> {
     let mut too_many = false;
     // The failed request of a recorded OOM is a request too (it has no id and is never freed).
     let mut next_oom_id = u64::MAX;
-    let scanned = tracefile::scan(path, |i, r| {
+    let scanned = trace.scan(|i, r| {
         let request = match &r.event {
             Event::Alloc { id, requested_bytes, .. } => Some((*id, *requested_bytes)),
             Event::Oom { requested_bytes, .. } => {
@@ -448,10 +422,10 @@ mod tests {
     #[test]
     fn policies_change_one_knob() {
         let p = policies(&AllocatorConfig::default(), false);
-        assert_eq!(p[0].0, "recorded");
-        assert!(p.iter().any(|(n, c)| n == "expandable_segments:True" && c.expandable_segments));
-        assert!(!p.iter().any(|(n, _)| n.starts_with("garbage")), "GC needs a capacity");
-        assert!(!p.iter().any(|(n, _)| n == "expandable_segments:False"), "no row equal to the recorded one");
-        assert!(policies(&AllocatorConfig::default(), true).iter().any(|(n, _)| n.starts_with("garbage")));
+        assert_eq!(p[0].0, Policy::Recorded);
+        assert!(p.iter().any(|(n, c)| n.name() == "expandable_segments:True" && c.expandable_segments));
+        assert!(!p.iter().any(|(n, _)| n.name().starts_with("garbage")), "GC needs a capacity");
+        assert!(!p.iter().any(|(n, _)| n.name() == "expandable_segments:False"), "no row equal to the recorded one");
+        assert!(policies(&AllocatorConfig::default(), true).iter().any(|(n, _)| n.name().starts_with("garbage")));
     }
 }

@@ -67,10 +67,11 @@ pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
 }
 
 pub fn run(opts: &DiffCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let d = diff(&opts.a, &opts.b)?;
+    let (a, b) = (crate::model::Trace::open(&opts.a)?, crate::model::Trace::open(&opts.b)?);
+    let d = diff(&a, &b)?;
     if let Some(dir) = &opts.output {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let (ta, tb) = (timeline_data(&opts.a, XAxis::Time, COLUMNS)?, timeline_data(&opts.b, XAxis::Time, COLUMNS)?);
+        let (ta, tb) = (timeline_data(&a, XAxis::Time, COLUMNS)?, timeline_data(&b, XAxis::Time, COLUMNS)?);
         let svg = dir.join("timeline-overlay.svg");
         std::fs::write(&svg, render_overlay(&ta, &tb)?).with_context(|| format!("cannot write {}", svg.display()))?;
         let json = dir.join("diff.json");
@@ -85,5 +86,5 @@ pub fn run(opts: &DiffCmdOptions, out: &mut dyn Write) -> Result<i32> {
     } else {
         print_diff(out, &d)?;
     }
-    damage_exit(&[&opts.a, &opts.b])
+    damage_exit(&[&a, &b])
 }

@@ -156,7 +156,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
 }
 
 pub fn run(opts: &ExplainCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let r = explain(&opts.trace)?;
+    let r = explain(&crate::model::Trace::open(&opts.trace)?)?;
     if opts.json {
         write_json(out, &r)?;
     } else {

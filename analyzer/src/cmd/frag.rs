@@ -234,7 +234,7 @@ largest free block overall {}:",
 }
 
 pub fn run(opts: &FragCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let r = analyze(&opts.trace, &FragOptions { at: opts.at })?;
+    let r = analyze(&crate::model::Trace::open(&opts.trace)?, &FragOptions { at: opts.at })?;
     if opts.json {
         write_json(out, &r)?;
     } else {

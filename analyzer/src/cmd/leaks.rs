@@ -113,7 +113,7 @@ pub fn print_report(out: &mut dyn Write, r: &LeaksReport, top: usize) -> std::io
 }
 
 pub fn run(opts: &LeaksCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let r = analyze(&opts.trace, &LeaksOptions { at_event: opts.at_event })?;
+    let r = analyze(&crate::model::Trace::open(&opts.trace)?, &LeaksOptions { at_event: opts.at_event })?;
     if opts.json {
         write_json(out, &r)?;
     } else {

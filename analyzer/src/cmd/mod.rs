@@ -27,10 +27,10 @@ pub mod exit {
 
 /// The exit code after a command's output about these traces: `PARTIAL`, with the warning on
 /// stderr, for each one that was damaged (its results cover what came before the damage).
-pub fn damage_exit(traces: &[&std::path::Path]) -> anyhow::Result<i32> {
+pub fn damage_exit(traces: &[&crate::model::Trace]) -> anyhow::Result<i32> {
     let mut code = exit::OK;
     for t in traces {
-        if let Some(w) = &crate::replay::prescan(t)?.damage {
+        if let Some(w) = &t.damage() {
             eprintln!("alloctrace: warning: {w}");
             code = exit::PARTIAL;
         }

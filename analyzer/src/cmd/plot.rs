@@ -19,7 +19,8 @@ pub struct PlotCmdOptions {
 
 pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let started = std::time::Instant::now();
-    let (svg, drawn) = plot(&opts.trace, opts.kind, opts.at, opts.stacked, opts.x)?;
+    let trace = crate::model::Trace::open(&opts.trace)?;
+    let (svg, drawn) = plot(&trace, opts.kind, opts.at, opts.stacked, opts.x)?;
     std::fs::write(&opts.output, svg.as_bytes()).with_context(|| format!("cannot write {}", opts.output.display()))?;
     if opts.json {
         #[derive(serde::Serialize)]
@@ -44,5 +45,5 @@ pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
             started.elapsed().as_secs_f64()
         )?;
     }
-    damage_exit(&[&opts.trace])
+    damage_exit(&[&trace])
 }

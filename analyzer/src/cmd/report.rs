@@ -14,8 +14,8 @@ pub struct ReportCmdOptions {
 }
 
 pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let report =
-        build(&opts.trace, &ReportOptions { search_capacity: opts.search_capacity, search_long_traces: false })?;
+    let trace = crate::model::Trace::open(&opts.trace)?;
+    let report = build(&trace, &ReportOptions { search_capacity: opts.search_capacity, search_long_traces: false })?;
     let files = report.write(&opts.output)?;
     if opts.json {
         write_json(out, &report)?;
