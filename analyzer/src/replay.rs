@@ -223,6 +223,7 @@ pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Obser
 type Drain<'a, S> = dyn FnMut(u64, &mut S) -> Result<(), recorder::trace::TraceError> + 'a;
 
 /// One replay in progress: the engine and what it has seen of the trace.
+#[derive(Clone)]
 struct Replaying<S: Sink> {
     engine: Engine<SimDevice, S>,
     /// Trace id -> address in the replay.
@@ -439,4 +440,140 @@ impl ForwardEvents for Vec<Event> {
 /// The header of a trace, for commands that need only that.
 pub fn read_header(path: &std::path::Path) -> Result<Header> {
     Ok(tracefile::open(path)?.header().clone())
+}
+
+/// Replays of one configuration at many capacities that share the unlimited run's prefix.
+///
+/// Under a limit `C`, the engine makes the same choices as with no limit until the first
+/// request for which the unlimited run's reserved bytes go above `C` (the limit is only read
+/// when a segment is asked for; the garbage collector, which reads it all along, is excluded).
+/// So the unlimited run is replayed once, saved before the events where its reserved bytes
+/// first pass each of a few levels, and a replay at `C` resumes from the save of the highest
+/// level at or below `C` instead of starting over: the capacity search then costs little more
+/// than the events after the run first needs more than `C`.
+///
+/// Worked example: the unlimited run reserves 1, 2, 3, 4 GiB at events 10, 20, 30, 40; levels
+/// 1.5 and 2.5 GiB are saved before events 20 and 30. A replay at 2.7 GiB resumes before
+/// event 30 (it first matters at event 30, where 3 GiB > 2.7 GiB).
+pub struct Resumable {
+    config: AllocatorConfig,
+    /// The unlimited run's device (probes above its size take another one: no resuming).
+    device_bytes: u64,
+    /// (level, event index, the replay's state before that event), levels ascending.
+    saves: Vec<(u64, u64, Replaying<NullSink>)>,
+    used_hints: bool,
+}
+
+/// The unlimited run of `config`, and [`Resumable`] saves at `levels` reserved levels evenly
+/// spread from `lower` to the run's peak reserved. Two passes: one finds where reserved bytes
+/// first pass each level, one saves the state there.
+pub fn resumable(
+    trace: &Trace,
+    config: &AllocatorConfig,
+    lower: u64,
+    levels: u64,
+) -> Result<(ReplayResult, Option<Resumable>)> {
+    let opts = ReplayOptions { config: Some(config.clone()), unlimited: true, ..Default::default() };
+    if config.garbage_collection_threshold.is_some_and(|t| t > 0.0) || levels == 0 {
+        return Ok((replay(trace, &opts)?, None));
+    }
+    // Without expandable segments the device's size only matters once the limit is passed
+    // (segments are reserved bytes, and the limit is checked first), so the saved run takes a
+    // device without a limit and serves every capacity. Expandable segments size their
+    // address reservations from the device: there the run keeps the trace's device, and serves
+    // the capacities up to its size.
+    let s = setup(trace, &opts);
+    let device = if config.expandable_segments {
+        s.device
+    } else {
+        let mut d = SimDevice::new(None);
+        if s.used_hints {
+            d = d.with_segment_hints(trace.facts.segments.clone()).with_reserve_hints(trace.facts.reservations.clone());
+        }
+        d
+    };
+    let device_bytes = device.capacity().unwrap_or(u64::MAX);
+    let fresh = || Replaying::new(Engine::new(s.config.clone(), None, device.clone(), NullSink));
+    // Pass 1: the unlimited run, and each new peak of reserved bytes (event, bytes).
+    let mut peaks: Vec<(u64, u64)> = Vec::new();
+    let mut rp = fresh();
+    trace.scan_chunks(|first, chunk| {
+        for (k, r) in chunk.iter().enumerate() {
+            let index = first + k as u64;
+            rp.step(index, r);
+            let reserved = rp.engine.stats().reserved_bytes.all.current;
+            if peaks.last().is_none_or(|&(_, b)| reserved > b) {
+                peaks.push((index, reserved));
+            }
+            if rp.stopped {
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    })?;
+    let unlimited = rp.result(s.used_hints, CapacitySource::None, trace);
+    let upper = unlimited.peak_reserved_bytes;
+    // Each level, and the first event at which reserved bytes go above it.
+    let mut plan: Vec<(u64, u64)> = Vec::new();
+    for k in 0..levels {
+        let level = lower + (upper.saturating_sub(lower)) / levels * k;
+        let Some(&(event, _)) = peaks.iter().find(|&&(_, b)| b > level) else { break };
+        if plan.last().is_none_or(|&(_, e)| e < event) {
+            plan.push((level, event));
+        } else if let Some(last) = plan.last_mut() {
+            // Two levels first passed at one event: keep the higher level.
+            last.0 = level;
+        }
+    }
+    // Pass 2: the same run, saved before each planned event.
+    let mut rp = fresh();
+    let mut saves = Vec::with_capacity(plan.len());
+    let mut next = 0usize;
+    trace.scan_chunks(|first, chunk| {
+        for (k, r) in chunk.iter().enumerate() {
+            let index = first + k as u64;
+            while next < plan.len() && plan[next].1 == index {
+                saves.push((plan[next].0, index, rp.clone()));
+                next += 1;
+            }
+            if next == plan.len() {
+                return ControlFlow::Break(());
+            }
+            rp.step(index, r);
+            if rp.stopped {
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok((unlimited, Some(Resumable { config: config.clone(), device_bytes, saves, used_hints: s.used_hints })))
+}
+
+/// The replay of the [`Resumable`] configuration at `capacity`, resumed from the latest save
+/// that is valid for it (see [`Resumable`]); from the start when none is.
+pub fn replay_resumed(trace: &Trace, from: &Resumable, capacity: u64) -> Result<ReplayResult> {
+    let save = from.saves.iter().rev().find(|(level, _, _)| *level <= capacity);
+    let Some((_, start, state)) = save.filter(|_| capacity <= from.device_bytes) else {
+        let opts =
+            ReplayOptions { config: Some(from.config.clone()), capacity_bytes: Some(capacity), ..Default::default() };
+        return replay(trace, &opts);
+    };
+    let mut rp = state.clone();
+    rp.engine.set_capacity(Some(capacity));
+    let start = *start;
+    trace.scan_chunks(|first, chunk| {
+        let end = first + chunk.len() as u64;
+        if end <= start {
+            return ControlFlow::Continue(());
+        }
+        let skip = start.saturating_sub(first) as usize;
+        for (k, r) in chunk.iter().enumerate().skip(skip) {
+            rp.step(first + k as u64, r);
+            if rp.stopped {
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok(rp.result(from.used_hints, CapacitySource::Given, trace))
 }

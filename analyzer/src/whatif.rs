@@ -28,8 +28,13 @@ pub const CAPACITY_RESOLUTION: u64 = 2 << 20;
 /// [`LONG_TRACE_PROBES`] replays, and the resolution it reached is reported.
 pub const LONG_TRACE_EVENTS: u64 = 1_000_000;
 pub const LONG_TRACE_PROBES: u32 = 6;
-/// The offline plan is O(n^2) in allocations; above this many it is skipped.
+/// The offline plan costs about (allocations) x (blocks live at once) comparisons; above this
+/// many it is skipped.
+pub const OFFLINE_PLAN_MAX_WORK: u64 = 100_000_000;
+/// Lifetimes are kept for at most this many allocations.
 pub const OFFLINE_PLAN_MAX_ALLOCS: usize = 200_000;
+/// Saves of the unlimited run that capacity probes resume from ([`crate::replay::Resumable`]).
+pub const RESUME_LEVELS: u64 = 32;
 /// Typical cost of one `cudaMalloc`/`cudaFree` on an H100 (anchors: 38-53 us).
 pub const DEVICE_CALL_US: f64 = 45.0;
 
@@ -157,6 +162,7 @@ pub fn fragmentation(allocated: u64, reserved: u64) -> f64 {
 pub fn min_capacity(
     trace: &Trace,
     config: &AllocatorConfig,
+    from: Option<&crate::replay::Resumable>,
     lower: u64,
     upper: u64,
     max_probes: u32,
@@ -165,8 +171,14 @@ pub fn min_capacity(
     let r = CAPACITY_RESOLUTION;
     let completes = |cap: u64| -> Result<bool> {
         probed();
-        let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: Some(cap), ..Default::default() };
-        Ok(!replay(trace, &o)?.is_oom())
+        let r = match from {
+            Some(from) => crate::replay::replay_resumed(trace, from, cap)?,
+            None => {
+                let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: Some(cap), ..Default::default() };
+                replay(trace, &o)?
+            }
+        };
+        Ok(!r.is_oom())
     };
     // Invariant: `hi` completes; `lo` fails (or is the lower bound). `upper` is the peak reserved
     // of an unlimited run, which usually completes as a limit too, but a limit can change the run
@@ -253,19 +265,15 @@ fn whatif_observed_inner<T: Send>(
         .zip(states.into_par_iter().zip(at_capacity.into_par_iter()))
         .map(|((name, config), (st, r))| {
             let min = if opts.search_capacity {
-                let unlimited = if opts.capacity_bytes.is_none() {
-                    r.clone()
-                } else {
-                    bar.inc(1);
-                    replay(
-                        trace,
-                        &ReplayOptions { config: Some(config.clone()), unlimited: true, ..Default::default() },
-                    )?
-                };
+                // The unlimited run, saved at a few levels so that each probe resumes from it.
+                bar.inc(1);
+                let (unlimited, from) =
+                    crate::replay::resumable(trace, config, bounds.live_requested_peak_bytes, RESUME_LEVELS)?;
                 let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
                 Some(min_capacity(
                     trace,
                     config,
+                    from.as_ref(),
                     bounds.live_requested_peak_bytes,
                     unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
                     max_probes,
@@ -303,6 +311,7 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
     let mut req_of: rustc_hash::FxHashMap<u64, u64> = Default::default();
     let mut allocs = 0u64;
     let mut too_many = false;
+    let mut peak_live_blocks = 0u64;
     // The failed request of a recorded OOM is a request too (it has no id and is never freed).
     let mut next_oom_id = u64::MAX;
     let scanned = trace.scan(|i, r| {
@@ -332,6 +341,7 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
             peak_req = peak_req.max(live_req);
             peak_rounded = peak_rounded.max(live_rounded);
             req_of.insert(id, requested_bytes);
+            peak_live_blocks = peak_live_blocks.max(req_of.len() as u64);
             if lifetimes.len() < OFFLINE_PLAN_MAX_ALLOCS {
                 open.insert(id, lifetimes.len());
                 lifetimes.push((i, u64::MAX, rounded));
@@ -346,8 +356,17 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
             l.1 = end;
         }
     }
+    let work = allocs.saturating_mul(peak_live_blocks);
     let (offline_plan_bytes, offline_plan_note) = if too_many {
         (None, Some(format!("skipped: more than {OFFLINE_PLAN_MAX_ALLOCS} allocations")))
+    } else if work > OFFLINE_PLAN_MAX_WORK {
+        (
+            None,
+            Some(format!(
+                "skipped: {allocs} allocations with up to {peak_live_blocks} live at once would take about {work} \
+                 comparisons (the limit is {OFFLINE_PLAN_MAX_WORK})"
+            )),
+        )
     } else {
         (Some(greedy_by_size(&mut lifetimes)), None)
     };
@@ -371,16 +390,50 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
 /// Arena = 6 bytes, where a first-come allocator without lifetimes might need 8.
 pub fn greedy_by_size(lifetimes: &mut [(u64, u64, u64)]) -> u64 {
     lifetimes.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
-    // Placed blocks: (offset, size, start, end), kept sorted by offset.
+    // The naive form scans every placed block for each new one (O(n^2)). Only the placed
+    // blocks that overlap the new one in time matter, in offset order (ties in any order: the
+    // second of two blocks at one offset never opens a gap), so placed blocks are filed in time
+    // buckets and the overlapping ones gathered from the buckets the new block spans; a block
+    // spanning many buckets is kept in a list checked every time. Same placements, cost about
+    // n x (blocks live at once) instead of n^2.
+    let horizon = lifetimes.iter().map(|l| l.1).max().unwrap_or(0).max(1);
+    let nb = (lifetimes.len() / 8).clamp(1, 4096) as u64;
+    let width = horizon.div_ceil(nb).max(1);
+    let bucket = |t: u64| ((t / width) as usize).min(nb as usize - 1);
+    const LONG_BUCKETS: usize = 64;
+    let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); nb as usize];
+    let mut long: Vec<u32> = Vec::new();
+    // Placed blocks: (offset, size, start, end).
     let mut placed: Vec<(u64, u64, u64, u64)> = Vec::with_capacity(lifetimes.len());
+    let mut seen: Vec<u32> = Vec::with_capacity(lifetimes.len());
+    let mut near: Vec<(u64, u64)> = Vec::new();
     let mut arena = 0u64;
-    for &(start, end, size) in lifetimes.iter() {
+    for (query, &(start, end, size)) in lifetimes.iter().enumerate() {
+        let stamp = query as u32 + 1;
+        near.clear();
+        let (b0, b1) = (bucket(start), bucket(end.saturating_sub(1).max(start)));
+        let offer = |k: u32, near: &mut Vec<(u64, u64)>, seen: &mut Vec<u32>| {
+            if seen[k as usize] == stamp {
+                return;
+            }
+            seen[k as usize] = stamp;
+            let (off, sz, s, e) = placed[k as usize];
+            if !(s >= end || start >= e) {
+                near.push((off, sz));
+            }
+        };
+        for &k in &long {
+            offer(k, &mut near, &mut seen);
+        }
+        for b in &buckets[b0..=b1] {
+            for &k in b {
+                offer(k, &mut near, &mut seen);
+            }
+        }
+        near.sort_unstable();
         let mut prev_end = 0u64;
         let mut best: Option<(u64, u64)> = None; // (gap, offset)
-        for &(off, sz, s, e) in &placed {
-            if s >= end || start >= e {
-                continue; // disjoint in time
-            }
+        for &(off, sz) in &near {
             if off > prev_end {
                 let gap = off - prev_end;
                 if gap >= size && best.is_none_or(|(g, _)| gap < g) {
@@ -390,8 +443,16 @@ pub fn greedy_by_size(lifetimes: &mut [(u64, u64, u64)]) -> u64 {
             prev_end = prev_end.max(off + sz);
         }
         let offset = best.map(|(_, o)| o).unwrap_or(prev_end);
-        let pos = placed.partition_point(|p| p.0 < offset);
-        placed.insert(pos, (offset, size, start, end));
+        let k = placed.len() as u32;
+        placed.push((offset, size, start, end));
+        seen.push(0);
+        if b1 - b0 + 1 > LONG_BUCKETS {
+            long.push(k);
+        } else {
+            for b in &mut buckets[b0..=b1] {
+                b.push(k);
+            }
+        }
         arena = arena.max(offset + size);
     }
     arena
@@ -400,6 +461,47 @@ pub fn greedy_by_size(lifetimes: &mut [(u64, u64, u64)]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The reference: every placed block scanned for each new one.
+    fn greedy_by_size_naive(lifetimes: &mut [(u64, u64, u64)]) -> u64 {
+        lifetimes.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+        // Placed blocks: (offset, size, start, end), kept sorted by offset.
+        let mut placed: Vec<(u64, u64, u64, u64)> = Vec::with_capacity(lifetimes.len());
+        let mut arena = 0u64;
+        for &(start, end, size) in lifetimes.iter() {
+            let mut prev_end = 0u64;
+            let mut best: Option<(u64, u64)> = None; // (gap, offset)
+            for &(off, sz, s, e) in &placed {
+                if s >= end || start >= e {
+                    continue; // disjoint in time
+                }
+                if off > prev_end {
+                    let gap = off - prev_end;
+                    if gap >= size && best.is_none_or(|(g, _)| gap < g) {
+                        best = Some((gap, prev_end));
+                    }
+                }
+                prev_end = prev_end.max(off + sz);
+            }
+            let offset = best.map(|(_, o)| o).unwrap_or(prev_end);
+            let pos = placed.partition_point(|p| p.0 < offset);
+            placed.insert(pos, (offset, size, start, end));
+            arena = arena.max(offset + size);
+        }
+        arena
+    }
+
+    proptest! {
+        #[test]
+        fn greedy_by_size_matches_the_naive_scan(
+            blocks in proptest::collection::vec((0u64..2000, 1u64..400, 1u64..64), 0..300)
+        ) {
+            let mut a: Vec<(u64, u64, u64)> = blocks.iter().map(|&(s, len, sz)| (s, s + len, sz * 512)).collect();
+            let mut b = a.clone();
+            prop_assert_eq!(greedy_by_size(&mut a), greedy_by_size_naive(&mut b));
+        }
+    }
 
     #[test]
     fn greedy_by_size_worked_example() {
