@@ -85,34 +85,58 @@ pub struct LayoutMeasures {
     pub largest_free_bytes: u64,
     /// Segments with no allocated or pending block: what `empty_cache()` would give back.
     pub releasable_bytes: u64,
+    /// The segment being folded by [`LayoutMeasures::add`]: its bytes, and whether a block is busy.
+    #[serde(skip)]
+    open: Option<(u64, bool)>,
 }
 
 impl LayoutMeasures {
     pub fn of(segments: &[SegmentView]) -> Self {
-        let mut m = LayoutMeasures { segments: segments.len() as u64, ..Default::default() };
+        let mut m = LayoutMeasures::default();
         for s in segments {
-            m.reserved_bytes += s.bytes;
-            let mut busy = false;
-            for b in &s.blocks {
-                m.blocks += 1;
-                if b.allocated {
-                    busy = true;
-                    m.allocated_bytes += b.bytes;
-                    m.requested_bytes += b.requested_bytes;
-                    m.internal_bytes += b.bytes.saturating_sub(b.requested_bytes);
-                } else if b.pending_free {
-                    busy = true;
-                    m.pending_free_bytes += b.bytes;
-                } else {
-                    m.free_bytes += b.bytes;
-                    m.largest_free_bytes = m.largest_free_bytes.max(b.bytes);
-                }
-            }
-            if !busy {
-                m.releasable_bytes += s.bytes;
+            for (k, b) in s.blocks.iter().enumerate() {
+                m.add(k == 0, b);
             }
         }
+        m.finish();
         m
+    }
+
+    /// Folds one block (`starts_segment`: the first block of a segment); [`LayoutMeasures::finish`]
+    /// closes the last segment. The one definition of the measures, for a list of segments
+    /// ([`LayoutMeasures::of`]) and for a walk of the engine's blocks
+    /// ([`crate::replay::EngineView::layout`]).
+    pub fn add(&mut self, starts_segment: bool, b: &recorder::engine::BlockView) {
+        if starts_segment {
+            self.finish();
+            self.segments += 1;
+            self.open = Some((0, false));
+        }
+        let Some((bytes, busy)) = self.open.as_mut() else { return };
+        *bytes += b.bytes;
+        self.reserved_bytes += b.bytes;
+        self.blocks += 1;
+        if b.allocated {
+            *busy = true;
+            self.allocated_bytes += b.bytes;
+            self.requested_bytes += b.requested_bytes;
+            self.internal_bytes += b.bytes.saturating_sub(b.requested_bytes);
+        } else if b.pending_free {
+            *busy = true;
+            self.pending_free_bytes += b.bytes;
+        } else {
+            self.free_bytes += b.bytes;
+            self.largest_free_bytes = self.largest_free_bytes.max(b.bytes);
+        }
+    }
+
+    /// Closes the segment being folded.
+    pub fn finish(&mut self) {
+        if let Some((bytes, busy)) = self.open.take() {
+            if !busy {
+                self.releasable_bytes += bytes;
+            }
+        }
     }
 
     /// Measure 1: `1 - allocated / reserved`.
@@ -353,7 +377,7 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
     let mut stride = min_stride;
     let mut since = 0usize;
     let mut peak_reserved = 0u64;
-    let mut peak: Option<(Captured, LayoutMeasures)> = None;
+    let mut peak: Option<(u64, u64, LayoutMeasures)> = None;
     let mut moment: Option<Captured> = None;
     let mut oom_seen = false;
     let mut last_seen: Option<(u64, u64)> = None;
@@ -375,8 +399,8 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
         if !(new_peak || want_moment || sample) {
             return;
         }
-        let segs = view.segments();
-        let m = LayoutMeasures::of(&segs);
+        // The measures from a walk of the blocks; the segments themselves only for the moment.
+        let m = view.layout();
         if sample {
             since = 0;
             stride = (m.blocks as usize / BLOCK_VISITS_PER_EVENT).max(min_stride);
@@ -388,17 +412,28 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
             }
         }
         if want_moment {
-            moment = Some(Captured { event: i, time_ns: r.time_ns, segments: segs.clone() });
+            moment = Some(Captured { event: i, time_ns: r.time_ns, segments: view.segments() });
         }
         if new_peak {
             peak_reserved = reserved;
-            peak = Some((Captured { event: i, time_ns: r.time_ns, segments: segs }, m));
+            peak = Some((i, r.time_ns, m));
         }
     })?;
-    let (peak_cap, peak_m) =
-        peak.unwrap_or((Captured { event: 0, time_ns: 0, segments: Vec::new() }, LayoutMeasures::default()));
+    let (peak_event, peak_time_ns, peak_m) = peak.unwrap_or((0, 0, LayoutMeasures::default()));
     let moment = match (opts.at, moment) {
-        (At::Peak, _) => peak_cap.clone(),
+        (At::Peak, _) => {
+            // The layout at the peak, from a second replay up to it (copying the layout at
+            // every new peak of the first one cost more than the replay).
+            let mut segments = Vec::new();
+            if peak.is_some() {
+                replay_observed(trace, &ReplayOptions::default(), &mut |i, _, view: &dyn EngineView, _| {
+                    if i == peak_event {
+                        segments = view.segments();
+                    }
+                })?;
+            }
+            Captured { event: peak_event, time_ns: peak_time_ns, segments }
+        }
         (_, Some(m)) => m,
         (At::Oom, None) => bail!("{}: no out-of-memory in the trace or its replay (try --at peak)", path.display()),
         (At::End, None) | (At::Event(_), None) => {
@@ -504,7 +539,7 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
             failed_request,
             segments: moment.segments.iter().map(SegmentMap::of).collect(),
         },
-        peak_event: peak_cap.event,
+        peak_event: peak_event,
         anomalies: result.anomalies,
         input_damage: result.input_damage.clone(),
         recorded_oom_event: first_oom,

@@ -601,14 +601,8 @@ impl FragTrack {
         let (a, res) = (st.allocated_bytes.all.current, st.reserved_bytes.all.current);
         self.un.push(xv, &[crate::whatif::fragmentation(a, res)]);
         if i.is_multiple_of(self.stride) {
-            let (mut total, mut largest) = (0u64, 0u64);
-            for s in view.segments() {
-                for b in s.blocks.iter().filter(|b| !b.allocated && !b.pending_free) {
-                    total += b.bytes;
-                    largest = largest.max(b.bytes);
-                }
-            }
-            let v = if total == 0 { 0.0 } else { 1.0 - largest as f64 / total as f64 };
+            // The one definition of contiguity (`frag`'s measure 2).
+            let v = view.layout().contiguity();
             self.co.push(xv, &[v]);
             self.samples += 1;
             self.taken_in_stride += 1;

@@ -117,6 +117,9 @@ pub trait EngineView {
     fn stats(&self) -> &Stats;
     /// The current layout: segments and their blocks in address order.
     fn segments(&self) -> Vec<recorder::engine::SegmentView>;
+    /// The measures of the current layout ([`crate::frag::LayoutMeasures::of`] of
+    /// [`EngineView::segments`], without building them).
+    fn layout(&self) -> crate::frag::LayoutMeasures;
     fn config(&self) -> &AllocatorConfig;
     fn capacity(&self) -> Option<u64>;
 }
@@ -127,6 +130,12 @@ impl<S: Sink> EngineView for Engine<SimDevice, S> {
     }
     fn segments(&self) -> Vec<recorder::engine::SegmentView> {
         Engine::segments(self)
+    }
+    fn layout(&self) -> crate::frag::LayoutMeasures {
+        let mut m = crate::frag::LayoutMeasures::default();
+        self.visit_blocks(|starts, b| m.add(starts, b));
+        m.finish();
+        m
     }
     fn config(&self) -> &AllocatorConfig {
         Engine::config(self)
