@@ -8,7 +8,7 @@
 
 use crate::model::Trace;
 use crate::plot::callsite_label;
-use crate::replay::{replay, Outcome, ReplayOptions};
+use crate::replay::{replay, ReplayOptions};
 use anyhow::Result;
 use recorder::trace::Event;
 use serde::Serialize;
@@ -31,7 +31,9 @@ pub struct Side {
     pub replayed_peak_reserved_bytes: u64,
     pub replayed_peak_allocated_bytes: u64,
     /// `ok`, or `oom` with the event index of the failed request.
-    pub replayed_outcome: String,
+    pub replayed_outcome: crate::model::OutcomeKind,
+    /// The request that failed in the replay, if one did.
+    pub replayed_oom_event: Option<u64>,
     pub has_callsites: bool,
 }
 
@@ -76,7 +78,7 @@ struct Sites {
 }
 
 fn sites(trace: &Trace) -> Result<Sites> {
-    let mut labels: Vec<String> = vec!["(no call site)".into()];
+    let mut labels: Vec<String> = vec![crate::leaks::Site::unknown().label];
     let mut index: HashMap<String, usize> = HashMap::new();
     index.insert(labels[0].clone(), 0);
     let mut label_of_site: HashMap<u32, usize> = HashMap::new();
@@ -141,10 +143,8 @@ fn side(trace: &Trace, has_callsites: bool) -> Result<Side> {
         peak_requested_bytes: s.peak_requested.bytes,
         replayed_peak_reserved_bytes: r.peak_reserved_bytes,
         replayed_peak_allocated_bytes: r.peak_allocated_bytes,
-        replayed_outcome: match r.outcome {
-            Outcome::Ok => "ok".into(),
-            Outcome::Oom { event, .. } => format!("oom at event {event}"),
-        },
+        replayed_outcome: r.outcome_kind(),
+        replayed_oom_event: r.oom_event(),
         has_callsites,
     })
 }

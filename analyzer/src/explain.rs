@@ -114,6 +114,8 @@ pub struct ExplainReport {
     pub alloc_conf: String,
     /// `oom` or `peak`.
     pub moment: &'static str,
+    /// The replay's outcome (JSON: `outcome`, `oom_event`, `oom`).
+    #[serde(flatten, serialize_with = "crate::replay::outcome_fields")]
     pub replay_outcome: Outcome,
     pub recorded_ooms: Vec<RecordedOom>,
     pub figures: Figures,
@@ -267,7 +269,8 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     let w = match opts.whatif.filter(|w| w.capacity_bytes == capacity && searched(w) == search) {
         Some(w) => w,
         None => {
-            computed = whatif::whatif(trace, &WhatifOptions { capacity_bytes: capacity, search_capacity: search })?;
+            let capacity = trace.capacity(capacity.filter(|_| result.capacity_source == CapacitySource::Given), false);
+            computed = whatif::whatif(trace, &WhatifOptions { capacity, search_capacity: search })?;
             &computed
         }
     };

@@ -296,6 +296,8 @@ pub struct FragReport {
     pub trace: String,
     pub alloc_conf: String,
     pub capacity_bytes: Option<u64>,
+    /// The replay's outcome (JSON: `outcome`, `oom_event`, `oom`).
+    #[serde(flatten, serialize_with = "crate::replay::outcome_fields")]
     pub replay_outcome: Outcome,
     pub used_recorded_addresses: bool,
     pub events: u64,

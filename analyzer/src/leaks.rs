@@ -50,7 +50,7 @@ pub struct Site {
 }
 
 impl Site {
-    fn unknown() -> Self {
+    pub fn unknown() -> Self {
         Site { label: "(no call site recorded)".into(), file: String::new(), line: 0, function: String::new() }
     }
 }

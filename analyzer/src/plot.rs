@@ -276,18 +276,10 @@ pub fn timeline_replayed(trace: &Trace, x: XAxis, columns: usize) -> Result<Time
     })
 }
 
-/// A short name for a call site: the user's frame (the same rule as `leaks`,
-/// [`crate::leaks::is_library_frame`]), with the innermost function when that is a different
-/// frame.
+/// The name of a call site: the one naming rule of every output (text, SVG, JSON), the user's
+/// innermost frame as `file:line (function)` ([`crate::leaks::site_of`]).
 pub fn callsite_label(frames: &[Frame]) -> String {
-    let base = |f: &Frame| f.file.rsplit('/').next().unwrap_or(&f.file).to_string();
-    let user = frames.iter().find(|f| !crate::leaks::is_library_frame(&f.file));
-    match (frames.first(), user) {
-        (None, _) => "(no frames)".to_string(),
-        (Some(inner), Some(u)) if u != inner => format!("{}:{} {} > {}", base(u), u.line, u.function, inner.function),
-        (Some(_), Some(u)) => format!("{}:{} {}", base(u), u.line, u.function),
-        (Some(inner), None) => format!("{}:{} {}", base(inner), inner.line, inner.function),
-    }
+    crate::leaks::site_of(frames).label
 }
 
 /// Live requested bytes by call site over time.
@@ -319,7 +311,7 @@ pub fn stacked_data(trace: &Trace, x: XAxis, columns: usize) -> Result<StackedDa
             labels.len() - 1
         })
     };
-    let none = intern("(no call site)".into(), &mut labels, &mut cur, &mut max);
+    let none = intern(crate::leaks::Site::unknown().label, &mut labels, &mut cur, &mut max);
     let mut has_callsites = false;
     trace.scan(|_, r| match &r.event {
         Event::CallSite { id, frames } => {

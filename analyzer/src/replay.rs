@@ -43,7 +43,7 @@ pub struct ReplayOptions {
 
 /// How a replay ended.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
+#[serde(untagged)]
 pub enum Outcome {
     Ok,
     Oom {
@@ -59,9 +59,31 @@ pub enum Outcome {
     },
 }
 
+/// Writes an [`Outcome`] as JSON v1 does, beside the other fields of its struct (with
+/// `#[serde(flatten, serialize_with = ...)]`): `"outcome": "ok" | "oom"`, `"oom_event"` (the
+/// index of the failed request, `null` when none failed) and `"oom"` (its figures, or `null`).
+pub fn outcome_fields<S: serde::Serializer>(o: &Outcome, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut m = s.serialize_map(Some(3))?;
+    match o {
+        Outcome::Ok => {
+            m.serialize_entry("outcome", "ok")?;
+            m.serialize_entry("oom_event", &None::<u64>)?;
+            m.serialize_entry("oom", &None::<u64>)?;
+        }
+        Outcome::Oom { event, .. } => {
+            m.serialize_entry("outcome", "oom")?;
+            m.serialize_entry("oom_event", event)?;
+            m.serialize_entry("oom", o)?;
+        }
+    }
+    m.end()
+}
+
 /// What a replay computed.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReplayResult {
+    #[serde(flatten, serialize_with = "outcome_fields")]
     pub outcome: Outcome,
     /// The configuration replayed, as a `PYTORCH_CUDA_ALLOC_CONF` string.
     pub alloc_conf: String,

@@ -28,7 +28,9 @@ pub struct Environment {
     pub device_name: String,
     pub device_total_bytes: u64,
     pub alloc_conf: String,
-    pub capacity_bytes: u64,
+    /// The capacity every analysis of the report ran under (`null`: none), and where it came from.
+    pub capacity_bytes: Option<u64>,
+    pub capacity_source: crate::model::CapacitySource,
     pub trace_tool_version: String,
     pub report_tool_version: &'static str,
     pub command_line: Vec<String>,
@@ -142,7 +144,8 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         device_name: h.device_name.clone(),
         device_total_bytes: h.device_total_bytes,
         alloc_conf: h.alloc_conf.clone(),
-        capacity_bytes: h.capacity_bytes,
+        capacity_bytes: trace.default_capacity().bytes,
+        capacity_source: trace.default_capacity().source,
         trace_tool_version: h.tool_version.clone(),
         report_tool_version: env!("CARGO_PKG_VERSION"),
         command_line: h.command_line.clone(),
@@ -168,7 +171,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                 || {
                     whatif_observed(
                         trace,
-                        &WhatifOptions { capacity_bytes: capacity, search_capacity: search },
+                        &WhatifOptions { capacity: trace.default_capacity(), search_capacity: search },
                         &|k| ReportTrack {
                             whatif: plot::WhatifTrack::new(plot::COLUMNS),
                             // The recorded configuration's replay also draws the fragmentation
@@ -225,11 +228,10 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         || {
             rayon::join(
                 || {
-                    // `explain` searches capacities on short traces (whatever the report does), and
-                    // on long ones when the report did.
+                    // `explain` searches capacities exactly when the report did, so that it reuses the
+                    // report's what-if table (and `--no-search` searches nowhere).
                     let growth = leaks_report.as_ref().map(|l: &LeaksReport| l.growth.clone());
-                    let o =
-                        ExplainOptions { search_capacity: (long && search).then_some(true), whatif: Some(&wi), growth };
+                    let o = ExplainOptions { search_capacity: Some(search), whatif: Some(&wi), growth };
                     explain_with(trace, &o)
                 },
                 || crate::frag::analyze_with(trace, &FragOptions { at: frag_at }, Some(&wi.bounds)),
@@ -312,7 +314,8 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         x.trace = name.clone();
     }
 
-    let mut findings = findings(&summary, &replay, layout.as_ref(), &wi);
+    let verdict = explained.as_ref().map(|x| &x.verdict);
+    let mut findings = findings(&summary, &replay, layout.as_ref(), &wi, verdict);
     if let Some(l) = &leaks {
         refine_live_at_end(&mut findings, l);
     }
@@ -425,40 +428,25 @@ fn pct(f: f64) -> String {
 }
 
 /// The findings computable from the summary, the replay, the layout and the what-if table.
-pub fn findings(s: &Summary, r: &ReplayResult, layout: Option<&LayoutAt>, w: &Whatif) -> Vec<Finding> {
+/// `verdict` is the diagnosis of the OOM (`explain`'s), which the OOM finding states rather than
+/// classifying the OOM again.
+pub fn findings(
+    s: &Summary,
+    r: &ReplayResult,
+    layout: Option<&LayoutAt>,
+    w: &Whatif,
+    verdict: Option<&crate::explain::Verdict>,
+) -> Vec<Finding> {
     let mut out = Vec::new();
     // 1. Did it run out of memory?
     match &r.outcome {
         Outcome::Oom { event, requested_bytes, reserved_bytes, allocated_bytes, .. } => {
-            let free = reserved_bytes.saturating_sub(*allocated_bytes);
-            let headroom = r.capacity_bytes.map(|c| c.saturating_sub(*reserved_bytes));
-            let largest = layout.filter(|l| l.failed_request_bytes.is_some()).map(|l| l.largest_free_bytes);
-            let why = match (largest, headroom) {
-                (Some(l), _) if free >= *requested_bytes => format!(
-                    " {} of the reserved memory was free, more than the request, but the largest free block was only \
-                     {}: the free memory is in pieces too small for it, and the device had no room for a new \
-                     segment.",
-                    fmt_bytes(free),
-                    fmt_bytes(l)
-                ),
-                (Some(l), Some(h)) if free + h >= *requested_bytes => format!(
-                    " {} was free in the cache, in pieces of at most {}, and {} of the limit was not reserved yet: \
-                     together enough for the request, but neither alone. Cached pieces in different segments \
-                     cannot be joined, and a new segment for the request does not fit under the limit (the \
-                     allocator had already given back every wholly free segment, as `torch.cuda.empty_cache()` \
-                     would). This is fragmentation.",
-                    fmt_bytes(free),
-                    fmt_bytes(l),
-                    fmt_bytes(h)
-                ),
-                (Some(l), _) => format!(
-                    " Only {} was free in the cache (largest block {}){}: the live tensors plus the request need \
-                     more than the limit allows.",
-                    fmt_bytes(free),
-                    fmt_bytes(l),
-                    headroom.map(|h| format!(" and {} of the limit unreserved", fmt_bytes(h))).unwrap_or_default()
-                ),
-                (None, _) => String::new(),
+            // The one diagnosis (explain's verdict), not a second classification.
+            let why = match verdict {
+                Some(v) if v.kind != crate::explain::VerdictKind::NoOom => {
+                    format!(" Diagnosis: {}: {}.", v.kind.as_str(), v.reason)
+                }
+                _ => String::new(),
             };
             // What would have helped, from the what-if table at the same limit.
             let fits: Vec<String> = crate::whatif::completing(&w.rows)
@@ -489,6 +477,22 @@ pub fn findings(s: &Summary, r: &ReplayResult, layout: Option<&LayoutAt>, w: &Wh
                 ),
             });
         }
+        // The recorded run failed but its replay did not: say both, never "none".
+        Outcome::Ok if s.num_ooms > 0 => out.push(Finding {
+            id: "oom",
+            title: "Out of memory".into(),
+            verdict: Verdict::Warning,
+            value: format!("{} recorded, none in the replay", s.num_ooms),
+            definition: "A request the allocator could not serve.".into(),
+            explanation: format!(
+                "The trace records {} out-of-memory error(s), but all {} requests succeeded when replayed under the \
+                 recorded settings{}: the limit the run had is not known exactly; give it with `--capacity` to \
+                 import or replay at it.",
+                s.num_ooms,
+                r.requests,
+                r.capacity_bytes.map(|c| format!(" and a limit of {}", fmt_bytes(c))).unwrap_or_default()
+            ),
+        }),
         Outcome::Ok => out.push(Finding {
             id: "oom",
             title: "Out of memory".into(),
@@ -684,7 +688,23 @@ impl Report {
             ],
             vec![
                 "capacity limit".into(),
-                if e.capacity_bytes > 0 { fmt_bytes(e.capacity_bytes) } else { "none".into() },
+                match (e.capacity_bytes, e.capacity_source) {
+                    (None, _) => "none".into(),
+                    (Some(c), crate::model::CapacitySource::Recorded | crate::model::CapacitySource::Given) => {
+                        fmt_bytes(c)
+                    }
+                    (Some(c), crate::model::CapacitySource::InferredFromOom) => format!(
+                        "{} (none recorded; inferred from the OOM: the device was full, reserved + device free)",
+                        fmt_bytes(c)
+                    ),
+                    (Some(c), crate::model::CapacitySource::InferredLimit | crate::model::CapacitySource::None) => {
+                        format!(
+                            "{} (none recorded; inferred from the OOM: the device had room, so a lower limit was in \
+                             force, at least this)",
+                            fmt_bytes(c)
+                        )
+                    }
+                },
             ],
             vec!["trace source".into(), e.source.into()],
             vec!["written by".into(), format!("alloctrace {}", e.trace_tool_version)],
@@ -1040,7 +1060,7 @@ impl Report {
 
     /// `summary.json`.
     pub fn json(&self) -> Result<String> {
-        let mut s = serde_json::to_string_pretty(self)?;
+        let mut s = serde_json::to_string_pretty(&crate::cmd::V1::of(self))?;
         s.push('\n');
         Ok(s)
     }

@@ -40,7 +40,8 @@ pub const DEVICE_CALL_US: f64 = 45.0;
 
 #[derive(Debug, Clone)]
 pub struct WhatifOptions {
-    pub capacity_bytes: Option<u64>,
+    /// The capacity compared at (resolved by [`Trace::capacity`]).
+    pub capacity: crate::model::Capacity,
     /// Search the smallest capacity each policy needs.
     pub search_capacity: bool,
 }
@@ -92,6 +93,7 @@ pub struct Bounds {
 pub struct Whatif {
     pub trace: String,
     pub capacity_bytes: Option<u64>,
+    pub capacity_source: crate::model::CapacitySource,
     pub rows: Vec<PolicyRow>,
     pub bounds: Bounds,
     /// Set when the trace is truncated or corrupt: the rows cover the events before the damage.
@@ -237,7 +239,7 @@ fn whatif_observed_inner<T: Send>(
     observe: &(dyn Fn(&mut T, u64, &Record, &dyn EngineView) + Sync),
 ) -> Result<(Whatif, Vec<(T, ReplayResult)>)> {
     let bounds = bounds(trace, &trace.header.config)?;
-    let list = policies(&trace.header.config, opts.capacity_bytes.is_some());
+    let list = policies(&trace.header.config, opts.capacity.bytes.is_some());
     let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { 16 };
     bar.set_length(list.len() as u64 * if opts.search_capacity { 1 + max_probes as u64 } else { 1 });
     // Every policy at the capacity, from one read of the trace.
@@ -248,8 +250,13 @@ fn whatif_observed_inner<T: Send>(
         .map(|((_, config), st)| {
             let at_cap = ReplayOptions {
                 config: Some(config.clone()),
-                capacity_bytes: opts.capacity_bytes,
-                unlimited: opts.capacity_bytes.is_none(),
+                // A given capacity is passed on; the trace's own is resolved again by the replay
+                // (to the same value), which then says where it came from.
+                capacity_bytes: opts
+                    .capacity
+                    .bytes
+                    .filter(|_| opts.capacity.source == crate::model::CapacitySource::Given),
+                unlimited: opts.capacity.bytes.is_none(),
                 ..Default::default()
             };
             let observer: Box<crate::replay::SendObserver<'_>> =
@@ -293,7 +300,8 @@ fn whatif_observed_inner<T: Send>(
     }
     let w = Whatif {
         trace: trace.path.display().to_string(),
-        capacity_bytes: opts.capacity_bytes,
+        capacity_bytes: opts.capacity.bytes,
+        capacity_source: opts.capacity.source,
         rows: table,
         bounds,
         input_damage: trace.damage(),

@@ -36,7 +36,11 @@ pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
     bytes(out, "peak reserved (replayed)", d.a.replayed_peak_reserved_bytes, d.b.replayed_peak_reserved_bytes)?;
     bytes(out, "peak allocated (replayed)", d.a.replayed_peak_allocated_bytes, d.b.replayed_peak_allocated_bytes)?;
     count(out, "OOMs (recorded)", d.a.recorded_ooms, d.b.recorded_ooms)?;
-    writeln!(out, "{:<28} {:>14} {:>14}", "outcome (replayed)", d.a.replayed_outcome, d.b.replayed_outcome)?;
+    let outcome = |s: &crate::diff::Side| match s.replayed_oom_event {
+        Some(e) => format!("oom at event {e}"),
+        None => s.replayed_outcome.to_string(),
+    };
+    writeln!(out, "{:<28} {:>14} {:>14}", "outcome (replayed)", outcome(&d.a), outcome(&d.b))?;
     count(out, "events", d.a.events, d.b.events)?;
     count(out, "allocations", d.a.allocations, d.b.allocations)?;
     let changed: Vec<_> =
@@ -75,7 +79,7 @@ pub fn run(opts: &DiffCmdOptions, out: &mut dyn Write) -> Result<i32> {
         let svg = dir.join("timeline-overlay.svg");
         std::fs::write(&svg, render_overlay(&ta, &tb)?).with_context(|| format!("cannot write {}", svg.display()))?;
         let json = dir.join("diff.json");
-        std::fs::write(&json, serde_json::to_string_pretty(&d)? + "\n")
+        std::fs::write(&json, serde_json::to_string_pretty(&super::V1::of(&d))? + "\n")
             .with_context(|| format!("cannot write {}", json.display()))?;
         if !opts.json {
             writeln!(out, "wrote {} and {}", svg.display(), json.display())?;

@@ -87,8 +87,8 @@ pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
 pub fn run(opts: &WhatifCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let trace = crate::model::Trace::open(&opts.trace)?;
     // Default: the trace's limit, or the one its first OOM implies (the same resolution as replay).
-    let capacity = trace.capacity(opts.capacity_bytes, false).bytes;
-    let w = whatif(&trace, &WhatifOptions { capacity_bytes: capacity, search_capacity: opts.search_capacity })?;
+    let capacity = trace.capacity(opts.capacity_bytes, false);
+    let w = whatif(&trace, &WhatifOptions { capacity, search_capacity: opts.search_capacity })?;
     if opts.json {
         write_json(out, &w)?;
     } else {
