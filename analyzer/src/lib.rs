@@ -8,6 +8,7 @@ pub mod frag;
 pub mod import;
 pub mod leaks;
 pub mod model;
+pub mod output;
 pub mod plot;
 pub mod progress;
 pub mod replay;

@@ -259,6 +259,9 @@ open report/report.html"
         /// Skip the search for the smallest capacity of each policy (faster on huge traces).
         #[arg(long)]
         no_search: bool,
+        /// Write into a folder that holds other files than a previous report's.
+        #[arg(long)]
+        force: bool,
         /// Print summary.json to stdout as well.
         #[arg(long)]
         json: bool,
@@ -504,9 +507,10 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
             },
             out,
         ),
-        Command::Report { trace, output, no_search, json } => {
-            cmd::report::run(&cmd::report::ReportCmdOptions { trace, output, search_capacity: !no_search, json }, out)
-        }
+        Command::Report { trace, output, no_search, force, json } => cmd::report::run(
+            &cmd::report::ReportCmdOptions { trace, output, search_capacity: !no_search, json, force },
+            out,
+        ),
         Command::Diff { a, b, output, json } => cmd::diff::run(&cmd::diff::DiffCmdOptions { a, b, output, json }, out),
         Command::Frag { trace, at, max_segments, json } => {
             cmd::frag::run(&cmd::frag::FragCmdOptions { trace, at, max_segments, json }, out)

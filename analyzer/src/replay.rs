@@ -229,7 +229,10 @@ pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Obser
                 h.alloc_conf,
                 capacity.map(|c| format!(" with capacity {c} bytes")).unwrap_or_default()
             ));
-            let mut writer = TraceWriter::create(out, &h).with_context(|| format!("cannot write {}", out.display()))?;
+            crate::output::refuse_input(out, &[path])?;
+            let pending = crate::output::Pending::new(out)?;
+            let mut writer = TraceWriter::create(pending.temp_path(), &h)
+                .with_context(|| format!("cannot write {}", out.display()))?;
             let engine = Engine::new(config, capacity, device, Vec::<Event>::with_capacity(64));
             let result = run(
                 trace,
@@ -245,6 +248,7 @@ pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Obser
                 observer,
             )?;
             writer.finish().with_context(|| format!("cannot write {}", out.display()))?;
+            pending.commit()?;
             Ok(result)
         }
     }

@@ -1065,13 +1065,15 @@ impl Report {
         Ok(s)
     }
 
-    /// Writes `report.md`, `report.html`, `summary.json` and the SVGs into `dir`.
-    pub fn write(&self, dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    /// Writes `report.md`, `report.html`, `summary.json` and the SVGs into `dir` (each through a
+    /// temporary file and a rename; never onto one of `inputs`).
+    pub fn write(&self, dir: &Path, inputs: &[&Path]) -> Result<Vec<std::path::PathBuf>> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let mut files = Vec::new();
         let mut put = |name: &str, body: &str| -> Result<()> {
             let p = dir.join(name);
-            std::fs::write(&p, body).with_context(|| format!("cannot write {}", p.display()))?;
+            crate::output::refuse_input(&p, inputs)?;
+            crate::output::write_file(&p, body.as_bytes())?;
             files.push(p);
             Ok(())
         };

@@ -103,7 +103,7 @@ fn shipped_reports_are_current() {
             &ReportOptions { search_capacity: true, search_long_traces: false },
         )
         .unwrap()
-        .write(&fresh)
+        .write(&fresh, &[])
         .unwrap();
         let shipped_dir = workspace().join("reports").join(&name);
         let mut files: Vec<_> = std::fs::read_dir(&fresh).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -155,7 +155,7 @@ fn html_renders_in_a_headless_browser() {
         return;
     };
     let dir = temp_dir("browser");
-    frag_oom_report().write(&dir.join("report")).unwrap();
+    frag_oom_report().write(&dir.join("report"), &[]).unwrap();
     std::fs::write(dir.join("blank.html"), "<!DOCTYPE html><html><body></body></html>").unwrap();
     let page = dir.join("report/report.html");
     let log = screenshot(browser, &format!("file://{}", page.display()), &dir.join("report.png"), &dir.join("p1"));

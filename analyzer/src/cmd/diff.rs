@@ -77,10 +77,11 @@ pub fn run(opts: &DiffCmdOptions, out: &mut dyn Write) -> Result<i32> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let (ta, tb) = (timeline_data(&a, XAxis::Time, COLUMNS)?, timeline_data(&b, XAxis::Time, COLUMNS)?);
         let svg = dir.join("timeline-overlay.svg");
-        std::fs::write(&svg, render_overlay(&ta, &tb)?).with_context(|| format!("cannot write {}", svg.display()))?;
+        crate::output::refuse_input(&svg, &[&opts.a, &opts.b])?;
+        crate::output::write_file(&svg, render_overlay(&ta, &tb)?.as_bytes())?;
         let json = dir.join("diff.json");
-        std::fs::write(&json, serde_json::to_string_pretty(&super::V1::of(&d))? + "\n")
-            .with_context(|| format!("cannot write {}", json.display()))?;
+        crate::output::refuse_input(&json, &[&opts.a, &opts.b])?;
+        crate::output::write_file(&json, (serde_json::to_string_pretty(&super::V1::of(&d))? + "\n").as_bytes())?;
         if !opts.json {
             writeln!(out, "wrote {} and {}", svg.display(), json.display())?;
         }

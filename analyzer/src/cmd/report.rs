@@ -11,12 +11,15 @@ pub struct ReportCmdOptions {
     pub output: PathBuf,
     pub search_capacity: bool,
     pub json: bool,
+    /// Write into a folder that holds other files than a previous report's.
+    pub force: bool,
 }
 
 pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
+    crate::output::check_report_dir(&opts.output, opts.force)?;
     let trace = crate::model::Trace::open(&opts.trace)?;
     let report = build(&trace, &ReportOptions { search_capacity: opts.search_capacity, search_long_traces: false })?;
-    let files = report.write(&opts.output)?;
+    let files = report.write(&opts.output, &[&opts.trace])?;
     if opts.json {
         write_json(out, &report)?;
     } else {
