@@ -154,6 +154,10 @@ alloctrace synth --events 200000 --leak-bytes-per-iter 8MiB --fragment -o leaky.
         /// Interleave long- and short-lived blocks to fragment segments.
         #[arg(long)]
         fragment: bool,
+        /// A trace shaped like a real one: sizes from bytes to tens of MiB, 4 streams, thousands
+        /// of segments, cache flushes and retries near the limit, and a final out-of-memory.
+        #[arg(long)]
+        realistic: bool,
         #[arg(long)]
         json: bool,
     },
@@ -471,22 +475,32 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
             &cmd::whatif::WhatifCmdOptions { trace, capacity_bytes: capacity, search_capacity: !no_search, json },
             out,
         ),
-        Command::Synth { events, seed, output, conf, layers, streams, leak_bytes_per_iter, fragment, json } => {
-            cmd::synth::run(
-                &analyzer::synth::SynthOptions {
-                    events,
-                    seed,
-                    output,
-                    config: conf.unwrap_or_default(),
-                    layers,
-                    streams,
-                    leak_bytes_per_iter,
-                    fragment,
-                },
-                json,
-                out,
-            )
-        }
+        Command::Synth {
+            events,
+            seed,
+            output,
+            conf,
+            layers,
+            streams,
+            leak_bytes_per_iter,
+            fragment,
+            realistic,
+            json,
+        } => cmd::synth::run(
+            &analyzer::synth::SynthOptions {
+                events,
+                seed,
+                output,
+                config: conf.unwrap_or_default(),
+                layers,
+                streams,
+                leak_bytes_per_iter,
+                fragment,
+                realistic,
+            },
+            json,
+            out,
+        ),
         Command::Plot { trace, kind, output, at, stacked, x, json } => cmd::plot::run(
             &cmd::plot::PlotCmdOptions {
                 trace,
