@@ -177,43 +177,58 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
 
     // Replay under the recorded settings and capacity; capture the OOM (or the recorded OOM's
     // index), else the peak of reserved.
-    let mut sites = Sites::default();
-    let mut callsite_of: HashMap<u64, u32> = HashMap::new();
-    let mut at_oom: Option<Capture> = None;
-    let mut at_peak: Option<Capture> = None;
-    let mut peak_reserved = 0u64;
-    let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, live| {
-        match &r.event {
-            Event::CallSite { id, frames } => sites.define(*id, frames),
-            Event::Alloc { id, callsite, .. } => {
-                callsite_of.insert(*id, *callsite);
+    // The layout is copied once, at the moment: pass 1 takes the OOM and finds the peak's
+    // event; only a run without an OOM replays again to take the layout at its peak.
+    let pass = |peak_at: Option<u64>| -> Result<(ReplayResult, Sites, Option<Capture>, Option<Capture>, Option<u64>)> {
+        let mut sites = Sites::default();
+        let mut callsite_of: HashMap<u64, u32> = HashMap::new();
+        let mut at_oom: Option<Capture> = None;
+        let mut at_peak: Option<Capture> = None;
+        let mut peak_event: Option<u64> = None;
+        let mut peak_reserved = 0u64;
+        let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, live| {
+            match &r.event {
+                Event::CallSite { id, frames } => sites.define(*id, frames),
+                Event::Alloc { id, callsite, .. } => {
+                    callsite_of.insert(*id, *callsite);
+                }
+                Event::FreeCompleted { id, .. } => {
+                    callsite_of.remove(id);
+                }
+                _ => {}
             }
-            Event::FreeCompleted { id, .. } => {
-                callsite_of.remove(id);
-            }
-            _ => {}
-        }
-        let capture = |sites: &Sites| Capture {
-            event: i,
-            time_ns: r.time_ns,
-            held: Held {
+            let capture = |sites: &Sites| Capture {
                 event: i,
-                segments: view.segments(),
-                site_of_block: live
-                    .iter()
-                    .map(|(id, addr)| (*addr, sites.of(callsite_of.get(id).copied().unwrap_or(0))))
-                    .collect(),
-            },
-        };
-        if at_oom.is_none() && (view.stats().num_ooms > 0 || first_recorded == Some(i)) {
-            at_oom = Some(capture(&sites));
-        }
-        let reserved = view.stats().reserved_bytes.all.current;
-        if at_oom.is_none() && reserved > peak_reserved {
-            peak_reserved = reserved;
-            at_peak = Some(capture(&sites));
-        }
-    })?;
+                time_ns: r.time_ns,
+                held: Held {
+                    event: i,
+                    segments: view.segments(),
+                    site_of_block: live
+                        .iter()
+                        .map(|(id, addr)| (*addr, sites.of(callsite_of.get(id).copied().unwrap_or(0))))
+                        .collect(),
+                },
+            };
+            if at_oom.is_none() && (view.stats().num_ooms > 0 || first_recorded == Some(i)) {
+                at_oom = Some(capture(&sites));
+            }
+            let reserved = view.stats().reserved_bytes.all.current;
+            if at_oom.is_none() && reserved > peak_reserved {
+                peak_reserved = reserved;
+                peak_event = Some(i);
+            }
+            if peak_at == Some(i) {
+                at_peak = Some(capture(&sites));
+            }
+        })?;
+        Ok((result, sites, at_oom, at_peak, peak_event))
+    };
+    let (mut result, mut sites, at_oom, _, peak_event) = pass(None)?;
+    let mut at_peak = None;
+    if at_oom.is_none() && peak_event.is_some() {
+        let (r, s, _, p, _) = pass(peak_event)?;
+        (result, sites, at_peak) = (r, s, p);
+    }
     let is_oom = at_oom.is_some();
     let cap = at_oom.or(at_peak).unwrap_or(Capture {
         event: 0,

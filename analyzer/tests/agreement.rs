@@ -20,6 +20,30 @@ fn json(args: &[&str]) -> Value {
     v
 }
 
+/// JSON v1 (docs/json-schema.md): byte quantities are integers or null; an outcome is "ok" or
+/// "oom"; a capacity comes with its source.
+fn check_schema(v: &Value, at: &str) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                let here = format!("{at}.{k}");
+                if k.ends_with("_bytes") {
+                    assert!(x.is_null() || x.is_u64() || x.is_i64(), "{here}: bytes must be an integer or null: {x}");
+                }
+                if k == "outcome" || k == "replayed_outcome" {
+                    assert!(x == "ok" || x == "oom", "{here}: {x}");
+                }
+                if k == "capacity_bytes" && m.contains_key("outcome") {
+                    assert!(m.contains_key("capacity_source"), "{here}: a capacity without its source");
+                }
+                check_schema(x, &here);
+            }
+        }
+        Value::Array(a) => a.iter().enumerate().for_each(|(i, x)| check_schema(x, &format!("{at}[{i}]"))),
+        _ => {}
+    }
+}
+
 fn traces() -> Vec<PathBuf> {
     let mut v = Vec::new();
     for dir in [root().join("traces"), root().join("traces/large")] {
@@ -53,6 +77,19 @@ fn commands_agree_on_every_trace() {
         let frag = json(&["frag", "--json", p]);
         let out = dir.join(&name);
         let report = json(&["report", "--json", p, "-o", out.to_str().unwrap()]);
+        let leaks = json(&["leaks", "--json", p]);
+        for (what, v) in [
+            ("summary", &summary),
+            ("replay", &replay),
+            ("whatif", &whatif),
+            ("explain", &explain),
+            ("frag", &frag),
+            ("leaks", &leaks),
+            ("report", &report),
+        ] {
+            check_schema(v, &format!("{name}: {what}"));
+        }
+        assert!(!replay["capacity_source"].is_null() && !whatif["capacity_source"].is_null(), "{name}");
         let recorded = whatif["rows"].as_array().unwrap().iter().find(|r| r["policy"] == "recorded").unwrap();
 
         // Outcome, and the request that failed.
