@@ -28,8 +28,8 @@ use crate::model::{Capacity, CapacitySource, Damage, OutcomeKind, Trace};
 use crate::replay::{replay, replay_observed, EngineView, Outcome, ReplayOptions, ReplayResult};
 use crate::units::fmt_bytes;
 use crate::whatif::{self, PolicyRow, Whatif, WhatifOptions};
-use anyhow::Result;
-use recorder::trace::{Event, Record, Source};
+use anyhow::{Context, Result};
+use recorder::trace::{Event, Record, Source, TraceWriter};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 
@@ -492,10 +492,32 @@ pub fn group_long_lived(trace: &Trace, oom_event: u64) -> Result<Option<Experime
     let mut h = trace.header.clone();
     h.source = Source::Simulated;
     h.notes.push("experiment: allocations live at the OOM moved ahead of the temporaries of their run".into());
-    let mut records: Vec<Record> = Vec::new();
+    // The reordered trace: in memory when the trace is (no file), else a temporary file that is
+    // streamed like the trace (memory stays bounded).
+    enum Out {
+        Memory(Vec<Record>),
+        File(TraceWriter<std::io::BufWriter<std::fs::File>>, tempfile::TempPath),
+    }
+    let mut out = if trace.in_memory() {
+        Out::Memory(Vec::new())
+    } else {
+        let temp =
+            tempfile::Builder::new().prefix("alloctrace-grouped-").suffix(".atrace").tempfile()?.into_temp_path();
+        let w = TraceWriter::create(&temp, &h).with_context(|| format!("cannot write {}", temp.display()))?;
+        Out::File(w, temp)
+    };
+    let mut failed: Option<recorder::trace::TraceError> = None;
+    let mut emit = |r: &Record| match &mut out {
+        Out::Memory(v) => v.push(r.clone()),
+        Out::File(w, _) => {
+            if let Err(e) = w.write(r) {
+                failed.get_or_insert(e);
+            }
+        }
+    };
     let mut run: Vec<Record> = Vec::new();
     let mut changed = false;
-    let flush = |run: &mut Vec<Record>, records: &mut Vec<Record>, changed: &mut bool| {
+    let flush = |run: &mut Vec<Record>, emit: &mut dyn FnMut(&Record), changed: &mut bool| {
         let is_live = |r: &Record| matches!(&r.event, Event::Alloc { id, .. } if live.contains(id));
         let is_alloc = |r: &Record| matches!(&r.event, Event::Alloc { .. });
         let others = run.iter().filter(|r| !is_alloc(r));
@@ -507,7 +529,9 @@ pub fn group_long_lived(trace: &Trace, oom_event: u64) -> Result<Option<Experime
         if allocs.iter().zip(&new_allocs).any(|(a, b)| a != b) {
             *changed = true;
         }
-        records.extend(ordered.into_iter().cloned());
+        for r in ordered {
+            emit(r);
+        }
         run.clear();
     };
     trace.scan(|i, r| {
@@ -519,15 +543,24 @@ pub fn group_long_lived(trace: &Trace, oom_event: u64) -> Result<Option<Experime
             run.push(r.clone());
             return;
         }
-        flush(&mut run, &mut records, &mut changed);
-        records.push(r.clone());
+        flush(&mut run, &mut emit, &mut changed);
+        emit(r);
     })?;
-    flush(&mut run, &mut records, &mut changed);
+    flush(&mut run, &mut emit, &mut changed);
+    if let Some(e) = failed {
+        return Err(anyhow::Error::new(e).context("cannot write the reordered trace"));
+    }
     if !changed {
         return Ok(None);
     }
-    // Replayed in memory, as a simulated trace (no recorded addresses: the order differs).
-    let reordered = Trace::from_records(&trace.path, h, records);
+    // Replayed as a simulated trace (no recorded addresses: the order differs).
+    let (reordered, _temp) = match out {
+        Out::Memory(records) => (Trace::from_records(&trace.path, h, records), None),
+        Out::File(w, temp) => {
+            w.finish().context("cannot write the reordered trace")?;
+            (Trace::open(&temp)?, Some(temp))
+        }
+    };
     let r: ReplayResult = replay(&reordered, &ReplayOptions::default())?;
     Ok(Some(Experiment {
         name: "allocate long-lived tensors first",
