@@ -134,6 +134,7 @@ pub struct SiteLive {
 pub struct SiteGrowth {
     pub site: Site,
     /// Median change of its live bytes from one iteration to the next.
+    #[serde(serialize_with = "crate::units::whole_bytes")]
     pub per_iteration_bytes: f64,
     pub per_iteration_count: f64,
     /// Intervals in which its live bytes rose.
@@ -150,6 +151,7 @@ pub struct Growth {
     /// Live requested bytes at each boundary.
     pub live_bytes: Vec<u64>,
     /// Median change of live bytes from one iteration to the next.
+    #[serde(serialize_with = "crate::units::whole_bytes")]
     pub per_iteration_bytes: f64,
     /// Sites whose live bytes grew, largest growth first.
     pub sites: Vec<SiteGrowth>,

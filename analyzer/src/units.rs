@@ -61,3 +61,9 @@ mod tests {
         assert_eq!(fmt_delta(-(2 << 20)), "-2.00 MiB");
     }
 }
+
+/// Serializes a byte figure computed as a float (a median of changes) as a whole number of
+/// bytes: JSON gives byte quantities as integers.
+pub fn whole_bytes<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_i64(v.round() as i64)
+}

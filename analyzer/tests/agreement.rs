@@ -28,7 +28,9 @@ fn check_schema(v: &Value, at: &str) {
             for (k, x) in m {
                 let here = format!("{at}.{k}");
                 if k.ends_with("_bytes") {
-                    assert!(x.is_null() || x.is_u64() || x.is_i64(), "{here}: bytes must be an integer or null: {x}");
+                    let whole = |x: &Value| x.is_u64() || x.is_i64();
+                    let ok = x.is_null() || whole(x) || x.as_array().is_some_and(|a| a.iter().all(whole));
+                    assert!(ok, "{here}: bytes must be integers or null: {x}");
                 }
                 if k == "outcome" || k == "replayed_outcome" {
                     assert!(x == "ok" || x == "oom", "{here}: {x}");
