@@ -179,7 +179,8 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     // index), else the peak of reserved.
     // The layout is copied once, at the moment: pass 1 takes the OOM and finds the peak's
     // event; only a run without an OOM replays again to take the layout at its peak.
-    let pass = |peak_at: Option<u64>| -> Result<(ReplayResult, Sites, Option<Capture>, Option<Capture>, Option<u64>)> {
+    type Pass = (ReplayResult, Sites, Option<Capture>, Option<Capture>, Option<u64>);
+    let pass = |peak_at: Option<u64>| -> Result<Pass> {
         let mut sites = Sites::default();
         let mut callsite_of: HashMap<u64, u32> = HashMap::new();
         let mut at_oom: Option<Capture> = None;
@@ -496,7 +497,7 @@ pub fn group_long_lived(trace: &Trace, oom_event: u64) -> Result<Option<Experime
     // streamed like the trace (memory stays bounded).
     enum Out {
         Memory(Vec<Record>),
-        File(TraceWriter<std::io::BufWriter<std::fs::File>>, tempfile::TempPath),
+        File(Box<TraceWriter<std::io::BufWriter<std::fs::File>>>, tempfile::TempPath),
     }
     let mut out = if trace.in_memory() {
         Out::Memory(Vec::new())
@@ -504,7 +505,7 @@ pub fn group_long_lived(trace: &Trace, oom_event: u64) -> Result<Option<Experime
         let temp =
             tempfile::Builder::new().prefix("alloctrace-grouped-").suffix(".atrace").tempfile()?.into_temp_path();
         let w = TraceWriter::create(&temp, &h).with_context(|| format!("cannot write {}", temp.display()))?;
-        Out::File(w, temp)
+        Out::File(Box::new(w), temp)
     };
     let mut failed: Option<recorder::trace::TraceError> = None;
     let mut emit = |r: &Record| match &mut out {
