@@ -112,6 +112,9 @@ pub struct Experiment {
 pub struct ExplainReport {
     pub trace: String,
     pub alloc_conf: String,
+    /// The capacity of the replay explained (also in `figures`), and where it came from.
+    pub capacity_bytes: Option<u64>,
+    pub capacity_source: CapacitySource,
     /// `oom` or `peak`.
     pub moment: &'static str,
     /// The replay's outcome (JSON: `outcome`, `oom_event`, `oom`).
@@ -308,6 +311,8 @@ several times; `alloctrace whatif` searches them",
     Ok(ExplainReport {
         trace: trace.path.display().to_string(),
         alloc_conf: result.alloc_conf.clone(),
+        capacity_bytes: result.capacity_bytes,
+        capacity_source: result.capacity_source,
         moment: if is_oom { "oom" } else { "peak" },
         replay_outcome: result.outcome.clone(),
         recorded_ooms,

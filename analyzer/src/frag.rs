@@ -296,6 +296,7 @@ pub struct FragReport {
     pub trace: String,
     pub alloc_conf: String,
     pub capacity_bytes: Option<u64>,
+    pub capacity_source: crate::model::CapacitySource,
     /// The replay's outcome (JSON: `outcome`, `oom_event`, `oom`).
     #[serde(flatten, serialize_with = "crate::replay::outcome_fields")]
     pub replay_outcome: Outcome,
@@ -527,6 +528,7 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
         trace: path.display().to_string(),
         alloc_conf: result.alloc_conf.clone(),
         capacity_bytes: result.capacity_bytes,
+        capacity_source: result.capacity_source,
         replay_outcome: result.outcome.clone(),
         used_recorded_addresses: result.used_recorded_addresses,
         events: result.events,
