@@ -22,6 +22,34 @@ timed() { # label events command... -> prints seconds, events/s and peak RSS
     'BEGIN { printf "%-40s %8.2f s %10.1f M events/s %8.0f MB max RSS\n", l, s, (s > 0 ? e / s / 1e6 : 0), kb / 1024 }'
 }
 
+LARGE=traces/large/mixed_sizes_big.default.atrace
+
+secs() { # command... -> wall seconds, peak RSS in MB
+  "$TIME" -f "%e %M" -o "$TMP/t" "$@" > /dev/null 2>&1 || true
+  awk '{ printf "%s %.0f\n", $1, $2 / 1024 }' "$TMP/t"
+}
+
+ratios() { # trace label -> each command's time as a multiple of one replay of the same trace
+  local t=$1 label=$2
+  local n; n=$($BIN summary --json "$t" | grep '"events":' | head -1 | tr -dc 0-9)
+  echo "commands against one replay of $label ($n events; one run each):"
+  read -r base rss < <(secs "$BIN" replay "$t")
+  printf "  %-26s %7.2f s  %5s x  %-10s %6s MB\n" "replay" "$base" "1.0" "" "$rss"
+  for spec in "whatif:8" "explain:10" "frag:3"; do
+    local c=${spec%%:*} target=${spec##*:}
+    read -r s rss < <(secs "$BIN" "$c" "$t")
+    printf "  %-26s %7.2f s  %5.1f x  (<= %2s x) %6s MB\n" "$c" "$s" "$(awk "BEGIN{print $s / ($base > 0 ? $base : 0.01)}")" "$target" "$rss"
+  done
+  rm -rf "$TMP/rep"
+  read -r s rss < <(secs "$BIN" report "$t" -o "$TMP/rep")
+  local opens="-"
+  if command -v strace > /dev/null; then
+    rm -rf "$TMP/rep"
+    opens=$(strace -f -e trace=openat -o "$TMP/strace" "$BIN" report "$t" -o "$TMP/rep" > /dev/null 2>&1; grep -c "$(basename "$t")" "$TMP/strace" || true)
+  fi
+  printf "  %-26s %7.2f s  %5.1f x  (<= 15 x) %6s MB; opens of the trace: %s (<= 3)\n" "report" "$s" "$(awk "BEGIN{print $s / ($base > 0 ? $base : 0.01)}")" "$rss" "$opens"
+}
+
 echo "machine: $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 $BIN synth --events "$EVENTS" --seed 1 -o "$TMP/big.atrace"
 N=$($BIN summary --json "$TMP/big.atrace" | grep '"events":' | head -1 | tr -dc 0-9)
@@ -34,6 +62,10 @@ timed "replay, expandable_segments" "$N" $BIN replay --conf expandable_segments:
 if $BIN --help | grep -q "^  report"; then
   timed "report (all analyses and plots)" "$N" $BIN report "$TMP/big.atrace" -o "$TMP/report"
 fi
+echo
+ratios "$LARGE" "the large real trace"
+$BIN synth --realistic --events "$EVENTS" --seed 1 -o "$TMP/real.atrace" > /dev/null
+ratios "$TMP/real.atrace" "a realistic synthetic trace (synth --realistic)"
 echo
 echo "whatif scaling (gpt2_train, capacity 5.5GiB, with the capacity search):"
 for t in 1 2; do

@@ -6,15 +6,13 @@
 //! ids, which each trace numbers on its own. "Bytes at the peak" are the live requested bytes
 //! of a call site at the moment the trace's total of live requested bytes first peaked.
 
-use crate::plot::{callsite_label, trace_name};
-use crate::replay::{replay_file, Outcome, ReplayOptions};
-use crate::summary::SummaryFold;
-use crate::tracefile;
+use crate::model::Trace;
+use crate::plot::callsite_label;
+use crate::replay::{replay, ReplayOptions};
 use anyhow::Result;
 use recorder::trace::Event;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 
 /// One side of a diff.
 #[derive(Debug, Clone, Serialize)]
@@ -33,7 +31,9 @@ pub struct Side {
     pub replayed_peak_reserved_bytes: u64,
     pub replayed_peak_allocated_bytes: u64,
     /// `ok`, or `oom` with the event index of the failed request.
-    pub replayed_outcome: String,
+    pub replayed_outcome: crate::model::OutcomeKind,
+    /// The request that failed in the replay, if one did.
+    pub replayed_oom_event: Option<u64>,
     pub has_callsites: bool,
 }
 
@@ -77,8 +77,8 @@ struct Sites {
     has_callsites: bool,
 }
 
-fn sites(path: &Path) -> Result<Sites> {
-    let mut labels: Vec<String> = vec!["(no call site)".into()];
+fn sites(trace: &Trace) -> Result<Sites> {
+    let mut labels: Vec<String> = vec![crate::leaks::Site::unknown().label];
     let mut index: HashMap<String, usize> = HashMap::new();
     index.insert(labels[0].clone(), 0);
     let mut label_of_site: HashMap<u32, usize> = HashMap::new();
@@ -88,7 +88,7 @@ fn sites(path: &Path) -> Result<Sites> {
     let mut at_peak: Vec<u64> = vec![0];
     let (mut total, mut peak) = (0u64, 0u64);
     let mut has_callsites = false;
-    tracefile::scan(path, |_, r| match &r.event {
+    trace.scan(|_, r| match &r.event {
         Event::CallSite { id, frames } => {
             has_callsites = true;
             let label = callsite_label(frames);
@@ -129,15 +129,13 @@ fn sites(path: &Path) -> Result<Sites> {
     Ok(Sites { by_label, has_callsites })
 }
 
-fn side(path: &Path, has_callsites: bool) -> Result<Side> {
-    let mut fold = SummaryFold::new();
-    let scanned = tracefile::scan(path, |i, r| fold.record(i, r))?;
-    let s = fold.finish();
-    let r = replay_file(path, &ReplayOptions::default())?;
+fn side(trace: &Trace, has_callsites: bool) -> Result<Side> {
+    let s = &trace.summary;
+    let r = replay(trace, &ReplayOptions::default())?;
     Ok(Side {
-        trace: trace_name(path),
-        alloc_conf: scanned.header.alloc_conf.clone(),
-        capacity_bytes: scanned.header.capacity_bytes,
+        trace: trace.name(),
+        alloc_conf: trace.header.alloc_conf.clone(),
+        capacity_bytes: trace.header.capacity_bytes,
         events: s.events,
         allocations: s.events_by_kind.get("alloc").copied().unwrap_or(0),
         recorded_ooms: s.num_ooms,
@@ -145,10 +143,8 @@ fn side(path: &Path, has_callsites: bool) -> Result<Side> {
         peak_requested_bytes: s.peak_requested.bytes,
         replayed_peak_reserved_bytes: r.peak_reserved_bytes,
         replayed_peak_allocated_bytes: r.peak_allocated_bytes,
-        replayed_outcome: match r.outcome {
-            Outcome::Ok => "ok".into(),
-            Outcome::Oom { event, .. } => format!("oom at event {event}"),
-        },
+        replayed_outcome: r.outcome_kind(),
+        replayed_oom_event: r.oom_event(),
         has_callsites,
     })
 }
@@ -158,7 +154,7 @@ fn d(a: u64, b: u64) -> i64 {
 }
 
 /// Compares the traces at `a` and `b`.
-pub fn diff(a: &Path, b: &Path) -> Result<Diff> {
+pub fn diff(a: &Trace, b: &Trace) -> Result<Diff> {
     let (sa, sb) = (sites(a)?, sites(b)?);
     let (a, b) = (side(a, sa.has_callsites)?, side(b, sb.has_callsites)?);
     let mut labels: Vec<&String> = sa.by_label.keys().chain(sb.by_label.keys()).collect();

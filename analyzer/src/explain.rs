@@ -23,28 +23,15 @@
 
 use crate::frag::LayoutMeasures;
 use crate::leaks::{self, Growth, Held, SitePin, Sites};
-use crate::replay::{replay_file, replay_observed, CapacitySource, EngineView, Outcome, ReplayOptions, ReplayResult};
-use crate::tracefile;
+pub use crate::model::RecordedOom;
+use crate::model::{Capacity, CapacitySource, Damage, OutcomeKind, Trace};
+use crate::replay::{replay, replay_observed, EngineView, Outcome, ReplayOptions, ReplayResult};
 use crate::units::fmt_bytes;
 use crate::whatif::{self, PolicyRow, Whatif, WhatifOptions};
 use anyhow::{Context, Result};
 use recorder::trace::{Event, Record, Source, TraceWriter};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
-
-/// An `oom` event as the trace recorded it.
-#[derive(Debug, Clone, Serialize)]
-pub struct RecordedOom {
-    pub event: u64,
-    pub requested_bytes: u64,
-    pub alloc_bytes: u64,
-    /// 0 = unknown.
-    pub device_free_bytes: u64,
-    pub reserved_bytes: u64,
-    pub allocated_bytes: u64,
-    pub limit_bytes: u64,
-}
 
 /// The figures of the moment.
 #[derive(Debug, Clone, Serialize)]
@@ -125,8 +112,13 @@ pub struct Experiment {
 pub struct ExplainReport {
     pub trace: String,
     pub alloc_conf: String,
+    /// The capacity of the replay explained (also in `figures`), and where it came from.
+    pub capacity_bytes: Option<u64>,
+    pub capacity_source: CapacitySource,
     /// `oom` or `peak`.
     pub moment: &'static str,
+    /// The replay's outcome (JSON: `outcome`, `oom_event`, `oom`).
+    #[serde(flatten, serialize_with = "crate::replay::outcome_fields")]
     pub replay_outcome: Outcome,
     pub recorded_ooms: Vec<RecordedOom>,
     pub figures: Figures,
@@ -149,7 +141,7 @@ pub struct ExplainReport {
     pub advice: Vec<Advice>,
     /// Changes that the evidence rules out, with why (e.g. the setting PyTorch's message suggests).
     pub not_advised: Vec<String>,
-    pub input_damage: Option<String>,
+    pub input_damage: Option<Damage>,
 }
 
 /// The moment captured in the replay.
@@ -176,78 +168,71 @@ pub struct ExplainOptions<'a> {
 /// events) the smallest capacity of each policy is not searched, so the advice that rests on it
 /// (the capacity to give the process, a setting that runs in less memory) is left out and
 /// [`ExplainReport::capacity_search_note`] says so; [`explain_with`] can ask for the search.
-pub fn explain(path: &Path) -> Result<ExplainReport> {
-    explain_with(path, &ExplainOptions::default())
+pub fn explain(trace: &Trace) -> Result<ExplainReport> {
+    explain_with(trace, &ExplainOptions::default())
 }
 
-pub fn explain_with(path: &Path, opts: &ExplainOptions<'_>) -> Result<ExplainReport> {
-    let header = tracefile::open(path)?.header().clone();
-    let mut recorded_ooms = Vec::new();
-    let mut mem_info: Option<(u64, u64)> = None; // last DeviceMemInfo before the first recorded OOM
-    let scanned = tracefile::scan(path, |i, r| match r.event {
-        Event::Oom {
-            requested_bytes,
-            alloc_bytes,
-            device_free_bytes,
-            reserved_bytes,
-            allocated_bytes,
-            limit_bytes,
-            ..
-        } => recorded_ooms.push(RecordedOom {
-            event: i,
-            requested_bytes,
-            alloc_bytes,
-            device_free_bytes,
-            reserved_bytes,
-            allocated_bytes,
-            limit_bytes,
-        }),
-        Event::DeviceMemInfo { free_bytes, total_bytes } if recorded_ooms.is_empty() => {
-            mem_info = Some((free_bytes, total_bytes))
-        }
-        _ => {}
-    })?;
-    let first_recorded = recorded_ooms.first().map(|o| o.event);
+pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainReport> {
+    let header = &trace.header;
+    let recorded_ooms = trace.facts.recorded_ooms.clone();
+    let mem_info = trace.facts.mem_info; // the last DeviceMemInfo before the first recorded OOM
+    let first_recorded = trace.facts.first_oom();
 
     // Replay under the recorded settings and capacity; capture the OOM (or the recorded OOM's
     // index), else the peak of reserved.
-    let mut sites = Sites::default();
-    let mut callsite_of: HashMap<u64, u32> = HashMap::new();
-    let mut at_oom: Option<Capture> = None;
-    let mut at_peak: Option<Capture> = None;
-    let mut peak_reserved = 0u64;
-    let result = replay_observed(path, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, live| {
-        match &r.event {
-            Event::CallSite { id, frames } => sites.define(*id, frames),
-            Event::Alloc { id, callsite, .. } => {
-                callsite_of.insert(*id, *callsite);
+    // The layout is copied once, at the moment: pass 1 takes the OOM and finds the peak's
+    // event; only a run without an OOM replays again to take the layout at its peak.
+    type Pass = (ReplayResult, Sites, Option<Capture>, Option<Capture>, Option<u64>);
+    let pass = |peak_at: Option<u64>| -> Result<Pass> {
+        let mut sites = Sites::default();
+        let mut callsite_of: HashMap<u64, u32> = HashMap::new();
+        let mut at_oom: Option<Capture> = None;
+        let mut at_peak: Option<Capture> = None;
+        let mut peak_event: Option<u64> = None;
+        let mut peak_reserved = 0u64;
+        let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, live| {
+            match &r.event {
+                Event::CallSite { id, frames } => sites.define(*id, frames),
+                Event::Alloc { id, callsite, .. } => {
+                    callsite_of.insert(*id, *callsite);
+                }
+                Event::FreeCompleted { id, .. } => {
+                    callsite_of.remove(id);
+                }
+                _ => {}
             }
-            Event::FreeCompleted { id, .. } => {
-                callsite_of.remove(id);
-            }
-            _ => {}
-        }
-        let capture = |sites: &Sites| Capture {
-            event: i,
-            time_ns: r.time_ns,
-            held: Held {
+            let capture = |sites: &Sites| Capture {
                 event: i,
-                segments: view.segments(),
-                site_of_block: live
-                    .iter()
-                    .map(|(id, addr)| (*addr, sites.of(callsite_of.get(id).copied().unwrap_or(0))))
-                    .collect(),
-            },
-        };
-        if at_oom.is_none() && (view.stats().num_ooms > 0 || first_recorded == Some(i)) {
-            at_oom = Some(capture(&sites));
-        }
-        let reserved = view.stats().reserved_bytes.all.current;
-        if at_oom.is_none() && reserved > peak_reserved {
-            peak_reserved = reserved;
-            at_peak = Some(capture(&sites));
-        }
-    })?;
+                time_ns: r.time_ns,
+                held: Held {
+                    event: i,
+                    segments: view.segments(),
+                    site_of_block: live
+                        .iter()
+                        .map(|(id, addr)| (*addr, sites.of(callsite_of.get(id).copied().unwrap_or(0))))
+                        .collect(),
+                },
+            };
+            if at_oom.is_none() && (view.stats().num_ooms > 0 || first_recorded == Some(i)) {
+                at_oom = Some(capture(&sites));
+            }
+            let reserved = view.stats().reserved_bytes.all.current;
+            if at_oom.is_none() && reserved > peak_reserved {
+                peak_reserved = reserved;
+                peak_event = Some(i);
+            }
+            if peak_at == Some(i) {
+                at_peak = Some(capture(&sites));
+            }
+        })?;
+        Ok((result, sites, at_oom, at_peak, peak_event))
+    };
+    let (mut result, mut sites, at_oom, _, peak_event) = pass(None)?;
+    let mut at_peak = None;
+    if at_oom.is_none() && peak_event.is_some() {
+        let (r, s, _, p, _) = pass(peak_event)?;
+        (result, sites, at_peak) = (r, s, p);
+    }
     let is_oom = at_oom.is_some();
     let cap = at_oom.or(at_peak).unwrap_or(Capture {
         event: 0,
@@ -265,7 +250,7 @@ pub fn explain_with(path: &Path, opts: &ExplainOptions<'_>) -> Result<ExplainRep
     let device_total = (header.device_total_bytes > 0)
         .then_some(header.device_total_bytes)
         .or(mem_info.map(|m| m.1).filter(|&t| t > 0));
-    let device_free = recorded_here.map(|o| o.device_free_bytes).filter(|&f| f > 0).or(mem_info.map(|m| m.0));
+    let device_free = recorded_here.and_then(|o| o.device_free_bytes).or(mem_info.map(|m| m.0));
     let figures = Figures {
         event: cap.event,
         time_ns: cap.time_ns,
@@ -292,18 +277,19 @@ pub fn explain_with(path: &Path, opts: &ExplainOptions<'_>) -> Result<ExplainRep
     let top_sites: Vec<SitePin> = retention.sites.iter().take(10).cloned().collect();
     let growth = match opts.growth.clone() {
         Some(g) => g,
-        None => leaks::growth_only(path)?.0,
+        None => leaks::growth_only(trace)?.0,
     };
 
     let verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
-    let long = scanned.events > whatif::LONG_TRACE_EVENTS;
+    let long = trace.events > whatif::LONG_TRACE_EVENTS;
     let search = opts.search_capacity.unwrap_or(!long);
     let searched = |w: &Whatif| w.rows.iter().all(|r| r.min_capacity_bytes.is_some());
     let computed;
     let w = match opts.whatif.filter(|w| w.capacity_bytes == capacity && searched(w) == search) {
         Some(w) => w,
         None => {
-            computed = whatif::whatif(path, &WhatifOptions { capacity_bytes: capacity, search_capacity: search })?;
+            let capacity = trace.capacity(capacity.filter(|_| result.capacity_source == CapacitySource::Given), false);
+            computed = whatif::whatif(trace, &WhatifOptions { capacity, search_capacity: search })?;
             &computed
         }
     };
@@ -311,29 +297,31 @@ pub fn explain_with(path: &Path, opts: &ExplainOptions<'_>) -> Result<ExplainRep
         format!(
             "smallest capacities not searched: the trace is long ({} events), and the search replays each policy \
 several times; `alloctrace whatif` searches them",
-            scanned.events
+            trace.events
         )
     });
 
     let mut experiments = Vec::new();
     if is_oom && verdict.kind == VerdictKind::Fragmentation {
-        if let Some(e) = group_long_lived(path, cap.event)? {
+        if let Some(e) = group_long_lived(trace, cap.event)? {
             experiments.push(e);
         }
     }
     let (advice, not_advised) = advise(&figures, &verdict, &w.rows, &experiments, &top_sites, growth.as_ref(), is_oom);
     Ok(ExplainReport {
-        trace: path.display().to_string(),
+        trace: trace.path.display().to_string(),
         alloc_conf: result.alloc_conf.clone(),
+        capacity_bytes: result.capacity_bytes,
+        capacity_source: result.capacity_source,
         moment: if is_oom { "oom" } else { "peak" },
         replay_outcome: result.outcome.clone(),
         recorded_ooms,
         // PyTorch names the limit ("X allowed") only when one was set; an inferred one is not known.
         pytorch_message: is_oom.then(|| {
-            let known = matches!(result.capacity_source, CapacitySource::Given | CapacitySource::Recorded);
+            let known = result.capacity_source.is_known();
             pytorch_message(&Figures { capacity_bytes: figures.capacity_bytes.filter(|_| known), ..figures.clone() })
         }),
-        capacity_note: capacity_note(path, result.capacity_source, capacity)?,
+        capacity_note: capacity_note(&trace.default_capacity()),
         figures,
         verdict,
         top_sites,
@@ -446,11 +434,11 @@ no segment is wholly free, so releasing the cache frees {}",
 }
 
 /// What an inferred capacity rests on, and how to give the real one.
-fn capacity_note(path: &Path, source: CapacitySource, capacity: Option<u64>) -> Result<Option<String>> {
+fn capacity_note(capacity: &Capacity) -> Option<String> {
     let b = fmt_bytes;
-    Ok(match (source, capacity) {
+    match (capacity.source, capacity.bytes) {
         (CapacitySource::InferredLimit, Some(c)) => {
-            let high = crate::replay::prescan(path)?.limit_range.map(|r| r.1).unwrap_or(c);
+            let high = capacity.range.map(|r| r.1).unwrap_or(c);
             Some(format!(
                 "no limit was recorded, but the run ran out of memory while the device still had room, so a lower \
                  limit (a memory fraction?) was in force, at least {} and under {}; the figures assume {}, the \
@@ -467,7 +455,7 @@ fn capacity_note(path: &Path, source: CapacitySource, capacity: Option<u64>) -> 
             b(c)
         )),
         _ => None,
-    })
+    }
 }
 
 /// PyTorch's message for these figures (`format_size` units, as in c10).
@@ -490,11 +478,10 @@ pub fn pytorch_message(f: &Figures) -> String {
 /// OOM is reordered so that the allocations still live at the OOM come first. Live bytes at
 /// the end of each run are unchanged, so the peak of live bytes is too. The replay does not
 /// reuse recorded addresses (the order differs). `None` when no run has both kinds.
-pub fn group_long_lived(path: &Path, oom_event: u64) -> Result<Option<Experiment>> {
+pub fn group_long_lived(trace: &Trace, oom_event: u64) -> Result<Option<Experiment>> {
     // Which allocations are still live at the OOM.
     let mut live: HashSet<u64> = HashSet::new();
-    let header = tracefile::open(path)?.header().clone();
-    tracefile::scan(path, |i, r| {
+    trace.scan(|i, r| {
         if i >= oom_event {
             return;
         }
@@ -508,15 +495,35 @@ pub fn group_long_lived(path: &Path, oom_event: u64) -> Result<Option<Experiment
             _ => {}
         }
     })?;
-    let tmp = temp_path(path);
-    let mut h = header.clone();
+    let mut h = trace.header.clone();
     h.source = Source::Simulated;
     h.notes.push("experiment: allocations live at the OOM moved ahead of the temporaries of their run".into());
-    let mut writer = TraceWriter::create(&tmp, &h).with_context(|| format!("cannot write {}", tmp.display()))?;
+    // The reordered trace: in memory when the trace is (no file), else a temporary file that is
+    // streamed like the trace (memory stays bounded).
+    enum Out {
+        Memory(Vec<Record>),
+        File(Box<TraceWriter<std::io::BufWriter<std::fs::File>>>, tempfile::TempPath),
+    }
+    let mut out = if trace.in_memory() {
+        Out::Memory(Vec::new())
+    } else {
+        let temp =
+            tempfile::Builder::new().prefix("alloctrace-grouped-").suffix(".atrace").tempfile()?.into_temp_path();
+        let w = TraceWriter::create(&temp, &h).with_context(|| format!("cannot write {}", temp.display()))?;
+        Out::File(Box::new(w), temp)
+    };
+    let mut failed: Option<recorder::trace::TraceError> = None;
+    let mut emit = |r: &Record| match &mut out {
+        Out::Memory(v) => v.push(r.clone()),
+        Out::File(w, _) => {
+            if let Err(e) = w.write(r) {
+                failed.get_or_insert(e);
+            }
+        }
+    };
     let mut run: Vec<Record> = Vec::new();
     let mut changed = false;
-    let mut error: Option<anyhow::Error> = None;
-    let flush = |run: &mut Vec<Record>, writer: &mut TraceWriter<_>, changed: &mut bool| -> Result<()> {
+    let flush = |run: &mut Vec<Record>, emit: &mut dyn FnMut(&Record), changed: &mut bool| {
         let is_live = |r: &Record| matches!(&r.event, Event::Alloc { id, .. } if live.contains(id));
         let is_alloc = |r: &Record| matches!(&r.event, Event::Alloc { .. });
         let others = run.iter().filter(|r| !is_alloc(r));
@@ -529,57 +536,46 @@ pub fn group_long_lived(path: &Path, oom_event: u64) -> Result<Option<Experiment
             *changed = true;
         }
         for r in ordered {
-            writer.write(r)?;
+            emit(r);
         }
         run.clear();
-        Ok(())
     };
-    tracefile::scan(path, |i, r| {
-        if error.is_some() {
+    trace.scan(|i, r| {
+        let in_run_kind = matches!(
+            r.event,
+            Event::Alloc { .. } | Event::CallSite { .. } | Event::SegmentAlloc { .. } | Event::SegmentMap { .. }
+        );
+        if i < oom_event && in_run_kind {
+            run.push(r.clone());
             return;
         }
-        let res = (|| -> Result<()> {
-            let in_run_kind = matches!(
-                r.event,
-                Event::Alloc { .. } | Event::CallSite { .. } | Event::SegmentAlloc { .. } | Event::SegmentMap { .. }
-            );
-            if i < oom_event && in_run_kind {
-                run.push(r.clone());
-                return Ok(());
-            }
-            flush(&mut run, &mut writer, &mut changed)?;
-            writer.write(r)?;
-            Ok(())
-        })();
-        if let Err(e) = res {
-            error = Some(e);
-        }
+        flush(&mut run, &mut emit, &mut changed);
+        emit(r);
     })?;
-    if let Some(e) = error {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
+    flush(&mut run, &mut emit, &mut changed);
+    if let Some(e) = failed {
+        return Err(anyhow::Error::new(e).context("cannot write the reordered trace"));
     }
-    flush(&mut run, &mut writer, &mut changed)?;
-    writer.finish().with_context(|| format!("cannot write {}", tmp.display()))?;
-    let result: Result<ReplayResult> =
-        if changed { replay_file(&tmp, &ReplayOptions::default()) } else { Err(anyhow::anyhow!("unchanged")) };
-    let _ = std::fs::remove_file(&tmp);
-    Ok(match result {
-        Ok(r) => Some(Experiment {
-            name: "allocate long-lived tensors first",
-            description: "in each stretch of allocations before the OOM, the tensors still live at the OOM are \
+    if !changed {
+        return Ok(None);
+    }
+    // Replayed as a simulated trace (no recorded addresses: the order differs).
+    let (reordered, _temp) = match out {
+        Out::Memory(records) => (Trace::from_records(&trace.path, h, records), None),
+        Out::File(w, temp) => {
+            w.finish().context("cannot write the reordered trace")?;
+            (Trace::open(&temp)?, Some(temp))
+        }
+    };
+    let r: ReplayResult = replay(&reordered, &ReplayOptions::default())?;
+    Ok(Some(Experiment {
+        name: "allocate long-lived tensors first",
+        description: "in each stretch of allocations before the OOM, the tensors still live at the OOM are \
 allocated before the temporaries (freed before it), so temporaries share segments only with temporaries"
-                .into(),
-            completes: !r.is_oom(),
-            peak_reserved_bytes: r.peak_reserved_bytes,
-        }),
-        Err(_) => None,
-    })
-}
-
-fn temp_path(path: &Path) -> PathBuf {
-    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    std::env::temp_dir().join(format!("alloctrace-{}-{stem}-grouped.atrace", std::process::id()))
+            .into(),
+        completes: !r.is_oom(),
+        peak_reserved_bytes: r.peak_reserved_bytes,
+    }))
 }
 
 fn advise(
@@ -595,7 +591,7 @@ fn advise(
     let mut advice = Vec::new();
     let mut not_advised = Vec::new();
     let cap_text = f.capacity_bytes.map(b).unwrap_or_else(|| "no limit".into());
-    let recorded = rows.iter().find(|r| r.policy == "recorded");
+    let recorded = rows.iter().find(|r| r.policy.is_recorded());
     if is_oom {
         // Settings whose replay completes at the same capacity.
         let mut ok: Vec<&PolicyRow> = whatif::completing(rows).collect();
@@ -611,9 +607,10 @@ fn advise(
                 ),
             });
         }
-        for r in rows.iter().filter(|r| r.policy != "recorded" && r.outcome == "oom") {
-            if r.policy.starts_with("expandable_segments:True") || v.kind == VerdictKind::Fragmentation {
-                let suggested = if r.policy.starts_with("expandable_segments:True") {
+        for r in rows.iter().filter(|r| !r.policy.is_recorded() && r.outcome == OutcomeKind::Oom) {
+            let expandable = r.policy.name().starts_with("expandable_segments:True");
+            if expandable || v.kind == VerdictKind::Fragmentation {
+                let suggested = if expandable {
                     " (PyTorch's message suggests it when reserved-but-unallocated memory is large)"
                 } else {
                     ""
@@ -628,7 +625,7 @@ fn advise(
         if ok.is_empty() {
             let best = rows.iter().filter_map(|r| r.min_capacity_bytes.map(|m| (m, r))).min_by_key(|(m, _)| *m);
             if let (Some(rec_min), Some((best_min, best_row))) = (recorded.and_then(|r| r.min_capacity_bytes), best) {
-                let setting = (best_row.policy != "recorded" && (best_min as f64) < 0.9 * rec_min as f64)
+                let setting = (!best_row.policy.is_recorded() && (best_min as f64) < 0.9 * rec_min as f64)
                     .then(|| format!("PYTORCH_CUDA_ALLOC_CONF={}", best_row.alloc_conf));
                 advice.push(Advice {
                     kind: "capacity",
@@ -643,7 +640,7 @@ fn advise(
                     evidence: format!(
                         "the smallest capacity at which the replay completes: {} under the recorded settings{}",
                         b(rec_min),
-                        if best_row.policy != "recorded" {
+                        if !best_row.policy.is_recorded() {
                             format!(", {} under {}", b(best_min), best_row.policy)
                         } else {
                             String::new()
@@ -761,7 +758,7 @@ that still hold their autograd graph: store `.item()` or `.detach()` instead)",
             }
             if let Some(r) = recorded.and_then(|r| r.min_capacity_bytes.map(|m| (m, r))) {
                 let best = rows.iter().filter_map(|x| x.min_capacity_bytes.map(|m| (m, x))).min_by_key(|(m, _)| *m);
-                if let Some((m, x)) = best.filter(|(m, x)| x.policy != "recorded" && (*m as f64) < 0.95 * r.0 as f64) {
+                if let Some((m, x)) = best.filter(|(m, x)| !x.policy.is_recorded() && (*m as f64) < 0.95 * r.0 as f64) {
                     advice.push(Advice {
                         kind: "setting",
                         setting: Some(format!("PYTORCH_CUDA_ALLOC_CONF={}", x.alloc_conf)),

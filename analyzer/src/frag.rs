@@ -24,14 +24,13 @@
 //! traces and layouts and sampled for large ones. Memory is bounded by the layout (the
 //! live blocks and segments), plus one copy of it for the chosen moment and one for the peak.
 
+use crate::model::Trace;
 use crate::replay::{replay_observed, EngineView, Outcome, ReplayOptions};
-use crate::tracefile;
 use crate::whatif;
 use anyhow::{bail, Result};
 use recorder::engine::SegmentView;
 use recorder::trace::{Event, Pool, ReleaseCause};
 use serde::Serialize;
-use std::path::Path;
 
 /// Amortised budget of block visits per event for the over-time figures.
 pub const BLOCK_VISITS_PER_EVENT: usize = 256;
@@ -86,34 +85,58 @@ pub struct LayoutMeasures {
     pub largest_free_bytes: u64,
     /// Segments with no allocated or pending block: what `empty_cache()` would give back.
     pub releasable_bytes: u64,
+    /// The segment being folded by [`LayoutMeasures::add`]: its bytes, and whether a block is busy.
+    #[serde(skip)]
+    open: Option<(u64, bool)>,
 }
 
 impl LayoutMeasures {
     pub fn of(segments: &[SegmentView]) -> Self {
-        let mut m = LayoutMeasures { segments: segments.len() as u64, ..Default::default() };
+        let mut m = LayoutMeasures::default();
         for s in segments {
-            m.reserved_bytes += s.bytes;
-            let mut busy = false;
-            for b in &s.blocks {
-                m.blocks += 1;
-                if b.allocated {
-                    busy = true;
-                    m.allocated_bytes += b.bytes;
-                    m.requested_bytes += b.requested_bytes;
-                    m.internal_bytes += b.bytes.saturating_sub(b.requested_bytes);
-                } else if b.pending_free {
-                    busy = true;
-                    m.pending_free_bytes += b.bytes;
-                } else {
-                    m.free_bytes += b.bytes;
-                    m.largest_free_bytes = m.largest_free_bytes.max(b.bytes);
-                }
-            }
-            if !busy {
-                m.releasable_bytes += s.bytes;
+            for (k, b) in s.blocks.iter().enumerate() {
+                m.add(k == 0, b);
             }
         }
+        m.finish();
         m
+    }
+
+    /// Folds one block (`starts_segment`: the first block of a segment); [`LayoutMeasures::finish`]
+    /// closes the last segment. The one definition of the measures, for a list of segments
+    /// ([`LayoutMeasures::of`]) and for a walk of the engine's blocks
+    /// ([`crate::replay::EngineView::layout`]).
+    pub fn add(&mut self, starts_segment: bool, b: &recorder::engine::BlockView) {
+        if starts_segment {
+            self.finish();
+            self.segments += 1;
+            self.open = Some((0, false));
+        }
+        let Some((bytes, busy)) = self.open.as_mut() else { return };
+        *bytes += b.bytes;
+        self.reserved_bytes += b.bytes;
+        self.blocks += 1;
+        if b.allocated {
+            *busy = true;
+            self.allocated_bytes += b.bytes;
+            self.requested_bytes += b.requested_bytes;
+            self.internal_bytes += b.bytes.saturating_sub(b.requested_bytes);
+        } else if b.pending_free {
+            *busy = true;
+            self.pending_free_bytes += b.bytes;
+        } else {
+            self.free_bytes += b.bytes;
+            self.largest_free_bytes = self.largest_free_bytes.max(b.bytes);
+        }
+    }
+
+    /// Closes the segment being folded.
+    pub fn finish(&mut self) {
+        if let Some((bytes, busy)) = self.open.take() {
+            if !busy {
+                self.releasable_bytes += bytes;
+            }
+        }
     }
 
     /// Measure 1: `1 - allocated / reserved`.
@@ -273,6 +296,9 @@ pub struct FragReport {
     pub trace: String,
     pub alloc_conf: String,
     pub capacity_bytes: Option<u64>,
+    pub capacity_source: crate::model::CapacitySource,
+    /// The replay's outcome (JSON: `outcome`, `oom_event`, `oom`).
+    #[serde(flatten, serialize_with = "crate::replay::outcome_fields")]
     pub replay_outcome: Outcome,
     pub used_recorded_addresses: bool,
     pub events: u64,
@@ -283,7 +309,7 @@ pub struct FragReport {
     pub moment: Moment,
     pub peak_event: u64,
     pub anomalies: u64,
-    pub input_damage: Option<String>,
+    pub input_damage: Option<crate::model::Damage>,
     /// Index of the first `oom` event the trace recorded, if any.
     pub recorded_oom_event: Option<u64>,
 }
@@ -331,33 +357,34 @@ pub fn is_request(e: &Event) -> bool {
     )
 }
 
-pub fn analyze(path: &Path, opts: &FragOptions) -> Result<FragReport> {
-    analyze_with(path, opts, None)
+pub fn analyze(trace: &Trace, opts: &FragOptions) -> Result<FragReport> {
+    analyze_with(trace, opts, None)
 }
 
 /// [`analyze`], with the trace's [`whatif::Bounds`] when they are already computed.
-pub fn analyze_with(path: &Path, opts: &FragOptions, bounds: Option<&whatif::Bounds>) -> Result<FragReport> {
-    let header = tracefile::open(path)?.header().clone();
-    // Where the end is and the first recorded OOM: the replays' shared first pass.
-    let pre = crate::replay::prescan(path)?;
+pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::Bounds>) -> Result<FragReport> {
+    let header = &trace.header;
+    let path = &trace.path;
+    let first_oom = trace.facts.first_oom();
+    let events = trace.events;
     if let At::Event(e) = opts.at {
-        if e >= pre.events {
-            bail!("{}: event {e} is past the end (the trace has {} events)", path.display(), pre.events);
+        if e >= events {
+            bail!("{}: event {e} is past the end (the trace has {} events)", path.display(), events);
         }
     }
-    let last = pre.events.saturating_sub(1);
+    let last = events.saturating_sub(1);
     let mut runs = [Running::default(); 4];
     let mut samples = 0u64;
     // Every request of a short trace; about MAX_SAMPLES evenly spread over a long one.
-    let min_stride = (pre.events / MAX_SAMPLES).max(1) as usize;
+    let min_stride = (events / MAX_SAMPLES).max(1) as usize;
     let mut stride = min_stride;
     let mut since = 0usize;
     let mut peak_reserved = 0u64;
-    let mut peak: Option<(Captured, LayoutMeasures)> = None;
+    let mut peak: Option<(u64, u64, LayoutMeasures)> = None;
     let mut moment: Option<Captured> = None;
     let mut oom_seen = false;
     let mut last_seen: Option<(u64, u64)> = None;
-    let result = replay_observed(path, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, _| {
+    let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, _| {
         last_seen = Some((i, r.time_ns));
         let reserved = view.stats().reserved_bytes.all.current;
         let new_peak = reserved > peak_reserved;
@@ -366,7 +393,7 @@ pub fn analyze_with(path: &Path, opts: &FragOptions, bounds: Option<&whatif::Bou
         let want_moment = moment.is_none()
             && match opts.at {
                 At::Peak => false,
-                At::Oom => oom_now || (pre.first_oom == Some(i)),
+                At::Oom => oom_now || (first_oom == Some(i)),
                 At::End => i == last || oom_now,
                 At::Event(e) => i == e,
             };
@@ -375,8 +402,8 @@ pub fn analyze_with(path: &Path, opts: &FragOptions, bounds: Option<&whatif::Bou
         if !(new_peak || want_moment || sample) {
             return;
         }
-        let segs = view.segments();
-        let m = LayoutMeasures::of(&segs);
+        // The measures from a walk of the blocks; the segments themselves only for the moment.
+        let m = view.layout();
         if sample {
             since = 0;
             stride = (m.blocks as usize / BLOCK_VISITS_PER_EVENT).max(min_stride);
@@ -388,17 +415,28 @@ pub fn analyze_with(path: &Path, opts: &FragOptions, bounds: Option<&whatif::Bou
             }
         }
         if want_moment {
-            moment = Some(Captured { event: i, time_ns: r.time_ns, segments: segs.clone() });
+            moment = Some(Captured { event: i, time_ns: r.time_ns, segments: view.segments() });
         }
         if new_peak {
             peak_reserved = reserved;
-            peak = Some((Captured { event: i, time_ns: r.time_ns, segments: segs }, m));
+            peak = Some((i, r.time_ns, m));
         }
     })?;
-    let (peak_cap, peak_m) =
-        peak.unwrap_or((Captured { event: 0, time_ns: 0, segments: Vec::new() }, LayoutMeasures::default()));
+    let (peak_event, peak_time_ns, peak_m) = peak.unwrap_or((0, 0, LayoutMeasures::default()));
     let moment = match (opts.at, moment) {
-        (At::Peak, _) => peak_cap.clone(),
+        (At::Peak, _) => {
+            // The layout at the peak, from a second replay up to it (copying the layout at
+            // every new peak of the first one cost more than the replay).
+            let mut segments = Vec::new();
+            if peak.is_some() {
+                replay_observed(trace, &ReplayOptions::default(), &mut |i, _, view: &dyn EngineView, _| {
+                    if i == peak_event {
+                        segments = view.segments();
+                    }
+                })?;
+            }
+            Captured { event: peak_event, time_ns: peak_time_ns, segments }
+        }
         (_, Some(m)) => m,
         (At::Oom, None) => bail!("{}: no out-of-memory in the trace or its replay (try --at peak)", path.display()),
         (At::End, None) | (At::Event(_), None) => {
@@ -471,7 +509,7 @@ pub fn analyze_with(path: &Path, opts: &FragOptions, bounds: Option<&whatif::Bou
     let bounds = match bounds {
         Some(b) => b,
         None => {
-            computed = whatif::bounds(path, &header.config)?;
+            computed = whatif::bounds(trace, &header.config)?;
             &computed
         }
     };
@@ -490,6 +528,7 @@ pub fn analyze_with(path: &Path, opts: &FragOptions, bounds: Option<&whatif::Bou
         trace: path.display().to_string(),
         alloc_conf: result.alloc_conf.clone(),
         capacity_bytes: result.capacity_bytes,
+        capacity_source: result.capacity_source,
         replay_outcome: result.outcome.clone(),
         used_recorded_addresses: result.used_recorded_addresses,
         events: result.events,
@@ -504,10 +543,10 @@ pub fn analyze_with(path: &Path, opts: &FragOptions, bounds: Option<&whatif::Bou
             failed_request,
             segments: moment.segments.iter().map(SegmentMap::of).collect(),
         },
-        peak_event: peak_cap.event,
+        peak_event,
         anomalies: result.anomalies,
         input_damage: result.input_damage.clone(),
-        recorded_oom_event: pre.first_oom,
+        recorded_oom_event: first_oom,
     })
 }
 

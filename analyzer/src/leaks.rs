@@ -22,8 +22,8 @@
 //! (for the period search only) one signature per allocation, at most [`MAX_SIGNATURES`].
 
 use crate::frag::LayoutMeasures;
+use crate::model::{Damage, Trace};
 use crate::replay::{replay_observed, EngineView, ReplayOptions};
-use crate::tracefile;
 use anyhow::{bail, Result};
 use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::Direction;
@@ -31,7 +31,6 @@ use recorder::engine::SegmentView;
 use recorder::trace::{Event, Frame, MarkKind};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 
 /// Allocation signatures kept for the period search (16 bytes each, plus 8 for the index).
 pub const MAX_SIGNATURES: usize = 1 << 20;
@@ -51,7 +50,7 @@ pub struct Site {
 }
 
 impl Site {
-    fn unknown() -> Self {
+    pub fn unknown() -> Self {
         Site { label: "(no call site recorded)".into(), file: String::new(), line: 0, function: String::new() }
     }
 }
@@ -136,6 +135,7 @@ pub struct SiteLive {
 pub struct SiteGrowth {
     pub site: Site,
     /// Median change of its live bytes from one iteration to the next.
+    #[serde(serialize_with = "crate::units::whole_bytes")]
     pub per_iteration_bytes: f64,
     pub per_iteration_count: f64,
     /// Intervals in which its live bytes rose.
@@ -152,6 +152,7 @@ pub struct Growth {
     /// Live requested bytes at each boundary.
     pub live_bytes: Vec<u64>,
     /// Median change of live bytes from one iteration to the next.
+    #[serde(serialize_with = "crate::units::whole_bytes")]
     pub per_iteration_bytes: f64,
     /// Sites whose live bytes grew, largest growth first.
     pub sites: Vec<SiteGrowth>,
@@ -208,7 +209,7 @@ pub struct LeaksReport {
     pub growth: Option<Growth>,
     pub growth_note: Option<String>,
     pub retention: Retention,
-    pub input_damage: Option<String>,
+    pub input_damage: Option<Damage>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -228,10 +229,10 @@ struct Pass1 {
     annotations: HashMap<String, Vec<u64>>,
     events: u64,
     last_time_ns: u64,
-    damage: Option<String>,
+    damage: Option<Damage>,
 }
 
-fn pass1(path: &Path) -> Result<Pass1> {
+fn pass1(trace: &Trace) -> Result<Pass1> {
     let mut p = Pass1 {
         sites: Sites::default(),
         live: HashMap::new(),
@@ -242,7 +243,7 @@ fn pass1(path: &Path) -> Result<Pass1> {
         last_time_ns: 0,
         damage: None,
     };
-    let scanned = tracefile::scan(path, |i, r| {
+    let scanned = trace.scan(|i, r| {
         p.last_time_ns = r.time_ns;
         match &r.event {
             Event::CallSite { id, frames } => p.sites.define(*id, frames),
@@ -278,7 +279,8 @@ fn pass1(path: &Path) -> Result<Pass1> {
         }
     })?;
     p.events = scanned.events;
-    p.damage = scanned.damage_warning();
+    p.damage = trace.damage();
+    let _ = scanned;
     Ok(p)
 }
 
@@ -341,12 +343,12 @@ fn boundaries(p: &Pass1) -> (Option<(String, Vec<u64>)>, Option<String>) {
 }
 
 /// Samples live requested bytes per site before each boundary event.
-fn growth(path: &Path, p: &Pass1, source: String, bounds: Vec<u64>) -> Result<Growth> {
+fn growth(trace: &Trace, p: &Pass1, source: String, bounds: Vec<u64>) -> Result<Growth> {
     let mut live: HashMap<u64, (usize, u64)> = HashMap::new();
     let mut per_site: Vec<(i64, i64)> = vec![(0, 0); p.sites.sites.len()];
     let mut samples: Vec<Vec<(i64, i64)>> = Vec::with_capacity(bounds.len());
     let mut next = 0usize;
-    tracefile::scan(path, |i, r| {
+    trace.scan(|i, r| {
         while next < bounds.len() && bounds[next] == i {
             samples.push(per_site.clone());
             next += 1;
@@ -418,12 +420,13 @@ pub struct Held {
 
 /// Replays under the recorded settings and captures the layout after `at` (or at the end, or at
 /// the replay's OOM).
-pub fn held_at(path: &Path, sites: &Sites, at: Option<u64>, events: u64) -> Result<Held> {
+pub fn held_at(trace: &Trace, sites: &Sites, at: Option<u64>, events: u64) -> Result<Held> {
+    let path = &trace.path;
     let last = events.saturating_sub(1);
     let target = at.unwrap_or(last);
     let mut callsite_of: HashMap<u64, u32> = HashMap::new();
     let mut held: Option<Held> = None;
-    replay_observed(path, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, live| {
+    replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, live| {
         match &r.event {
             Event::Alloc { id, callsite, .. } => {
                 callsite_of.insert(*id, *callsite);
@@ -599,26 +602,27 @@ fn live_by_site(p: &Pass1) -> Vec<SiteLive> {
 }
 
 /// The growth analysis alone (two streaming passes, no replay): used by `explain`.
-pub fn growth_only(path: &Path) -> Result<(Option<Growth>, Option<String>)> {
-    let p = pass1(path)?;
+pub fn growth_only(trace: &Trace) -> Result<(Option<Growth>, Option<String>)> {
+    let p = pass1(trace)?;
     match boundaries(&p) {
-        (Some((source, b)), _) => Ok((Some(growth(path, &p, source, b)?), None)),
+        (Some((source, b)), _) => Ok((Some(growth(trace, &p, source, b)?), None)),
         (None, note) => Ok((None, note)),
     }
 }
 
-pub fn analyze(path: &Path, opts: &LeaksOptions) -> Result<LeaksReport> {
-    let p = pass1(path)?;
+pub fn analyze(trace: &Trace, opts: &LeaksOptions) -> Result<LeaksReport> {
+    let path = &trace.path;
+    let p = pass1(trace)?;
     if let Some(e) = opts.at_event {
         if e >= p.events {
             bail!("{}: event {e} is past the end (the trace has {} events)", path.display(), p.events);
         }
     }
     let (g, growth_note) = match boundaries(&p) {
-        (Some((source, b)), _) => (Some(growth(path, &p, source, b)?), None),
+        (Some((source, b)), _) => (Some(growth(trace, &p, source, b)?), None),
         (None, note) => (None, note),
     };
-    let held = held_at(path, &p.sites, opts.at_event, p.events)?;
+    let held = held_at(trace, &p.sites, opts.at_event, p.events)?;
     let live_at_end = live_by_site(&p);
     Ok(LeaksReport {
         trace: path.display().to_string(),

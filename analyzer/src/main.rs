@@ -153,6 +153,10 @@ alloctrace synth --events 200000 --leak-bytes-per-iter 8MiB --fragment -o leaky.
         /// Interleave long- and short-lived blocks to fragment segments.
         #[arg(long)]
         fragment: bool,
+        /// A trace shaped like a real one: sizes from bytes to tens of MiB, 4 streams, thousands
+        /// of segments, cache flushes and retries near the limit, and a final out-of-memory.
+        #[arg(long)]
+        realistic: bool,
         #[arg(long)]
         json: bool,
     },
@@ -268,6 +272,9 @@ open report/report.html"
         /// Skip the search for the smallest capacity of each policy (faster on huge traces).
         #[arg(long)]
         no_search: bool,
+        /// Write into a folder that holds other files than a previous report's.
+        #[arg(long)]
+        force: bool,
         /// Print summary.json to stdout as well.
         #[arg(long)]
         json: bool,
@@ -523,22 +530,32 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
             &cmd::whatif::WhatifCmdOptions { trace, capacity_bytes: capacity, search_capacity: !no_search, json },
             out,
         ),
-        Command::Synth { events, seed, output, conf, layers, streams, leak_bytes_per_iter, fragment, json } => {
-            cmd::synth::run(
-                &analyzer::synth::SynthOptions {
-                    events,
-                    seed,
-                    output,
-                    config: conf.unwrap_or_default(),
-                    layers,
-                    streams,
-                    leak_bytes_per_iter,
-                    fragment,
-                },
-                json,
-                out,
-            )
-        }
+        Command::Synth {
+            events,
+            seed,
+            output,
+            conf,
+            layers,
+            streams,
+            leak_bytes_per_iter,
+            fragment,
+            realistic,
+            json,
+        } => cmd::synth::run(
+            &analyzer::synth::SynthOptions {
+                events,
+                seed,
+                output,
+                config: conf.unwrap_or_default(),
+                layers,
+                streams,
+                leak_bytes_per_iter,
+                fragment,
+                realistic,
+            },
+            json,
+            out,
+        ),
         Command::Plot { trace, kind, output, at, stacked, x, json } => cmd::plot::run(
             &cmd::plot::PlotCmdOptions {
                 trace,
@@ -559,9 +576,10 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
             },
             out,
         ),
-        Command::Report { trace, output, no_search, json } => {
-            cmd::report::run(&cmd::report::ReportCmdOptions { trace, output, search_capacity: !no_search, json }, out)
-        }
+        Command::Report { trace, output, no_search, force, json } => cmd::report::run(
+            &cmd::report::ReportCmdOptions { trace, output, search_capacity: !no_search, json, force },
+            out,
+        ),
         Command::Diff { a, b, output, json } => cmd::diff::run(&cmd::diff::DiffCmdOptions { a, b, output, json }, out),
         Command::Frag { trace, at, max_segments, json } => {
             cmd::frag::run(&cmd::frag::FragCmdOptions { trace, at, max_segments, json }, out)

@@ -8,15 +8,14 @@
 //! `<text>`, sized by an estimate, no font is loaded), pixel coordinates are integers, no clock,
 //! no map iteration order reaches the output (call sites are ordered by bytes, then label).
 
+use crate::model::Trace;
 use crate::replay::{replay_observed, EngineView, ReplayOptions, ReplayResult};
 use crate::timeline::{Downsampled, Mode, Timeline};
-use crate::tracefile;
 use crate::units::fmt_bytes;
 use crate::whatif::policies;
 use anyhow::{anyhow, bail, Result};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use rayon::prelude::*;
 use recorder::engine::SegmentView;
 use recorder::trace::{Event, Frame, MarkKind, Record};
 use std::collections::HashMap;
@@ -112,17 +111,18 @@ fn device_text(h: &recorder::trace::Header) -> String {
 /// by a replay) already holds the four counters: they are folded straight from its events, at
 /// the cost of reading it. Otherwise (PyTorch snapshots record only requests) the trace is
 /// replayed under its recorded settings, which costs the engine's time per request.
-pub fn timeline_data(path: &Path, x: XAxis, columns: usize) -> Result<TimelineData> {
-    match timeline_recorded(path, x, columns)? {
+pub fn timeline_data(trace: &Trace, x: XAxis, columns: usize) -> Result<TimelineData> {
+    match timeline_recorded(trace, x, columns)? {
         Some(d) => Ok(d),
-        None => timeline_replayed(path, x, columns),
+        None => timeline_replayed(trace, x, columns),
     }
 }
 
 /// Folds the counters the trace records; `None` as soon as an allocation without a block size
 /// shows that it cannot (or when it records allocations but no segments).
-pub fn timeline_recorded(path: &Path, x: XAxis, columns: usize) -> Result<Option<TimelineData>> {
-    let header = crate::replay::read_header(path)?;
+pub fn timeline_recorded(trace: &Trace, x: XAxis, columns: usize) -> Result<Option<TimelineData>> {
+    let header = &trace.header;
+    let path = &trace.path;
     let mut tl = Timeline::new(&["allocated", "reserved", "active", "requested"], columns, Mode::Envelope);
     let (mut allocated, mut reserved, mut active, mut requested) = (0u64, 0u64, 0u64, 0u64);
     // id -> (block bytes, requested bytes, free requested)
@@ -131,9 +131,9 @@ pub fn timeline_recorded(path: &Path, x: XAxis, columns: usize) -> Result<Option
     let mut ooms = Vec::new();
     let mut marks = Vec::new();
     let (mut unknown_sizes, mut any_alloc, mut any_segment) = (false, false, false);
-    let scanned = tracefile::scan_chunks(path, |first, chunk| {
+    let scanned = trace.scan_chunks(|first, chunk| {
         if unknown_sizes {
-            return;
+            return std::ops::ControlFlow::Break(());
         }
         for (k, r) in chunk.iter().enumerate() {
             let i = first + k as u64;
@@ -142,7 +142,7 @@ pub fn timeline_recorded(path: &Path, x: XAxis, columns: usize) -> Result<Option
                 Event::Alloc { id, requested_bytes, block_bytes, .. } => {
                     if *block_bytes == 0 {
                         unknown_sizes = true;
-                        return;
+                        return std::ops::ControlFlow::Break(());
                     }
                     any_alloc = true;
                     live.insert(*id, (*block_bytes, *requested_bytes, false));
@@ -197,13 +197,14 @@ pub fn timeline_recorded(path: &Path, x: XAxis, columns: usize) -> Result<Option
                 peak_a = (xv, allocated);
             }
         }
+        std::ops::ControlFlow::Continue(())
     })?;
     if unknown_sizes || (any_alloc && !any_segment) {
         return Ok(None);
     }
     Ok(Some(TimelineData {
         trace: trace_name(path),
-        device: device_text(&header),
+        device: device_text(header),
         x,
         series: tl.finish(),
         peak_reserved: peak_r,
@@ -226,14 +227,15 @@ fn mark_label(kind: MarkKind, text: &str) -> Option<String> {
 }
 
 /// Replays the trace under its recorded settings and folds the engine's four byte counters.
-pub fn timeline_replayed(path: &Path, x: XAxis, columns: usize) -> Result<TimelineData> {
-    let header = crate::replay::read_header(path)?;
+pub fn timeline_replayed(trace: &Trace, x: XAxis, columns: usize) -> Result<TimelineData> {
+    let header = &trace.header;
+    let path = &trace.path;
     let mut tl = Timeline::new(&["allocated", "reserved", "active", "requested"], columns, Mode::Envelope);
     let (mut peak_r, mut peak_a) = ((0u64, 0u64), (0u64, 0u64));
     let mut ooms: Vec<(u64, u64)> = Vec::new();
     let mut marks = Vec::new();
     let mut seen_ooms = 0u64;
-    let result = replay_observed(path, &ReplayOptions::default(), &mut |i, r, view, _| {
+    let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, _| {
         let xv = x_of(x, i, r.time_ns);
         let st = view.stats();
         let (a, res) = (st.allocated_bytes.all.current, st.reserved_bytes.all.current);
@@ -263,7 +265,7 @@ pub fn timeline_replayed(path: &Path, x: XAxis, columns: usize) -> Result<Timeli
     })?;
     Ok(TimelineData {
         trace: trace_name(path),
-        device: device_text(&header),
+        device: device_text(header),
         x,
         series: tl.finish(),
         peak_reserved: peak_r,
@@ -275,24 +277,12 @@ pub fn timeline_replayed(path: &Path, x: XAxis, columns: usize) -> Result<Timeli
     })
 }
 
-/// A short name for a call site: the user's frame (the same rule as `leaks`,
-/// [`crate::leaks::is_library_frame`]), with the innermost function when that is a different
-/// frame.
+/// The name of a call site: the one naming rule of every output (text, SVG, JSON), the user's
+/// innermost frame as `file:line (function)` ([`crate::leaks::site_of`]).
 pub fn callsite_label(frames: &[Frame]) -> String {
     // Labels come from the trace: control characters (invalid in SVG, raw on a terminal) are
     // shown escaped (plotters escapes `<` and `&` itself).
-    crate::escape::terminal(&callsite_label_raw(frames)).into_owned()
-}
-
-fn callsite_label_raw(frames: &[Frame]) -> String {
-    let base = |f: &Frame| f.file.rsplit('/').next().unwrap_or(&f.file).to_string();
-    let user = frames.iter().find(|f| !crate::leaks::is_library_frame(&f.file));
-    match (frames.first(), user) {
-        (None, _) => "(no frames)".to_string(),
-        (Some(inner), Some(u)) if u != inner => format!("{}:{} {} > {}", base(u), u.line, u.function, inner.function),
-        (Some(_), Some(u)) => format!("{}:{} {}", base(u), u.line, u.function),
-        (Some(inner), None) => format!("{}:{} {}", base(inner), inner.line, inner.function),
-    }
+    crate::escape::terminal(&crate::leaks::site_of(frames).label).into_owned()
 }
 
 /// Live requested bytes by call site over time.
@@ -308,7 +298,7 @@ pub struct StackedData {
 
 /// Two scans: the first finds each call site's largest live bytes, the second folds the top
 /// [`TOP_CALLSITES`] of them (and the rest as "other").
-pub fn stacked_data(path: &Path, x: XAxis, columns: usize) -> Result<StackedData> {
+pub fn stacked_data(trace: &Trace, x: XAxis, columns: usize) -> Result<StackedData> {
     // Pass 1: labels, and each label's peak of live requested bytes.
     let mut label_of_site: HashMap<u32, usize> = HashMap::new();
     let mut labels: Vec<String> = Vec::new();
@@ -324,9 +314,9 @@ pub fn stacked_data(path: &Path, x: XAxis, columns: usize) -> Result<StackedData
             labels.len() - 1
         })
     };
-    let none = intern("(no call site)".into(), &mut labels, &mut cur, &mut max);
+    let none = intern(crate::leaks::Site::unknown().label, &mut labels, &mut cur, &mut max);
     let mut has_callsites = false;
-    tracefile::scan(path, |_, r| match &r.event {
+    trace.scan(|_, r| match &r.event {
         Event::CallSite { id, frames } => {
             has_callsites = true;
             let l = intern(callsite_label(frames), &mut labels, &mut cur, &mut max);
@@ -366,7 +356,7 @@ pub fn stacked_data(path: &Path, x: XAxis, columns: usize) -> Result<StackedData
         site_band.insert(site, band_of_label[l]);
     }
     let none_band = band_of_label[none];
-    tracefile::scan(path, |i, r| {
+    trace.scan(|i, r| {
         match &r.event {
             Event::Alloc { id, requested_bytes, callsite, .. } => {
                 let b = site_band.get(callsite).copied().unwrap_or(none_band);
@@ -384,7 +374,7 @@ pub fn stacked_data(path: &Path, x: XAxis, columns: usize) -> Result<StackedData
         }
         tl.push(x_of(x, i, r.time_ns), &values);
     })?;
-    Ok(StackedData { trace: trace_name(path), x, series: tl.finish(), bands, has_callsites })
+    Ok(StackedData { trace: trace.name(), x, series: tl.finish(), bands, has_callsites })
 }
 
 /// The segment map at one moment.
@@ -467,28 +457,28 @@ impl MomentTrack {
 }
 
 /// Replays under the recorded settings and takes the layout at `at`.
-pub fn segments_data(path: &Path, at: At) -> Result<SegmentsData> {
+pub fn segments_data(trace: &Trace, at: At) -> Result<SegmentsData> {
     let opts = ReplayOptions::default();
     // Pass 1 (except for a given event): find the event.
     let mut track = MomentTrack::default();
     if !matches!(at, At::Event(_)) {
-        replay_observed(path, &opts, &mut |i, r, view, _| track.observe(i, r, view))?;
+        replay_observed(trace, &opts, &mut |i, r, view, _| track.observe(i, r, view))?;
     }
-    segments_data_at(path, track.moment(path, at)?)
+    segments_data_at(trace, track.moment(&trace.path, at)?)
 }
 
 /// Pass 2 of [`segments_data`]: replays up to the moment and takes the layout there.
-pub fn segments_data_at(path: &Path, (target, moment, failed): (u64, String, Option<u64>)) -> Result<SegmentsData> {
+pub fn segments_data_at(trace: &Trace, (target, moment, failed): (u64, String, Option<u64>)) -> Result<SegmentsData> {
     let opts = ReplayOptions::default();
     let mut taken: Option<(u64, Vec<SegmentView>)> = None;
-    replay_observed(path, &opts, &mut |i, r, view, _| {
+    replay_observed(trace, &opts, &mut |i, r, view, _| {
         if i == target {
             taken = Some((r.time_ns, view.segments()));
         }
     })?;
     let (time_ns, segments) =
-        taken.ok_or_else(|| anyhow!("{}: the replay did not reach event {target}", path.display()))?;
-    Ok(SegmentsData { trace: trace_name(path), moment, event: target, time_ns, segments, failed_request_bytes: failed })
+        taken.ok_or_else(|| anyhow!("{}: the replay did not reach event {target}", trace.path.display()))?;
+    Ok(SegmentsData { trace: trace.name(), moment, event: target, time_ns, segments, failed_request_bytes: failed })
 }
 
 /// Reserved bytes over time under each what-if policy.
@@ -541,25 +531,27 @@ pub fn whatif_data_of(
     WhatifData { trace: trace_name(path), x, policies, requested, capacity_bytes }
 }
 
-pub fn whatif_data(path: &Path, x: XAxis, columns: usize) -> Result<WhatifData> {
-    let header = crate::replay::read_header(path)?;
-    let capacity = (header.capacity_bytes > 0).then_some(header.capacity_bytes);
-    let list = policies(&header.config, capacity.is_some());
-    let runs: Result<Vec<_>> = list
-        .par_iter()
-        .map(|(name, config)| {
-            let mut t = WhatifTrack::new(columns);
-            let r = replay_observed(
-                path,
-                &ReplayOptions { config: Some(config.clone()), ..Default::default() },
-                &mut |i, rec, view, _| t.observe(x, i, rec, view),
-            )?;
-            Ok((name.clone(), t, r))
+pub fn whatif_data(trace: &Trace, x: XAxis, columns: usize) -> Result<WhatifData> {
+    let capacity = trace.default_capacity().bytes;
+    let list = policies(&trace.header.config, capacity.is_some());
+    let mut tracks: Vec<WhatifTrack> = list.iter().map(|_| WhatifTrack::new(columns)).collect();
+    let runs: Vec<(ReplayOptions, Box<crate::replay::SendObserver<'_>>)> = list
+        .iter()
+        .zip(tracks.iter_mut())
+        .map(|((_, config), t)| {
+            let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: capacity, ..Default::default() };
+            let observer: Box<crate::replay::SendObserver<'_>> =
+                Box::new(move |i, rec, view, _| t.observe(x, i, rec, view));
+            (o, observer)
         })
         .collect();
-    let runs: Vec<(String, WhatifTrack, ReplayResult)> = runs?;
-    let (tracks, results): (Vec<_>, Vec<_>) = runs.into_iter().map(|(n, t, r)| ((n, t), r)).unzip();
-    Ok(whatif_data_of(path, x, capacity, tracks.into_iter().zip(&results).map(|((n, t), r)| (n, t, r)).collect()))
+    let results = crate::replay::replay_many(trace, runs)?;
+    Ok(whatif_data_of(
+        &trace.path,
+        x,
+        capacity,
+        list.iter().zip(tracks).zip(&results).map(|(((p, _), t), r)| (p.name().to_string(), t, r)).collect(),
+    ))
 }
 
 /// Fragmentation over time.
@@ -604,14 +596,8 @@ impl FragTrack {
         let (a, res) = (st.allocated_bytes.all.current, st.reserved_bytes.all.current);
         self.un.push(xv, &[crate::whatif::fragmentation(a, res)]);
         if i.is_multiple_of(self.stride) {
-            let (mut total, mut largest) = (0u64, 0u64);
-            for s in view.segments() {
-                for b in s.blocks.iter().filter(|b| !b.allocated && !b.pending_free) {
-                    total += b.bytes;
-                    largest = largest.max(b.bytes);
-                }
-            }
-            let v = if total == 0 { 0.0 } else { 1.0 - largest as f64 / total as f64 };
+            // The one definition of contiguity (`frag`'s measure 2).
+            let v = view.layout().contiguity();
             self.co.push(xv, &[v]);
             self.samples += 1;
             self.taken_in_stride += 1;
@@ -635,10 +621,10 @@ impl FragTrack {
 
 /// The layout is walked at most about `4 * columns` times per doubling of the trace length:
 /// every `stride` events, with the stride doubling each time that many samples were taken.
-pub fn frag_data(path: &Path, x: XAxis, columns: usize) -> Result<FragData> {
+pub fn frag_data(trace: &Trace, x: XAxis, columns: usize) -> Result<FragData> {
     let mut t = FragTrack::new(x, columns);
-    replay_observed(path, &ReplayOptions::default(), &mut |i, r, view, _| t.observe(i, r, view))?;
-    Ok(t.finish(path))
+    replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, _| t.observe(i, r, view))?;
+    Ok(t.finish(&trace.path))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1190,26 +1176,26 @@ pub struct Drawn {
 }
 
 /// Computes and draws one picture.
-pub fn plot(path: &Path, kind: Kind, at: At, stacked: bool, x: XAxis) -> Result<(String, Drawn)> {
+pub fn plot(trace: &Trace, kind: Kind, at: At, stacked: bool, x: XAxis) -> Result<(String, Drawn)> {
     let (svg, name, events, columns) = match (kind, stacked) {
         (Kind::Timeline, false) => {
-            let d = timeline_data(path, x, COLUMNS)?;
+            let d = timeline_data(trace, x, COLUMNS)?;
             (render_timeline(&d)?, "timeline", d.series.samples, d.series.columns() as u64)
         }
         (Kind::Timeline, true) => {
-            let d = stacked_data(path, x, COLUMNS)?;
+            let d = stacked_data(trace, x, COLUMNS)?;
             (render_stacked(&d)?, "timeline-stacked", d.series.samples, d.series.columns() as u64)
         }
         (Kind::Segments, _) => {
-            let d = segments_data(path, at)?;
+            let d = segments_data(trace, at)?;
             (render_segments(&d)?, "segments", d.event + 1, 0)
         }
         (Kind::Whatif, _) => {
-            let d = whatif_data(path, x, COLUMNS)?;
+            let d = whatif_data(trace, x, COLUMNS)?;
             (render_whatif(&d)?, "whatif", d.requested.samples, d.requested.columns() as u64)
         }
         (Kind::Frag, _) => {
-            let d = frag_data(path, x, COLUMNS)?;
+            let d = frag_data(trace, x, COLUMNS)?;
             (render_frag(&d)?, "frag", d.unallocated.samples, d.unallocated.columns() as u64)
         }
     };

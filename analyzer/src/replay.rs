@@ -12,15 +12,17 @@
 //! driver's addresses follow from the sequence of segment calls, not from the policy, so they
 //! carry over to another policy for as long as its calls are the same.
 
+use crate::model::Trace;
+pub use crate::model::{Capacity, CapacitySource, Damage};
 use crate::tracefile;
 use anyhow::{Context, Result};
 use recorder::device::SimDevice;
 use recorder::engine::config::AllocatorConfig;
 use recorder::engine::{Engine, NullSink, Sink, Stats};
-use recorder::trace::{Event, Header, Record, ReleaseCause, Source, TraceEnd, TraceWriter};
+use recorder::trace::{Event, Header, Record, ReleaseCause, Source, TraceWriter};
 use serde::Serialize;
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::ops::ControlFlow;
+use std::path::PathBuf;
 
 /// Total memory assumed for the simulated device when neither the trace nor the caller knows
 /// it: it only sizes expandable segments' address reservations.
@@ -41,7 +43,7 @@ pub struct ReplayOptions {
 
 /// How a replay ended.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
+#[serde(untagged)]
 pub enum Outcome {
     Ok,
     Oom {
@@ -57,9 +59,31 @@ pub enum Outcome {
     },
 }
 
+/// Writes an [`Outcome`] as JSON v1 does, beside the other fields of its struct (with
+/// `#[serde(flatten, serialize_with = ...)]`): `"outcome": "ok" | "oom"`, `"oom_event"` (the
+/// index of the failed request, `null` when none failed) and `"oom"` (its figures, or `null`).
+pub fn outcome_fields<S: serde::Serializer>(o: &Outcome, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut m = s.serialize_map(Some(3))?;
+    match o {
+        Outcome::Ok => {
+            m.serialize_entry("outcome", "ok")?;
+            m.serialize_entry("oom_event", &None::<u64>)?;
+            m.serialize_entry("oom", &None::<u64>)?;
+        }
+        Outcome::Oom { event, .. } => {
+            m.serialize_entry("outcome", "oom")?;
+            m.serialize_entry("oom_event", event)?;
+            m.serialize_entry("oom", o)?;
+        }
+    }
+    m.end()
+}
+
 /// What a replay computed.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReplayResult {
+    #[serde(flatten, serialize_with = "outcome_fields")]
     pub outcome: Outcome,
     /// The configuration replayed, as a `PYTORCH_CUDA_ALLOC_CONF` string.
     pub alloc_conf: String,
@@ -84,12 +108,25 @@ pub struct ReplayResult {
     pub anomalies: u64,
     /// The input trace was damaged; the replay covers what came before the damage.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub input_damage: Option<String>,
+    pub input_damage: Option<Damage>,
 }
 
 impl ReplayResult {
     pub fn is_oom(&self) -> bool {
         matches!(self.outcome, Outcome::Oom { .. })
+    }
+    pub fn outcome_kind(&self) -> crate::model::OutcomeKind {
+        match self.outcome {
+            Outcome::Ok => crate::model::OutcomeKind::Ok,
+            Outcome::Oom { .. } => crate::model::OutcomeKind::Oom,
+        }
+    }
+    /// Index of the request that failed, if one did.
+    pub fn oom_event(&self) -> Option<u64> {
+        match self.outcome {
+            Outcome::Ok => None,
+            Outcome::Oom { event, .. } => Some(event),
+        }
     }
 }
 
@@ -102,6 +139,9 @@ pub trait EngineView {
     fn stats(&self) -> &Stats;
     /// The current layout: segments and their blocks in address order.
     fn segments(&self) -> Vec<recorder::engine::SegmentView>;
+    /// The measures of the current layout ([`crate::frag::LayoutMeasures::of`] of
+    /// [`EngineView::segments`], without building them).
+    fn layout(&self) -> crate::frag::LayoutMeasures;
     fn config(&self) -> &AllocatorConfig;
     fn capacity(&self) -> Option<u64>;
 }
@@ -112,6 +152,12 @@ impl<S: Sink> EngineView for Engine<SimDevice, S> {
     }
     fn segments(&self) -> Vec<recorder::engine::SegmentView> {
         Engine::segments(self)
+    }
+    fn layout(&self) -> crate::frag::LayoutMeasures {
+        let mut m = crate::frag::LayoutMeasures::default();
+        self.visit_blocks(|starts, b| m.add(starts, b));
+        m.finish();
+        m
     }
     fn config(&self) -> &AllocatorConfig {
         Engine::config(self)
@@ -125,54 +171,50 @@ impl<S: Sink> EngineView for Engine<SimDevice, S> {
 /// the live allocations (trace `id` -> address in the replay).
 pub type Observer<'a> = dyn FnMut(u64, &Record, &dyn EngineView, &LiveMap) + 'a;
 
-/// Replays the trace at `path`.
-pub fn replay_file(path: &Path, opts: &ReplayOptions) -> Result<ReplayResult> {
-    replay_observed(path, opts, &mut |_, _, _, _| {})
+/// Reads the trace at `path` and replays it (for callers with one replay to make).
+pub fn replay_file(path: &std::path::Path, opts: &ReplayOptions) -> Result<ReplayResult> {
+    replay(&Trace::open(path)?, opts)
 }
 
-/// Replays the trace at `path`, calling `observer` after every record. The observer is not
-/// called for records after an OOM that ended the replay.
+/// Replays `trace`.
+pub fn replay(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayResult> {
+    replay_observed(trace, opts, &mut |_, _, _, _| {})
+}
+
 /// What a replay starts from: the configuration, capacity and device it runs under.
 struct Setup {
-    header: Header,
     config: AllocatorConfig,
-    capacity: Option<u64>,
-    capacity_source: CapacitySource,
+    capacity: Capacity,
     device: SimDevice,
     used_hints: bool,
 }
 
-fn setup(path: &Path, opts: &ReplayOptions) -> Result<Setup> {
-    let header = tracefile::open(path)?.header().clone();
+fn setup(trace: &Trace, opts: &ReplayOptions) -> Setup {
+    let header = &trace.header;
     let config = opts.config.clone().unwrap_or_else(|| header.config.clone());
-    let (capacity, capacity_source) = if opts.unlimited {
-        (None, CapacitySource::None)
-    } else if let Some(c) = opts.capacity_bytes {
-        (Some(c), CapacitySource::Given)
-    } else {
-        match effective_capacity(path, &header)? {
-            Some((c, src)) => (Some(c), src),
-            None => (None, CapacitySource::None),
-        }
-    };
+    let capacity = trace.capacity(opts.capacity_bytes, opts.unlimited);
     let device_total = if header.device_total_bytes > 0 { header.device_total_bytes } else { DEFAULT_DEVICE_BYTES };
-    let mut device = SimDevice::new(Some(device_total.max(capacity.unwrap_or(0))));
+    let mut device = SimDevice::new(Some(device_total.max(capacity.bytes.unwrap_or(0))));
     let used_hints = header.source != Source::Simulated;
     if used_hints {
-        let p = prescan(path)?;
-        device = device.with_segment_hints(p.segments.clone()).with_reserve_hints(p.reservations.clone());
+        device = device
+            .with_segment_hints(trace.facts.segments.clone())
+            .with_reserve_hints(trace.facts.reservations.clone());
     }
-    Ok(Setup { header, config, capacity, capacity_source, device, used_hints })
+    Setup { config, capacity, device, used_hints }
 }
 
-pub fn replay_observed(path: &Path, opts: &ReplayOptions, observer: &mut Observer<'_>) -> Result<ReplayResult> {
-    let Setup { header, config, capacity, capacity_source, device, used_hints } = setup(path, opts)?;
+/// Replays `trace`, calling `observer` after every record. The observer is not called for
+/// records after an OOM that ended the replay.
+pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Observer<'_>) -> Result<ReplayResult> {
+    let Setup { config, capacity: cap, device, used_hints } = setup(trace, opts);
+    let capacity = cap.bytes;
+    let header = &trace.header;
+    let path = &trace.path;
     match &opts.output {
         None => {
             let engine = Engine::new(config, capacity, device, NullSink);
-            let mut result = run(path, engine, used_hints, &mut |_, _| Ok(()), observer)?;
-            result.capacity_source = capacity_source;
-            Ok(result)
+            run(trace, engine, used_hints, cap.source, &mut |_, _| Ok(()), observer)
         }
         Some(out) => {
             let mut h = header.clone();
@@ -187,12 +229,16 @@ pub fn replay_observed(path: &Path, opts: &ReplayOptions, observer: &mut Observe
                 h.alloc_conf,
                 capacity.map(|c| format!(" with capacity {c} bytes")).unwrap_or_default()
             ));
-            let mut writer = TraceWriter::create(out, &h).with_context(|| format!("cannot write {}", out.display()))?;
+            crate::output::refuse_input(out, &[path])?;
+            let pending = crate::output::Pending::new(out)?;
+            let mut writer = TraceWriter::create(pending.temp_path(), &h)
+                .with_context(|| format!("cannot write {}", out.display()))?;
             let engine = Engine::new(config, capacity, device, Vec::<Event>::with_capacity(64));
             let result = run(
-                path,
+                trace,
                 engine,
                 used_hints,
+                cap.source,
                 &mut |time_ns, events: &mut Vec<Event>| {
                     for event in events.drain(..) {
                         writer.write(&Record { time_ns, event })?;
@@ -202,127 +248,17 @@ pub fn replay_observed(path: &Path, opts: &ReplayOptions, observer: &mut Observe
                 observer,
             )?;
             writer.finish().with_context(|| format!("cannot write {}", out.display()))?;
-            Ok(ReplayResult { capacity_source, ..result })
+            pending.commit()?;
+            Ok(result)
         }
     }
-}
-
-/// Where a replay's capacity came from.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum CapacitySource {
-    /// No limit.
-    None,
-    /// The caller's `--capacity`.
-    Given,
-    /// The limit recorded in the trace's header.
-    Recorded,
-    /// Inferred from the trace's first OOM, which had no limit: the device itself was full, so
-    /// the allocator could have had what it held then plus what the device had left
-    /// (`reserved + device_free`). The CUDA context and other processes held the rest.
-    InferredFromOom,
-    /// Inferred from the trace's first OOM, which had no recorded limit although the device
-    /// still had room for the segment: a limit below the device was in force (a memory
-    /// fraction). It lay at or above the peak reserved before the OOM and below what the failed
-    /// segment would have made; the replay takes the lower end (see `Prescan::limit_range`).
-    InferredLimit,
-}
-
-/// The capacity a replay runs under by default: the trace's recorded limit, or, for a trace
-/// whose first OOM happened with no limit (the device was full), the memory the allocator could
-/// have had at that moment.
-pub fn effective_capacity(path: &Path, header: &Header) -> Result<Option<(u64, CapacitySource)>> {
-    if header.capacity_bytes > 0 {
-        return Ok(Some((header.capacity_bytes, CapacitySource::Recorded)));
-    }
-    let p = prescan(path)?;
-    Ok(match (p.oom_capacity, p.limit_range) {
-        (Some(c), _) => Some((c, CapacitySource::InferredFromOom)),
-        (None, Some((low, _))) => Some((low, CapacitySource::InferredLimit)),
-        (None, None) => None,
-    })
-}
-
-/// What replays and analyses need from a first pass over a trace: the recorded segment
-/// addresses (for `SimDevice` hints), expandable reservation starts, the capacity a
-/// device-exhaustion OOM implies, the number of events and the first OOM. Cached per file (path, size, modification time), so the many replays of one
-/// command (what-if, report) read the trace for it once.
-#[derive(Debug, Default)]
-pub struct Prescan {
-    pub segments: Vec<(u64, u64)>,
-    pub reservations: Vec<u64>,
-    pub oom_capacity: Option<u64>,
-    /// Events in the trace (up to any damage).
-    pub events: u64,
-    /// Index of the first recorded OOM.
-    pub first_oom: Option<u64>,
-    /// The damage warning of a truncated or corrupt trace (`Scanned::damage_warning`).
-    pub damage: Option<String>,
-    /// For a first OOM with no recorded limit while the device had room for the segment: the
-    /// limit in force was at least the first value (the peak reserved up to the OOM) and below
-    /// the second (reserved at the OOM plus the failed segment).
-    pub limit_range: Option<(u64, u64)>,
-}
-
-type PrescanKey = (std::path::PathBuf, u64, Option<std::time::SystemTime>);
-
-pub fn prescan(path: &Path) -> Result<std::sync::Arc<Prescan>> {
-    use std::sync::{Arc, Mutex, OnceLock};
-    static CACHE: OnceLock<Mutex<HashMap<PrescanKey, Arc<Prescan>>>> = OnceLock::new();
-    let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let key = (path.to_path_buf(), meta.len(), meta.modified().ok());
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(p) = cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
-        return Ok(p);
-    }
-    let mut p = Prescan::default();
-    let (mut reserved, mut peak_reserved) = (0u64, 0u64);
-    let scanned = tracefile::scan(path, |i, r| match r.event {
-        Event::SegmentAlloc { addr, bytes, .. } => {
-            p.segments.push((addr, bytes));
-            reserved += bytes;
-            peak_reserved = peak_reserved.max(reserved);
-        }
-        Event::SegmentMap { addr, bytes, .. } => {
-            if p.reservations.is_empty() {
-                p.reservations.push(addr);
-            }
-            reserved += bytes;
-            peak_reserved = peak_reserved.max(reserved);
-        }
-        Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
-            reserved = reserved.saturating_sub(bytes)
-        }
-        Event::Oom { reserved_bytes, device_free_bytes, limit_bytes, alloc_bytes, .. } => {
-            if p.first_oom.is_some() {
-                return;
-            }
-            p.first_oom = Some(i);
-            if limit_bytes == 0 && device_free_bytes > 0 {
-                if device_free_bytes < alloc_bytes {
-                    // The device itself was full.
-                    p.oom_capacity = Some(reserved_bytes + device_free_bytes);
-                } else {
-                    let low = peak_reserved.max(reserved_bytes);
-                    p.limit_range = Some((low, (reserved_bytes + alloc_bytes).max(low + 1)));
-                }
-            }
-        }
-        _ => {}
-    })?;
-    p.events = scanned.events;
-    p.damage = scanned.damage_warning();
-    let p = Arc::new(p);
-    if let Ok(mut c) = cache.lock() {
-        c.insert(key, p.clone());
-    }
-    Ok(p)
 }
 
 /// Takes the engine's events after each request, stamped with the request's time.
 type Drain<'a, S> = dyn FnMut(u64, &mut S) -> Result<(), recorder::trace::TraceError> + 'a;
 
 /// One replay in progress: the engine and what it has seen of the trace.
+#[derive(Clone)]
 struct Replaying<S: Sink> {
     engine: Engine<SimDevice, S>,
     /// Trace id -> address in the replay.
@@ -398,7 +334,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
         }
     }
 
-    fn result(&self, used_hints: bool, capacity_source: CapacitySource, scanned: &tracefile::Scanned) -> ReplayResult {
+    fn result(&self, used_hints: bool, capacity_source: CapacitySource, trace: &Trace) -> ReplayResult {
         let engine = &self.engine;
         let st: &Stats = engine.stats();
         ReplayResult {
@@ -407,7 +343,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             capacity_bytes: engine.capacity(),
             capacity_source,
             used_recorded_addresses: used_hints,
-            events: scanned.events,
+            events: trace.events,
             requests: self.requests,
             peak_allocated_bytes: st.allocated_bytes.all.peak,
             peak_reserved_bytes: st.reserved_bytes.all.peak,
@@ -422,40 +358,42 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             end_allocated_bytes: st.allocated_bytes.all.current,
             end_reserved_bytes: st.reserved_bytes.all.current,
             anomalies: self.anomalies,
-            input_damage: match &scanned.end {
-                TraceEnd::Truncated { .. } | TraceEnd::Corrupt { .. } => scanned.damage_warning(),
-                TraceEnd::Complete { .. } | TraceEnd::Reading => None,
-            },
+            input_damage: trace.damage(),
         }
     }
 }
 
 fn run<S: Sink + ForwardEvents>(
-    path: &Path,
+    trace: &Trace,
     engine: Engine<SimDevice, S>,
     used_hints: bool,
+    capacity_source: CapacitySource,
     drain: &mut Drain<'_, S>,
     observer: &mut Observer<'_>,
 ) -> Result<ReplayResult> {
     let mut rp = Replaying::new(engine);
     let mut error: Option<anyhow::Error> = None;
-    let scanned = tracefile::scan(path, |index, r| {
-        if rp.stopped {
-            return;
-        }
-        rp.step(index, r);
-        observer(index, r, &rp.engine, &rp.live);
-        if error.is_none() {
-            if let Err(e) = drain(r.time_ns, rp.engine.sink_mut()) {
-                error = Some(e.into());
-                rp.stopped = true;
+    trace.scan_chunks(|first, chunk| {
+        for (k, r) in chunk.iter().enumerate() {
+            let index = first + k as u64;
+            rp.step(index, r);
+            observer(index, r, &rp.engine, &rp.live);
+            if error.is_none() {
+                if let Err(e) = drain(r.time_ns, rp.engine.sink_mut()) {
+                    error = Some(e.into());
+                    rp.stopped = true;
+                }
+            }
+            if rp.stopped {
+                return ControlFlow::Break(());
             }
         }
+        ControlFlow::Continue(())
     })?;
     if let Some(e) = error {
         return Err(e.context("cannot write the simulated trace"));
     }
-    Ok(rp.result(used_hints, CapacitySource::None, &scanned))
+    Ok(rp.result(used_hints, capacity_source, trace))
 }
 
 /// An observer that may run on another thread (see [`replay_many`]).
@@ -464,7 +402,7 @@ pub type SendObserver<'a> = dyn FnMut(u64, &Record, &dyn EngineView, &LiveMap) +
 /// Several replays of one trace (different settings or capacities) driven by one read of it:
 /// each decoded chunk is fed to every replay, in parallel. The results are in the order of
 /// `runs`. Writing a replay's output (`ReplayOptions::output`) is not supported here.
-pub fn replay_many(path: &Path, runs: Vec<(ReplayOptions, Box<SendObserver<'_>>)>) -> Result<Vec<ReplayResult>> {
+pub fn replay_many(trace: &Trace, runs: Vec<(ReplayOptions, Box<SendObserver<'_>>)>) -> Result<Vec<ReplayResult>> {
     use rayon::prelude::*;
     struct One<'a> {
         rp: Replaying<NullSink>,
@@ -475,16 +413,16 @@ pub fn replay_many(path: &Path, runs: Vec<(ReplayOptions, Box<SendObserver<'_>>)
     let mut all: Vec<One<'_>> = Vec::with_capacity(runs.len());
     for (opts, observer) in runs {
         anyhow::ensure!(opts.output.is_none(), "replay_many does not write simulated traces");
-        let s = setup(path, &opts)?;
+        let s = setup(trace, &opts);
         all.push(One {
-            rp: Replaying::new(Engine::new(s.config, s.capacity, s.device, NullSink)),
+            rp: Replaying::new(Engine::new(s.config, s.capacity.bytes, s.device, NullSink)),
             observer,
             used_hints: s.used_hints,
-            capacity_source: s.capacity_source,
+            capacity_source: s.capacity.source,
         });
     }
-    let scanned = tracefile::scan_chunks(path, |first, chunk| {
-        all.par_iter_mut().for_each(|one| {
+    trace.scan_chunks(|first, chunk| {
+        let work = |one: &mut One<'_>| {
             for (k, r) in chunk.iter().enumerate() {
                 if one.rp.stopped {
                     break;
@@ -493,9 +431,19 @@ pub fn replay_many(path: &Path, runs: Vec<(ReplayOptions, Box<SendObserver<'_>>)
                 one.rp.step(index, r);
                 (one.observer)(index, r, &one.rp.engine, &one.rp.live);
             }
-        });
+        };
+        if all.len() > 1 {
+            all.par_iter_mut().for_each(work);
+        } else {
+            all.iter_mut().for_each(work);
+        }
+        if all.iter().all(|one| one.rp.stopped) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
     })?;
-    Ok(all.iter().map(|one| one.rp.result(one.used_hints, one.capacity_source, &scanned)).collect())
+    Ok(all.iter().map(|one| one.rp.result(one.used_hints, one.capacity_source, trace)).collect())
 }
 
 fn oom_outcome(index: u64, time_ns: u64, stream: u64, oom: &recorder::engine::OutOfMemory) -> Outcome {
@@ -525,6 +473,142 @@ impl ForwardEvents for Vec<Event> {
 }
 
 /// The header of a trace, for commands that need only that.
-pub fn read_header(path: &Path) -> Result<Header> {
+pub fn read_header(path: &std::path::Path) -> Result<Header> {
     Ok(tracefile::open(path)?.header().clone())
+}
+
+/// Replays of one configuration at many capacities that share the unlimited run's prefix.
+///
+/// Under a limit `C`, the engine makes the same choices as with no limit until the first
+/// request for which the unlimited run's reserved bytes go above `C` (the limit is only read
+/// when a segment is asked for; the garbage collector, which reads it all along, is excluded).
+/// So the unlimited run is replayed once, saved before the events where its reserved bytes
+/// first pass each of a few levels, and a replay at `C` resumes from the save of the highest
+/// level at or below `C` instead of starting over: the capacity search then costs little more
+/// than the events after the run first needs more than `C`.
+///
+/// Worked example: the unlimited run reserves 1, 2, 3, 4 GiB at events 10, 20, 30, 40; levels
+/// 1.5 and 2.5 GiB are saved before events 20 and 30. A replay at 2.7 GiB resumes before
+/// event 30 (it first matters at event 30, where 3 GiB > 2.7 GiB).
+pub struct Resumable {
+    config: AllocatorConfig,
+    /// The unlimited run's device (probes above its size take another one: no resuming).
+    device_bytes: u64,
+    /// (level, event index, the replay's state before that event), levels ascending.
+    saves: Vec<(u64, u64, Replaying<NullSink>)>,
+    used_hints: bool,
+}
+
+/// The unlimited run of `config`, and [`Resumable`] saves at `levels` reserved levels evenly
+/// spread from `lower` to the run's peak reserved. Two passes: one finds where reserved bytes
+/// first pass each level, one saves the state there.
+pub fn resumable(
+    trace: &Trace,
+    config: &AllocatorConfig,
+    lower: u64,
+    levels: u64,
+) -> Result<(ReplayResult, Option<Resumable>)> {
+    let opts = ReplayOptions { config: Some(config.clone()), unlimited: true, ..Default::default() };
+    if config.garbage_collection_threshold.is_some_and(|t| t > 0.0) || levels == 0 {
+        return Ok((replay(trace, &opts)?, None));
+    }
+    // Without expandable segments the device's size only matters once the limit is passed
+    // (segments are reserved bytes, and the limit is checked first), so the saved run takes a
+    // device without a limit and serves every capacity. Expandable segments size their
+    // address reservations from the device: there the run keeps the trace's device, and serves
+    // the capacities up to its size.
+    let s = setup(trace, &opts);
+    let device = if config.expandable_segments {
+        s.device
+    } else {
+        let mut d = SimDevice::new(None);
+        if s.used_hints {
+            d = d.with_segment_hints(trace.facts.segments.clone()).with_reserve_hints(trace.facts.reservations.clone());
+        }
+        d
+    };
+    let device_bytes = device.capacity().unwrap_or(u64::MAX);
+    let fresh = || Replaying::new(Engine::new(s.config.clone(), None, device.clone(), NullSink));
+    // Pass 1: the unlimited run, and each new peak of reserved bytes (event, bytes).
+    let mut peaks: Vec<(u64, u64)> = Vec::new();
+    let mut rp = fresh();
+    trace.scan_chunks(|first, chunk| {
+        for (k, r) in chunk.iter().enumerate() {
+            let index = first + k as u64;
+            rp.step(index, r);
+            let reserved = rp.engine.stats().reserved_bytes.all.current;
+            if peaks.last().is_none_or(|&(_, b)| reserved > b) {
+                peaks.push((index, reserved));
+            }
+            if rp.stopped {
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    })?;
+    let unlimited = rp.result(s.used_hints, CapacitySource::None, trace);
+    let upper = unlimited.peak_reserved_bytes;
+    // Each level, and the first event at which reserved bytes go above it.
+    let mut plan: Vec<(u64, u64)> = Vec::new();
+    for k in 0..levels {
+        let level = lower + (upper.saturating_sub(lower)) / levels * k;
+        let Some(&(event, _)) = peaks.iter().find(|&&(_, b)| b > level) else { break };
+        if plan.last().is_none_or(|&(_, e)| e < event) {
+            plan.push((level, event));
+        } else if let Some(last) = plan.last_mut() {
+            // Two levels first passed at one event: keep the higher level.
+            last.0 = level;
+        }
+    }
+    // Pass 2: the same run, saved before each planned event.
+    let mut rp = fresh();
+    let mut saves = Vec::with_capacity(plan.len());
+    let mut next = 0usize;
+    trace.scan_chunks(|first, chunk| {
+        for (k, r) in chunk.iter().enumerate() {
+            let index = first + k as u64;
+            while next < plan.len() && plan[next].1 == index {
+                saves.push((plan[next].0, index, rp.clone()));
+                next += 1;
+            }
+            if next == plan.len() {
+                return ControlFlow::Break(());
+            }
+            rp.step(index, r);
+            if rp.stopped {
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok((unlimited, Some(Resumable { config: config.clone(), device_bytes, saves, used_hints: s.used_hints })))
+}
+
+/// The replay of the [`Resumable`] configuration at `capacity`, resumed from the latest save
+/// that is valid for it (see [`Resumable`]); from the start when none is.
+pub fn replay_resumed(trace: &Trace, from: &Resumable, capacity: u64) -> Result<ReplayResult> {
+    let save = from.saves.iter().rev().find(|(level, _, _)| *level <= capacity);
+    let Some((_, start, state)) = save.filter(|_| capacity <= from.device_bytes) else {
+        let opts =
+            ReplayOptions { config: Some(from.config.clone()), capacity_bytes: Some(capacity), ..Default::default() };
+        return replay(trace, &opts);
+    };
+    let mut rp = state.clone();
+    rp.engine.set_capacity(Some(capacity));
+    let start = *start;
+    trace.scan_chunks(|first, chunk| {
+        let end = first + chunk.len() as u64;
+        if end <= start {
+            return ControlFlow::Continue(());
+        }
+        let skip = start.saturating_sub(first) as usize;
+        for (k, r) in chunk.iter().enumerate().skip(skip) {
+            rp.step(first + k as u64, r);
+            if rp.stopped {
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok(rp.result(from.used_hints, CapacitySource::Given, trace))
 }

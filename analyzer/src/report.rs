@@ -11,10 +11,10 @@
 use crate::explain::{explain_with, ExplainOptions, ExplainReport};
 use crate::frag::{FragOptions, FragReport};
 use crate::leaks::{LeaksOptions, LeaksReport};
+use crate::model::Trace;
 use crate::plot::{self, At, XAxis};
 use crate::replay::{Outcome, ReplayResult};
-use crate::summary::{Summary, SummaryFold};
-use crate::tracefile;
+use crate::summary::Summary;
 use crate::units::{fmt_bytes, fmt_ns};
 use crate::whatif::{fragmentation, whatif_observed, Whatif, WhatifOptions, LONG_TRACE_EVENTS};
 use anyhow::{Context, Result};
@@ -28,7 +28,9 @@ pub struct Environment {
     pub device_name: String,
     pub device_total_bytes: u64,
     pub alloc_conf: String,
-    pub capacity_bytes: u64,
+    /// The capacity every analysis of the report ran under (`null`: none), and where it came from.
+    pub capacity_bytes: Option<u64>,
+    pub capacity_source: crate::model::CapacitySource,
     pub trace_tool_version: String,
     pub report_tool_version: &'static str,
     pub command_line: Vec<String>,
@@ -132,31 +134,32 @@ pub struct ReportOptions {
 /// The what-if replays also draw the what-if picture, and the recorded policy's replay is the
 /// report's replay; the analyses (`explain`, `frag`, `leaks`) and the pictures run
 /// concurrently, and `explain` reuses the what-if table and `leaks`' growth.
-pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
-    let name = plot::trace_name(path);
-    let mut fold = SummaryFold::new();
-    let scanned = tracefile::scan(path, |i, r| fold.record(i, r))?;
-    let summary = fold.finish();
-    let h = &scanned.header;
+pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
+    let path = &trace.path;
+    let name = trace.name();
+    let summary = trace.summary.clone();
+    let h = &trace.header;
     let environment = Environment {
         source: h.source.as_str(),
         device_name: h.device_name.clone(),
         device_total_bytes: h.device_total_bytes,
         alloc_conf: h.alloc_conf.clone(),
-        capacity_bytes: h.capacity_bytes,
+        capacity_bytes: trace.default_capacity().bytes,
+        capacity_source: trace.default_capacity().source,
         trace_tool_version: h.tool_version.clone(),
         report_tool_version: env!("CARGO_PKG_VERSION"),
         command_line: h.command_line.clone(),
         notes: h.notes.clone(),
     };
-    let capacity = (h.capacity_bytes > 0).then_some(h.capacity_bytes);
-    let long = scanned.events > LONG_TRACE_EVENTS;
+    // The same capacity as every other command: recorded, else inferred from the first OOM.
+    let capacity = trace.default_capacity().bytes;
+    let long = trace.events > LONG_TRACE_EVENTS;
     let search = opts.search_capacity && (!long || opts.search_long_traces);
     let capacity_search_note = (opts.search_capacity && !search).then(|| {
         format!(
             "The trace is long ({} events): the smallest capacity of each policy was not searched (it takes several \
              replays per policy); `alloctrace whatif {}` searches it.",
-            scanned.events, name
+            trace.events, name
         )
     });
 
@@ -167,8 +170,8 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
             rayon::join(
                 || {
                     whatif_observed(
-                        path,
-                        &WhatifOptions { capacity_bytes: capacity, search_capacity: search },
+                        trace,
+                        &WhatifOptions { capacity: trace.default_capacity(), search_capacity: search },
                         &|k| ReportTrack {
                             whatif: plot::WhatifTrack::new(plot::COLUMNS),
                             // The recorded configuration's replay also draws the fragmentation
@@ -186,10 +189,10 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
                         },
                     )
                 },
-                || crate::leaks::analyze(path, &LeaksOptions::default()),
+                || crate::leaks::analyze(trace, &LeaksOptions::default()),
             )
         },
-        || recorded_pictures(path),
+        || recorded_pictures(trace),
     );
     let (mut wi, runs) = whatif_run?;
     wi.trace = name.clone();
@@ -202,7 +205,12 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
         path,
         XAxis::Time,
         capacity,
-        wi.rows.iter().zip(tracks).zip(&results).map(|((row, t), r)| (row.policy.clone(), t.whatif, r)).collect(),
+        wi.rows
+            .iter()
+            .zip(tracks)
+            .zip(&results)
+            .map(|((row, t), r)| (row.policy.name().to_string(), t.whatif, r))
+            .collect(),
     );
 
     let mut analysis_errors = Vec::new();
@@ -216,18 +224,17 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
     let at = if replay.is_oom() { At::Oom } else { At::Peak };
     let frag_at = if replay.is_oom() { crate::frag::At::Oom } else { crate::frag::At::Peak };
     let (seg, (ex, fr)) = rayon::join(
-        || moment.moment(path, at).and_then(|m| plot::segments_data_at(path, m)),
+        || moment.moment(path, at).and_then(|m| plot::segments_data_at(trace, m)),
         || {
             rayon::join(
                 || {
-                    // `explain` searches capacities on short traces (whatever the report does), and
-                    // on long ones when the report did.
+                    // `explain` searches capacities exactly when the report did, so that it reuses the
+                    // report's what-if table (and `--no-search` searches nowhere).
                     let growth = leaks_report.as_ref().map(|l: &LeaksReport| l.growth.clone());
-                    let o =
-                        ExplainOptions { search_capacity: (long && search).then_some(true), whatif: Some(&wi), growth };
-                    explain_with(path, &o)
+                    let o = ExplainOptions { search_capacity: Some(search), whatif: Some(&wi), growth };
+                    explain_with(trace, &o)
                 },
-                || crate::frag::analyze_with(path, &FragOptions { at: frag_at }, Some(&wi.bounds)),
+                || crate::frag::analyze_with(trace, &FragOptions { at: frag_at }, Some(&wi.bounds)),
             )
         },
     );
@@ -307,7 +314,8 @@ pub fn build(path: &Path, opts: &ReportOptions) -> Result<Report> {
         x.trace = name.clone();
     }
 
-    let mut findings = findings(&summary, &replay, layout.as_ref(), &wi);
+    let verdict = explained.as_ref().map(|x| &x.verdict);
+    let mut findings = findings(&summary, &replay, layout.as_ref(), &wi, verdict);
     if let Some(l) = &leaks {
         refine_live_at_end(&mut findings, l);
     }
@@ -336,9 +344,9 @@ struct ReportTrack {
 }
 
 /// The pictures of the recorded run: memory over time, live bytes by call site.
-fn recorded_pictures(path: &Path) -> Result<(plot::TimelineData, plot::StackedData)> {
-    let tl = plot::timeline_data(path, XAxis::Time, plot::COLUMNS)?;
-    let st = plot::stacked_data(path, XAxis::Time, plot::COLUMNS)?;
+fn recorded_pictures(trace: &Trace) -> Result<(plot::TimelineData, plot::StackedData)> {
+    let tl = plot::timeline_data(trace, XAxis::Time, plot::COLUMNS)?;
+    let st = plot::stacked_data(trace, XAxis::Time, plot::COLUMNS)?;
     Ok((tl, st))
 }
 
@@ -420,40 +428,25 @@ fn pct(f: f64) -> String {
 }
 
 /// The findings computable from the summary, the replay, the layout and the what-if table.
-pub fn findings(s: &Summary, r: &ReplayResult, layout: Option<&LayoutAt>, w: &Whatif) -> Vec<Finding> {
+/// `verdict` is the diagnosis of the OOM (`explain`'s), which the OOM finding states rather than
+/// classifying the OOM again.
+pub fn findings(
+    s: &Summary,
+    r: &ReplayResult,
+    layout: Option<&LayoutAt>,
+    w: &Whatif,
+    verdict: Option<&crate::explain::Verdict>,
+) -> Vec<Finding> {
     let mut out = Vec::new();
     // 1. Did it run out of memory?
     match &r.outcome {
         Outcome::Oom { event, requested_bytes, reserved_bytes, allocated_bytes, .. } => {
-            let free = reserved_bytes.saturating_sub(*allocated_bytes);
-            let headroom = r.capacity_bytes.map(|c| c.saturating_sub(*reserved_bytes));
-            let largest = layout.filter(|l| l.failed_request_bytes.is_some()).map(|l| l.largest_free_bytes);
-            let why = match (largest, headroom) {
-                (Some(l), _) if free >= *requested_bytes => format!(
-                    " {} of the reserved memory was free, more than the request, but the largest free block was only \
-                     {}: the free memory is in pieces too small for it, and the device had no room for a new \
-                     segment.",
-                    fmt_bytes(free),
-                    fmt_bytes(l)
-                ),
-                (Some(l), Some(h)) if free + h >= *requested_bytes => format!(
-                    " {} was free in the cache, in pieces of at most {}, and {} of the limit was not reserved yet: \
-                     together enough for the request, but neither alone. Cached pieces in different segments \
-                     cannot be joined, and a new segment for the request does not fit under the limit (the \
-                     allocator had already given back every wholly free segment, as `torch.cuda.empty_cache()` \
-                     would). This is fragmentation.",
-                    fmt_bytes(free),
-                    fmt_bytes(l),
-                    fmt_bytes(h)
-                ),
-                (Some(l), _) => format!(
-                    " Only {} was free in the cache (largest block {}){}: the live tensors plus the request need \
-                     more than the limit allows.",
-                    fmt_bytes(free),
-                    fmt_bytes(l),
-                    headroom.map(|h| format!(" and {} of the limit unreserved", fmt_bytes(h))).unwrap_or_default()
-                ),
-                (None, _) => String::new(),
+            // The one diagnosis (explain's verdict), not a second classification.
+            let why = match verdict {
+                Some(v) if v.kind != crate::explain::VerdictKind::NoOom => {
+                    format!(" Diagnosis: {}: {}.", v.kind.as_str(), v.reason)
+                }
+                _ => String::new(),
             };
             // What would have helped, from the what-if table at the same limit.
             let fits: Vec<String> = crate::whatif::completing(&w.rows)
@@ -484,6 +477,22 @@ pub fn findings(s: &Summary, r: &ReplayResult, layout: Option<&LayoutAt>, w: &Wh
                 ),
             });
         }
+        // The recorded run failed but its replay did not: say both, never "none".
+        Outcome::Ok if s.num_ooms > 0 => out.push(Finding {
+            id: "oom",
+            title: "Out of memory".into(),
+            verdict: Verdict::Warning,
+            value: format!("{} recorded, none in the replay", s.num_ooms),
+            definition: "A request the allocator could not serve.".into(),
+            explanation: format!(
+                "The trace records {} out-of-memory error(s), but all {} requests succeeded when replayed under the \
+                 recorded settings{}: the limit the run had is not known exactly; give it with `--capacity` to \
+                 import or replay at it.",
+                s.num_ooms,
+                r.requests,
+                r.capacity_bytes.map(|c| format!(" and a limit of {}", fmt_bytes(c))).unwrap_or_default()
+            ),
+        }),
         Outcome::Ok => out.push(Finding {
             id: "oom",
             title: "Out of memory".into(),
@@ -557,7 +566,7 @@ pub fn findings(s: &Summary, r: &ReplayResult, layout: Option<&LayoutAt>, w: &Wh
         .rows
         .iter()
         .enumerate()
-        .filter(|(_, row)| row.outcome == "ok" || row.min_capacity_bytes.is_some())
+        .filter(|(_, row)| row.outcome == crate::model::OutcomeKind::Ok || row.min_capacity_bytes.is_some())
         .min_by_key(|(i, row)| (row.min_capacity_bytes.unwrap_or(row.peak_reserved_bytes), *i))
         .map(|(_, row)| row);
     let recorded = w.rows.first();
@@ -626,7 +635,7 @@ pub fn findings(s: &Summary, r: &ReplayResult, layout: Option<&LayoutAt>, w: &Wh
             verdict: Verdict::Warning,
             value: format!("{} dropped, {} anomalies", s.dropped_events, s.anomalies),
             definition: "Events the recorder could not write, and frees of blocks the trace never allocated.".into(),
-            explanation: r.input_damage.clone().unwrap_or_else(|| "Figures may be low.".into()),
+            explanation: r.input_damage.as_ref().map(|d| d.to_string()).unwrap_or_else(|| "Figures may be low.".into()),
         });
     }
     out
@@ -679,7 +688,23 @@ impl Report {
             ],
             vec![
                 "capacity limit".into(),
-                if e.capacity_bytes > 0 { fmt_bytes(e.capacity_bytes) } else { "none".into() },
+                match (e.capacity_bytes, e.capacity_source) {
+                    (None, _) => "none".into(),
+                    (Some(c), crate::model::CapacitySource::Recorded | crate::model::CapacitySource::Given) => {
+                        fmt_bytes(c)
+                    }
+                    (Some(c), crate::model::CapacitySource::InferredFromOom) => format!(
+                        "{} (none recorded; inferred from the OOM: the device was full, reserved + device free)",
+                        fmt_bytes(c)
+                    ),
+                    (Some(c), crate::model::CapacitySource::InferredLimit | crate::model::CapacitySource::None) => {
+                        format!(
+                            "{} (none recorded; inferred from the OOM: the device had room, so a lower limit was in \
+                             force, at least this)",
+                            fmt_bytes(c)
+                        )
+                    }
+                },
             ],
             vec!["trace source".into(), e.source.into()],
             vec!["written by".into(), format!("alloctrace {}", e.trace_tool_version)],
@@ -1036,13 +1061,14 @@ impl Report {
 
     /// `summary.json`.
     pub fn json(&self) -> Result<String> {
-        let mut s = serde_json::to_string_pretty(self)?;
+        let mut s = serde_json::to_string_pretty(&crate::cmd::V1::of(self))?;
         s.push('\n');
         Ok(s)
     }
 
-    /// Writes `report.md`, `report.html`, `summary.json` and the SVGs into `dir`.
-    pub fn write(&self, dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    /// Writes `report.md`, `report.html`, `summary.json` and the SVGs into `dir` (each through a
+    /// temporary file and a rename; never onto one of `inputs`).
+    pub fn write(&self, dir: &Path, inputs: &[&Path]) -> Result<Vec<std::path::PathBuf>> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let mut files = Vec::new();
         let mut put = |name: &str, body: &str| -> Result<()> {
@@ -1054,7 +1080,8 @@ impl Report {
                 p.display(),
                 body.len()
             );
-            std::fs::write(&p, body).with_context(|| format!("cannot write {}", p.display()))?;
+            crate::output::refuse_input(&p, inputs)?;
+            crate::output::write_file(&p, body.as_bytes())?;
             files.push(p);
             Ok(())
         };

@@ -32,6 +32,8 @@ pub struct SynthOptions {
     pub streams: u32,
     pub leak_bytes_per_iter: u64,
     pub fragment: bool,
+    /// Shaped like a real trace instead of a training loop (see [`synth_realistic`]).
+    pub realistic: bool,
 }
 
 impl Default for SynthOptions {
@@ -45,6 +47,7 @@ impl Default for SynthOptions {
             streams: 2,
             leak_bytes_per_iter: 0,
             fragment: false,
+            realistic: false,
         }
     }
 }
@@ -149,6 +152,9 @@ impl Gen {
 }
 
 pub fn synth(opts: &SynthOptions) -> Result<SynthReport> {
+    if opts.realistic {
+        return synth_realistic(opts);
+    }
     let mut h = Header::new(Source::Simulated);
     h.device_name = "synthetic".into();
     h.device_total_bytes = 80 << 30;
@@ -235,6 +241,101 @@ pub fn synth(opts: &SynthOptions) -> Result<SynthReport> {
             }
         }
         bar.set_position(g.events);
+    }
+    bar.finish_and_clear();
+    let Gen { writer, events, requests, .. } = g;
+    writer.finish().with_context(|| format!("cannot write {}", opts.output.display()))?;
+    let bytes = std::fs::metadata(&opts.output).map(|m| m.len()).unwrap_or(0);
+    Ok(SynthReport { events, iterations: iteration, requests, bytes })
+}
+
+/// Limit of a realistic trace: small enough to fill quickly, large enough for thousands of
+/// segments.
+pub const REALISTIC_CAPACITY: u64 = 24 << 30;
+
+/// A trace shaped like the real ones, for sizes no real trace reaches: requests from bytes to
+/// tens of MiB (log-uniform, so most are small and most bytes are in large ones) from 64 call
+/// sites on 4 streams; lifetimes from a few requests (temporaries, most of them) to the whole
+/// run; live bytes held near the limit ([`REALISTIC_CAPACITY`]) so that the allocator flushes
+/// its cache and retries (thousands of segments come and go), then rising past it at the end:
+/// the trace ends in an out-of-memory, where the program stops.
+pub fn synth_realistic(opts: &SynthOptions) -> Result<SynthReport> {
+    let capacity = REALISTIC_CAPACITY;
+    let mut h = Header::new(Source::Simulated);
+    h.device_name = "synthetic".into();
+    h.device_total_bytes = 80 << 30;
+    h.capacity_bytes = capacity;
+    h.alloc_conf = opts.config.to_string();
+    h.config = opts.config.clone();
+    h.command_line = vec![
+        "alloctrace".into(),
+        "synth".into(),
+        "--realistic".into(),
+        format!("--events={}", opts.events),
+        format!("--seed={}", opts.seed),
+    ];
+    h.notes.push("synthetic trace shaped like a real one, from alloctrace synth --realistic".into());
+    let writer =
+        TraceWriter::create(&opts.output, &h).with_context(|| format!("cannot write {}", opts.output.display()))?;
+    let engine =
+        Engine::new(opts.config.clone(), Some(capacity), SimDevice::new(Some(80 << 30)), Vec::with_capacity(16));
+    let mut g = Gen { engine, writer, time_ns: 0, events: 0, requests: 0, rng: Rng(opts.seed) };
+    let bar = ProgressBar::new(opts.events);
+    bar.set_style(
+        ProgressStyle::with_template("synth [{bar:30}] {pos}/{len} events ({per_sec}, {eta})")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    for id in 1..=64u32 {
+        let frames = vec![
+            Frame { file: "torch/nn/modules/module.py".into(), line: 1750, function: "_call_impl".into() },
+            Frame { file: format!("model_{}.py", id % 8), line: 10 + id * 7, function: format!("layer_{id}") },
+        ];
+        g.emit(Event::CallSite { id, frames })?;
+    }
+    let streams = [0u64, 0x1001, 0x1002, 0x1003];
+    // Live blocks: (address, bytes); temporaries are the most recent ones.
+    let mut live: Vec<(u64, u64)> = Vec::new();
+    let mut live_bytes = 0u64;
+    let mut iteration = 0u64;
+    loop {
+        if g.events % 50_000 < 3 {
+            iteration += 1;
+            g.emit(Event::Mark { kind: MarkKind::Phase, text: format!("step {iteration}") })?;
+        }
+        let progress = g.events as f64 / opts.events.max(1) as f64;
+        // Live bytes aim at 85% of the limit, then past it over the last 2% of the trace.
+        let target = if progress < 0.98 { 0.85 } else { 0.85 + (progress - 0.98) * 20.0 };
+        let want = (target * capacity as f64) as u64;
+        if live_bytes < want || live.is_empty() {
+            // Log-uniform from 1 byte to 64 MiB.
+            let bits = g.rng.below(26 * 16) as f64 / 16.0;
+            let bytes = (2f64.powf(bits) as u64).max(1) + g.rng.below(512);
+            let stream = streams[g.rng.below(4) as usize];
+            let site = 1 + g.rng.below(64) as u32;
+            match g.alloc(bytes, stream, site)? {
+                Some(addr) => {
+                    live.push((addr, bytes));
+                    live_bytes += bytes;
+                }
+                // The program does not catch the error: the trace ends at its OOM.
+                None if progress >= 0.98 => break,
+                None => {}
+            }
+        } else {
+            // Mostly a recent block (a temporary), sometimes an old one.
+            let n = live.len() as u64;
+            let k = if g.rng.below(8) == 0 { g.rng.below(n) } else { n - 1 - g.rng.below(n.min(32)) };
+            let (addr, bytes) = live.swap_remove(k as usize);
+            live_bytes -= bytes;
+            g.free(Some(addr))?;
+        }
+        if g.events % 4096 < 3 {
+            bar.set_position(g.events);
+        }
+        if g.events >= opts.events.saturating_mul(2) {
+            break; // never reached the limit (a setting that packs well): stop anyway
+        }
     }
     bar.finish_and_clear();
     let Gen { writer, events, requests, .. } = g;

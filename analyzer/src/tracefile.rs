@@ -9,6 +9,7 @@ use recorder::trace::{ChunkDecoder, Header, RawChunk, Record, TraceEnd, TraceErr
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufReader, Read};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, sync_channel};
@@ -63,20 +64,8 @@ fn open_error(path: &Path, e: TraceError) -> anyhow::Error {
     }
 }
 
-/// Whether scans draw their own progress bar (commands that run many scans draw one of their
-/// own instead).
-static SCAN_PROGRESS: AtomicBool = AtomicBool::new(true);
-
-/// Turns the per-scan progress bars on or off.
-pub fn set_scan_progress(on: bool) {
-    SCAN_PROGRESS.store(on, Ordering::Relaxed);
-}
-
 /// A progress bar over `total` bytes, drawn only when stderr is a terminal.
 pub fn byte_progress(total: u64, what: &str) -> ProgressBar {
-    if !SCAN_PROGRESS.load(Ordering::Relaxed) {
-        return ProgressBar::hidden();
-    }
     let bar = ProgressBar::new(total);
     bar.set_style(
         ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})")
@@ -103,6 +92,15 @@ pub fn scan(path: &Path, mut fold: impl FnMut(u64, &Record)) -> Result<Scanned> 
 /// (one per core) decompresses and decodes them; this thread folds them in order. In flight
 /// are at most a few chunks per worker, so memory stays bounded whatever the trace's size.
 pub fn scan_chunks(path: &Path, mut fold: impl FnMut(u64, &[Record])) -> Result<Scanned> {
+    scan_chunks_until(path, |first, chunk| {
+        fold(first, chunk);
+        ControlFlow::Continue(())
+    })
+}
+
+/// Like [`scan_chunks`], until `fold` breaks (the rest of the file is then not read; the
+/// returned event count is of the records folded).
+pub fn scan_chunks_until(path: &Path, mut fold: impl FnMut(u64, &[Record]) -> ControlFlow<()>) -> Result<Scanned> {
     let file = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     let count = Arc::new(AtomicU64::new(0));
@@ -166,9 +164,12 @@ pub fn scan_chunks(path: &Path, mut fold: impl FnMut(u64, &[Record])) -> Result<
             while let Some(result) = waiting.remove(&next) {
                 next += 1;
                 match result {
-                    Ok(chunk) if failure.is_none() => {
-                        fold(events, &chunk);
+                    Ok(chunk) if failure.is_none() && !stop.load(Ordering::Relaxed) => {
+                        let flow = fold(events, &chunk);
                         events += chunk.len() as u64;
+                        if flow.is_break() {
+                            stop.store(true, Ordering::Relaxed);
+                        }
                         bar.set_position(count.load(Ordering::Relaxed));
                         let _ = recycle_tx.send(chunk);
                     }

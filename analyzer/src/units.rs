@@ -37,6 +37,12 @@ pub fn fmt_ns(ns: u64) -> String {
     }
 }
 
+/// Serializes a byte figure computed as a float (a median of changes) as a whole number of
+/// bytes: JSON gives byte quantities as integers.
+pub fn whole_bytes<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_i64(v.round() as i64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

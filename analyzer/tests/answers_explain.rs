@@ -1,6 +1,7 @@
 //! `explain` on the shipped traces and on small synthetic traces with a known cause.
 
 use analyzer::explain::{explain, ExplainReport, VerdictKind};
+use analyzer::model::Trace;
 use recorder::trace::{Event, Frame, Header, MarkKind, Pool, Record, Source, TraceWriter};
 use std::path::{Path, PathBuf};
 
@@ -28,7 +29,7 @@ fn check_advice_is_backed(r: &ExplainReport) {
 
 #[test]
 fn frag_oom_is_fragmentation_and_expandable_is_not_advised() {
-    let r = explain(&trace("frag_oom.default.atrace")).unwrap();
+    let r = explain(&Trace::open(&trace("frag_oom.default.atrace")).unwrap()).unwrap();
     check_advice_is_backed(&r);
     assert_eq!(r.moment, "oom");
     assert_eq!(r.verdict.kind, VerdictKind::Fragmentation, "{}", r.verdict.reason);
@@ -68,7 +69,7 @@ fn frag_oom_is_fragmentation_and_expandable_is_not_advised() {
 
 #[test]
 fn frag_oom_expandable_is_fragmentation_too() {
-    let r = explain(&trace("frag_oom.expandable.atrace")).unwrap();
+    let r = explain(&Trace::open(&trace("frag_oom.expandable.atrace")).unwrap()).unwrap();
     check_advice_is_backed(&r);
     assert_eq!(r.verdict.kind, VerdictKind::Fragmentation, "{}", r.verdict.reason);
     assert!(r.advice.iter().all(|a| a.kind != "setting"));
@@ -76,7 +77,7 @@ fn frag_oom_expandable_is_fragmentation_too() {
 
 #[test]
 fn leak_list_append_has_no_oom_but_names_the_growing_line() {
-    let r = explain(&trace("leak_list_append.default.atrace")).unwrap();
+    let r = explain(&Trace::open(&trace("leak_list_append.default.atrace")).unwrap()).unwrap();
     check_advice_is_backed(&r);
     assert_eq!(r.moment, "peak");
     assert_eq!(r.verdict.kind, VerdictKind::NoOom);
@@ -127,7 +128,7 @@ fn live_bytes_over_the_limit_are_true_exhaustion() {
     let mut ev = vec![callsite(1, 7), alloc(1, 80 * MIB, 1)];
     ev.push(alloc(2, 40 * MIB, 1));
     write_trace(&path, 100 * MIB, ev);
-    let r = explain(&path).unwrap();
+    let r = explain(&Trace::open(&path).unwrap()).unwrap();
     assert_eq!(r.moment, "oom");
     assert_eq!(r.verdict.kind, VerdictKind::TrueExhaustion, "{}", r.verdict.reason);
     assert_eq!(r.figures.requested_bytes, 40 * MIB);
@@ -152,7 +153,7 @@ fn growth_every_iteration_is_steady_growth() {
         ev.extend(free(id));
     }
     write_trace(&path, 200 * MIB, ev);
-    let r = explain(&path).unwrap();
+    let r = explain(&Trace::open(&path).unwrap()).unwrap();
     assert_eq!(r.moment, "oom");
     assert_eq!(r.verdict.kind, VerdictKind::SteadyGrowth, "{}", r.verdict.reason);
     let g = r.growth.as_ref().unwrap();

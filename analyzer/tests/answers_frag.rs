@@ -9,7 +9,7 @@ fn trace(name: &str) -> PathBuf {
 }
 
 fn frag(name: &str, at: At) -> FragReport {
-    analyze(&trace(name), &FragOptions { at }).unwrap()
+    analyze(&analyzer::model::Trace::open(&trace(name)).unwrap(), &FragOptions { at }).unwrap()
 }
 
 fn check_consistent(r: &FragReport) {
@@ -91,6 +91,14 @@ fn end_and_event_moments() {
     let r = frag("leak_list_append.default.atrace", At::Event(100));
     check_consistent(&r);
     assert_eq!(r.moment.event, 100);
-    assert!(analyze(&trace("leak_list_append.default.atrace"), &FragOptions { at: At::Event(1 << 40) }).is_err());
-    assert!(analyze(&trace("leak_list_append.default.atrace"), &FragOptions { at: At::Oom }).is_err());
+    assert!(analyze(
+        &analyzer::model::Trace::open(&trace("leak_list_append.default.atrace")).unwrap(),
+        &FragOptions { at: At::Event(1 << 40) }
+    )
+    .is_err());
+    assert!(analyze(
+        &analyzer::model::Trace::open(&trace("leak_list_append.default.atrace")).unwrap(),
+        &FragOptions { at: At::Oom }
+    )
+    .is_err());
 }

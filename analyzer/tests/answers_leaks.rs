@@ -10,7 +10,7 @@ fn trace(name: &str) -> PathBuf {
 }
 
 fn leaks(name: &str) -> LeaksReport {
-    analyze(&trace(name), &LeaksOptions::default()).unwrap()
+    analyze(&analyzer::model::Trace::open(&trace(name)).unwrap(), &LeaksOptions::default()).unwrap()
 }
 
 #[test]

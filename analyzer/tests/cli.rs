@@ -159,9 +159,9 @@ fn replay_json_reports_the_oom_and_counters() {
     let o = run(&["replay", "--json", trace("frag_oom.default").to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(j["outcome"]["outcome"], "oom");
-    assert!(j["outcome"]["event"].as_u64().is_some());
-    assert_eq!(j["outcome"]["requested_bytes"], 1u64 << 30);
+    assert_eq!(j["outcome"], "oom");
+    assert!(j["oom_event"].as_u64().is_some());
+    assert_eq!(j["oom"]["requested_bytes"], 1u64 << 30);
     for key in ["peak_allocated_bytes", "peak_reserved_bytes", "num_alloc_retries", "num_device_alloc"] {
         assert!(j[key].as_u64().is_some(), "missing key {key}");
     }
@@ -169,7 +169,8 @@ fn replay_json_reports_the_oom_and_counters() {
     // Without the 2 GiB limit the same requests complete.
     let o = run(&["replay", "--json", "--unlimited", trace("frag_oom.default").to_str().unwrap()]);
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(j["outcome"]["outcome"], "ok");
+    assert_eq!(j["outcome"], "ok");
+    assert!(j["oom_event"].is_null());
 }
 
 #[test]
@@ -378,8 +379,8 @@ fn a_limit_left_out_on_import_is_inferred_and_said_to_be() {
     let o = run(&["replay", "--json", out.to_str().unwrap()]);
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["capacity_source"], "inferred_limit");
-    assert_eq!(j["outcome"]["outcome"], "oom");
-    assert_eq!(j["outcome"]["event"], 1012, "the recorded OOM");
+    assert_eq!(j["outcome"], "oom");
+    assert_eq!(j["oom_event"], 1012, "the recorded OOM");
     let o = run(&["explain", out.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("note: no limit was recorded") && text.contains("--capacity"), "{text}");
@@ -405,6 +406,85 @@ fn whatif_min_capacities_replay_to_completion() {
             args.extend(["--conf", conf]);
         }
         let r: serde_json::Value = serde_json::from_slice(&run(&args).stdout).unwrap();
-        assert_eq!(r["outcome"]["outcome"], "ok", "{conf} at its min capacity {min}");
+        assert_eq!(r["outcome"], "ok", "{conf} at its min capacity {min}");
     }
+}
+
+/// Outputs never destroy inputs: an output that is the input (by name, symlink or hard link) is
+/// refused with exit 2 and the input is left as it was.
+#[test]
+fn an_output_that_is_the_input_is_refused() {
+    let dir = tmp("same-file");
+    std::fs::create_dir_all(&dir).unwrap();
+    let pickle = dir.join("s.pickle");
+    std::fs::copy(root().join("analyzer/tests/fixtures/torch/frag_oom.default.pickle"), &pickle).unwrap();
+    let t = dir.join("t.atrace");
+    std::fs::copy(trace("frag_oom.default"), &t).unwrap();
+    let before = (std::fs::read(&pickle).unwrap(), std::fs::read(&t).unwrap());
+    let link = dir.join("link.atrace");
+    let hard = dir.join("hard.atrace");
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&t, &link).unwrap();
+    std::fs::hard_link(&t, &hard).unwrap();
+    let (p, ts) = (pickle.to_str().unwrap(), t.to_str().unwrap());
+    assert_error(&run(&["import", "torch", p, "-o", p]), "the output is the input");
+    assert_error(&run(&["replay", ts, "-o", ts]), "the output is the input");
+    #[cfg(unix)]
+    assert_error(&run(&["replay", ts, "-o", link.to_str().unwrap()]), "the output is the input");
+    assert_error(&run(&["replay", ts, "-o", hard.to_str().unwrap()]), "the output is the input");
+    assert_error(&run(&["plot", ts, "-o", ts]), "the output is the input");
+    assert_eq!((std::fs::read(&pickle).unwrap(), std::fs::read(&t).unwrap()), before, "inputs untouched");
+    // The report refuses to write over its trace inside the folder.
+    let rdir = dir.join("r");
+    std::fs::create_dir_all(&rdir).unwrap();
+    let inside = rdir.join("summary.json");
+    std::fs::copy(&t, &inside).unwrap();
+    assert_error(&run(&["report", inside.to_str().unwrap(), "-o", rdir.to_str().unwrap()]), "the output is the input");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `report -o DIR` writes into a new, empty or previous-report folder; another folder needs --force.
+#[test]
+fn report_refuses_a_folder_that_is_not_a_report() {
+    let dir = tmp("report-dir");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("notes.txt"), "mine").unwrap();
+    let t = trace("seed_experiments.default");
+    let (ts, ds) = (t.to_str().unwrap(), dir.to_str().unwrap());
+    assert_error(&run(&["report", ts, "-o", ds]), "--force");
+    assert!(!dir.join("report.md").exists());
+    let o = run(&["report", ts, "-o", ds, "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(dir.join("notes.txt")).unwrap(), "mine");
+    // A previous report is replaced without --force, and no temporary file is left behind.
+    std::fs::remove_file(dir.join("notes.txt")).unwrap();
+    let o = run(&["report", ts, "-o", ds]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".partial"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A symlink planted at an output path inside the report folder is replaced, not written through.
+#[cfg(unix)]
+#[test]
+fn report_does_not_write_through_a_planted_symlink() {
+    let dir = tmp("report-symlink");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("r")).unwrap();
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, "keep").unwrap();
+    std::fs::write(dir.join("r/summary.json"), "{}").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("r/report.md")).unwrap();
+    let o =
+        run(&["report", trace("seed_experiments.default").to_str().unwrap(), "-o", dir.join("r").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    assert!(!std::fs::symlink_metadata(dir.join("r/report.md")).unwrap().file_type().is_symlink());
+    std::fs::remove_dir_all(&dir).ok();
 }

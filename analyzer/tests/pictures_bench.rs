@@ -26,7 +26,8 @@ fn plot_ten_million_events() {
     let r = analyzer::replay::replay_file(&path, &Default::default()).expect("replay");
     eprintln!("replay only: {} requests in {:.2} s", r.requests, t.elapsed().as_secs_f64());
     let t = Instant::now();
-    let d = plot::timeline_data(&path, XAxis::Time, plot::COLUMNS).expect("timeline");
+    let d = plot::timeline_data(&analyzer::model::Trace::open(&path).unwrap(), XAxis::Time, plot::COLUMNS)
+        .expect("timeline");
     let folded = t.elapsed().as_secs_f64();
     let svg = plot::render_timeline(&d).expect("render");
     let total = t.elapsed().as_secs_f64();
@@ -42,7 +43,9 @@ fn plot_ten_million_events() {
     let opts = analyzer::replay::ReplayOptions { output: Some(full.clone()), ..Default::default() };
     analyzer::replay::replay_file(&path, &opts).expect("write the full trace");
     let t = Instant::now();
-    let f = plot::timeline_recorded(&full, XAxis::Time, plot::COLUMNS).expect("fold").expect("block sizes");
+    let f = plot::timeline_recorded(&analyzer::model::Trace::open(&full).unwrap(), XAxis::Time, plot::COLUMNS)
+        .expect("fold")
+        .expect("block sizes");
     let svg_full = plot::render_timeline(&f).expect("render");
     eprintln!(
         "timeline of the full trace (no replay): {} events in {:.2} s, SVG {} bytes",
@@ -54,9 +57,17 @@ fn plot_ten_million_events() {
     for (name, f) in [("stacked", 0), ("frag", 1)] {
         let t = Instant::now();
         let len = if f == 0 {
-            plot::render_stacked(&plot::stacked_data(&path, XAxis::Time, plot::COLUMNS).unwrap()).unwrap().len()
+            plot::render_stacked(
+                &plot::stacked_data(&analyzer::model::Trace::open(&path).unwrap(), XAxis::Time, plot::COLUMNS).unwrap(),
+            )
+            .unwrap()
+            .len()
         } else {
-            plot::render_frag(&plot::frag_data(&path, XAxis::Time, plot::COLUMNS).unwrap()).unwrap().len()
+            plot::render_frag(
+                &plot::frag_data(&analyzer::model::Trace::open(&path).unwrap(), XAxis::Time, plot::COLUMNS).unwrap(),
+            )
+            .unwrap()
+            .len()
         };
         eprintln!("{name}: {:.2} s, SVG {len} bytes", t.elapsed().as_secs_f64());
     }

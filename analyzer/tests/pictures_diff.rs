@@ -29,7 +29,8 @@ fn deltas_of_a_constructed_pair() {
     let (pa, pb) = (dir.join("a.atrace"), dir.join("b.atrace"));
     a.write(&pa);
     b.write(&pb);
-    let d = diff(&pa, &pb).expect("diff");
+    let d =
+        diff(&analyzer::model::Trace::open(&pa).unwrap(), &analyzer::model::Trace::open(&pb).unwrap()).expect("diff");
     assert_eq!(d.a.peak_requested_bytes, 6 * MIB);
     assert_eq!(d.b.peak_requested_bytes, 5 * MIB);
     assert_eq!(d.deltas.peak_requested_bytes, -(MIB as i64));
@@ -53,7 +54,7 @@ fn deltas_of_a_constructed_pair() {
 #[test]
 fn a_trace_against_itself_has_no_deltas() {
     let p = shipped("gpt2_train.default.atrace");
-    let d = diff(&p, &p).expect("diff");
+    let d = diff(&analyzer::model::Trace::open(&p).unwrap(), &analyzer::model::Trace::open(&p).unwrap()).expect("diff");
     assert_eq!(d.deltas.replayed_peak_reserved_bytes, 0);
     assert!(d.callsites.iter().all(|c| c.delta_bytes_at_peak == 0 && c.delta_allocations == 0));
     assert!(d.callsites.len() > 5 && d.a.has_callsites);
@@ -62,8 +63,18 @@ fn a_trace_against_itself_has_no_deltas() {
 #[test]
 fn overlay_names_both_runs() {
     use analyzer::plot::{render_overlay, timeline_data, XAxis, COLUMNS};
-    let a = timeline_data(&shipped("frag_oom.default.atrace"), XAxis::Time, COLUMNS).unwrap();
-    let b = timeline_data(&shipped("frag_oom.expandable.atrace"), XAxis::Time, COLUMNS).unwrap();
+    let a = timeline_data(
+        &analyzer::model::Trace::open(&shipped("frag_oom.default.atrace")).unwrap(),
+        XAxis::Time,
+        COLUMNS,
+    )
+    .unwrap();
+    let b = timeline_data(
+        &analyzer::model::Trace::open(&shipped("frag_oom.expandable.atrace")).unwrap(),
+        XAxis::Time,
+        COLUMNS,
+    )
+    .unwrap();
     let svg = render_overlay(&a, &b).unwrap();
     check_well_formed(&svg);
     for needle in [

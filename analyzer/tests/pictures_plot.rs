@@ -20,8 +20,12 @@ fn same_trace_same_bytes_for_every_kind() {
     for trace in ["frag_oom.default.atrace", "gpt2_train.default.atrace"] {
         let path = shipped(trace);
         for (kind, stacked) in KINDS {
-            let (a, _) = plot::plot(&path, kind, At::Peak, stacked, XAxis::Time).expect("plot");
-            let (b, _) = plot::plot(&path, kind, At::Peak, stacked, XAxis::Time).expect("plot");
+            let (a, _) =
+                plot::plot(&analyzer::model::Trace::open(&path).unwrap(), kind, At::Peak, stacked, XAxis::Time)
+                    .expect("plot");
+            let (b, _) =
+                plot::plot(&analyzer::model::Trace::open(&path).unwrap(), kind, At::Peak, stacked, XAxis::Time)
+                    .expect("plot");
             assert!(a == b, "{trace} {kind:?} stacked={stacked}: two runs differ");
         }
     }
@@ -82,7 +86,9 @@ fn svgs_are_well_formed_with_title_legend_and_axes() {
         ),
     ];
     for (kind, stacked, needles) in expect {
-        let (svg, drawn) = plot::plot(&path, kind, At::Peak, stacked, XAxis::Time).expect("plot");
+        let (svg, drawn) =
+            plot::plot(&analyzer::model::Trace::open(&path).unwrap(), kind, At::Peak, stacked, XAxis::Time)
+                .expect("plot");
         let elements = check_well_formed(&svg);
         assert!(elements > 20, "{kind:?}: only {elements} elements");
         for n in needles {
@@ -96,7 +102,7 @@ fn svgs_are_well_formed_with_title_legend_and_axes() {
 #[test]
 fn oom_picture_marks_the_failed_request_and_the_largest_free_block() {
     let path = shipped("frag_oom.default.atrace");
-    let d = plot::segments_data(&path, At::Oom).expect("segments at the OOM");
+    let d = plot::segments_data(&analyzer::model::Trace::open(&path).unwrap(), At::Oom).expect("segments at the OOM");
     assert_eq!(d.failed_request_bytes, Some(1 << 30));
     assert_eq!(d.segments.len(), 92, "92 segments of 20 MiB");
     assert_eq!(d.largest_free_bytes(), 4 << 20, "every other 4 MiB tensor freed");
@@ -104,7 +110,8 @@ fn oom_picture_marks_the_failed_request_and_the_largest_free_block() {
     check_well_formed(&svg);
     assert!(svg.contains("failed request (1.00 GiB"), "the request is in the legend");
     assert!(svg.contains("largest free block (4.00 MiB of 920.00 MiB free)"));
-    let t = plot::timeline_data(&path, XAxis::Event, plot::COLUMNS).expect("timeline");
+    let t = plot::timeline_data(&analyzer::model::Trace::open(&path).unwrap(), XAxis::Event, plot::COLUMNS)
+        .expect("timeline");
     assert_eq!(t.ooms.len(), 1);
     assert_eq!(t.capacity_bytes, Some(2 << 30));
     let svg = plot::render_timeline(&t).expect("render");
@@ -122,7 +129,8 @@ fn downsampling_keeps_the_true_peak() {
     let spike = 3u64 << 30;
     let events = random_trace(&path, 200_000, spike);
     let replayed = replay_file(&path, &ReplayOptions::default()).expect("replay");
-    let d = plot::timeline_data(&path, XAxis::Event, plot::COLUMNS).expect("timeline");
+    let d = plot::timeline_data(&analyzer::model::Trace::open(&path).unwrap(), XAxis::Event, plot::COLUMNS)
+        .expect("timeline");
     assert_eq!(d.series.samples, events);
     assert!(d.series.columns() <= plot::COLUMNS);
     // One column spans hundreds of events, yet the spike (3 events wide) is the maximum drawn.
@@ -145,8 +153,14 @@ fn no_font_machinery_is_compiled_in_and_text_stays_text() {
     for krate in ["font-kit", "ttf-parser", "ab_glyph", "yeslogic-fontconfig-sys", "freetype-sys", "dwrote"] {
         assert!(!lock.contains(&format!("name = \"{krate}\"")), "{krate} is in the dependency graph");
     }
-    let (svg, _) =
-        plot::plot(&shipped("seed_experiments.default.atrace"), Kind::Timeline, At::Peak, false, XAxis::Time).unwrap();
+    let (svg, _) = plot::plot(
+        &analyzer::model::Trace::open(&shipped("seed_experiments.default.atrace")).unwrap(),
+        Kind::Timeline,
+        At::Peak,
+        false,
+        XAxis::Time,
+    )
+    .unwrap();
     assert!(svg.contains("<text") && svg.contains("font-family=\"sans-serif\""));
 }
 
@@ -156,7 +170,9 @@ fn a_trace_with_block_sizes_is_folded_without_replay_and_shows_what_its_run_comp
     let sim = dir.join("sim.atrace");
     let opts = ReplayOptions { output: Some(sim.clone()), ..Default::default() };
     let run = replay_file(&shipped("gpt2_train.default.atrace"), &opts).expect("replay to a full trace");
-    let folded = plot::timeline_recorded(&sim, XAxis::Event, plot::COLUMNS).expect("fold").expect("block sizes known");
+    let folded = plot::timeline_recorded(&analyzer::model::Trace::open(&sim).unwrap(), XAxis::Event, plot::COLUMNS)
+        .expect("fold")
+        .expect("block sizes known");
     // The fold of the written trace shows exactly what the run that wrote it computed.
     assert_eq!(folded.peak_reserved.1, run.peak_reserved_bytes);
     assert_eq!(folded.peak_allocated.1, run.peak_allocated_bytes);
@@ -164,9 +180,16 @@ fn a_trace_with_block_sizes_is_folded_without_replay_and_shows_what_its_run_comp
     assert_eq!(folded.series.max(0), run.peak_allocated_bytes as f64);
     assert_eq!(folded.series.max(2), run.peak_active_bytes as f64);
     assert_eq!(folded.series.max(3), run.peak_requested_bytes as f64);
-    assert_eq!(plot::timeline_data(&sim, XAxis::Event, plot::COLUMNS).unwrap().events, folded.events);
+    assert_eq!(
+        plot::timeline_data(&analyzer::model::Trace::open(&sim).unwrap(), XAxis::Event, plot::COLUMNS).unwrap().events,
+        folded.events
+    );
     // An imported snapshot records no block sizes: it must be replayed.
-    let imported = plot::timeline_recorded(&shipped("gpt2_train.default.atrace"), XAxis::Event, plot::COLUMNS);
+    let imported = plot::timeline_recorded(
+        &analyzer::model::Trace::open(&shipped("gpt2_train.default.atrace")).unwrap(),
+        XAxis::Event,
+        plot::COLUMNS,
+    );
     assert!(imported.expect("scan").is_none());
     let _ = std::fs::remove_dir_all(dir);
 }

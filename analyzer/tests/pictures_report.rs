@@ -8,8 +8,11 @@ use pictures_gen::*;
 use std::process::Command;
 
 fn frag_oom_report() -> analyzer::report::Report {
-    build(&shipped("frag_oom.default.atrace"), &ReportOptions { search_capacity: true, search_long_traces: false })
-        .expect("report")
+    build(
+        &analyzer::model::Trace::open(&shipped("frag_oom.default.atrace")).unwrap(),
+        &ReportOptions { search_capacity: true, search_long_traces: false },
+    )
+    .expect("report")
 }
 
 #[test]
@@ -95,10 +98,13 @@ fn shipped_reports_are_current() {
     for trace in traces {
         let name = trace.file_stem().unwrap().to_string_lossy().into_owned();
         let fresh = tmp.join(&name);
-        build(&trace, &ReportOptions { search_capacity: true, search_long_traces: false })
-            .unwrap()
-            .write(&fresh)
-            .unwrap();
+        build(
+            &analyzer::model::Trace::open(&trace).unwrap(),
+            &ReportOptions { search_capacity: true, search_long_traces: false },
+        )
+        .unwrap()
+        .write(&fresh, &[])
+        .unwrap();
         let shipped_dir = workspace().join("reports").join(&name);
         let mut files: Vec<_> = std::fs::read_dir(&fresh).unwrap().map(|e| e.unwrap().file_name()).collect();
         files.sort();
@@ -149,7 +155,7 @@ fn html_renders_in_a_headless_browser() {
         return;
     };
     let dir = temp_dir("browser");
-    frag_oom_report().write(&dir.join("report")).unwrap();
+    frag_oom_report().write(&dir.join("report"), &[]).unwrap();
     std::fs::write(dir.join("blank.html"), "<!DOCTYPE html><html><body></body></html>").unwrap();
     let page = dir.join("report/report.html");
     let log = screenshot(browser, &format!("file://{}", page.display()), &dir.join("report.png"), &dir.join("p1"));

@@ -36,7 +36,11 @@ pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
     bytes(out, "peak reserved (replayed)", d.a.replayed_peak_reserved_bytes, d.b.replayed_peak_reserved_bytes)?;
     bytes(out, "peak allocated (replayed)", d.a.replayed_peak_allocated_bytes, d.b.replayed_peak_allocated_bytes)?;
     count(out, "OOMs (recorded)", d.a.recorded_ooms, d.b.recorded_ooms)?;
-    writeln!(out, "{:<28} {:>14} {:>14}", "outcome (replayed)", d.a.replayed_outcome, d.b.replayed_outcome)?;
+    let outcome = |s: &crate::diff::Side| match s.replayed_oom_event {
+        Some(e) => format!("oom at event {e}"),
+        None => s.replayed_outcome.to_string(),
+    };
+    writeln!(out, "{:<28} {:>14} {:>14}", "outcome (replayed)", outcome(&d.a), outcome(&d.b))?;
     count(out, "events", d.a.events, d.b.events)?;
     count(out, "allocations", d.a.allocations, d.b.allocations)?;
     let changed: Vec<_> =
@@ -67,15 +71,17 @@ pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
 }
 
 pub fn run(opts: &DiffCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let d = diff(&opts.a, &opts.b)?;
+    let (a, b) = (crate::model::Trace::open(&opts.a)?, crate::model::Trace::open(&opts.b)?);
+    let d = diff(&a, &b)?;
     if let Some(dir) = &opts.output {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let (ta, tb) = (timeline_data(&opts.a, XAxis::Time, COLUMNS)?, timeline_data(&opts.b, XAxis::Time, COLUMNS)?);
+        let (ta, tb) = (timeline_data(&a, XAxis::Time, COLUMNS)?, timeline_data(&b, XAxis::Time, COLUMNS)?);
         let svg = dir.join("timeline-overlay.svg");
-        std::fs::write(&svg, render_overlay(&ta, &tb)?).with_context(|| format!("cannot write {}", svg.display()))?;
+        crate::output::refuse_input(&svg, &[&opts.a, &opts.b])?;
+        crate::output::write_file(&svg, render_overlay(&ta, &tb)?.as_bytes())?;
         let json = dir.join("diff.json");
-        std::fs::write(&json, serde_json::to_string_pretty(&d)? + "\n")
-            .with_context(|| format!("cannot write {}", json.display()))?;
+        crate::output::refuse_input(&json, &[&opts.a, &opts.b])?;
+        crate::output::write_file(&json, (serde_json::to_string_pretty(&super::V1::of(&d))? + "\n").as_bytes())?;
         if !opts.json {
             writeln!(out, "wrote {} and {}", svg.display(), json.display())?;
         }
@@ -85,5 +91,5 @@ pub fn run(opts: &DiffCmdOptions, out: &mut dyn Write) -> Result<i32> {
     } else {
         print_diff(out, &d)?;
     }
-    damage_exit(&[&opts.a, &opts.b])
+    damage_exit(&[&a, &b])
 }

@@ -156,14 +156,14 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
 }
 
 pub fn run(opts: &ExplainCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let r = explain(&opts.trace)?;
+    let r = explain(&crate::model::Trace::open(&opts.trace)?)?;
     if opts.json {
         write_json(out, &r)?;
     } else {
         print_report(out, &r)?;
     }
     if let Some(w) = &r.input_damage {
-        eprintln!("alloctrace: warning: {}", crate::escape::terminal(w));
+        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w.to_string()));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

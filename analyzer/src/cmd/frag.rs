@@ -234,14 +234,14 @@ largest free block overall {}:",
 }
 
 pub fn run(opts: &FragCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let r = analyze(&opts.trace, &FragOptions { at: opts.at })?;
+    let r = analyze(&crate::model::Trace::open(&opts.trace)?, &FragOptions { at: opts.at })?;
     if opts.json {
         write_json(out, &r)?;
     } else {
         print_report(out, &r, opts.max_segments)?;
     }
     if let Some(w) = &r.input_damage {
-        eprintln!("alloctrace: warning: {}", crate::escape::terminal(w));
+        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w.to_string()));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

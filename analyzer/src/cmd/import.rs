@@ -17,13 +17,16 @@ pub struct ImportCmdOptions {
 
 pub fn run(opts: &ImportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let started = std::time::Instant::now();
+    crate::output::refuse_input(&opts.output, &[&opts.snapshot])?;
     let imported = import_file(&opts.snapshot, &opts.import)?;
-    let mut w = TraceWriter::create(&opts.output, &imported.header)
+    let pending = crate::output::Pending::new(&opts.output)?;
+    let mut w = TraceWriter::create(pending.temp_path(), &imported.header)
         .with_context(|| format!("cannot write {}", opts.output.display()))?;
     for r in &imported.records {
         w.write(r).with_context(|| format!("cannot write {}", opts.output.display()))?;
     }
     w.finish().with_context(|| format!("cannot write {}", opts.output.display()))?;
+    pending.commit()?;
     let bytes = std::fs::metadata(&opts.output).map(|m| m.len()).unwrap_or(0);
     let rep = &imported.report;
     if opts.json {

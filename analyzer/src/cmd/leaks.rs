@@ -113,14 +113,14 @@ pub fn print_report(out: &mut dyn Write, r: &LeaksReport, top: usize) -> std::io
 }
 
 pub fn run(opts: &LeaksCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let r = analyze(&opts.trace, &LeaksOptions { at_event: opts.at_event })?;
+    let r = analyze(&crate::model::Trace::open(&opts.trace)?, &LeaksOptions { at_event: opts.at_event })?;
     if opts.json {
         write_json(out, &r)?;
     } else {
         print_report(out, &r, 10)?;
     }
     if let Some(w) = &r.input_damage {
-        eprintln!("alloctrace: warning: {}", crate::escape::terminal(w));
+        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w.to_string()));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

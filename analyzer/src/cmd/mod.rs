@@ -29,11 +29,11 @@ pub mod exit {
 
 /// The exit code after a command's output about these traces: `PARTIAL`, with the warning on
 /// stderr, for each one that was damaged (its results cover what came before the damage).
-pub fn damage_exit(traces: &[&std::path::Path]) -> anyhow::Result<i32> {
+pub fn damage_exit(traces: &[&crate::model::Trace]) -> anyhow::Result<i32> {
     let mut code = exit::OK;
     for t in traces {
-        if let Some(w) = &crate::replay::prescan(t)?.damage {
-            eprintln!("alloctrace: warning: {}", crate::escape::terminal(w));
+        if let Some(w) = &t.damage() {
+            eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w.to_string()));
             code = exit::PARTIAL;
         }
     }
@@ -41,8 +41,25 @@ pub fn damage_exit(traces: &[&std::path::Path]) -> anyhow::Result<i32> {
 }
 
 /// Prints a JSON value, pretty, with a trailing newline.
+/// The version of every `--json` output and of `summary.json` (see docs/json-schema.md).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A JSON document: `schema_version` first, then the value's own fields.
+#[derive(serde::Serialize)]
+pub struct V1<'a, T: serde::Serialize> {
+    pub schema_version: u32,
+    #[serde(flatten)]
+    pub body: &'a T,
+}
+
+impl<'a, T: serde::Serialize> V1<'a, T> {
+    pub fn of(body: &'a T) -> Self {
+        V1 { schema_version: SCHEMA_VERSION, body }
+    }
+}
+
 pub fn write_json(out: &mut dyn std::io::Write, value: &impl serde::Serialize) -> anyhow::Result<()> {
-    serde_json::to_writer_pretty(&mut *out, value)?;
+    serde_json::to_writer_pretty(&mut *out, &V1::of(value))?;
     writeln!(out)?;
     Ok(())
 }

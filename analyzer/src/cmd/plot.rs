@@ -3,7 +3,7 @@
 use super::{damage_exit, write_json};
 use crate::plot::{plot, At, Kind, XAxis};
 use crate::units::fmt_bytes;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -19,8 +19,10 @@ pub struct PlotCmdOptions {
 
 pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let started = std::time::Instant::now();
-    let (svg, drawn) = plot(&opts.trace, opts.kind, opts.at, opts.stacked, opts.x)?;
-    std::fs::write(&opts.output, svg.as_bytes()).with_context(|| format!("cannot write {}", opts.output.display()))?;
+    crate::output::refuse_input(&opts.output, &[&opts.trace])?;
+    let trace = crate::model::Trace::open(&opts.trace)?;
+    let (svg, drawn) = plot(&trace, opts.kind, opts.at, opts.stacked, opts.x)?;
+    crate::output::write_file(&opts.output, svg.as_bytes())?;
     if opts.json {
         #[derive(serde::Serialize)]
         struct Out<'a> {
@@ -44,5 +46,5 @@ pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
             started.elapsed().as_secs_f64()
         )?;
     }
-    damage_exit(&[&opts.trace])
+    damage_exit(&[&trace])
 }

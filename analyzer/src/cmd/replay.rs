@@ -1,7 +1,7 @@
 //! `alloctrace replay TRACE [--conf ...] [--capacity ...] [--json] [-o SIM.atrace]`.
 
 use super::{exit, write_json};
-use crate::replay::{replay_file, CapacitySource, Outcome, ReplayOptions, ReplayResult};
+use crate::replay::{replay, CapacitySource, Outcome, ReplayOptions, ReplayResult};
 use crate::units::fmt_bytes;
 use anyhow::Result;
 use std::io::Write;
@@ -77,7 +77,7 @@ pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()
 }
 
 pub fn run(opts: &ReplayCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let r = replay_file(&opts.trace, &opts.replay)?;
+    let r = replay(&crate::model::Trace::open(&opts.trace)?, &opts.replay)?;
     if opts.json {
         write_json(out, &r)?;
     } else {
@@ -87,7 +87,7 @@ pub fn run(opts: &ReplayCmdOptions, out: &mut dyn Write) -> Result<i32> {
         }
     }
     if let Some(w) = &r.input_damage {
-        eprintln!("alloctrace: warning: {}", crate::escape::terminal(w));
+        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w.to_string()));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

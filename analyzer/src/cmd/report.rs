@@ -11,12 +11,15 @@ pub struct ReportCmdOptions {
     pub output: PathBuf,
     pub search_capacity: bool,
     pub json: bool,
+    /// Write into a folder that holds other files than a previous report's.
+    pub force: bool,
 }
 
 pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let report =
-        build(&opts.trace, &ReportOptions { search_capacity: opts.search_capacity, search_long_traces: false })?;
-    let files = report.write(&opts.output)?;
+    crate::output::check_report_dir(&opts.output, opts.force)?;
+    let trace = crate::model::Trace::open(&opts.trace)?;
+    let report = build(&trace, &ReportOptions { search_capacity: opts.search_capacity, search_long_traces: false })?;
+    let files = report.write(&opts.output, &[&opts.trace])?;
     if opts.json {
         write_json(out, &report)?;
     } else {
@@ -28,7 +31,7 @@ pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
         }
     }
     if let Some(w) = &report.replay.input_damage {
-        eprintln!("alloctrace: warning: {}", crate::escape::terminal(w));
+        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w.to_string()));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

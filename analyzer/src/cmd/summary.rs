@@ -1,8 +1,7 @@
 //! `alloctrace summary TRACE [--json]`: what happened to GPU memory, in one screen.
 
 use super::{exit, write_json};
-use crate::summary::{Peak, Summary, SummaryFold};
-use crate::tracefile;
+use crate::summary::{Peak, Summary};
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::Result;
 use serde::Serialize;
@@ -22,8 +21,10 @@ pub struct SummaryJson<'a> {
     pub device_name: &'a str,
     pub device_total_bytes: u64,
     pub alloc_conf: &'a str,
-    /// The recorded limit; `null` when none was (as in `replay --json`).
+    /// The limit the analyses run under (`null`: none), as `replay --json` gives it: the recorded
+    /// one, else one inferred from the first OOM; `capacity_source` says which.
     pub capacity_bytes: Option<u64>,
+    pub capacity_source: crate::model::CapacitySource,
     pub events: u64,
     pub events_by_kind: &'a std::collections::BTreeMap<&'static str, u64>,
     pub duration_ns: u64,
@@ -46,9 +47,11 @@ pub struct SummaryJson<'a> {
 }
 
 pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
-    let mut fold = SummaryFold::new();
-    let scanned = tracefile::scan(&opts.trace, |i, r| fold.record(i, r))?;
-    let s: Summary = fold.finish();
+    // One streaming pass (no records kept: the summary needs none).
+    let trace = crate::model::Trace::open_with_budget(&opts.trace, 0)?;
+    let scanned = trace.scanned();
+    let capacity = trace.default_capacity();
+    let s: &Summary = &trace.summary;
     let h = &scanned.header;
     if opts.json {
         write_json(
@@ -59,7 +62,8 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
                 device_name: &h.device_name,
                 device_total_bytes: h.device_total_bytes,
                 alloc_conf: &h.alloc_conf,
-                capacity_bytes: (h.capacity_bytes > 0).then_some(h.capacity_bytes),
+                capacity_bytes: capacity.bytes,
+                capacity_source: capacity.source,
                 events: s.events,
                 events_by_kind: &s.events_by_kind,
                 duration_ns: s.duration_ns,
@@ -91,8 +95,12 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
         }
         let conf = crate::escape::terminal(&h.alloc_conf);
         writeln!(out, "settings     {}", if conf.is_empty() { "(defaults)" } else { &conf })?;
-        if h.capacity_bytes > 0 {
-            writeln!(out, "capacity     {}", fmt_bytes(h.capacity_bytes))?;
+        match (capacity.bytes, capacity.source) {
+            (Some(c), crate::model::CapacitySource::Recorded) => writeln!(out, "capacity     {}", fmt_bytes(c))?,
+            (Some(c), _) => {
+                writeln!(out, "capacity     {} (none recorded; inferred from the first OOM)", fmt_bytes(c))?
+            }
+            (None, _) => {}
         }
         writeln!(out, "events       {} over {}", s.events, fmt_ns(s.duration_ns))?;
         let kinds: Vec<String> = s.events_by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();

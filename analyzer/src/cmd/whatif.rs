@@ -85,17 +85,14 @@ pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
 }
 
 pub fn run(opts: &WhatifCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let header = crate::replay::read_header(&opts.trace)?;
-    // Default: the trace's limit, or the memory its allocator had when the device ran out.
-    let capacity = match opts.capacity_bytes {
-        Some(c) => Some(c),
-        None => crate::replay::effective_capacity(&opts.trace, &header)?.map(|(c, _)| c),
-    };
-    let w = whatif(&opts.trace, &WhatifOptions { capacity_bytes: capacity, search_capacity: opts.search_capacity })?;
+    let trace = crate::model::Trace::open(&opts.trace)?;
+    // Default: the trace's limit, or the one its first OOM implies (the same resolution as replay).
+    let capacity = trace.capacity(opts.capacity_bytes, false);
+    let w = whatif(&trace, &WhatifOptions { capacity, search_capacity: opts.search_capacity })?;
     if opts.json {
         write_json(out, &w)?;
     } else {
         print_table(out, &w)?;
     }
-    damage_exit(&[&opts.trace])
+    damage_exit(&[&trace])
 }

@@ -83,7 +83,7 @@ pub(crate) type FreeKey = (u64, u64, u64, u32);
 /// Key of the unmapped set: `BlockComparatorAddress` (stream, address), plus the index.
 pub(crate) type UnmappedKey = (u64, u64, u32);
 
-#[derive(Default, Debug)]
+#[derive(Default, Debug, Clone)]
 pub(crate) struct Arena {
     blocks: Vec<Block>,
     empty: Vec<u32>,
@@ -128,7 +128,7 @@ impl std::ops::IndexMut<u32> for Arena {
 }
 
 /// The two pools' sets.
-#[derive(Default, Debug)]
+#[derive(Default, Debug, Clone)]
 pub(crate) struct PoolSets {
     pub free: FreeSet,
     pub unmapped: BTreeSet<UnmappedKey>,

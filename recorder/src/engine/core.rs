@@ -22,7 +22,9 @@ pub(crate) struct Expandable {
     pub bytes: u64,
 }
 
-/// PyTorch's caching allocator on one device. See the module documentation.
+/// PyTorch's caching allocator on one device. See the module documentation. A clone is an
+/// independent copy of the cache (analyses resume replays from one).
+#[derive(Clone)]
 pub struct Engine<D: Device, S: Sink> {
     pub(crate) config: AllocatorConfig,
     /// `allowed_memory_maximum` (`set_per_process_memory_fraction`), when set.

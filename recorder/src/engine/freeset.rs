@@ -51,7 +51,7 @@ impl Entry {
 }
 
 /// The free blocks of one (pool, stream).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Bins {
     classes: [Vec<Entry>; CLASSES],
     /// Bit `g` set: group `g` has a non-empty class.
@@ -189,7 +189,7 @@ impl Iterator for Iter<'_> {
 
 /// The free set of one pool. Keys are [`FreeKey`]s `(stream, size, addr, idx)`, iterated in
 /// that order, as the `BTreeSet` it replaces did.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct FreeSet {
     /// Sorted by stream. Boxed: a `Bins` is 23 KiB, and one pointer leads to a class's `Vec`.
     streams: Vec<(u64, Box<Bins>)>,

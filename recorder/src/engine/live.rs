@@ -24,7 +24,7 @@ struct Slot {
 const VACANT: Slot = Slot { addr: EMPTY, idx: NIL };
 
 /// Address → arena index of the allocated and pending-free blocks.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct LiveMap {
     slots: Box<[Slot]>,
     /// `64 - log2(slots.len())`.

@@ -74,3 +74,37 @@ impl<D: Device, S: Sink> Engine<D, S> {
         out
     }
 }
+
+impl<D: Device, S: Sink> Engine<D, S> {
+    /// The blocks of [`Engine::segments`] without building the segments (no allocation, not in
+    /// address order): `f(starts_segment, block)` for every block, each segment's blocks in
+    /// address order, `starts_segment` true for a segment's first block.
+    pub fn visit_blocks(&self, mut f: impl FnMut(bool, &BlockView)) {
+        for (idx, head) in self.blocks.iter() {
+            if head.prev != NIL {
+                continue;
+            }
+            let mut cur = idx;
+            let mut starts = true;
+            while cur != NIL {
+                let b = &self.blocks[cur];
+                if b.state == State::Unmapped {
+                    starts = true;
+                } else {
+                    let allocated = matches!(b.state, State::Allocated | State::Taken);
+                    let pending_free = b.state == State::Pending;
+                    let view = BlockView {
+                        addr: b.addr,
+                        bytes: b.size,
+                        allocated,
+                        requested_bytes: if allocated || pending_free { b.requested } else { 0 },
+                        pending_free,
+                    };
+                    f(starts, &view);
+                    starts = false;
+                }
+                cur = b.next;
+            }
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! Every command gives the same answer about one trace: summary, replay, whatif, explain, frag
+//! and report agree on the outcome, the capacity and where it came from, the peaks and their
+//! events, the number of OOMs, the smallest capacities and the call-site names. Run over every
+//! trace in `traces/`, the large one included; every `--json` output carries the schema
+//! version.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn json(args: &[&str]) -> Value {
+    let o = Command::new(env!("CARGO_BIN_EXE_alloctrace")).args(args).output().expect("run alloctrace");
+    assert!(o.status.code().is_some_and(|c| c == 0 || c == 3), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"));
+    assert_eq!(v["schema_version"], 1, "{args:?}");
+    v
+}
+
+/// JSON v1 (docs/json-schema.md): byte quantities are integers or null; an outcome is "ok" or
+/// "oom"; a capacity comes with its source.
+fn check_schema(v: &Value, at: &str) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                let here = format!("{at}.{k}");
+                if k.ends_with("_bytes") {
+                    let whole = |x: &Value| x.is_u64() || x.is_i64();
+                    let ok = x.is_null() || whole(x) || x.as_array().is_some_and(|a| a.iter().all(whole));
+                    assert!(ok, "{here}: bytes must be integers or null: {x}");
+                }
+                if k == "outcome" || k == "replayed_outcome" {
+                    assert!(x == "ok" || x == "oom", "{here}: {x}");
+                }
+                if k == "capacity_bytes" && m.contains_key("outcome") {
+                    assert!(m.contains_key("capacity_source"), "{here}: a capacity without its source");
+                }
+                check_schema(x, &here);
+            }
+        }
+        Value::Array(a) => a.iter().enumerate().for_each(|(i, x)| check_schema(x, &format!("{at}[{i}]"))),
+        _ => {}
+    }
+}
+
+fn traces() -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for dir in [root().join("traces"), root().join("traces/large")] {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "atrace") {
+                v.push(p);
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+fn labels(v: &Value, key: &str) -> Vec<String> {
+    v.as_array()
+        .map(|a| a.iter().map(|s| s[key]["label"].as_str().unwrap_or("").to_string()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn commands_agree_on_every_trace() {
+    let dir = std::env::temp_dir().join(format!("alloctrace-agree-{}", std::process::id()));
+    for t in traces() {
+        let name = t.file_name().unwrap().to_string_lossy().into_owned();
+        let p = t.to_str().unwrap();
+        let summary = json(&["summary", "--json", p]);
+        let replay = json(&["replay", "--json", p]);
+        let whatif = json(&["whatif", "--json", p]);
+        let explain = json(&["explain", "--json", p]);
+        let frag = json(&["frag", "--json", p]);
+        let out = dir.join(&name);
+        let report = json(&["report", "--json", p, "-o", out.to_str().unwrap()]);
+        let leaks = json(&["leaks", "--json", p]);
+        for (what, v) in [
+            ("summary", &summary),
+            ("replay", &replay),
+            ("whatif", &whatif),
+            ("explain", &explain),
+            ("frag", &frag),
+            ("leaks", &leaks),
+            ("report", &report),
+        ] {
+            check_schema(v, &format!("{name}: {what}"));
+        }
+        assert!(!replay["capacity_source"].is_null() && !whatif["capacity_source"].is_null(), "{name}");
+        let recorded = whatif["rows"].as_array().unwrap().iter().find(|r| r["policy"] == "recorded").unwrap();
+
+        // Outcome, and the request that failed.
+        for (what, v) in [("whatif", recorded), ("explain", &explain), ("frag", &frag), ("report", &report["replay"])] {
+            assert_eq!(v["outcome"], replay["outcome"], "{name}: outcome of {what}");
+            assert_eq!(v["oom_event"], replay["oom_event"], "{name}: oom_event of {what}");
+        }
+        assert!(replay["outcome"] == "ok" || replay["outcome"] == "oom", "{name}: a plain string");
+        // Capacity and its source.
+        assert_eq!(whatif["capacity_bytes"], replay["capacity_bytes"], "{name}: whatif capacity");
+        assert_eq!(explain["figures"]["capacity_bytes"], replay["capacity_bytes"], "{name}: explain capacity");
+        assert_eq!(report["replay"]["capacity_bytes"], replay["capacity_bytes"], "{name}: report capacity");
+        assert_eq!(report["environment"]["capacity_bytes"], replay["capacity_bytes"], "{name}: report environment");
+        assert_eq!(report["environment"]["capacity_source"], replay["capacity_source"], "{name}: capacity source");
+        assert_eq!(report["replay"]["capacity_source"], replay["capacity_source"], "{name}: capacity source");
+        // Peaks and their events.
+        for k in ["peak_reserved_bytes", "peak_allocated_bytes", "num_ooms", "requests"] {
+            assert_eq!(report["replay"][k], replay[k], "{name}: report {k}");
+        }
+        assert_eq!(recorded["peak_reserved_bytes"], replay["peak_reserved_bytes"], "{name}: whatif peak");
+        for k in ["peak_reserved", "peak_requested", "peak_allocated", "num_ooms", "events"] {
+            assert_eq!(report["summary"][k], summary[k], "{name}: summary {k}");
+        }
+        // Recorded OOMs.
+        assert_eq!(explain["recorded_ooms"].as_array().unwrap().len() as u64, summary["num_ooms"], "{name}: OOM count");
+        // Smallest capacities: the report's and explain's tables are the whatif table.
+        let mins = |w: &Value| -> Vec<Value> {
+            w.as_array().unwrap().iter().map(|r| r["min_capacity_bytes"].clone()).collect()
+        };
+        let searched = report["whatif"]["rows"].as_array().unwrap().iter().all(|r| !r["min_capacity_bytes"].is_null());
+        if searched {
+            assert_eq!(mins(&report["whatif"]["rows"]), mins(&whatif["rows"]), "{name}: report min capacities");
+            assert_eq!(mins(&explain["whatif"]), mins(&whatif["rows"]), "{name}: explain min capacities");
+        }
+        // The report's parts are the commands' answers.
+        assert_eq!(report["explain"]["verdict"], explain["verdict"], "{name}: verdict");
+        // (frag's moment is the peak unless asked; the report's is the OOM when there is one: the
+        // figures over time and at the peak are the same.)
+        let over_time = |v: &Value| -> Vec<Vec<Value>> {
+            v["measures"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| ["name", "mean", "max", "max_event", "at_peak"].iter().map(|k| m[*k].clone()).collect())
+                .collect()
+        };
+        assert_eq!(over_time(&report["frag"]), over_time(&frag), "{name}: frag measures");
+        // A trace that ends in an OOM is never reported as without one.
+        if summary["num_ooms"].as_u64().unwrap() > 0 {
+            let oom = report["findings"].as_array().unwrap().iter().find(|f| f["id"] == "oom").unwrap();
+            assert_ne!(oom["value"], "none", "{name}: the report denies a recorded OOM");
+        }
+        // Call-site names: one rule, whichever command names them.
+        let top = labels(&explain["top_sites"], "site");
+        assert_eq!(labels(&report["explain"]["top_sites"], "site"), top, "{name}: top sites");
+        if let Ok(svg) = std::fs::read_to_string(out.join("timeline-callsites.svg")) {
+            let named: Vec<&String> = top.iter().filter(|l| !l.starts_with('(')).collect();
+            let escaped = |l: &str| l.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+            assert!(
+                named.is_empty() || named.iter().any(|l| svg.contains(&escaped(l))),
+                "{name}: the picture names none of the sites {named:?} as the text does"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
