@@ -25,14 +25,32 @@
 //! ranges mapped earlier in the trace (a map adjacent to one is its continuation), and failing
 //! both a size that is a multiple of the large page is large, any other small.
 //!
-//! **empty_cache inference.** PyTorch does not trace `empty_cache()`. A *burst* is a maximal run
-//! of consecutive `segment_free`/`segment_unmap` entries; after each burst one
-//! [`Event::CacheRelease`] with the burst's bytes and segment count is written. Its cause is
-//! `OomRetry` when the next allocation-related entry (`alloc`, `segment_alloc`, `segment_map`
-//! or `oom`) after the burst is an `oom` (the allocator released its cache as the last resort
-//! of a request that then failed), else `EmptyCache`. Releases of `garbage_collection_threshold`
-//! or `max_split_size_mb` and a last-resort release whose retry succeeded look the same in a
-//! snapshot and are reported as `EmptyCache`.
+//! **empty_cache inference.** PyTorch does not trace `empty_cache()`, and its own releases look
+//! the same in a snapshot. A *burst* is a maximal run of consecutive `segment_free`/
+//! `segment_unmap` entries; after each burst one [`Event::CacheRelease`] with the burst's bytes
+//! and segment count is written. Every release of PyTorch's own happens inside `malloc`, for a
+//! request that missed the cache (`c10/cuda/CUDACachingAllocator.cpp`, `malloc`): garbage
+//! collection first (only with a memory fraction), then, when `alloc_block` fails,
+//! `release_available_cached_blocks` (only with `max_split_size_mb`) and last the full
+//! `release_cached_blocks` before the retry; so the next allocation-related entry (`alloc`,
+//! `segment_alloc`, `segment_map`, `oom`) after such a burst is that request's `segment_alloc`/
+//! `segment_map` or its `oom`. The cause is, in this order:
+//! - `OomRetry` when that next entry is an `oom`;
+//! - `EmptyCache` when it is an `alloc` (a cache hit) or there is none: no request was failing;
+//! - `EmptyCache` when a freed segment could have served the request that followed (same
+//!   stream and pool, large enough, allowed by the `max_split_size` rules) and was free before
+//!   the burst (no block in it completed a stream-ordered free since the last
+//!   allocation-related entry, as the release's own synchronization would): there was no miss;
+//! - for a next `segment_alloc`/`segment_map` of `S` bytes, with `R` reserved before the burst
+//!   and the limit `L` (`--capacity`): `GarbageCollection` when the settings have
+//!   `garbage_collection_threshold` `t`, `R > t * L` and only whole large segments went;
+//!   else the request was failing when `R + S > L` (PyTorch's fraction check in `alloc_block`):
+//!   `Oversize` when `max_split_size_mb` is set and every segment freed was an oversize large
+//!   one, else `OomRetry`; and when it was not failing, `EmptyCache`. With the limit unknown,
+//!   a request can only have failed if `R + S` would exceed every level reserved so far (the
+//!   limit is at least that) and the trace has an `oom` (a limit or a full device was in
+//!   force), or `R + S` exceeds the device's memory when that is known; otherwise the burst is
+//!   the program's `empty_cache()`.
 //!
 //! **Ring buffer overflow.** The trace is a ring buffer: when it overflowed, the oldest entries
 //! are gone. Like PyTorch's viewer, the importer starts from the final state (`segments` and
@@ -51,7 +69,7 @@
 
 use super::pickle::{self, ContainerId, Pickle, PickleError, Value};
 use recorder::engine::config::{AllocatorConfig, MIB, MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE};
-use recorder::engine::{allocation_size, round_size};
+use recorder::engine::{allocation_size, pool_for, round_size};
 use recorder::trace::{Event, Frame, Header, MarkKind, Pool, Record, ReleaseCause, Source, NO_CALLSITE};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -621,9 +639,104 @@ struct Importer<'p, 'a> {
     expandable: RangeSet,
 }
 
+/// A run of consecutive segment releases of the trace (module documentation, "empty_cache
+/// inference").
+#[derive(Debug, Default, Clone, PartialEq)]
 struct Burst {
     bytes: u64,
     segments: u32,
+    /// Reserved bytes just before the burst, and the most reserved at any time before it.
+    reserved_before: u64,
+    peak_before: u64,
+    /// Some segment went that garbage collection or the oversize release cannot free: a
+    /// small-pool segment or expandable pages (GC frees whole large segments only; the oversize
+    /// release only whole segments of at least `max_split_size`).
+    not_gc: bool,
+    not_oversize: bool,
+    /// Freed segments `(bytes, stream, pool)` that were free before the burst began (no block
+    /// in them completed a stream-ordered free since the last allocation-related entry, which
+    /// the release's own synchronization may have done).
+    servable: Vec<(u64, u64, Pool)>,
+}
+
+impl Burst {
+    fn add(&mut self, e: &Entry<'_>, max_split_size: Option<u64>, pool: Pool, free_before: bool) {
+        if free_before {
+            self.servable.push((e.size, e.stream, pool));
+        }
+        self.bytes = self.bytes.saturating_add(e.size);
+        self.segments = self.segments.saturating_add(1);
+        let unmap = e.action == Action::SegmentUnmap;
+        let small = segment_pool_by_size(e.size) == Pool::Small;
+        self.not_gc |= unmap || small;
+        self.not_oversize |= unmap || small || max_split_size.is_none_or(|m| e.size < m);
+    }
+}
+
+/// The next allocation-related entry after a burst.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum NextEntry {
+    Oom,
+    /// A `segment_alloc` or `segment_map` of `bytes`, and the request it served (rounded size
+    /// and stream), when the trace holds it.
+    Segment {
+        bytes: u64,
+        request: Option<(u64, u64)>,
+    },
+    /// An `alloc` (a cache hit), or nothing.
+    HitOrEnd,
+}
+
+/// What the import knows of the limit the program ran under.
+#[derive(Debug, Clone, Copy, Default)]
+struct LimitFacts {
+    /// `--capacity`: the memory fraction's `allowed_memory_maximum`.
+    limit: Option<u64>,
+    /// Whether the trace has an `oom` entry.
+    trace_has_oom: bool,
+    device_total: Option<u64>,
+}
+
+/// Who released a burst's segments: PyTorch inside a `malloc`, or the program (module
+/// documentation, "empty_cache inference").
+fn release_cause(b: &Burst, next: NextEntry, config: &AllocatorConfig, facts: &LimitFacts) -> ReleaseCause {
+    let (segment, request) = match next {
+        NextEntry::Oom => return ReleaseCause::OomRetry,
+        NextEntry::HitOrEnd => return ReleaseCause::EmptyCache,
+        NextEntry::Segment { bytes, request } => (bytes, request),
+    };
+    // PyTorch releases only after the request missed the cache: a freed segment that could
+    // have served it was not free at the miss, so the program released it before.
+    if let Some((rounded, stream)) = request {
+        let msplit = config.max_split_size.unwrap_or(u64::MAX);
+        let could_serve = |&(bytes, s, pool): &(u64, u64, Pool)| {
+            s == stream
+                && pool == pool_for(rounded)
+                && bytes >= rounded
+                && !(rounded < msplit && bytes >= msplit)
+                && !(rounded >= msplit && bytes >= rounded.saturating_add(config.max_non_split_rounding))
+        };
+        if b.servable.iter().any(could_serve) {
+            return ReleaseCause::EmptyCache;
+        }
+    }
+    let wanted = b.reserved_before.saturating_add(segment);
+    if let (Some(limit), Some(t)) = (facts.limit, config.garbage_collection_threshold) {
+        if t > 0.0 && !b.not_gc && b.reserved_before as f64 > t * limit as f64 {
+            return ReleaseCause::GarbageCollection;
+        }
+    }
+    let failing = match facts.limit {
+        Some(limit) => wanted > limit,
+        None => (facts.trace_has_oom && wanted > b.peak_before) || facts.device_total.is_some_and(|d| wanted > d),
+    };
+    if !failing {
+        ReleaseCause::EmptyCache
+    } else if config.max_split_size.is_some() && !b.not_oversize {
+        ReleaseCause::Oversize
+    } else {
+        ReleaseCause::OomRetry
+    }
 }
 
 impl<'p, 'a> Importer<'p, 'a> {
@@ -926,18 +1039,24 @@ impl<'p, 'a> Importer<'p, 'a> {
     fn emit_trace(&mut self) {
         let snap = self.snap;
         let entries = &snap.entries;
-        // For each entry, whether the next allocation-related entry at or after it is an oom.
-        let mut next_is_oom = vec![false; entries.len() + 1];
+        // For each entry, the first allocation-related entry at or after it.
+        let mut next_alloc_related = vec![None; entries.len() + 1];
         for i in (0..entries.len()).rev() {
-            next_is_oom[i] = if entries[i].action.is_alloc_related() {
-                entries[i].action == Action::Oom
-            } else {
-                next_is_oom[i + 1]
-            };
+            next_alloc_related[i] =
+                if entries[i].action.is_alloc_related() { Some(i) } else { next_alloc_related[i + 1] };
         }
+        let mut next_alloc = vec![None; entries.len() + 1];
+        for i in (0..entries.len()).rev() {
+            next_alloc[i] = if entries[i].action == Action::Alloc { Some(i) } else { next_alloc[i + 1] };
+        }
+        let trace_has_oom = entries.iter().any(|e| e.action == Action::Oom);
+        // Blocks whose stream-ordered free completed (not right after its request) since the
+        // last allocation-related entry: a release's synchronization may have completed them.
+        let mut deferred: Vec<u64> = Vec::new();
         let mut ann = snap.annotations.iter().peekable();
         let mut clamped_annotations = 0u64;
-        let mut burst = Burst { bytes: 0, segments: 0 };
+        let mut burst = Burst::default();
+        let mut peak_reserved = self.reserved_bytes;
         for (i, e) in entries.iter().enumerate() {
             while let Some(a) = ann.next_if(|a| a.time_us <= e.time_us) {
                 if a.time_us.saturating_mul(1000) < self.origin_ns {
@@ -947,14 +1066,50 @@ impl<'p, 'a> Importer<'p, 'a> {
                 self.push(t, Event::Mark { kind: MarkKind::Annotation, text: a.text.clone() });
             }
             let t = self.time(e.time_us);
+            if e.action.is_release() && burst.segments == 0 {
+                burst.reserved_before = self.reserved_bytes;
+                burst.peak_before = peak_reserved;
+            }
             self.entry(e, t);
+            peak_reserved = peak_reserved.max(self.reserved_bytes);
+            match e.action {
+                Action::FreeCompleted
+                    if !(i > 0 && entries[i - 1].action == Action::FreeRequested && entries[i - 1].addr == e.addr) =>
+                {
+                    deferred.push(e.addr)
+                }
+                a if a.is_alloc_related() => deferred.clear(),
+                _ => {}
+            }
             if e.action.is_release() {
-                burst.bytes = burst.bytes.saturating_add(e.size);
-                burst.segments = burst.segments.saturating_add(1);
+                let end = e.addr.saturating_add(e.size);
+                let free_before = !deferred.iter().any(|&a| a >= e.addr && a < end);
+                let pool =
+                    if e.action == Action::SegmentUnmap { self.map_pool(e) } else { segment_pool_by_size(e.size) };
+                burst.add(e, self.config.max_split_size, pool, free_before);
                 if !entries.get(i + 1).is_some_and(|n| n.action.is_release()) {
-                    let cause = if next_is_oom[i + 1] { ReleaseCause::OomRetry } else { ReleaseCause::EmptyCache };
+                    let next = match next_alloc_related[i + 1].map(|j| &entries[j]) {
+                        Some(n) if n.action == Action::Oom => NextEntry::Oom,
+                        Some(n) if matches!(n.action, Action::SegmentAlloc | Action::SegmentMap) => {
+                            let request = next_alloc[i + 1]
+                                .map(|j| &entries[j])
+                                .map(|a| (round_size(&self.config, a.size), a.stream));
+                            NextEntry::Segment { bytes: n.size, request }
+                        }
+                        _ => NextEntry::HitOrEnd,
+                    };
+                    let limit = match self.header.capacity_bytes {
+                        0 => None,
+                        c => Some(c),
+                    };
+                    let facts = LimitFacts {
+                        limit,
+                        trace_has_oom,
+                        device_total: Some(self.header.device_total_bytes).filter(|&d| d > 0),
+                    };
+                    let cause = release_cause(&burst, next, &self.config, &facts);
                     self.push(t, Event::CacheRelease { cause, bytes: burst.bytes, segments: burst.segments });
-                    burst = Burst { bytes: 0, segments: 0 };
+                    burst = Burst::default();
                 }
             }
         }
@@ -1069,6 +1224,84 @@ struct StartState<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn seg(bytes: u64) -> NextEntry {
+        NextEntry::Segment { bytes, request: None }
+    }
+
+    /// The program's `empty_cache()` after it caught an OOM, followed by a request that would
+    /// not have fit under the limit beside the cached segments: one of them could have served
+    /// it, so there was no miss, and PyTorch releases only after a miss.
+    #[test]
+    fn release_cause_a_freed_segment_that_could_serve_the_request() {
+        let c = AllocatorConfig::default();
+        let limited = LimitFacts { limit: Some(1000 * MIB), trace_has_oom: true, device_total: None };
+        let mut b = burst(900 * MIB, 900 * MIB, false, true);
+        b.servable.push((256 * MIB, 7, Pool::Large));
+        let next =
+            |rounded: u64, stream: u64| NextEntry::Segment { bytes: 128 * MIB, request: Some((rounded, stream)) };
+        assert_eq!(release_cause(&b, next(128 * MIB, 7), &c, &limited), ReleaseCause::EmptyCache);
+        // Another stream's segment, or one too small, could not have served it.
+        assert_eq!(release_cause(&b, next(128 * MIB, 8), &c, &limited), ReleaseCause::OomRetry);
+        assert_eq!(release_cause(&b, next(300 * MIB, 7), &c, &limited), ReleaseCause::OomRetry);
+        // With max_split_size_mb:64 a 256 MiB block does not serve a 32 MiB request.
+        let msplit = AllocatorConfig::parse("max_split_size_mb:64").unwrap();
+        assert_eq!(release_cause(&b, next(32 * MIB, 7), &msplit, &limited), ReleaseCause::OomRetry);
+    }
+
+    fn burst(reserved_before: u64, peak_before: u64, not_gc: bool, not_oversize: bool) -> Burst {
+        Burst { bytes: 0, segments: 1, reserved_before, peak_before, not_gc, not_oversize, servable: Vec::new() }
+    }
+
+    /// PyTorch's own releases happen inside `malloc` for a request that missed: the burst is
+    /// followed by that request's new segment (or its OOM). A user's `empty_cache()` is inferred
+    /// only when no request was failing.
+    #[test]
+    fn release_cause_separates_pytorch_releases_from_empty_cache() {
+        let default = AllocatorConfig::default();
+        let limited = LimitFacts { limit: Some(1000 * MIB), trace_has_oom: true, device_total: None };
+        let b = burst(900 * MIB, 900 * MIB, true, true);
+        // Followed by an OOM: the last resort of the failing request.
+        assert_eq!(release_cause(&b, NextEntry::Oom, &default, &limited), ReleaseCause::OomRetry);
+        // A cache hit follows: nothing was failing.
+        assert_eq!(release_cause(&b, NextEntry::HitOrEnd, &default, &limited), ReleaseCause::EmptyCache);
+        // The next segment would not have fit under the limit: the retry flush that succeeded.
+        assert_eq!(release_cause(&b, seg(200 * MIB), &default, &limited), ReleaseCause::OomRetry);
+        // It would have fit: the program's empty_cache().
+        assert_eq!(release_cause(&b, seg(20 * MIB), &default, &limited), ReleaseCause::EmptyCache);
+        // max_split_size_mb: only oversize segments went, the request was failing.
+        let msplit = AllocatorConfig::parse("max_split_size_mb:64").unwrap();
+        let oversize = burst(900 * MIB, 900 * MIB, false, false);
+        assert_eq!(release_cause(&oversize, seg(200 * MIB), &msplit, &limited), ReleaseCause::Oversize);
+        assert_eq!(release_cause(&b, seg(200 * MIB), &msplit, &limited), ReleaseCause::OomRetry);
+        // garbage_collection_threshold: above threshold * limit, whole large segments only.
+        let gc = AllocatorConfig::parse("garbage_collection_threshold:0.6").unwrap();
+        let large_only = burst(700 * MIB, 900 * MIB, false, true);
+        assert_eq!(release_cause(&large_only, seg(20 * MIB), &gc, &limited), ReleaseCause::GarbageCollection);
+        // Below the threshold, or a small segment went: not GC.
+        let low = burst(500 * MIB, 900 * MIB, false, true);
+        assert_eq!(release_cause(&low, seg(20 * MIB), &gc, &limited), ReleaseCause::EmptyCache);
+        assert_eq!(release_cause(&b, seg(20 * MIB), &gc, &limited), ReleaseCause::EmptyCache);
+        // GC needs a memory fraction: with no limit it is never GC.
+        let none = LimitFacts::default();
+        assert_eq!(release_cause(&large_only, seg(20 * MIB), &gc, &none), ReleaseCause::EmptyCache);
+    }
+
+    /// With the limit unknown, a request can only have been failing if it would have set a new
+    /// high of reserved memory (the limit is at least every level reached) in a trace that ran
+    /// out of memory, or if it exceeds the device.
+    #[test]
+    fn release_cause_with_an_unknown_limit() {
+        let c = AllocatorConfig::default();
+        let oom_trace = LimitFacts { limit: None, trace_has_oom: true, device_total: None };
+        let below_peak = burst(800 * MIB, 1000 * MIB, true, true);
+        let at_peak = burst(1000 * MIB, 1000 * MIB, true, true);
+        assert_eq!(release_cause(&below_peak, seg(100 * MIB), &c, &oom_trace), ReleaseCause::EmptyCache);
+        assert_eq!(release_cause(&at_peak, seg(100 * MIB), &c, &oom_trace), ReleaseCause::OomRetry);
+        let no_oom = LimitFacts { limit: None, trace_has_oom: false, device_total: Some(1050 * MIB) };
+        assert_eq!(release_cause(&at_peak, seg(20 * MIB), &c, &no_oom), ReleaseCause::EmptyCache);
+        assert_eq!(release_cause(&at_peak, seg(100 * MIB), &c, &no_oom), ReleaseCause::OomRetry);
+    }
 
     #[test]
     fn range_set_cuts_and_finds() {
