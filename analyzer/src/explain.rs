@@ -24,7 +24,8 @@
 use crate::frag::LayoutMeasures;
 use crate::leaks::{self, Growth, Held, SitePin, Sites};
 pub use crate::model::RecordedOom;
-use crate::model::{Capacity, CapacitySource, Damage, OutcomeKind, Trace};
+use crate::model::{Capacity, CapacitySource, Damage, Trace};
+use crate::outcome::JobPrediction;
 use crate::replay::{replay, replay_observed, EngineView, Outcome, ReplayOptions, ReplayResult};
 use crate::units::fmt_bytes;
 use crate::whatif::{self, PolicyRow, Whatif, WhatifOptions};
@@ -136,6 +137,11 @@ pub struct ExplainReport {
     pub advice: Vec<Advice>,
     /// Changes that the evidence rules out, with why (e.g. the setting PyTorch's message suggests).
     pub not_advised: Vec<String>,
+    /// For a trace that ends in an OOM: whether the whole job fits under each setting,
+    /// predicted from a repeated iteration, or why the trace cannot tell.
+    pub prediction: Option<JobPrediction>,
+    /// The input is partial (truncated or corrupt): the figures cover what was read.
+    pub complete: bool,
     pub input_damage: Option<Damage>,
 }
 
@@ -157,6 +163,9 @@ pub struct ExplainOptions<'a> {
     pub whatif: Option<&'a Whatif>,
     /// The growth per iteration already computed for this trace ([`leaks::analyze`]'s).
     pub growth: Option<Option<Growth>>,
+    /// Iterations appended to predict the rest of a job that ran out of memory (`None`:
+    /// [`crate::outcome::DEFAULT_REPEATS`]).
+    pub repeats: Option<u32>,
 }
 
 /// Explains the trace at `path`. On a long trace (more than [`whatif::LONG_TRACE_EVENTS`]
@@ -171,7 +180,9 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     let header = &trace.header;
     let recorded_ooms = trace.facts.recorded_ooms.clone();
     let mem_info = trace.facts.mem_info; // the last DeviceMemInfo before the first recorded OOM
-    let first_recorded = trace.facts.first_oom();
+                                         // The recorded OOM that ended the run (those the program caught are replayed past).
+    let fatal_recorded = trace.facts.fatal_oom().map(|o| o.event);
+    let mut ooms_seen = 0u64;
 
     // Replay under the recorded settings and capacity; capture the OOM (or the recorded OOM's
     // index), else the peak of reserved.
@@ -203,7 +214,12 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
                     .collect(),
             },
         };
-        if at_oom.is_none() && (view.stats().num_ooms > 0 || first_recorded == Some(i)) {
+        // The replay's own failure of a request (which ends it) or the recorded fatal one; not
+        // a recorded OOM that the program caught.
+        let failed_here = view.stats().num_ooms > ooms_seen;
+        ooms_seen = view.stats().num_ooms;
+        let caught = matches!(r.event, Event::Oom { .. }) && trace.facts.survived(i);
+        if at_oom.is_none() && ((failed_here && !caught) || fatal_recorded == Some(i)) {
             at_oom = Some(capture(&sites));
         }
         let reserved = view.stats().reserved_bytes.all.current;
@@ -267,7 +283,14 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     let w = match opts.whatif.filter(|w| w.capacity_bytes == capacity && searched(w) == search) {
         Some(w) => w,
         None => {
-            computed = whatif::whatif(trace, &WhatifOptions { capacity_bytes: capacity, search_capacity: search })?;
+            computed = whatif::whatif(
+                trace,
+                &WhatifOptions {
+                    capacity_bytes: capacity,
+                    search_capacity: search,
+                    repeats: opts.repeats.unwrap_or(crate::outcome::DEFAULT_REPEATS),
+                },
+            )?;
             &computed
         }
     };
@@ -285,7 +308,8 @@ several times; `alloctrace whatif` searches them",
             experiments.push(e);
         }
     }
-    let (advice, not_advised) = advise(&figures, &verdict, &w.rows, &experiments, &top_sites, growth.as_ref(), is_oom);
+    let (advice, not_advised) =
+        advise(&figures, &verdict, &w.rows, w.prediction.as_ref(), &experiments, &top_sites, growth.as_ref(), is_oom);
     Ok(ExplainReport {
         trace: trace.path.display().to_string(),
         alloc_conf: result.alloc_conf.clone(),
@@ -309,6 +333,8 @@ several times; `alloctrace whatif` searches them",
         experiments,
         advice,
         not_advised,
+        prediction: w.prediction.clone(),
+        complete: result.input_damage.is_none(),
         input_damage: result.input_damage.clone(),
     })
 }
@@ -521,10 +547,12 @@ allocated before the temporaries (freed before it), so temporaries share segment
     }))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn advise(
     f: &Figures,
     v: &Verdict,
     rows: &[PolicyRow],
+    prediction: Option<&JobPrediction>,
     experiments: &[Experiment],
     top: &[SitePin],
     growth: Option<&Growth>,
@@ -536,62 +564,14 @@ fn advise(
     let cap_text = f.capacity_bytes.map(b).unwrap_or_else(|| "no limit".into());
     let recorded = rows.iter().find(|r| r.policy.is_recorded());
     if is_oom {
-        // Settings whose replay completes at the same capacity.
-        let mut ok: Vec<&PolicyRow> = whatif::completing(rows).collect();
-        ok.sort_by_key(|r| r.peak_reserved_bytes);
-        for r in &ok {
-            advice.push(Advice {
-                kind: "setting",
-                setting: Some(format!("PYTORCH_CUDA_ALLOC_CONF={}", r.alloc_conf)),
-                text: format!("set PYTORCH_CUDA_ALLOC_CONF={}", r.alloc_conf),
-                evidence: format!(
-                    "its replay completes at {cap_text} with peak reserved {}; the recorded settings run out of memory",
-                    b(r.peak_reserved_bytes)
-                ),
-            });
-        }
-        for r in rows.iter().filter(|r| !r.policy.is_recorded() && r.outcome == OutcomeKind::Oom) {
-            let expandable = r.policy.name().starts_with("expandable_segments:True");
-            if expandable || v.kind == VerdictKind::Fragmentation {
-                let suggested = if expandable {
-                    " (PyTorch's message suggests it when reserved-but-unallocated memory is large)"
-                } else {
-                    ""
-                };
-                not_advised.push(format!(
-                    "{}{suggested}: its replay also runs out of memory at {cap_text}{}",
-                    r.policy,
-                    r.min_capacity_bytes.map(|m| format!(" (it needs {})", b(m))).unwrap_or_default()
-                ));
-            }
-        }
-        if ok.is_empty() {
-            let best = rows.iter().filter_map(|r| r.min_capacity_bytes.map(|m| (m, r))).min_by_key(|(m, _)| *m);
-            if let (Some(rec_min), Some((best_min, best_row))) = (recorded.and_then(|r| r.min_capacity_bytes), best) {
-                let setting = (!best_row.policy.is_recorded() && (best_min as f64) < 0.9 * rec_min as f64)
-                    .then(|| format!("PYTORCH_CUDA_ALLOC_CONF={}", best_row.alloc_conf));
-                advice.push(Advice {
-                    kind: "capacity",
-                    setting: setting.clone(),
-                    text: match &setting {
-                        Some(s) => format!("give the process at least {} of memory, with {s}", b(best_min)),
-                        None => format!(
-                            "give the process at least {} of memory (no setting helps at {cap_text})",
-                            b(rec_min)
-                        ),
-                    },
-                    evidence: format!(
-                        "the smallest capacity at which the replay completes: {} under the recorded settings{}",
-                        b(rec_min),
-                        if !best_row.policy.is_recorded() {
-                            format!(", {} under {}", b(best_min), best_row.policy)
-                        } else {
-                            String::new()
-                        }
-                    ),
-                });
-            }
-        }
+        crate::advice::settings_at_oom(
+            rows,
+            prediction,
+            &cap_text,
+            &mut advice,
+            &mut not_advised,
+            v.kind == VerdictKind::Fragmentation,
+        );
     }
     match v.kind {
         VerdictKind::Fragmentation => {

@@ -1,6 +1,7 @@
 //! alloctrace's analyzer: reads traces (and foreign formats), replays them through the
 //! recorder's engine on a simulated device, computes and renders.
 
+pub mod advice;
 pub mod cmd;
 pub mod diff;
 pub mod explain;
@@ -8,6 +9,7 @@ pub mod frag;
 pub mod import;
 pub mod leaks;
 pub mod model;
+pub mod outcome;
 pub mod plot;
 pub mod progress;
 pub mod replay;

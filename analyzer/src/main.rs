@@ -117,6 +117,10 @@ at which the run completes.",
         /// Skip the search for the smallest capacity of each policy (faster on huge traces).
         #[arg(long)]
         no_search: bool,
+        /// For a trace that ends in an out-of-memory error: iterations to append (repeating the last
+        /// whole one before the failure) to predict whether the rest of the job fits.
+        #[arg(long, default_value_t = analyzer::outcome::DEFAULT_REPEATS, value_parser = clap::value_parser!(u32).range(1..=10000))]
+        iterations: u32,
         #[arg(long)]
         json: bool,
     },
@@ -352,6 +356,10 @@ alloctrace explain traces/leak_list_append.default.atrace --json"
     )]
     Explain {
         trace: PathBuf,
+        /// For a trace that ends in an out-of-memory error: iterations to append (repeating the last
+        /// whole one before the failure) to predict whether the rest of the job fits.
+        #[arg(long, default_value_t = analyzer::outcome::DEFAULT_REPEATS, value_parser = clap::value_parser!(u32).range(1..=10000))]
+        iterations: u32,
         #[arg(long)]
         json: bool,
     },
@@ -464,8 +472,14 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
             },
             out,
         ),
-        Command::Whatif { trace, capacity, no_search, json } => cmd::whatif::run(
-            &cmd::whatif::WhatifCmdOptions { trace, capacity_bytes: capacity, search_capacity: !no_search, json },
+        Command::Whatif { trace, capacity, no_search, iterations, json } => cmd::whatif::run(
+            &cmd::whatif::WhatifCmdOptions {
+                trace,
+                capacity_bytes: capacity,
+                search_capacity: !no_search,
+                repeats: iterations,
+                json,
+            },
             out,
         ),
         Command::Synth { events, seed, output, conf, layers, streams, leak_bytes_per_iter, fragment, json } => {
@@ -517,7 +531,9 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
         Command::Record { output, conf, capacity, stacks, lib, quiet, command } => {
             cmd::record::run(&cmd::record::RecordOptions { output, conf, capacity, stacks, lib, command, quiet })
         }
-        Command::Explain { trace, json } => cmd::explain::run(&cmd::explain::ExplainCmdOptions { trace, json }, out),
+        Command::Explain { trace, iterations, json } => {
+            cmd::explain::run(&cmd::explain::ExplainCmdOptions { trace, repeats: iterations, json }, out)
+        }
     }
 }
 

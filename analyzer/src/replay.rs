@@ -230,13 +230,31 @@ struct Replaying<S: Sink> {
     outcome: Outcome,
     requests: u64,
     anomalies: u64,
-    /// Set at the first OOM: the program stopped there.
+    /// Set at the first OOM the program did not survive: it stopped there.
     stopped: bool,
+    /// Index of the trace's last allocation: a recorded OOM before it was caught by the program.
+    last_alloc: Option<u64>,
 }
 
 impl<S: Sink + ForwardEvents> Replaying<S> {
     fn new(engine: Engine<SimDevice, S>) -> Self {
-        Replaying { engine, live: LiveMap::default(), outcome: Outcome::Ok, requests: 0, anomalies: 0, stopped: false }
+        Replaying {
+            engine,
+            live: LiveMap::default(),
+            outcome: Outcome::Ok,
+            requests: 0,
+            anomalies: 0,
+            stopped: false,
+            last_alloc: None,
+        }
+    }
+
+    /// Goes on past the recorded OOMs that the program survived (see [`Facts::survived`]).
+    ///
+    /// [`Facts::survived`]: crate::model::Facts::survived
+    fn continuing(mut self, trace: &Trace) -> Self {
+        self.last_alloc = trace.facts.last_alloc;
+        self
     }
 
     /// Replays one record (a request) or skips it (the source allocator's own decisions).
@@ -275,9 +293,21 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             Event::Oom { requested_bytes, stream, .. } => {
                 // The request that failed in the recorded run: does it fail here too?
                 self.requests += 1;
-                if let Err(oom) = engine.malloc(*requested_bytes, *stream, 0) {
-                    self.outcome = oom_outcome(index, r.time_ns, *stream, &oom);
-                    self.stopped = true;
+                let caught = self.last_alloc.is_some_and(|a| a > index);
+                match engine.malloc(*requested_bytes, *stream, 0) {
+                    // The program caught the recorded OOM and went on without the block (cuDNN
+                    // trying a smaller workspace): the engine counted the OOM; go on too.
+                    Err(_) if caught => {}
+                    Err(oom) => {
+                        self.outcome = oom_outcome(index, r.time_ns, *stream, &oom);
+                        self.stopped = true;
+                    }
+                    // Served here; the program, which got nothing there, made its next requests
+                    // without it.
+                    Ok(a) if caught => {
+                        let _ = engine.free(a.addr);
+                    }
+                    Ok(_) => {}
                 }
             }
             Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. } => {
@@ -335,7 +365,7 @@ fn run<S: Sink + ForwardEvents>(
     drain: &mut Drain<'_, S>,
     observer: &mut Observer<'_>,
 ) -> Result<ReplayResult> {
-    let mut rp = Replaying::new(engine);
+    let mut rp = Replaying::new(engine).continuing(trace);
     let mut error: Option<anyhow::Error> = None;
     trace.scan_chunks(|first, chunk| {
         for (k, r) in chunk.iter().enumerate() {
@@ -379,7 +409,7 @@ pub fn replay_many(trace: &Trace, runs: Vec<(ReplayOptions, Box<SendObserver<'_>
         anyhow::ensure!(opts.output.is_none(), "replay_many does not write simulated traces");
         let s = setup(trace, &opts);
         all.push(One {
-            rp: Replaying::new(Engine::new(s.config, s.capacity.bytes, s.device, NullSink)),
+            rp: Replaying::new(Engine::new(s.config, s.capacity.bytes, s.device, NullSink)).continuing(trace),
             observer,
             used_hints: s.used_hints,
             capacity_source: s.capacity.source,

@@ -168,7 +168,11 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                 || {
                     whatif_observed(
                         trace,
-                        &WhatifOptions { capacity_bytes: capacity, search_capacity: search },
+                        &WhatifOptions {
+                            capacity_bytes: capacity,
+                            search_capacity: search,
+                            repeats: crate::outcome::DEFAULT_REPEATS,
+                        },
                         &|k| ReportTrack {
                             whatif: plot::WhatifTrack::new(plot::COLUMNS),
                             // The recorded configuration's replay also draws the fragmentation
@@ -228,8 +232,12 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                     // `explain` searches capacities on short traces (whatever the report does), and
                     // on long ones when the report did.
                     let growth = leaks_report.as_ref().map(|l: &LeaksReport| l.growth.clone());
-                    let o =
-                        ExplainOptions { search_capacity: (long && search).then_some(true), whatif: Some(&wi), growth };
+                    let o = ExplainOptions {
+                        search_capacity: (long && search).then_some(true),
+                        whatif: Some(&wi),
+                        growth,
+                        repeats: None,
+                    };
                     explain_with(trace, &o)
                 },
                 || crate::frag::analyze_with(trace, &FragOptions { at: frag_at }, Some(&wi.bounds)),
