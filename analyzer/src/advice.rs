@@ -80,6 +80,27 @@ of memory later{} ({basis})",
     if advised > 0 {
         return;
     }
+    if !matches!(prediction, Some(JobPrediction::FromRepeatedIteration { .. })) {
+        // No prediction: only how much gets the program past the request that failed.
+        let recorded = rows.iter().find(|r| r.policy.is_recorded()).and_then(|r| r.min_capacity_bytes);
+        if let Some(rec) = recorded {
+            advice.push(Advice {
+                kind: "capacity",
+                setting: None,
+                text: format!(
+                    "with more memory than {cap_text}: from {} the program gets past the request that failed; whether the \
+rest of the job fits is not in the trace",
+                    b(rec)
+                ),
+                evidence: format!(
+                    "the smallest capacity at which the replay gets past the failed request: {} under the recorded \
+settings; {basis}",
+                    b(rec)
+                ),
+            });
+        }
+        return;
+    }
     // The capacity to give: what the predicted whole job needs.
     if let Some(JobPrediction::FromRepeatedIteration { policies, .. }) = prediction {
         let recorded = policies.iter().find(|p| p.policy.is_recorded()).and_then(|p| p.needs_bytes);

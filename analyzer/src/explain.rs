@@ -686,11 +686,21 @@ that still hold their autograd graph: store `.item()` or `.detach()` instead)",
                         kind: "setting",
                         setting: Some(format!("PYTORCH_CUDA_ALLOC_CONF={}", x.alloc_conf)),
                         text: format!(
-                            "to run in less memory, set PYTORCH_CUDA_ALLOC_CONF={} (it completes in {})",
+                            "to run in less memory, set PYTORCH_CUDA_ALLOC_CONF={} (it completes in {}; at {cap_text} \
+it reserves {}, {} device calls)",
                             x.alloc_conf,
+                            b(m),
+                            b(x.peak_reserved_bytes),
+                            x.num_device_alloc + x.num_device_free
+                        ),
+                        evidence: format!(
+                            "the recorded settings need {} (at {cap_text} they reserve {}, {} device calls); {} needs {}",
+                            b(r.0),
+                            b(r.1.peak_reserved_bytes),
+                            r.1.num_device_alloc + r.1.num_device_free,
+                            x.policy,
                             b(m)
                         ),
-                        evidence: format!("the recorded settings need {}; {} needs {}", b(r.0), x.policy, b(m)),
                     });
                 }
             }

@@ -7,6 +7,7 @@ pub mod diff;
 pub mod explain;
 pub mod frag;
 pub mod import;
+pub mod input;
 pub mod leaks;
 pub mod model;
 pub mod outcome;

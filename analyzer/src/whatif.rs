@@ -59,7 +59,7 @@ pub struct PolicyRow {
     pub oom_event: Option<u64>,
     pub peak_reserved_bytes: u64,
     pub peak_allocated_bytes: u64,
-    /// `1 - peak allocated / peak reserved`.
+    /// `1 - allocated / reserved` at the OOM, else when reserved bytes first reached their peak.
     pub fragmentation: f64,
     pub num_device_alloc: u64,
     pub num_device_free: u64,
@@ -101,6 +101,8 @@ pub struct Whatif {
     /// For a trace that ends in an OOM: whether the whole job fits under each policy, predicted
     /// from a repeated iteration, or why the trace cannot tell.
     pub prediction: Option<JobPrediction>,
+    /// False when the input was damaged (see `input_damage`).
+    pub complete: bool,
 }
 
 /// The rows other than the recorded settings whose replay completes at the capacity compared,
@@ -152,7 +154,7 @@ fn row_of(
         },
         peak_reserved_bytes: r.peak_reserved_bytes,
         peak_allocated_bytes: r.peak_allocated_bytes,
-        fragmentation: fragmentation(r.peak_allocated_bytes, r.peak_reserved_bytes),
+        fragmentation: r.fragmentation_where_it_matters(),
         num_device_alloc: r.num_device_alloc,
         num_device_free: r.num_device_free,
         num_alloc_retries: r.num_alloc_retries,
@@ -310,6 +312,7 @@ fn whatif_observed_inner<T: Send>(
         capacity_bytes: opts.capacity_bytes,
         rows: table,
         bounds,
+        complete: trace.damage().is_none(),
         input_damage: trace.damage(),
         prediction,
     };

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 pub struct ExplainCmdOptions {
     pub trace: PathBuf,
+    /// What the user says about the run (limit, settings, device of a snapshot).
+    pub facts: crate::input::RunFacts,
     /// Iterations appended to predict the rest of a job that ran out of memory.
     pub repeats: u32,
     pub json: bool,
@@ -32,7 +34,8 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
     }
     writeln!(out)?;
     if r.moment == "oom" {
-        writeln!(out, "out of memory at event {} ({}). PyTorch said:", f.event, fmt_ns(f.time_ns))?;
+        // The trace does not hold the text PyTorch printed: it is restated from the figures.
+        writeln!(out, "out of memory at event {} ({}). PyTorch's message would read:", f.event, fmt_ns(f.time_ns))?;
         if let Some(m) = &r.pytorch_message {
             writeln!(out, "  {m}")?;
         }
@@ -165,7 +168,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
 }
 
 pub fn run(opts: &ExplainCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let trace = crate::model::Trace::open(&opts.trace)?;
+    let trace = crate::input::open(&opts.trace, &opts.facts)?;
     let r = explain_with(&trace, &ExplainOptions { repeats: Some(opts.repeats), ..Default::default() })?;
     if opts.json {
         write_json(out, &r)?;

@@ -8,13 +8,15 @@ use std::path::PathBuf;
 
 pub struct ReportCmdOptions {
     pub trace: PathBuf,
+    /// What the user says about the run (limit, settings, device of a snapshot).
+    pub facts: crate::input::RunFacts,
     pub output: PathBuf,
     pub search_capacity: bool,
     pub json: bool,
 }
 
 pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let trace = crate::model::Trace::open(&opts.trace)?;
+    let trace = crate::input::open(&opts.trace, &opts.facts)?;
     let report = build(&trace, &ReportOptions { search_capacity: opts.search_capacity, search_long_traces: false })?;
     let files = report.write(&opts.output)?;
     if opts.json {

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 pub struct WhatifCmdOptions {
     pub trace: PathBuf,
+    /// What the user says about the run (limit, settings, device of a snapshot).
+    pub facts: crate::input::RunFacts,
     /// `None`: the trace's own capacity, if it recorded one.
     pub capacity_bytes: Option<u64>,
     pub search_capacity: bool,
@@ -20,6 +22,9 @@ pub struct WhatifCmdOptions {
 pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
     let cap = w.capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "unlimited".into());
     writeln!(out, "what-if for {} at capacity {cap}", w.trace)?;
+    if let Some(d) = &w.input_damage {
+        writeln!(out, "partial input: {d}; the rows cover only what was read")?;
+    }
     writeln!(
         out,
         "{:<36} {:>12} {:>12} {:>7} {:>13} {:>14}",
@@ -41,8 +46,13 @@ pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
     writeln!(
         out,
         "{:<36} {:>12} {:>12} {:>6.1}% {:>13} {:>14}",
-        "no caching (cudaMalloc per request)",
-        if w.capacity_bytes.is_none_or(|c| b.no_caching_peak_bytes <= c) { "ok" } else { "oom" },
+        "no caching (PYTORCH_NO_CUDA_MEMORY_CACHING=1)",
+        match (w.capacity_bytes.is_none_or(|c| b.no_caching_peak_bytes <= c), w.prediction.is_some()) {
+            (true, false) => "completes",
+            (true, true) => "gets past",
+            (false, false) => "oom",
+            (false, true) => "fails",
+        },
         fmt_bytes(b.no_caching_peak_bytes),
         0.0,
         b.no_caching_device_calls,
@@ -72,7 +82,7 @@ pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
 failed (the rest of the job is not in the trace); min capacity = smallest limit at which the replay gets past it (2 MiB steps)."
         )?;
     } else {
-        writeln!(out, "frag. = 1 - peak allocated / peak reserved; min capacity = smallest limit at which the run completes (2 MiB steps).")?;
+        writeln!(out, "frag. = 1 - allocated / reserved at the OOM, else at peak reserved; min capacity = smallest limit at which the run completes (2 MiB steps).")?;
     }
     writeln!(
         out,
@@ -122,7 +132,7 @@ pub fn print_prediction(
 }
 
 pub fn run(opts: &WhatifCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let trace = crate::model::Trace::open(&opts.trace)?;
+    let trace = crate::input::open(&opts.trace, &opts.facts)?;
     // Default: the trace's limit, or the one its first OOM implies (the same resolution as replay).
     let capacity = trace.capacity(opts.capacity_bytes, false).bytes;
     let w = whatif(
