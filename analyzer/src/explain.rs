@@ -140,7 +140,11 @@ pub struct ExplainReport {
     /// For a trace that ends in an OOM: whether the whole job fits under each setting,
     /// predicted from a repeated iteration, or why the trace cannot tell.
     pub prediction: Option<JobPrediction>,
-    /// The input is partial (truncated or corrupt): the figures cover what was read.
+    /// `torch.cuda.empty_cache()` in the loop: the run replayed without those calls.
+    pub empty_cache_calls: Option<crate::patterns::EmptyCacheCalls>,
+    /// Blocks freed but held back for other streams (record_stream), over the trace.
+    pub held_for_streams: Option<crate::patterns::HeldForStreams>,
+    /// False when the input is partial (truncated or corrupt): the figures cover what was read.
     pub complete: bool,
     pub input_damage: Option<Damage>,
 }
@@ -310,6 +314,32 @@ several times; `alloctrace whatif` searches them",
     }
     let (advice, not_advised) =
         advise(&figures, &verdict, &w.rows, w.prediction.as_ref(), &experiments, &top_sites, growth.as_ref(), is_oom);
+    let empty_cache_calls = crate::patterns::empty_cache_calls(trace, capacity)?;
+    let held_for_streams = crate::patterns::held_for_streams(trace)?;
+    let mut advice = advice;
+    if let Some(e) = &empty_cache_calls {
+        if !e.without_fails && e.device_calls_without < e.device_calls_with {
+            advice.push(Advice {
+                kind: "code",
+                setting: None,
+                text:
+                    "remove the torch.cuda.empty_cache() calls from the loop (and the gc.collect() beside them): the \
+allocator reuses its cached segments without them"
+                        .into(),
+                evidence: e.text(),
+            });
+        }
+    }
+    if let Some(h) = &held_for_streams {
+        advice.push(Advice {
+            kind: "code",
+            setting: None,
+            text: "blocks used on another stream wait for it: synchronize that stream (or the device) sooner, or let \
+the consuming stream allocate the tensors it uses, instead of record_stream on tensors made elsewhere"
+                .into(),
+            evidence: h.text(),
+        });
+    }
     Ok(ExplainReport {
         trace: trace.path.display().to_string(),
         alloc_conf: result.alloc_conf.clone(),
@@ -334,6 +364,8 @@ several times; `alloctrace whatif` searches them",
         advice,
         not_advised,
         prediction: w.prediction.clone(),
+        empty_cache_calls,
+        held_for_streams,
         complete: result.input_damage.is_none(),
         input_damage: result.input_damage.clone(),
     })

@@ -11,6 +11,7 @@ pub mod input;
 pub mod leaks;
 pub mod model;
 pub mod outcome;
+pub mod patterns;
 pub mod plot;
 pub mod progress;
 pub mod replay;

@@ -552,3 +552,57 @@ PyTorch; {cannot_tell}/{} OOM cases where the trace cannot tell",
     }
     assert!(wrong.is_empty(), "{} answers real PyTorch contradicts", wrong.len());
 }
+
+/// The two patterns `explain` diagnoses with figures, on the truth workloads that have them:
+/// `empty_cache_loop` (`gc.collect(); torch.cuda.empty_cache()` after every batch) replayed
+/// without its calls, and `two_streams` (`record_stream`) with the bytes held per stream.
+#[test]
+fn empty_cache_in_the_loop_and_record_stream_are_diagnosed() {
+    use analyzer::explain::explain;
+    use analyzer::model::Trace;
+    let r = explain(&Trace::open(&default_trace("empty_cache_loop")).unwrap()).unwrap();
+    let e = r.empty_cache_calls.as_ref().expect("empty_cache() in the loop is diagnosed");
+    println!("empty_cache_loop: {}", e.text());
+    assert!(e.calls >= 10, "{}", e.calls);
+    assert!(e.device_calls_without < e.device_calls_with);
+    assert!(r.advice.iter().any(|a| a.text.contains("empty_cache") && a.evidence.contains("device calls")));
+    assert!(r.held_for_streams.is_none(), "one stream: nothing waits for another");
+    let r = explain(&Trace::open(&default_trace("two_streams")).unwrap()).unwrap();
+    let h = r.held_for_streams.as_ref().expect("blocks held for another stream are diagnosed");
+    println!("two_streams: {}", h.text());
+    assert!(h.peak_held_bytes > h.live_at_peak_bytes, "held back more than is live");
+    assert!(h.by_stream_at_peak.len() >= 2);
+    assert!(r.empty_cache_calls.is_none());
+}
+
+/// No leak verdict on a loop without a leak: every truth workload (none leaks; `val_no_grad`
+/// keeps two autograd graphs alive at once, `amp_adamw` makes AdamW's state on its first step,
+/// `varlen_train` and `empty_cache_loop` vary their batch) and every shipped trace but
+/// `leak_list_append`, which leaks.
+#[test]
+fn no_leak_verdict_on_loops_without_a_leak() {
+    use analyzer::leaks::{analyze, LeaksOptions};
+    use analyzer::model::Trace;
+    let mut paths: Vec<PathBuf> =
+        ["amp_adamw", "varlen_train", "two_streams", "empty_cache_loop", "val_no_grad", "oom_catch"]
+            .iter()
+            .map(|w| default_trace(w))
+            .collect();
+    let traces = Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
+    for e in std::fs::read_dir(&traces).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "atrace") {
+            paths.push(p);
+        }
+    }
+    paths.sort();
+    for p in &paths {
+        let r = analyze(&Trace::open(p).unwrap(), &LeaksOptions::default()).unwrap();
+        let leaking = r.growth.as_ref().is_some_and(|g| !g.sites.is_empty());
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        println!("{name}: {}", if leaking { "leak" } else { "no leak" });
+        assert_eq!(leaking, name.starts_with("leak_list_append"), "{name}");
+    }
+    let amp = analyze(&Trace::open(&default_trace("amp_adamw")).unwrap(), &LeaksOptions::default()).unwrap();
+    assert!(amp.growth.unwrap().one_time_bytes > 0, "AdamW's first step is named one-time state");
+}

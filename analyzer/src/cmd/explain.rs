@@ -148,6 +148,12 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
             b(e.peak_reserved_bytes)
         )?;
     }
+    if let Some(e) = &r.empty_cache_calls {
+        writeln!(out, "  pattern: {}", e.text())?;
+    }
+    if let Some(h) = &r.held_for_streams {
+        writeln!(out, "  pattern: {}", h.text())?;
+    }
     writeln!(out)?;
     if r.advice.is_empty() {
         writeln!(out, "advice: none that the evidence supports")?;
