@@ -54,3 +54,16 @@ pub fn open(path: &Path, facts: &RunFacts) -> Result<Trace> {
     }
     Ok(trace)
 }
+
+/// Why an analysis of `trace` has nothing to work on, if it has not: no allocation request at
+/// all, or a snapshot taken without allocation history (only its final segments and blocks).
+pub fn nothing_to_analyse(trace: &Trace) -> Option<String> {
+    let no_history = trace.header.notes.iter().any(|n| n.contains("without a trace"));
+    (trace.facts.last_alloc.is_none() || no_history).then(|| {
+        format!(
+            "{}: nothing to analyse: the trace holds no allocation request{}",
+            trace.path.display(),
+            if no_history { format!(" ({})", crate::import::torch::NO_HISTORY) } else { String::new() }
+        )
+    })
+}

@@ -175,6 +175,10 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
 
 pub fn run(opts: &ExplainCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let trace = crate::input::open(&opts.trace, &opts.facts)?;
+    if let Some(why) = crate::input::nothing_to_analyse(&trace) {
+        writeln!(out, "{why}")?;
+        return Ok(super::exit::OK);
+    }
     let r = explain_with(&trace, &ExplainOptions { repeats: Some(opts.repeats), ..Default::default() })?;
     if opts.json {
         write_json(out, &r)?;

@@ -17,6 +17,10 @@ pub struct ReportCmdOptions {
 
 pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let trace = crate::input::open(&opts.trace, &opts.facts)?;
+    if let Some(why) = crate::input::nothing_to_analyse(&trace) {
+        writeln!(out, "{why}")?;
+        return Ok(super::exit::OK);
+    }
     let report = build(&trace, &ReportOptions { search_capacity: opts.search_capacity, search_long_traces: false })?;
     let files = report.write(&opts.output)?;
     if opts.json {

@@ -133,6 +133,10 @@ pub fn print_prediction(
 
 pub fn run(opts: &WhatifCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let trace = crate::input::open(&opts.trace, &opts.facts)?;
+    if let Some(why) = crate::input::nothing_to_analyse(&trace) {
+        writeln!(out, "{why}")?;
+        return Ok(super::exit::OK);
+    }
     // Default: the trace's limit, or the one its first OOM implies (the same resolution as replay).
     let capacity = trace.capacity(opts.capacity_bytes, false).bytes;
     let w = whatif(
