@@ -154,6 +154,8 @@ struct Capture {
     event: u64,
     time_ns: u64,
     held: Held,
+    /// Live blocks made before the first iteration (model weights, buffers), by site label.
+    from_before_iterations: HashMap<String, u64>,
 }
 
 /// Options of [`explain_with`].
@@ -195,18 +197,34 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     let mut at_oom: Option<Capture> = None;
     let mut at_peak: Option<Capture> = None;
     let mut peak_reserved = 0u64;
+    // Where the first iteration starts (marks or a repeated annotation): blocks made before it
+    // and still live are the model's weights and buffers, never advised to be freed.
+    let first_iteration = crate::outcome::iteration_bounds(trace, u64::MAX)?.and_then(|(_, b)| b.first().copied());
+    let mut early: HashSet<u64> = HashSet::new();
     let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, live| {
         match &r.event {
             Event::CallSite { id, frames } => sites.define(*id, frames),
             Event::Alloc { id, callsite, .. } => {
                 callsite_of.insert(*id, *callsite);
+                if first_iteration.is_some_and(|f| i < f) {
+                    early.insert(*id);
+                }
             }
             Event::FreeCompleted { id, .. } => {
                 callsite_of.remove(id);
+                early.remove(id);
             }
             _ => {}
         }
         let capture = |sites: &Sites| Capture {
+            from_before_iterations: {
+                let mut m: HashMap<String, u64> = HashMap::new();
+                for id in live.keys().filter(|id| early.contains(id)) {
+                    let s = sites.of(callsite_of.get(id).copied().unwrap_or(0));
+                    *m.entry(sites.sites[s].label.clone()).or_default() += 1;
+                }
+                m
+            },
             event: i,
             time_ns: r.time_ns,
             held: Held {
@@ -237,6 +255,7 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
         event: 0,
         time_ns: 0,
         held: Held { event: 0, segments: Vec::new(), site_of_block: HashMap::new() },
+        from_before_iterations: HashMap::new(),
     });
     let lm = LayoutMeasures::of(&cap.held.segments);
     let capacity = result.capacity_bytes;
@@ -312,11 +331,23 @@ several times; `alloctrace whatif` searches them",
             experiments.push(e);
         }
     }
-    let (advice, not_advised) =
+    let (mut advice, mut not_advised) =
         advise(&figures, &verdict, &w.rows, w.prediction.as_ref(), &experiments, &top_sites, growth.as_ref(), is_oom);
+    // Never "free the weights": blocks alive from before the first iteration.
+    if let Some(top) = top_sites.first() {
+        let early = cap.from_before_iterations.get(&top.site.label).copied().unwrap_or(0);
+        let before = advice.len();
+        advice.retain(|a| !(early > 0 && a.kind == "code" && a.text.starts_with("free the ")));
+        if advice.len() < before {
+            not_advised.push(format!(
+                "freeing the blocks from {}: {early} of its {} live blocks were made before the first iteration (the \
+model's weights and buffers), which the program needs",
+                top.site.label, top.blocks
+            ));
+        }
+    }
     let empty_cache_calls = crate::patterns::empty_cache_calls(trace, capacity)?;
     let held_for_streams = crate::patterns::held_for_streams(trace)?;
-    let mut advice = advice;
     if let Some(e) = &empty_cache_calls {
         if !e.without_fails && e.device_calls_without < e.device_calls_with {
             advice.push(Advice {

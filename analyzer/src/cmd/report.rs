@@ -19,6 +19,11 @@ pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let trace = crate::input::open(&opts.trace, &opts.facts)?;
     if let Some(why) = crate::input::nothing_to_analyse(&trace) {
         writeln!(out, "{why}")?;
+        if let Some(d) = trace.damage() {
+            writeln!(out, "partial input: {d}")?;
+            eprintln!("alloctrace: warning: {d}");
+            return Ok(super::exit::PARTIAL);
+        }
         return Ok(super::exit::OK);
     }
     let report = build(&trace, &ReportOptions { search_capacity: opts.search_capacity, search_long_traces: false })?;

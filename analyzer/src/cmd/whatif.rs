@@ -135,6 +135,11 @@ pub fn run(opts: &WhatifCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let trace = crate::input::open(&opts.trace, &opts.facts)?;
     if let Some(why) = crate::input::nothing_to_analyse(&trace) {
         writeln!(out, "{why}")?;
+        if let Some(d) = trace.damage() {
+            writeln!(out, "partial input: {d}")?;
+            eprintln!("alloctrace: warning: {d}");
+            return Ok(super::exit::PARTIAL);
+        }
         return Ok(super::exit::OK);
     }
     // Default: the trace's limit, or the one its first OOM implies (the same resolution as replay).
