@@ -298,7 +298,19 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
         None => leaks::growth_only(trace)?.0,
     };
 
-    let verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
+    let mut verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
+    // An unknown limit is never a confident verdict: it holds only if the limit was the one
+    // assumed (the least it can have been).
+    if is_oom && !result.capacity_source.is_known() {
+        if let Some(c) = capacity {
+            verdict.reason = format!(
+                "if the limit was {} (not recorded: inferred, the least it can have been; pass --capacity for the \
+real one): {}",
+                fmt_bytes(c),
+                verdict.reason
+            );
+        }
+    }
     let long = trace.events > whatif::LONG_TRACE_EVENTS;
     let search = opts.search_capacity.unwrap_or(!long);
     let searched = |w: &Whatif| w.rows.iter().all(|r| r.min_capacity_bytes.is_some());
