@@ -24,7 +24,8 @@
 use crate::frag::LayoutMeasures;
 use crate::leaks::{self, Growth, Held, SitePin, Sites};
 pub use crate::model::RecordedOom;
-use crate::model::{Capacity, CapacitySource, Damage, OutcomeKind, Trace};
+use crate::model::{Capacity, CapacitySource, Damage, Trace};
+use crate::outcome::JobPrediction;
 use crate::replay::{replay, replay_observed, EngineView, Outcome, ReplayOptions, ReplayResult};
 use crate::units::fmt_bytes;
 use crate::whatif::{self, PolicyRow, Whatif, WhatifOptions};
@@ -141,6 +142,15 @@ pub struct ExplainReport {
     pub advice: Vec<Advice>,
     /// Changes that the evidence rules out, with why (e.g. the setting PyTorch's message suggests).
     pub not_advised: Vec<String>,
+    /// For a trace that ends in an OOM: whether the whole job fits under each setting,
+    /// predicted from a repeated iteration, or why the trace cannot tell.
+    pub prediction: Option<JobPrediction>,
+    /// `torch.cuda.empty_cache()` in the loop: the run replayed without those calls.
+    pub empty_cache_calls: Option<crate::patterns::EmptyCacheCalls>,
+    /// Blocks freed but held back for other streams (record_stream), over the trace.
+    pub held_for_streams: Option<crate::patterns::HeldForStreams>,
+    /// False when the input is partial (truncated or corrupt): the figures cover what was read.
+    pub complete: bool,
     pub input_damage: Option<Damage>,
 }
 
@@ -149,6 +159,8 @@ struct Capture {
     event: u64,
     time_ns: u64,
     held: Held,
+    /// Live blocks made before the first iteration (model weights, buffers), by site label.
+    from_before_iterations: HashMap<String, u64>,
 }
 
 /// Options of [`explain_with`].
@@ -162,6 +174,9 @@ pub struct ExplainOptions<'a> {
     pub whatif: Option<&'a Whatif>,
     /// The growth per iteration already computed for this trace ([`leaks::analyze`]'s).
     pub growth: Option<Option<Growth>>,
+    /// Iterations appended to predict the rest of a job that ran out of memory (`None`:
+    /// [`crate::outcome::DEFAULT_REPEATS`]).
+    pub repeats: Option<u32>,
 }
 
 /// Explains the trace at `path`. On a long trace (more than [`whatif::LONG_TRACE_EVENTS`]
@@ -176,32 +191,50 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     let header = &trace.header;
     let recorded_ooms = trace.facts.recorded_ooms.clone();
     let mem_info = trace.facts.mem_info; // the last DeviceMemInfo before the first recorded OOM
-    let first_recorded = trace.facts.first_oom();
+                                         // The recorded OOM that ended the run (those the program caught are replayed past).
+    let fatal_recorded = trace.facts.fatal_oom().map(|o| o.event);
 
     // Replay under the recorded settings and capacity; capture the OOM (or the recorded OOM's
     // index), else the peak of reserved.
+    // Where the first iteration starts (marks or a repeated annotation): blocks made before it
+    // and still live are the model's weights and buffers, never advised to be freed.
+    let first_iteration = crate::outcome::iteration_bounds(trace, u64::MAX)?.and_then(|(_, b)| b.first().copied());
     // The layout is copied once, at the moment: pass 1 takes the OOM and finds the peak's
     // event; only a run without an OOM replays again to take the layout at its peak.
     type Pass = (ReplayResult, Sites, Option<Capture>, Option<Capture>, Option<u64>);
     let pass = |peak_at: Option<u64>| -> Result<Pass> {
         let mut sites = Sites::default();
         let mut callsite_of: HashMap<u64, u32> = HashMap::new();
+        let mut early: HashSet<u64> = HashSet::new();
         let mut at_oom: Option<Capture> = None;
         let mut at_peak: Option<Capture> = None;
         let mut peak_event: Option<u64> = None;
         let mut peak_reserved = 0u64;
+        let mut ooms_seen = 0u64;
         let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, live| {
             match &r.event {
                 Event::CallSite { id, frames } => sites.define(*id, frames),
                 Event::Alloc { id, callsite, .. } => {
                     callsite_of.insert(*id, *callsite);
+                    if first_iteration.is_some_and(|f| i < f) {
+                        early.insert(*id);
+                    }
                 }
                 Event::FreeCompleted { id, .. } => {
                     callsite_of.remove(id);
+                    early.remove(id);
                 }
                 _ => {}
             }
             let capture = |sites: &Sites| Capture {
+                from_before_iterations: {
+                    let mut m: HashMap<String, u64> = HashMap::new();
+                    for id in live.keys().filter(|id| early.contains(id)) {
+                        let s = sites.of(callsite_of.get(id).copied().unwrap_or(0));
+                        *m.entry(sites.sites[s].label.clone()).or_default() += 1;
+                    }
+                    m
+                },
                 event: i,
                 time_ns: r.time_ns,
                 held: Held {
@@ -213,7 +246,12 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
                         .collect(),
                 },
             };
-            if at_oom.is_none() && (view.stats().num_ooms > 0 || first_recorded == Some(i)) {
+            // The replay's own failure of a request (which ends it) or the recorded fatal one;
+            // not a recorded OOM that the program caught.
+            let failed_here = view.stats().num_ooms > ooms_seen;
+            ooms_seen = view.stats().num_ooms;
+            let caught = matches!(r.event, Event::Oom { .. }) && trace.facts.survived(i);
+            if at_oom.is_none() && ((failed_here && !caught) || fatal_recorded == Some(i)) {
                 at_oom = Some(capture(&sites));
             }
             let reserved = view.stats().reserved_bytes.all.current;
@@ -238,6 +276,7 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
         event: 0,
         time_ns: 0,
         held: Held { event: 0, segments: Vec::new(), site_of_block: HashMap::new() },
+        from_before_iterations: HashMap::new(),
     });
     let lm = LayoutMeasures::of(&cap.held.segments);
     let capacity = result.capacity_bytes;
@@ -280,7 +319,19 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
         None => leaks::growth_only(trace)?.0,
     };
 
-    let verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
+    let mut verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
+    // An unknown limit is never a confident verdict: it holds only if the limit was the one
+    // assumed (the least it can have been).
+    if is_oom && !result.capacity_source.is_known() {
+        if let Some(c) = capacity {
+            verdict.reason = format!(
+                "if the limit was {} (not recorded: inferred, the least it can have been; pass --capacity for the \
+real one): {}",
+                fmt_bytes(c),
+                verdict.reason
+            );
+        }
+    }
     let long = trace.events > whatif::LONG_TRACE_EVENTS;
     let search = opts.search_capacity.unwrap_or(!long);
     let searched = |w: &Whatif| w.rows.iter().all(|r| r.min_capacity_bytes.is_some());
@@ -289,7 +340,14 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
         Some(w) => w,
         None => {
             let capacity = trace.capacity(capacity.filter(|_| result.capacity_source == CapacitySource::Given), false);
-            computed = whatif::whatif(trace, &WhatifOptions { capacity, search_capacity: search })?;
+            computed = whatif::whatif(
+                trace,
+                &WhatifOptions {
+                    capacity,
+                    search_capacity: search,
+                    repeats: opts.repeats.unwrap_or(crate::outcome::DEFAULT_REPEATS),
+                },
+            )?;
             &computed
         }
     };
@@ -307,7 +365,46 @@ several times; `alloctrace whatif` searches them",
             experiments.push(e);
         }
     }
-    let (advice, not_advised) = advise(&figures, &verdict, &w.rows, &experiments, &top_sites, growth.as_ref(), is_oom);
+    let (mut advice, mut not_advised) =
+        advise(&figures, &verdict, &w.rows, w.prediction.as_ref(), &experiments, &top_sites, growth.as_ref(), is_oom);
+    // Never "free the weights": blocks alive from before the first iteration.
+    if let Some(top) = top_sites.first() {
+        let early = cap.from_before_iterations.get(&top.site.label).copied().unwrap_or(0);
+        let before = advice.len();
+        advice.retain(|a| !(early > 0 && a.kind == "code" && a.text.starts_with("free the ")));
+        if advice.len() < before {
+            not_advised.push(format!(
+                "freeing the blocks from {}: {early} of its {} live blocks were made before the first iteration (the \
+model's weights and buffers), which the program needs",
+                top.site.label, top.blocks
+            ));
+        }
+    }
+    let empty_cache_calls = crate::patterns::empty_cache_calls(trace, capacity)?;
+    let held_for_streams = crate::patterns::held_for_streams(trace)?;
+    if let Some(e) = &empty_cache_calls {
+        if !e.without_fails && e.device_calls_without < e.device_calls_with {
+            advice.push(Advice {
+                kind: "code",
+                setting: None,
+                text:
+                    "remove the torch.cuda.empty_cache() calls from the loop (and the gc.collect() beside them): the \
+allocator reuses its cached segments without them"
+                        .into(),
+                evidence: e.text(),
+            });
+        }
+    }
+    if let Some(h) = &held_for_streams {
+        advice.push(Advice {
+            kind: "code",
+            setting: None,
+            text: "blocks used on another stream wait for it: synchronize that stream (or the device) sooner, or let \
+the consuming stream allocate the tensors it uses, instead of record_stream on tensors made elsewhere"
+                .into(),
+            evidence: h.text(),
+        });
+    }
     Ok(ExplainReport {
         trace: trace.path.display().to_string(),
         alloc_conf: result.alloc_conf.clone(),
@@ -333,6 +430,10 @@ several times; `alloctrace whatif` searches them",
         experiments,
         advice,
         not_advised,
+        prediction: w.prediction.clone(),
+        empty_cache_calls,
+        held_for_streams,
+        complete: result.input_damage.is_none(),
         input_damage: result.input_damage.clone(),
     })
 }
@@ -578,10 +679,12 @@ allocated before the temporaries (freed before it), so temporaries share segment
     }))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn advise(
     f: &Figures,
     v: &Verdict,
     rows: &[PolicyRow],
+    prediction: Option<&JobPrediction>,
     experiments: &[Experiment],
     top: &[SitePin],
     growth: Option<&Growth>,
@@ -593,62 +696,14 @@ fn advise(
     let cap_text = f.capacity_bytes.map(b).unwrap_or_else(|| "no limit".into());
     let recorded = rows.iter().find(|r| r.policy.is_recorded());
     if is_oom {
-        // Settings whose replay completes at the same capacity.
-        let mut ok: Vec<&PolicyRow> = whatif::completing(rows).collect();
-        ok.sort_by_key(|r| r.peak_reserved_bytes);
-        for r in &ok {
-            advice.push(Advice {
-                kind: "setting",
-                setting: Some(format!("PYTORCH_CUDA_ALLOC_CONF={}", r.alloc_conf)),
-                text: format!("set PYTORCH_CUDA_ALLOC_CONF={}", r.alloc_conf),
-                evidence: format!(
-                    "its replay completes at {cap_text} with peak reserved {}; the recorded settings run out of memory",
-                    b(r.peak_reserved_bytes)
-                ),
-            });
-        }
-        for r in rows.iter().filter(|r| !r.policy.is_recorded() && r.outcome == OutcomeKind::Oom) {
-            let expandable = r.policy.name().starts_with("expandable_segments:True");
-            if expandable || v.kind == VerdictKind::Fragmentation {
-                let suggested = if expandable {
-                    " (PyTorch's message suggests it when reserved-but-unallocated memory is large)"
-                } else {
-                    ""
-                };
-                not_advised.push(format!(
-                    "{}{suggested}: its replay also runs out of memory at {cap_text}{}",
-                    r.policy,
-                    r.min_capacity_bytes.map(|m| format!(" (it needs {})", b(m))).unwrap_or_default()
-                ));
-            }
-        }
-        if ok.is_empty() {
-            let best = rows.iter().filter_map(|r| r.min_capacity_bytes.map(|m| (m, r))).min_by_key(|(m, _)| *m);
-            if let (Some(rec_min), Some((best_min, best_row))) = (recorded.and_then(|r| r.min_capacity_bytes), best) {
-                let setting = (!best_row.policy.is_recorded() && (best_min as f64) < 0.9 * rec_min as f64)
-                    .then(|| format!("PYTORCH_CUDA_ALLOC_CONF={}", best_row.alloc_conf));
-                advice.push(Advice {
-                    kind: "capacity",
-                    setting: setting.clone(),
-                    text: match &setting {
-                        Some(s) => format!("give the process at least {} of memory, with {s}", b(best_min)),
-                        None => format!(
-                            "give the process at least {} of memory (no setting helps at {cap_text})",
-                            b(rec_min)
-                        ),
-                    },
-                    evidence: format!(
-                        "the smallest capacity at which the replay completes: {} under the recorded settings{}",
-                        b(rec_min),
-                        if !best_row.policy.is_recorded() {
-                            format!(", {} under {}", b(best_min), best_row.policy)
-                        } else {
-                            String::new()
-                        }
-                    ),
-                });
-            }
-        }
+        crate::advice::settings_at_oom(
+            rows,
+            prediction,
+            &cap_text,
+            &mut advice,
+            &mut not_advised,
+            v.kind == VerdictKind::Fragmentation,
+        );
     }
     match v.kind {
         VerdictKind::Fragmentation => {
@@ -763,11 +818,21 @@ that still hold their autograd graph: store `.item()` or `.detach()` instead)",
                         kind: "setting",
                         setting: Some(format!("PYTORCH_CUDA_ALLOC_CONF={}", x.alloc_conf)),
                         text: format!(
-                            "to run in less memory, set PYTORCH_CUDA_ALLOC_CONF={} (it completes in {})",
+                            "to run in less memory, set PYTORCH_CUDA_ALLOC_CONF={} (it completes in {}; at {cap_text} \
+it reserves {}, {} device calls)",
                             x.alloc_conf,
+                            b(m),
+                            b(x.peak_reserved_bytes),
+                            x.num_device_alloc + x.num_device_free
+                        ),
+                        evidence: format!(
+                            "the recorded settings need {} (at {cap_text} they reserve {}, {} device calls); {} needs {}",
+                            b(r.0),
+                            b(r.1.peak_reserved_bytes),
+                            r.1.num_device_alloc + r.1.num_device_free,
+                            x.policy,
                             b(m)
                         ),
-                        evidence: format!("the recorded settings need {}; {} needs {}", b(r.0), x.policy, b(m)),
                     });
                 }
             }

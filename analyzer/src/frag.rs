@@ -365,7 +365,9 @@ pub fn analyze(trace: &Trace, opts: &FragOptions) -> Result<FragReport> {
 pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::Bounds>) -> Result<FragReport> {
     let header = &trace.header;
     let path = &trace.path;
-    let first_oom = trace.facts.first_oom();
+    // The recorded OOM that ended the run; those the program caught are replayed past.
+    let first_oom = trace.facts.fatal_oom().map(|o| o.event);
+    let mut ooms_seen = 0u64;
     let events = trace.events;
     if let At::Event(e) = opts.at {
         if e >= events {
@@ -388,7 +390,10 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
         last_seen = Some((i, r.time_ns));
         let reserved = view.stats().reserved_bytes.all.current;
         let new_peak = reserved > peak_reserved;
-        let oom_now = !oom_seen && view.stats().num_ooms > 0;
+        let failed_here = view.stats().num_ooms > ooms_seen;
+        ooms_seen = view.stats().num_ooms;
+        let caught = matches!(r.event, Event::Oom { .. }) && trace.facts.survived(i);
+        let oom_now = !oom_seen && failed_here && !caught;
         oom_seen |= oom_now;
         let want_moment = moment.is_none()
             && match opts.at {

@@ -38,6 +38,13 @@ pub const MAX_SIGNATURES: usize = 1 << 20;
 pub const PERIOD_WINDOW: usize = 20_000;
 /// A period is accepted when at least this share of signatures repeat at that shift.
 pub const PERIOD_MIN_SCORE: f64 = 0.6;
+/// A period of the request stream is taken as an iteration only when it covers at least this
+/// many allocations, not all alike: a stream of equal single allocations repeats with period 1,
+/// and 460 of them are not 460 iterations.
+pub const MIN_PERIOD_ALLOCS: usize = 3;
+/// Growth is a leak only over at least this many whole iterations (steps between samples), and
+/// rising in most of them.
+pub const MIN_GROWTH_INTERVALS: usize = 3;
 
 /// A place in the program, named by its innermost user frame.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -156,6 +163,9 @@ pub struct Growth {
     pub per_iteration_bytes: f64,
     /// Sites whose live bytes grew, largest growth first.
     pub sites: Vec<SiteGrowth>,
+    /// Live bytes added in the first iteration beyond the steady median: one-time state (the
+    /// optimizer's state made on its first step, lazily built caches), not a leak.
+    pub one_time_bytes: u64,
 }
 
 /// A live block and the segment it keeps.
@@ -324,6 +334,18 @@ fn boundaries(p: &Pass1) -> (Option<(String, Vec<u64>)>, Option<String>) {
     }
     let sig: Vec<(u32, u64)> = p.signatures.iter().map(|&(_, c, b)| (c, b)).collect();
     match detect_period(&sig) {
+        Some((period, start))
+            if period < MIN_PERIOD_ALLOCS
+                || sig[start..(start + period).min(sig.len())].iter().all(|x| *x == sig[start]) =>
+        {
+            (
+            None,
+            Some(format!(
+                "no iteration marks and no repeated annotation; the allocation pattern repeats every {period} allocation(s), \
+too few, or too much alike, to be an iteration (at least {MIN_PERIOD_ALLOCS} different requests)"
+                )),
+            )
+        }
         Some((period, start)) => {
             let b: Vec<u64> = (start..p.signatures.len()).step_by(period).map(|k| p.signatures[k].0).collect();
             if b.len() >= 3 {
@@ -370,28 +392,43 @@ fn growth(trace: &Trace, p: &Pass1, source: String, bounds: Vec<u64>) -> Result<
         }
     })?;
     let bounds: Vec<u64> = bounds[..samples.len()].to_vec();
-    let k = samples.len();
-    let intervals = k.saturating_sub(1);
     let mut sites: Vec<SiteGrowth> = (0..p.sites.sites.len())
         .filter_map(|s| {
             let bytes: Vec<i64> = samples.iter().map(|v| v[s].1).collect();
             let counts: Vec<i64> = samples.iter().map(|v| v[s].0).collect();
-            let rising = bytes.windows(2).filter(|w| w[1] > w[0]).count();
-            let per_iteration_bytes = median_step(&bytes);
-            (per_iteration_bytes > 0.0 && 2 * rising >= intervals).then(|| SiteGrowth {
-                site: p.sites.sites[s].clone(),
-                per_iteration_bytes,
-                per_iteration_count: median_step(&counts),
-                rising_intervals: rising,
-                intervals,
-            })
+            // The first step is left out when there are enough (one-time state: an optimizer's
+            // first step, a lazily built cache). Growth must rise in most of the rest, over at
+            // least MIN_GROWTH_INTERVALS of them, and persist: the net change over the window at
+            // least half of what the median step adds (live bytes that only oscillate, as with a
+            // batch size that varies, have a positive median step but no net growth).
+            let window = if bytes.len() > MIN_GROWTH_INTERVALS + 1 { &bytes[1..] } else { &bytes[..] };
+            let intervals = window.len().saturating_sub(1);
+            let rising = window.windows(2).filter(|w| w[1] > w[0]).count();
+            let per_iteration_bytes = median_step(window);
+            let net = window.last().copied().unwrap_or(0) - window.first().copied().unwrap_or(0);
+            let persists = 2.0 * net as f64 >= per_iteration_bytes * intervals as f64;
+            (per_iteration_bytes > 0.0 && intervals >= MIN_GROWTH_INTERVALS && 2 * rising > intervals && persists).then(
+                || SiteGrowth {
+                    site: p.sites.sites[s].clone(),
+                    per_iteration_bytes,
+                    per_iteration_count: median_step(&counts),
+                    rising_intervals: rising,
+                    intervals,
+                },
+            )
         })
         .collect();
     sites.sort_by(|a, b| b.per_iteration_bytes.total_cmp(&a.per_iteration_bytes).then(a.site.cmp(&b.site)));
     let live_bytes: Vec<u64> =
         samples.iter().map(|v| v.iter().fold(0u64, |a, x| a.saturating_add(x.1.max(0) as u64))).collect();
     let per_iteration_bytes = median_step(&live_bytes.iter().map(|&b| b as i64).collect::<Vec<_>>());
-    Ok(Growth { source, boundaries: bounds, live_bytes, per_iteration_bytes, sites })
+    let one_time_bytes = match live_bytes.as_slice() {
+        [a, b, _, ..] if (*b as f64 - *a as f64) > 2.0 * per_iteration_bytes.max(0.0) => {
+            (b - a).saturating_sub(per_iteration_bytes.max(0.0) as u64)
+        }
+        _ => 0,
+    };
+    Ok(Growth { source, boundaries: bounds, live_bytes, per_iteration_bytes, sites, one_time_bytes })
 }
 
 /// The median change from one sample to the next: a warm-up iteration (optimizer state made

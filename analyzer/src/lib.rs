@@ -1,6 +1,7 @@
 //! alloctrace's analyzer: reads traces (and foreign formats), replays them through the
 //! recorder's engine on a simulated device, computes and renders.
 
+pub mod advice;
 pub mod cmd;
 pub mod diff;
 pub mod escape;
@@ -8,9 +9,12 @@ pub mod explain;
 pub mod export;
 pub mod frag;
 pub mod import;
+pub mod input;
 pub mod leaks;
 pub mod model;
+pub mod outcome;
 pub mod output;
+pub mod patterns;
 pub mod plot;
 pub mod progress;
 pub mod replay;

@@ -113,9 +113,19 @@ at which the run completes.",
         /// Device capacity to test against (default: the trace's own limit, else unlimited).
         #[arg(long, value_parser = parse_capacity)]
         capacity: Option<u64>,
+        /// The PYTORCH_CUDA_ALLOC_CONF the run used (snapshots do not store it).
+        #[arg(long, value_parser = user_conf)]
+        conf: Option<AllocatorConfig>,
+        /// For a PyTorch snapshot (.pickle, imported on the fly): the device to analyse.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
         /// Skip the search for the smallest capacity of each policy (faster on huge traces).
         #[arg(long)]
         no_search: bool,
+        /// For a trace that ends in an out-of-memory error: iterations to append (repeating the last
+        /// whole one before the failure) to predict whether the rest of the job fits.
+        #[arg(long, default_value_t = analyzer::outcome::DEFAULT_REPEATS, value_parser = clap::value_parser!(u32).range(1..=10000))]
+        iterations: u32,
         #[arg(long)]
         json: bool,
     },
@@ -266,6 +276,8 @@ open report/report.html"
     )]
     Report {
         trace: PathBuf,
+        #[command(flatten)]
+        run: RunArgs,
         /// The directory to write into (created if missing).
         #[arg(short, long)]
         output: PathBuf,
@@ -318,9 +330,12 @@ alloctrace frag traces/gpt2_train.default.atrace --json"
     )]
     Frag {
         trace: PathBuf,
-        /// The moment to show: peak (peak reserved), oom (the first out-of-memory), end, or an event index.
-        #[arg(long, default_value = "peak", value_parser = parse_at)]
-        at: analyzer::frag::At,
+        #[command(flatten)]
+        run: RunArgs,
+        /// The moment to show: peak (peak reserved), oom (the out-of-memory that ended the run), end, or an
+        /// event index. Default: oom when the trace ends in one, else peak.
+        #[arg(long, value_parser = parse_at)]
+        at: Option<analyzer::frag::At>,
         /// Lines of the segment map to print (segments of the same shape share a line).
         #[arg(long, default_value_t = 40)]
         max_segments: usize,
@@ -397,9 +412,36 @@ alloctrace explain traces/leak_list_append.default.atrace --json"
     )]
     Explain {
         trace: PathBuf,
+        #[command(flatten)]
+        run: RunArgs,
+        /// For a trace that ends in an out-of-memory error: iterations to append (repeating the last
+        /// whole one before the failure) to predict whether the rest of the job fits.
+        #[arg(long, default_value_t = analyzer::outcome::DEFAULT_REPEATS, value_parser = clap::value_parser!(u32).range(1..=10000))]
+        iterations: u32,
         #[arg(long)]
         json: bool,
     },
+}
+
+/// What the user says about the run that a snapshot does not store.
+#[derive(Args)]
+struct RunArgs {
+    /// The memory limit the run ran under (set_per_process_memory_fraction): bytes or 6GiB, 1.5GB,
+    /// 512MiB. Snapshots do not store it; without it an OOM's limit is inferred, and said to be.
+    #[arg(long, value_parser = parse_capacity)]
+    capacity: Option<u64>,
+    /// The PYTORCH_CUDA_ALLOC_CONF the run used (snapshots do not store it).
+    #[arg(long, value_parser = user_conf)]
+    conf: Option<AllocatorConfig>,
+    /// For a PyTorch snapshot (.pickle, imported on the fly): the device to analyse.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+}
+
+impl RunArgs {
+    fn facts(self) -> analyzer::input::RunFacts {
+        analyzer::input::RunFacts { capacity_bytes: self.capacity, conf: self.conf, device: self.device }
+    }
 }
 
 #[derive(Args)]
@@ -526,8 +568,15 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
             },
             out,
         ),
-        Command::Whatif { trace, capacity, no_search, json } => cmd::whatif::run(
-            &cmd::whatif::WhatifCmdOptions { trace, capacity_bytes: capacity, search_capacity: !no_search, json },
+        Command::Whatif { trace, capacity, conf, device, no_search, iterations, json } => cmd::whatif::run(
+            &cmd::whatif::WhatifCmdOptions {
+                trace,
+                facts: analyzer::input::RunFacts { capacity_bytes: capacity, conf, device },
+                capacity_bytes: capacity,
+                search_capacity: !no_search,
+                repeats: iterations,
+                json,
+            },
             out,
         ),
         Command::Synth {
@@ -576,13 +625,20 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
             },
             out,
         ),
-        Command::Report { trace, output, no_search, force, json } => cmd::report::run(
-            &cmd::report::ReportCmdOptions { trace, output, search_capacity: !no_search, json, force },
+        Command::Report { trace, run, output, no_search, force, json } => cmd::report::run(
+            &cmd::report::ReportCmdOptions {
+                trace,
+                facts: run.facts(),
+                output,
+                search_capacity: !no_search,
+                json,
+                force,
+            },
             out,
         ),
         Command::Diff { a, b, output, json } => cmd::diff::run(&cmd::diff::DiffCmdOptions { a, b, output, json }, out),
-        Command::Frag { trace, at, max_segments, json } => {
-            cmd::frag::run(&cmd::frag::FragCmdOptions { trace, at, max_segments, json }, out)
+        Command::Frag { trace, run, at, max_segments, json } => {
+            cmd::frag::run(&cmd::frag::FragCmdOptions { trace, facts: run.facts(), at, max_segments, json }, out)
         }
         Command::Leaks { trace, at, json } => {
             cmd::leaks::run(&cmd::leaks::LeaksCmdOptions { trace, at_event: at, json }, out)
@@ -617,7 +673,10 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
             },
             out,
         ),
-        Command::Explain { trace, json } => cmd::explain::run(&cmd::explain::ExplainCmdOptions { trace, json }, out),
+        Command::Explain { trace, run, iterations, json } => cmd::explain::run(
+            &cmd::explain::ExplainCmdOptions { trace, facts: run.facts(), repeats: iterations, json },
+            out,
+        ),
     }
 }
 

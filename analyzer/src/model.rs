@@ -205,11 +205,26 @@ pub struct Facts {
     /// limit in force was at least the first value (the peak reserved up to the OOM) and below
     /// the second (reserved at the OOM plus the failed segment).
     pub limit_range: Option<(u64, u64)>,
+    /// Index of the last allocation request (an OOM before it was caught: the program went on).
+    pub last_alloc: Option<u64>,
 }
 
 impl Facts {
     pub fn first_oom(&self) -> Option<u64> {
         self.recorded_ooms.first().map(|o| o.event)
+    }
+    /// Whether the program went on after the recorded OOM at `event` (it caught the error, as
+    /// cuDNN does when it shrinks its workspace): a later allocation was made.
+    pub fn survived(&self, event: u64) -> bool {
+        self.last_alloc.is_some_and(|a| a > event)
+    }
+    /// The recorded OOM that ended the run: the last one, when no allocation follows it.
+    pub fn fatal_oom(&self) -> Option<&RecordedOom> {
+        self.recorded_ooms.last().filter(|o| !self.survived(o.event))
+    }
+    /// Recorded OOMs the program caught and went on from.
+    pub fn caught_ooms(&self) -> usize {
+        self.recorded_ooms.iter().filter(|o| self.survived(o.event)).count()
     }
 }
 
@@ -225,6 +240,7 @@ impl FactsFold {
     fn record(&mut self, i: u64, r: &Record) {
         let p = &mut self.facts;
         match r.event {
+            Event::Alloc { .. } => p.last_alloc = Some(i),
             Event::SegmentAlloc { addr, bytes, .. } => {
                 p.segments.push((addr, bytes));
                 self.reserved += bytes;

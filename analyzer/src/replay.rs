@@ -104,8 +104,17 @@ pub struct ReplayResult {
     pub num_sync_all_streams: u64,
     pub end_allocated_bytes: u64,
     pub end_reserved_bytes: u64,
+    /// Allocated bytes when reserved bytes first reached their peak.
+    pub allocated_at_peak_reserved_bytes: u64,
     /// Frees of blocks the replay does not know (e.g. allocated before a truncated trace began).
     pub anomalies: u64,
+    /// How far the replay got against the recorded run (for a trace that ends in an OOM, never
+    /// "completes").
+    pub reach: crate::outcome::Reach,
+    /// Recorded OOMs the program caught and went on from, which the replay went on past.
+    pub caught_recorded_ooms: u64,
+    /// False when the input was damaged: the replay covers what came before the damage.
+    pub complete: bool,
     /// The input trace was damaged; the replay covers what came before the damage.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input_damage: Option<Damage>,
@@ -114,6 +123,19 @@ pub struct ReplayResult {
 impl ReplayResult {
     pub fn is_oom(&self) -> bool {
         matches!(self.outcome, Outcome::Oom { .. })
+    }
+    /// `1 - allocated / reserved` where it matters: at the OOM, else when reserved bytes first
+    /// reached their peak (the ratio of the two peaks, taken at different moments, can read 0).
+    pub fn fragmentation_where_it_matters(&self) -> f64 {
+        let (allocated, reserved) = match self.outcome {
+            Outcome::Oom { reserved_bytes, allocated_bytes, .. } => (allocated_bytes, reserved_bytes),
+            Outcome::Ok => (self.allocated_at_peak_reserved_bytes, self.peak_reserved_bytes),
+        };
+        if reserved == 0 {
+            0.0
+        } else {
+            1.0 - allocated.min(reserved) as f64 / reserved as f64
+        }
     }
     pub fn outcome_kind(&self) -> crate::model::OutcomeKind {
         match self.outcome {
@@ -266,13 +288,36 @@ struct Replaying<S: Sink> {
     outcome: Outcome,
     requests: u64,
     anomalies: u64,
-    /// Set at the first OOM: the program stopped there.
+    /// Set at the first OOM the program did not survive: it stopped there.
     stopped: bool,
+    /// Index of the trace's last allocation: a recorded OOM before it was caught by the program.
+    last_alloc: Option<u64>,
+    /// Allocated bytes when reserved bytes first reached their peak.
+    allocated_at_peak: u64,
+    peak_seen: u64,
 }
 
 impl<S: Sink + ForwardEvents> Replaying<S> {
     fn new(engine: Engine<SimDevice, S>) -> Self {
-        Replaying { engine, live: LiveMap::default(), outcome: Outcome::Ok, requests: 0, anomalies: 0, stopped: false }
+        Replaying {
+            engine,
+            live: LiveMap::default(),
+            outcome: Outcome::Ok,
+            requests: 0,
+            anomalies: 0,
+            stopped: false,
+            last_alloc: None,
+            allocated_at_peak: 0,
+            peak_seen: 0,
+        }
+    }
+
+    /// Goes on past the recorded OOMs that the program survived (see [`Facts::survived`]).
+    ///
+    /// [`Facts::survived`]: crate::model::Facts::survived
+    fn continuing(mut self, trace: &Trace) -> Self {
+        self.last_alloc = trace.facts.last_alloc;
+        self
     }
 
     /// Replays one record (a request) or skips it (the source allocator's own decisions).
@@ -284,6 +329,11 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
                 match engine.malloc(*requested_bytes, *stream, *callsite) {
                     Ok(a) => {
                         self.live.insert(*id, a.addr);
+                        let st = engine.stats();
+                        if st.reserved_bytes.all.current > self.peak_seen {
+                            self.peak_seen = st.reserved_bytes.all.current;
+                            self.allocated_at_peak = st.allocated_bytes.all.current;
+                        }
                     }
                     Err(oom) => {
                         self.outcome = oom_outcome(index, r.time_ns, *stream, &oom);
@@ -311,9 +361,21 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             Event::Oom { requested_bytes, stream, .. } => {
                 // The request that failed in the recorded run: does it fail here too?
                 self.requests += 1;
-                if let Err(oom) = engine.malloc(*requested_bytes, *stream, 0) {
-                    self.outcome = oom_outcome(index, r.time_ns, *stream, &oom);
-                    self.stopped = true;
+                let caught = self.last_alloc.is_some_and(|a| a > index);
+                match engine.malloc(*requested_bytes, *stream, 0) {
+                    // The program caught the recorded OOM and went on without the block (cuDNN
+                    // trying a smaller workspace): the engine counted the OOM; go on too.
+                    Err(_) if caught => {}
+                    Err(oom) => {
+                        self.outcome = oom_outcome(index, r.time_ns, *stream, &oom);
+                        self.stopped = true;
+                    }
+                    // Served here; the program, which got nothing there, made its next requests
+                    // without it.
+                    Ok(a) if caught => {
+                        let _ = engine.free(a.addr);
+                    }
+                    Ok(_) => {}
                 }
             }
             Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. } => {
@@ -337,7 +399,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
     fn result(&self, used_hints: bool, capacity_source: CapacitySource, trace: &Trace) -> ReplayResult {
         let engine = &self.engine;
         let st: &Stats = engine.stats();
-        ReplayResult {
+        let mut r = ReplayResult {
             outcome: self.outcome.clone(),
             alloc_conf: engine.config().to_string(),
             capacity_bytes: engine.capacity(),
@@ -357,9 +419,23 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             num_sync_all_streams: st.num_sync_all_streams,
             end_allocated_bytes: st.allocated_bytes.all.current,
             end_reserved_bytes: st.reserved_bytes.all.current,
+            allocated_at_peak_reserved_bytes: self.allocated_at_peak,
             anomalies: self.anomalies,
+            reach: crate::outcome::Reach::Completes,
+            caught_recorded_ooms: match &self.outcome {
+                Outcome::Ok => trace.facts.caught_ooms() as u64,
+                Outcome::Oom { event, .. } => trace
+                    .facts
+                    .recorded_ooms
+                    .iter()
+                    .filter(|o| o.event < *event && trace.facts.survived(o.event))
+                    .count() as u64,
+            },
+            complete: trace.damage().is_none(),
             input_damage: trace.damage(),
-        }
+        };
+        r.reach = crate::outcome::Reach::of(trace, &r);
+        r
     }
 }
 
@@ -371,7 +447,7 @@ fn run<S: Sink + ForwardEvents>(
     drain: &mut Drain<'_, S>,
     observer: &mut Observer<'_>,
 ) -> Result<ReplayResult> {
-    let mut rp = Replaying::new(engine);
+    let mut rp = Replaying::new(engine).continuing(trace);
     let mut error: Option<anyhow::Error> = None;
     trace.scan_chunks(|first, chunk| {
         for (k, r) in chunk.iter().enumerate() {
@@ -415,7 +491,7 @@ pub fn replay_many(trace: &Trace, runs: Vec<(ReplayOptions, Box<SendObserver<'_>
         anyhow::ensure!(opts.output.is_none(), "replay_many does not write simulated traces");
         let s = setup(trace, &opts);
         all.push(One {
-            rp: Replaying::new(Engine::new(s.config, s.capacity.bytes, s.device, NullSink)),
+            rp: Replaying::new(Engine::new(s.config, s.capacity.bytes, s.device, NullSink)).continuing(trace),
             observer,
             used_hints: s.used_hints,
             capacity_source: s.capacity.source,

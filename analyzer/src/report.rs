@@ -171,7 +171,11 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                 || {
                     whatif_observed(
                         trace,
-                        &WhatifOptions { capacity: trace.default_capacity(), search_capacity: search },
+                        &WhatifOptions {
+                            capacity: trace.default_capacity(),
+                            search_capacity: search,
+                            repeats: crate::outcome::DEFAULT_REPEATS,
+                        },
                         &|k| ReportTrack {
                             whatif: plot::WhatifTrack::new(plot::COLUMNS),
                             // The recorded configuration's replay also draws the fragmentation
@@ -231,7 +235,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                     // `explain` searches capacities exactly when the report did, so that it reuses the
                     // report's what-if table (and `--no-search` searches nowhere).
                     let growth = leaks_report.as_ref().map(|l: &LeaksReport| l.growth.clone());
-                    let o = ExplainOptions { search_capacity: Some(search), whatif: Some(&wi), growth };
+                    let o = ExplainOptions { search_capacity: Some(search), whatif: Some(&wi), growth, repeats: None };
                     explain_with(trace, &o)
                 },
                 || crate::frag::analyze_with(trace, &FragOptions { at: frag_at }, Some(&wi.bounds)),
@@ -456,11 +460,15 @@ pub fn findings(
             let remedy = if why.is_empty() {
                 String::new()
             } else if fits.is_empty() {
-                " None of the settings tried completes under this limit: the program must hold less at this \
-                 moment, or get more memory."
+                " None of the settings tried gets past the request that failed under this limit: the program must \
+                 hold less at this moment, or get more memory."
                     .to_string()
             } else {
-                format!(" Under this limit the run completes with {} (see the what-if table).", fits.join(", "))
+                format!(
+                    " Under this limit the replay gets past the request that failed with {}; the rest of the job is \
+                     not in the trace (see the what-if table and its prediction).",
+                    fits.join(", ")
+                )
             };
             out.push(Finding {
                 id: "oom",
@@ -766,12 +774,23 @@ impl Report {
         d.push(Block::Heading(2, "What if: other allocator settings".into()));
         let w = &self.whatif;
         let cap = w.capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "unlimited".into());
+        let prefix = w.prediction.is_some();
         d.push(Block::Para(format!(
-            "The same requests replayed under each policy at capacity {cap}. *Fragmentation* is 1 - peak allocated / \
-             peak reserved; *min capacity* is the smallest limit at which the run completes (2 MiB steps). A limit \
-             above it can still fail (other limits mean other segments and other pieces): replay the exact limit to \
-             check it."
+            "The same requests replayed under each policy at capacity {cap}. *Fragmentation* is 1 - allocated / \
+             reserved at the OOM, else at peak reserved; *min capacity* is the smallest limit at which the {} (2 MiB \
+             steps). A limit above it can still fail (other limits mean other segments and other pieces): replay the \
+             exact limit to check it.{}",
+            if prefix { "replay gets past the request that failed" } else { "run completes" },
+            if prefix {
+                " The trace ends in an out-of-memory error: a replay fails there, fails sooner, or gets past the \
+                 request that failed, and the rest of the job is not in the trace."
+            } else {
+                ""
+            }
         )));
+        if let Some(p) = &w.prediction {
+            d.push(Block::Para(format!("**The whole job.** {}.", p.basis())));
+        }
         if let Some(n) = &self.capacity_search_note {
             d.push(Block::Para(n.clone()));
         }
@@ -781,7 +800,7 @@ impl Report {
             .map(|row| {
                 vec![
                     format!("`{}`", row.policy),
-                    row.outcome.to_string(),
+                    row.reach.to_string(),
                     fmt_bytes(row.peak_reserved_bytes),
                     pct(row.fragmentation),
                     (row.num_device_alloc + row.num_device_free).to_string(),
@@ -791,8 +810,14 @@ impl Report {
             .collect();
         let b = &w.bounds;
         rows.push(vec![
-            "no caching (cudaMalloc per request)".into(),
-            if w.capacity_bytes.is_none_or(|c| b.no_caching_peak_bytes <= c) { "ok" } else { "oom" }.into(),
+            "no caching (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`)".into(),
+            match (w.capacity_bytes.is_none_or(|c| b.no_caching_peak_bytes <= c), prefix) {
+                (true, false) => "completes",
+                (true, true) => "gets past",
+                (false, false) => "oom",
+                (false, true) => "fails",
+            }
+            .into(),
             fmt_bytes(b.no_caching_peak_bytes),
             pct(0.0),
             b.no_caching_device_calls.to_string(),

@@ -13,6 +13,7 @@
 //! bisection finds, checked to complete.
 
 use crate::model::{Damage, OutcomeKind, Policy, Trace};
+use crate::outcome::{JobPrediction, Reach};
 use crate::replay::{replay, EngineView, ReplayOptions, ReplayResult};
 use anyhow::Result;
 use rayon::prelude::*;
@@ -44,6 +45,9 @@ pub struct WhatifOptions {
     pub capacity: crate::model::Capacity,
     /// Search the smallest capacity each policy needs.
     pub search_capacity: bool,
+    /// For a trace that ends in an OOM: iterations appended to predict the rest of the job
+    /// ([`crate::outcome::predict`]).
+    pub repeats: u32,
 }
 
 /// One row of the table.
@@ -55,10 +59,13 @@ pub struct PolicyRow {
     pub alloc_conf: String,
     /// `ok` or `oom` at the given capacity (unlimited when none was given).
     pub outcome: OutcomeKind,
+    /// How far the replay got against the recorded run: for a trace that ends in an OOM, never
+    /// "completes".
+    pub reach: Reach,
     pub oom_event: Option<u64>,
     pub peak_reserved_bytes: u64,
     pub peak_allocated_bytes: u64,
-    /// `1 - peak allocated / peak reserved`.
+    /// `1 - allocated / reserved` at the OOM, else when reserved bytes first reached their peak.
     pub fragmentation: f64,
     pub num_device_alloc: u64,
     pub num_device_free: u64,
@@ -98,12 +105,18 @@ pub struct Whatif {
     pub bounds: Bounds,
     /// Set when the trace is truncated or corrupt: the rows cover the events before the damage.
     pub input_damage: Option<Damage>,
+    /// For a trace that ends in an OOM: whether the whole job fits under each policy, predicted
+    /// from a repeated iteration, or why the trace cannot tell.
+    pub prediction: Option<JobPrediction>,
+    /// False when the input was damaged (see `input_damage`).
+    pub complete: bool,
 }
 
-/// The rows other than the recorded settings whose replay completes at the capacity compared:
-/// the settings that would have let the run go on.
+/// The rows other than the recorded settings whose replay completes at the capacity compared,
+/// or, for a trace that ends in an OOM, gets past the request that failed: the settings that
+/// would have let the run go on (at least that far).
 pub fn completing(rows: &[PolicyRow]) -> impl Iterator<Item = &PolicyRow> {
-    rows.iter().filter(|r| !r.policy.is_recorded() && r.outcome == OutcomeKind::Ok)
+    rows.iter().filter(|r| !r.policy.is_recorded() && matches!(r.reach, Reach::Completes | Reach::GetsPastFailure))
 }
 
 /// The policies compared: the recorded configuration with one knob changed each.
@@ -130,18 +143,25 @@ pub fn policies(recorded: &AllocatorConfig, with_capacity: bool) -> Vec<(Policy,
     rows
 }
 
-fn row_of(policy: &Policy, r: &ReplayResult, min_capacity: Option<u64>, resolution: Option<u64>) -> PolicyRow {
+fn row_of(
+    trace: &Trace,
+    policy: &Policy,
+    r: &ReplayResult,
+    min_capacity: Option<u64>,
+    resolution: Option<u64>,
+) -> PolicyRow {
     PolicyRow {
         policy: policy.clone(),
         alloc_conf: r.alloc_conf.clone(),
         outcome: r.outcome_kind(),
+        reach: Reach::of(trace, r),
         oom_event: match r.outcome {
             crate::replay::Outcome::Oom { event, .. } => Some(event),
             crate::replay::Outcome::Ok => None,
         },
         peak_reserved_bytes: r.peak_reserved_bytes,
         peak_allocated_bytes: r.peak_allocated_bytes,
-        fragmentation: fragmentation(r.peak_allocated_bytes, r.peak_reserved_bytes),
+        fragmentation: r.fragmentation_where_it_matters(),
         num_device_alloc: r.num_device_alloc,
         num_device_free: r.num_device_free,
         num_alloc_retries: r.num_alloc_retries,
@@ -189,7 +209,7 @@ pub fn min_capacity(
     // (pages mapped in another order, the OOM path's releases): check it, and step up until a
     // limit completes, so the answer is always a limit that was replayed and completed.
     let mut hi = upper.div_ceil(r) * r;
-    let mut lo = lower / r * r;
+    let mut lo = (lower / r * r).min(hi);
     let mut probes = 0;
     let mut step = r;
     while !completes(hi)? {
@@ -242,7 +262,8 @@ fn whatif_observed_inner<T: Send>(
     observe: &(dyn Fn(&mut T, u64, &Record, &dyn EngineView) + Sync),
 ) -> Result<(Whatif, Vec<(T, ReplayResult)>)> {
     let bounds = bounds(trace, &trace.header.config)?;
-    let list = policies(&trace.header.config, opts.capacity.bytes.is_some());
+    // garbage_collection_threshold acts only under a memory fraction.
+    let list = policies(&trace.header.config, crate::outcome::memory_fraction(trace, opts.capacity.bytes));
     let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { 16 };
     bar.set_length(list.len() as u64 * if opts.search_capacity { 1 + max_probes as u64 } else { 1 });
     // Every policy at the capacity, from one read of the trace.
@@ -292,7 +313,7 @@ fn whatif_observed_inner<T: Send>(
             } else {
                 None
             };
-            Ok((row_of(name, &r, min.map(|m| m.0), min.map(|m| m.1)), st, r))
+            Ok((row_of(trace, name, &r, min.map(|m| m.0), min.map(|m| m.1)), st, r))
         })
         .collect();
     let mut table = Vec::new();
@@ -301,13 +322,18 @@ fn whatif_observed_inner<T: Send>(
         table.push(row);
         runs.push((st, r));
     }
+    let past: Vec<bool> = table.iter().map(|r| r.reach.gets_past()).collect();
+    let past_from: Vec<Option<u64>> = table.iter().map(|r| r.min_capacity_bytes).collect();
+    let prediction = crate::outcome::predict(trace, &list, &past, &past_from, opts.capacity.bytes, opts.repeats)?;
     let w = Whatif {
         trace: trace.path.display().to_string(),
         capacity_bytes: opts.capacity.bytes,
         capacity_source: opts.capacity.source,
         rows: table,
         bounds,
+        complete: trace.damage().is_none(),
         input_damage: trace.damage(),
+        prediction,
     };
     Ok((w, runs))
 }
@@ -328,6 +354,8 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
     let scanned = trace.scan(|i, r| {
         let request = match &r.event {
             Event::Alloc { id, requested_bytes, .. } => Some((*id, *requested_bytes)),
+            // A recorded OOM the program caught gave it nothing: not a request it held.
+            Event::Oom { .. } if trace.facts.survived(i) => None,
             Event::Oom { requested_bytes, .. } => {
                 next_oom_id -= 1;
                 Some((next_oom_id, *requested_bytes))

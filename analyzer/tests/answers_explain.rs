@@ -54,12 +54,16 @@ fn frag_oom_is_fragmentation_and_expandable_is_not_advised() {
         assert!(a.setting.as_deref().is_none_or(|s| !s.contains("expandable_segments:True")));
     }
     assert!(r.not_advised.iter().any(|n| n.starts_with("expandable_segments:True")));
-    // No setting completes at 2 GiB: the advice is evidence-backed capacity and code changes.
-    assert!(r.whatif.iter().all(|w| w.outcome == "oom"));
+    // No setting gets past the failed request at 2 GiB. The trace is a prefix with no iterations:
+    // the capacity figure says from where the failed request is served, and that the rest of the
+    // job is not in the trace; it is never called the capacity that completes.
+    assert!(r.whatif.iter().all(|w| w.outcome == "oom" && !w.reach.gets_past()));
+    assert!(matches!(r.prediction, Some(analyzer::outcome::JobPrediction::CannotTell { .. })));
     let cap = r.advice.iter().find(|a| a.kind == "capacity").expect("a capacity figure");
     let rec_min = r.whatif[0].min_capacity_bytes.unwrap();
     assert!(rec_min > 2 << 30);
     assert!(cap.evidence.contains(&analyzer::units::fmt_bytes(rec_min)));
+    assert!(cap.text.contains("not in the trace") && !cap.text.contains("complete"), "{}", cap.text);
     // The reordering experiment is a replay, and its advice is present only because it completed.
     let e = r.experiments.iter().find(|e| e.name.contains("long-lived")).expect("experiment ran");
     assert!(e.completes);

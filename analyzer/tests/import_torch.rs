@@ -5,7 +5,7 @@ use analyzer::import::pickle::{self, Value};
 use analyzer::import::{import_file, import_snapshot, ImportError, ImportOptions, Imported};
 use recorder::trace::{Event, Pool, Record, ReleaseCause, TraceReader, TraceWriter};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/")).join(name)
@@ -437,6 +437,16 @@ fn bare_segment_list_is_a_snapshot_without_trace() {
         ]
     );
     assert!(im.header.notes.iter().any(|n| n.contains("without a trace")));
+    // The import says so, and how to record a history.
+    assert!(im
+        .report
+        .warnings
+        .iter()
+        .any(|w| w.contains("no allocation history") && w.contains("_record_memory_history")));
+    // The analyses say there is nothing to analyse.
+    let trace = analyzer::model::Trace::from_records(Path::new("bare.pickle"), im.header.clone(), im.records.clone());
+    let why = analyzer::input::nothing_to_analyse(&trace).expect("nothing to analyse");
+    assert!(why.contains("nothing to analyse") && why.contains("_record_memory_history"), "{why}");
 }
 
 #[test]

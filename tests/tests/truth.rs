@@ -376,58 +376,21 @@ struct Continued {
     unrecorded_failures: u64,
 }
 
-/// Replays every request of a real run under its own setting and limit and goes on after an
-/// OOM the program caught: the failed request gets nothing, the program goes on with the
-/// requests it made next. (The analyzer's replay stops at the first OOM.)
+/// Replays every request of a real run under its own setting and limit with the analyzer's
+/// replay, which goes on after an OOM the program caught (the failed request gets nothing, the
+/// program goes on with the requests it made next) and stops at a request that fails where the
+/// recorded run did not.
 fn replay_continuing(path: &Path, policy: &str, limit: Option<u64>) -> Continued {
-    use recorder::device::SimDevice;
-    use recorder::engine::{Engine, NullSink};
-    use recorder::trace::ReleaseCause;
-    let header = tracefile::open(path).unwrap().header().clone();
-    let p = analyzer::replay::prescan(path).unwrap();
-    let device = SimDevice::new(Some(header.device_total_bytes.max(limit.unwrap_or(0))))
-        .with_segment_hints(p.segments.clone())
-        .with_reserve_hints(p.reservations.clone());
-    let mut engine = Engine::new(conf(policy), limit, device, NullSink);
-    let mut live: HashMap<u64, u64> = HashMap::new();
-    let mut unrecorded_failures = 0;
-    tracefile::scan(path, |_, r| match r.event {
-        Event::Alloc { id, requested_bytes, stream, .. } => match engine.malloc(requested_bytes, stream, 0) {
-            Ok(a) => {
-                live.insert(id, a.addr);
-            }
-            Err(_) => unrecorded_failures += 1,
-        },
-        Event::Oom { requested_bytes, stream, .. } => {
-            // PyTorch failed here and the program went on without the block.
-            if let Ok(a) = engine.malloc(requested_bytes, stream, 0) {
-                engine.free(a.addr).unwrap();
-            }
-        }
-        Event::FreeRequested { id, .. } => {
-            if let Some(&addr) = live.get(&id) {
-                engine.free_requested(addr).unwrap();
-            }
-        }
-        Event::FreeCompleted { id, .. } => {
-            if let Some(addr) = live.remove(&id) {
-                if engine.free_completed(addr).is_err() {
-                    let _ = engine.free(addr);
-                }
-            }
-        }
-        Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. } => {
-            engine.empty_cache();
-        }
-        _ => {}
-    })
-    .unwrap();
-    let st = engine.stats();
+    let trace = analyzer::model::Trace::open(path).unwrap();
+    let opts =
+        ReplayOptions { config: Some(conf(policy)), capacity_bytes: limit, unlimited: limit.is_none(), output: None };
+    let r = analyzer::replay::replay(&trace, &opts).unwrap();
+    let recorded = |e: u64| trace.facts.recorded_ooms.iter().any(|o| o.event == e);
     Continued {
-        peak_reserved: st.reserved_bytes.all.peak,
-        peak_allocated: st.allocated_bytes.all.peak,
-        num_ooms: st.num_ooms,
-        unrecorded_failures,
+        peak_reserved: r.peak_reserved_bytes,
+        peak_allocated: r.peak_allocated_bytes,
+        num_ooms: r.num_ooms,
+        unrecorded_failures: r.oom_event().is_some_and(|e| !recorded(e)) as u64,
     }
 }
 
@@ -468,4 +431,178 @@ fn real_runs_that_caught_ooms_replayed_past_them() {
     }
     assert_eq!(same_failures, rows);
     assert_eq!(exact, rows);
+}
+
+/// The truth policy a `PYTORCH_CUDA_ALLOC_CONF` value names, if the truth table has it.
+fn truth_policy(conf: &str) -> Option<&'static str> {
+    match conf {
+        "" => Some("default"),
+        "expandable_segments:True" => Some("expandable"),
+        "max_split_size_mb:64" => Some("maxsplit64"),
+        "roundup_power2_divisions:4" => Some("pow2div4"),
+        "garbage_collection_threshold:0.6" => Some("gc06"),
+        _ => None,
+    }
+}
+
+/// `WORKLOAD.default.LEVEL.atrace` (an OOM case): the workload and the level.
+fn level_of(path: &Path) -> Option<(String, String)> {
+    let name = path.file_name()?.to_str()?.strip_suffix(".atrace")?;
+    let (workload, level) = name.split_once(".default.")?;
+    (level != "unlimited").then(|| (workload.to_string(), level.to_string()))
+}
+
+/// The OOM cases: each workload's default run at a limit where it ran out of memory, as a user
+/// would bring it (the snapshot, the limit known). `explain` there, against what real PyTorch
+/// did under each setting at that limit:
+/// - advice accuracy: every advised setting completed in real PyTorch at that limit;
+/// - nothing is called "completes" (the trace is a prefix: a replay fails there, sooner, or gets
+///   past the failed request);
+/// - verdict accuracy: where the whole job is predicted (a repeated iteration), the prediction
+///   for each setting of the truth table against PyTorch's outcome.
+#[test]
+fn advice_at_oom_cases_holds_in_real_pytorch() {
+    use analyzer::explain::{explain_with, ExplainOptions};
+    use analyzer::model::Trace;
+    use analyzer::outcome::{JobPrediction, Reach};
+    let rows = truth();
+    let real = |workload: &str, level: &str, policy: &str| -> Option<(bool, bool)> {
+        rows.iter()
+            .find(|(a, _)| a.workload == workload && a.level == level && a.policy == policy)
+            .map(|(a, b)| (!a.oom, !b.oom))
+    };
+    let mut cases: Vec<PathBuf> =
+        std::fs::read_dir(dir()).unwrap().map(|e| e.unwrap().path()).filter(|p| level_of(p).is_some()).collect();
+    cases.sort();
+    assert_eq!(cases.len(), 14, "the OOM cases of the README's table");
+    let (mut advised, mut held, mut held_both, mut unverifiable) = (0, 0, 0, 0);
+    let (mut predicted, mut predicted_right, mut cannot_tell) = (0, 0, 0);
+    let mut wrong = Vec::new();
+    for path in &cases {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let (workload, level) = level_of(path).unwrap();
+        let workload = workload.as_str();
+        let trace = Trace::open(path).unwrap();
+        let r = explain_with(&trace, &ExplainOptions::default()).unwrap();
+        assert_eq!(r.moment, "oom", "{name}");
+        for w in &r.whatif {
+            assert_ne!(w.reach, Reach::Completes, "{name}: {} is called complete on a prefix", w.policy);
+        }
+        for a in r.advice.iter().filter(|a| a.kind == "setting") {
+            let conf = a.setting.as_deref().unwrap().trim_start_matches("PYTORCH_CUDA_ALLOC_CONF=");
+            advised += 1;
+            match truth_policy(conf).and_then(|p| real(workload, &level, p)) {
+                Some((first, second)) => {
+                    held += first as u32;
+                    held_both += (first && second) as u32;
+                    if !first {
+                        wrong.push(format!("{name}: advised {conf}, which ran out of memory in PyTorch"));
+                    }
+                }
+                None => {
+                    unverifiable += 1;
+                    println!("{name}: advised {conf}, not in the truth table");
+                }
+            }
+        }
+        match &r.prediction {
+            Some(JobPrediction::FromRepeatedIteration { policies, .. }) => {
+                for p in policies {
+                    let Some(truth) =
+                        truth_policy(&p.policy.name().replace("recorded", "")).and_then(|t| real(workload, &level, t))
+                    else {
+                        continue;
+                    };
+                    predicted += 1;
+                    if p.fits == truth.0 {
+                        predicted_right += 1;
+                    } else {
+                        println!(
+                            "{name}: {} predicted to {}, PyTorch {}",
+                            p.policy,
+                            if p.fits { "fit" } else { "run out of memory" },
+                            if truth.0 { "completed" } else { "ran out of memory" }
+                        );
+                    }
+                    // Nothing called "fits" that PyTorch did not complete.
+                    if p.fits && !truth.0 {
+                        wrong.push(format!("{name}: {} predicted to fit, PyTorch ran out of memory", p.policy));
+                    }
+                }
+            }
+            Some(JobPrediction::CannotTell { reason }) => {
+                cannot_tell += 1;
+                println!("{name}: the trace cannot tell: {reason}");
+            }
+            None => panic!("{name}: an OOM trace without a prediction"),
+        }
+    }
+    let checked = advised - unverifiable;
+    println!(
+        "advice accuracy: {held}/{checked} advised settings completed in real PyTorch at the user's limit \
+({held_both}/{checked} in both passes; {unverifiable} advised settings are not in the truth table)"
+    );
+    println!(
+        "verdict accuracy: {predicted_right}/{predicted} predictions of the whole job (setting x OOM case) agree with \
+PyTorch; {cannot_tell}/{} OOM cases where the trace cannot tell",
+        cases.len()
+    );
+    for w in &wrong {
+        println!("wrong: {w}");
+    }
+    assert!(wrong.is_empty(), "{} answers real PyTorch contradicts", wrong.len());
+}
+
+/// The two patterns `explain` diagnoses with figures, on the truth workloads that have them:
+/// `empty_cache_loop` (`gc.collect(); torch.cuda.empty_cache()` after every batch) replayed
+/// without its calls, and `two_streams` (`record_stream`) with the bytes held per stream.
+#[test]
+fn empty_cache_in_the_loop_and_record_stream_are_diagnosed() {
+    use analyzer::explain::explain;
+    use analyzer::model::Trace;
+    let r = explain(&Trace::open(&default_trace("empty_cache_loop")).unwrap()).unwrap();
+    let e = r.empty_cache_calls.as_ref().expect("empty_cache() in the loop is diagnosed");
+    println!("empty_cache_loop: {}", e.text());
+    assert!(e.calls >= 10, "{}", e.calls);
+    assert!(e.device_calls_without < e.device_calls_with);
+    assert!(r.advice.iter().any(|a| a.text.contains("empty_cache") && a.evidence.contains("device calls")));
+    assert!(r.held_for_streams.is_none(), "one stream: nothing waits for another");
+    let r = explain(&Trace::open(&default_trace("two_streams")).unwrap()).unwrap();
+    let h = r.held_for_streams.as_ref().expect("blocks held for another stream are diagnosed");
+    println!("two_streams: {}", h.text());
+    assert!(h.peak_held_bytes > h.live_at_peak_bytes, "held back more than is live");
+    assert!(h.by_stream_at_peak.len() >= 2);
+    assert!(r.empty_cache_calls.is_none());
+}
+
+/// No leak verdict on a loop without a leak: every truth workload (none leaks; `val_no_grad`
+/// keeps two autograd graphs alive at once, `amp_adamw` makes AdamW's state on its first step,
+/// `varlen_train` and `empty_cache_loop` vary their batch) and every shipped trace but
+/// `leak_list_append`, which leaks.
+#[test]
+fn no_leak_verdict_on_loops_without_a_leak() {
+    use analyzer::leaks::{analyze, LeaksOptions};
+    use analyzer::model::Trace;
+    let mut paths: Vec<PathBuf> =
+        ["amp_adamw", "varlen_train", "two_streams", "empty_cache_loop", "val_no_grad", "oom_catch"]
+            .iter()
+            .map(|w| default_trace(w))
+            .collect();
+    let traces = Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
+    for e in std::fs::read_dir(&traces).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "atrace") {
+            paths.push(p);
+        }
+    }
+    paths.sort();
+    for p in &paths {
+        let r = analyze(&Trace::open(p).unwrap(), &LeaksOptions::default()).unwrap();
+        let leaking = r.growth.as_ref().is_some_and(|g| !g.sites.is_empty());
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        println!("{name}: {}", if leaking { "leak" } else { "no leak" });
+        assert_eq!(leaking, name.starts_with("leak_list_append"), "{name}");
+    }
+    let amp = analyze(&Trace::open(&default_trace("amp_adamw")).unwrap(), &LeaksOptions::default()).unwrap();
+    assert!(amp.growth.unwrap().one_time_bytes > 0, "AdamW's first step is named one-time state");
 }

@@ -1,7 +1,7 @@
 //! `alloctrace explain TRACE [--json]`: the OOM doctor.
 
 use super::{exit, write_json};
-use crate::explain::{explain, ExplainReport};
+use crate::explain::{explain_with, ExplainOptions, ExplainReport};
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::Result;
 use std::io::Write;
@@ -9,6 +9,10 @@ use std::path::PathBuf;
 
 pub struct ExplainCmdOptions {
     pub trace: PathBuf,
+    /// What the user says about the run (limit, settings, device of a snapshot).
+    pub facts: crate::input::RunFacts,
+    /// Iterations appended to predict the rest of a job that ran out of memory.
+    pub repeats: u32,
     pub json: bool,
 }
 
@@ -17,6 +21,9 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
     let f = &r.figures;
     writeln!(out, "explain {}", r.trace)?;
     writeln!(out, "settings {}", if r.alloc_conf.is_empty() { "(defaults)" } else { &r.alloc_conf })?;
+    if let Some(d) = &r.input_damage {
+        writeln!(out, "partial input: {d}; everything below covers only what was read")?;
+    }
     if !r.recorded_ooms.is_empty() {
         let at: Vec<String> =
             r.recorded_ooms.iter().map(|o| format!("event {} ({})", o.event, b(o.requested_bytes))).collect();
@@ -27,7 +34,8 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
     }
     writeln!(out)?;
     if r.moment == "oom" {
-        writeln!(out, "out of memory at event {} ({}). PyTorch said:", f.event, fmt_ns(f.time_ns))?;
+        // The trace does not hold the text PyTorch printed: it is restated from the figures.
+        writeln!(out, "out of memory at event {} ({}). PyTorch's message would read:", f.event, fmt_ns(f.time_ns))?;
         if let Some(m) = &r.pytorch_message {
             writeln!(out, "  {m}")?;
         }
@@ -111,12 +119,13 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         "what-if at {} (replays of the same requests):",
         f.capacity_bytes.map(b).unwrap_or_else(|| "no limit".into())
     )?;
+    let to = if r.prediction.is_some() { "gets past the failure" } else { "completes" };
     for w in &r.whatif {
         writeln!(
             out,
-            "  {:<36} {:>4}  peak reserved {:>11}  smallest capacity that completes {}",
+            "  {:<36} {:>12}  peak reserved {:>11}  smallest capacity that {to} {}",
             w.policy,
-            w.outcome,
+            w.reach,
             b(w.peak_reserved_bytes),
             w.min_capacity_bytes.map(b).unwrap_or_else(|| "-".into())
         )?;
@@ -127,6 +136,9 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
     if let Some(p) = r.offline_plan_bytes {
         writeln!(out, "  offline plan (knows every lifetime)        {}", b(p))?;
     }
+    if let Some(p) = &r.prediction {
+        super::whatif::print_prediction(out, p, f.capacity_bytes)?;
+    }
     for e in &r.experiments {
         writeln!(
             out,
@@ -135,6 +147,12 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
             if e.completes { "completes" } else { "still runs out of memory" },
             b(e.peak_reserved_bytes)
         )?;
+    }
+    if let Some(e) = &r.empty_cache_calls {
+        writeln!(out, "  pattern: {}", e.text())?;
+    }
+    if let Some(h) = &r.held_for_streams {
+        writeln!(out, "  pattern: {}", h.text())?;
     }
     writeln!(out)?;
     if r.advice.is_empty() {
@@ -156,7 +174,17 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
 }
 
 pub fn run(opts: &ExplainCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let r = explain(&crate::model::Trace::open(&opts.trace)?)?;
+    let trace = crate::input::open(&opts.trace, &opts.facts)?;
+    if let Some(why) = crate::input::nothing_to_analyse(&trace) {
+        writeln!(out, "{why}")?;
+        if let Some(d) = trace.damage() {
+            writeln!(out, "partial input: {d}")?;
+            eprintln!("alloctrace: warning: {d}");
+            return Ok(super::exit::PARTIAL);
+        }
+        return Ok(super::exit::OK);
+    }
+    let r = explain_with(&trace, &ExplainOptions { repeats: Some(opts.repeats), ..Default::default() })?;
     if opts.json {
         write_json(out, &r)?;
     } else {

@@ -11,7 +11,10 @@ use std::path::PathBuf;
 
 pub struct FragCmdOptions {
     pub trace: PathBuf,
-    pub at: At,
+    /// What the user says about the run (limit, settings, device of a snapshot).
+    pub facts: crate::input::RunFacts,
+    /// `None`: the OOM that ended the run, when the trace ends in one; else the peak.
+    pub at: Option<At>,
     /// Print at most this many lines of the segment map (segments of the same shape share one).
     pub max_segments: usize,
     pub json: bool,
@@ -234,7 +237,18 @@ largest free block overall {}:",
 }
 
 pub fn run(opts: &FragCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let r = analyze(&crate::model::Trace::open(&opts.trace)?, &FragOptions { at: opts.at })?;
+    let trace = crate::input::open(&opts.trace, &opts.facts)?;
+    if let Some(why) = crate::input::nothing_to_analyse(&trace) {
+        writeln!(out, "{why}")?;
+        if let Some(d) = trace.damage() {
+            writeln!(out, "partial input: {d}")?;
+            eprintln!("alloctrace: warning: {d}");
+            return Ok(super::exit::PARTIAL);
+        }
+        return Ok(super::exit::OK);
+    }
+    let at = opts.at.unwrap_or(if trace.facts.fatal_oom().is_some() { At::Oom } else { At::Peak });
+    let r = analyze(&trace, &FragOptions { at })?;
     if opts.json {
         write_json(out, &r)?;
     } else {

@@ -57,6 +57,14 @@ pub fn print_report(out: &mut dyn Write, r: &LeaksReport, top: usize) -> std::io
                 if g.per_iteration_bytes < 0.0 { "-" } else { "+" },
                 fmt_rate(g.per_iteration_bytes.abs())
             )?;
+            if g.one_time_bytes > 0 {
+                writeln!(
+                    out,
+                    "  the first iteration added {} once: one-time state (an optimizer's state made on its first step, \
+lazily built caches), not a leak",
+                    fmt_bytes(g.one_time_bytes)
+                )?;
+            }
             if g.sites.is_empty() {
                 writeln!(out, "  no call site grows steadily")?;
             }

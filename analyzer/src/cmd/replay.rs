@@ -39,6 +39,17 @@ pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()
             fmt_bytes(*allocated_bytes)
         )?,
     }
+    writeln!(out, "against the run  {}", r.reach.text())?;
+    if r.caught_recorded_ooms > 0 {
+        writeln!(
+            out,
+            "                {} out-of-memory error(s) the program caught (and went on from) replayed past",
+            r.caught_recorded_ooms
+        )?;
+    }
+    if let Some(d) = &r.input_damage {
+        writeln!(out, "partial input   {d}; the figures cover only what was read")?;
+    }
     if let Outcome::Oom { event, .. } = &r.outcome {
         let after = r.events.saturating_sub(event + 1);
         if after > 0 {

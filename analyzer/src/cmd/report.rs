@@ -8,6 +8,8 @@ use std::path::PathBuf;
 
 pub struct ReportCmdOptions {
     pub trace: PathBuf,
+    /// What the user says about the run (limit, settings, device of a snapshot).
+    pub facts: crate::input::RunFacts,
     pub output: PathBuf,
     pub search_capacity: bool,
     pub json: bool,
@@ -17,7 +19,16 @@ pub struct ReportCmdOptions {
 
 pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     crate::output::check_report_dir(&opts.output, opts.force)?;
-    let trace = crate::model::Trace::open(&opts.trace)?;
+    let trace = crate::input::open(&opts.trace, &opts.facts)?;
+    if let Some(why) = crate::input::nothing_to_analyse(&trace) {
+        writeln!(out, "{why}")?;
+        if let Some(d) = trace.damage() {
+            writeln!(out, "partial input: {d}")?;
+            eprintln!("alloctrace: warning: {d}");
+            return Ok(super::exit::PARTIAL);
+        }
+        return Ok(super::exit::OK);
+    }
     let report = build(&trace, &ReportOptions { search_capacity: opts.search_capacity, search_long_traces: false })?;
     let files = report.write(&opts.output, &[&opts.trace])?;
     if opts.json {

@@ -9,26 +9,33 @@ use std::path::PathBuf;
 
 pub struct WhatifCmdOptions {
     pub trace: PathBuf,
+    /// What the user says about the run (limit, settings, device of a snapshot).
+    pub facts: crate::input::RunFacts,
     /// `None`: the trace's own capacity, if it recorded one.
     pub capacity_bytes: Option<u64>,
     pub search_capacity: bool,
+    /// Iterations appended to predict the rest of a job that ran out of memory.
+    pub repeats: u32,
     pub json: bool,
 }
 
 pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
     let cap = w.capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "unlimited".into());
     writeln!(out, "what-if for {} at capacity {cap}", w.trace)?;
+    if let Some(d) = &w.input_damage {
+        writeln!(out, "partial input: {d}; the rows cover only what was read")?;
+    }
     writeln!(
         out,
-        "{:<36} {:>8} {:>12} {:>7} {:>13} {:>14}",
+        "{:<36} {:>12} {:>12} {:>7} {:>13} {:>14}",
         "policy", "outcome", "peak reserv.", "frag.", "device calls", "min capacity"
     )?;
     for r in &w.rows {
         writeln!(
             out,
-            "{:<36} {:>8} {:>12} {:>6.1}% {:>13} {:>14}",
+            "{:<36} {:>12} {:>12} {:>6.1}% {:>13} {:>14}",
             r.policy,
-            r.outcome,
+            r.reach,
             fmt_bytes(r.peak_reserved_bytes),
             r.fragmentation * 100.0,
             r.num_device_alloc + r.num_device_free,
@@ -38,9 +45,14 @@ pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
     let b = &w.bounds;
     writeln!(
         out,
-        "{:<36} {:>8} {:>12} {:>6.1}% {:>13} {:>14}",
-        "no caching (cudaMalloc per request)",
-        if w.capacity_bytes.is_none_or(|c| b.no_caching_peak_bytes <= c) { "ok" } else { "oom" },
+        "{:<36} {:>12} {:>12} {:>6.1}% {:>13} {:>14}",
+        "no caching (PYTORCH_NO_CUDA_MEMORY_CACHING=1)",
+        match (w.capacity_bytes.is_none_or(|c| b.no_caching_peak_bytes <= c), w.prediction.is_some()) {
+            (true, false) => "completes",
+            (true, true) => "gets past",
+            (false, false) => "oom",
+            (false, true) => "fails",
+        },
         fmt_bytes(b.no_caching_peak_bytes),
         0.0,
         b.no_caching_device_calls,
@@ -62,7 +74,16 @@ pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
         (None, Some(n)) => writeln!(out, "  offline plan (greedy by size)     {n}")?,
         (None, None) => {}
     }
-    writeln!(out, "frag. = 1 - peak allocated / peak reserved; min capacity = smallest limit at which the run completes (2 MiB steps).")?;
+    let prefix = w.prediction.is_some();
+    if prefix {
+        writeln!(
+            out,
+            "the trace ends in an out-of-memory error: each replay fails there, fails sooner, or gets past the request that \
+failed (the rest of the job is not in the trace); min capacity = smallest limit at which the replay gets past it (2 MiB steps)."
+        )?;
+    } else {
+        writeln!(out, "frag. = 1 - allocated / reserved at the OOM, else at peak reserved; min capacity = smallest limit at which the run completes (2 MiB steps).")?;
+    }
     writeln!(
         out,
         "a limit above the min capacity can still fail: other limits mean other segments and other pieces; replay the exact limit to check it."
@@ -76,19 +97,54 @@ pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
             crate::whatif::LONG_TRACE_PROBES
         )?;
     }
+    if let Some(p) = &w.prediction {
+        print_prediction(out, p, w.capacity_bytes)?;
+    }
     writeln!(
         out,
-        "no caching costs about {:.0} ms of device calls ({DEVICE_CALL_US:.0} us each on an H100).",
+        "no caching (PYTORCH_NO_CUDA_MEMORY_CACHING=1) costs about {:.0} ms of device calls ({DEVICE_CALL_US:.0} us each on an H100).",
         b.no_caching_device_calls as f64 * DEVICE_CALL_US / 1000.0
     )?;
     Ok(())
 }
 
+/// What the whole job would need, where the trace can tell.
+pub fn print_prediction(
+    out: &mut dyn Write,
+    p: &crate::outcome::JobPrediction,
+    capacity: Option<u64>,
+) -> std::io::Result<()> {
+    use crate::outcome::JobPrediction;
+    let cap = capacity.map(fmt_bytes).unwrap_or_else(|| "no limit".into());
+    writeln!(out, "the whole job: {}", p.basis())?;
+    if let JobPrediction::FromRepeatedIteration { policies, .. } = p {
+        for q in policies {
+            writeln!(
+                out,
+                "  {:<36} {} at {cap}; needs about {}",
+                q.policy,
+                if q.fits { "predicted to fit" } else { "predicted to run out of memory" },
+                q.needs_bytes.map(fmt_bytes).unwrap_or_else(|| "(unknown)".into())
+            )?;
+        }
+    }
+    Ok(())
+}
+
 pub fn run(opts: &WhatifCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let trace = crate::model::Trace::open(&opts.trace)?;
+    let trace = crate::input::open(&opts.trace, &opts.facts)?;
+    if let Some(why) = crate::input::nothing_to_analyse(&trace) {
+        writeln!(out, "{why}")?;
+        if let Some(d) = trace.damage() {
+            writeln!(out, "partial input: {d}")?;
+            eprintln!("alloctrace: warning: {d}");
+            return Ok(super::exit::PARTIAL);
+        }
+        return Ok(super::exit::OK);
+    }
     // Default: the trace's limit, or the one its first OOM implies (the same resolution as replay).
     let capacity = trace.capacity(opts.capacity_bytes, false);
-    let w = whatif(&trace, &WhatifOptions { capacity, search_capacity: opts.search_capacity })?;
+    let w = whatif(&trace, &WhatifOptions { capacity, search_capacity: opts.search_capacity, repeats: opts.repeats })?;
     if opts.json {
         write_json(out, &w)?;
     } else {

@@ -143,6 +143,12 @@ impl From<PickleError> for ImportError {
     }
 }
 
+/// The warning for a snapshot without allocation history, with how to record one.
+pub const NO_HISTORY: &str = "the snapshot holds no allocation history (its device trace is empty), only the \
+segments at the moment it was taken: there is nothing to replay or analyse over time. Record one with \
+torch.cuda.memory._record_memory_history(max_entries=1000000) before the job and \
+torch.cuda.memory._dump_snapshot(\"snap.pickle\") at the end (or in an except torch.OutOfMemoryError: block)";
+
 /// Most warnings kept in the report; the rest are counted in a last line.
 const MAX_WARNINGS: usize = 100;
 
@@ -368,10 +374,26 @@ impl<'a> Snapshot<'a> {
                             describe(pk, trace)
                         ))
                     })?;
-                    snap.has_trace = true;
+                    snap.has_trace = !trace.is_empty();
                     snap.read_entries(pk, trace)?;
                 } else if !traces.is_empty() {
                     return Err(ImportError::NoSuchDevice { device: opts.device, devices: traces.len() });
+                }
+                // Other devices' histories: named, so that the user knows to pick one.
+                let others: Vec<String> = traces
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| *k != opts.device)
+                    .filter_map(|(k, t)| {
+                        pk.seq(*t).filter(|e| !e.is_empty()).map(|e| format!("device {k} ({} entries)", e.len()))
+                    })
+                    .collect();
+                if !others.is_empty() {
+                    snap.warnings.push(format!(
+                        "the snapshot also holds the history of {}; device {} was imported (--device N picks another)",
+                        others.join(", "),
+                        opts.device
+                    ));
                 }
                 if let Some(settings) = pk.get(pk.root, "allocator_settings") {
                     snap.read_settings(pk, settings);
@@ -847,6 +869,7 @@ impl<'p, 'a> Importer<'p, 'a> {
         header.clock_origin_unix_ns = origin_ns;
         if !snap.has_trace {
             header.notes.push("imported from a snapshot without a trace: only the final segments and blocks".into());
+            report.warnings.push(NO_HISTORY.into());
         }
         let mut expandable = RangeSet::default();
         for s in snap.segments.iter().filter(|s| s.expandable) {

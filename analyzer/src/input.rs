@@ -1,0 +1,69 @@
+//! Opening what a user hands an analysis: an `.atrace` file, or a PyTorch memory snapshot
+//! (`.pickle`), imported on the fly in memory. Snapshots store neither the memory limit the
+//! program ran under nor its `PYTORCH_CUDA_ALLOC_CONF`: `--capacity` and `--conf` give them.
+
+use crate::import::torch::{import_file, ImportOptions};
+use crate::model::Trace;
+use anyhow::Result;
+use recorder::engine::config::AllocatorConfig;
+use std::io::Read;
+use std::path::Path;
+
+/// What the user says about the run, beyond the file.
+#[derive(Debug, Clone, Default)]
+pub struct RunFacts {
+    /// The limit the run ran under (a memory fraction): overrides the trace's.
+    pub capacity_bytes: Option<u64>,
+    /// The allocator settings the run used: override the trace's.
+    pub conf: Option<AllocatorConfig>,
+    /// For a snapshot: which device's history to analyse.
+    pub device: usize,
+}
+
+/// Whether `path` holds a pickle (protocol 2 or later starts with 0x80) rather than a trace.
+pub fn is_pickle(path: &Path) -> bool {
+    let mut b = [0u8; 1];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut b)).is_ok() && b[0] == 0x80
+}
+
+/// Opens `path` (a trace, or a snapshot imported in memory) with the user's facts applied.
+pub fn open(path: &Path, facts: &RunFacts) -> Result<Trace> {
+    let mut trace = if is_pickle(path) {
+        let imported = import_file(
+            path,
+            &ImportOptions { device: facts.device, capacity_bytes: facts.capacity_bytes, ..Default::default() },
+        )?;
+        for w in &imported.report.warnings {
+            eprintln!("alloctrace: warning: {w}");
+        }
+        Trace::from_records(path, imported.header, imported.records)
+    } else {
+        anyhow::ensure!(
+            facts.device == 0,
+            "{}: --device picks a device of a PyTorch snapshot; an .atrace file holds one device",
+            path.display()
+        );
+        Trace::open(path)?
+    };
+    if let Some(c) = facts.capacity_bytes {
+        trace.header.capacity_bytes = c;
+    }
+    if let Some(conf) = &facts.conf {
+        trace.header.alloc_conf = conf.to_string();
+        trace.header.config = conf.clone();
+    }
+    Ok(trace)
+}
+
+/// Why an analysis of `trace` has nothing to work on, if it has not: no allocation request at
+/// all, or a snapshot taken without allocation history (only its final segments and blocks).
+pub fn nothing_to_analyse(trace: &Trace) -> Option<String> {
+    let no_history = trace.header.notes.iter().any(|n| n.contains("without a trace"));
+    (trace.facts.last_alloc.is_none() || no_history).then(|| {
+        format!(
+            "{}: nothing to analyse: the trace holds no allocation request{}",
+            trace.path.display(),
+            if no_history { format!(" ({})", crate::import::torch::NO_HISTORY) } else { String::new() }
+        )
+    })
+}

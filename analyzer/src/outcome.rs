@@ -1,0 +1,461 @@
+//! What a replay can know about a job, and what it can predict.
+//!
+//! A trace that ends in an out-of-memory error is a prefix: the program's requests after the
+//! failed one were never made. A replay of it under another setting can only say how far that
+//! setting gets ([`Reach`]): it fails where the recorded run failed, it fails earlier, or it
+//! serves the failed request and the rest of the job is unknown. It never "completes".
+//!
+//! The rest of the job can be predicted when the trace shows iterations and at least one whole
+//! iteration precedes the failure ([`predict`]): the request stream up to the end of the last
+//! whole iteration, then that iteration repeated ([`DEFAULT_REPEATS`] times unless asked
+//! otherwise), is replayed under each setting. Blocks the repeated iteration frees that were
+//! made before it are matched, by requested size, with the blocks the previous repetition left
+//! live (the iteration's carry-over: gradients, the next batch); a free with no match is
+//! dropped, so the block stays live (growth is never hidden). The answer is a prediction from
+//! the repeated iteration, worded as one.
+
+use crate::model::{Policy, Trace};
+use crate::replay::{replay, ReplayOptions, ReplayResult};
+use anyhow::Result;
+use recorder::engine::config::AllocatorConfig;
+use recorder::trace::{Event, MarkKind, Record, ReleaseCause};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet, VecDeque};
+
+/// Iterations appended after the last whole one when the caller does not say.
+pub const DEFAULT_REPEATS: u32 = 3;
+
+/// How far a replay gets, against what the trace recorded.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Reach {
+    /// The trace ends without an OOM, and the replay served every request.
+    Completes,
+    /// The trace ends without an OOM, and the replay ran out of memory.
+    RunsOutOfMemory,
+    /// The trace ends in an OOM, and the replay fails at the same request.
+    FailsWhereRecorded,
+    /// The trace ends in an OOM, and the replay fails at an earlier request.
+    FailsEarlier,
+    /// The trace ends in an OOM, and the replay serves that request: the rest of the job (the
+    /// requests the program would have made next) is not in the trace.
+    GetsPastFailure,
+    /// The trace is cut short (damaged), and the replay served every request read: what came
+    /// after the damage is unknown.
+    ReachesDamage,
+}
+
+impl Reach {
+    /// How far `r`, a replay of `trace`, got.
+    pub fn of(trace: &Trace, r: &ReplayResult) -> Reach {
+        match (trace.facts.fatal_oom().map(|o| o.event), r.oom_event()) {
+            (Some(f), Some(e)) if e >= f => Reach::FailsWhereRecorded,
+            (Some(_), Some(_)) => Reach::FailsEarlier,
+            (Some(_), None) => Reach::GetsPastFailure,
+            (None, Some(_)) => Reach::RunsOutOfMemory,
+            (None, None) if trace.damage().is_some() => Reach::ReachesDamage,
+            (None, None) => Reach::Completes,
+        }
+    }
+    /// Whether the replay got at least as far as the recorded run.
+    pub fn at_least_as_far(self) -> bool {
+        !matches!(self, Reach::FailsEarlier | Reach::RunsOutOfMemory)
+    }
+    /// Whether the replay served a request the recorded run failed.
+    pub fn gets_past(self) -> bool {
+        matches!(self, Reach::GetsPastFailure)
+    }
+    /// The column of a table (at most 12 characters).
+    pub fn short(self) -> &'static str {
+        match self {
+            Reach::Completes => "completes",
+            Reach::RunsOutOfMemory => "oom",
+            Reach::FailsWhereRecorded => "fails there",
+            Reach::FailsEarlier => "fails sooner",
+            Reach::GetsPastFailure => "gets past",
+            Reach::ReachesDamage => "to damage",
+        }
+    }
+    /// In a sentence.
+    pub fn text(self) -> &'static str {
+        match self {
+            Reach::Completes => "completes",
+            Reach::RunsOutOfMemory => "runs out of memory",
+            Reach::FailsWhereRecorded => "fails at the request where the recorded run failed",
+            Reach::FailsEarlier => "fails earlier than the recorded run",
+            Reach::GetsPastFailure => "gets past the request that failed; the rest of the job is not in the trace",
+            Reach::ReachesDamage => "serves every request up to the damage; the rest of the trace is unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for Reach {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.short())
+    }
+}
+
+/// The prediction for one setting.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicyPrediction {
+    pub policy: Policy,
+    /// The extended job fits under this setting at the capacity compared.
+    pub fits: bool,
+    /// The smallest capacity (2 MiB steps) at which the extended job fits under this setting.
+    pub needs_bytes: Option<u64>,
+}
+
+/// What the trace says of the whole job.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "prediction", rename_all = "snake_case")]
+pub enum JobPrediction {
+    /// Predicted from the last whole iteration before the failure, repeated.
+    FromRepeatedIteration {
+        /// Where the iterations came from.
+        iterations_from: String,
+        /// The repeated iteration: events `[first, end)`.
+        iteration_events: (u64, u64),
+        /// Whole iterations before the failure.
+        whole_iterations: usize,
+        repeats: u32,
+        /// When the repeated iteration is the first: the blocks it kept, taken as one-time state
+        /// (made once, not in every repetition).
+        one_time_blocks: u64,
+        one_time_bytes: u64,
+        policies: Vec<PolicyPrediction>,
+    },
+    /// The trace cannot tell what the rest of the job needs.
+    CannotTell { reason: String },
+}
+
+impl JobPrediction {
+    /// The prediction for `policy`, if one was made.
+    pub fn of(&self, policy: &Policy) -> Option<&PolicyPrediction> {
+        match self {
+            JobPrediction::FromRepeatedIteration { policies, .. } => policies.iter().find(|p| &p.policy == policy),
+            JobPrediction::CannotTell { .. } => None,
+        }
+    }
+    /// One line saying what was predicted, and from what.
+    pub fn basis(&self) -> String {
+        match self {
+            JobPrediction::FromRepeatedIteration {
+                iterations_from,
+                iteration_events,
+                whole_iterations,
+                repeats,
+                one_time_blocks,
+                one_time_bytes,
+                ..
+            } => {
+                let once = if *one_time_blocks > 0 {
+                    format!(
+                        "; it is the job's first, and the {one_time_blocks} blocks ({}) it kept are taken as one-time \
+state (an optimizer's first step, caches), made once",
+                        crate::units::fmt_bytes(*one_time_bytes)
+                    )
+                } else {
+                    String::new()
+                };
+                format!(
+                    "predicted by repeating the last whole iteration before the failure (events {}..{}, iterations \
+from {iterations_from}; {whole_iterations} whole before the failure) {repeats} more times{once}",
+                    iteration_events.0, iteration_events.1
+                )
+            }
+            JobPrediction::CannotTell { reason } => {
+                format!("the trace cannot tell what the rest of the job needs: {reason}")
+            }
+        }
+    }
+}
+
+/// Iteration boundaries (event indices) before `before`, and where they came from: iteration
+/// marks, else the annotation that repeats most often (PyTorch's `Optimizer.zero_grad` ...).
+/// Never single allocations.
+pub fn iteration_bounds(trace: &Trace, before: u64) -> Result<Option<(String, Vec<u64>)>> {
+    let mut marks = Vec::new();
+    let mut annotations: HashMap<String, Vec<u64>> = HashMap::new();
+    trace.scan(|i, r| {
+        if i >= before {
+            return;
+        }
+        match &r.event {
+            Event::Mark { kind: MarkKind::Iteration, .. } => marks.push(i),
+            Event::Mark { kind: MarkKind::Annotation | MarkKind::Phase, text } => {
+                if let Some(v) = annotations.get_mut(text) {
+                    v.push(i);
+                } else if annotations.len() < 4096 {
+                    annotations.insert(text.clone(), vec![i]);
+                }
+            }
+            _ => {}
+        }
+    })?;
+    if marks.len() >= 2 {
+        return Ok(Some(("iteration marks".into(), marks)));
+    }
+    let best = annotations
+        .into_iter()
+        .filter(|(_, at)| at.len() >= 2)
+        .max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.1[0].cmp(&a.1[0])));
+    Ok(best.map(|(text, at)| (format!("the annotation \"{text}\""), at)))
+}
+
+/// The request stream up to `end`, then `[first, end)` repeated `repeats` times (see the module
+/// documentation). The trace's own segment events stay in the prefix (replays reuse its
+/// addresses); the repetitions carry only the program's requests, frees, marks and
+/// `empty_cache()` calls.
+///
+/// With `first_iteration` (the repeated iteration is the job's first), the blocks it keeps that
+/// no later free of the repetition takes back are taken as one-time state (the optimizer's
+/// state made on its first step, lazily built caches) and made once, not in every repetition;
+/// returns their count and bytes.
+pub fn extend(trace: &Trace, first: u64, end: u64, repeats: u32, first_iteration: bool) -> Result<(Trace, u64, u64)> {
+    let mut prefix: Vec<Record> = Vec::new();
+    let mut iteration: Vec<Record> = Vec::new();
+    let mut size_of: HashMap<u64, u64> = HashMap::new();
+    let mut max_id = 0u64;
+    trace.scan(|i, r| {
+        if let Event::Alloc { id, requested_bytes, .. } = r.event {
+            max_id = max_id.max(id);
+            if i < end {
+                size_of.insert(id, requested_bytes);
+            }
+        }
+        if i < end {
+            prefix.push(r.clone());
+        }
+        if (first..end).contains(&i) {
+            iteration.push(r.clone());
+        }
+    })?;
+    // The iteration's own blocks, in order; and which of them it leaves live (carry-out).
+    let made: Vec<u64> =
+        iteration.iter().filter_map(|r| if let Event::Alloc { id, .. } = r.event { Some(id) } else { None }).collect();
+    let made_set: HashSet<u64> = made.iter().copied().collect();
+    let mut freed: HashSet<u64> = iteration
+        .iter()
+        .filter_map(|r| if let Event::FreeCompleted { id, .. } = r.event { Some(id) } else { None })
+        .collect();
+    // One-time state: the kept blocks that the frees of blocks made before the iteration do not
+    // take back in a repetition.
+    let mut one_time: HashSet<u64> = HashSet::new();
+    if first_iteration {
+        let mut pool: HashMap<u64, VecDeque<u64>> = HashMap::new();
+        for &id in made.iter().filter(|id| !freed.contains(id)) {
+            pool.entry(size_of[&id]).or_default().push_back(id);
+        }
+        let mut seen: HashSet<u64> = HashSet::new();
+        for r in &iteration {
+            if let Event::FreeCompleted { id, .. } = r.event {
+                if !made_set.contains(&id) && seen.insert(id) {
+                    if let Some(q) = size_of.get(&id).and_then(|s| pool.get_mut(s)) {
+                        q.pop_front();
+                    }
+                }
+            }
+        }
+        one_time = pool.into_values().flatten().collect();
+        // Not made again: as if freed within the iteration for the carry-over's bookkeeping.
+        freed.extend(one_time.iter().copied());
+    }
+    let one_time_bytes: u64 = one_time.iter().map(|id| size_of[id]).sum();
+    let span = iteration
+        .last()
+        .map(|r| r.time_ns)
+        .unwrap_or(0)
+        .saturating_sub(iteration.first().map(|r| r.time_ns).unwrap_or(0))
+        + 1;
+    let base_time = prefix.last().map(|r| r.time_ns).unwrap_or(0);
+    let first_time = iteration.first().map(|r| r.time_ns).unwrap_or(0);
+    // Carry-out of the previous repetition, by requested size: ids, oldest first.
+    let carry_out = |ids: &dyn Fn(u64) -> u64| -> HashMap<u64, VecDeque<u64>> {
+        let mut m: HashMap<u64, VecDeque<u64>> = HashMap::new();
+        for &id in made.iter().filter(|id| !freed.contains(id)) {
+            m.entry(size_of[&id]).or_default().push_back(ids(id));
+        }
+        m
+    };
+    let mut records = prefix;
+    let mut previous = carry_out(&|id| id);
+    for j in 1..=u64::from(repeats) {
+        let offset = (max_id + 1) * j;
+        let new_id = |id: u64| id + offset;
+        let mut taken: HashMap<u64, Option<u64>> = HashMap::new();
+        // A block of the same requested size, else the oldest of any size (a batch whose size
+        // varies), else none.
+        let mut carried = |id: u64, previous: &mut HashMap<u64, VecDeque<u64>>| -> Option<u64> {
+            *taken.entry(id).or_insert_with(|| {
+                let same = size_of.get(&id).and_then(|s| previous.get_mut(s)?.pop_front());
+                same.or_else(|| {
+                    let oldest = previous.iter().filter_map(|(s, q)| q.front().map(|&x| (x, *s))).min()?;
+                    previous.get_mut(&oldest.1)?.pop_front()
+                })
+            })
+        };
+        for r in &iteration {
+            let time_ns = base_time + (r.time_ns - first_time) + span * (j - 1);
+            let event = match &r.event {
+                Event::Alloc { id, .. } if one_time.contains(id) => None,
+                Event::Alloc { id, addr, requested_bytes, block_bytes, stream, pool, callsite } => Some(Event::Alloc {
+                    id: new_id(*id),
+                    addr: *addr,
+                    requested_bytes: *requested_bytes,
+                    block_bytes: *block_bytes,
+                    stream: *stream,
+                    pool: *pool,
+                    callsite: *callsite,
+                }),
+                Event::FreeRequested { id, addr, callsite } => {
+                    let to = if made_set.contains(id) { Some(new_id(*id)) } else { carried(*id, &mut previous) };
+                    to.map(|id| Event::FreeRequested { id, addr: *addr, callsite: *callsite })
+                }
+                Event::FreeCompleted { id, addr } => {
+                    let to = if made_set.contains(id) { Some(new_id(*id)) } else { carried(*id, &mut previous) };
+                    to.map(|id| Event::FreeCompleted { id, addr: *addr })
+                }
+                e @ (Event::Oom { .. }
+                | Event::Mark { .. }
+                | Event::CallSite { .. }
+                | Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. }) => Some(e.clone()),
+                _ => None,
+            };
+            if let Some(event) = event {
+                records.push(Record { time_ns, event });
+            }
+        }
+        previous = carry_out(&new_id);
+    }
+    let mut header = trace.header.clone();
+    header.notes.push(format!("events {first}..{end} repeated {repeats} times after event {end}"));
+    Ok((Trace::from_records(&trace.path, header, records), one_time.len() as u64, one_time_bytes))
+}
+
+/// Predicts, for a trace that ends in an OOM, whether the whole job fits under each setting at
+/// `capacity`, and what it needs. `None` when the trace does not end in an OOM.
+///
+/// `past[k]` says whether the replay of policy `k` got past the failed request at `capacity`,
+/// and `past_from[k]` from which capacity it does: the whole job fits only where its prefix
+/// does, and needs at least that.
+pub fn predict(
+    trace: &Trace,
+    policies: &[(Policy, AllocatorConfig)],
+    past: &[bool],
+    past_from: &[Option<u64>],
+    capacity: Option<u64>,
+    repeats: u32,
+) -> Result<Option<JobPrediction>> {
+    let Some(fatal) = trace.facts.fatal_oom().map(|o| o.event) else {
+        return Ok(None);
+    };
+    let cannot = |reason: &str| Ok(Some(JobPrediction::CannotTell { reason: reason.into() }));
+    let Some((from, bounds)) = iteration_bounds(trace, fatal)? else {
+        return cannot("no iteration marks and no repeated annotation before the failure");
+    };
+    if bounds.len() < 2 {
+        return cannot("no whole iteration precedes the failure");
+    }
+    let (first, end) = (bounds[bounds.len() - 2], bounds[bounds.len() - 1]);
+    // The failure must lie inside an iteration like the repeated one: further from the last
+    // boundary than one and a half iterations, the job has moved on to something else (a
+    // validation loop after training) that the repeated iteration does not describe.
+    if (fatal - end) * 2 > (end - first) * 3 {
+        return cannot(&format!(
+            "the failure (event {fatal}) comes {} events after the last iteration boundary, more than an iteration \
+({} events): the job had moved on to work the iterations before it do not show",
+            fatal - end,
+            end - first
+        ));
+    }
+    if let Some(reason) = unlike_iterations(trace, &bounds, fatal)? {
+        return cannot(&reason);
+    }
+    let whole_iterations = bounds.len() - 1;
+    let (extended, one_time_blocks, one_time_bytes) = extend(trace, first, end, repeats.max(1), whole_iterations == 1)?;
+    let mut out = Vec::new();
+    for (k, (policy, config)) in policies.iter().enumerate() {
+        let gets_past = past.get(k).copied().unwrap_or(false);
+        let at = ReplayOptions {
+            config: Some(config.clone()),
+            capacity_bytes: capacity,
+            unlimited: capacity.is_none(),
+            ..Default::default()
+        };
+        let fits = gets_past && !replay(&extended, &at)?.is_oom();
+        let unlimited =
+            replay(&extended, &ReplayOptions { config: Some(config.clone()), unlimited: true, ..Default::default() })?;
+        let needs = if unlimited.is_oom() {
+            None
+        } else {
+            crate::whatif::min_capacity(&extended, config, None, 0, unlimited.peak_reserved_bytes, 12, &|| ())?
+                .map(|m| m.0)
+        };
+        let needs = needs.map(|n| n.max(past_from.get(k).copied().flatten().unwrap_or(0)));
+        out.push(PolicyPrediction { policy: policy.clone(), fits, needs_bytes: needs });
+    }
+    Ok(Some(JobPrediction::FromRepeatedIteration {
+        iterations_from: from,
+        iteration_events: (first, end),
+        whole_iterations,
+        repeats: repeats.max(1),
+        one_time_blocks,
+        one_time_bytes,
+        policies: out,
+    }))
+}
+
+/// Whether a replay at `capacity` runs under a memory fraction (a limit below the device),
+/// the only case in which PyTorch's `garbage_collection_threshold` acts: not when there is no
+/// limit, nor when the limit was inferred from a device that was itself full.
+pub fn memory_fraction(trace: &Trace, capacity: Option<u64>) -> bool {
+    capacity.is_some() && !(trace.header.capacity_bytes == 0 && trace.facts.oom_capacity == capacity)
+}
+
+/// Why the repeated iteration would not stand for the rest of the job, if it would not. Each
+/// iteration is measured by its largest request and the total it requested (served requests;
+/// the failing iteration also counts the request that failed): the whole iterations after the
+/// first (which makes one-time state: the optimizer's first step, lazily built caches) must
+/// agree (else shapes vary from one step to the next), and the iteration that failed must not
+/// have asked for more than the repeated one (else the job had moved on to other work).
+fn unlike_iterations(trace: &Trace, bounds: &[u64], fatal: u64) -> Result<Option<String>> {
+    let n = bounds.len();
+    // (largest request, total requested) per iteration; the last one is the failing one.
+    let mut per: Vec<(u64, u64)> = vec![(0, 0); n];
+    trace.scan(|i, r| {
+        if i < bounds[0] || i > fatal {
+            return;
+        }
+        let k = bounds.partition_point(|&b| b <= i) - 1;
+        let size = match r.event {
+            Event::Alloc { requested_bytes, .. } => requested_bytes,
+            Event::Oom { requested_bytes, .. } if i == fatal => requested_bytes,
+            _ => return,
+        };
+        per[k].0 = per[k].0.max(size);
+        per[k].1 += size;
+    })?;
+    let (failing, whole) = per.split_last().expect("two bounds at least");
+    let steady = &whole[1.min(whole.len() - 1)..];
+    let last = *whole.last().expect("one whole iteration at least");
+    let close = |a: u64, b: u64| a.abs_diff(b) * 50 <= a.max(b);
+    if steady.iter().any(|w| w.0 != last.0 || !close(w.1, last.1)) {
+        return Ok(Some(format!(
+            "the whole iterations after the first differ in what they ask for (largest request {} to {}: shapes vary \
+from one iteration to the next): repeating one of them does not tell what later ones need",
+            crate::units::fmt_bytes(steady.iter().map(|w| w.0).min().unwrap_or(0)),
+            crate::units::fmt_bytes(steady.iter().map(|w| w.0).max().unwrap_or(0))
+        )));
+    }
+    if failing.0 > last.0 || failing.1 * 50 > last.1 * 51 {
+        return Ok(Some(format!(
+            "the iteration that failed asked for more than the last whole one (largest request {} against {}, {} \
+against {} in all): shapes vary, or the job had moved on to other work",
+            crate::units::fmt_bytes(failing.0),
+            crate::units::fmt_bytes(last.0),
+            crate::units::fmt_bytes(failing.1),
+            crate::units::fmt_bytes(last.1)
+        )));
+    }
+    Ok(None)
+}

@@ -1,0 +1,205 @@
+//! Two patterns of a program's memory use that `explain` diagnoses, with figures:
+//!
+//! - `torch.cuda.empty_cache()` called in the loop (often as `gc.collect();
+//!   torch.cuda.empty_cache()` after every batch): every call gives the cached segments back to
+//!   the device, and the next batch gets them again, one `cudaMalloc` each. The trace is replayed
+//!   without the program's `empty_cache()` calls, under the same settings and limit, and the two
+//!   runs' device calls and peak reserved are compared.
+//! - Blocks held back for another stream (`Tensor.record_stream`): a block the program freed is
+//!   given back to the cache only when the work queued on every stream that used it is done, so
+//!   between the free and its completion it holds memory no tensor uses. The bytes held per
+//!   stream are followed over the trace.
+
+use crate::model::Trace;
+use crate::replay::{replay, ReplayOptions};
+use crate::units::fmt_bytes;
+use crate::whatif::DEVICE_CALL_US;
+use anyhow::Result;
+use recorder::trace::{Event, ReleaseCause};
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// `empty_cache()` calls needed before the pattern is named.
+pub const MIN_EMPTY_CACHE_CALLS: u64 = 3;
+/// Held-back bytes are named when, at their peak, they are at least this share of reserved.
+pub const MIN_HELD_SHARE: f64 = 0.10;
+
+/// The program's `empty_cache()` calls, and the same run without them.
+#[derive(Debug, Clone, Serialize)]
+pub struct EmptyCacheCalls {
+    pub calls: u64,
+    /// Device calls (`cudaMalloc` + `cudaFree`) with the calls, and without.
+    pub device_calls_with: u64,
+    pub device_calls_without: u64,
+    pub peak_reserved_with: u64,
+    pub peak_reserved_without: u64,
+    /// Whether the replay without the calls runs out of memory at the limit (and with them not).
+    pub without_fails: bool,
+    pub with_fails: bool,
+}
+
+impl EmptyCacheCalls {
+    pub fn text(&self) -> String {
+        let saved = self.device_calls_with.saturating_sub(self.device_calls_without);
+        format!(
+            "the program calls torch.cuda.empty_cache() {} times: {} device calls (cudaMalloc/cudaFree) with them, {} \
+without them ({} fewer, about {:.1} ms at {DEVICE_CALL_US:.0} us each); peak reserved {} with them, {} without{}",
+            self.calls,
+            self.device_calls_with,
+            self.device_calls_without,
+            saved,
+            saved as f64 * DEVICE_CALL_US / 1000.0,
+            fmt_bytes(self.peak_reserved_with),
+            fmt_bytes(self.peak_reserved_without),
+            match (self.with_fails, self.without_fails) {
+                (false, true) => "; without them the replay runs out of memory at the limit: keep them",
+                (true, false) => "; without them the replay gets further at the limit",
+                _ => "",
+            }
+        )
+    }
+}
+
+/// Finds the pattern and replays without the calls (`None` below [`MIN_EMPTY_CACHE_CALLS`]).
+pub fn empty_cache_calls(trace: &Trace, capacity: Option<u64>) -> Result<Option<EmptyCacheCalls>> {
+    let mut calls = 0u64;
+    trace.scan(|_, r| {
+        if matches!(r.event, Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. }) {
+            calls += 1;
+        }
+    })?;
+    if calls < MIN_EMPTY_CACHE_CALLS {
+        return Ok(None);
+    }
+    let mut records = Vec::new();
+    trace.scan(|_, r| {
+        if !matches!(r.event, Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. }) {
+            records.push(r.clone());
+        }
+    })?;
+    let without_trace = Trace::from_records(&trace.path, trace.header.clone(), records);
+    let opts = ReplayOptions { capacity_bytes: capacity, unlimited: capacity.is_none(), ..Default::default() };
+    let with = replay(trace, &opts)?;
+    let without = replay(&without_trace, &opts)?;
+    Ok(Some(EmptyCacheCalls {
+        calls,
+        device_calls_with: with.num_device_alloc + with.num_device_free,
+        device_calls_without: without.num_device_alloc + without.num_device_free,
+        peak_reserved_with: with.peak_reserved_bytes,
+        peak_reserved_without: without.peak_reserved_bytes,
+        with_fails: with.is_oom(),
+        without_fails: without.is_oom() && without.oom_event() < with.oom_event().or(Some(u64::MAX)),
+    }))
+}
+
+/// Bytes freed by the program but held back until other streams' work is done.
+#[derive(Debug, Clone, Serialize)]
+pub struct HeldForStreams {
+    /// Peak of the held bytes, and where.
+    pub peak_held_bytes: u64,
+    pub peak_event: u64,
+    /// Reserved bytes (recorded segments) at that moment.
+    pub reserved_at_peak_bytes: u64,
+    /// Live requested bytes at that moment.
+    pub live_at_peak_bytes: u64,
+    /// Held bytes by the stream the blocks were allocated on, at the peak: (stream, bytes).
+    pub by_stream_at_peak: Vec<(u64, u64)>,
+    /// Held bytes over the trace: (event, bytes), a few samples.
+    pub over_time: Vec<(u64, u64)>,
+}
+
+impl HeldForStreams {
+    pub fn text(&self) -> String {
+        let streams: Vec<String> = self
+            .by_stream_at_peak
+            .iter()
+            .map(|(s, b)| format!("{} allocated on stream {s:#x}", fmt_bytes(*b)))
+            .collect();
+        let samples: Vec<String> =
+            self.over_time.iter().map(|(e, b)| format!("{} at event {e}", fmt_bytes(*b))).collect();
+        format!(
+            "blocks the program freed are held back until other streams' work on them is done (record_stream): {} held \
+at event {} ({}), while {} was live and {} reserved; held over the trace: {}",
+            fmt_bytes(self.peak_held_bytes),
+            self.peak_event,
+            streams.join(", "),
+            fmt_bytes(self.live_at_peak_bytes),
+            fmt_bytes(self.reserved_at_peak_bytes),
+            samples.join(", ")
+        )
+    }
+}
+
+/// Follows the held-back bytes (`None` when the program allocates on one stream only, or when
+/// they never reach [`MIN_HELD_SHARE`] of reserved).
+pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
+    let mut streams: Vec<u64> = Vec::new();
+    trace.scan(|_, r| {
+        if let Event::Alloc { stream, .. } = r.event {
+            if streams.len() < 2 && !streams.contains(&stream) {
+                streams.push(stream);
+            }
+        }
+    })?;
+    if streams.len() < 2 {
+        return Ok(None);
+    }
+    let mut size: HashMap<u64, (u64, u64)> = HashMap::new(); // id -> (stream, bytes)
+    let mut held: HashMap<u64, (u64, u64)> = HashMap::new();
+    let (mut held_bytes, mut live, mut reserved) = (0u64, 0u64, 0u64);
+    let mut best: Option<HeldForStreams> = None;
+    let mut series: Vec<(u64, u64)> = Vec::new();
+    trace.scan(|i, r| {
+        match r.event {
+            Event::Alloc { id, requested_bytes, stream, .. } => {
+                size.insert(id, (stream, requested_bytes));
+                live += requested_bytes;
+            }
+            Event::FreeRequested { id, .. } => {
+                if let Some(&(stream, b)) = size.get(&id) {
+                    held.insert(id, (stream, b));
+                    held_bytes += b;
+                    live -= b;
+                }
+            }
+            Event::FreeCompleted { id, .. } => {
+                if let Some((_, b)) = held.remove(&id) {
+                    held_bytes -= b;
+                } else if let Some(&(_, b)) = size.get(&id) {
+                    live -= b;
+                }
+                size.remove(&id);
+            }
+            Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => reserved += bytes,
+            Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
+                reserved = reserved.saturating_sub(bytes)
+            }
+            _ => {}
+        }
+        series.push((i, held_bytes));
+        if held_bytes > best.as_ref().map_or(0, |b| b.peak_held_bytes) {
+            let mut by: HashMap<u64, u64> = HashMap::new();
+            for (s, b) in held.values() {
+                *by.entry(*s).or_default() += b;
+            }
+            let mut by: Vec<(u64, u64)> = by.into_iter().collect();
+            by.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            best = Some(HeldForStreams {
+                peak_held_bytes: held_bytes,
+                peak_event: i,
+                reserved_at_peak_bytes: reserved,
+                live_at_peak_bytes: live,
+                by_stream_at_peak: by,
+                over_time: Vec::new(),
+            });
+        }
+    })?;
+    let Some(mut best) = best.filter(|b| {
+        b.reserved_at_peak_bytes > 0 && b.peak_held_bytes as f64 >= MIN_HELD_SHARE * b.reserved_at_peak_bytes as f64
+    }) else {
+        return Ok(None);
+    };
+    let n = series.len().max(1);
+    best.over_time = (0..8).map(|k| series[(k * (n - 1)) / 7]).collect();
+    Ok(Some(best))
+}
