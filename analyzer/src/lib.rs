@@ -10,6 +10,7 @@ pub mod leaks;
 pub mod model;
 pub mod plot;
 pub mod progress;
+pub mod ranks;
 pub mod replay;
 pub mod report;
 pub mod summary;

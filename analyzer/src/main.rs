@@ -283,6 +283,27 @@ alloctrace diff traces/gpt2_train.default.atrace sim.atrace -o diff/"
         #[arg(long)]
         json: bool,
     },
+    /// One view across the ranks of a distributed job: per-rank peaks, the peaking rank, the call sites that differ.
+    #[command(
+        long_about = "One view across ranks: give one trace or PyTorch snapshot (.pickle) per rank. A table \
+per rank (peak reserved and allocated with their event and time, OOMs, fragmentation at the peak, \
+device calls), the rank that peaks, the skew between ranks (highest peak / median peak), the call \
+sites whose live bytes at each rank's peak differ most, and (with -o) a picture: per-rank peak bars \
+and the ranks' allocated bytes aligned on iterations, not wall time. A trace's rank comes from a \
+`rank=R` note in its header, else `rank{R}`, `rank_R` or the device (`cuda{N}`) in its file name, \
+else its position.",
+        after_help = "Example:\n  alloctrace ranks snapshot_rank0.pickle snapshot_rank1.pickle -o ranks.svg\n  \
+alloctrace ranks run.rank_0.atrace run.rank_1.atrace run.rank_2.atrace --json"
+    )]
+    Ranks {
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        /// Write the picture (SVG) here.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Fragmentation four ways, over time and at one moment, with the segment map.
     #[command(
         long_about = "Measure fragmentation four ways, each named and defined in the output:\n  \
@@ -506,6 +527,9 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
         ),
         Command::Report { trace, output, no_search, json } => {
             cmd::report::run(&cmd::report::ReportCmdOptions { trace, output, search_capacity: !no_search, json }, out)
+        }
+        Command::Ranks { traces, output, json } => {
+            cmd::ranks::run(&cmd::ranks::RanksCmdOptions { traces, output, json }, out)
         }
         Command::Diff { a, b, output, json } => cmd::diff::run(&cmd::diff::DiffCmdOptions { a, b, output, json }, out),
         Command::Frag { trace, at, max_segments, json } => {

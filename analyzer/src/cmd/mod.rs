@@ -8,6 +8,7 @@ pub mod frag;
 pub mod import;
 pub mod leaks;
 pub mod plot;
+pub mod ranks;
 pub mod record;
 pub mod replay;
 pub mod report;
