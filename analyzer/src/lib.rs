@@ -1,6 +1,7 @@
 //! alloctrace's analyzer: reads traces (and foreign formats), replays them through the
 //! recorder's engine on a simulated device, computes and renders.
 
+pub mod category;
 pub mod cmd;
 pub mod diff;
 pub mod explain;

@@ -43,6 +43,9 @@ pub struct SummaryJson<'a> {
     pub truncated: bool,
     pub damage: Option<String>,
     pub notes: &'a [String],
+    /// Live bytes by category at the peak of allocated bytes, and each category's most;
+    /// `null` when the trace has neither call sites nor phase marks.
+    pub categories: Option<crate::category::Categories>,
 }
 
 pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
@@ -50,6 +53,7 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
     let scanned = tracefile::scan(&opts.trace, |i, r| fold.record(i, r))?;
     let s: Summary = fold.finish();
     let h = &scanned.header;
+    let categories = crate::category::of_summary(&opts.trace, &s)?;
     if opts.json {
         write_json(
             out,
@@ -79,6 +83,7 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
                 truncated: scanned.end.is_partial(),
                 damage: scanned.end.is_partial().then(|| scanned.end.describe()),
                 notes: &h.notes,
+                categories,
             },
         )?;
     } else {
@@ -116,6 +121,9 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
         }
         for n in &h.notes {
             writeln!(out, "note         {n}")?;
+        }
+        if let Some(c) = &categories {
+            crate::category::write_text(out, c)?;
         }
     }
     if let Some(w) = scanned.damage_warning() {
