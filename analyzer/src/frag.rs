@@ -539,7 +539,7 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
             failed_request,
             segments: moment.segments.iter().map(SegmentMap::of).collect(),
         },
-        peak_event: peak_event,
+        peak_event,
         anomalies: result.anomalies,
         input_damage: result.input_damage.clone(),
         recorded_oom_event: first_oom,

@@ -203,7 +203,7 @@ pub fn timeline_recorded(trace: &Trace, x: XAxis, columns: usize) -> Result<Opti
     }
     Ok(Some(TimelineData {
         trace: trace_name(path),
-        device: device_text(&header),
+        device: device_text(header),
         x,
         series: tl.finish(),
         peak_reserved: peak_r,
@@ -264,7 +264,7 @@ pub fn timeline_replayed(trace: &Trace, x: XAxis, columns: usize) -> Result<Time
     })?;
     Ok(TimelineData {
         trace: trace_name(path),
-        device: device_text(&header),
+        device: device_text(header),
         x,
         series: tl.finish(),
         peak_reserved: peak_r,

@@ -192,7 +192,11 @@ fn normalized(text: &str) -> String {
         Some(p) => {
             let (head, tail) = text.split_at(p);
             let rest = tail[1..].trim_start_matches(|c: char| c.is_ascii_digit());
-            format!("{head}{rest}")
+            if rest.len() + 1 == tail.len() {
+                text.to_string()
+            } else {
+                format!("{head}{rest}")
+            }
         }
         None => text.to_string(),
     }
@@ -530,7 +534,7 @@ mod tests {
 
     #[test]
     fn ranks_from_names_and_header() {
-        let h = Header::new(Source::Recorder);
+        let h = Header::new(Source::Recorded);
         assert_eq!(rank_of(Path::new("run/snap_rank3.pickle"), &h), Some((3, RankSource::FileName)));
         assert_eq!(rank_of(Path::new("RANK_12.atrace"), &h), Some((12, RankSource::FileName)));
         assert_eq!(rank_of(Path::new("a/rank-1.pickle"), &h), Some((1, RankSource::FileName)));
