@@ -184,8 +184,8 @@ struct Alloc {
     completed: Option<u64>,
 }
 
-/// Categories of a trace's allocations; `None` when the trace has neither phase marks nor any
-/// call site (nothing to classify from).
+/// Categories of a trace's allocations; `None` when no allocation has a phase (no phase marks,
+/// no frames of PyTorch's forward, backward or optimizer).
 pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
     let mut sites: HashMap<u32, Option<Phase>> = HashMap::new();
     let mut runs: Vec<Phase> = Vec::new();
@@ -240,7 +240,9 @@ pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
         }
         _ => {}
     })?;
-    if !marked && !any_frames {
+    if (!marked && !any_frames) || !runs.iter().any(|&p| p != Phase::None) {
+        // Nothing to classify from: no phase marks, and no frames of PyTorch's forward,
+        // backward or optimizer.
         return Ok(None);
     }
     let forwards: Vec<usize> = (0..runs.len()).filter(|&k| runs[k] == Phase::Forward).collect();
@@ -336,11 +338,16 @@ pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
     }))
 }
 
+/// Above this many events, `summary` leaves categories out unless asked (`--categories`): they
+/// take a second pass over the trace and memory per allocation, and `summary` is the fast look.
+pub const SUMMARY_MAX_EVENTS: u64 = 2_000_000;
+
 /// Categories for `summary`: computed when the summary saw call sites or marks (a second pass
-/// over the trace), else `None`.
-pub fn of_summary(path: &std::path::Path, s: &crate::summary::Summary) -> Result<Option<Categories>> {
+/// over the trace) and the trace has at most [`SUMMARY_MAX_EVENTS`] events or `always`; else
+/// `None`.
+pub fn of_summary(path: &std::path::Path, s: &crate::summary::Summary, always: bool) -> Result<Option<Categories>> {
     let has = |k: &str| s.events_by_kind.get(k).copied().unwrap_or(0) > 0;
-    if !has("callsite") && !has("mark") {
+    if (!has("callsite") && !has("mark")) || (s.events > SUMMARY_MAX_EVENTS && !always) {
         return Ok(None);
     }
     analyze(&Trace::open(path)?)

@@ -77,6 +77,9 @@ Example:\n  alloctrace dump traces/seed_experiments.default.atrace | grep segmen
         /// Machine-readable output with stable keys.
         #[arg(long)]
         json: bool,
+        /// Bytes by category (parameter, gradient, ...) also above 2,000,000 events (a second pass).
+        #[arg(long)]
+        categories: bool,
     },
     /// Replay a trace's requests through the allocator model under any settings and capacity.
     #[command(
@@ -471,7 +474,9 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
             out,
         ),
         Command::Dump { trace } => cmd::dump::run(&cmd::dump::DumpOptions { trace }, out),
-        Command::Summary { trace, json } => cmd::summary::run(&cmd::summary::SummaryOptions { trace, json }, out),
+        Command::Summary { trace, json, categories } => {
+            cmd::summary::run(&cmd::summary::SummaryOptions { trace, json, categories }, out)
+        }
         Command::Replay { trace, policy, output, json } => cmd::replay::run(
             &cmd::replay::ReplayCmdOptions {
                 trace,

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 pub struct SummaryOptions {
     pub trace: PathBuf,
     pub json: bool,
+    /// Categories whatever the trace's size (else up to [`crate::category::SUMMARY_MAX_EVENTS`]).
+    pub categories: bool,
 }
 
 /// The `--json` document. Keys are stable.
@@ -53,7 +55,7 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
     let scanned = tracefile::scan(&opts.trace, |i, r| fold.record(i, r))?;
     let s: Summary = fold.finish();
     let h = &scanned.header;
-    let categories = crate::category::of_summary(&opts.trace, &s)?;
+    let categories = crate::category::of_summary(&opts.trace, &s, opts.categories)?;
     if opts.json {
         write_json(
             out,
