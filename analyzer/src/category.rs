@@ -18,7 +18,8 @@
 //! **Categories**, from the allocating run and the free:
 //! * parameter: allocated before the first forward and still live at the second forward (or at
 //!   the end, if there is one forward);
-//! * gradient: allocated in backward, freed after that backward and by the next one (by
+//! * gradient: DistributedDataParallel's gradient buckets (frames of its `_ddp_init_helper` or
+//!   `_pre_forward`) that outlive their phase; else allocated in backward, freed after that backward and by the next one (by
 //!   `zero_grad`), or never if no backward follows;
 //! * optimizer state: allocated in a step, freed after that step (or never);
 //! * activation: allocated in forward, freed in the backward that follows;
@@ -106,6 +107,15 @@ pub fn phase_of_frames(frames: &[Frame]) -> Option<Phase> {
     Some(Phase::None)
 }
 
+/// DistributedDataParallel's gradient buckets: made when it is built (`_ddp_init_helper`) and
+/// when it rebuilds them before a forward (`_pre_forward`).
+fn is_ddp_bucket(frames: &[Frame]) -> bool {
+    frames.iter().any(|f| {
+        f.file.replace('\\', "/").ends_with("torch/nn/parallel/distributed.py")
+            && matches!(f.function.as_str(), "_ddp_init_helper" | "_pre_forward")
+    })
+}
+
 /// The phase a `phase` mark starts.
 fn phase_of_mark(text: &str) -> Phase {
     let t = text.to_ascii_lowercase();
@@ -182,12 +192,14 @@ struct Alloc {
     free_run: Option<usize>,
     /// The event at which its block came back (`FreeCompleted`), if it did.
     completed: Option<u64>,
+    /// Made by DDP for its gradient buckets.
+    bucket: bool,
 }
 
 /// Categories of a trace's allocations; `None` when no allocation has a phase (no phase marks,
 /// no frames of PyTorch's forward, backward or optimizer).
 pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
-    let mut sites: HashMap<u32, Option<Phase>> = HashMap::new();
+    let mut sites: HashMap<u32, (Option<Phase>, bool)> = HashMap::new();
     let mut runs: Vec<Phase> = Vec::new();
     let mut allocs: Vec<Alloc> = Vec::new();
     let mut by_id: HashMap<u64, usize> = HashMap::new();
@@ -197,7 +209,7 @@ pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
     trace.scan(|i, r| match &r.event {
         Event::CallSite { id, frames } => {
             any_frames |= !frames.is_empty();
-            sites.insert(*id, phase_of_frames(frames));
+            sites.insert(*id, (phase_of_frames(frames), is_ddp_bucket(frames)));
         }
         Event::Mark { kind: MarkKind::Phase, text } => {
             marked = true;
@@ -209,7 +221,7 @@ pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
         }
         Event::Alloc { id, requested_bytes, block_bytes, callsite, .. } => {
             if !marked {
-                if let Some(p) = sites.get(callsite).copied().flatten() {
+                if let Some(p) = sites.get(callsite).and_then(|s| s.0) {
                     if current != Some(p) {
                         runs.push(p);
                         current = Some(p);
@@ -223,7 +235,8 @@ pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
             let bytes =
                 if *block_bytes > 0 { *block_bytes } else { requested_bytes.max(&1).div_ceil(512).saturating_mul(512) };
             by_id.insert(*id, allocs.len());
-            allocs.push(Alloc { bytes, alloc_event: i, run: runs.len() - 1, free_run: None, completed: None });
+            let bucket = sites.get(callsite).is_some_and(|s| s.1);
+            allocs.push(Alloc { bytes, alloc_event: i, run: runs.len() - 1, free_run: None, completed: None, bucket });
         }
         Event::FreeRequested { id, .. } => {
             if let Some(&k) = by_id.get(id) {
@@ -254,6 +267,7 @@ pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
             let freed_in = a.free_run;
             let same_run = freed_in == Some(a.run);
             match runs[a.run] {
+                _ if a.bucket && !same_run => Category::Gradient,
                 _ if a.run < first_forward => {
                     let alive = match (second_forward, freed_in) {
                         (_, None) => true,

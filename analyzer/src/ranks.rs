@@ -114,6 +114,9 @@ pub struct RankRow {
     pub iterations: usize,
     /// What the iterations were taken from: `iteration marks`, `annotation "TEXT"`, or `none`.
     pub iterations_from: String,
+    /// Live bytes by category at the peak of allocated bytes ([`crate::category`]); `null` when
+    /// the trace gives no phases.
+    pub categories_at_peak: Option<crate::category::ByCategory>,
 }
 
 /// A call site's live allocated bytes at each rank's peak (in the order of `ranks`).
@@ -324,6 +327,7 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
             device_frees,
             iterations: anchor_events.len(),
             iterations_from,
+            categories_at_peak: crate::category::analyze(trace)?.map(|c| c.at_peak),
         },
         sites_at_peak,
         timeline,

@@ -66,6 +66,14 @@ fn the_unequal_ddp_run_names_rank_1_and_the_sites_that_differ() {
         let b = s["bytes"].as_array().unwrap();
         assert!(b[1].as_u64() > b[0].as_u64(), "{s}");
     }
+    // Why rank 1: the same parameters (the MLP's 8,410,128 fp32 values, each of its 6 tensors
+    // rounded up to 512 bytes), four times the activations.
+    let cat = |r: &Value, k: &str| r["categories_at_peak"][k].as_u64().unwrap();
+    for r in ranks {
+        let p = cat(r, "parameter");
+        assert!(p >= 8_410_128 * 4 && p - 8_410_128 * 4 <= 6 * 512, "{p}");
+    }
+    assert!(cat(&ranks[1], "activation") > 3 * cat(&ranks[0], "activation"));
     // The timelines run over the aligned axis: before the first iteration, then 3.
     for t in v["timelines"].as_array().unwrap() {
         let last = t["points"].as_array().unwrap().last().unwrap()[0].as_f64().unwrap();

@@ -83,6 +83,21 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
                 rep.skew_allocated
             )?;
         }
+        if rep.ranks.iter().any(|r| r.categories_at_peak.is_some()) {
+            writeln!(out, "by category at each rank's peak of allocated bytes:")?;
+            let names: Vec<String> =
+                crate::category::CATEGORIES.iter().map(|c| format!("{:>16}", c.as_str())).collect();
+            writeln!(out, "  rank {}", names.join(""))?;
+            for r in &rep.ranks {
+                let cols: Vec<String> = match &r.categories_at_peak {
+                    Some(c) => {
+                        crate::category::CATEGORIES.iter().map(|&k| format!("{:>16}", fmt_bytes(c.get(k)))).collect()
+                    }
+                    None => vec![format!("{:>16}", "(no phases)")],
+                };
+                writeln!(out, "  {:>4} {}", r.rank, cols.join(""))?;
+            }
+        }
         if rep.differing_sites.is_empty() {
             writeln!(out, "call sites   the ranks hold the same bytes per call site at their peaks")?;
         } else {
