@@ -182,6 +182,19 @@ pub struct Categories {
     pub max: ByCategory,
     /// Allocations per category.
     pub allocations: ByCategory,
+    /// Over time, at most [`TIMELINE_COLUMNS`] samples: for each equal run of events, the live
+    /// bytes by category when their total was highest in that run (a stacked timeline).
+    pub over_time: Vec<CategorySample>,
+}
+
+/// Samples of [`Categories::over_time`].
+pub const TIMELINE_COLUMNS: u64 = 200;
+
+/// Live bytes by category after event `event`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CategorySample {
+    pub event: u64,
+    pub bytes: ByCategory,
 }
 
 struct Alloc {
@@ -323,6 +336,10 @@ pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
     let mut live = ByCategory::default();
     let mut max = ByCategory::default();
     let (mut total, mut peak, mut peak_event, mut at_peak) = (0i64, 0i64, 0u64, ByCategory::default());
+    let events = trace.events.max(1);
+    let columns = TIMELINE_COLUMNS.min(events);
+    let mut over_time: Vec<CategorySample> = Vec::new();
+    let mut column_best = (u64::MAX, -1i64);
     let mut k = 0;
     while k < deltas.len() {
         let e = deltas[k].0;
@@ -335,6 +352,15 @@ pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
         }
         for c in CATEGORIES {
             *max.get_mut(c) = max.get(c).max(live.get(c));
+        }
+        let column = e * columns / events;
+        if column != column_best.0 || total > column_best.1 {
+            if column != column_best.0 {
+                over_time.push(CategorySample { event: e, bytes: live });
+            } else if let Some(last) = over_time.last_mut() {
+                *last = CategorySample { event: e, bytes: live };
+            }
+            column_best = (column, total);
         }
         if total > peak {
             peak = total;
@@ -349,6 +375,7 @@ pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
         at_peak,
         max,
         allocations,
+        over_time,
     }))
 }
 
