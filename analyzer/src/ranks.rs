@@ -439,20 +439,10 @@ pub fn render(rep: &RanksReport) -> Result<String> {
             .x_label_area_size(40)
             .y_label_area_size(78)
             .build_cartesian_2d(0f64..n as f64, 0f64..y1)?;
-        let ranks: Vec<u32> = rep.ranks.iter().map(|r| r.rank).collect();
-        let rank_label = move |v: &f64| {
-            let k = v.floor() as usize;
-            if (v - k as f64 - 0.5).abs() < 1e-9 && k < ranks.len() {
-                format!("rank {}", ranks[k])
-            } else {
-                String::new()
-            }
-        };
         bars.configure_mesh()
             .disable_x_mesh()
             .light_line_style(RGBColor(238, 238, 238))
-            .x_labels(2 * n + 1)
-            .x_label_formatter(&rank_label)
+            .x_label_formatter(&|_| String::new())
             .y_desc(format!("bytes ({unit})"))
             .y_label_formatter(&|v| format!("{v:.2}"))
             .label_style(("sans-serif", 13))
@@ -466,14 +456,18 @@ pub fn render(rep: &RanksReport) -> Result<String> {
             bars.draw_series(std::iter::once(Rectangle::new([(x + 0.15, 0.0), (x + 0.48, res)], reserved.filled())))?;
             bars.draw_series(std::iter::once(Rectangle::new([(x + 0.52, 0.0), (x + 0.85, all)], allocated.filled())))?;
             let label = format!(
-                "{} / {}",
+                "rank {}: {} / {}",
+                r.rank,
                 crate::units::fmt_bytes(r.peak_reserved.bytes),
                 crate::units::fmt_bytes(r.peak_allocated.bytes)
             );
             bars.draw_series(std::iter::once(Text::new(
                 label,
-                (x + 0.15, res.max(all) + y1 * 0.02),
-                ("sans-serif", 12).into_font(),
+                (x + 0.15, res.max(all) + y1 * 0.01),
+                TextStyle::from(("sans-serif", 12).into_font()).pos(plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Left,
+                    plotters::style::text_anchor::VPos::Bottom,
+                )),
             )))?;
         }
         bars.draw_series(std::iter::once(Rectangle::new([(0.0, 0.0), (0.0, 0.0)], reserved.filled())))?
