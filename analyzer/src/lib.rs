@@ -2,6 +2,7 @@
 //! recorder's engine on a simulated device, computes and renders.
 
 pub mod advice;
+pub mod category;
 pub mod cmd;
 pub mod diff;
 pub mod escape;
@@ -17,6 +18,7 @@ pub mod output;
 pub mod patterns;
 pub mod plot;
 pub mod progress;
+pub mod ranks;
 pub mod replay;
 pub mod report;
 pub mod summary;

@@ -76,6 +76,9 @@ Example:\n  alloctrace dump traces/seed_experiments.default.atrace | grep segmen
         /// Machine-readable output with stable keys.
         #[arg(long)]
         json: bool,
+        /// Bytes by category (parameter, gradient, ...) also above 2,000,000 events (a second pass).
+        #[arg(long)]
+        categories: bool,
     },
     /// Replay a trace's requests through the allocator model under any settings and capacity.
     #[command(
@@ -306,6 +309,27 @@ alloctrace diff traces/gpt2_train.default.atrace sim.atrace -o diff/"
         a: PathBuf,
         b: PathBuf,
         /// Write timeline-overlay.svg and diff.json into this directory.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One view across the ranks of a distributed job: per-rank peaks, the peaking rank, the call sites that differ.
+    #[command(
+        long_about = "One view across ranks: give one trace or PyTorch snapshot (.pickle) per rank. A table \
+per rank (peak reserved and allocated with their event and time, OOMs, fragmentation at the peak, \
+device calls), the rank that peaks, the skew between ranks (highest peak / median peak), the call \
+sites whose live bytes at each rank's peak differ most, and (with -o) a picture: per-rank peak bars \
+and the ranks' allocated bytes aligned on iterations, not wall time. A trace's rank comes from a \
+`rank=R` note in its header, else `rank{R}`, `rank_R` or the device (`cuda{N}`) in its file name, \
+else its position.",
+        after_help = "Example:\n  alloctrace ranks snapshot_rank0.pickle snapshot_rank1.pickle -o ranks.svg\n  \
+alloctrace ranks run.rank_0.atrace run.rank_1.atrace run.rank_2.atrace --json"
+    )]
+    Ranks {
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        /// Write the picture (SVG) here.
         #[arg(short, long)]
         output: Option<PathBuf>,
         #[arg(long)]
@@ -554,7 +578,9 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
             out,
         ),
         Command::Dump { trace } => cmd::dump::run(&cmd::dump::DumpOptions { trace }, out),
-        Command::Summary { trace, json } => cmd::summary::run(&cmd::summary::SummaryOptions { trace, json }, out),
+        Command::Summary { trace, json, categories } => {
+            cmd::summary::run(&cmd::summary::SummaryOptions { trace, json, categories }, out)
+        }
         Command::Replay { trace, policy, output, json } => cmd::replay::run(
             &cmd::replay::ReplayCmdOptions {
                 trace,
@@ -636,6 +662,9 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
             },
             out,
         ),
+        Command::Ranks { traces, output, json } => {
+            cmd::ranks::run(&cmd::ranks::RanksCmdOptions { traces, output, json }, out)
+        }
         Command::Diff { a, b, output, json } => cmd::diff::run(&cmd::diff::DiffCmdOptions { a, b, output, json }, out),
         Command::Frag { trace, run, at, max_segments, json } => {
             cmd::frag::run(&cmd::frag::FragCmdOptions { trace, facts: run.facts(), at, max_segments, json }, out)

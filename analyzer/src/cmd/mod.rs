@@ -9,6 +9,7 @@ pub mod frag;
 pub mod import;
 pub mod leaks;
 pub mod plot;
+pub mod ranks;
 pub mod record;
 pub mod record_history;
 pub mod replay;

@@ -11,6 +11,8 @@ use std::path::PathBuf;
 pub struct SummaryOptions {
     pub trace: PathBuf,
     pub json: bool,
+    /// Categories whatever the trace's size (else up to [`crate::category::SUMMARY_MAX_EVENTS`]).
+    pub categories: bool,
 }
 
 /// The `--json` document. Keys are stable.
@@ -44,6 +46,9 @@ pub struct SummaryJson<'a> {
     pub truncated: bool,
     pub damage: Option<String>,
     pub notes: &'a [String],
+    /// Live bytes by category at the peak of allocated bytes, and each category's most;
+    /// `null` when the trace has neither call sites nor phase marks.
+    pub categories: Option<crate::category::Categories>,
 }
 
 pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
@@ -53,6 +58,7 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
     let capacity = trace.default_capacity();
     let s: &Summary = &trace.summary;
     let h = &scanned.header;
+    let categories = crate::category::of_summary(&opts.trace, &s, opts.categories)?;
     if opts.json {
         write_json(
             out,
@@ -83,6 +89,7 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
                 truncated: scanned.end.is_partial(),
                 damage: scanned.end.is_partial().then(|| scanned.end.describe()),
                 notes: &h.notes,
+                categories,
             },
         )?;
     } else {
@@ -126,6 +133,9 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
         }
         for n in &h.notes {
             writeln!(out, "note         {}", crate::escape::terminal(n))?;
+        }
+        if let Some(c) = &categories {
+            crate::category::write_text(out, c)?;
         }
     }
     if let Some(w) = scanned.damage_warning() {

@@ -1,0 +1,117 @@
+//! `alloctrace ranks TRACE... [--json] [-o PICTURE.svg]`: one view across the ranks of a
+//! distributed job (see [`crate::ranks`]).
+
+use super::{damage_exit, write_json};
+use crate::ranks::{analyze, open_any, render};
+use crate::units::{fmt_bytes, fmt_ns};
+use anyhow::{bail, Context, Result};
+use std::io::Write;
+use std::path::PathBuf;
+
+pub struct RanksCmdOptions {
+    pub traces: Vec<PathBuf>,
+    pub output: Option<PathBuf>,
+    pub json: bool,
+}
+
+pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
+    if opts.traces.is_empty() {
+        bail!("give one trace or snapshot per rank");
+    }
+    let traces = opts.traces.iter().map(|p| open_any(p)).collect::<Result<Vec<_>>>()?;
+    let rep = analyze(&traces)?;
+    if let Some(path) = &opts.output {
+        std::fs::write(path, render(&rep)?).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if opts.json {
+        write_json(out, &rep)?;
+    } else {
+        let aligned = if rep.aligned_on_iterations {
+            "aligned on iterations"
+        } else {
+            "not aligned (no iterations found in every trace)"
+        };
+        writeln!(out, "ranks        {} traces, timelines {aligned}", rep.ranks.len())?;
+        writeln!(
+            out,
+            "{:>4}  {:<28} {:>11} {:>8} {:>12} {:>11} {:>8} {:>12} {:>5} {:>9} {:>12} {:>10}",
+            "rank",
+            "trace",
+            "peak rsvd",
+            "event",
+            "at",
+            "peak alloc",
+            "event",
+            "at",
+            "OOMs",
+            "frag@peak",
+            "device calls",
+            "iterations"
+        )?;
+        for r in &rep.ranks {
+            writeln!(
+                out,
+                "{:>4}  {:<28} {:>11} {:>8} {:>12} {:>11} {:>8} {:>12} {:>5} {:>8.1}% {:>12} {:>10}",
+                r.rank,
+                r.trace,
+                fmt_bytes(r.peak_reserved.bytes),
+                r.peak_reserved.event,
+                fmt_ns(r.peak_reserved.time_ns),
+                fmt_bytes(r.peak_allocated.bytes),
+                r.peak_allocated.event,
+                fmt_ns(r.peak_allocated.time_ns),
+                r.ooms,
+                r.fragmentation_at_peak * 100.0,
+                r.device_allocs + r.device_frees,
+                r.iterations
+            )?;
+        }
+        if rep.ranks.iter().any(|r| !r.block_sizes_recorded) {
+            writeln!(
+                out,
+                "note         where block sizes are not recorded, allocated = requests rounded up to 512 bytes"
+            )?;
+        }
+        let peak = rep.ranks.iter().find(|r| r.rank == rep.peaking_rank);
+        if let Some(p) = peak {
+            writeln!(
+                out,
+                "peaking rank {}: {} reserved at its peak; skew (max/median) {:.2}x reserved, {:.2}x allocated",
+                p.rank,
+                fmt_bytes(p.peak_reserved.bytes),
+                rep.skew_reserved,
+                rep.skew_allocated
+            )?;
+        }
+        if rep.ranks.iter().any(|r| r.categories_at_peak.is_some()) {
+            writeln!(out, "by category at each rank's peak of allocated bytes:")?;
+            let names: Vec<String> =
+                crate::category::CATEGORIES.iter().map(|c| format!("{:>16}", c.as_str())).collect();
+            writeln!(out, "  rank {}", names.join(""))?;
+            for r in &rep.ranks {
+                let cols: Vec<String> = match &r.categories_at_peak {
+                    Some(c) => {
+                        crate::category::CATEGORIES.iter().map(|&k| format!("{:>16}", fmt_bytes(c.get(k)))).collect()
+                    }
+                    None => vec![format!("{:>16}", "(no phases)")],
+                };
+                writeln!(out, "  {:>4} {}", r.rank, cols.join(""))?;
+            }
+        }
+        if rep.differing_sites.is_empty() {
+            writeln!(out, "call sites   the ranks hold the same bytes per call site at their peaks")?;
+        } else {
+            writeln!(out, "call sites whose bytes at the peak differ most between ranks:")?;
+            let heads: Vec<String> = rep.ranks.iter().map(|r| format!("{:>11}", format!("rank {}", r.rank))).collect();
+            writeln!(out, "  {} {:>11}  site", heads.join(" "), "spread")?;
+            for s in &rep.differing_sites {
+                let cols: Vec<String> = s.bytes.iter().map(|b| format!("{:>11}", fmt_bytes(*b))).collect();
+                writeln!(out, "  {} {:>11}  {}", cols.join(" "), fmt_bytes(s.spread_bytes), s.site)?;
+            }
+        }
+        if let Some(path) = &opts.output {
+            writeln!(out, "wrote        {}", path.display())?;
+        }
+    }
+    damage_exit(&traces.iter().collect::<Vec<_>>())
+}

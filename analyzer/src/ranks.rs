@@ -1,0 +1,569 @@
+//! One view across the ranks of a distributed job: each rank's trace (an alloctrace trace or a
+//! PyTorch snapshot) side by side, which rank peaks and by how much, the call sites whose bytes
+//! at the peak differ most between ranks, and the ranks' timelines aligned on iterations.
+//!
+//! * **Rank** of a trace: a `rank=R` / `rank R` note in its header, else `rank{R}`, `rank_R`
+//!   or `rank-R` in the file name, else the device (`cuda{N}`, `cuda_N`, `device{N}`, `gpu{N}`)
+//!   in the file name, else its position among the arguments.
+//! * **Allocated** bytes are the blocks handed out; where the trace does not record block sizes
+//!   (PyTorch snapshots record requests), the request rounded up to 512 bytes, as PyTorch's
+//!   caching allocator rounds it.
+//! * **Fragmentation at the peak**: the share of reserved bytes not allocated when reserved
+//!   bytes first reached their peak.
+//! * **Call sites** are named by their innermost user frame ([`crate::leaks::site_of`]); a
+//!   site's bytes on a rank are its live allocated bytes at that rank's peak of allocated bytes.
+//! * **Iterations** come from `iteration` marks; else from the annotation that repeats and comes
+//!   first, names that say so preferred (one containing `iteration`, then `ProfilerStep`, then
+//!   PyTorch's own `Optimizer.zero_grad#...` and `Optimizer.step#...`), `START` ones preferred,
+//!   trailing `#N` step numbers ignored; else there are none
+//!   and the timeline runs over the share of the trace's events. On the aligned axis,
+//!   `k + f` is the fraction `f` (by events) of the way through iteration `k`; `[0, 1)` is what
+//!   came before the first iteration.
+
+use crate::import::torch::{import_file, ImportOptions};
+use crate::leaks::Sites;
+use crate::model::Trace;
+use crate::summary::Peak;
+use anyhow::Result;
+use recorder::trace::{Event, Header, MarkKind};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::path::Path;
+
+/// Points of each aligned timeline (maxima of equal runs of events).
+pub const TIMELINE_POINTS: usize = 2000;
+/// Call sites listed as differing between ranks.
+pub const TOP_SITES: usize = 10;
+
+/// Where a trace's rank came from.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RankSource {
+    Header,
+    FileName,
+    Device,
+    /// Its position among the arguments (nothing named a rank, or two traces named the same).
+    Position,
+}
+
+/// Reads an alloctrace trace, or imports a PyTorch snapshot (a pickle) in memory.
+pub fn open_any(path: &Path) -> Result<Trace> {
+    let mut magic = [0u8; 1];
+    let is_pickle = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && magic[0] == 0x80;
+    if is_pickle {
+        let imported = import_file(path, &ImportOptions::default())?;
+        Ok(Trace::from_records(path, imported.header, imported.records))
+    } else {
+        Trace::open(path)
+    }
+}
+
+/// The digits right after `key` (optionally after one of `_`, `-`, `:`, `=`, ` `) in `s`,
+/// case-insensitive: `rank3`, `rank_3`, `rank-3`, `cuda:1`.
+fn number_after(s: &str, key: &str) -> Option<u32> {
+    let lower = s.to_ascii_lowercase();
+    let mut from = 0;
+    while let Some(p) = lower[from..].find(key) {
+        let rest = &lower[from + p + key.len()..];
+        let rest = rest.strip_prefix(['_', '-', ':', '=', ' ']).unwrap_or(rest);
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        if !digits.is_empty() {
+            return digits.parse().ok();
+        }
+        from += p + key.len();
+    }
+    None
+}
+
+/// A trace's rank from its header or file name (see the module documentation).
+pub fn rank_of(path: &Path, header: &Header) -> Option<(u32, RankSource)> {
+    if let Some(r) = header.notes.iter().find_map(|n| number_after(n, "rank")) {
+        return Some((r, RankSource::Header));
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if let Some(r) = number_after(&name, "rank") {
+        return Some((r, RankSource::FileName));
+    }
+    ["cuda", "device", "gpu"].iter().find_map(|k| number_after(&name, k)).map(|r| (r, RankSource::Device))
+}
+
+/// PyTorch's rounding of a request to a block (512-byte multiples, at least 512).
+fn rounded(requested: u64) -> u64 {
+    requested.max(1).div_ceil(512).saturating_mul(512)
+}
+
+/// One rank's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct RankRow {
+    pub rank: u32,
+    pub rank_source: RankSource,
+    pub trace: String,
+    pub events: u64,
+    pub peak_reserved: Peak,
+    pub peak_allocated: Peak,
+    /// Allocated bytes are the recorded block sizes (else requests rounded to 512 bytes).
+    pub block_sizes_recorded: bool,
+    pub ooms: u64,
+    /// Share of reserved bytes not allocated at the peak of reserved bytes.
+    pub fragmentation_at_peak: f64,
+    /// Segment allocations and maps.
+    pub device_allocs: u64,
+    /// Segment frees and unmaps.
+    pub device_frees: u64,
+    pub iterations: usize,
+    /// What the iterations were taken from: `iteration marks`, `annotation "TEXT"`, or `none`.
+    pub iterations_from: String,
+    /// Live bytes by category at the peak of allocated bytes ([`crate::category`]); `null` when
+    /// the trace gives no phases.
+    pub categories_at_peak: Option<crate::category::ByCategory>,
+}
+
+/// A call site's live allocated bytes at each rank's peak (in the order of `ranks`).
+#[derive(Debug, Clone, Serialize)]
+pub struct SiteSpread {
+    pub site: String,
+    pub bytes: Vec<u64>,
+    /// Largest minus smallest.
+    pub spread_bytes: u64,
+}
+
+/// A rank's allocated bytes over aligned iterations: `(x, bytes)`, see the module documentation.
+#[derive(Debug, Clone, Serialize)]
+pub struct AlignedTimeline {
+    pub rank: u32,
+    pub points: Vec<(f64, u64)>,
+}
+
+/// The cross-rank view.
+#[derive(Debug, Clone, Serialize)]
+pub struct RanksReport {
+    /// In rank order.
+    pub ranks: Vec<RankRow>,
+    /// The rank with the highest peak of reserved bytes (the first such).
+    pub peaking_rank: u32,
+    /// Highest peak over the median peak, of reserved and of allocated bytes.
+    pub skew_reserved: f64,
+    pub skew_allocated: f64,
+    /// Call sites whose bytes at the peak differ most between ranks, largest spread first.
+    pub differing_sites: Vec<SiteSpread>,
+    /// True when every rank's timeline is aligned on iterations.
+    pub aligned_on_iterations: bool,
+    pub timelines: Vec<AlignedTimeline>,
+}
+
+/// One rank, analysed.
+struct RankData {
+    row: RankRow,
+    sites_at_peak: HashMap<String, u64>,
+    timeline: Vec<(f64, u64)>,
+}
+
+/// The iteration anchors (event indices) of a trace and where they came from.
+fn anchors(marks: Vec<u64>, annotations: &BTreeMap<String, Vec<u64>>) -> (Vec<u64>, String) {
+    if !marks.is_empty() {
+        return (marks, "iteration marks".into());
+    }
+    // The names that say "iteration" best first, then the repeated annotation that comes first.
+    let preferred = |t: &str| {
+        let l = t.to_ascii_lowercase();
+        if l.contains("iteration") {
+            0
+        } else if l.starts_with("profilerstep") {
+            1
+        } else if l.starts_with("optimizer.zero_grad") {
+            2
+        } else if l.starts_with("optimizer.step") {
+            3
+        } else {
+            4
+        }
+    };
+    let repeated = |start_only: bool| {
+        annotations
+            .iter()
+            .filter(|(t, v)| v.len() >= 2 && (!start_only || t.ends_with(" START")))
+            .min_by_key(|(t, v)| (preferred(t), v[0], std::cmp::Reverse(v.len()), (*t).clone()))
+            .map(|(t, v)| (v.clone(), format!("annotation \"{t}\"")))
+    };
+    repeated(true).or_else(|| repeated(false)).unwrap_or_else(|| (Vec::new(), "none".into()))
+}
+
+/// `record_function` names carry step numbers (`ProfilerStep#3`): dropped, so that they repeat.
+fn normalized(text: &str) -> String {
+    match text.find('#') {
+        Some(p) => {
+            let (head, tail) = text.split_at(p);
+            let rest = tail[1..].trim_start_matches(|c: char| c.is_ascii_digit());
+            if rest.len() + 1 == tail.len() {
+                text.to_string()
+            } else {
+                format!("{head}{rest}")
+            }
+        }
+        None => text.to_string(),
+    }
+}
+
+/// The aligned coordinate of event `i` (see the module documentation).
+fn aligned_x(i: u64, anchors: &[u64], events: u64) -> f64 {
+    let k = anchors.partition_point(|&a| a <= i);
+    let start = if k == 0 { 0 } else { anchors[k - 1] };
+    let end = anchors.get(k).copied().unwrap_or(events.max(start + 1));
+    k as f64 + (i - start) as f64 / (end - start).max(1) as f64
+}
+
+fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
+    let (rank, rank_source) = rank_of(&trace.path, &trace.header).unwrap_or((position, RankSource::Position));
+    // Pass 1: peaks, fragmentation at the peak, anchors, allocated bytes per run of events.
+    let events = trace.events.max(1);
+    let run = events.div_ceil(TIMELINE_POINTS as u64).max(1);
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    let (mut reserved, mut allocated) = (0u64, 0u64);
+    let mut live: HashMap<u64, (u64, u32)> = HashMap::new();
+    let mut peak_reserved = Peak::default();
+    let mut peak_allocated = Peak::default();
+    let mut frag = 0.0;
+    let mut block_sizes = false;
+    let (mut device_allocs, mut device_frees, mut ooms) = (0u64, 0u64, 0u64);
+    let mut marks = Vec::new();
+    let mut annotations: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    trace.scan(|i, r| {
+        match &r.event {
+            Event::Alloc { id, requested_bytes, block_bytes, callsite, .. } => {
+                block_sizes |= *block_bytes > 0;
+                let b = if *block_bytes > 0 { *block_bytes } else { rounded(*requested_bytes) };
+                if let Some((old, _)) = live.insert(*id, (b, *callsite)) {
+                    allocated -= old;
+                }
+                allocated += b;
+            }
+            Event::FreeCompleted { id, .. } => {
+                if let Some((b, _)) = live.remove(id) {
+                    allocated -= b;
+                }
+            }
+            Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
+                reserved += bytes;
+                device_allocs += 1;
+            }
+            Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
+                reserved = reserved.saturating_sub(*bytes);
+                device_frees += 1;
+            }
+            Event::Oom { .. } => ooms += 1,
+            Event::Mark { kind: MarkKind::Iteration, .. } => marks.push(i),
+            Event::Mark { kind: MarkKind::Annotation | MarkKind::Phase, text } => {
+                let t = normalized(text);
+                if let Some(v) = annotations.get_mut(&t) {
+                    v.push(i);
+                } else if annotations.len() < 4096 {
+                    annotations.insert(t, vec![i]);
+                }
+            }
+            _ => {}
+        }
+        if reserved > peak_reserved.bytes {
+            peak_reserved = Peak { bytes: reserved, event: i, time_ns: r.time_ns };
+            frag = if reserved > 0 { 1.0 - allocated.min(reserved) as f64 / reserved as f64 } else { 0.0 };
+        }
+        if allocated > peak_allocated.bytes {
+            peak_allocated = Peak { bytes: allocated, event: i, time_ns: r.time_ns };
+        }
+        let slot = (i / run) as usize;
+        if slot >= runs.len() {
+            runs.push((i, allocated));
+        } else {
+            runs[slot].1 = runs[slot].1.max(allocated);
+        }
+    })?;
+    let (anchor_events, iterations_from) = anchors(marks, &annotations);
+    // Pass 2: live bytes per call site at the peak of allocated bytes.
+    let mut sites = Sites::default();
+    let mut live_sites: HashMap<u64, (u64, usize)> = HashMap::new();
+    trace.scan_chunks(|first, chunk| {
+        for (k, r) in chunk.iter().enumerate() {
+            if first + k as u64 > peak_allocated.event {
+                return std::ops::ControlFlow::Break(());
+            }
+            match &r.event {
+                Event::CallSite { id, frames } => sites.define(*id, frames),
+                Event::Alloc { id, requested_bytes, block_bytes, callsite, .. } => {
+                    let b = if *block_bytes > 0 { *block_bytes } else { rounded(*requested_bytes) };
+                    live_sites.insert(*id, (b, sites.of(*callsite)));
+                }
+                Event::FreeCompleted { id, .. } => {
+                    live_sites.remove(id);
+                }
+                _ => {}
+            }
+        }
+        std::ops::ControlFlow::Continue(())
+    })?;
+    let mut sites_at_peak: HashMap<String, u64> = HashMap::new();
+    for (b, s) in live_sites.values() {
+        *sites_at_peak.entry(sites.sites[*s].label.clone()).or_default() += b;
+    }
+    let timeline = runs
+        .iter()
+        .map(|&(i, b)| {
+            let x =
+                if anchor_events.is_empty() { i as f64 / events as f64 } else { aligned_x(i, &anchor_events, events) };
+            (x, b)
+        })
+        .collect();
+    Ok(RankData {
+        row: RankRow {
+            rank,
+            rank_source,
+            trace: trace.name(),
+            events: trace.events,
+            peak_reserved,
+            peak_allocated,
+            block_sizes_recorded: block_sizes,
+            ooms,
+            fragmentation_at_peak: frag,
+            device_allocs,
+            device_frees,
+            iterations: anchor_events.len(),
+            iterations_from,
+            categories_at_peak: crate::category::analyze(trace)?.map(|c| c.at_peak),
+        },
+        sites_at_peak,
+        timeline,
+    })
+}
+
+fn median(mut v: Vec<u64>) -> f64 {
+    v.sort_unstable();
+    let n = v.len();
+    if n == 0 {
+        return 0.0;
+    }
+    if n % 2 == 1 {
+        v[n / 2] as f64
+    } else {
+        (v[n / 2 - 1] as f64 + v[n / 2] as f64) / 2.0
+    }
+}
+
+fn skew(v: Vec<u64>) -> f64 {
+    let max = v.iter().copied().max().unwrap_or(0) as f64;
+    let med = median(v);
+    if med > 0.0 {
+        max / med
+    } else {
+        1.0
+    }
+}
+
+/// The cross-rank view of these traces (one per rank).
+pub fn analyze(traces: &[Trace]) -> Result<RanksReport> {
+    let mut data = traces.iter().enumerate().map(|(k, t)| analyse(t, k as u32)).collect::<Result<Vec<_>>>()?;
+    // Two traces that name the same rank: fall back to positions for all, which are distinct.
+    let mut seen = std::collections::HashSet::new();
+    if !data.iter().all(|d| seen.insert(d.row.rank)) {
+        for (k, d) in data.iter_mut().enumerate() {
+            d.row.rank = k as u32;
+            d.row.rank_source = RankSource::Position;
+        }
+    }
+    data.sort_by_key(|d| d.row.rank);
+    let peaking_rank = data
+        .iter()
+        .max_by(|a, b| a.row.peak_reserved.bytes.cmp(&b.row.peak_reserved.bytes).then(b.row.rank.cmp(&a.row.rank)))
+        .map(|d| d.row.rank)
+        .unwrap_or(0);
+    let skew_reserved = skew(data.iter().map(|d| d.row.peak_reserved.bytes).collect());
+    let skew_allocated = skew(data.iter().map(|d| d.row.peak_allocated.bytes).collect());
+    let labels: std::collections::BTreeSet<&String> = data.iter().flat_map(|d| d.sites_at_peak.keys()).collect();
+    let mut differing_sites: Vec<SiteSpread> = labels
+        .into_iter()
+        .map(|l| {
+            let bytes: Vec<u64> = data.iter().map(|d| d.sites_at_peak.get(l).copied().unwrap_or(0)).collect();
+            let spread_bytes = bytes.iter().max().unwrap_or(&0) - bytes.iter().min().unwrap_or(&0);
+            SiteSpread { site: l.clone(), bytes, spread_bytes }
+        })
+        .filter(|s| s.spread_bytes > 0)
+        .collect();
+    differing_sites.sort_by(|a, b| b.spread_bytes.cmp(&a.spread_bytes).then(a.site.cmp(&b.site)));
+    differing_sites.truncate(TOP_SITES);
+    let aligned_on_iterations = data.iter().all(|d| d.row.iterations > 0);
+    let timelines = data.iter().map(|d| AlignedTimeline { rank: d.row.rank, points: d.timeline.clone() }).collect();
+    Ok(RanksReport {
+        ranks: data.into_iter().map(|d| d.row).collect(),
+        peaking_rank,
+        skew_reserved,
+        skew_allocated,
+        differing_sites,
+        aligned_on_iterations,
+        timelines,
+    })
+}
+
+/// A binary unit for bytes up to `max`.
+fn byte_unit(max: f64) -> (f64, &'static str) {
+    if max >= (1u64 << 30) as f64 {
+        ((1u64 << 30) as f64, "GiB")
+    } else if max >= (1u64 << 20) as f64 {
+        ((1u64 << 20) as f64, "MiB")
+    } else {
+        (1024.0, "KiB")
+    }
+}
+
+/// The picture: per-rank peak bars (reserved, allocated) above the ranks' allocated bytes on
+/// the aligned iteration axis. Same deterministic, font-free style as [`crate::plot`].
+pub fn render(rep: &RanksReport) -> Result<String> {
+    use plotters::prelude::*;
+    let palette = crate::plot::PALETTE;
+    let (w, h) = (crate::plot::WIDTH, crate::plot::HEIGHT + 240);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (top, bottom) = root.split_vertically(340);
+        let n = rep.ranks.len().max(1);
+        let max_peak = rep.ranks.iter().map(|r| r.peak_reserved.bytes.max(r.peak_allocated.bytes)).max().unwrap_or(0);
+        let (ys, unit) = byte_unit(max_peak as f64);
+        let y1 = (max_peak as f64 / ys * 1.15).max(1.0);
+        let mut bars = ChartBuilder::on(&top)
+            .caption(
+                format!(
+                    "Peak per rank: rank {} peaks, {:.2}x the median (reserved)",
+                    rep.peaking_rank, rep.skew_reserved
+                ),
+                ("sans-serif", 18),
+            )
+            .margin(14)
+            .x_label_area_size(40)
+            .y_label_area_size(78)
+            .build_cartesian_2d(0f64..n as f64, 0f64..y1)?;
+        bars.configure_mesh()
+            .disable_x_mesh()
+            .light_line_style(RGBColor(238, 238, 238))
+            .x_label_formatter(&|_| String::new())
+            .y_desc(format!("bytes ({unit})"))
+            .y_label_formatter(&|v| format!("{v:.2}"))
+            .label_style(("sans-serif", 13))
+            .draw()?;
+        let reserved = palette[0];
+        let allocated = palette[1];
+        for (k, r) in rep.ranks.iter().enumerate() {
+            let x = k as f64;
+            let res = r.peak_reserved.bytes as f64 / ys;
+            let all = r.peak_allocated.bytes as f64 / ys;
+            bars.draw_series(std::iter::once(Rectangle::new([(x + 0.15, 0.0), (x + 0.48, res)], reserved.filled())))?;
+            bars.draw_series(std::iter::once(Rectangle::new([(x + 0.52, 0.0), (x + 0.85, all)], allocated.filled())))?;
+            let label = format!(
+                "rank {}: {} / {}",
+                r.rank,
+                crate::units::fmt_bytes(r.peak_reserved.bytes),
+                crate::units::fmt_bytes(r.peak_allocated.bytes)
+            );
+            bars.draw_series(std::iter::once(Text::new(
+                label,
+                (x + 0.15, res.max(all) + y1 * 0.01),
+                TextStyle::from(("sans-serif", 12).into_font()).pos(plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Left,
+                    plotters::style::text_anchor::VPos::Bottom,
+                )),
+            )))?;
+        }
+        bars.draw_series(std::iter::once(Rectangle::new([(0.0, 0.0), (0.0, 0.0)], reserved.filled())))?
+            .label("peak reserved")
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], reserved.filled()));
+        bars.draw_series(std::iter::once(Rectangle::new([(0.0, 0.0), (0.0, 0.0)], allocated.filled())))?
+            .label("peak allocated")
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], allocated.filled()));
+        bars.configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 13))
+            .draw()?;
+
+        let x_max = rep.timelines.iter().flat_map(|t| t.points.last()).map(|p| p.0).fold(1.0, f64::max);
+        let t_max = rep.timelines.iter().flat_map(|t| t.points.iter()).map(|p| p.1).max().unwrap_or(0);
+        let (ts, tunit) = byte_unit(t_max as f64);
+        let x_desc = if rep.aligned_on_iterations {
+            "iteration (aligned on iteration starts; [0, 1) is before the first)"
+        } else {
+            "share of the trace's events (no iterations found in every trace)"
+        };
+        let mut lines = ChartBuilder::on(&bottom)
+            .caption("Allocated bytes per rank, aligned on iterations", ("sans-serif", 18))
+            .margin(14)
+            .x_label_area_size(48)
+            .y_label_area_size(78)
+            .build_cartesian_2d(0f64..x_max.ceil(), 0f64..(t_max as f64 / ts * 1.08).max(1.0))?;
+        lines
+            .configure_mesh()
+            .light_line_style(RGBColor(238, 238, 238))
+            .x_desc(x_desc)
+            .y_desc(format!("allocated ({tunit})"))
+            .x_label_formatter(&|v| format!("{v}"))
+            .y_label_formatter(&|v| format!("{v:.2}"))
+            .label_style(("sans-serif", 13))
+            .draw()?;
+        for (k, t) in rep.timelines.iter().enumerate() {
+            let color = palette[k % palette.len()];
+            lines
+                .draw_series(LineSeries::new(t.points.iter().map(|&(x, b)| (x, b as f64 / ts)), color.stroke_width(2)))?
+                .label(format!("rank {}", t.rank))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        }
+        lines
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 13))
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recorder::trace::Source;
+
+    #[test]
+    fn ranks_from_names_and_header() {
+        let h = Header::new(Source::Recorded);
+        assert_eq!(rank_of(Path::new("run/snap_rank3.pickle"), &h), Some((3, RankSource::FileName)));
+        assert_eq!(rank_of(Path::new("RANK_12.atrace"), &h), Some((12, RankSource::FileName)));
+        assert_eq!(rank_of(Path::new("a/rank-1.pickle"), &h), Some((1, RankSource::FileName)));
+        assert_eq!(rank_of(Path::new("mem_cuda:2.pickle"), &h), Some((2, RankSource::Device)));
+        assert_eq!(rank_of(Path::new("gpu7.atrace"), &h), Some((7, RankSource::Device)));
+        assert_eq!(rank_of(Path::new("ranked.atrace"), &h), None);
+        assert_eq!(rank_of(Path::new("train.atrace"), &h), None);
+        let mut h2 = h.clone();
+        h2.notes.push("rank=5 of 8".into());
+        assert_eq!(rank_of(Path::new("rank1.atrace"), &h2), Some((5, RankSource::Header)));
+    }
+
+    #[test]
+    fn alignment_and_skew() {
+        // Anchors at 10 and 20 of 30 events: before the first is [0, 1), then one unit each.
+        assert_eq!(aligned_x(0, &[10, 20], 30), 0.0);
+        assert_eq!(aligned_x(5, &[10, 20], 30), 0.5);
+        assert_eq!(aligned_x(10, &[10, 20], 30), 1.0);
+        assert_eq!(aligned_x(25, &[10, 20], 30), 2.5);
+        assert_eq!(normalized("ProfilerStep#12 START"), "ProfilerStep START");
+        assert_eq!(normalized("Optimizer.step#AdamW.step START"), "Optimizer.step#AdamW.step START");
+        assert_eq!(skew(vec![100, 300]), 1.5);
+        assert_eq!(skew(vec![100, 100, 400]), 4.0);
+        assert_eq!(rounded(1), 512);
+        assert_eq!(rounded(513), 1024);
+        let mut ann = BTreeMap::new();
+        ann.insert("iteration START".to_string(), vec![5, 50]);
+        ann.insert("Optimizer.step#SGD.step START".to_string(), vec![40, 90]);
+        ann.insert("once START".to_string(), vec![1]);
+        ann.insert("gloo:broadcast START".to_string(), vec![2, 45, 95]);
+        assert_eq!(anchors(Vec::new(), &ann), (vec![5, 50], "annotation \"iteration START\"".to_string()));
+        assert_eq!(anchors(vec![3], &ann).1, "iteration marks");
+    }
+}

@@ -1,0 +1,155 @@
+//! `alloctrace ranks`: one view across ranks, on per-rank traces made from the shipped ones and
+//! on a real two-rank DDP run with unequal batches (fixtures/ranks, see its README).
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ranks").join(name).display().to_string()
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_alloctrace")).args(args).output().expect("run alloctrace")
+}
+
+fn json(args: &[&str]) -> Value {
+    let o = run(args);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("alloctrace-ranks-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+fn peak_reserved(trace: &Path) -> u64 {
+    json(&["summary", trace.to_str().unwrap(), "--json"])["peak_reserved_bytes"].as_u64().unwrap()
+}
+
+#[test]
+fn the_unequal_ddp_run_names_rank_1_and_the_sites_that_differ() {
+    let (r0, r1) = (fixture("ddp_rank0.pickle"), fixture("ddp_rank1.pickle"));
+    // Arguments in either order: ranks come from the file names.
+    let v = json(&["ranks", &r1, &r0, "--json"]);
+    let ranks = v["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2);
+    assert_eq!(ranks[0]["rank"], 0);
+    assert_eq!(ranks[1]["rank"], 1);
+    assert_eq!(ranks[1]["rank_source"], "file_name");
+    assert_eq!(v["peaking_rank"], 1);
+    let (p0, p1) =
+        (ranks[0]["peak_reserved"]["bytes"].as_u64().unwrap(), ranks[1]["peak_reserved"]["bytes"].as_u64().unwrap());
+    assert!(p1 > 2 * p0, "rank 1 ran 4x the batch: {p0} vs {p1}");
+    let skew = v["skew_reserved"].as_f64().unwrap();
+    assert!((skew - p1 as f64 / ((p0 + p1) as f64 / 2.0)).abs() < 1e-9);
+    // Both ranks ran the same three iterations (record_function("iteration")).
+    for r in ranks {
+        assert_eq!(r["iterations"], 3, "{r}");
+        assert_eq!(r["iterations_from"], "annotation \"iteration START\"");
+        assert_eq!(r["ooms"], 0);
+    }
+    assert_eq!(v["aligned_on_iterations"], true);
+    // The site that differs most is the model's forward (activations scale with the batch),
+    // then the batch itself; every differing site holds more on rank 1.
+    let sites = v["differing_sites"].as_array().unwrap();
+    assert!(sites[0]["site"].as_str().unwrap().starts_with("scripts/gpu/ranks_ddp.py:30 (forward)"), "{sites:?}");
+    let named: Vec<&str> = sites.iter().map(|s| s["site"].as_str().unwrap()).collect();
+    assert!(named.iter().any(|s| s.starts_with("scripts/gpu/ranks_ddp.py:44 (worker)")), "the batch: {named:?}");
+    for s in sites {
+        let b = s["bytes"].as_array().unwrap();
+        assert!(b[1].as_u64() > b[0].as_u64(), "{s}");
+    }
+    // Why rank 1: the same parameters (the MLP's 8,410,128 fp32 values, each of its 6 tensors
+    // rounded up to 512 bytes), four times the activations.
+    let cat = |r: &Value, k: &str| r["categories_at_peak"][k].as_u64().unwrap();
+    for r in ranks {
+        let p = cat(r, "parameter");
+        assert!(p >= 8_410_128 * 4 && p - 8_410_128 * 4 <= 6 * 512, "{p}");
+    }
+    assert!(cat(&ranks[1], "activation") > 3 * cat(&ranks[0], "activation"));
+    // The timelines run over the aligned axis: before the first iteration, then 3.
+    for t in v["timelines"].as_array().unwrap() {
+        let last = t["points"].as_array().unwrap().last().unwrap()[0].as_f64().unwrap();
+        assert!((3.0..4.0).contains(&last), "{last}");
+    }
+}
+
+#[test]
+fn text_names_the_peaking_rank_and_writes_a_deterministic_picture() {
+    let (r0, r1) = (fixture("ddp_rank0.pickle"), fixture("ddp_rank1.pickle"));
+    let (a, b) = (tmp("a.svg"), tmp("b.svg"));
+    let o = run(&["ranks", &r0, &r1, "-o", a.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("peaking rank 1:"), "{text}");
+    assert!(text.contains("scripts/gpu/ranks_ddp.py:30 (forward)"), "{text}");
+    run(&["ranks", &r0, &r1, "-o", b.to_str().unwrap()]);
+    let svg = std::fs::read_to_string(&a).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("rank 1") && svg.contains("aligned on iterations"));
+    assert_eq!(svg, std::fs::read_to_string(&b).unwrap(), "the picture is deterministic");
+}
+
+#[test]
+fn ranks_of_traces_made_from_the_shipped_ones() {
+    // Three "ranks": copies of shipped traces named as a launcher names them.
+    let ranks = [
+        ("job.rank_0.atrace", "traces/resnet50_train.default.atrace"),
+        ("job.rank_1.atrace", "traces/gpt2_train.default.atrace"),
+        ("job.rank_2.atrace", "traces/frag_oom.default.atrace"),
+    ];
+    let mut peaks = Vec::new();
+    let mut args = vec!["ranks".to_string(), "--json".to_string()];
+    for (name, src) in ranks.iter().rev() {
+        let p = tmp(name);
+        std::fs::copy(root().join(src), &p).unwrap();
+        peaks.push(peak_reserved(&p));
+        args.push(p.display().to_string());
+    }
+    peaks.reverse();
+    let v = json(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let rows = v["ranks"].as_array().unwrap();
+    for (k, r) in rows.iter().enumerate() {
+        assert_eq!(r["rank"], k as u64);
+        assert_eq!(r["peak_reserved"]["bytes"].as_u64().unwrap(), peaks[k], "the same peak as summary");
+    }
+    let max = *peaks.iter().max().unwrap();
+    assert_eq!(v["peaking_rank"], peaks.iter().position(|&p| p == max).unwrap() as u64);
+    let mut sorted = peaks.clone();
+    sorted.sort();
+    assert!((v["skew_reserved"].as_f64().unwrap() - max as f64 / sorted[1] as f64).abs() < 1e-9);
+    // frag_oom ran out of memory once.
+    assert_eq!(rows[2]["ooms"], 1);
+
+    // Two files naming the same rank: ranks by position, which stay distinct.
+    let dup = tmp("other_rank_0.atrace");
+    std::fs::copy(root().join("traces/gpt2_train.default.atrace"), &dup).unwrap();
+    let first = tmp("job.rank_0.atrace");
+    let v = json(&["ranks", "--json", first.to_str().unwrap(), dup.to_str().unwrap()]);
+    let rows = v["ranks"].as_array().unwrap();
+    assert_eq!((rows[0]["rank"].as_u64(), rows[1]["rank"].as_u64()), (Some(0), Some(1)));
+    assert_eq!(rows[1]["rank_source"], "position");
+}
+
+#[test]
+fn bad_and_damaged_inputs() {
+    let o = run(&["ranks", "/nonexistent/rank0.atrace"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/rank0.atrace"));
+    let o = run(&["ranks"]);
+    assert_eq!(o.status.code(), Some(2));
+    // A truncated rank is analysed up to the damage: exit 3, with the warning.
+    let bytes = std::fs::read(root().join("traces/gpt2_train.default.atrace")).unwrap();
+    let cut = tmp("cut_rank1.atrace");
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let whole = root().join("traces/resnet50_train.default.atrace");
+    let o = run(&["ranks", whole.to_str().unwrap(), cut.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cut_rank1.atrace"));
+}
