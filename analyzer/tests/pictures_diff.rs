@@ -40,7 +40,7 @@ fn deltas_of_a_constructed_pair() {
         d.callsites.iter().map(|c| (c.callsite.as_str(), c.delta_bytes_at_peak, c.delta_allocations)).collect();
     assert_eq!(
         rows,
-        vec![("b.py:2 g", -4 * MIB as i64, -1), ("c.py:3 h", 2 * MIB as i64, 1), ("a.py:1 f", MIB as i64, 1)],
+        vec![("b.py:2 (g)", -4 * MIB as i64, -1), ("c.py:3 (h)", 2 * MIB as i64, 1), ("a.py:1 (f)", MIB as i64, 1)],
         "matched by frames, largest change first"
     );
     let f = &d.callsites[2];

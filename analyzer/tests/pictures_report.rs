@@ -45,9 +45,11 @@ fn markdown_has_every_section_and_the_oom_explained() {
     ] {
         assert!(md.contains(section), "no {section:?} in report.md:\n{md}");
     }
-    // The OOM is fragmentation: 920 MiB free in 4 MiB pieces + 200 MiB unreserved > 1 GiB.
+    // The OOM is fragmentation: 920 MiB free in 4 MiB pieces + 200 MiB unreserved > 1 GiB. The
+    // finding states explain's diagnosis (one classification of the OOM).
     let oom = r.findings.iter().find(|f| f.id == "oom").expect("oom finding");
-    assert!(oom.explanation.contains("in pieces of at most 4.00 MiB"), "{}", oom.explanation);
+    assert!(oom.explanation.contains("Diagnosis: fragmentation"), "{}", oom.explanation);
+    assert!(oom.explanation.contains("the largest free block is 4.00 MiB"), "{}", oom.explanation);
     // No setting in the what-if table completes under the 2 GiB limit, and releasing the cache
     // cannot help (the OOM path already did): the advice says so instead of suggesting either.
     assert!(
