@@ -174,16 +174,10 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
 }
 
 pub fn run(opts: &ExplainCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let trace = crate::input::open(&opts.trace, &opts.facts)?;
-    if let Some(why) = crate::input::nothing_to_analyse(&trace) {
-        writeln!(out, "{why}")?;
-        if let Some(d) = trace.damage() {
-            writeln!(out, "partial input: {d}")?;
-            eprintln!("alloctrace: warning: {d}");
-            return Ok(super::exit::PARTIAL);
-        }
-        return Ok(super::exit::OK);
-    }
+    let trace = match super::open_analysable(&opts.trace, &opts.facts, out)? {
+        Ok(trace) => trace,
+        Err(code) => return Ok(code),
+    };
     let r = explain_with(&trace, &ExplainOptions { repeats: Some(opts.repeats), ..Default::default() })?;
     if opts.json {
         write_json(out, &r)?;

@@ -237,16 +237,10 @@ largest free block overall {}:",
 }
 
 pub fn run(opts: &FragCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let trace = crate::input::open(&opts.trace, &opts.facts)?;
-    if let Some(why) = crate::input::nothing_to_analyse(&trace) {
-        writeln!(out, "{why}")?;
-        if let Some(d) = trace.damage() {
-            writeln!(out, "partial input: {d}")?;
-            eprintln!("alloctrace: warning: {d}");
-            return Ok(super::exit::PARTIAL);
-        }
-        return Ok(super::exit::OK);
-    }
+    let trace = match super::open_analysable(&opts.trace, &opts.facts, out)? {
+        Ok(trace) => trace,
+        Err(code) => return Ok(code),
+    };
     let at = opts.at.unwrap_or(if trace.facts.fatal_oom().is_some() { At::Oom } else { At::Peak });
     let r = analyze(&trace, &FragOptions { at })?;
     if opts.json {

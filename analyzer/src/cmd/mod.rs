@@ -64,3 +64,22 @@ pub fn write_json(out: &mut dyn std::io::Write, value: &impl serde::Serialize) -
     writeln!(out)?;
     Ok(())
 }
+
+/// Opens the trace (or snapshot) an analysis reads, with what the user said about the run.
+/// `Err(code)` when there is nothing to analyse: the reason, and any damage, went to `out`, and
+/// the command exits with `code`.
+pub fn open_analysable(
+    path: &std::path::Path,
+    facts: &crate::input::RunFacts,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<Result<crate::model::Trace, i32>> {
+    let trace = crate::input::open(path, facts)?;
+    let Some(why) = crate::input::nothing_to_analyse(&trace) else { return Ok(Ok(trace)) };
+    writeln!(out, "{why}")?;
+    if let Some(d) = trace.damage() {
+        writeln!(out, "partial input: {d}")?;
+        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&d.to_string()));
+        return Ok(Err(exit::PARTIAL));
+    }
+    Ok(Err(exit::OK))
+}

@@ -19,16 +19,10 @@ pub struct ReportCmdOptions {
 
 pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     crate::output::check_report_dir(&opts.output, opts.force)?;
-    let trace = crate::input::open(&opts.trace, &opts.facts)?;
-    if let Some(why) = crate::input::nothing_to_analyse(&trace) {
-        writeln!(out, "{why}")?;
-        if let Some(d) = trace.damage() {
-            writeln!(out, "partial input: {d}")?;
-            eprintln!("alloctrace: warning: {d}");
-            return Ok(super::exit::PARTIAL);
-        }
-        return Ok(super::exit::OK);
-    }
+    let trace = match super::open_analysable(&opts.trace, &opts.facts, out)? {
+        Ok(trace) => trace,
+        Err(code) => return Ok(code),
+    };
     let report = build(&trace, &ReportOptions { search_capacity: opts.search_capacity, search_long_traces: false })?;
     let files = report.write(&opts.output, &[&opts.trace])?;
     if opts.json {

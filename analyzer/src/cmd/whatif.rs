@@ -132,16 +132,10 @@ pub fn print_prediction(
 }
 
 pub fn run(opts: &WhatifCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let trace = crate::input::open(&opts.trace, &opts.facts)?;
-    if let Some(why) = crate::input::nothing_to_analyse(&trace) {
-        writeln!(out, "{why}")?;
-        if let Some(d) = trace.damage() {
-            writeln!(out, "partial input: {d}")?;
-            eprintln!("alloctrace: warning: {d}");
-            return Ok(super::exit::PARTIAL);
-        }
-        return Ok(super::exit::OK);
-    }
+    let trace = match super::open_analysable(&opts.trace, &opts.facts, out)? {
+        Ok(trace) => trace,
+        Err(code) => return Ok(code),
+    };
     // Default: the trace's limit, or the one its first OOM implies (the same resolution as replay).
     let capacity = trace.capacity(opts.capacity_bytes, false);
     let w = whatif(&trace, &WhatifOptions { capacity, search_capacity: opts.search_capacity, repeats: opts.repeats })?;
