@@ -662,10 +662,12 @@ pub fn group_long_lived(trace: &Trace, oom_event: u64) -> Result<Option<Experime
     }
     // Replayed as a simulated trace (no recorded addresses: the order differs).
     let (reordered, _temp) = match out {
-        Out::Memory(records) => (Trace::from_records(&trace.path, h, records), None),
+        Out::Memory(records) => (trace.derived(h, records), None),
         Out::File(w, temp) => {
             w.finish().context("cannot write the reordered trace")?;
-            (Trace::open(&temp)?, Some(temp))
+            let mut t = Trace::open(&temp)?;
+            t.given_capacity = trace.given_capacity;
+            (t, Some(temp))
         }
     };
     let r: ReplayResult = replay(&reordered, &ReplayOptions::default())?;

@@ -47,6 +47,7 @@ pub fn open(path: &Path, facts: &RunFacts) -> Result<Trace> {
     };
     if let Some(c) = facts.capacity_bytes {
         trace.header.capacity_bytes = c;
+        trace.given_capacity = Some(c);
     }
     if let Some(conf) = &facts.conf {
         trace.header.alloc_conf = conf.to_string();

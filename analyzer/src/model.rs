@@ -307,6 +307,9 @@ pub struct Trace {
     pub events: u64,
     pub summary: Summary,
     pub facts: Facts,
+    /// The limit the user gave for this run (`--capacity`), which every command then reports as
+    /// given rather than recorded.
+    pub given_capacity: Option<u64>,
     records: Records,
 }
 
@@ -344,6 +347,7 @@ impl Trace {
             events: scanned.events,
             summary: summary.finish(),
             facts: facts.facts,
+            given_capacity: None,
             records: match kept {
                 Some(chunks) => Records::InMemory(chunks),
                 None => Records::Restream,
@@ -367,8 +371,15 @@ impl Trace {
             events,
             summary: summary.finish(),
             facts: facts.facts,
+            given_capacity: None,
             records: Records::InMemory(vec![records]),
         }
+    }
+
+    /// A trace derived from this one (reordered or extended records), keeping the limit the
+    /// user gave.
+    pub fn derived(&self, header: Header, records: Vec<Record>) -> Trace {
+        Trace { given_capacity: self.given_capacity, ..Trace::from_records(&self.path, header, records) }
     }
 
     /// The file name, which reports show instead of the path.
@@ -397,7 +408,7 @@ impl Trace {
         if unlimited {
             return Capacity::NONE;
         }
-        if let Some(c) = given {
+        if let Some(c) = given.or(self.given_capacity) {
             return Capacity::given(c);
         }
         if self.header.capacity_bytes > 0 {

@@ -329,7 +329,7 @@ pub fn extend(trace: &Trace, first: u64, end: u64, repeats: u32, first_iteration
     }
     let mut header = trace.header.clone();
     header.notes.push(format!("events {first}..{end} repeated {repeats} times after event {end}"));
-    Ok((Trace::from_records(&trace.path, header, records), one_time.len() as u64, one_time_bytes))
+    Ok((trace.derived(header, records), one_time.len() as u64, one_time_bytes))
 }
 
 /// Predicts, for a trace that ends in an OOM, whether the whole job fits under each setting at

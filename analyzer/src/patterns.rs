@@ -77,7 +77,7 @@ pub fn empty_cache_calls(trace: &Trace, capacity: Option<u64>) -> Result<Option<
             records.push(r.clone());
         }
     })?;
-    let without_trace = Trace::from_records(&trace.path, trace.header.clone(), records);
+    let without_trace = trace.derived(trace.header.clone(), records);
     let opts = ReplayOptions { capacity_bytes: capacity, unlimited: capacity.is_none(), ..Default::default() };
     let with = replay(trace, &opts)?;
     let without = replay(&without_trace, &opts)?;

@@ -488,3 +488,26 @@ fn report_does_not_write_through_a_planted_symlink() {
     assert!(!std::fs::symlink_metadata(dir.join("r/report.md")).unwrap().file_type().is_symlink());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A limit given on the command line is reported as given, by every command that uses one,
+/// for an .atrace as for a snapshot imported on the fly (it was reported as recorded).
+#[test]
+fn a_given_capacity_is_reported_as_given() {
+    let t = trace("frag_oom.default");
+    let t = t.to_str().unwrap();
+    let snapshot = root().join("analyzer/tests/fixtures/torch/frag_oom.default.pickle");
+    let snapshot = snapshot.to_str().unwrap();
+    for input in [t, snapshot] {
+        for cmd in ["explain", "whatif", "frag"] {
+            let mut args = vec![cmd, input, "--capacity", "3GiB", "--json"];
+            if cmd == "whatif" {
+                args.push("--no-search");
+            }
+            let o = run(&args);
+            assert!(o.status.success(), "{cmd} {input}: {}", stderr(&o));
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert_eq!(v["capacity_bytes"], 3u64 << 30, "{cmd} {input}");
+            assert_eq!(v["capacity_source"], "given", "{cmd} {input}");
+        }
+    }
+}
