@@ -27,22 +27,12 @@ pub struct ExportCmdOptions {
 }
 
 pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let bytes = |p: &PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let bytes = |p: &PathBuf| file_bytes(p);
     let damage = match opts.format {
         Format::MemoryViz => {
             let s = memory_viz::export(&opts.trace, &opts.output)?;
             if opts.json {
-                #[derive(serde::Serialize)]
-                struct J<'a> {
-                    output: String,
-                    output_bytes: u64,
-                    #[serde(flatten)]
-                    stats: &'a memory_viz::MemoryVizStats,
-                }
-                write_json(
-                    out,
-                    &J { output: opts.output.display().to_string(), output_bytes: bytes(&opts.output), stats: &s },
-                )?;
+                write_json(out, &Written::of(&opts.output, &s))?;
             } else {
                 writeln!(
                     out,
@@ -64,17 +54,7 @@ pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
         Format::Perfetto => {
             let s = perfetto::export(&opts.trace, &opts.output, &perfetto::PerfettoOptions { buckets: opts.buckets })?;
             if opts.json {
-                #[derive(serde::Serialize)]
-                struct J<'a> {
-                    output: String,
-                    output_bytes: u64,
-                    #[serde(flatten)]
-                    stats: &'a perfetto::PerfettoStats,
-                }
-                write_json(
-                    out,
-                    &J { output: opts.output.display().to_string(), output_bytes: bytes(&opts.output), stats: &s },
-                )?;
+                write_json(out, &Written::of(&opts.output, &s))?;
             } else {
                 writeln!(
                     out,
@@ -100,5 +80,24 @@ pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
             Ok(exit::PARTIAL)
         }
         None => Ok(exit::OK),
+    }
+}
+
+fn file_bytes(p: &std::path::Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+/// `--json` of either format: the file written and its size, beside the format's own figures.
+#[derive(serde::Serialize)]
+struct Written<'a, S: serde::Serialize> {
+    output: String,
+    output_bytes: u64,
+    #[serde(flatten)]
+    stats: &'a S,
+}
+
+impl<'a, S: serde::Serialize> Written<'a, S> {
+    fn of(output: &std::path::Path, stats: &'a S) -> Self {
+        Written { output: output.display().to_string(), output_bytes: file_bytes(output), stats }
     }
 }
