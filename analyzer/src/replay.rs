@@ -689,7 +689,7 @@ pub fn resumable(
         d
     };
     let device_bytes = device.capacity().unwrap_or(u64::MAX);
-    let fresh = || Replaying::new(Engine::new(s.config.clone(), None, device.clone(), NullSink));
+    let fresh = || Replaying::new(Engine::new(s.config.clone(), None, device.clone(), NullSink)).continuing(trace);
     // Pass 1: the unlimited run, and each new peak of reserved bytes (event, bytes).
     let mut peaks: Vec<(u64, u64)> = Vec::new();
     let mut rp = fresh();

@@ -621,3 +621,35 @@ fn no_leak_verdict_on_loops_without_a_leak() {
     let amp = analyze(&Trace::open(&default_trace("amp_adamw")).unwrap(), &LeaksOptions::default()).unwrap();
     assert!(amp.growth.unwrap().one_time_bytes > 0, "AdamW's first step is named one-time state");
 }
+
+/// The capacity search resumes its probes from saves of the unlimited run, which must go on
+/// past the OOMs the program caught as every replay does: on `amp_adamw` at 1.0x (164 caught
+/// cuDNN workspace OOMs) it served each caught request and kept it, and found that the run
+/// needed 25.38 GiB to get past a failure a 1.20 GiB replay gets past. Each policy's smallest
+/// capacity is now one at which its replay gets past the failure, and no more than its
+/// unlimited replay's peak reserved.
+#[test]
+fn the_capacity_search_goes_on_past_caught_ooms() {
+    use analyzer::model::Trace;
+    use analyzer::whatif::{whatif, WhatifOptions};
+    let trace = Trace::open(&dir().join("amp_adamw.default.1.00.atrace")).unwrap();
+    assert!(trace.facts.caught_ooms() > 100);
+    let w = whatif(&trace, &WhatifOptions { capacity: trace.default_capacity(), search_capacity: true, repeats: 3 })
+        .unwrap();
+    for row in &w.rows {
+        let min = row.min_capacity_bytes.expect("searched");
+        let config = AllocatorConfig::parse(&row.alloc_conf).unwrap();
+        let at = |capacity: Option<u64>| {
+            let opts = ReplayOptions {
+                config: Some(config.clone()),
+                capacity_bytes: capacity,
+                unlimited: capacity.is_none(),
+                output: None,
+            };
+            analyzer::replay::replay(&trace, &opts).unwrap()
+        };
+        assert!(at(Some(min)).reach.gets_past(), "{}: {min}", row.policy);
+        let unlimited = at(None);
+        assert!(min <= unlimited.peak_reserved_bytes, "{}: {min} > {}", row.policy, unlimited.peak_reserved_bytes);
+    }
+}
