@@ -373,14 +373,21 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
     /// Replays one record (a request) or skips it (the source allocator's own decisions).
     fn step(&mut self, index: u64, r: &Record) {
         if let Some(failed) = self.failed_alloc {
-            // After a failed request: is the next request the failed block's free?
+            // After a failed request: is the program's next request the failed block's free? (A
+            // completion alone is the free of a source that frees in one step; another block's
+            // completion is another stream's work finishing, not a request.)
             match &r.event {
-                Event::FreeRequested { id, .. } | Event::FreeCompleted { id, .. } => {
+                Event::FreeRequested { id, .. } => {
                     self.failed_scratch = *id == failed;
                     self.stopped = true;
                 }
+                Event::FreeCompleted { id, .. } if *id == failed => {
+                    self.failed_scratch = true;
+                    self.stopped = true;
+                }
                 Event::Alloc { .. } | Event::Oom { .. } => self.stopped = true,
-                Event::CacheRelease { .. }
+                Event::FreeCompleted { .. }
+                | Event::CacheRelease { .. }
                 | Event::Mark { .. }
                 | Event::CallSite { .. }
                 | Event::SegmentAlloc { .. }
