@@ -128,6 +128,9 @@ pub struct ExplainReport {
     /// Set when the capacity was not recorded but inferred: how, and what to do for the real one.
     pub capacity_note: Option<String>,
     pub verdict: Verdict,
+    /// What the memory live at the moment is for (parameters, activations...); `null` when the
+    /// trace has no phases ([`crate::category`]).
+    pub categories: Option<crate::category::AtMoment>,
     /// Call sites holding memory at the moment, most bytes first.
     pub top_sites: Vec<SitePin>,
     pub growth: Option<Growth>,
@@ -419,6 +422,7 @@ the consuming stream allocate the tensors it uses, instead of record_stream on t
             pytorch_message(&Figures { capacity_bytes: figures.capacity_bytes.filter(|_| known), ..figures.clone() })
         }),
         capacity_note: capacity_note(&trace.default_capacity()),
+        categories: crate::category::at_moment(trace, figures.event)?,
         figures,
         verdict,
         top_sites,

@@ -153,3 +153,36 @@ fn bad_and_damaged_inputs() {
     assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("cut_rank1.atrace"));
 }
+
+#[test]
+fn a_report_of_several_ranks_is_of_the_peaking_rank_with_a_section_across_them() {
+    let (r0, r1) = (fixture("ddp_rank0.pickle"), fixture("ddp_rank1.pickle"));
+    let dir = tmp("report-ranks");
+    let _ = std::fs::remove_dir_all(&dir);
+    let v = json(&["report", &r0, &r1, "-o", dir.to_str().unwrap(), "--json"]);
+    // The report is of rank 1's trace, the one that peaks, whatever the order given.
+    assert_eq!(v["trace"], "ddp_rank1.pickle");
+    assert_eq!(v["ranks"]["peaking_rank"], 1);
+    assert_eq!(v["ranks"]["ranks"].as_array().unwrap().len(), 2);
+    assert!(v["ranks"]["skew_reserved"].as_f64().unwrap() > 1.2);
+    // The same view as `ranks` gives (one home for both).
+    let ranks = json(&["ranks", &r0, &r1, "--json"]);
+    assert_eq!(v["ranks"]["differing_sites"], ranks["differing_sites"]);
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains("## Across the ranks (2 traces)"), "{md}");
+    assert!(md.contains("Rank 1 peaks"), "{md}");
+    assert!(md.contains("scripts/gpu/ranks_ddp.py:30 (forward)"), "{md}");
+    assert!(md.contains("![Across the ranks](ranks.svg)"), "{md}");
+    let svg = std::fs::read_to_string(dir.join("ranks.svg")).unwrap();
+    assert!(svg.starts_with("<svg"));
+    // And what the memory is for, with its stacked timeline.
+    assert!(md.contains("## What the memory is for"), "{md}");
+    assert!(dir.join("categories.svg").is_file());
+    assert_eq!(v["categories"]["phases_from"], "frames");
+    // One trace: no section across ranks.
+    let one = tmp("report-one");
+    let _ = std::fs::remove_dir_all(&one);
+    let v = json(&["report", &r0, "-o", one.to_str().unwrap(), "--json"]);
+    assert!(v.get("ranks").is_none());
+    assert!(!one.join("ranks.svg").exists());
+}
