@@ -1214,7 +1214,7 @@ impl Report {
     }
 }
 
-/// Largest file a report writes: with its 8 files, a report is at most 8 times this.
+/// Largest file a report writes: with its files (at most 10), a report is at most 10 times this.
 pub const MAX_REPORT_FILE_BYTES: usize = 16 << 20;
 
 /// Escapes text for HTML (see [`crate::escape`]).
