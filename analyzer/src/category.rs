@@ -581,8 +581,9 @@ fn checkpoint_estimate(others: &[(u64, i64)], activations: &[Activation], blocks
     peak.max(0) as u64
 }
 
-/// Above this many events, `summary` leaves categories out unless asked (`--categories`): they
-/// take a second pass over the trace and memory per allocation, and `summary` is the fast look.
+/// Above this many events, `summary`, `explain` and `report` leave categories out (`summary
+/// --categories` computes them): they take another pass over the trace and memory per
+/// allocation.
 pub const SUMMARY_MAX_EVENTS: u64 = 2_000_000;
 
 /// Live bytes by category at one moment (explain's OOM or peak), with the checkpointing estimate.
@@ -595,9 +596,10 @@ pub struct AtMoment {
     pub checkpointing: Option<CheckpointEstimate>,
 }
 
-/// Live bytes by category after event `event`; `None` when the trace has no phases.
+/// Live bytes by category after event `event`; `None` when the trace has no phases or more than
+/// [`SUMMARY_MAX_EVENTS`] events.
 pub fn at_moment(trace: &Trace, event: u64) -> Result<Option<AtMoment>> {
-    if !possible(trace) {
+    if !by_default(trace) {
         return Ok(None);
     }
     Ok(analyze_at(trace, Some(event))?.map(|c| AtMoment {
@@ -614,10 +616,16 @@ pub fn possible(trace: &Trace) -> bool {
     has("callsite") || has("mark")
 }
 
-/// Categories for `summary`, from the trace it has open: computed when the trace has call sites
-/// or marks and at most [`SUMMARY_MAX_EVENTS`] events, or `always`; else `None`.
+/// Whether the analyses compute categories unasked: the trace can have them and has at most
+/// [`SUMMARY_MAX_EVENTS`] events.
+pub fn by_default(trace: &Trace) -> bool {
+    possible(trace) && trace.summary.events <= SUMMARY_MAX_EVENTS
+}
+
+/// Categories for `summary`, from the trace it has open: computed [`by_default`], or `always`
+/// where the trace can have them; else `None`.
 pub fn of_summary(trace: &Trace, always: bool) -> Result<Option<Categories>> {
-    if !possible(trace) || (trace.summary.events > SUMMARY_MAX_EVENTS && !always) {
+    if !by_default(trace) && !(always && possible(trace)) {
         return Ok(None);
     }
     analyze(trace)

@@ -354,7 +354,7 @@ fn category_section(
     pictures: &mut Vec<Picture>,
     errors: &mut Vec<String>,
 ) -> Result<Option<crate::category::Categories>> {
-    if !crate::category::possible(trace) {
+    if !crate::category::by_default(trace) {
         return Ok(None);
     }
     let c = match crate::category::analyze(trace) {
