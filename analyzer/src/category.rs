@@ -187,7 +187,8 @@ impl ByCategory {
     }
     /// "activations 61%, optimizer state 22%, ...": every category holding bytes, largest first.
     pub fn shares_text(&self) -> String {
-        self.shares().iter().map(|(c, f)| format!("{} {:.0}%", c.plural(), f * 100.0)).collect::<Vec<_>>().join(", ")
+        let pct = |f: f64| if f < 0.005 { "under 1%".to_string() } else { format!("{:.0}%", f * 100.0) };
+        self.shares().iter().map(|(c, f)| format!("{} {}", c.plural(), pct(*f))).collect::<Vec<_>>().join(", ")
     }
 }
 
@@ -837,6 +838,13 @@ mod tests {
         let _ = params;
         let records = recs.into_iter().enumerate().map(|(i, event)| Record { time_ns: i as u64, event }).collect();
         Trace::from_records(std::path::Path::new("marked.atrace"), Header::new(Source::Recorded), records)
+    }
+
+    #[test]
+    fn shares_largest_first() {
+        let b = ByCategory { activation: 610, optimizer_state: 220, parameter: 167, other: 3, ..Default::default() };
+        assert_eq!(b.shares_text(), "activations 61%, optimizer state 22%, parameters 17%, other under 1%");
+        assert_eq!(ByCategory::default().shares_text(), "");
     }
 
     #[test]
