@@ -21,6 +21,8 @@
 //! * gradient: DistributedDataParallel's gradient buckets (frames of its `_ddp_init_helper` or
 //!   `_pre_forward`) that outlive their phase; else allocated in backward, freed after that backward and by the next one (by
 //!   `zero_grad`), or never if no backward follows;
+//! * gradient, too: what DistributedDataParallel's construction keeps, where a `gradient
+//!   buckets` mark (which the recording shim puts around it) starts its phase;
 //! * optimizer state: allocated in a step, freed after that step (or never);
 //! * activation: allocated in forward, freed in the backward that follows;
 //! * temporary: freed in the run that allocated it;
@@ -87,6 +89,9 @@ pub enum Phase {
     Forward,
     Backward,
     Optimizer,
+    /// DistributedDataParallel being built (a `gradient buckets` mark): what it keeps is its
+    /// gradient buckets.
+    Buckets,
     /// Frames that belong to none of the above.
     None,
 }
@@ -136,6 +141,8 @@ fn phase_of_mark(text: &str) -> Phase {
         Phase::Backward
     } else if t.starts_with("optim") || t.starts_with("step") {
         Phase::Optimizer
+    } else if t.starts_with("gradient buckets") {
+        Phase::Buckets
     } else {
         Phase::None
     }
@@ -281,6 +288,10 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
     let mut current: Option<Phase> = None;
     let mut marked = false;
     let mut any_frames = false;
+    // Whether the current run has seen an allocation or a free: a mark that ends an empty run
+    // replaces it (a forward whose first step is DistributedDataParallel's bucket rebuild, marked
+    // as such, stays one forward).
+    let mut run_used = false;
     trace.scan(|i, r| match &r.event {
         Event::CallSite { id, frames } => {
             any_frames |= !frames.is_empty();
@@ -290,8 +301,17 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
             marked = true;
             let p = phase_of_mark(text);
             if current != Some(p) {
-                runs.push(p);
-                run_starts.push(i);
+                if !run_used && !runs.is_empty() {
+                    runs.pop();
+                    run_starts.pop();
+                }
+                if runs.last() == Some(&p) {
+                    run_used = true;
+                } else {
+                    runs.push(p);
+                    run_starts.push(i);
+                    run_used = false;
+                }
                 current = Some(p);
             }
         }
@@ -314,14 +334,17 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
                 if *block_bytes > 0 { *block_bytes } else { requested_bytes.max(&1).div_ceil(512).saturating_mul(512) };
             by_id.insert(*id, allocs.len());
             let bucket = sites.get(callsite).is_some_and(|s| s.1);
+            run_used = true;
             allocs.push(Alloc { bytes, alloc_event: i, run: runs.len() - 1, free_run: None, completed: None, bucket });
         }
         Event::FreeRequested { id, .. } => {
+            run_used = true;
             if let Some(&k) = by_id.get(id) {
                 allocs[k].free_run = Some(runs.len().saturating_sub(1));
             }
         }
         Event::FreeCompleted { id, .. } => {
+            run_used = true;
             if let Some(k) = by_id.remove(id) {
                 allocs[k].completed = Some(i);
                 if allocs[k].free_run.is_none() {
@@ -345,7 +368,8 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
             let freed_in = a.free_run;
             let same_run = freed_in == Some(a.run);
             match runs[a.run] {
-                _ if a.bucket && !same_run => Category::Gradient,
+                _ if (a.bucket || runs[a.run] == Phase::Buckets) && !same_run => Category::Gradient,
+                Phase::Buckets => Category::Temporary,
                 _ if a.run < first_forward => {
                     let alive = match (second_forward, freed_in) {
                         (_, None) => true,
@@ -778,12 +802,14 @@ mod tests {
         );
         assert_eq!(phase_of_mark("backward"), Phase::Backward);
         assert_eq!(phase_of_mark("optimizer.step"), Phase::Optimizer);
+        assert_eq!(phase_of_mark("gradient buckets (DistributedDataParallel)"), Phase::Buckets);
+        assert_eq!(phase_of_mark("after gradient buckets"), Phase::None);
     }
 
     /// A program as the recording shim marks it: parameters before the first forward, two
     /// iterations of forward (activations), backward (gradients made, activations freed) and
     /// an optimizer step (its state made in the first step), `zero_grad` freeing the gradients.
-    fn marked_program() -> Trace {
+    fn marked_program(ddp: bool) -> Trace {
         use recorder::trace::{Header, Pool, Record, Source};
         const MIB: u64 = 1 << 20;
         let mut recs: Vec<Event> = Vec::new();
@@ -807,6 +833,15 @@ mod tests {
         };
         let mark = |recs: &mut Vec<Event>, t: &str| recs.push(Event::Mark { kind: MarkKind::Phase, text: t.into() });
         let params = [alloc(&mut recs, 10 * MIB), alloc(&mut recs, 10 * MIB)];
+        if ddp {
+            // DistributedDataParallel's construction: the parameters broadcast through a flat
+            // buffer (freed there), and a gradient bucket as large as the parameters (kept).
+            mark(&mut recs, "gradient buckets (DistributedDataParallel)");
+            let flat = alloc(&mut recs, 20 * MIB);
+            free(&mut recs, flat);
+            alloc(&mut recs, 20 * MIB);
+            mark(&mut recs, "after gradient buckets");
+        }
         let mut grads: Vec<u64> = Vec::new();
         for step in 0..2 {
             for g in grads.drain(..) {
@@ -850,7 +885,7 @@ mod tests {
     #[test]
     fn categories_from_phase_marks() {
         const MIB: u64 = 1 << 20;
-        let c = analyze(&marked_program()).unwrap().expect("phase marks give categories");
+        let c = analyze(&marked_program(false)).unwrap().expect("phase marks give categories");
         assert_eq!(c.phases_from, "phase marks");
         assert_eq!(c.forward_passes, 2);
         assert_eq!(c.max.parameter, 20 * MIB);
@@ -876,7 +911,53 @@ mod tests {
         let two = k.blocks.iter().find(|r| r.blocks == 2).unwrap();
         assert_eq!(two.peak_bytes, 96 * MIB);
         // At a moment: after the second forward's last activation.
-        let m = analyze_at(&marked_program(), Some(c.peak_event)).unwrap().unwrap().at_moment.unwrap();
+        let m = analyze_at(&marked_program(false), Some(c.peak_event)).unwrap().unwrap().at_moment.unwrap();
         assert_eq!(m.bytes, c.at_peak);
+    }
+
+    #[test]
+    fn what_distributed_data_parallel_keeps_is_gradient() {
+        const MIB: u64 = 1 << 20;
+        let c = analyze(&marked_program(true)).unwrap().unwrap();
+        // The bucket is a gradient, not a parameter (both made before the first forward and
+        // kept); the broadcast buffer a temporary.
+        assert_eq!(c.max.parameter, 20 * MIB);
+        assert_eq!(c.max.gradient, 40 * MIB);
+        assert_eq!(c.allocations.gradient, 4 + 1);
+        assert_eq!(c.allocations.temporary, 2 + 1);
+        assert_eq!(c.at_peak.total(), 124 * MIB);
+    }
+
+    #[test]
+    fn an_empty_phase_is_replaced_by_the_next() {
+        use recorder::trace::{Header, Pool, Record, Source};
+        let alloc = |id: u64, bytes: u64| Event::Alloc {
+            id,
+            addr: id << 32,
+            requested_bytes: bytes,
+            block_bytes: bytes,
+            stream: 0,
+            pool: Pool::Large,
+            callsite: 0,
+        };
+        let mark = |t: &str| Event::Mark { kind: MarkKind::Phase, text: t.into() };
+        let free = |id: u64| Event::FreeCompleted { id, addr: id << 32 };
+        // Each forward begins with DistributedDataParallel's bucket rebuild, marked inside it.
+        let mut ev = vec![alloc(1, 1024)];
+        for k in 0..2u64 {
+            ev.extend([mark("forward"), mark("gradient buckets (DistributedDataParallel)")]);
+            if k == 0 {
+                ev.push(alloc(2, 4096)); // the rebuilt bucket, kept
+            }
+            ev.extend([mark("forward"), alloc(10 + k, 512), mark("after forward"), mark("backward"), free(10 + k)]);
+            ev.push(mark("after backward"));
+        }
+        let records = ev.into_iter().enumerate().map(|(i, event)| Record { time_ns: i as u64, event }).collect();
+        let t = Trace::from_records(std::path::Path::new("ddp.atrace"), Header::new(Source::Recorded), records);
+        let c = analyze(&t).unwrap().unwrap();
+        assert_eq!(c.forward_passes, 2);
+        assert_eq!(c.max.parameter, 1024);
+        assert_eq!(c.max.gradient, 4096);
+        assert_eq!(c.max.activation, 512);
     }
 }

@@ -186,3 +186,37 @@ fn a_report_of_several_ranks_is_of_the_peaking_rank_with_a_section_across_them()
     assert!(v.get("ranks").is_none());
     assert!(!one.join("ranks.svg").exists());
 }
+
+fn phases_fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/phases").join(name).display().to_string()
+}
+
+#[test]
+fn recorded_ranks_with_phase_marks_name_the_larger_batch() {
+    // Two DDP ranks recorded by `alloctrace record -- torchrun` (fixtures/phases), rank 1 with a
+    // 4x larger batch.
+    let (r0, r1) = (phases_fixture("ddp.rank0.atrace"), phases_fixture("ddp.rank1.atrace"));
+    let v = json(&["ranks", &r1, &r0, "--json"]);
+    assert_eq!(v["peaking_rank"], 1);
+    assert_eq!(v["aligned_on_iterations"], true);
+    let rows = v["ranks"].as_array().unwrap();
+    assert_eq!(rows[0]["iterations_from"], "iteration marks");
+    assert_eq!(rows[1]["trace"], "ddp.rank1.atrace");
+    let u = |x: &Value| x.as_u64().unwrap();
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(phases_fixture("ddp.rank1.json")).unwrap()).unwrap();
+    assert_eq!(u(&truth["optimizer_state_bytes"]), 2 * u(&truth["parameter_bytes"]), "AdamW");
+    for (rank, trace) in [(0, &r0), (1, &r1)] {
+        let c = json(&["summary", trace, "--json"])["categories"].clone();
+        assert_eq!(c["phases_from"], "phase marks");
+        assert_eq!(c["forward_passes"], 3);
+        // AdamW's state, from the marks alone (no call sites), to the 512-byte rounding of its
+        // 12 tensors.
+        let state = u(&c["max"]["optimizer_state"]);
+        let want = u(&truth["optimizer_state_bytes"]);
+        assert!(state >= want && state - want <= 12 * 512, "rank {rank}: {state} vs {want}");
+    }
+    // The larger batch shows as activations at each rank's peak.
+    let act = |k: usize| u(&rows[k]["categories_at_peak"]["activation"]);
+    assert!(act(1) > act(0), "{} vs {}", act(1), act(0));
+}

@@ -23,7 +23,10 @@ returns (global module forward pre- and post-hooks, with a depth count, so neste
 nothing), `backward` and `after backward` around the autograd engine's run (`torch.autograd.backward`,
 which `Tensor.backward` calls; a forward recomputed inside backward, as activation checkpointing
 does, marks nothing), `optimizer step` and `after optimizer step` around every `torch.optim`
-step (global step pre- and post-hooks). They are installed only when recording.
+step (global step pre- and post-hooks), and `gradient buckets (DistributedDataParallel)` and
+`after gradient buckets` around DistributedDataParallel's construction, which allocates the
+gradient buckets it keeps (and `gradient buckets ...` then `forward` around the bucket rebuild
+at the start of its forward). They are installed only when recording.
 
 Programs may also label their trace: `import alloctrace_hook as at; at.mark("forward")`,
 `at.mark_iteration("step 3")` (no-ops when not recording).
@@ -140,6 +143,35 @@ def _wrap_backward(original):
     return backward
 
 
+def _wrap_ddp_init(original):
+    def init(*args, **kwargs):
+        mark("gradient buckets (DistributedDataParallel)")
+        try:
+            return original(*args, **kwargs)
+        finally:
+            mark("after gradient buckets")
+
+    init.__wrapped__ = original
+    return init
+
+
+def _wrap_ddp_pre_forward(original):
+    """The bucket rebuild at the start of DistributedDataParallel's forward: its own phase,
+    after which the forward goes on."""
+
+    def pre_forward(*args, **kwargs):
+        if _phase["backward"] > 0:
+            return original(*args, **kwargs)
+        mark("gradient buckets (DistributedDataParallel)")
+        try:
+            return original(*args, **kwargs)
+        finally:
+            mark("forward" if _phase["depth"] > 0 else "after gradient buckets")
+
+    pre_forward.__wrapped__ = original
+    return pre_forward
+
+
 def _install_phase_hooks(torch):
     """Marks forward, backward and optimizer steps (see the module documentation)."""
     try:
@@ -157,6 +189,15 @@ def _install_phase_hooks(torch):
         optim.register_optimizer_step_post_hook(lambda opt, args, kwargs: mark("after optimizer step"))
     except Exception as e:  # never break the program
         _say(f"cannot mark forward, backward and optimizer steps: {e}")
+    try:
+        from torch.nn.parallel import distributed
+
+        ddp = distributed.DistributedDataParallel
+        ddp.__init__ = _wrap_ddp_init(ddp.__init__)
+        if hasattr(ddp, "_pre_forward"):
+            ddp._pre_forward = _wrap_ddp_pre_forward(ddp._pre_forward)
+    except Exception:
+        pass  # no torch.distributed in this build
 
 
 # ---------------------------------------------------------------- the default back-end

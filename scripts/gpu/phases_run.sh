@@ -15,3 +15,7 @@ for w in transformer_adamw transformer_adamw_checkpointed cnn_sgd; do
   "$bin/alloctrace" summary "$out/$w.atrace"
 done
 ls -l "$out"
+# Two DDP ranks, rank 1 with a 4x larger batch: one trace per rank, and the view across them.
+timeout 200 "$bin/alloctrace" record -o "$out/ddp.atrace" -- torchrun --nproc_per_node=2 "$here/phases_ddp.py" "$out"
+"$bin/alloctrace" ranks "$out"/ddp.rank*.atrace
+ls -l "$out"

@@ -20,7 +20,19 @@ def fake_torch():
     autograd = module("torch.autograd")
     optim = module("torch.optim")
     optimizer = module("torch.optim.optimizer")
+    parallel = module("torch.nn.parallel")
+    distributed = module("torch.nn.parallel.distributed")
+
+    class DistributedDataParallel:
+        def __init__(self, module):
+            self.module = module
+
+        def _pre_forward(self):
+            pass
+
+    distributed.DistributedDataParallel = DistributedDataParallel
     torch.nn, nn.modules, modules.module = nn, modules, mod
+    nn.parallel, parallel.distributed = parallel, distributed
     torch.autograd, torch.optim, optim.optimizer = autograd, optim, optimizer
     mod.register_module_forward_pre_hook = hooks["pre"].append
 
@@ -75,6 +87,17 @@ for _ in range(2):
         h(None, (), {})
 one = ["forward", "after forward", "backward", "after backward", "optimizer step", "after optimizer step"]
 assert marks == one * 2, marks
+
+# DistributedDataParallel's construction is marked: what it keeps is its gradient buckets.
+marks.clear()
+from torch.nn.parallel.distributed import DistributedDataParallel  # noqa: E402
+
+ddp = DistributedDataParallel("model")
+assert marks == ["gradient buckets (DistributedDataParallel)", "after gradient buckets"], marks
+# Its forward: the bucket rebuild first, marked, then the forward goes on.
+marks.clear()
+call("ddp", lambda: (ddp._pre_forward(), call("model", model)))
+assert marks == ["forward", "gradient buckets (DistributedDataParallel)", "forward", "after forward"], marks
 
 # A forward that raises still closes its phase; the next forward marks again.
 marks.clear()
