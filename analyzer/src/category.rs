@@ -650,7 +650,7 @@ pub fn by_default(trace: &Trace) -> bool {
 /// Categories for `summary`, from the trace it has open: computed [`by_default`], or `always`
 /// where the trace can have them; else `None`.
 pub fn of_summary(trace: &Trace, always: bool) -> Result<Option<Categories>> {
-    if !by_default(trace) && !(always && possible(trace)) {
+    if !(by_default(trace) || (always && possible(trace))) {
         return Ok(None);
     }
     analyze(trace)
