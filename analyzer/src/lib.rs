@@ -19,6 +19,7 @@ pub mod patterns;
 pub mod plot;
 pub mod progress;
 pub mod ranks;
+pub mod raster;
 pub mod replay;
 pub mod report;
 pub mod summary;

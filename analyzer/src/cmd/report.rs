@@ -1,7 +1,7 @@
 //! `alloctrace report TRACE -o DIR`: report.md, report.html, summary.json and the pictures.
 
 use super::{exit, write_json};
-use crate::report::{build, ReportOptions};
+use crate::report::{build, PictureLinks, ReportOptions};
 use anyhow::Result;
 use std::io::Write;
 use std::path::PathBuf;
@@ -15,6 +15,8 @@ pub struct ReportCmdOptions {
     pub json: bool,
     /// Write into a folder that holds other files than a previous report's.
     pub force: bool,
+    /// report.md with its PNGs inline (`data:` URIs) rather than as files beside it.
+    pub inline_pictures: bool,
 }
 
 pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
@@ -24,7 +26,8 @@ pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
         Err(code) => return Ok(code),
     };
     let report = build(&trace, &ReportOptions { search_capacity: opts.search_capacity, search_long_traces: false })?;
-    let files = report.write(&opts.output, &[&opts.trace])?;
+    let links = if opts.inline_pictures { PictureLinks::Inline } else { PictureLinks::Files };
+    let files = report.write_with(&opts.output, &[&opts.trace], links)?;
     if opts.json {
         write_json(out, &report)?;
     } else {
