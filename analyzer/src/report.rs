@@ -298,7 +298,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                 "segments.svg",
                 format!("Segments at {}", seg.moment),
                 "One row per segment: allocated blocks in blue, free (cached) blocks in grey, the largest free \
-                 block in orange; at an OOM the failed request is the red bar, to the same scale."
+                 block in orange; at an OOM the failed request is the vermillion (red-orange) bar, to the same scale."
                     .into(),
                 plot::render_segments(&seg)?,
             ));
@@ -319,7 +319,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         "whatif.svg",
         "Reserved bytes under each policy".into(),
         "The same requests replayed under each what-if policy; the grey line is the live requested bytes, which \
-         no allocator can go below."
+         no allocator can go below, and the dashed line the capacity limit."
             .into(),
         plot::render_whatif(&wd)?,
     ));
