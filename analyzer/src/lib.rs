@@ -22,6 +22,7 @@ pub mod ranks;
 pub mod raster;
 pub mod replay;
 pub mod report;
+pub mod streams;
 pub mod summary;
 pub mod synth;
 pub mod timeline;

@@ -388,6 +388,8 @@ pub struct SegmentsData {
     pub segments: Vec<SegmentView>,
     /// The request that failed, when the moment is an OOM.
     pub failed_request_bytes: Option<u64>,
+    /// The streams' names (in the order the trace first used them up to the moment).
+    pub streams: crate::streams::StreamNames,
 }
 
 impl SegmentsData {
@@ -471,14 +473,28 @@ pub fn segments_data(trace: &Trace, at: At) -> Result<SegmentsData> {
 pub fn segments_data_at(trace: &Trace, (target, moment, failed): (u64, String, Option<u64>)) -> Result<SegmentsData> {
     let opts = ReplayOptions::default();
     let mut taken: Option<(u64, Vec<SegmentView>)> = None;
+    let mut streams = crate::streams::StreamNames::default();
     replay_observed(trace, &opts, &mut |i, r, view, _| {
+        if i <= target {
+            if let Some(s) = crate::streams::stream_of(&r.event) {
+                streams.observe(s);
+            }
+        }
         if i == target {
             taken = Some((r.time_ns, view.segments()));
         }
     })?;
     let (time_ns, segments) =
         taken.ok_or_else(|| anyhow!("{}: the replay did not reach event {target}", trace.path.display()))?;
-    Ok(SegmentsData { trace: trace.name(), moment, event: target, time_ns, segments, failed_request_bytes: failed })
+    Ok(SegmentsData {
+        trace: trace.name(),
+        moment,
+        event: target,
+        time_ns,
+        segments,
+        failed_request_bytes: failed,
+        streams,
+    })
 }
 
 /// Reserved bytes over time under each what-if policy.
@@ -1129,6 +1145,9 @@ pub fn render_segments(d: &SegmentsData) -> Result<String> {
             format!("largest free block ({} of {} free)", fmt_bytes(d.largest_free_bytes()), fmt_bytes(d.free_bytes())),
         ),
     ]);
+    if let Some(n) = d.streams.handles_note() {
+        legend.push((Swatch::Block(WHITE), n));
+    }
     let mut svg = String::new();
     {
         let root =
@@ -1138,15 +1157,25 @@ pub fn render_segments(d: &SegmentsData) -> Result<String> {
         let shown =
             if segs.len() < total { format!(", largest {} of {total} segments", segs.len()) } else { String::new() };
         let title = format!("Segments at {}: {}{shown}", d.moment, d.trace);
+        // Segments on other streams than the default say which (by name; the handles in the legend).
+        let side_streams = segs.iter().any(|s| s.stream != 0);
         let labels: Vec<String> = segs
             .iter()
-            .map(|s| format!("{} {}{}", fmt_bytes(s.bytes), s.pool.as_str(), if s.is_expandable { " exp" } else { "" }))
+            .map(|s| {
+                format!(
+                    "{} {}{}{}",
+                    fmt_bytes(s.bytes),
+                    s.pool.as_str(),
+                    if s.is_expandable { " exp" } else { "" },
+                    if side_streams { format!(", {}", d.streams.name(s.stream)) } else { String::new() }
+                )
+            })
             .collect();
         let mut chart = ChartBuilder::on(&top)
             .caption(title, ("sans-serif", TITLE_PX))
             .margin(14)
             .x_label_area_size(48)
-            .y_label_area_size(130)
+            .y_label_area_size(if side_streams { 200 } else { 130 })
             .build_cartesian_2d(0f64..(widest.max(1) as f64 / xs) * 1.02, 0f64..rows as f64)?;
         let n = rows;
         let label_of = |v: &f64| -> String {

@@ -297,9 +297,12 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
             pictures.push(Picture::new(
                 "segments.svg",
                 format!("Segments at {}", seg.moment),
-                "One row per segment: allocated blocks in blue, free (cached) blocks in grey, the largest free \
-                 block in orange; at an OOM the failed request is the vermillion (red-orange) bar, to the same scale."
-                    .into(),
+                format!(
+                    "One row per segment: allocated blocks in blue, free (cached) blocks in grey, the largest free \
+                     block in orange; at an OOM the failed request is the vermillion (red-orange) bar, to the same \
+                     scale.{}",
+                    seg.streams.handles_note().map(|n| format!(" Rows name their stream; {n}.")).unwrap_or_default()
+                ),
                 plot::render_segments(&seg)?,
             ));
             Some(LayoutAt {
@@ -972,6 +975,12 @@ impl Report {
             }
             for n in &x.not_advised {
                 d.push(Block::Para(format!("Not advised: {n}")));
+            }
+            if let Some(e) = &x.empty_cache_calls {
+                d.push(Block::Para(format!("Pattern: {}.", e.text())));
+            }
+            if let Some(h) = &x.held_for_streams {
+                d.push(Block::Para(format!("Pattern: {}.", h.text())));
             }
         }
         if let Some(f) = &self.frag {

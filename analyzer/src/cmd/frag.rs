@@ -80,7 +80,12 @@ pub fn block_runs(s: &SegmentMap) -> String {
 
 /// The segment map: segments of the same shape (size, pool, stream, block runs) share a line,
 /// in order of their first address.
-pub fn print_segment_map(out: &mut dyn Write, segments: &[SegmentMap], max_lines: usize) -> std::io::Result<()> {
+pub fn print_segment_map(
+    out: &mut dyn Write,
+    segments: &[SegmentMap],
+    max_lines: usize,
+    streams: &crate::streams::StreamNames,
+) -> std::io::Result<()> {
     let mut shapes: Vec<(&SegmentMap, usize)> = Vec::new();
     for s in segments {
         match shapes.iter_mut().find(|(first, _)| first.same_shape(s)) {
@@ -97,11 +102,11 @@ pub fn print_segment_map(out: &mut dyn Write, segments: &[SegmentMap], max_lines
         let times = if *n > 1 { format!(" (x{n} segments like it)") } else { String::new() };
         writeln!(
             out,
-            "  {:#014x} {:>10} {:<5} stream {}{}{}: {}   largest free {}",
+            "  {:#014x} {:>10} {:<5} {}{}{}: {}   largest free {}",
             s.addr,
             fmt_bytes(s.bytes),
             s.pool.as_str(),
-            s.stream,
+            streams.name(s.stream),
             if s.is_expandable { " expandable" } else { "" },
             times,
             block_runs(s),
@@ -111,7 +116,12 @@ pub fn print_segment_map(out: &mut dyn Write, segments: &[SegmentMap], max_lines
     Ok(())
 }
 
-pub fn print_report(out: &mut dyn Write, r: &FragReport, max_segments: usize) -> std::io::Result<()> {
+pub fn print_report(
+    out: &mut dyn Write,
+    r: &FragReport,
+    max_segments: usize,
+    streams: &crate::streams::StreamNames,
+) -> std::io::Result<()> {
     writeln!(out, "fragmentation of {}", r.trace)?;
     writeln!(
         out,
@@ -226,7 +236,10 @@ the largest free block is {}{}.",
 largest free block overall {}:",
         fmt_bytes(lm.largest_free_bytes)
     )?;
-    print_segment_map(out, &m.segments, max_segments)?;
+    print_segment_map(out, &m.segments, max_segments, streams)?;
+    if let Some(n) = streams.handles_note() {
+        writeln!(out, "  ({n})")?;
+    }
     if r.recorded_oom_event.is_some() && m.at != At::Oom {
         writeln!(out, "\nthis trace ends in an out-of-memory: `--at oom` shows the layout when it failed")?;
     }
@@ -246,7 +259,7 @@ pub fn run(opts: &FragCmdOptions, out: &mut dyn Write) -> Result<i32> {
     if opts.json {
         write_json(out, &r)?;
     } else {
-        print_report(out, &r, opts.max_segments)?;
+        print_report(out, &r, opts.max_segments, &crate::streams::StreamNames::of_trace(&trace)?)?;
     }
     if let Some(w) = &r.input_damage {
         eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w.to_string()));
