@@ -29,3 +29,4 @@ pub mod timeline;
 pub mod tracefile;
 pub mod units;
 pub mod whatif;
+pub mod wrap;

@@ -976,11 +976,13 @@ impl Report {
             for n in &x.not_advised {
                 d.push(Block::Para(format!("Not advised: {n}")));
             }
-            if let Some(e) = &x.empty_cache_calls {
-                d.push(Block::Para(format!("Pattern: {}.", e.text())));
-            }
-            if let Some(h) = &x.held_for_streams {
-                d.push(Block::Para(format!("Pattern: {}.", h.text())));
+            // The patterns explain found, where its advice does not already state them.
+            let patterns =
+                [x.empty_cache_calls.as_ref().map(|e| e.text()), x.held_for_streams.as_ref().map(|h| h.text())];
+            for p in patterns.into_iter().flatten() {
+                if !x.advice.iter().any(|a| a.evidence.contains(&p)) {
+                    d.push(Block::Para(format!("Pattern: {p}.")));
+                }
             }
         }
         if let Some(f) = &self.frag {
@@ -1080,14 +1082,20 @@ impl Report {
                     out.push_str(&crate::escape::report_markdown(&text));
                     out.push_str("\n\n");
                 }
+                // Prose wrapped at 100 columns (a soft line break renders as a space).
                 Block::Para(text) => {
-                    out.push_str(&crate::escape::report_markdown(&text));
+                    let md = crate::escape::report_markdown(&text);
+                    out.push_str(&crate::wrap::lines(&md, crate::wrap::WIDTH, true).join("\n"));
                     out.push_str("\n\n");
                 }
                 Block::Note(text) => {
-                    out.push_str("> ");
-                    out.push_str(&crate::escape::report_markdown(&text));
-                    out.push_str("\n\n");
+                    let md = crate::escape::report_markdown(&text);
+                    for l in crate::wrap::lines(&md, crate::wrap::WIDTH - 2, true) {
+                        out.push_str("> ");
+                        out.push_str(&l);
+                        out.push('\n');
+                    }
+                    out.push('\n');
                 }
                 Block::Code(text) => {
                     // A fence longer than any backtick run in the text, which cannot close it.

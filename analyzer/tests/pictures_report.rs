@@ -217,3 +217,19 @@ fn html_renders_in_a_headless_browser() {
     assert!(png.len() > 10 * blank.len(), "report {} bytes vs blank page {} bytes", png.len(), blank.len());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// report.md's prose is wrapped at 100 columns (tables, code and pictures are not prose).
+#[test]
+fn markdown_prose_is_wrapped_at_100_columns() {
+    let md = frag_oom_report().markdown();
+    let mut code = false;
+    for l in md.lines() {
+        if l.starts_with("```") {
+            code = !code;
+        }
+        if code || l.starts_with('|') || l.starts_with("[![") || l.starts_with("```") {
+            continue;
+        }
+        assert!(l.chars().count() <= 100, "{} columns: {l}", l.chars().count());
+    }
+}

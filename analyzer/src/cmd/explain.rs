@@ -89,7 +89,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
     }
     writeln!(out)?;
     writeln!(out, "verdict: {}", r.verdict.kind.as_str())?;
-    writeln!(out, "  {}", r.verdict.reason)?;
+    writeln!(out, "{}", crate::wrap::indented(&r.verdict.reason, "  ", "  "))?;
     writeln!(out)?;
     writeln!(out, "call sites holding memory at that moment:")?;
     for s in r.top_sites.iter().take(5) {
@@ -149,10 +149,10 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         )?;
     }
     if let Some(e) = &r.empty_cache_calls {
-        writeln!(out, "  pattern: {}", e.text())?;
+        writeln!(out, "{}", crate::wrap::indented(&format!("pattern: {}", e.text()), "  ", "    "))?;
     }
     if let Some(h) = &r.held_for_streams {
-        writeln!(out, "  pattern: {}", h.text())?;
+        writeln!(out, "{}", crate::wrap::indented(&format!("pattern: {}", h.text()), "  ", "    "))?;
     }
     writeln!(out)?;
     if r.advice.is_empty() {
@@ -160,14 +160,14 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
     } else {
         writeln!(out, "advice:")?;
         for a in &r.advice {
-            writeln!(out, "  - {}", a.text)?;
-            writeln!(out, "    because {}", a.evidence)?;
+            writeln!(out, "{}", crate::wrap::indented(&a.text, "  - ", "    "))?;
+            writeln!(out, "{}", crate::wrap::indented(&format!("because {}", a.evidence), "    ", "    "))?;
         }
     }
     if !r.not_advised.is_empty() {
         writeln!(out, "not advised:")?;
         for n in &r.not_advised {
-            writeln!(out, "  - {n}")?;
+            writeln!(out, "{}", crate::wrap::indented(n, "  - ", "    "))?;
         }
     }
     Ok(())
