@@ -770,9 +770,9 @@ pub fn draw_legend(area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, e
     Ok(())
 }
 
-/// Splits a picture of `size` into the chart and, under it, the legend band of `entries`.
-fn with_legend<'a, 'b>(
-    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+/// Splits a picture into the chart and, under it, the legend band of `entries`.
+fn with_legend<'b>(
+    root: &DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
     entries: &[LegendEntry],
 ) -> (DrawingArea<SVGBackend<'b>, plotters::coord::Shift>, DrawingArea<SVGBackend<'b>, plotters::coord::Shift>) {
     let (w, h) = root.dim_in_pixel();
