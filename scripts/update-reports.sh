@@ -1,8 +1,8 @@
 #!/bin/sh
 # Regenerates reports/ from traces/ with the CLI: one directory per trace holding report.md,
-# report.html, summary.json and the SVGs. The test suite (analyzer/tests/pictures_reports.rs)
-# fails when a committed report differs from a fresh run, so run this after any change to
-# what a report says or draws.
+# report.html, summary.json and each picture as SVG and PNG. The test suite
+# (analyzer/tests/pictures_report.rs) fails when a committed report differs from a fresh run, so
+# run this after any change to what a report says or draws.
 set -eu
 cd "$(dirname "$0")/.."
 cargo build -q -p alloctrace

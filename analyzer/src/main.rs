@@ -262,11 +262,13 @@ alloctrace plot traces/frag_oom.default.atrace --kind segments --at oom -o oom.s
         #[arg(long)]
         json: bool,
     },
-    /// Write a report to paste into a ticket: report.md, report.html, summary.json and SVGs.
+    /// Write a report to paste into a ticket: report.md, report.html, summary.json, SVGs and PNGs.
     #[command(
         long_about = "Write a report of the trace into a directory: report.md (GitHub-flavoured Markdown to \
-paste into an issue, with the pictures as links), report.html (one self-contained page with the \
-pictures inline; opens offline), summary.json (every figure, machine-readable) and the SVGs.\n\n\
+paste into an issue: the verdict and the fix first, the pictures as PNG files beside it, or inline \
+with --inline-pictures), report.html (one self-contained page with the pictures inline; opens \
+offline), summary.json (every figure, machine-readable), and each picture as SVG and PNG (drawn \
+with an embedded font, so the same on every machine).\n\n\
 The report states the environment (device, capacity limit, allocator settings, versions), the \
 summary figures, findings with verdicts (out of memory, reserved-but-unallocated memory, free \
 memory in pieces, memory needed beyond the live bytes, a leak or what is still live at the end), each \
@@ -298,6 +300,10 @@ open report/report.html"
         /// Print summary.json to stdout as well.
         #[arg(long)]
         json: bool,
+        /// Put the PNGs inside report.md as data: URIs (one file that shows its pictures in
+        /// editors, GitLab and most wikis; GitHub drops data: images, so there attach the PNGs).
+        #[arg(long)]
+        inline_pictures: bool,
     },
     /// Compare two runs: peaks, OOMs, and per call site the bytes at the peak and allocation counts.
     #[command(
@@ -656,7 +662,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
             },
             out,
         ),
-        Command::Report { trace, run, output, no_search, force, json } => cmd::report::run(
+        Command::Report { trace, run, output, no_search, force, json, inline_pictures } => cmd::report::run(
             &cmd::report::ReportCmdOptions {
                 traces: trace,
                 facts: run.facts(),
@@ -664,6 +670,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
                 search_capacity: !no_search,
                 json,
                 force,
+                inline_pictures,
             },
             out,
         ),

@@ -111,7 +111,7 @@ pub fn check_report_dir(dir: &Path, force: bool) -> Result<()> {
         let name = e.file_name().to_string_lossy().into_owned();
         if REPORT_FILES.contains(&name.as_str()) {
             any_report_file = true;
-        } else if !name.ends_with(".svg") {
+        } else if !(name.ends_with(".svg") || name.ends_with(".png")) {
             others.push(name);
         }
     }

@@ -106,6 +106,9 @@ pub struct HeldForStreams {
     pub by_stream_at_peak: Vec<(u64, u64)>,
     /// Held bytes over the trace: (event, bytes), a few samples.
     pub over_time: Vec<(u64, u64)>,
+    /// The names of the trace's streams (the text names them; the JSON keeps the handles).
+    #[serde(skip)]
+    pub stream_names: crate::streams::StreamNames,
 }
 
 impl HeldForStreams {
@@ -113,19 +116,20 @@ impl HeldForStreams {
         let streams: Vec<String> = self
             .by_stream_at_peak
             .iter()
-            .map(|(s, b)| format!("{} allocated on stream {s:#x}", fmt_bytes(*b)))
+            .map(|(s, b)| format!("{} allocated on {}", fmt_bytes(*b), self.stream_names.name(*s)))
             .collect();
         let samples: Vec<String> =
             self.over_time.iter().map(|(e, b)| format!("{} at event {e}", fmt_bytes(*b))).collect();
         format!(
             "blocks the program freed are held back until other streams' work on them is done (record_stream): {} held \
-at event {} ({}), while {} was live and {} reserved; held over the trace: {}",
+at event {} ({}), while {} was live and {} reserved; held over the trace: {}{}",
             fmt_bytes(self.peak_held_bytes),
             self.peak_event,
             streams.join(", "),
             fmt_bytes(self.live_at_peak_bytes),
             fmt_bytes(self.reserved_at_peak_bytes),
-            samples.join(", ")
+            samples.join(", "),
+            self.stream_names.handles_note().map(|n| format!(" ({n})")).unwrap_or_default()
         )
     }
 }
@@ -134,11 +138,15 @@ at event {} ({}), while {} was live and {} reserved; held over the trace: {}",
 /// they never reach [`MIN_HELD_SHARE`] of reserved).
 pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
     let mut streams: Vec<u64> = Vec::new();
+    let mut stream_names = crate::streams::StreamNames::default();
     trace.scan(|_, r| {
         if let Event::Alloc { stream, .. } = r.event {
             if streams.len() < 2 && !streams.contains(&stream) {
                 streams.push(stream);
             }
+        }
+        if let Some(s) = crate::streams::stream_of(&r.event) {
+            stream_names.observe(s);
         }
     })?;
     if streams.len() < 2 {
@@ -191,6 +199,7 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
                 live_at_peak_bytes: live,
                 by_stream_at_peak: by,
                 over_time: Vec::new(),
+                stream_names: stream_names.clone(),
             });
         }
     })?;

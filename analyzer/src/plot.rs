@@ -388,6 +388,8 @@ pub struct SegmentsData {
     pub segments: Vec<SegmentView>,
     /// The request that failed, when the moment is an OOM.
     pub failed_request_bytes: Option<u64>,
+    /// The streams' names (in the order the trace first used them up to the moment).
+    pub streams: crate::streams::StreamNames,
 }
 
 impl SegmentsData {
@@ -471,14 +473,28 @@ pub fn segments_data(trace: &Trace, at: At) -> Result<SegmentsData> {
 pub fn segments_data_at(trace: &Trace, (target, moment, failed): (u64, String, Option<u64>)) -> Result<SegmentsData> {
     let opts = ReplayOptions::default();
     let mut taken: Option<(u64, Vec<SegmentView>)> = None;
+    let mut streams = crate::streams::StreamNames::default();
     replay_observed(trace, &opts, &mut |i, r, view, _| {
+        if i <= target {
+            if let Some(s) = crate::streams::stream_of(&r.event) {
+                streams.observe(s);
+            }
+        }
         if i == target {
             taken = Some((r.time_ns, view.segments()));
         }
     })?;
     let (time_ns, segments) =
         taken.ok_or_else(|| anyhow!("{}: the replay did not reach event {target}", trace.path.display()))?;
-    Ok(SegmentsData { trace: trace.name(), moment, event: target, time_ns, segments, failed_request_bytes: failed })
+    Ok(SegmentsData {
+        trace: trace.name(),
+        moment,
+        event: target,
+        time_ns,
+        segments,
+        failed_request_bytes: failed,
+        streams,
+    })
 }
 
 /// Reserved bytes over time under each what-if policy.
@@ -630,26 +646,188 @@ pub fn frag_data(trace: &Trace, x: XAxis, columns: usize) -> Result<FragData> {
 // ---------------------------------------------------------------------------------------------
 // Rendering
 
-const BLUE: RGBColor = RGBColor(31, 119, 180);
-const ORANGE: RGBColor = RGBColor(255, 127, 14);
-const GREEN: RGBColor = RGBColor(44, 160, 44);
-const RED_: RGBColor = RGBColor(214, 39, 40);
-const PURPLE: RGBColor = RGBColor(148, 103, 189);
-const GREY: RGBColor = RGBColor(127, 127, 127);
-const LIGHT: RGBColor = RGBColor(224, 224, 224);
-/// Tableau 10, for bands and policies.
-pub const PALETTE: [RGBColor; 10] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
+/// Okabe and Ito's colour-blind-safe palette ("Color Universal Design"), in the order series
+/// take it: no two of the (at most eight) series of a picture share a colour.
+pub const PALETTE: [RGBColor; 8] = [
+    RGBColor(0, 114, 178),   // blue
+    RGBColor(230, 159, 0),   // orange
+    RGBColor(0, 158, 115),   // bluish green
+    RGBColor(204, 121, 167), // reddish purple
+    RGBColor(86, 180, 233),  // sky blue
+    RGBColor(213, 94, 0),    // vermillion
+    RGBColor(0, 0, 0),       // black
+    RGBColor(240, 228, 66),  // yellow
 ];
+const BLUE: RGBColor = PALETTE[0];
+const ORANGE: RGBColor = PALETTE[1];
+const GREEN: RGBColor = PALETTE[2];
+const PURPLE: RGBColor = PALETTE[3];
+const SKY: RGBColor = PALETTE[4];
+const VERMILLION: RGBColor = PALETTE[5];
+/// Bounds and free memory: greys, which no series takes.
+const GREY: RGBColor = RGBColor(153, 153, 153);
+const LIGHT: RGBColor = RGBColor(224, 224, 224);
+/// The capacity limit: dark grey and dashed, a colour and a stroke no series uses.
+const CAPACITY: RGBColor = RGBColor(80, 80, 80);
+const MESH: RGBColor = RGBColor(238, 238, 238);
+
+/// Font sizes as given to plotters (the SVG says `size / 1.24`, plotters' conversion).
+const TITLE_PX: u32 = 18;
+const TICK_PX: u32 = 13;
+const LEGEND_PX: u32 = 13;
+const LABEL_PX: u32 = 12;
+const MARK_PX: u32 = 10;
+
+/// The width of `text` in pixels at plotters size `size`, estimated (no font is loaded) from
+/// DejaVu Sans' advances, rounded up per class of character. The test of overprinting
+/// (`tests/pictures_plot.rs`) measures the SVG's text with this same estimate.
+pub fn text_width_px(text: &str, size: u32) -> f64 {
+    let em: f64 = text
+        .chars()
+        .map(|c| match c {
+            'i' | 'j' | 'l' | '.' | ',' | ':' | ';' | '\'' | '|' | '!' | ' ' => 0.33,
+            'f' | 't' | 'r' | '(' | ')' | '[' | ']' | '-' | '/' => 0.42,
+            'm' | 'w' | 'M' | 'W' | '%' | '@' => 0.92,
+            c if c.is_ascii_uppercase() => 0.74,
+            c if c.is_ascii_digit() => 0.64,
+            _ => 0.62,
+        })
+        .sum();
+    em * size as f64 / 1.24
+}
+
+/// A rectangle in pixels: (x0, y0, x1, y1).
+type Px = (f64, f64, f64, f64);
+
+fn intersects(a: Px, b: Px) -> bool {
+    a.0 < b.2 && b.0 < a.2 && a.1 < b.3 && b.1 < a.3
+}
+
+/// What a legend entry shows beside its text.
+#[derive(Debug, Clone, Copy)]
+pub enum Swatch {
+    Line(RGBColor, u32),
+    Dashed(RGBColor, u32),
+    Block(RGBColor),
+}
+
+/// A legend entry.
+pub type LegendEntry = (Swatch, String);
+
+const LEGEND_ROW_PX: u32 = 20;
+const SWATCH_PX: i32 = 24;
+
+/// Lays the entries out in rows under the chart, left to right: each entry's row and x.
+fn legend_layout(entries: &[LegendEntry], width: u32) -> Vec<(usize, i32)> {
+    let mut out = Vec::new();
+    let (mut row, mut x) = (0usize, 0i32);
+    let usable = width as i32 - 2 * 14;
+    for (_, text) in entries {
+        let w = SWATCH_PX + 6 + text_width_px(text, LEGEND_PX).ceil() as i32 + 24;
+        if x > 0 && x + w > usable {
+            row += 1;
+            x = 0;
+        }
+        out.push((row, x));
+        x += w;
+    }
+    out
+}
+
+/// The height of the legend band under a chart of `width` pixels.
+pub fn legend_height(entries: &[LegendEntry], width: u32) -> u32 {
+    let rows = legend_layout(entries, width).last().map(|(r, _)| r + 1).unwrap_or(0) as u32;
+    if rows == 0 {
+        0
+    } else {
+        rows * LEGEND_ROW_PX + 10
+    }
+}
+
+/// Draws the legend into its band (the bottom of the picture, outside every data area): the
+/// one legend style of every picture, [`crate::ranks`]' included.
+pub fn draw_legend(area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, entries: &[LegendEntry]) -> Result<()> {
+    let (w, _) = area.dim_in_pixel();
+    let font =
+        TextStyle::from(("sans-serif", LEGEND_PX).into_font()).color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center));
+    for ((swatch, text), (row, x)) in entries.iter().zip(legend_layout(entries, w)) {
+        let x = x + 14;
+        let y = 4 + row as i32 * LEGEND_ROW_PX as i32 + LEGEND_ROW_PX as i32 / 2;
+        match *swatch {
+            Swatch::Line(c, width) => {
+                area.draw(&PathElement::new(vec![(x, y), (x + SWATCH_PX, y)], c.stroke_width(width.max(2))))?
+            }
+            Swatch::Dashed(c, width) => area.draw(&plotters::element::DashedPathElement::new(
+                vec![(x, y), (x + SWATCH_PX, y)],
+                6,
+                3,
+                c.stroke_width(width.max(2)),
+            ))?,
+            Swatch::Block(c) => area.draw(&Rectangle::new([(x + 6, y - 6), (x + 18, y + 6)], c.filled()))?,
+        }
+        area.draw(&Text::new(text.clone(), (x + SWATCH_PX + 6, y), font.clone()))?;
+    }
+    Ok(())
+}
+
+/// Splits a picture into the chart and, under it, the legend band of `entries`.
+fn with_legend<'b>(
+    root: &DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    entries: &[LegendEntry],
+) -> (DrawingArea<SVGBackend<'b>, plotters::coord::Shift>, DrawingArea<SVGBackend<'b>, plotters::coord::Shift>) {
+    let (w, h) = root.dim_in_pixel();
+    root.split_vertically(h - legend_height(entries, w))
+}
+
+/// Places labels next to their points without overprinting each other, the mark labels or
+/// the markers: for each label, the first free spot among right/left of its point, above or
+/// below, stepping away from it; inside the plotting area.
+struct Labels {
+    taken: Vec<Px>,
+    area: Px,
+}
+
+impl Labels {
+    fn new(area: Px) -> Labels {
+        Labels { taken: Vec::new(), area }
+    }
+
+    fn take(&mut self, b: Px) {
+        self.taken.push(b);
+    }
+
+    fn fits(&self, b: Px) -> bool {
+        b.0 >= self.area.0
+            && b.2 <= self.area.2
+            && b.1 >= self.area.1
+            && b.3 <= self.area.3
+            && !self.taken.iter().any(|t| intersects(*t, b))
+    }
+
+    /// A free spot for `text` (plotters size `size`) near the point: its top-left corner.
+    fn place(&mut self, (px, py): (i32, i32), text: &str, size: u32) -> Option<(i32, i32)> {
+        let w = text_width_px(text, size);
+        let h = size as f64 / 1.24 * 1.2;
+        let (px, py) = (px as f64, py as f64);
+        let gap = 8.0;
+        for step in 0..24 {
+            let dy = step as f64 * (h + 2.0);
+            for (x, y) in [
+                (px + gap, py - gap - h - dy),
+                (px - gap - w, py - gap - h - dy),
+                (px + gap, py + gap + dy),
+                (px - gap - w, py + gap + dy),
+            ] {
+                let b = (x, y, x + w, y + h);
+                if self.fits(b) {
+                    self.take(b);
+                    return Some((x.round() as i32, y.round() as i32));
+                }
+            }
+        }
+        None
+    }
+}
 
 /// A binary unit for an axis whose largest value is `max_bytes`.
 fn byte_unit(max_bytes: f64) -> (f64, &'static str) {
@@ -691,7 +869,7 @@ struct LineChart {
     /// Points with a label: peaks (filled circles).
     dots: Vec<(f64, f64, String, RGBColor)>,
     /// Crosses with a label: OOMs.
-    crosses: Vec<(f64, f64, String)>,
+    crosses: Vec<(f64, f64, String, RGBColor)>,
 }
 
 fn nonempty_range(lo: f64, hi: f64) -> (f64, f64) {
@@ -702,15 +880,30 @@ fn nonempty_range(lo: f64, hi: f64) -> (f64, f64) {
     }
 }
 
+/// The plotting area of a chart in pixels.
+fn pixel_area<X: Ranged, Y: Ranged>(chart: &ChartContext<'_, SVGBackend<'_>, Cartesian2d<X, Y>>) -> Px {
+    let (xr, yr) = chart.plotting_area().get_pixel_range();
+    (xr.start as f64, yr.start as f64, xr.end as f64, yr.end as f64)
+}
+
 fn render_line_chart(c: &LineChart) -> Result<String> {
+    let mut legend: Vec<LegendEntry> = Vec::new();
+    if let Some((_, label)) = &c.hline {
+        legend.push((Swatch::Dashed(CAPACITY, 2), label.clone()));
+    }
+    for (name, color, width, _) in &c.lines {
+        legend.push((Swatch::Line(*color, *width), name.clone()));
+    }
+    let height = HEIGHT + legend_height(&legend, WIDTH);
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
         root.fill(&WHITE)?;
+        let (top, bottom) = with_legend(&root, &legend);
         let (x0, x1) = nonempty_range(c.x_range.0, c.x_range.1);
         let y1 = if c.y_max > 0.0 { c.y_max * 1.08 } else { 1.0 };
-        let mut chart = ChartBuilder::on(&root)
-            .caption(&c.title, ("sans-serif", 18))
+        let mut chart = ChartBuilder::on(&top)
+            .caption(&c.title, ("sans-serif", TITLE_PX))
             .margin(14)
             .x_label_area_size(48)
             .y_label_area_size(78)
@@ -719,76 +912,70 @@ fn render_line_chart(c: &LineChart) -> Result<String> {
         let y_fmt = move |v: &f64| if percent { format!("{:.0}%", v * 100.0) } else { format!("{v:.2}") };
         chart
             .configure_mesh()
-            .light_line_style(RGBColor(238, 238, 238))
+            .light_line_style(MESH)
             .x_desc(c.x_desc.as_str())
             .y_desc(c.y_desc.as_str())
             .x_label_formatter(&|v| format!("{v}"))
             .y_label_formatter(&y_fmt)
-            .label_style(("sans-serif", 13))
+            .label_style(("sans-serif", TICK_PX))
             .draw()?;
-        // Labels of marks closer than this many pixels to the previous label are left out.
-        const LABEL_GAP_PX: f64 = 150.0;
-        let mut labelled_at = f64::NEG_INFINITY;
+        let area = pixel_area(&chart);
+        let mut labels = Labels::new(area);
         // At most one line per pixel column: thousands of iteration marks would otherwise
         // make a large SVG of lines drawn on top of each other.
-        let mut lined_at = f64::NEG_INFINITY;
+        let mut lined_at = i32::MIN;
         for (x, label) in &c.vlines {
-            let px = (*x - x0) / (x1 - x0) * (WIDTH as f64 - 120.0);
-            if px - lined_at >= 1.0 {
+            let (px, _) = chart.backend_coord(&(*x, 0.0));
+            if px > lined_at {
                 lined_at = px;
                 chart
                     .draw_series(std::iter::once(PathElement::new(vec![(*x, 0.0), (*x, y1)], LIGHT.stroke_width(1))))?;
             }
-            if px - labelled_at >= LABEL_GAP_PX {
-                labelled_at = px;
-                // "Optimizer.step#AdamW.step" (a record_function name) reads best after the '#'.
-                let short = label.rsplit('#').next().unwrap_or(label);
-                let text: String = short.chars().take(24).collect();
-                chart.draw_series(std::iter::once(Text::new(
+            // A mark's label at the top of its line, where no earlier label is; the rest are
+            // left out.
+            // "Optimizer.step#AdamW.step" (a record_function name) reads best after the '#'.
+            let short = label.rsplit('#').next().unwrap_or(label);
+            let text: String = short.chars().take(24).collect();
+            let w = text_width_px(&text, MARK_PX);
+            let h = MARK_PX as f64 / 1.24 * 1.2;
+            let b = (px as f64 + 2.0, area.1 + 2.0, px as f64 + 2.0 + w, area.1 + 2.0 + h);
+            // Kept apart by a gap, so that two labels never read as one.
+            let spaced = (b.0 - 4.0, b.1, b.2 + 8.0, b.3);
+            if labels.fits(spaced) {
+                labels.take(spaced);
+                top.draw(&Text::new(
                     text,
-                    (*x, y1 * 0.995),
-                    ("sans-serif", 10).into_font(),
-                )))?;
+                    (b.0 as i32, b.1 as i32),
+                    TextStyle::from(("sans-serif", MARK_PX).into_font()).color(&BLACK),
+                ))?;
             }
         }
-        if let Some((y, label)) = &c.hline {
-            chart
-                .draw_series(std::iter::once(PathElement::new(vec![(x0, *y), (x1, *y)], RED_.stroke_width(2))))?
-                .label(label.as_str())
-                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED_.stroke_width(2)));
+        if let Some((y, _)) = &c.hline {
+            chart.draw_series(DashedLineSeries::new(vec![(x0, *y), (x1, *y)], 10, 6, CAPACITY.stroke_width(2)))?;
         }
-        for (name, color, width, pts) in &c.lines {
-            let color = *color;
-            let w = *width;
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(w)))?
-                .label(name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(w.max(2))));
+        for (_, color, width, pts) in &c.lines {
+            chart.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(*width)))?;
         }
-        // Labels near the right edge end at their point instead of starting there.
-        let label_style = |x: f64| {
-            let style = TextStyle::from(("sans-serif", 12).into_font()).color(&BLACK);
-            if x > x0 + 0.75 * (x1 - x0) {
-                style.pos(Pos::new(HPos::Right, VPos::Top))
-            } else {
-                style
-            }
-        };
+        // Markers first (labels keep off them), then their labels.
+        let mut marked: Vec<((i32, i32), String)> = Vec::new();
         for (x, y, label, color) in &c.dots {
             chart.draw_series(std::iter::once(Circle::new((*x, *y), 5, color.filled())))?;
-            chart.draw_series(std::iter::once(Text::new(format!("{label} "), (*x, *y), label_style(*x))))?;
+            let p = chart.backend_coord(&(*x, *y));
+            labels.take((p.0 as f64 - 6.0, p.1 as f64 - 6.0, p.0 as f64 + 6.0, p.1 as f64 + 6.0));
+            marked.push((p, label.trim().to_string()));
         }
-        for (x, y, label) in &c.crosses {
-            chart.draw_series(std::iter::once(Cross::new((*x, *y), 7, RED_.stroke_width(3))))?;
-            chart.draw_series(std::iter::once(Text::new(format!("{label} "), (*x, *y), label_style(*x))))?;
+        for (x, y, label, color) in &c.crosses {
+            chart.draw_series(std::iter::once(Cross::new((*x, *y), 7, color.stroke_width(3))))?;
+            let p = chart.backend_coord(&(*x, *y));
+            labels.take((p.0 as f64 - 8.0, p.1 as f64 - 8.0, p.0 as f64 + 8.0, p.1 as f64 + 8.0));
+            marked.push((p, label.trim().to_string()));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .draw()?;
+        for (p, text) in marked {
+            if let Some(at) = labels.place(p, &text, LABEL_PX) {
+                top.draw(&Text::new(text, at, TextStyle::from(("sans-serif", LABEL_PX).into_font()).color(&BLACK)))?;
+            }
+        }
+        draw_legend(&bottom, &legend)?;
         root.present()?;
     }
     Ok(svg)
@@ -827,13 +1014,13 @@ pub fn render_timeline(d: &TimelineData) -> Result<String> {
             (
                 d.peak_reserved.0 as f64 / xs,
                 d.peak_reserved.1 as f64 / ys,
-                format!(" peak reserved {}", fmt_bytes(d.peak_reserved.1)),
+                format!("peak reserved {}", fmt_bytes(d.peak_reserved.1)),
                 BLUE,
             ),
             (
                 d.peak_allocated.0 as f64 / xs,
                 d.peak_allocated.1 as f64 / ys,
-                format!(" peak allocated {}", fmt_bytes(d.peak_allocated.1)),
+                format!("peak allocated {}", fmt_bytes(d.peak_allocated.1)),
                 ORANGE,
             ),
         ],
@@ -841,7 +1028,12 @@ pub fn render_timeline(d: &TimelineData) -> Result<String> {
             .ooms
             .iter()
             .map(|(x, req)| {
-                (*x as f64 / xs, d.peak_reserved.1 as f64 / ys, format!(" OOM: {} requested", fmt_bytes(*req)))
+                (
+                    *x as f64 / xs,
+                    d.peak_reserved.1 as f64 / ys,
+                    format!("OOM: {} requested", fmt_bytes(*req)),
+                    VERMILLION,
+                )
             })
             .collect(),
     })
@@ -855,10 +1047,15 @@ pub fn render_stacked(d: &StackedData) -> Result<String> {
     let (xs, x_desc) = x_unit(d.x, s.x_last);
     let nb = d.bands.len();
     let per_band: Vec<Vec<(u64, f64)>> = (1..=nb).map(|b| s.at_max_of_first(b)).collect();
+    // The last band, "other", in grey: the call sites take the palette.
+    let color_of = |b: usize| if b + 1 == nb { GREY } else { PALETTE[b % PALETTE.len()] };
+    let legend: Vec<LegendEntry> = (0..nb).map(|b| (Swatch::Block(color_of(b)), d.bands[b].clone())).collect();
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        let root =
+            SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT + legend_height(&legend, WIDTH))).into_drawing_area();
         root.fill(&WHITE)?;
+        let (top, bottom) = with_legend(&root, &legend);
         let (x0, x1) = nonempty_range(s.x0 as f64 / xs, s.x_last as f64 / xs);
         let y1 = if y_max > 0.0 { y_max / ys * 1.08 } else { 1.0 };
         let title = if d.has_callsites {
@@ -866,41 +1063,32 @@ pub fn render_stacked(d: &StackedData) -> Result<String> {
         } else {
             format!("Live requested bytes (the trace records no call sites): {}", d.trace)
         };
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
+        let mut chart = ChartBuilder::on(&top)
+            .caption(title, ("sans-serif", TITLE_PX))
             .margin(14)
             .x_label_area_size(48)
             .y_label_area_size(78)
             .build_cartesian_2d(x0..x1, 0f64..y1)?;
         chart
             .configure_mesh()
-            .light_line_style(RGBColor(238, 238, 238))
+            .light_line_style(MESH)
             .x_desc(x_desc)
             .y_desc(format!("live requested bytes ({unit})"))
             .y_label_formatter(&|v| format!("{v:.2}"))
-            .label_style(("sans-serif", 13))
+            .label_style(("sans-serif", TICK_PX))
             .draw()?;
         // Cumulative from the top band down, each painted over the previous.
         for b in (0..nb).rev() {
-            let color = PALETTE[b % PALETTE.len()];
+            let color = color_of(b);
             let pts: Vec<(f64, f64)> = (0..per_band[0].len())
                 .map(|c| {
                     let sum: f64 = per_band[..=b].iter().map(|band| band[c].1).sum();
                     (per_band[0][c].0 as f64 / xs, sum / ys)
                 })
                 .collect();
-            chart
-                .draw_series(AreaSeries::new(pts, 0.0, color.mix(0.85)).border_style(color.stroke_width(1)))?
-                .label(d.bands[b].as_str())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+            chart.draw_series(AreaSeries::new(pts, 0.0, color.mix(0.85)).border_style(color.stroke_width(1)))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 12))
-            .draw()?;
+        draw_legend(&bottom, &legend)?;
         root.present()?;
     }
     Ok(svg)
@@ -937,25 +1125,64 @@ pub fn render_segments(d: &SegmentsData) -> Result<String> {
     let extra = usize::from(d.failed_request_bytes.is_some());
     let rows = (segs.len() + extra).max(1);
     let height = (HEIGHT as usize).max(120 + rows * 10).min(2400) as u32;
+    let mut legend: Vec<LegendEntry> = Vec::new();
+    if let Some(req) = d.failed_request_bytes {
+        legend.push((
+            Swatch::Block(VERMILLION),
+            if request_off_scale {
+                format!(
+                    "failed request ({}, {:.0}x the largest segment: off scale)",
+                    fmt_bytes(req),
+                    req as f64 / widest_segment.max(1) as f64
+                )
+            } else {
+                format!("failed request ({})", fmt_bytes(req))
+            },
+        ));
+    }
+    legend.extend([
+        (Swatch::Block(BLUE), "allocated".to_string()),
+        (Swatch::Block(PURPLE), "freed, waiting for its stream (pending)".to_string()),
+        (Swatch::Block(LIGHT), "free (cached)".to_string()),
+        (
+            Swatch::Block(ORANGE),
+            format!("largest free block ({} of {} free)", fmt_bytes(d.largest_free_bytes()), fmt_bytes(d.free_bytes())),
+        ),
+    ]);
+    if let Some(n) = d.streams.handles_note() {
+        legend.push((Swatch::Block(WHITE), n));
+    }
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        let root =
+            SVGBackend::with_string(&mut svg, (WIDTH, height + legend_height(&legend, WIDTH))).into_drawing_area();
         root.fill(&WHITE)?;
+        let (top, bottom) = with_legend(&root, &legend);
         let shown = if segs.len() < total {
             format!(", {} of {total} segments: the largest and the one with the largest free block", segs.len())
         } else {
             String::new()
         };
         let title = format!("Segments at {}: {}{shown}", d.moment, d.trace);
+        // Segments on other streams than the default say which (by name; the handles in the legend).
+        let side_streams = segs.iter().any(|s| s.stream != 0);
         let labels: Vec<String> = segs
             .iter()
-            .map(|s| format!("{} {}{}", fmt_bytes(s.bytes), s.pool.as_str(), if s.is_expandable { " exp" } else { "" }))
+            .map(|s| {
+                format!(
+                    "{} {}{}{}",
+                    fmt_bytes(s.bytes),
+                    s.pool.as_str(),
+                    if s.is_expandable { " exp" } else { "" },
+                    if side_streams { format!(", {}", d.streams.name(s.stream)) } else { String::new() }
+                )
+            })
             .collect();
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
+        let mut chart = ChartBuilder::on(&top)
+            .caption(title, ("sans-serif", TITLE_PX))
             .margin(14)
             .x_label_area_size(48)
-            .y_label_area_size(130)
+            .y_label_area_size(if side_streams { 200 } else { 130 })
             .build_cartesian_2d(0f64..(widest.max(1) as f64 / xs) * 1.02, 0f64..rows as f64)?;
         let n = rows;
         let label_of = |v: &f64| -> String {
@@ -973,7 +1200,7 @@ pub fn render_segments(d: &SegmentsData) -> Result<String> {
         chart
             .configure_mesh()
             .disable_y_mesh()
-            .light_line_style(RGBColor(238, 238, 238))
+            .light_line_style(MESH)
             .x_desc(format!("offset in segment ({unit})"))
             .y_desc("segments in address order")
             .y_labels(rows.min(40))
@@ -1003,51 +1230,15 @@ pub fn render_segments(d: &SegmentsData) -> Result<String> {
         chart.draw_series(rects)?;
         if let Some(req) = d.failed_request_bytes {
             let y = y_of(0);
-            chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [
-                        (0.0, y + pad),
-                        (req.min(widest) as f64 / xs * if request_off_scale { 1.02 } else { 1.0 }, y + 1.0 - pad),
-                    ],
-                    RED_.filled(),
-                )))?
-                .label(if request_off_scale {
-                    format!(
-                        "failed request ({}, {:.0}x the largest segment: off scale)",
-                        fmt_bytes(req),
-                        req as f64 / widest_segment.max(1) as f64
-                    )
-                } else {
-                    format!("failed request ({})", fmt_bytes(req))
-                })
-                .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], RED_.filled()));
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [
+                    (0.0, y + pad),
+                    (req.min(widest) as f64 / xs * if request_off_scale { 1.02 } else { 1.0 }, y + 1.0 - pad),
+                ],
+                VERMILLION.filled(),
+            )))?;
         }
-        let legend: [(String, RGBColor); 4] = [
-            ("allocated".into(), BLUE),
-            ("freed, waiting for its stream (pending)".into(), PURPLE),
-            ("free (cached)".into(), LIGHT),
-            (
-                format!(
-                    "largest free block ({} of {} free)",
-                    fmt_bytes(d.largest_free_bytes()),
-                    fmt_bytes(d.free_bytes())
-                ),
-                ORANGE,
-            ),
-        ];
-        for (name, color) in legend {
-            chart
-                .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())?
-                .label(name)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .draw()?;
+        draw_legend(&bottom, &legend)?;
         root.present()?;
     }
     Ok(svg)
@@ -1068,7 +1259,9 @@ pub fn render_whatif(d: &WhatifData) -> Result<String> {
         3,
         scaled(d.requested.points(1), xs, ys),
     )];
-    let mut crosses = Vec::new();
+    let mut crosses: Vec<(f64, f64, String, RGBColor)> = Vec::new();
+    // Policies failing at the same point share one label, "first and N more: OOM".
+    let mut sharing: Vec<usize> = Vec::new();
     for (k, (name, s, oom, peak)) in d.policies.iter().enumerate() {
         lines.push((
             format!("{name} (peak {})", fmt_bytes(*peak)),
@@ -1077,12 +1270,18 @@ pub fn render_whatif(d: &WhatifData) -> Result<String> {
             scaled(s.points(0), xs, ys),
         ));
         if let Some(x) = oom {
-            crosses.push((
-                *x as f64 / xs,
-                s.series(0).last().map(|b| b.last.value).unwrap_or(0.0) / ys,
-                format!(" {name}: OOM"),
-            ));
+            let (x, y) = (*x as f64 / xs, s.series(0).last().map(|b| b.last.value).unwrap_or(0.0) / ys);
+            match crosses.iter().position(|c| c.0 == x && c.1 == y) {
+                Some(i) => sharing[i] += 1,
+                None => {
+                    crosses.push((x, y, name.clone(), PALETTE[k % PALETTE.len()]));
+                    sharing.push(0);
+                }
+            }
         }
+    }
+    for (c, more) in crosses.iter_mut().zip(sharing) {
+        c.2 = if more == 0 { format!("{}: OOM", c.2) } else { format!("{} and {more} more: OOM", c.2) };
     }
     render_line_chart(&LineChart {
         title: format!("Reserved bytes under each policy: {}", d.trace),
@@ -1140,7 +1339,13 @@ pub fn render_overlay(a: &TimelineData, b: &TimelineData) -> Result<String> {
     let mut crosses = Vec::new();
     for (d, tag) in [(a, "A"), (b, "B")] {
         for (x, req) in &d.ooms {
-            crosses.push((*x as f64 / xs, d.peak_reserved.1 as f64 / ys, format!(" {tag} OOM ({})", fmt_bytes(*req))));
+            let color = if tag == "A" { BLUE } else { VERMILLION };
+            crosses.push((
+                *x as f64 / xs,
+                d.peak_reserved.1 as f64 / ys,
+                format!("{tag} OOM ({})", fmt_bytes(*req)),
+                color,
+            ));
         }
     }
     render_line_chart(&LineChart {
@@ -1152,9 +1357,9 @@ pub fn render_overlay(a: &TimelineData, b: &TimelineData) -> Result<String> {
         y_max: y_max / ys,
         lines: vec![
             ("A reserved".into(), BLUE, 2, scaled(a.series.points(1), xs, ys)),
-            ("A allocated".into(), RGBColor(158, 202, 225), 2, scaled(a.series.points(0), xs, ys)),
-            ("B reserved".into(), RED_, 2, scaled(b.series.points(1), xs, ys)),
-            ("B allocated".into(), RGBColor(252, 174, 145), 2, scaled(b.series.points(0), xs, ys)),
+            ("A allocated".into(), SKY, 2, scaled(a.series.points(0), xs, ys)),
+            ("B reserved".into(), VERMILLION, 2, scaled(b.series.points(1), xs, ys)),
+            ("B allocated".into(), ORANGE, 2, scaled(b.series.points(0), xs, ys)),
         ],
         vlines: Vec::new(),
         hline: None,

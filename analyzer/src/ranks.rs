@@ -527,12 +527,28 @@ fn byte_unit(max: f64) -> (f64, &'static str) {
 pub fn render(rep: &RanksReport) -> Result<String> {
     use plotters::prelude::*;
     let palette = crate::plot::PALETTE;
-    let (w, h) = (crate::plot::WIDTH, crate::plot::HEIGHT + 240);
+    use crate::plot::{draw_legend, legend_height, Swatch};
+    // The legends under their charts, in the one legend style of every picture.
+    let bar_legend = [
+        (Swatch::Block(palette[0]), "peak reserved".to_string()),
+        (Swatch::Block(palette[1]), "peak allocated".to_string()),
+    ];
+    let line_legend: Vec<_> = rep
+        .timelines
+        .iter()
+        .enumerate()
+        .map(|(k, t)| (Swatch::Line(palette[k % palette.len()], 2), format!("rank {}", t.rank)))
+        .collect();
+    let w = crate::plot::WIDTH;
+    let (bar_legend_h, line_legend_h) = (legend_height(&bar_legend, w), legend_height(&line_legend, w));
+    let h = crate::plot::HEIGHT + 240 + bar_legend_h + line_legend_h;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
         root.fill(&WHITE)?;
-        let (top, bottom) = root.split_vertically(340);
+        let (top, bottom) = root.split_vertically(340 + bar_legend_h);
+        let (top, top_legend) = top.split_vertically(340);
+        let (bottom, bottom_legend) = bottom.split_vertically(crate::plot::HEIGHT + 240 - 340);
         let n = rep.ranks.len().max(1);
         let max_peak = rep.ranks.iter().map(|r| r.peak_reserved.bytes.max(r.peak_allocated.bytes)).max().unwrap_or(0);
         let (ys, unit) = byte_unit(max_peak as f64);
@@ -580,18 +596,7 @@ pub fn render(rep: &RanksReport) -> Result<String> {
                 )),
             )))?;
         }
-        bars.draw_series(std::iter::once(Rectangle::new([(0.0, 0.0), (0.0, 0.0)], reserved.filled())))?
-            .label("peak reserved")
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], reserved.filled()));
-        bars.draw_series(std::iter::once(Rectangle::new([(0.0, 0.0), (0.0, 0.0)], allocated.filled())))?
-            .label("peak allocated")
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], allocated.filled()));
-        bars.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .draw()?;
+        draw_legend(&top_legend, &bar_legend)?;
 
         let x_max = rep.timelines.iter().flat_map(|t| t.points.last()).map(|p| p.0).fold(1.0, f64::max);
         let t_max = rep.timelines.iter().flat_map(|t| t.points.iter()).map(|p| p.1).max().unwrap_or(0);
@@ -618,18 +623,12 @@ pub fn render(rep: &RanksReport) -> Result<String> {
             .draw()?;
         for (k, t) in rep.timelines.iter().enumerate() {
             let color = palette[k % palette.len()];
-            lines
-                .draw_series(LineSeries::new(t.points.iter().map(|&(x, b)| (x, b as f64 / ts)), color.stroke_width(2)))?
-                .label(format!("rank {}", t.rank))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            lines.draw_series(LineSeries::new(
+                t.points.iter().map(|&(x, b)| (x, b as f64 / ts)),
+                color.stroke_width(2),
+            ))?;
         }
-        lines
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .draw()?;
+        draw_legend(&bottom_legend, &line_legend)?;
         root.present()?;
     }
     Ok(svg)

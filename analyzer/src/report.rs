@@ -84,14 +84,38 @@ pub struct LayoutAt {
     pub failed_request_bytes: Option<u64>,
 }
 
-/// A picture of the report.
+/// A picture of the report: an SVG, and the same picture as a PNG beside it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Picture {
+    /// The SVG's file name, e.g. `timeline.svg`.
     pub file: String,
+    /// The PNG's file name, e.g. `timeline.png`.
+    pub png_file: String,
     pub title: String,
     pub caption: String,
     #[serde(skip)]
     pub svg: String,
+    /// The SVG rasterised with the embedded font ([`crate::raster`]).
+    #[serde(skip)]
+    pub png: Vec<u8>,
+}
+
+impl Picture {
+    fn new(file: &str, title: String, caption: String, svg: String) -> Picture {
+        let png_file = format!("{}.png", file.trim_end_matches(".svg"));
+        Picture { file: file.into(), png_file, title, caption, svg, png: Vec::new() }
+    }
+}
+
+/// How `report.md` shows its pictures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PictureLinks {
+    /// The PNG beside the report, linked to its SVG (attach the PNGs with the Markdown).
+    #[default]
+    Files,
+    /// The PNGs inside the Markdown as `data:` URIs: one file that shows its pictures wherever
+    /// Markdown renders `data:` images (editors, GitLab, most wikis; GitHub drops them).
+    Inline,
 }
 
 /// `summary.json`, and everything the documents are rendered from.
@@ -252,37 +276,40 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     let mut leaks = leaks_report;
 
     let mut pictures = Vec::new();
-    pictures.push(Picture {
-        file: "timeline.svg".into(),
-        title: "Memory over time".into(),
-        caption: "Reserved (segments the allocator holds from the device), allocated (blocks handed to tensors), \
-                  active and requested bytes, replayed under the recorded settings. The gap between reserved and \
-                  allocated is cached memory."
+    pictures.push(Picture::new(
+        "timeline.svg",
+        "Memory over time".into(),
+        "Reserved (segments the allocator holds from the device), allocated (blocks handed to tensors), active \
+         and requested bytes, replayed under the recorded settings. The gap between reserved and allocated is \
+         cached memory."
             .into(),
-        svg: plot::render_timeline(&tl)?,
-    });
+        plot::render_timeline(&tl)?,
+    ));
     if st.has_callsites {
-        pictures.push(Picture {
-            file: "timeline-callsites.svg".into(),
-            title: "Live bytes by call site".into(),
-            caption: format!(
+        pictures.push(Picture::new(
+            "timeline-callsites.svg",
+            "Live bytes by call site".into(),
+            format!(
                 "Live requested bytes stacked by call site (the top {}, the rest as \"other\"). The top edge is the \
                  true peak of each pixel column.",
                 plot::TOP_CALLSITES
             ),
-            svg: plot::render_stacked(&st)?,
-        });
+            plot::render_stacked(&st)?,
+        ));
     }
     let layout = match seg {
         Ok(seg) => {
-            pictures.push(Picture {
-                file: "segments.svg".into(),
-                title: format!("Segments at {}", seg.moment),
-                caption: "One row per segment: allocated blocks in blue, free (cached) blocks in grey, the largest \
-                          free block in orange; at an OOM the failed request is the red bar, to the same scale."
-                    .into(),
-                svg: plot::render_segments(&seg)?,
-            });
+            pictures.push(Picture::new(
+                "segments.svg",
+                format!("Segments at {}", seg.moment),
+                format!(
+                    "One row per segment: allocated blocks in blue, free (cached) blocks in grey, the largest free \
+                     block in orange; at an OOM the failed request is the vermillion (red-orange) bar, to the same \
+                     scale.{}",
+                    seg.streams.handles_note().map(|n| format!(" Rows name their stream; {n}.")).unwrap_or_default()
+                ),
+                plot::render_segments(&seg)?,
+            ));
             Some(LayoutAt {
                 moment: seg.moment.clone(),
                 event: seg.event,
@@ -296,23 +323,30 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         // A trace that never reserves anything has no map to draw.
         Err(_) => None,
     };
-    pictures.push(Picture {
-        file: "whatif.svg".into(),
-        title: "Reserved bytes under each policy".into(),
-        caption: "The same requests replayed under each what-if policy; the grey line is the live requested bytes, \
-                  which no allocator can go below."
+    pictures.push(Picture::new(
+        "whatif.svg",
+        "Reserved bytes under each policy".into(),
+        "The same requests replayed under each what-if policy; the grey line is the live requested bytes, which \
+         no allocator can go below, and the dashed line the capacity limit."
             .into(),
-        svg: plot::render_whatif(&wd)?,
-    });
-    pictures.push(Picture {
-        file: "frag.svg".into(),
-        title: "Fragmentation over time".into(),
-        caption: "Blue: the share of reserved memory no tensor holds. Orange: how broken up the free memory is \
-                  (0% = all free memory in one block)."
+        plot::render_whatif(&wd)?,
+    ));
+    pictures.push(Picture::new(
+        "frag.svg",
+        "Fragmentation over time".into(),
+        "Blue: the share of reserved memory no tensor holds. Orange: how broken up the free memory is (0% = all \
+         free memory in one block)."
             .into(),
-        svg: plot::render_frag(&fd)?,
-    });
+        plot::render_frag(&fd)?,
+    ));
     let categories = category_section(trace, &mut pictures, &mut analysis_errors)?;
+    {
+        use rayon::prelude::*;
+        pictures.par_iter_mut().try_for_each(|p| -> Result<()> {
+            p.png = crate::raster::png_of_svg(&p.svg).with_context(|| format!("cannot draw {} as a PNG", p.file))?;
+            Ok(())
+        })?;
+    }
 
     if let Some(x) = explained.as_mut() {
         x.trace = name.clone();
@@ -365,16 +399,16 @@ fn category_section(
             return Ok(None);
         }
     };
-    pictures.push(Picture {
-        file: "categories.svg".into(),
-        title: "Live bytes by category".into(),
-        caption: format!(
+    pictures.push(Picture::new(
+        "categories.svg",
+        "Live bytes by category".into(),
+        format!(
             "Live allocated bytes stacked by what they are for (phases from {}); the black line is the peak of \
              allocated bytes. Each point is the highest total in its stretch of events.",
             c.phases_from
         ),
-        svg: crate::category::render(&c, "Live bytes by category")?,
-    });
+        crate::category::render(&c, "Live bytes by category")?,
+    ));
     Ok(Some(c))
 }
 
@@ -709,17 +743,26 @@ impl Report {
         let s = &self.summary;
         let r = &self.replay;
         let mut d = vec![Block::Heading(1, format!("Memory report: `{}`", self.trace))];
-        let headline = self
-            .findings
-            .iter()
-            .filter(|f| f.verdict == Verdict::Problem)
-            .map(|f| format!("**{}**: {}", f.title, f.value))
-            .collect::<Vec<_>>();
-        d.push(Block::Para(if headline.is_empty() {
-            "No problem found by the checks below.".to_string()
-        } else {
-            format!("Problems: {}.", headline.join("; "))
-        }));
+        // First screen: the verdict and the fix, the picture that shows it, then the findings.
+        self.verdict_blocks(&mut d);
+        let lead = self.lead_picture();
+        if let Some(i) = lead {
+            d.push(Block::Picture(i));
+            d.push(Block::Para(format!("*{}.* {}", self.pictures[i].title, self.pictures[i].caption)));
+        }
+        d.push(Block::Heading(2, "Findings".into()));
+        d.push(Block::Table(
+            vec!["verdict".into(), "finding".into(), "value".into()],
+            self.findings
+                .iter()
+                .map(|f| vec![f.verdict.as_str().to_string(), f.title.clone(), f.value.clone()])
+                .collect(),
+        ));
+        for f in &self.findings {
+            d.push(Block::Heading(3, format!("{} ({})", f.title, f.verdict.as_str())));
+            d.push(Block::Para(format!("**What it is.** {}", f.definition)));
+            d.push(Block::Para(format!("**In this run.** {}", f.explanation)));
+        }
         d.push(Block::Heading(2, "Environment".into()));
         let or_unknown = |v: &str| if v.is_empty() { "unknown".to_string() } else { v.to_string() };
         let mut env = vec![
@@ -794,19 +837,6 @@ impl Report {
         ];
         d.push(Block::Table(vec!["measure".into(), "value".into()], rows));
 
-        d.push(Block::Heading(2, "Findings".into()));
-        d.push(Block::Table(
-            vec!["verdict".into(), "finding".into(), "value".into()],
-            self.findings
-                .iter()
-                .map(|f| vec![f.verdict.as_str().to_string(), f.title.clone(), f.value.clone()])
-                .collect(),
-        ));
-        for f in &self.findings {
-            d.push(Block::Heading(3, format!("{} ({})", f.title, f.verdict.as_str())));
-            d.push(Block::Para(format!("**What it is.** {}", f.definition)));
-            d.push(Block::Para(format!("**In this run.** {}", f.explanation)));
-        }
         self.deeper_blocks(&mut d);
         self.category_blocks(&mut d);
         if let Some(r) = &self.ranks {
@@ -885,7 +915,7 @@ impl Report {
         )));
 
         d.push(Block::Heading(2, "Pictures".into()));
-        for (i, p) in self.pictures.iter().enumerate() {
+        for (i, p) in self.pictures.iter().enumerate().filter(|(i, _)| Some(*i) != lead) {
             d.push(Block::Heading(3, p.title.clone()));
             d.push(Block::Picture(i));
             d.push(Block::Para(p.caption.clone()));
@@ -899,12 +929,14 @@ impl Report {
 
     /// Adds the section across ranks (this report being of the peaking rank's trace) and its picture.
     pub fn add_ranks(&mut self, ranks: crate::ranks::RanksReport) -> Result<()> {
-        self.pictures.push(Picture {
-            file: "ranks.svg".into(),
-            title: "Across the ranks".into(),
-            caption: crate::ranks::caption(&ranks),
-            svg: crate::ranks::render(&ranks)?,
-        });
+        let mut picture = Picture::new(
+            "ranks.svg",
+            "Across the ranks".into(),
+            crate::ranks::caption(&ranks),
+            crate::ranks::render(&ranks)?,
+        );
+        picture.png = crate::raster::png_of_svg(&picture.svg).context("cannot draw ranks.svg as a PNG")?;
+        self.pictures.push(picture);
         self.ranks = Some(ranks);
         Ok(())
     }
@@ -946,6 +978,51 @@ impl Report {
                 "**Activation checkpointing, estimated.** The {}.",
                 crate::category::checkpoint_text(k)
             )));
+        }
+    }
+
+    /// The verdict and the fix, as `explain` states them (its diagnosis and its first advice,
+    /// with the figure that backs it); where `explain` could not run, the problems found.
+    fn verdict_blocks(&self, d: &mut Vec<Block>) {
+        let Some(x) = &self.explain else {
+            let problems: Vec<String> = self
+                .findings
+                .iter()
+                .filter(|f| f.verdict == Verdict::Problem)
+                .map(|f| format!("**{}**: {}", f.title, f.value))
+                .collect();
+            d.push(Block::Para(if problems.is_empty() {
+                "No problem found by the checks below.".to_string()
+            } else {
+                format!("Problems: {}.", problems.join("; "))
+            }));
+            return;
+        };
+        d.push(Block::Para(format!("**Verdict: {}.** {}.", x.verdict.kind.as_str(), x.verdict.reason)));
+        match x.advice.first() {
+            Some(a) => {
+                let setting =
+                    a.setting.as_ref().map(|s| format!(" (`PYTORCH_CUDA_ALLOC_CONF={s}`)")).unwrap_or_default();
+                d.push(Block::Para(format!("**Fix:** {}{setting}. *Evidence:* {}.", a.text, a.evidence)));
+                if x.advice.len() > 1 {
+                    d.push(Block::Para(format!(
+                        "{} more pieces of advice, what was not advised and why: see *Why* below.",
+                        x.advice.len() - 1
+                    )));
+                }
+            }
+            None => d.push(Block::Para("**Fix:** none that the evidence supports (see *Why* below).".into())),
+        }
+    }
+
+    /// The picture shown under the verdict: the segment map at an OOM, else memory over time.
+    fn lead_picture(&self) -> Option<usize> {
+        let oom = self.replay.is_oom();
+        let find = |f: &str| self.pictures.iter().position(|p| p.file == f);
+        if oom {
+            find("segments.svg").or_else(|| find("timeline.svg"))
+        } else {
+            find("timeline.svg")
         }
     }
 
@@ -994,6 +1071,14 @@ impl Report {
             }
             for n in &x.not_advised {
                 d.push(Block::Para(format!("Not advised: {n}")));
+            }
+            // The patterns explain found, where its advice does not already state them.
+            let patterns =
+                [x.empty_cache_calls.as_ref().map(|e| e.text()), x.held_for_streams.as_ref().map(|h| h.text())];
+            for p in patterns.into_iter().flatten() {
+                if !x.advice.iter().any(|a| a.evidence.contains(&p)) {
+                    d.push(Block::Para(format!("Pattern: {p}.")));
+                }
             }
         }
         if let Some(f) = &self.frag {
@@ -1077,8 +1162,13 @@ impl Report {
         }
     }
 
-    /// GitHub-flavoured Markdown; pictures are links to the SVG files next to it.
+    /// GitHub-flavoured Markdown; pictures are the PNG files next to it, each linked to its SVG.
     pub fn markdown(&self) -> String {
+        self.markdown_with(PictureLinks::Files)
+    }
+
+    /// GitHub-flavoured Markdown, with the pictures as files or inline.
+    pub fn markdown_with(&self, links: PictureLinks) -> String {
         let mut out = String::new();
         for b in self.blocks() {
             match b {
@@ -1088,14 +1178,20 @@ impl Report {
                     out.push_str(&crate::escape::report_markdown(&text));
                     out.push_str("\n\n");
                 }
+                // Prose wrapped at 100 columns (a soft line break renders as a space).
                 Block::Para(text) => {
-                    out.push_str(&crate::escape::report_markdown(&text));
+                    let md = crate::escape::report_markdown(&text);
+                    out.push_str(&crate::wrap::lines(&md, crate::wrap::WIDTH, true).join("\n"));
                     out.push_str("\n\n");
                 }
                 Block::Note(text) => {
-                    out.push_str("> ");
-                    out.push_str(&crate::escape::report_markdown(&text));
-                    out.push_str("\n\n");
+                    let md = crate::escape::report_markdown(&text);
+                    for l in crate::wrap::lines(&md, crate::wrap::WIDTH - 2, true) {
+                        out.push_str("> ");
+                        out.push_str(&l);
+                        out.push('\n');
+                    }
+                    out.push('\n');
                 }
                 Block::Code(text) => {
                     // A fence longer than any backtick run in the text, which cannot close it.
@@ -1114,7 +1210,15 @@ impl Report {
                 }
                 Block::Picture(i) => {
                     let p = &self.pictures[i];
-                    out.push_str(&format!("![{}]({})\n\n", crate::escape::report_markdown(&p.title), p.file));
+                    let alt = crate::escape::report_markdown(&p.title);
+                    match links {
+                        PictureLinks::Files => out.push_str(&format!("[![{alt}]({})]({})\n\n", p.png_file, p.file)),
+                        PictureLinks::Inline => {
+                            use base64::Engine as _;
+                            let data = base64::engine::general_purpose::STANDARD.encode(&p.png);
+                            out.push_str(&format!("![{alt}](data:image/png;base64,{data})\n\n"));
+                        }
+                    }
                 }
             }
         }
@@ -1188,9 +1292,15 @@ impl Report {
     /// Writes `report.md`, `report.html`, `summary.json` and the SVGs into `dir` (each through a
     /// temporary file and a rename; never onto one of `inputs`).
     pub fn write(&self, dir: &Path, inputs: &[&Path]) -> Result<Vec<std::path::PathBuf>> {
+        self.write_with(dir, inputs, PictureLinks::Files)
+    }
+
+    /// [`Report::write`], with `report.md`'s pictures as files or inline. The PNGs are written
+    /// either way.
+    pub fn write_with(&self, dir: &Path, inputs: &[&Path], links: PictureLinks) -> Result<Vec<std::path::PathBuf>> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let mut files = Vec::new();
-        let mut put = |name: &str, body: &str| -> Result<()> {
+        let mut put = |name: &str, body: &[u8]| -> Result<()> {
             let p = dir.join(name);
             // Whatever the trace holds, a report writes a bounded amount (see the README).
             anyhow::ensure!(
@@ -1200,21 +1310,23 @@ impl Report {
                 body.len()
             );
             crate::output::refuse_input(&p, inputs)?;
-            crate::output::write_file(&p, body.as_bytes())?;
+            crate::output::write_file(&p, body)?;
             files.push(p);
             Ok(())
         };
-        put("report.md", &self.markdown())?;
-        put("report.html", &self.html())?;
-        put("summary.json", &self.json()?)?;
+        put("report.md", self.markdown_with(links).as_bytes())?;
+        put("report.html", self.html().as_bytes())?;
+        put("summary.json", self.json()?.as_bytes())?;
         for p in &self.pictures {
-            put(&p.file, &p.svg)?;
+            put(&p.file, p.svg.as_bytes())?;
+            put(&p.png_file, &p.png)?;
         }
         Ok(files)
     }
 }
 
-/// Largest file a report writes: with its files (at most 10), a report is at most 10 times this.
+/// Largest file a report writes: with its 3 documents and at most 7 pictures (with categories
+/// and ranks), each as SVG and PNG, a report is at most 17 times this.
 pub const MAX_REPORT_FILE_BYTES: usize = 16 << 20;
 
 /// Escapes text for HTML (see [`crate::escape`]).

@@ -148,9 +148,13 @@ fn downsampling_keeps_the_true_peak() {
 
 #[test]
 fn no_font_machinery_is_compiled_in_and_text_stays_text() {
-    // plotters' `ttf`/`ab_glyph` features would pull these in to load system fonts.
+    // plotters' `ttf`/`ab_glyph` features would pull these in to load system fonts, and so would
+    // resvg's `system-fonts` (fontconfig-parser): the PNGs' one font is embedded (ttf-parser reads
+    // it), none is looked up on the machine.
     let lock = std::fs::read_to_string(workspace().join("Cargo.lock")).expect("Cargo.lock");
-    for krate in ["font-kit", "ttf-parser", "ab_glyph", "yeslogic-fontconfig-sys", "freetype-sys", "dwrote"] {
+    for krate in
+        ["font-kit", "ab_glyph", "yeslogic-fontconfig-sys", "freetype-sys", "dwrote", "fontconfig-parser", "memmap2"]
+    {
         assert!(!lock.contains(&format!("name = \"{krate}\"")), "{krate} is in the dependency graph");
     }
     let (svg, _) = plot::plot(
@@ -192,4 +196,100 @@ fn a_trace_with_block_sizes_is_folded_without_replay_and_shows_what_its_run_comp
     );
     assert!(imported.expect("scan").is_none());
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The box of one SVG `<text>` as plotters writes it, in pixels: (x0, y0, x1, y1), or `None`
+/// for rotated text (the axis descriptions, alone in their margins).
+fn text_box(tag: &str, text: &str) -> Option<(f64, f64, f64, f64)> {
+    let attr = |name: &str| -> Option<&str> {
+        let at = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+        tag[at..].split('"').next()
+    };
+    if attr("transform").is_some() {
+        return None;
+    }
+    let num = |name: &str| attr(name).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let (x, y, size) = (num("x"), num("y"), num("font-size"));
+    let text = text
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&");
+    // The estimate the renderer places labels with, at plotters' size (the SVG's times 1.24).
+    let w = plot::text_width_px(&text, (size * 1.24).round() as u32);
+    let (x0, x1) = match attr("text-anchor") {
+        Some("end") => (x - w, x),
+        Some("middle") => (x - w / 2.0, x + w / 2.0),
+        _ => (x, x + w),
+    };
+    let (y0, y1) = match attr("dy") {
+        Some("0.76em") => (y, y + size),
+        Some("0.5ex") => (y - size / 2.0, y + size / 2.0),
+        _ => (y - size, y),
+    };
+    Some((x0, y0, x1, y1))
+}
+
+/// Pairs of texts of an SVG whose estimated boxes intersect.
+fn overprinted(svg: &str) -> Vec<(String, String)> {
+    let mut boxes = Vec::new();
+    for part in svg.split("<text").skip(1) {
+        let (tag, rest) = part.split_once('>').unwrap();
+        let text = rest.split("</text>").next().unwrap().trim().to_string();
+        if let Some(b) = text_box(tag, &text) {
+            boxes.push((b, text));
+        }
+    }
+    let mut out = Vec::new();
+    for (i, (a, ta)) in boxes.iter().enumerate() {
+        for (b, tb) in &boxes[i + 1..] {
+            if a.0 < b.2 && b.0 < a.2 && a.1 < b.3 && b.1 < a.3 {
+                out.push((ta.clone(), tb.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// No text of any picture overprints another (peak, OOM and mark labels, legends, ticks): in
+/// the report of every trace in traces/ (`reports/`, checked current by `pictures_report`).
+#[test]
+fn no_label_overprints_another_in_any_shipped_picture() {
+    let mut traces: Vec<String> = std::fs::read_dir(workspace().join("traces"))
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().to_str()?.strip_suffix(".atrace").map(str::to_string))
+        .collect();
+    traces.sort();
+    let (mut pictures, mut bad) = (0, Vec::new());
+    for t in &traces {
+        let dir = workspace().join("reports").join(t);
+        let mut svgs: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|_| panic!("no report of {t}"))
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "svg"))
+            .collect();
+        svgs.sort();
+        for svg in svgs {
+            pictures += 1;
+            for (a, b) in overprinted(&std::fs::read_to_string(&svg).unwrap()) {
+                bad.push(format!("{}: {a:?} over {b:?}", svg.strip_prefix(workspace()).unwrap().display()));
+            }
+        }
+    }
+    eprintln!("{pictures} pictures, {} overprinted pairs of texts", bad.len());
+    assert!(pictures >= 4 * traces.len());
+    assert!(bad.is_empty(), "{} overprinted:\n{}", bad.len(), bad.join("\n"));
+}
+
+/// The estimate finds overprinting where there is some.
+#[test]
+fn overprinting_is_detected() {
+    let t = |x: u32, y: u32, s: &str| {
+        format!(
+            r#"<text x="{x}" y="{y}" dy="0.76em" text-anchor="start" font-family="sans-serif" font-size="9.67">{s}</text>"#
+        )
+    };
+    let svg = format!("{}{}{}", t(100, 100, "peak reserved 1.80 GiB"), t(150, 104, "OOM"), t(100, 130, "apart"));
+    assert_eq!(overprinted(&svg), vec![("peak reserved 1.80 GiB".to_string(), "OOM".to_string())]);
 }

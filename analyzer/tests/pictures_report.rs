@@ -37,14 +37,26 @@ fn markdown_has_every_section_and_the_oom_explained() {
         "| `expandable_segments:True` |",
         "No allocator needs less than the peak of live requested bytes",
         "## Pictures",
-        "![Memory over time](timeline.svg)",
-        "![Segments at out of memory",
-        "(segments.svg)",
-        "(whatif.svg)",
-        "(frag.svg)",
+        "[![Memory over time](timeline.png)](timeline.svg)",
+        "[![Segments at out of memory",
+        "(segments.png)](segments.svg)",
+        "(whatif.png)](whatif.svg)",
+        "(frag.png)](frag.svg)",
     ] {
         assert!(md.contains(section), "no {section:?} in report.md:\n{md}");
     }
+    // The first screen: the title, then explain's verdict and its first advice, word for word,
+    // then the picture that shows it; the tables come after.
+    let x = r.explain.as_ref().expect("explained");
+    let mut paras = md.split("\n\n");
+    assert_eq!(paras.next(), Some("# Memory report: `frag_oom.default.atrace`"));
+    let verdict = paras.next().unwrap();
+    assert!(verdict.starts_with("**Verdict: fragmentation.**"), "{verdict}");
+    assert!(verdict.replace('\n', " ").contains(&x.verdict.reason), "{verdict}");
+    let fix = paras.next().unwrap().replace('\n', " ");
+    assert!(fix.starts_with("**Fix:**") && fix.contains(&x.advice[0].text), "{fix}");
+    assert!(md.find("**Fix:**") < md.find("| verdict | finding | value |"));
+    assert!(md.find("(segments.png)") < md.find("## Findings"), "the OOM's segment map leads");
     // The OOM is fragmentation: 920 MiB free in 4 MiB pieces + 200 MiB unreserved > 1 GiB. The
     // finding states explain's diagnosis (one classification of the OOM).
     let oom = r.findings.iter().find(|f| f.id == "oom").expect("oom finding");
@@ -80,6 +92,8 @@ fn html_is_self_contained() {
         assert!(!html.contains(remote), "fetches {remote}");
     }
     assert_eq!(html.matches("<svg").count(), r.pictures.len(), "every picture inline");
+    let body = &html[html.find("<body>").unwrap()..];
+    assert!(body.find("<strong>Verdict: fragmentation.</strong>") < body.find("<h2>"), "the verdict comes first");
     assert!(html.contains("<h2>Findings</h2>") && html.contains("<td class=\"problem\">problem</td>"));
     let json: serde_json::Value = serde_json::from_str(&r.json().unwrap()).expect("summary.json parses");
     for key in
@@ -90,6 +104,28 @@ fn html_is_self_contained() {
     for part in ["whatif", "explain", "frag", "leaks"] {
         assert_eq!(json[part]["trace"], "frag_oom.default.atrace", "no machine path in the report");
     }
+}
+
+/// A PNG beside every SVG, and `--inline-pictures`' Markdown carries them as `data:` URIs.
+#[test]
+fn pictures_as_png_files_or_inline() {
+    let r = frag_oom_report();
+    let dir = temp_dir("png");
+    let files = r.write(&dir, &[]).unwrap();
+    for p in &r.pictures {
+        let png = std::fs::read(dir.join(&p.png_file)).expect("PNG beside the SVG");
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{}", p.png_file);
+        let (w, h) =
+            (u32::from_be_bytes(png[16..20].try_into().unwrap()), u32::from_be_bytes(png[20..24].try_into().unwrap()));
+        assert_eq!(w, analyzer::plot::WIDTH, "{}: drawn at the SVG's size", p.png_file);
+        assert!(h >= analyzer::plot::HEIGHT, "{}", p.png_file);
+        assert!(png.len() < 200_000, "{}: {} bytes", p.png_file, png.len());
+    }
+    assert_eq!(files.iter().filter(|f| f.extension().is_some_and(|e| e == "png")).count(), r.pictures.len());
+    let inline = r.markdown_with(analyzer::report::PictureLinks::Inline);
+    assert_eq!(inline.matches("](data:image/png;base64,").count(), r.pictures.len());
+    assert!(!inline.contains(".png)"), "no picture left as a file link");
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// `reports/` must be what the CLI makes of `traces/` today (`scripts/update-reports.sh`).
@@ -180,4 +216,20 @@ fn html_renders_in_a_headless_browser() {
     assert_eq!(&png[1..4], b"PNG");
     assert!(png.len() > 10 * blank.len(), "report {} bytes vs blank page {} bytes", png.len(), blank.len());
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// report.md's prose is wrapped at 100 columns (tables, code and pictures are not prose).
+#[test]
+fn markdown_prose_is_wrapped_at_100_columns() {
+    let md = frag_oom_report().markdown();
+    let mut code = false;
+    for l in md.lines() {
+        if l.starts_with("```") {
+            code = !code;
+        }
+        if code || l.starts_with('|') || l.starts_with("[![") || l.starts_with("```") {
+            continue;
+        }
+        assert!(l.chars().count() <= 100, "{} columns: {l}", l.chars().count());
+    }
 }

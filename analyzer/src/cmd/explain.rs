@@ -96,7 +96,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         )?,
         _ => writeln!(out, "verdict: {}", r.verdict.kind.as_str())?,
     }
-    writeln!(out, "  {}", r.verdict.reason)?;
+    writeln!(out, "{}", crate::wrap::indented(&r.verdict.reason, "  ", "  "))?;
     if let Some(c) = &r.categories {
         let at = if r.moment == "oom" { "at the OOM" } else { "at that peak" };
         writeln!(out, "  {at}: {} (phases from {})", c.bytes.shares_text(), c.phases_from)?;
@@ -163,10 +163,10 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         )?;
     }
     if let Some(e) = &r.empty_cache_calls {
-        writeln!(out, "  pattern: {}", e.text())?;
+        writeln!(out, "{}", crate::wrap::indented(&format!("pattern: {}", e.text()), "  ", "    "))?;
     }
     if let Some(h) = &r.held_for_streams {
-        writeln!(out, "  pattern: {}", h.text())?;
+        writeln!(out, "{}", crate::wrap::indented(&format!("pattern: {}", h.text()), "  ", "    "))?;
     }
     writeln!(out)?;
     if r.advice.is_empty() {
@@ -174,14 +174,14 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
     } else {
         writeln!(out, "advice:")?;
         for a in &r.advice {
-            writeln!(out, "  - {}", a.text)?;
-            writeln!(out, "    because {}", a.evidence)?;
+            writeln!(out, "{}", crate::wrap::indented(&a.text, "  - ", "    "))?;
+            writeln!(out, "{}", crate::wrap::indented(&format!("because {}", a.evidence), "    ", "    "))?;
         }
     }
     if !r.not_advised.is_empty() {
         writeln!(out, "not advised:")?;
         for n in &r.not_advised {
-            writeln!(out, "  - {n}")?;
+            writeln!(out, "{}", crate::wrap::indented(n, "  - ", "    "))?;
         }
     }
     Ok(())

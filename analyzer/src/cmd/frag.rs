@@ -82,7 +82,12 @@ pub fn block_runs(s: &SegmentMap) -> String {
 /// in order of their first address. Beyond `max_lines` shapes the rest are counted, but the
 /// segment that holds the largest free block (the picture of fragmentation: no request larger
 /// than it can be served without a new segment) is always printed.
-pub fn print_segment_map(out: &mut dyn Write, segments: &[SegmentMap], max_lines: usize) -> std::io::Result<()> {
+pub fn print_segment_map(
+    out: &mut dyn Write,
+    segments: &[SegmentMap],
+    max_lines: usize,
+    streams: &crate::streams::StreamNames,
+) -> std::io::Result<()> {
     let mut shapes: Vec<(&SegmentMap, usize)> = Vec::new();
     for s in segments {
         match shapes.iter_mut().find(|(first, _)| first.same_shape(s)) {
@@ -113,11 +118,11 @@ pub fn print_segment_map(out: &mut dyn Write, segments: &[SegmentMap], max_lines
         let times = if n > 1 { format!(" (x{n} segments like it)") } else { String::new() };
         writeln!(
             out,
-            "  {:#014x} {:>10} {:<5} stream {}{}{}: {}   largest free {}",
+            "  {:#014x} {:>10} {:<5} {}{}{}: {}   largest free {}",
             s.addr,
             fmt_bytes(s.bytes),
             s.pool.as_str(),
-            s.stream,
+            streams.name(s.stream),
             if s.is_expandable { " expandable" } else { "" },
             times,
             block_runs(s),
@@ -132,7 +137,12 @@ pub fn print_segment_map(out: &mut dyn Write, segments: &[SegmentMap], max_lines
     Ok(())
 }
 
-pub fn print_report(out: &mut dyn Write, r: &FragReport, max_segments: usize) -> std::io::Result<()> {
+pub fn print_report(
+    out: &mut dyn Write,
+    r: &FragReport,
+    max_segments: usize,
+    streams: &crate::streams::StreamNames,
+) -> std::io::Result<()> {
     writeln!(out, "fragmentation of {}", r.trace)?;
     writeln!(
         out,
@@ -247,7 +257,10 @@ the largest free block is {}{}.",
 largest free block overall {}:",
         fmt_bytes(lm.largest_free_bytes)
     )?;
-    print_segment_map(out, &m.segments, max_segments)?;
+    print_segment_map(out, &m.segments, max_segments, streams)?;
+    if let Some(n) = streams.handles_note() {
+        writeln!(out, "  ({n})")?;
+    }
     if r.recorded_oom_event.is_some() && m.at != At::Oom {
         writeln!(out, "\nthis trace ends in an out-of-memory: `--at oom` shows the layout when it failed")?;
     }
@@ -267,7 +280,7 @@ pub fn run(opts: &FragCmdOptions, out: &mut dyn Write) -> Result<i32> {
     if opts.json {
         write_json(out, &r)?;
     } else {
-        print_report(out, &r, opts.max_segments)?;
+        print_report(out, &r, opts.max_segments, &crate::streams::StreamNames::of_trace(&trace)?)?;
     }
     if let Some(w) = &r.input_damage {
         eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w.to_string()));
@@ -308,7 +321,7 @@ mod tests {
         let segments: Vec<SegmentMap> =
             (0..10).map(|k| segment((k + 1) << 32, (k + 1) * mib, if k == 8 { 6 * mib } else { mib / 2 })).collect();
         let mut out = Vec::new();
-        print_segment_map(&mut out, &segments, 3).unwrap();
+        print_segment_map(&mut out, &segments, 3, &Default::default()).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 5, "{text}");
@@ -318,7 +331,7 @@ mod tests {
         assert!(lines[4].starts_with("  ... 1 more segments of 1 other shapes"), "{text}");
         // Within the lines: printed in its place, nothing moved.
         let mut out = Vec::new();
-        print_segment_map(&mut out, &segments, 10).unwrap();
+        print_segment_map(&mut out, &segments, 10, &Default::default()).unwrap();
         assert_eq!(String::from_utf8(out).unwrap().lines().count(), 10);
     }
 }

@@ -3,7 +3,7 @@
 //! across the ranks ([`crate::ranks`]).
 
 use super::{exit, write_json};
-use crate::report::{build, ReportOptions};
+use crate::report::{build, PictureLinks, ReportOptions};
 use anyhow::Result;
 use std::io::Write;
 use std::path::PathBuf;
@@ -18,6 +18,8 @@ pub struct ReportCmdOptions {
     pub json: bool,
     /// Write into a folder that holds other files than a previous report's.
     pub force: bool,
+    /// report.md with its PNGs inline (`data:` URIs) rather than as files beside it.
+    pub inline_pictures: bool,
 }
 
 pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
@@ -44,7 +46,8 @@ pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
         report.add_ranks(r)?;
     }
     let inputs: Vec<&std::path::Path> = opts.traces.iter().map(|p| p.as_path()).collect();
-    let files = report.write(&opts.output, &inputs)?;
+    let links = if opts.inline_pictures { PictureLinks::Inline } else { PictureLinks::Files };
+    let files = report.write_with(&opts.output, &inputs, links)?;
     if opts.json {
         write_json(out, &report)?;
     } else {

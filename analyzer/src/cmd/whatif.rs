@@ -116,7 +116,7 @@ pub fn print_prediction(
 ) -> std::io::Result<()> {
     use crate::outcome::JobPrediction;
     let cap = capacity.map(fmt_bytes).unwrap_or_else(|| "no limit".into());
-    writeln!(out, "the whole job: {}", p.basis())?;
+    writeln!(out, "{}", crate::wrap::indented(&format!("the whole job: {}", p.basis()), "", "  "))?;
     if let JobPrediction::FromRepeatedIteration { policies, .. } = p {
         for q in policies {
             writeln!(

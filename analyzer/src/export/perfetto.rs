@@ -107,10 +107,11 @@ pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<Per
     let mut last_t = 0u64;
     let mut stats = PerfettoStats::default();
 
+    let mut names = crate::streams::StreamNames::default();
     let mut stream_of = |handle: u64, streams: &mut Vec<Track>| -> usize {
         *stream_index.entry(handle).or_insert_with(|| {
-            let n = streams.iter().filter(|s| s.handle != 0).count() + 1;
-            let name = if handle == 0 { "stream 0 (default)".to_string() } else { format!("stream {n}") };
+            // The one naming of streams (crate::streams), as in every other output.
+            let name = crate::streams::stream_name(names.observe(handle));
             streams.push(Track::new(name, handle, buckets));
             streams.len() - 1
         })
