@@ -39,6 +39,9 @@ pub struct ReplayOptions {
     pub unlimited: bool,
     /// Write the simulated run as a full trace here.
     pub output: Option<PathBuf>,
+    /// Stop after the record with this index (an observer that needs nothing later): the
+    /// result then describes the run up to there.
+    pub stop_after: Option<u64>,
 }
 
 /// How a replay ended.
@@ -164,6 +167,9 @@ pub trait EngineView {
     /// The measures of the current layout ([`crate::frag::LayoutMeasures::of`] of
     /// [`EngineView::segments`], without building them).
     fn layout(&self) -> crate::frag::LayoutMeasures;
+    /// The byte figures of [`EngineView::layout`] that the engine keeps as it goes: constant
+    /// time, where the layout walks every block.
+    fn occupancy(&self) -> recorder::engine::Occupancy;
     fn config(&self) -> &AllocatorConfig;
     fn capacity(&self) -> Option<u64>;
 }
@@ -180,6 +186,9 @@ impl<S: Sink> EngineView for Engine<SimDevice, S> {
         self.visit_blocks(|starts, b| m.add(starts, b));
         m.finish();
         m
+    }
+    fn occupancy(&self) -> recorder::engine::Occupancy {
+        Engine::occupancy(self)
     }
     fn config(&self) -> &AllocatorConfig {
         Engine::config(self)
@@ -236,7 +245,7 @@ pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Obser
     match &opts.output {
         None => {
             let engine = Engine::new(config, capacity, device, NullSink);
-            run(trace, engine, used_hints, cap.source, &mut |_, _| Ok(()), observer)
+            run(trace, engine, used_hints, cap.source, opts.stop_after, &mut |_, _| Ok(()), observer)
         }
         Some(out) => {
             let mut h = header.clone();
@@ -261,6 +270,7 @@ pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Obser
                 engine,
                 used_hints,
                 cap.source,
+                opts.stop_after,
                 &mut |time_ns, events: &mut Vec<Event>| {
                     for event in events.drain(..) {
                         writer.write(&Record { time_ns, event })?;
@@ -444,6 +454,7 @@ fn run<S: Sink + ForwardEvents>(
     engine: Engine<SimDevice, S>,
     used_hints: bool,
     capacity_source: CapacitySource,
+    stop_after: Option<u64>,
     drain: &mut Drain<'_, S>,
     observer: &mut Observer<'_>,
 ) -> Result<ReplayResult> {
@@ -460,7 +471,7 @@ fn run<S: Sink + ForwardEvents>(
                     rp.stopped = true;
                 }
             }
-            if rp.stopped {
+            if rp.stopped || stop_after.is_some_and(|last| index >= last) {
                 return ControlFlow::Break(());
             }
         }
@@ -558,26 +569,39 @@ pub fn read_header(path: &std::path::Path) -> Result<Header> {
 /// Under a limit `C`, the engine makes the same choices as with no limit until the first
 /// request for which the unlimited run's reserved bytes go above `C` (the limit is only read
 /// when a segment is asked for; the garbage collector, which reads it all along, is excluded).
-/// So the unlimited run is replayed once, saved before the events where its reserved bytes
-/// first pass each of a few levels, and a replay at `C` resumes from the save of the highest
-/// level at or below `C` instead of starting over: the capacity search then costs little more
-/// than the events after the run first needs more than `C`.
+/// So the unlimited run is replayed once, saved after the events where its peak reserved bytes
+/// first reach each of a few levels, and a replay at `C` resumes from the latest save whose
+/// peak is at or below `C` instead of starting over: the capacity search, and the run at the
+/// capacity compared, then cost little more than the events after the run first needs more
+/// than `C`.
 ///
-/// Worked example: the unlimited run reserves 1, 2, 3, 4 GiB at events 10, 20, 30, 40; levels
-/// 1.5 and 2.5 GiB are saved before events 20 and 30. A replay at 2.7 GiB resumes before
-/// event 30 (it first matters at event 30, where 3 GiB > 2.7 GiB).
+/// Worked example: the unlimited run reserves 1, 2, 3, 4 GiB at events 10, 20, 30, 40, with
+/// levels 1.5 and 2.5 GiB; the saves are taken after events 20 (peak 2 GiB) and 30 (peak
+/// 3 GiB). A replay at 2.7 GiB resumes after event 20 (it first matters at event 30, where
+/// 3 GiB > 2.7 GiB).
 pub struct Resumable {
     config: AllocatorConfig,
     /// The unlimited run's device (probes above its size take another one: no resuming).
     device_bytes: u64,
-    /// (level, event index, the replay's state before that event), levels ascending.
+    /// (level, event index, the replay's state before that event), levels ascending: the
+    /// state serves every capacity at or above its level.
     saves: Vec<(u64, u64, Replaying<NullSink>)>,
+    /// Each new peak of the unlimited run's reserved bytes: (event index, bytes), ascending.
+    peaks: Vec<(u64, u64)>,
+    /// The unlimited run's state at its end: the run under any capacity above its peak.
+    end: Box<Replaying<NullSink>>,
     used_hints: bool,
 }
 
-/// The unlimited run of `config`, and [`Resumable`] saves at `levels` reserved levels evenly
-/// spread from `lower` to the run's peak reserved. Two passes: one finds where reserved bytes
-/// first pass each level, one saves the state there.
+/// The unlimited run of `config`, and [`Resumable`] saves at about `levels` reserved levels
+/// evenly spread from `lower` to the run's peak reserved, in one pass.
+///
+/// The peak is not known until the end, so the levels start `estimate / levels` apart
+/// (`estimate`: the recorded run's peak reserved, a good guess for every policy) and, when
+/// more than twice `levels` saves are held, every other one is dropped and the spacing doubles.
+/// A save is taken after the event at which the run's peak first reaches a level, and serves
+/// every capacity at or above that peak (up to there a run under such a capacity is the
+/// unlimited run).
 pub fn resumable(
     trace: &Trace,
     config: &AllocatorConfig,
@@ -604,50 +628,119 @@ pub fn resumable(
         d
     };
     let device_bytes = device.capacity().unwrap_or(u64::MAX);
-    let fresh = || Replaying::new(Engine::new(s.config.clone(), None, device.clone(), NullSink));
-    // Pass 1: the unlimited run, and each new peak of reserved bytes (event, bytes).
+    let mut rp = Replaying::new(Engine::new(s.config.clone(), None, device, NullSink)).continuing(trace);
+    let estimate = trace.summary.peak_reserved.bytes.max(lower);
+    let mut step = (estimate.saturating_sub(lower) / levels).max(2 << 20);
+    // (level line index, peak reserved, event index, state after that event)
+    let mut saves: Vec<(u64, u64, u64, Replaying<NullSink>)> = Vec::new();
+    let mut next_line = 0u64;
+    let mut peak = 0u64;
     let mut peaks: Vec<(u64, u64)> = Vec::new();
-    let mut rp = fresh();
     trace.scan_chunks(|first, chunk| {
         for (k, r) in chunk.iter().enumerate() {
             let index = first + k as u64;
             rp.step(index, r);
-            let reserved = rp.engine.stats().reserved_bytes.all.current;
-            if peaks.last().is_none_or(|&(_, b)| reserved > b) {
-                peaks.push((index, reserved));
-            }
             if rp.stopped {
                 return ControlFlow::Break(());
+            }
+            let reserved = rp.engine.stats().reserved_bytes.all.current;
+            if reserved <= peak {
+                continue;
+            }
+            peak = reserved;
+            peaks.push((index, peak));
+            if peak < lower.saturating_add(next_line.saturating_mul(step)) {
+                continue;
+            }
+            let line = (peak - lower) / step;
+            saves.push((line, peak, index, rp.clone()));
+            next_line = line + 1;
+            if saves.len() as u64 > 2 * levels {
+                // Twice the spacing: keep the first save on each new line.
+                step = step.saturating_mul(2);
+                let mut kept: Vec<(u64, u64, u64, Replaying<NullSink>)> = Vec::with_capacity(levels as usize + 1);
+                for (line, peak, index, state) in saves.drain(..) {
+                    let line = line / 2;
+                    if kept.last().is_none_or(|k| k.0 < line) {
+                        kept.push((line, peak, index, state));
+                    }
+                }
+                saves = kept;
+                next_line = saves.last().map_or(0, |k| k.0 + 1);
             }
         }
         ControlFlow::Continue(())
     })?;
     let unlimited = rp.result(s.used_hints, CapacitySource::None, trace);
-    let upper = unlimited.peak_reserved_bytes;
-    // Each level, and the first event at which reserved bytes go above it.
-    let mut plan: Vec<(u64, u64)> = Vec::new();
-    for k in 0..levels {
-        let level = lower + (upper.saturating_sub(lower)) / levels * k;
-        let Some(&(event, _)) = peaks.iter().find(|&&(_, b)| b > level) else { break };
-        if plan.last().is_none_or(|&(_, e)| e < event) {
-            plan.push((level, event));
-        } else if let Some(last) = plan.last_mut() {
-            // Two levels first passed at one event: keep the higher level.
-            last.0 = level;
-        }
+    let saves = saves.into_iter().map(|(_, peak, index, state)| (peak, index + 1, state)).collect();
+    let end = Box::new(rp);
+    Ok((
+        unlimited,
+        Some(Resumable { config: config.clone(), device_bytes, saves, peaks, end, used_hints: s.used_hints }),
+    ))
+}
+
+/// The replay of the [`Resumable`] configuration at `capacity`, resumed from the latest save
+/// that is valid for it (see [`Resumable`]); from the start when none is.
+/// The replay of the [`Resumable`] configuration at `capacity`, resumed from the latest save
+/// that is valid for it (see [`Resumable`]); from the start when none is.
+///
+/// The run first differs from the unlimited one at the first event where the unlimited run's
+/// reserved bytes go above `capacity` (known from its peaks). Where the latest save lies far
+/// before that event, the unlimited run is replayed from it up to there once and saved too, so
+/// that the next capacities near this one (a search narrowing down) start where they differ.
+/// Above the unlimited run's peak the run is the unlimited one: nothing is replayed.
+pub fn replay_resumed(
+    trace: &Trace,
+    from: &mut Resumable,
+    capacity: u64,
+    source: CapacitySource,
+) -> Result<ReplayResult> {
+    if capacity > from.device_bytes || from.saves.first().is_none_or(|s| s.0 > capacity) {
+        let opts =
+            ReplayOptions { config: Some(from.config.clone()), capacity_bytes: Some(capacity), ..Default::default() };
+        let mut r = replay(trace, &opts)?;
+        r.capacity_source = source;
+        return Ok(r);
     }
-    // Pass 2: the same run, saved before each planned event.
-    let mut rp = fresh();
-    let mut saves = Vec::with_capacity(plan.len());
-    let mut next = 0usize;
+    let differs_at = from.peaks.iter().find(|&&(_, bytes)| bytes > capacity).map(|&(event, _)| event);
+    let Some(differs_at) = differs_at else {
+        let mut end = (*from.end).clone();
+        end.engine.set_capacity(Some(capacity));
+        return Ok(end.result(from.used_hints, source, trace));
+    };
+    // The latest save at or before the event where the runs differ.
+    let k = from.saves.partition_point(|s| s.1 <= differs_at) - 1;
+    if differs_at - from.saves[k].1 > LAZY_SAVE_EVENTS {
+        let (mut rp, start) = (from.saves[k].2.clone(), from.saves[k].1);
+        let mut level = from.saves[k].0;
+        replay_range(trace, &mut rp, start, differs_at)?;
+        level = level.max(from.peaks.iter().take_while(|p| p.0 < differs_at).last().map_or(0, |p| p.1));
+        from.saves.insert(k + 1, (level, differs_at, rp));
+    }
+    let k = from.saves.partition_point(|s| s.1 <= differs_at) - 1;
+    let mut rp = from.saves[k].2.clone();
+    let start = from.saves[k].1;
+    rp.engine.set_capacity(Some(capacity));
+    replay_range(trace, &mut rp, start, u64::MAX)?;
+    Ok(rp.result(from.used_hints, source, trace))
+}
+
+/// A resumed replay makes a save of its own when the latest one lies more than this many events
+/// before the event where it starts to differ (see [`replay_resumed`]).
+const LAZY_SAVE_EVENTS: u64 = 2048;
+
+/// Steps `rp` over the records `start..end` (or until it stops).
+fn replay_range(trace: &Trace, rp: &mut Replaying<NullSink>, start: u64, end: u64) -> Result<()> {
     trace.scan_chunks(|first, chunk| {
-        for (k, r) in chunk.iter().enumerate() {
+        let chunk_end = first + chunk.len() as u64;
+        if chunk_end <= start {
+            return ControlFlow::Continue(());
+        }
+        let skip = start.saturating_sub(first) as usize;
+        for (k, r) in chunk.iter().enumerate().skip(skip) {
             let index = first + k as u64;
-            while next < plan.len() && plan[next].1 == index {
-                saves.push((plan[next].0, index, rp.clone()));
-                next += 1;
-            }
-            if next == plan.len() {
+            if index >= end {
                 return ControlFlow::Break(());
             }
             rp.step(index, r);
@@ -657,34 +750,5 @@ pub fn resumable(
         }
         ControlFlow::Continue(())
     })?;
-    Ok((unlimited, Some(Resumable { config: config.clone(), device_bytes, saves, used_hints: s.used_hints })))
-}
-
-/// The replay of the [`Resumable`] configuration at `capacity`, resumed from the latest save
-/// that is valid for it (see [`Resumable`]); from the start when none is.
-pub fn replay_resumed(trace: &Trace, from: &Resumable, capacity: u64) -> Result<ReplayResult> {
-    let save = from.saves.iter().rev().find(|(level, _, _)| *level <= capacity);
-    let Some((_, start, state)) = save.filter(|_| capacity <= from.device_bytes) else {
-        let opts =
-            ReplayOptions { config: Some(from.config.clone()), capacity_bytes: Some(capacity), ..Default::default() };
-        return replay(trace, &opts);
-    };
-    let mut rp = state.clone();
-    rp.engine.set_capacity(Some(capacity));
-    let start = *start;
-    trace.scan_chunks(|first, chunk| {
-        let end = first + chunk.len() as u64;
-        if end <= start {
-            return ControlFlow::Continue(());
-        }
-        let skip = start.saturating_sub(first) as usize;
-        for (k, r) in chunk.iter().enumerate().skip(skip) {
-            rp.step(first + k as u64, r);
-            if rp.stopped {
-                return ControlFlow::Break(());
-            }
-        }
-        ControlFlow::Continue(())
-    })?;
-    Ok(rp.result(from.used_hints, CapacitySource::Given, trace))
+    Ok(())
 }

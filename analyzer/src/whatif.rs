@@ -35,7 +35,7 @@ pub const OFFLINE_PLAN_MAX_WORK: u64 = 100_000_000;
 /// Lifetimes are kept for at most this many allocations.
 pub const OFFLINE_PLAN_MAX_ALLOCS: usize = 200_000;
 /// Saves of the unlimited run that capacity probes resume from ([`crate::replay::Resumable`]).
-pub const RESUME_LEVELS: u64 = 32;
+pub const RESUME_LEVELS: u64 = 16;
 /// Typical cost of one `cudaMalloc`/`cudaFree` on an H100 (anchors: 38-53 us).
 pub const DEVICE_CALL_US: f64 = 45.0;
 
@@ -186,17 +186,17 @@ pub fn fragmentation(allocated: u64, reserved: u64) -> f64 {
 pub fn min_capacity(
     trace: &Trace,
     config: &AllocatorConfig,
-    from: Option<&crate::replay::Resumable>,
+    mut from: Option<&mut crate::replay::Resumable>,
     lower: u64,
     upper: u64,
     max_probes: u32,
     probed: &(dyn Fn() + Sync),
 ) -> Result<Option<(u64, u64)>> {
     let r = CAPACITY_RESOLUTION;
-    let completes = |cap: u64| -> Result<bool> {
+    let mut completes = |cap: u64| -> Result<bool> {
         probed();
-        let r = match from {
-            Some(from) => crate::replay::replay_resumed(trace, from, cap)?,
+        let r = match from.as_deref_mut() {
+            Some(from) => crate::replay::replay_resumed(trace, from, cap, crate::model::CapacitySource::Given)?,
             None => {
                 let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: Some(cap), ..Default::default() };
                 replay(trace, &o)?
@@ -233,7 +233,10 @@ pub fn min_capacity(
 
 /// The what-if table of `trace` (see the module documentation).
 pub fn whatif(trace: &Trace, opts: &WhatifOptions) -> Result<Whatif> {
-    Ok(whatif_observed(trace, opts, &|_| (), &|_, _, _, _| {})?.0)
+    let bar = crate::progress::replays(trace);
+    let result = whatif_inner::<()>(trace, opts, &bar, None);
+    bar.finish_and_clear();
+    Ok(result?.0)
 }
 
 /// Like [`whatif`], with `observe` called after every record of each policy's replay at the
@@ -249,62 +252,88 @@ pub fn whatif_observed<T: Send>(
     // One bar for the whole comparison: its total is the replays planned (each policy at the
     // capacity, then its capacity search), and it moves with each one.
     let bar = crate::progress::replays(trace);
-    let result = whatif_observed_inner(trace, opts, &bar, state, observe);
+    let result = whatif_inner(trace, opts, &bar, Some((state, observe)));
     bar.finish_and_clear();
-    result
+    let (w, runs) = result?;
+    Ok((w, runs.into_iter().map(|(st, r)| (st.expect("observed rows have a state"), r)).collect()))
 }
 
-fn whatif_observed_inner<T: Send>(
+/// A state per row and the observer that draws it (see [`whatif_observed`]).
+type Observing<'a, T> = (&'a (dyn Fn(usize) -> T + Sync), &'a (dyn Fn(&mut T, u64, &Record, &dyn EngineView) + Sync));
+
+/// The table, with each policy's run at the capacity observed from the start (`observing`: a
+/// whole replay each, all from one read of the trace) or, with nothing to observe, resumed from
+/// the unlimited run that the capacity search replays anyway (see [`crate::replay::Resumable`]).
+fn whatif_inner<T: Send>(
     trace: &Trace,
     opts: &WhatifOptions,
     bar: &indicatif::ProgressBar,
-    state: &(dyn Fn(usize) -> T + Sync),
-    observe: &(dyn Fn(&mut T, u64, &Record, &dyn EngineView) + Sync),
-) -> Result<(Whatif, Vec<(T, ReplayResult)>)> {
+    observing: Option<Observing<'_, T>>,
+) -> Result<(Whatif, Vec<(Option<T>, ReplayResult)>)> {
     let bounds = bounds(trace, &trace.header.config)?;
     // garbage_collection_threshold acts only under a memory fraction.
     let list = policies(&trace.header.config, crate::outcome::memory_fraction(trace, opts.capacity.bytes));
     let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { 16 };
     bar.set_length(list.len() as u64 * if opts.search_capacity { 1 + max_probes as u64 } else { 1 });
-    // Every policy at the capacity, from one read of the trace.
-    let mut states: Vec<T> = (0..list.len()).map(state).collect();
-    let runs: Vec<(ReplayOptions, Box<crate::replay::SendObserver<'_>>)> = list
-        .iter()
-        .zip(states.iter_mut())
-        .map(|((_, config), st)| {
-            let at_cap = ReplayOptions {
-                config: Some(config.clone()),
-                // A given capacity is passed on; the trace's own is resolved again by the replay
-                // (to the same value), which then says where it came from.
-                capacity_bytes: opts
-                    .capacity
-                    .bytes
-                    .filter(|_| opts.capacity.source == crate::model::CapacitySource::Given),
-                unlimited: opts.capacity.bytes.is_none(),
-                ..Default::default()
-            };
-            let observer: Box<crate::replay::SendObserver<'_>> =
-                Box::new(move |i, rec, view, _| observe(st, i, rec, view));
-            (at_cap, observer)
-        })
-        .collect();
-    let at_capacity = crate::replay::replay_many(trace, runs)?;
-    bar.inc(at_capacity.len() as u64);
+    let given = opts.capacity.bytes.filter(|_| opts.capacity.source == crate::model::CapacitySource::Given);
+    let at_cap_options = |config: &AllocatorConfig| ReplayOptions {
+        config: Some(config.clone()),
+        // A given capacity is passed on; the trace's own is resolved again by the replay (to the
+        // same value), which then says where it came from.
+        capacity_bytes: given,
+        unlimited: opts.capacity.bytes.is_none(),
+        ..Default::default()
+    };
+    // With observers, or without a search: every policy at the capacity, from one read of the
+    // trace.
+    let mut at_capacity: Vec<Option<(Option<T>, ReplayResult)>> = (0..list.len()).map(|_| None).collect();
+    if observing.is_some() || !opts.search_capacity {
+        let mut states: Vec<Option<T>> = (0..list.len()).map(|k| observing.map(|o| o.0(k))).collect();
+        let runs: Vec<(ReplayOptions, Box<crate::replay::SendObserver<'_>>)> = list
+            .iter()
+            .zip(states.iter_mut())
+            .map(|((_, config), st)| {
+                let observer: Box<crate::replay::SendObserver<'_>> = match observing {
+                    Some((_, observe)) => Box::new(move |i, rec, view, _| {
+                        if let Some(st) = st.as_mut() {
+                            observe(st, i, rec, view)
+                        }
+                    }),
+                    None => Box::new(|_, _, _, _| {}),
+                };
+                (at_cap_options(config), observer)
+            })
+            .collect();
+        let results = crate::replay::replay_many(trace, runs)?;
+        bar.inc(results.len() as u64);
+        for (slot, run) in at_capacity.iter_mut().zip(states.into_iter().zip(results)) {
+            *slot = Some(run);
+        }
+    }
     // Then each policy's capacity search, the policies in parallel.
-    let rows: Result<Vec<(PolicyRow, T, ReplayResult)>> = list
+    let rows: Result<Vec<(PolicyRow, Option<T>, ReplayResult)>> = list
         .par_iter()
-        .zip(states.into_par_iter().zip(at_capacity.into_par_iter()))
-        .map(|((name, config), (st, r))| {
+        .zip(at_capacity.into_par_iter())
+        .map(|((name, config), at_cap)| {
+            let mut at_cap = at_cap;
             let min = if opts.search_capacity {
                 // The unlimited run, saved at a few levels so that each probe resumes from it.
                 bar.inc(1);
-                let (unlimited, from) =
+                let (unlimited, mut from) =
                     crate::replay::resumable(trace, config, bounds.live_requested_peak_bytes, RESUME_LEVELS)?;
+                if at_cap.is_none() {
+                    let r = match (opts.capacity.bytes, from.as_mut()) {
+                        (None, _) => unlimited.clone(),
+                        (Some(c), Some(from)) => crate::replay::replay_resumed(trace, from, c, opts.capacity.source)?,
+                        (Some(_), None) => replay(trace, &at_cap_options(config))?,
+                    };
+                    at_cap = Some((None, r));
+                }
                 let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
                 min_capacity(
                     trace,
                     config,
-                    from.as_ref(),
+                    from.as_mut(),
                     bounds.live_requested_peak_bytes,
                     unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
                     max_probes,
@@ -313,6 +342,7 @@ fn whatif_observed_inner<T: Send>(
             } else {
                 None
             };
+            let (st, r) = at_cap.expect("every policy is run at the capacity");
             Ok((row_of(trace, name, &r, min.map(|m| m.0), min.map(|m| m.1)), st, r))
         })
         .collect();
@@ -560,6 +590,33 @@ mod tests {
         // All three overlap at time 1: no sharing.
         let mut l = vec![(0, 3, 100), (1, 2, 100), (0, 3, 50)];
         assert_eq!(greedy_by_size(&mut l), 250);
+    }
+
+    /// The run at the capacity resumed from the unlimited run (what `whatif` does) gives the
+    /// same rows as a whole replay of each policy (what `report` does, to draw them), on every
+    /// shipped trace.
+    #[test]
+    fn resumed_rows_equal_whole_replays_on_every_shipped_trace() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
+        let mut paths: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "atrace"))
+            .collect();
+        paths.sort();
+        assert!(paths.len() >= 10, "{paths:?}");
+        for p in &paths {
+            let trace = Trace::open(p).unwrap();
+            let opts = WhatifOptions { capacity: trace.default_capacity(), search_capacity: true, repeats: 1 };
+            let resumed = whatif(&trace, &opts).unwrap();
+            let (whole, _) = whatif_observed(&trace, &opts, &|_| (), &|_, _, _, _| {}).unwrap();
+            assert_eq!(
+                serde_json::to_value(&resumed.rows).unwrap(),
+                serde_json::to_value(&whole.rows).unwrap(),
+                "{}",
+                p.display()
+            );
+        }
     }
 
     #[test]

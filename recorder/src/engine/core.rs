@@ -37,6 +37,8 @@ pub struct Engine<D: Device, S: Sink> {
     /// Allocated and pending-free blocks by address.
     pub(crate) live: LiveMap,
     pub(crate) pending: usize,
+    /// What the program asked for, summed over the pending-free blocks.
+    pub(crate) pending_requested: u64,
     /// Pending frees completed by a synchronization; their `free_completed` is still to come.
     pub(crate) completed_by_sync: HashSet<u64>,
     pub(crate) expandables: Vec<Option<Expandable>>,
@@ -70,6 +72,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
             pools: Default::default(),
             live: LiveMap::default(),
             pending: 0,
+            pending_requested: 0,
             completed_by_sync: HashSet::new(),
             expandables: Vec::new(),
             next_id: 1,
@@ -343,6 +346,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
             return Err(e);
         }
         self.pending -= 1;
+        self.pending_requested -= self.blocks[idx].requested;
         self.free_block(idx);
         Ok(())
     }
@@ -365,6 +369,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         b.state = State::Pending;
         let (pool, size, id) = (b.pool, b.size, b.id);
         self.pending += 1;
+        self.pending_requested += b.requested;
         self.stats.allocation.decrease(pool, 1);
         self.stats.allocated_bytes.decrease(pool, size);
         if size >= self.max_split_size {
@@ -388,6 +393,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         }
         self.live.remove(addr);
         self.pending -= 1;
+        self.pending_requested -= self.blocks[idx].requested;
         self.free_block(idx);
         Ok(())
     }
@@ -405,6 +411,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         for (addr, idx) in pending {
             self.live.remove(addr);
             self.pending -= 1;
+            self.pending_requested -= self.blocks[idx].requested;
             self.completed_by_sync.insert(addr);
             self.free_block(idx);
         }
