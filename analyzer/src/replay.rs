@@ -567,15 +567,15 @@ pub fn read_header(path: &std::path::Path) -> Result<Header> {
 /// Replays of one configuration at many capacities that share the unlimited run's prefix.
 ///
 /// Under a limit `C`, the engine makes the same choices as with no limit until the first
-/// request for which the unlimited run's reserved bytes go above `C` (the limit is only read
-/// when a segment is asked for; the garbage collector, which reads it all along, is excluded).
-/// So the unlimited run is replayed once, saved after the events where its peak reserved bytes
-/// first reach each of a few levels, and a replay at `C` resumes from the latest save whose
+/// request for which the unlimited run's device allocation asks for more than `C` (reserved
+/// bytes plus the size asked for: [`Engine::demand_peak`]; the limit is only read there and by
+/// the garbage collector, which is excluded). So the unlimited run is replayed once, saved
+/// after the events where its peak demand first reaches each of a few levels, and a replay at `C` resumes from the latest save whose
 /// peak is at or below `C` instead of starting over: the capacity search, and the run at the
 /// capacity compared, then cost little more than the events after the run first needs more
 /// than `C`.
 ///
-/// Worked example: the unlimited run reserves 1, 2, 3, 4 GiB at events 10, 20, 30, 40, with
+/// Worked example: the unlimited run asks for 1, 2, 3, 4 GiB in all at events 10, 20, 30, 40, with
 /// levels 1.5 and 2.5 GiB; the saves are taken after events 20 (peak 2 GiB) and 30 (peak
 /// 3 GiB). A replay at 2.7 GiB resumes after event 20 (it first matters at event 30, where
 /// 3 GiB > 2.7 GiB).
@@ -586,15 +586,15 @@ pub struct Resumable {
     /// (level, event index, the replay's state before that event), levels ascending: the
     /// state serves every capacity at or above its level.
     saves: Vec<(u64, u64, Replaying<NullSink>)>,
-    /// Each new peak of the unlimited run's reserved bytes: (event index, bytes), ascending.
+    /// Each new peak of the unlimited run's demand: (event index, bytes), ascending.
     peaks: Vec<(u64, u64)>,
     /// The unlimited run's state at its end: the run under any capacity above its peak.
     end: Box<Replaying<NullSink>>,
     used_hints: bool,
 }
 
-/// The unlimited run of `config`, and [`Resumable`] saves at about `levels` reserved levels
-/// evenly spread from `lower` to the run's peak reserved, in one pass.
+/// The unlimited run of `config`, and [`Resumable`] saves at about `levels` levels of its
+/// demand evenly spread from `lower` to its peak, in one pass.
 ///
 /// The peak is not known until the end, so the levels start `estimate / levels` apart
 /// (`estimate`: the recorded run's peak reserved, a good guess for every policy) and, when
@@ -643,11 +643,12 @@ pub fn resumable(
             if rp.stopped {
                 return ControlFlow::Break(());
             }
-            let reserved = rp.engine.stats().reserved_bytes.all.current;
-            if reserved <= peak {
+            // What the limit is checked against (see `Engine::demand_peak`).
+            let demand = rp.engine.demand_peak();
+            if demand <= peak {
                 continue;
             }
-            peak = reserved;
+            peak = demand;
             peaks.push((index, peak));
             if peak < lower.saturating_add(next_line.saturating_mul(step)) {
                 continue;
@@ -686,10 +687,11 @@ pub fn resumable(
 /// that is valid for it (see [`Resumable`]); from the start when none is.
 ///
 /// The run first differs from the unlimited one at the first event where the unlimited run's
-/// reserved bytes go above `capacity` (known from its peaks). Where the latest save lies far
+/// demand goes above `capacity` (known from its peaks). Where the latest save lies far
 /// before that event, the unlimited run is replayed from it up to there once and saved too, so
 /// that the next capacities near this one (a search narrowing down) start where they differ.
-/// Above the unlimited run's peak the run is the unlimited one: nothing is replayed.
+/// At or above the unlimited run's peak demand the run is the unlimited one: nothing is
+/// replayed.
 pub fn replay_resumed(
     trace: &Trace,
     from: &mut Resumable,
