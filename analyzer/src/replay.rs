@@ -583,6 +583,9 @@ pub struct Resumable {
     config: AllocatorConfig,
     /// The unlimited run's device (probes above its size take another one: no resuming).
     device_bytes: u64,
+    /// The trace's device: a replay under any capacity runs on one this large at least, which
+    /// refuses what does not fit as a limit would.
+    device_total: u64,
     /// (level, event index, the replay's state before that event), levels ascending: the
     /// state serves every capacity at or above its level.
     saves: Vec<(u64, u64, Replaying<NullSink>)>,
@@ -608,9 +611,31 @@ pub fn resumable(
     lower: u64,
     levels: u64,
 ) -> Result<(ReplayResult, Option<Resumable>)> {
+    let (r, from, _) = resumable_watched(trace, config, lower, levels, None)?;
+    Ok((r, from))
+}
+
+/// What [`resumable_watched`] shows its observer: the run under this capacity (`None`: no
+/// limit but the device's), for as long as it is the unlimited run.
+pub type Watch<'a> = (Option<u64>, &'a mut TailObserver<'a>);
+
+/// An observer of a replay that may start part way ([`replay_resumed_watched`]).
+pub type TailObserver<'a> = dyn FnMut(u64, &Record, &dyn EngineView) + Send + 'a;
+
+/// [`resumable`], showing `watch`'s observer the records of the run under its capacity for as
+/// long as that run is the unlimited one (its demand has not gone above the capacity). Returns
+/// the index of the last record shown (`None`: none could be, the run goes on from the start
+/// in [`replay_resumed_watched`]).
+pub fn resumable_watched(
+    trace: &Trace,
+    config: &AllocatorConfig,
+    lower: u64,
+    levels: u64,
+    mut watch: Option<Watch<'_>>,
+) -> Result<(ReplayResult, Option<Resumable>, Option<u64>)> {
     let opts = ReplayOptions { config: Some(config.clone()), unlimited: true, ..Default::default() };
     if config.garbage_collection_threshold.is_some_and(|t| t > 0.0) || levels == 0 {
-        return Ok((replay(trace, &opts)?, None));
+        return Ok((replay(trace, &opts)?, None, None));
     }
     // Without expandable segments the device's size only matters once the limit is passed
     // (segments are reserved bytes, and the limit is checked first), so the saved run takes a
@@ -618,6 +643,7 @@ pub fn resumable(
     // address reservations from the device: there the run keeps the trace's device, and serves
     // the capacities up to its size.
     let s = setup(trace, &opts);
+    let device_total = s.device.capacity().unwrap_or(u64::MAX);
     let device = if config.expandable_segments {
         s.device
     } else {
@@ -628,6 +654,15 @@ pub fn resumable(
         d
     };
     let device_bytes = device.capacity().unwrap_or(u64::MAX);
+    // The watched run is the unlimited one while its demand stays within this.
+    let watch_limit = match watch.as_ref().map(|w| w.0) {
+        Some(cap) if cap.is_none_or(|c| c <= device_bytes) => cap.unwrap_or(u64::MAX).min(device_total),
+        _ => 0,
+    };
+    if watch_limit == 0 {
+        watch = None;
+    }
+    let mut seen: Option<u64> = None;
     let mut rp = Replaying::new(Engine::new(s.config.clone(), None, device, NullSink)).continuing(trace);
     let estimate = trace.summary.peak_reserved.bytes.max(lower);
     let mut step = (estimate.saturating_sub(lower) / levels).max(2 << 20);
@@ -640,11 +675,19 @@ pub fn resumable(
         for (k, r) in chunk.iter().enumerate() {
             let index = first + k as u64;
             rp.step(index, r);
+            // What the limit is checked against (see `Engine::demand_peak`).
+            let demand = rp.engine.demand_peak();
+            if let Some((_, observe)) = watch.as_mut() {
+                if demand <= watch_limit {
+                    observe(index, r, &rp.engine);
+                    seen = Some(index);
+                } else {
+                    watch = None;
+                }
+            }
             if rp.stopped {
                 return ControlFlow::Break(());
             }
-            // What the limit is checked against (see `Engine::demand_peak`).
-            let demand = rp.engine.demand_peak();
             if demand <= peak {
                 continue;
             }
@@ -677,7 +720,16 @@ pub fn resumable(
     let end = Box::new(rp);
     Ok((
         unlimited,
-        Some(Resumable { config: config.clone(), device_bytes, saves, peaks, end, used_hints: s.used_hints }),
+        Some(Resumable {
+            config: config.clone(),
+            device_bytes,
+            device_total,
+            saves,
+            peaks,
+            end,
+            used_hints: s.used_hints,
+        }),
+        seen,
     ))
 }
 
@@ -698,17 +750,44 @@ pub fn replay_resumed(
     capacity: u64,
     source: CapacitySource,
 ) -> Result<ReplayResult> {
-    if capacity > from.device_bytes || from.saves.first().is_none_or(|s| s.0 > capacity) {
-        let opts =
-            ReplayOptions { config: Some(from.config.clone()), capacity_bytes: Some(capacity), ..Default::default() };
-        let mut r = replay(trace, &opts)?;
+    replay_resumed_watched(trace, from, Some(capacity), source, &mut |_, _, _| {}, None)
+}
+
+/// [`replay_resumed`] at `capacity` (`None`: no limit but the device's), showing `observer`
+/// the records after `after` (those [`resumable_watched`] has shown it already).
+pub fn replay_resumed_watched(
+    trace: &Trace,
+    from: &mut Resumable,
+    capacity: Option<u64>,
+    source: CapacitySource,
+    observer: &mut TailObserver<'_>,
+    after: Option<u64>,
+) -> Result<ReplayResult> {
+    let shown = |i: u64| after.is_none_or(|a| i > a);
+    let limit = capacity.unwrap_or(u64::MAX).min(from.device_total);
+    let differs_at = from.peaks.iter().find(|&&(_, bytes)| bytes > limit).map(|&(event, _)| event);
+    let resumable = capacity.is_none_or(|c| c <= from.device_bytes)
+        && from.saves.first().is_some_and(|s| s.0 <= limit)
+        // Without a limit, a run that outgrows the device needs the device's own refusals.
+        && (capacity.is_some() || differs_at.is_none());
+    if !resumable {
+        let opts = ReplayOptions {
+            config: Some(from.config.clone()),
+            capacity_bytes: capacity,
+            unlimited: capacity.is_none(),
+            ..Default::default()
+        };
+        let mut r = replay_observed(trace, &opts, &mut |i, rec, view, _| {
+            if shown(i) {
+                observer(i, rec, view)
+            }
+        })?;
         r.capacity_source = source;
         return Ok(r);
     }
-    let differs_at = from.peaks.iter().find(|&&(_, bytes)| bytes > capacity).map(|&(event, _)| event);
     let Some(differs_at) = differs_at else {
         let mut end = (*from.end).clone();
-        end.engine.set_capacity(Some(capacity));
+        end.engine.set_capacity(capacity);
         return Ok(end.result(from.used_hints, source, trace));
     };
     // The latest save at or before the event where the runs differ.
@@ -716,15 +795,19 @@ pub fn replay_resumed(
     if differs_at - from.saves[k].1 > LAZY_SAVE_EVENTS {
         let (mut rp, start) = (from.saves[k].2.clone(), from.saves[k].1);
         let mut level = from.saves[k].0;
-        replay_range(trace, &mut rp, start, differs_at)?;
+        replay_range(trace, &mut rp, start, differs_at, &mut |_, _, _| {})?;
         level = level.max(from.peaks.iter().take_while(|p| p.0 < differs_at).last().map_or(0, |p| p.1));
         from.saves.insert(k + 1, (level, differs_at, rp));
     }
     let k = from.saves.partition_point(|s| s.1 <= differs_at) - 1;
     let mut rp = from.saves[k].2.clone();
     let start = from.saves[k].1;
-    rp.engine.set_capacity(Some(capacity));
-    replay_range(trace, &mut rp, start, u64::MAX)?;
+    rp.engine.set_capacity(capacity);
+    replay_range(trace, &mut rp, start, u64::MAX, &mut |i, rec, view| {
+        if shown(i) {
+            observer(i, rec, view)
+        }
+    })?;
     Ok(rp.result(from.used_hints, source, trace))
 }
 
@@ -732,8 +815,14 @@ pub fn replay_resumed(
 /// before the event where it starts to differ (see [`replay_resumed`]).
 const LAZY_SAVE_EVENTS: u64 = 2048;
 
-/// Steps `rp` over the records `start..end` (or until it stops).
-fn replay_range(trace: &Trace, rp: &mut Replaying<NullSink>, start: u64, end: u64) -> Result<()> {
+/// Steps `rp` over the records `start..end` (or until it stops), showing each to `observer`.
+fn replay_range(
+    trace: &Trace,
+    rp: &mut Replaying<NullSink>,
+    start: u64,
+    end: u64,
+    observer: &mut dyn FnMut(u64, &Record, &dyn EngineView),
+) -> Result<()> {
     trace.scan_chunks(|first, chunk| {
         let chunk_end = first + chunk.len() as u64;
         if chunk_end <= start {
@@ -746,6 +835,7 @@ fn replay_range(trace: &Trace, rp: &mut Replaying<NullSink>, start: u64, end: u6
                 return ControlFlow::Break(());
             }
             rp.step(index, r);
+            observer(index, r, &rp.engine);
             if rp.stopped {
                 return ControlFlow::Break(());
             }

@@ -284,10 +284,8 @@ fn whatif_inner<T: Send>(
         unlimited: opts.capacity.bytes.is_none(),
         ..Default::default()
     };
-    // With observers, or without a search: every policy at the capacity, from one read of the
-    // trace.
-    let mut at_capacity: Vec<Option<(Option<T>, ReplayResult)>> = (0..list.len()).map(|_| None).collect();
-    if observing.is_some() || !opts.search_capacity {
+    // Without a search: every policy at the capacity, from one read of the trace.
+    if !opts.search_capacity {
         let mut states: Vec<Option<T>> = (0..list.len()).map(|k| observing.map(|o| o.0(k))).collect();
         let runs: Vec<(ReplayOptions, Box<crate::replay::SendObserver<'_>>)> = list
             .iter()
@@ -306,43 +304,60 @@ fn whatif_inner<T: Send>(
             .collect();
         let results = crate::replay::replay_many(trace, runs)?;
         bar.inc(results.len() as u64);
-        for (slot, run) in at_capacity.iter_mut().zip(states.into_iter().zip(results)) {
-            *slot = Some(run);
+        let mut table = Vec::new();
+        let mut runs = Vec::new();
+        for (((name, _), st), r) in list.iter().zip(states).zip(results) {
+            table.push(row_of(trace, name, &r, None, None));
+            runs.push((st, r));
         }
+        return finish(trace, opts, &list, table, bounds, runs);
     }
-    // Then each policy's capacity search, the policies in parallel.
+    // With a search, the policies in parallel: each policy's unlimited run, saved at a few
+    // levels for the probes to resume from, shows the observer the run at the capacity for as
+    // long as the two are the same run; the run at the capacity goes on from there (see
+    // `crate::replay::Resumable`), then the probes.
     let rows: Result<Vec<(PolicyRow, Option<T>, ReplayResult)>> = list
         .par_iter()
-        .zip(at_capacity.into_par_iter())
-        .map(|((name, config), at_cap)| {
-            let mut at_cap = at_cap;
-            let min = if opts.search_capacity {
-                // The unlimited run, saved at a few levels so that each probe resumes from it.
-                bar.inc(1);
-                let (unlimited, mut from) =
-                    crate::replay::resumable(trace, config, bounds.live_requested_peak_bytes, RESUME_LEVELS)?;
-                if at_cap.is_none() {
-                    let r = match (opts.capacity.bytes, from.as_mut()) {
-                        (None, _) => unlimited.clone(),
-                        (Some(c), Some(from)) => crate::replay::replay_resumed(trace, from, c, opts.capacity.source)?,
-                        (Some(_), None) => replay(trace, &at_cap_options(config))?,
-                    };
-                    at_cap = Some((None, r));
+        .enumerate()
+        .map(|(k, (name, config))| {
+            bar.inc(1);
+            let mut st: Option<T> = observing.map(|o| o.0(k));
+            let mut observe = |i: u64, rec: &Record, view: &dyn EngineView| {
+                if let (Some(st), Some((_, observe))) = (st.as_mut(), observing) {
+                    observe(st, i, rec, view)
                 }
-                let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
-                min_capacity(
-                    trace,
-                    config,
-                    from.as_mut(),
-                    bounds.live_requested_peak_bytes,
-                    unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
-                    max_probes,
-                    &|| bar.inc(1),
-                )?
-            } else {
-                None
             };
-            let (st, r) = at_cap.expect("every policy is run at the capacity");
+            let (unlimited, mut from, seen) = crate::replay::resumable_watched(
+                trace,
+                config,
+                bounds.live_requested_peak_bytes,
+                RESUME_LEVELS,
+                Some((opts.capacity.bytes, &mut observe)),
+            )?;
+            let r = match from.as_mut() {
+                Some(from) => crate::replay::replay_resumed_watched(
+                    trace,
+                    from,
+                    opts.capacity.bytes,
+                    opts.capacity.source,
+                    &mut observe,
+                    seen,
+                )?,
+                // Garbage collection reads the limit all along: a whole replay.
+                None => crate::replay::replay_observed(trace, &at_cap_options(config), &mut |i, rec, view, _| {
+                    observe(i, rec, view)
+                })?,
+            };
+            let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
+            let min = min_capacity(
+                trace,
+                config,
+                from.as_mut(),
+                bounds.live_requested_peak_bytes,
+                unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
+                max_probes,
+                &|| bar.inc(1),
+            )?;
             Ok((row_of(trace, name, &r, min.map(|m| m.0), min.map(|m| m.1)), st, r))
         })
         .collect();
@@ -352,9 +367,21 @@ fn whatif_inner<T: Send>(
         table.push(row);
         runs.push((st, r));
     }
+    finish(trace, opts, &list, table, bounds, runs)
+}
+
+/// The table from its rows: the prediction of the whole job, and the trace's figures.
+fn finish<T>(
+    trace: &Trace,
+    opts: &WhatifOptions,
+    list: &[(Policy, AllocatorConfig)],
+    table: Vec<PolicyRow>,
+    bounds: Bounds,
+    runs: Vec<(Option<T>, ReplayResult)>,
+) -> Result<(Whatif, Vec<(Option<T>, ReplayResult)>)> {
     let past: Vec<bool> = table.iter().map(|r| r.reach.gets_past()).collect();
     let past_from: Vec<Option<u64>> = table.iter().map(|r| r.min_capacity_bytes).collect();
-    let prediction = crate::outcome::predict(trace, &list, &past, &past_from, opts.capacity.bytes, opts.repeats)?;
+    let prediction = crate::outcome::predict(trace, list, &past, &past_from, opts.capacity.bytes, opts.repeats)?;
     let w = Whatif {
         trace: trace.path.display().to_string(),
         capacity_bytes: opts.capacity.bytes,
@@ -532,6 +559,7 @@ pub fn greedy_by_size(lifetimes: &mut [(u64, u64, u64)]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::CapacitySource;
     use proptest::prelude::*;
 
     /// The reference: every placed block scanned for each new one.
@@ -592,11 +620,12 @@ mod tests {
         assert_eq!(greedy_by_size(&mut l), 250);
     }
 
-    /// The run at the capacity resumed from the unlimited run (what `whatif` does) gives the
-    /// same rows as a whole replay of each policy (what `report` does, to draw them), on every
+    /// Each policy's run at the capacity, shown to the observer first by the unlimited run and
+    /// then resumed (what `whatif` and `report` do), is a whole replay at the capacity: the
+    /// same rows, and the observer sees the same records with the same figures, on every
     /// shipped trace.
     #[test]
-    fn resumed_rows_equal_whole_replays_on_every_shipped_trace() {
+    fn resumed_runs_equal_whole_replays_on_every_shipped_trace() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
         let mut paths: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
@@ -605,17 +634,37 @@ mod tests {
             .collect();
         paths.sort();
         assert!(paths.len() >= 10, "{paths:?}");
+        type Seen = Vec<(u64, u64, u64, u64)>;
+        let figures = |i: u64, view: &dyn EngineView| {
+            let st = view.stats();
+            (i, st.reserved_bytes.all.current, st.allocated_bytes.all.current, st.requested_bytes.all.current)
+        };
         for p in &paths {
             let trace = Trace::open(p).unwrap();
             let opts = WhatifOptions { capacity: trace.default_capacity(), search_capacity: true, repeats: 1 };
-            let resumed = whatif(&trace, &opts).unwrap();
-            let (whole, _) = whatif_observed(&trace, &opts, &|_| (), &|_, _, _, _| {}).unwrap();
-            assert_eq!(
-                serde_json::to_value(&resumed.rows).unwrap(),
-                serde_json::to_value(&whole.rows).unwrap(),
-                "{}",
-                p.display()
-            );
+            let (w, runs) =
+                whatif_observed(&trace, &opts, &|_| Seen::new(), &|seen, i, _, view| seen.push(figures(i, view)))
+                    .unwrap();
+            let list = policies(&trace.header.config, crate::outcome::memory_fraction(&trace, opts.capacity.bytes));
+            assert_eq!(list.len(), runs.len());
+            for (((policy, config), (seen, r)), row) in list.iter().zip(&runs).zip(&w.rows) {
+                let whole_opts = ReplayOptions {
+                    config: Some(config.clone()),
+                    capacity_bytes: opts.capacity.bytes.filter(|_| opts.capacity.source == CapacitySource::Given),
+                    unlimited: opts.capacity.bytes.is_none(),
+                    ..Default::default()
+                };
+                let mut whole_seen = Seen::new();
+                let whole = crate::replay::replay_observed(&trace, &whole_opts, &mut |i, _, view, _| {
+                    whole_seen.push(figures(i, view))
+                })
+                .unwrap();
+                let what = format!("{} under {}", p.display(), policy.name());
+                assert_eq!(serde_json::to_value(r).unwrap(), serde_json::to_value(&whole).unwrap(), "{what}");
+                assert_eq!(row.outcome, whole.outcome_kind(), "{what}");
+                assert_eq!(row.peak_reserved_bytes, whole.peak_reserved_bytes, "{what}");
+                assert!(seen == &whole_seen, "{what}: the observer saw other records or figures");
+            }
         }
     }
 

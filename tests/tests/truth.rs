@@ -100,8 +100,12 @@ fn conf(policy: &str) -> AllocatorConfig {
 }
 
 fn replay(path: &Path, policy: &str, limit: Option<u64>) -> ReplayResult {
-    let opts =
-        ReplayOptions { config: Some(conf(policy)), capacity_bytes: limit, unlimited: limit.is_none(), output: None };
+    let opts = ReplayOptions {
+        config: Some(conf(policy)),
+        capacity_bytes: limit,
+        unlimited: limit.is_none(),
+        ..Default::default()
+    };
     replay_file(path, &opts).unwrap()
 }
 
@@ -382,8 +386,12 @@ struct Continued {
 /// recorded run did not.
 fn replay_continuing(path: &Path, policy: &str, limit: Option<u64>) -> Continued {
     let trace = analyzer::model::Trace::open(path).unwrap();
-    let opts =
-        ReplayOptions { config: Some(conf(policy)), capacity_bytes: limit, unlimited: limit.is_none(), output: None };
+    let opts = ReplayOptions {
+        config: Some(conf(policy)),
+        capacity_bytes: limit,
+        unlimited: limit.is_none(),
+        ..Default::default()
+    };
     let r = analyzer::replay::replay(&trace, &opts).unwrap();
     let recorded = |e: u64| trace.facts.recorded_ooms.iter().any(|o| o.event == e);
     Continued {
