@@ -69,7 +69,14 @@ of memory later{} ({basis})",
             } else {
                 ""
             };
-            let how = if r.reach == Reach::FailsEarlier { "fails earlier" } else { "also fails there" };
+            let how = match r.reach {
+                Reach::FailsEarlier => "fails earlier",
+                Reach::CannotTell => {
+                    "runs out of memory at a request the recorded run served and the program may have caught (a \
+cuDNN workspace, or a program that catches OOMs), so the trace cannot tell how far it gets"
+                }
+                _ => "also fails there",
+            };
             not_advised.push(format!(
                 "{}{suggested}: its replay {how} at {cap_text}{}",
                 r.policy,

@@ -128,6 +128,9 @@ pub struct ExplainReport {
     /// Set when the capacity was not recorded but inferred: how, and what to do for the real one.
     pub capacity_note: Option<String>,
     pub verdict: Verdict,
+    /// When the limit was not recorded but the trace bounds it (an OOM while the device had
+    /// room): the verdict at every limit the trace allows, in ranges, and above them.
+    pub verdict_by_limit: Option<Vec<LimitVerdict>>,
     /// Call sites holding memory at the moment, most bytes first.
     pub top_sites: Vec<SitePin>,
     pub growth: Option<Growth>,
@@ -320,10 +323,27 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     };
 
     let mut verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
-    // An unknown limit is never a confident verdict: it holds only if the limit was the one
-    // assumed (the least it can have been).
+    // An unknown limit is never a confident verdict: with the range of limits the trace allows,
+    // the verdict at each (see [`verdict_by_limit`]); otherwise it holds only at the limit assumed.
+    let range = trace.default_capacity().range.filter(|_| result.capacity_source == CapacitySource::InferredLimit);
+    let verdict_by_limit = match (is_oom, range) {
+        (true, Some(range)) if !result.capacity_source.is_known() => {
+            verdict_by_limit(&figures, growth.as_ref(), &lm, range, &header.config)
+        }
+        _ => None,
+    };
     if is_oom && !result.capacity_source.is_known() {
-        if let Some(c) = capacity {
+        if let Some(v) = &verdict_by_limit {
+            verdict.reason = format!(
+                "the limit was not recorded (the trace allows any from {} to under {}): {}. At the least it can have \
+been ({}): {}",
+                fmt_bytes(v.first().map(|l| l.from_bytes).unwrap_or(0)),
+                fmt_bytes(range.map(|r| r.1).unwrap_or(0)),
+                limits_text(v),
+                fmt_bytes(capacity.unwrap_or(0)),
+                verdict.reason
+            );
+        } else if let Some(c) = capacity {
             verdict.reason = format!(
                 "if the limit was {} (not recorded: inferred, the least it can have been; pass --capacity for the \
 real one): {}",
@@ -421,6 +441,7 @@ the consuming stream allocate the tensors it uses, instead of record_stream on t
         capacity_note: capacity_note(&trace.default_capacity()),
         figures,
         verdict,
+        verdict_by_limit,
         top_sites,
         growth,
         whatif: w.rows.clone(),
@@ -532,6 +553,83 @@ no segment is wholly free, so releasing the cache frees {}",
             b(f.releasable_bytes)
         ),
     }
+}
+
+/// The verdict over a range of limits.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitVerdict {
+    /// The limits `[from, to)` this holds at; `to` is `None` for every limit above `from`.
+    pub from_bytes: u64,
+    pub to_bytes: Option<u64>,
+    /// `None` above the range the trace allows: there the failed request would have been
+    /// served, and what the run did next is not in the trace.
+    pub kind: Option<VerdictKind>,
+}
+
+/// The verdict at each limit in `[low, high)`, the limits a trace that ran out of memory with
+/// no recorded limit allows (see [`crate::model::CapacitySource::InferredLimit`]), and above.
+///
+/// Under every such limit the replay up to the failure is the same (reserved bytes never went
+/// above `low` before it, and the limit is read only when a segment is asked for), so the
+/// layout at the failure is too; only the verdict's comparisons with the limit change. They
+/// change where the limit reaches live bytes plus the request (below: no allocator could
+/// serve it) and where releasing the cache would have made room for the segment. Worked
+/// example (the textbook fragmentation OOM): 920 MiB live, a 1 GiB request, 920 MiB free in
+/// 4 MiB pieces, range [1.80 GiB, 2.80 GiB): true exhaustion under 1.90 GiB, fragmentation
+/// from 1.90 GiB, and from 2.80 GiB the segment is had.
+///
+/// `None` with `garbage_collection_threshold`, which reads the limit all along (the layout
+/// itself depends on it).
+pub fn verdict_by_limit(
+    f: &Figures,
+    growth: Option<&Growth>,
+    lm: &LayoutMeasures,
+    (low, high): (u64, u64),
+    config: &recorder::engine::config::AllocatorConfig,
+) -> Option<Vec<LimitVerdict>> {
+    if config.garbage_collection_threshold.is_some_and(|t| t > 0.0) || high <= low {
+        return None;
+    }
+    let at = |limit: u64| {
+        let g = Figures {
+            capacity_bytes: Some(limit),
+            headroom_bytes: Some(limit.saturating_sub(f.reserved_bytes)),
+            ..f.clone()
+        };
+        verdict(true, &g, growth, lm).kind
+    };
+    let needed = f.allocated_bytes.saturating_add(f.requested_bytes);
+    let cache = f.reserved_bytes.saturating_sub(f.releasable_bytes).saturating_add(f.alloc_bytes);
+    let mut cuts: Vec<u64> = [low, needed, cache].into_iter().filter(|&c| c >= low && c < high).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut out: Vec<LimitVerdict> = Vec::new();
+    for (k, &from) in cuts.iter().enumerate() {
+        let kind = at(from);
+        let to = cuts.get(k + 1).copied().unwrap_or(high);
+        match out.last_mut() {
+            Some(last) if last.kind == Some(kind) => last.to_bytes = Some(to),
+            _ => out.push(LimitVerdict { from_bytes: from, to_bytes: Some(to), kind: Some(kind) }),
+        }
+    }
+    out.push(LimitVerdict { from_bytes: high, to_bytes: None, kind: None });
+    Some(out)
+}
+
+/// [`verdict_by_limit`]'s ranges in words.
+pub fn limits_text(v: &[LimitVerdict]) -> String {
+    let b = fmt_bytes;
+    v.iter()
+        .map(|l| match (l.kind, l.to_bytes) {
+            (Some(k), Some(to)) => format!("{} at any limit from {} to under {}", k.as_str(), b(l.from_bytes), b(to)),
+            (Some(k), None) => format!("{} at any limit from {}", k.as_str(), b(l.from_bytes)),
+            (None, _) => format!(
+                "at {} or above the failed request gets its segment, and what the run did next is not in the trace",
+                b(l.from_bytes)
+            ),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// What an inferred capacity rests on, and how to give the real one.

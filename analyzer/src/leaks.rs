@@ -317,6 +317,50 @@ pub fn detect_period<T: PartialEq>(sig: &[T]) -> Option<(usize, usize)> {
     Some((period, start))
 }
 
+/// When the repetition at `period` is an inner loop: the allocation (index into `sig`) at the
+/// start of each outer iteration.
+///
+/// A loop over batches of varying shapes whose body runs an inner loop (a model's layers)
+/// repeats with the inner loop's period, in stretches: the layers of one batch repeat exactly,
+/// then the next batch's sizes differ, and the repetition breaks until its layers repeat
+/// again. Each stretch where the pattern repeats for at least a whole period is one outer
+/// iteration, when the stretches differ from one to the next (other shapes); stretches alike
+/// are one loop interrupted (a stray allocation) and are joined. Worked example, inner period
+/// 2: `e a b a b a b | e c d c d c d | e f g f g f g` repeats in three stretches of other sizes:
+/// three iterations, not nine. `None` with fewer than 3 such stretches.
+pub fn outer_loop<T: PartialEq>(sig: &[T], period: usize) -> Option<Vec<usize>> {
+    if period == 0 || sig.len() <= period {
+        return None;
+    }
+    // Stretches [a, b) where sig[i] == sig[i + period], at least one period long.
+    let mut stretches: Vec<(usize, usize)> = Vec::new();
+    let mut from: Option<usize> = None;
+    for i in 0..=sig.len() - period {
+        let repeats = i < sig.len() - period && sig[i] == sig[i + period];
+        match (repeats, from) {
+            (true, None) => from = Some(i),
+            (false, Some(a)) => {
+                if i - a >= period {
+                    stretches.push((a, i));
+                }
+                from = None;
+            }
+            _ => {}
+        }
+    }
+    let mut starts: Vec<usize> = Vec::new();
+    let mut previous: Option<usize> = None;
+    for (a, _) in stretches {
+        // The same pattern as the previous stretch, at any phase.
+        let same = previous.is_some_and(|b| (0..period).any(|k| sig[a..a + period] == sig[b + k..b + k + period]));
+        if !same {
+            starts.push(a);
+        }
+        previous = Some(a);
+    }
+    (starts.len() >= 3).then_some(starts)
+}
+
 /// Picks the iteration boundaries (event indices) and says where they came from.
 fn boundaries(p: &Pass1) -> (Option<(String, Vec<u64>)>, Option<String>) {
     if p.iteration_marks.len() >= 3 {
@@ -347,6 +391,15 @@ too few, or too much alike, to be an iteration (at least {MIN_PERIOD_ALLOCS} dif
             )
         }
         Some((period, start)) => {
+            if let Some(runs) = outer_loop(&sig, period) {
+                let source = format!(
+                    "an outer loop: a pattern of {period} allocation(s) (call site and size) repeats in {} stretches, each \
+with other sizes (an inner loop, such as a model's layers, run for every batch of other shapes, and once to build the \
+model); no iteration marks",
+                    runs.len()
+                );
+                return (Some((source, runs.iter().map(|&k| p.signatures[k].0).collect())), None);
+            }
             let b: Vec<u64> = (start..p.signatures.len()).step_by(period).map(|k| p.signatures[k].0).collect();
             if b.len() >= 3 {
                 let source = format!(
@@ -704,6 +757,30 @@ mod tests {
         }
         assert_eq!(detect_period(&s), Some((4, 3)));
         assert_eq!(detect_period(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]), None);
+    }
+
+    #[test]
+    fn an_inner_loop_in_batches_of_other_shapes_is_one_iteration_per_batch() {
+        let mut s = Vec::new();
+        for batch in 0..5u64 {
+            s.push(1000);
+            for _ in 0..6 {
+                s.extend([10 * batch + 1, 10 * batch + 2, 10 * batch + 3]);
+            }
+            s.push(2000);
+        }
+        let (period, _) = detect_period(&s).unwrap();
+        assert_eq!(period, 3, "the inner loop");
+        let starts = outer_loop(&s, period).unwrap();
+        assert_eq!(starts.len(), 5, "{starts:?}");
+        // A plain loop (one stretch), and a loop with a stray allocation (stretches alike): no
+        // outer loop.
+        let plain: Vec<u64> = (0..30).map(|k| k % 4).collect();
+        assert_eq!(outer_loop(&plain, 4), None);
+        let mut stray: Vec<u64> = (0..40).map(|k| k % 4).collect();
+        stray.insert(13, 99);
+        stray.insert(29, 99);
+        assert_eq!(outer_loop(&stray, 4), None);
     }
 
     #[test]

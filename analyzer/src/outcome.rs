@@ -43,6 +43,10 @@ pub enum Reach {
     /// The trace is cut short (damaged), and the replay served every request read: what came
     /// after the damage is unknown.
     ReachesDamage,
+    /// The replay ran out of memory at a request the recorded run served, and the program may
+    /// have caught that error and gone on (see [`crate::replay::MayBeCaught`]): whether the job
+    /// got further cannot be told from the trace.
+    CannotTell,
 }
 
 impl Reach {
@@ -50,6 +54,7 @@ impl Reach {
     pub fn of(trace: &Trace, r: &ReplayResult) -> Reach {
         match (trace.facts.fatal_oom().map(|o| o.event), r.oom_event()) {
             (Some(f), Some(e)) if e >= f => Reach::FailsWhereRecorded,
+            (_, Some(_)) if r.failure_may_be_caught.is_some() => Reach::CannotTell,
             (Some(_), Some(_)) => Reach::FailsEarlier,
             (Some(_), None) => Reach::GetsPastFailure,
             (None, Some(_)) => Reach::RunsOutOfMemory,
@@ -59,7 +64,7 @@ impl Reach {
     }
     /// Whether the replay got at least as far as the recorded run.
     pub fn at_least_as_far(self) -> bool {
-        !matches!(self, Reach::FailsEarlier | Reach::RunsOutOfMemory)
+        !matches!(self, Reach::FailsEarlier | Reach::RunsOutOfMemory | Reach::CannotTell)
     }
     /// Whether the replay served a request the recorded run failed.
     pub fn gets_past(self) -> bool {
@@ -74,6 +79,7 @@ impl Reach {
             Reach::FailsEarlier => "fails sooner",
             Reach::GetsPastFailure => "gets past",
             Reach::ReachesDamage => "to damage",
+            Reach::CannotTell => "cannot tell",
         }
     }
     /// In a sentence.
@@ -85,6 +91,10 @@ impl Reach {
             Reach::FailsEarlier => "fails earlier than the recorded run",
             Reach::GetsPastFailure => "gets past the request that failed; the rest of the job is not in the trace",
             Reach::ReachesDamage => "serves every request up to the damage; the rest of the trace is unknown",
+            Reach::CannotTell => {
+                "runs out of memory at a request the recorded run served, an error the program may have caught and \
+gone on from: the trace cannot tell whether the job would have got further"
+            }
         }
     }
 }

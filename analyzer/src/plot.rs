@@ -895,11 +895,6 @@ pub fn render_stacked(d: &StackedData) -> Result<String> {
 pub fn render_segments(d: &SegmentsData) -> Result<String> {
     let mut segs: Vec<&SegmentView> = d.segments.iter().collect();
     let total = segs.len();
-    if segs.len() > MAX_SEGMENT_ROWS {
-        segs.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.addr.cmp(&b.addr)));
-        segs.truncate(MAX_SEGMENT_ROWS);
-        segs.sort_by_key(|s| s.addr);
-    }
     let largest = d
         .segments
         .iter()
@@ -907,6 +902,15 @@ pub fn render_segments(d: &SegmentsData) -> Result<String> {
         .filter(|b| !b.allocated && !b.pending_free)
         .max_by(|a, b| a.bytes.cmp(&b.bytes).then(b.addr.cmp(&a.addr)))
         .map(|b| b.addr);
+    let holds_largest = |s: &SegmentView| largest.is_some_and(|a| s.blocks.iter().any(|b| b.addr == a));
+    if segs.len() > MAX_SEGMENT_ROWS {
+        // The largest segments, and always the one holding the largest free block.
+        segs.sort_by(|a, b| {
+            holds_largest(b).cmp(&holds_largest(a)).then(b.bytes.cmp(&a.bytes)).then(a.addr.cmp(&b.addr))
+        });
+        segs.truncate(MAX_SEGMENT_ROWS);
+        segs.sort_by_key(|s| s.addr);
+    }
     let widest_segment = segs.iter().map(|s| s.bytes).max().unwrap_or(0);
     // A request much larger than every segment is drawn off scale, else the segments would be
     // slivers: the point (no free block is that large) shows either way.
@@ -921,8 +925,11 @@ pub fn render_segments(d: &SegmentsData) -> Result<String> {
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
         root.fill(&WHITE)?;
-        let shown =
-            if segs.len() < total { format!(", largest {} of {total} segments", segs.len()) } else { String::new() };
+        let shown = if segs.len() < total {
+            format!(", {} of {total} segments: the largest and the one with the largest free block", segs.len())
+        } else {
+            String::new()
+        };
         let title = format!("Segments at {}: {}{shown}", d.moment, d.trace);
         let labels: Vec<String> = segs
             .iter()

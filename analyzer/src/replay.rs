@@ -83,6 +83,39 @@ pub fn outcome_fields<S: serde::Serializer>(o: &Outcome, s: S) -> Result<S::Ok, 
     m.end()
 }
 
+/// Why a failure in a replay, at a request the recorded run served, may not have ended the
+/// program. What a program does after it catches an out-of-memory error is not in the trace
+/// (it asks for other things: a smaller batch, a plan with a smaller workspace), so a replay
+/// that fails there cannot tell whether the job would have completed.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MayBeCaught {
+    /// The trace holds an out-of-memory error that the program caught and went on from: it
+    /// catches them.
+    ProgramCatches,
+    /// The failed request was a scratch buffer, freed before the program's next request, as a
+    /// cuDNN workspace is: PyTorch's cuDNN convolutions catch the error of a workspace that
+    /// cannot be had and try the next plan, which asks for another workspace (`try_plans` and
+    /// `generate_and_filter_plans` in `aten/src/ATen/native/cudnn/Conv_v8.cpp`).
+    ScratchBuffer,
+}
+
+impl MayBeCaught {
+    /// In a sentence, after "the replay runs out of memory at a request ...".
+    pub fn text(self) -> &'static str {
+        match self {
+            MayBeCaught::ProgramCatches => {
+                "the program catches out-of-memory errors (the trace holds one it went on from), and what it asks \
+for after catching one is not in the trace"
+            }
+            MayBeCaught::ScratchBuffer => {
+                "that request was a scratch buffer freed before the next request, as cuDNN's workspace is; PyTorch's \
+cuDNN convolutions catch such an error and try a plan with another workspace, which the trace does not hold"
+            }
+        }
+    }
+}
+
 /// What a replay computed.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReplayResult {
@@ -116,6 +149,10 @@ pub struct ReplayResult {
     pub reach: crate::outcome::Reach,
     /// Recorded OOMs the program caught and went on from, which the replay went on past.
     pub caught_recorded_ooms: u64,
+    /// The replay ran out of memory at a request the recorded run served, and the program may
+    /// have caught that error and gone on with requests the trace does not hold: the outcome of
+    /// the whole run cannot be told (see [`MayBeCaught`]). `None` when the failure was final.
+    pub failure_may_be_caught: Option<MayBeCaught>,
     /// False when the input was damaged: the replay covers what came before the damage.
     pub complete: bool,
     /// The input trace was damaged; the replay covers what came before the damage.
@@ -300,6 +337,12 @@ struct Replaying<S: Sink> {
     anomalies: u64,
     /// Set at the first OOM the program did not survive: it stopped there.
     stopped: bool,
+    /// A request the recorded run served failed here (trace id): the records after it are read,
+    /// without replaying them, only up to the program's next request, to see whether the
+    /// failed block was a scratch buffer (freed before that request).
+    failed_alloc: Option<u64>,
+    /// The failed request was freed before the program's next request.
+    failed_scratch: bool,
     /// Index of the trace's last allocation: a recorded OOM before it was caught by the program.
     last_alloc: Option<u64>,
     /// Allocated bytes when reserved bytes first reached their peak.
@@ -316,6 +359,8 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             requests: 0,
             anomalies: 0,
             stopped: false,
+            failed_alloc: None,
+            failed_scratch: false,
             last_alloc: None,
             allocated_at_peak: 0,
             peak_seen: 0,
@@ -330,8 +375,43 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
         self
     }
 
+    /// True once the replay has failed (an observer sees nothing after the failed request).
+    fn failed(&self) -> bool {
+        self.stopped || self.failed_alloc.is_some()
+    }
+
     /// Replays one record (a request) or skips it (the source allocator's own decisions).
     fn step(&mut self, index: u64, r: &Record) {
+        if let Some(failed) = self.failed_alloc {
+            // After a failed request: is the program's next request the failed block's free? (A
+            // completion alone is the free of a source that frees in one step; another block's
+            // completion is another stream's work finishing, not a request.)
+            match &r.event {
+                Event::FreeRequested { id, .. } => {
+                    self.failed_scratch = *id == failed;
+                    self.stopped = true;
+                }
+                Event::FreeCompleted { id, .. } if *id == failed => {
+                    self.failed_scratch = true;
+                    self.stopped = true;
+                }
+                Event::Alloc { .. } | Event::Oom { .. } => self.stopped = true,
+                Event::FreeCompleted { .. }
+                | Event::CacheRelease { .. }
+                | Event::Mark { .. }
+                | Event::CallSite { .. }
+                | Event::SegmentAlloc { .. }
+                | Event::SegmentFree { .. }
+                | Event::SegmentMap { .. }
+                | Event::SegmentUnmap { .. }
+                | Event::Split { .. }
+                | Event::Merge { .. }
+                | Event::Snapshot { .. }
+                | Event::DeviceMemInfo { .. }
+                | Event::Dropped { .. } => {}
+            }
+            return;
+        }
         let engine = &mut self.engine;
         match &r.event {
             Event::Alloc { id, requested_bytes, stream, callsite, .. } => {
@@ -347,7 +427,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
                     }
                     Err(oom) => {
                         self.outcome = oom_outcome(index, r.time_ns, *stream, &oom);
-                        self.stopped = true;
+                        self.failed_alloc = Some(*id);
                     }
                 }
             }
@@ -441,6 +521,12 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
                     .filter(|o| o.event < *event && trace.facts.survived(o.event))
                     .count() as u64,
             },
+            failure_may_be_caught: match self.failed_alloc {
+                None => None,
+                Some(_) if trace.facts.caught_ooms() > 0 => Some(MayBeCaught::ProgramCatches),
+                Some(_) if self.failed_scratch => Some(MayBeCaught::ScratchBuffer),
+                Some(_) => None,
+            },
             complete: trace.damage().is_none(),
             input_damage: trace.damage(),
         };
@@ -463,8 +549,11 @@ fn run<S: Sink + ForwardEvents>(
     trace.scan_chunks(|first, chunk| {
         for (k, r) in chunk.iter().enumerate() {
             let index = first + k as u64;
+            let failed = rp.failed();
             rp.step(index, r);
-            observer(index, r, &rp.engine, &rp.live);
+            if !failed {
+                observer(index, r, &rp.engine, &rp.live);
+            }
             if error.is_none() {
                 if let Err(e) = drain(r.time_ns, rp.engine.sink_mut()) {
                     error = Some(e.into());
@@ -515,8 +604,11 @@ pub fn replay_many(trace: &Trace, runs: Vec<(ReplayOptions, Box<SendObserver<'_>
                     break;
                 }
                 let index = first + k as u64;
+                let failed = one.rp.failed();
                 one.rp.step(index, r);
-                (one.observer)(index, r, &one.rp.engine, &one.rp.live);
+                if !failed {
+                    (one.observer)(index, r, &one.rp.engine, &one.rp.live);
+                }
             }
         };
         if all.len() > 1 {
@@ -674,10 +766,11 @@ pub fn resumable_watched(
     trace.scan_chunks(|first, chunk| {
         for (k, r) in chunk.iter().enumerate() {
             let index = first + k as u64;
+            let failed = rp.failed();
             rp.step(index, r);
             // What the limit is checked against (see `Engine::demand_peak`).
             let demand = rp.engine.demand_peak();
-            if let Some((_, observe)) = watch.as_mut() {
+            if let Some((_, observe)) = watch.as_mut().filter(|_| !failed) {
                 if demand <= watch_limit {
                     observe(index, r, &rp.engine);
                     seen = Some(index);
@@ -834,8 +927,11 @@ fn replay_range(
             if index >= end {
                 return ControlFlow::Break(());
             }
+            let failed = rp.failed();
             rp.step(index, r);
-            observer(index, r, &rp.engine);
+            if !failed {
+                observer(index, r, &rp.engine);
+            }
             if rp.stopped {
                 return ControlFlow::Break(());
             }

@@ -83,3 +83,16 @@ fn frag_oom_blocks_pin_every_segment() {
     assert_eq!(t.allocated_bytes, 920 << 20);
     assert_eq!(t.sites[0].empty_cache_if_released_bytes, t.reserved_bytes);
 }
+
+/// BERT inference over 40 batches of other shapes, without marks: its 12 layers repeat a
+/// pattern of 16 allocations within each batch, which once read as 525 iterations. The
+/// iterations are the outer loop's: the 40 batches, and the model's construction before them
+/// (its layers' weights repeat the same pattern once).
+#[test]
+fn bert_inference_over_batches_of_other_shapes_reads_as_its_batches() {
+    let r = leaks("recorded_bert_infer_varlen.atrace");
+    let g = r.growth.as_ref().expect("iterations are found");
+    assert!(g.source.contains("outer loop"), "{}", g.source);
+    assert_eq!(g.live_bytes.len(), 41, "{}", g.source);
+    assert!(g.sites.is_empty(), "no leak");
+}

@@ -387,6 +387,47 @@ fn a_limit_left_out_on_import_is_inferred_and_said_to_be() {
     assert!(!text.contains("allowed;"), "PyTorch's message names no limit that was not recorded: {text}");
 }
 
+/// With the limit unknown, `explain` gives the verdict at every limit the trace allows, in
+/// ranges, and above them; each range's verdict is the one `explain` gives when told a limit
+/// inside it (`--capacity`, which replays there).
+#[test]
+fn an_unknown_limit_gives_the_verdict_over_the_range_of_limits() {
+    let pickle = root().join("analyzer/tests/fixtures/torch/frag_oom.default.pickle");
+    let out = tmp("nocap-range.atrace");
+    let o = run(&["import", "torch", pickle.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let t = out.to_str().unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&run(&["explain", "--json", t]).stdout).unwrap();
+    assert_eq!(j["capacity_source"], "inferred_limit");
+    let ranges = j["verdict_by_limit"].as_array().expect("a verdict per range of limits");
+    let kinds: Vec<&str> = ranges.iter().map(|r| r["kind"].as_str().unwrap_or("served")).collect();
+    assert_eq!(kinds, ["true_exhaustion", "fragmentation", "served"], "{ranges:?}");
+    let last = ranges.last().unwrap();
+    assert!(last["to_bytes"].is_null());
+    for r in &ranges[..ranges.len() - 1] {
+        let (from, to) = (r["from_bytes"].as_u64().unwrap(), r["to_bytes"].as_u64().unwrap());
+        for limit in [from, (from + to) / 2, to - 1] {
+            let cap = limit.to_string();
+            let o = run(&["explain", "--json", t, "--capacity", &cap]);
+            let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert_eq!(e["verdict"]["kind"], r["kind"], "at {limit}");
+            assert!(e["verdict_by_limit"].is_null(), "a given limit is known");
+        }
+    }
+    // Above the range, the failed request is served.
+    let cap = last["from_bytes"].as_u64().unwrap().to_string();
+    let r: serde_json::Value =
+        serde_json::from_slice(&run(&["replay", "--json", t, "--capacity", &cap]).stdout).unwrap();
+    assert_eq!(r["reach"], "gets_past_failure");
+    let text = String::from_utf8_lossy(&run(&["explain", t]).stdout).into_owned();
+    assert!(
+        text.contains(
+            "true exhaustion at any limit from 1.80 GiB to under 1.90 GiB; fragmentation at any limit from 1.90 GiB"
+        ),
+        "{text}"
+    );
+}
+
 /// Every min capacity `whatif` reports is a limit at which `replay` of that policy completes
 /// (for expandable segments the unlimited run's peak reserved is not such a limit here).
 #[test]

@@ -88,7 +88,14 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         )?;
     }
     writeln!(out)?;
-    writeln!(out, "verdict: {}", r.verdict.kind.as_str())?;
+    match &r.verdict_by_limit {
+        Some(v) if v.iter().filter(|l| l.kind.is_some()).count() > 1 => writeln!(
+            out,
+            "verdict: {} (at the least limit the trace allows; it depends on the limit, see below)",
+            r.verdict.kind.as_str()
+        )?,
+        _ => writeln!(out, "verdict: {}", r.verdict.kind.as_str())?,
+    }
     writeln!(out, "  {}", r.verdict.reason)?;
     writeln!(out)?;
     writeln!(out, "call sites holding memory at that moment:")?;

@@ -79,7 +79,9 @@ pub fn block_runs(s: &SegmentMap) -> String {
 }
 
 /// The segment map: segments of the same shape (size, pool, stream, block runs) share a line,
-/// in order of their first address.
+/// in order of their first address. Beyond `max_lines` shapes the rest are counted, but the
+/// segment that holds the largest free block (the picture of fragmentation: no request larger
+/// than it can be served without a new segment) is always printed.
 pub fn print_segment_map(out: &mut dyn Write, segments: &[SegmentMap], max_lines: usize) -> std::io::Result<()> {
     let mut shapes: Vec<(&SegmentMap, usize)> = Vec::new();
     for s in segments {
@@ -88,13 +90,27 @@ pub fn print_segment_map(out: &mut dyn Write, segments: &[SegmentMap], max_lines
             None => shapes.push((s, 1)),
         }
     }
-    for (k, (s, n)) in shapes.iter().enumerate() {
-        if k == max_lines {
-            let rest: usize = shapes[k..].iter().map(|(_, n)| n).sum();
-            writeln!(out, "  ... {rest} more segments of {} other shapes (--json lists them all)", shapes.len() - k)?;
-            break;
+    // The first shape whose segment holds the largest free block (none when nothing is free).
+    let largest_free = shapes
+        .iter()
+        .enumerate()
+        .filter(|(_, (s, _))| s.largest_free_bytes > 0)
+        .max_by(|(i, (a, _)), (j, (b, _))| a.largest_free_bytes.cmp(&b.largest_free_bytes).then(j.cmp(i)))
+        .map(|(k, _)| k);
+    let mut shown: Vec<usize> = (0..shapes.len().min(max_lines)).collect();
+    let moved_in = largest_free.filter(|&k| k >= max_lines);
+    if let Some(k) = moved_in {
+        // In place of the last shape that fits: the order stays by address.
+        shown.pop();
+        shown.push(k);
+    }
+    for (j, &k) in shown.iter().enumerate() {
+        let (s, n) = shapes[k];
+        if moved_in == Some(k) && k > j {
+            let skipped: usize = shapes[j..k].iter().map(|(_, n)| n).sum();
+            writeln!(out, "  ... {skipped} segments of {} other shapes", k - j)?;
         }
-        let times = if *n > 1 { format!(" (x{n} segments like it)") } else { String::new() };
+        let times = if n > 1 { format!(" (x{n} segments like it)") } else { String::new() };
         writeln!(
             out,
             "  {:#014x} {:>10} {:<5} stream {}{}{}: {}   largest free {}",
@@ -107,6 +123,11 @@ pub fn print_segment_map(out: &mut dyn Write, segments: &[SegmentMap], max_lines
             block_runs(s),
             fmt_bytes(s.largest_free_bytes)
         )?;
+    }
+    let last = shown.last().map(|&k| k + 1).unwrap_or(0);
+    if last < shapes.len() {
+        let rest: usize = shapes[last..].iter().map(|(_, n)| n).sum();
+        writeln!(out, "  ... {rest} more segments of {} other shapes (--json lists them all)", shapes.len() - last)?;
     }
     Ok(())
 }
@@ -253,4 +274,51 @@ pub fn run(opts: &FragCmdOptions, out: &mut dyn Write) -> Result<i32> {
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frag::BlockRun;
+    use recorder::trace::Pool;
+
+    fn segment(addr: u64, allocated: u64, free: u64) -> SegmentMap {
+        let mut blocks = vec![BlockRun { state: "allocated", bytes: allocated, count: 1 }];
+        if free > 0 {
+            blocks.push(BlockRun { state: "free", bytes: free, count: 1 });
+        }
+        SegmentMap {
+            addr,
+            bytes: allocated + free,
+            pool: Pool::Large,
+            stream: 0,
+            is_expandable: false,
+            allocated_bytes: allocated,
+            free_bytes: free,
+            largest_free_bytes: free,
+            blocks,
+        }
+    }
+
+    /// The segment that holds the largest free block is printed even when it lies beyond the
+    /// lines the map may take: it is the picture of the fragmentation.
+    #[test]
+    fn the_segment_with_the_largest_free_block_is_always_printed() {
+        let mib = 1u64 << 20;
+        let segments: Vec<SegmentMap> =
+            (0..10).map(|k| segment((k + 1) << 32, (k + 1) * mib, if k == 8 { 6 * mib } else { mib / 2 })).collect();
+        let mut out = Vec::new();
+        print_segment_map(&mut out, &segments, 3).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 5, "{text}");
+        assert!(lines[0].contains("0x000100000000") && lines[1].contains("0x000200000000"), "{text}");
+        assert_eq!(lines[2], "  ... 6 segments of 6 other shapes");
+        assert!(lines[3].contains("0x000900000000") && lines[3].ends_with("largest free 6.00 MiB"), "{text}");
+        assert!(lines[4].starts_with("  ... 1 more segments of 1 other shapes"), "{text}");
+        // Within the lines: printed in its place, nothing moved.
+        let mut out = Vec::new();
+        print_segment_map(&mut out, &segments, 10).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap().lines().count(), 10);
+    }
 }

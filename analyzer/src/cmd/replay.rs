@@ -40,6 +40,9 @@ pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()
         )?,
     }
     writeln!(out, "against the run  {}", r.reach.text())?;
+    if let Some(m) = r.failure_may_be_caught {
+        writeln!(out, "                {}", m.text())?;
+    }
     if r.caught_recorded_ooms > 0 {
         writeln!(
             out,
