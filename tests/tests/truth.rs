@@ -652,7 +652,7 @@ fn the_capacity_search_goes_on_past_caught_ooms() {
                 config: Some(config.clone()),
                 capacity_bytes: capacity,
                 unlimited: capacity.is_none(),
-                output: None,
+                ..Default::default()
             };
             analyzer::replay::replay(&trace, &opts).unwrap()
         };
