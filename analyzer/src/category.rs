@@ -21,6 +21,8 @@
 //! * gradient: DistributedDataParallel's gradient buckets (frames of its `_ddp_init_helper` or
 //!   `_pre_forward`) that outlive their phase; else allocated in backward, freed after that backward and by the next one (by
 //!   `zero_grad`), or never if no backward follows;
+//! * gradient, too: what DistributedDataParallel's construction keeps, where a `gradient
+//!   buckets` mark (which the recording shim puts around it) starts its phase;
 //! * optimizer state: allocated in a step, freed after that step (or never);
 //! * activation: allocated in forward, freed in the backward that follows;
 //! * temporary: freed in the run that allocated it;
@@ -68,6 +70,17 @@ impl Category {
             Category::Other => "other",
         }
     }
+    /// The name in a sentence about bytes ("activations 61%").
+    pub fn plural(self) -> &'static str {
+        match self {
+            Category::Parameter => "parameters",
+            Category::Gradient => "gradients",
+            Category::OptimizerState => "optimizer state",
+            Category::Activation => "activations",
+            Category::Temporary => "temporaries",
+            Category::Other => "other",
+        }
+    }
 }
 
 /// A phase of a training step.
@@ -76,6 +89,9 @@ pub enum Phase {
     Forward,
     Backward,
     Optimizer,
+    /// DistributedDataParallel being built (a `gradient buckets` mark): what it keeps is its
+    /// gradient buckets.
+    Buckets,
     /// Frames that belong to none of the above.
     None,
 }
@@ -125,6 +141,8 @@ fn phase_of_mark(text: &str) -> Phase {
         Phase::Backward
     } else if t.starts_with("optim") || t.starts_with("step") {
         Phase::Optimizer
+    } else if t.starts_with("gradient buckets") {
+        Phase::Buckets
     } else {
         Phase::None
     }
@@ -165,6 +183,20 @@ impl ByCategory {
     pub fn total(&self) -> u64 {
         CATEGORIES.iter().map(|&c| self.get(c)).sum()
     }
+    /// The categories holding bytes with their share of the total, largest first (ties in the
+    /// order of [`CATEGORIES`]).
+    pub fn shares(&self) -> Vec<(Category, f64)> {
+        let total = self.total().max(1) as f64;
+        let mut v: Vec<(Category, f64)> =
+            CATEGORIES.iter().filter(|&&c| self.get(c) > 0).map(|&c| (c, self.get(c) as f64 / total)).collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        v
+    }
+    /// "activations 61%, optimizer state 22%, ...": every category holding bytes, largest first.
+    pub fn shares_text(&self) -> String {
+        let pct = |f: f64| if f < 0.005 { "under 1%".to_string() } else { format!("{:.0}%", f * 100.0) };
+        self.shares().iter().map(|(c, f)| format!("{} {}", c.plural(), pct(*f))).collect::<Vec<_>>().join(", ")
+    }
 }
 
 /// Bytes by category at the peak and the most each category held.
@@ -185,7 +217,36 @@ pub struct Categories {
     /// Over time, at most [`TIMELINE_COLUMNS`] samples: for each equal run of events, the live
     /// bytes by category when their total was highest in that run (a stacked timeline).
     pub over_time: Vec<CategorySample>,
+    /// Live bytes by category after the event asked for ([`analyze_at`]: explain's moment).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_moment: Option<CategorySample>,
+    /// What activation checkpointing would do to the peak, estimated (`null`: no activations).
+    pub checkpointing: Option<CheckpointEstimate>,
 }
+
+/// An estimate of the peak of allocated bytes under activation checkpointing, from the trace's
+/// own activations (see [`checkpoint_estimate`] for what it assumes).
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointEstimate {
+    /// The peak of allocated bytes as recorded (the categories' total at their peak).
+    pub peak_bytes: u64,
+    /// Activations live at that peak.
+    pub activation_bytes_at_peak: u64,
+    /// The estimated peak with the forward's activations in this many blocks of equal bytes,
+    /// each freed when its block's forward ends and recomputed in backward when backward
+    /// reaches it.
+    pub blocks: Vec<CheckpointRow>,
+}
+
+/// One row of [`CheckpointEstimate::blocks`].
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CheckpointRow {
+    pub blocks: u32,
+    pub peak_bytes: u64,
+}
+
+/// The block counts [`CheckpointEstimate`] is computed for.
+pub const CHECKPOINT_BLOCKS: [u32; 5] = [2, 4, 8, 16, 32];
 
 /// Samples of [`Categories::over_time`].
 pub const TIMELINE_COLUMNS: u64 = 200;
@@ -212,13 +273,25 @@ struct Alloc {
 /// Categories of a trace's allocations; `None` when no allocation has a phase (no phase marks,
 /// no frames of PyTorch's forward, backward or optimizer).
 pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
+    analyze_at(trace, None)
+}
+
+/// [`analyze`], with the live bytes by category after event `moment` too
+/// ([`Categories::at_moment`]).
+pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categories>> {
     let mut sites: HashMap<u32, (Option<Phase>, bool)> = HashMap::new();
     let mut runs: Vec<Phase> = Vec::new();
+    // The event at which each run starts.
+    let mut run_starts: Vec<u64> = Vec::new();
     let mut allocs: Vec<Alloc> = Vec::new();
     let mut by_id: HashMap<u64, usize> = HashMap::new();
     let mut current: Option<Phase> = None;
     let mut marked = false;
     let mut any_frames = false;
+    // Whether the current run has seen an allocation or a free: a mark that ends an empty run
+    // replaces it (a forward whose first step is DistributedDataParallel's bucket rebuild, marked
+    // as such, stays one forward).
+    let mut run_used = false;
     trace.scan(|i, r| match &r.event {
         Event::CallSite { id, frames } => {
             any_frames |= !frames.is_empty();
@@ -228,7 +301,17 @@ pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
             marked = true;
             let p = phase_of_mark(text);
             if current != Some(p) {
-                runs.push(p);
+                if !run_used && !runs.is_empty() {
+                    runs.pop();
+                    run_starts.pop();
+                }
+                if runs.last() == Some(&p) {
+                    run_used = true;
+                } else {
+                    runs.push(p);
+                    run_starts.push(i);
+                    run_used = false;
+                }
                 current = Some(p);
             }
         }
@@ -237,26 +320,31 @@ pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
                 if let Some(p) = sites.get(callsite).and_then(|s| s.0) {
                     if current != Some(p) {
                         runs.push(p);
+                        run_starts.push(i);
                         current = Some(p);
                     }
                 }
             }
             if runs.is_empty() {
                 runs.push(Phase::None);
+                run_starts.push(i);
                 current = Some(Phase::None);
             }
             let bytes =
                 if *block_bytes > 0 { *block_bytes } else { requested_bytes.max(&1).div_ceil(512).saturating_mul(512) };
             by_id.insert(*id, allocs.len());
             let bucket = sites.get(callsite).is_some_and(|s| s.1);
+            run_used = true;
             allocs.push(Alloc { bytes, alloc_event: i, run: runs.len() - 1, free_run: None, completed: None, bucket });
         }
         Event::FreeRequested { id, .. } => {
+            run_used = true;
             if let Some(&k) = by_id.get(id) {
                 allocs[k].free_run = Some(runs.len().saturating_sub(1));
             }
         }
         Event::FreeCompleted { id, .. } => {
+            run_used = true;
             if let Some(k) = by_id.remove(id) {
                 allocs[k].completed = Some(i);
                 if allocs[k].free_run.is_none() {
@@ -280,7 +368,8 @@ pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
             let freed_in = a.free_run;
             let same_run = freed_in == Some(a.run);
             match runs[a.run] {
-                _ if a.bucket && !same_run => Category::Gradient,
+                _ if (a.bucket || runs[a.run] == Phase::Buckets) && !same_run => Category::Gradient,
+                Phase::Buckets => Category::Temporary,
                 _ if a.run < first_forward => {
                     let alive = match (second_forward, freed_in) {
                         (_, None) => true,
@@ -340,9 +429,13 @@ pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
     let columns = TIMELINE_COLUMNS.min(events);
     let mut over_time: Vec<CategorySample> = Vec::new();
     let mut column_best = (u64::MAX, -1i64);
+    let mut at_moment = None;
     let mut k = 0;
     while k < deltas.len() {
         let e = deltas[k].0;
+        if let Some(m) = moment.filter(|&m| e > m && at_moment.is_none()) {
+            at_moment = Some(CategorySample { event: m, bytes: live });
+        }
         while k < deltas.len() && deltas[k].0 == e {
             let (_, d, c) = deltas[k];
             let v = live.get_mut(c);
@@ -368,6 +461,41 @@ pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
             at_peak = live;
         }
     }
+    if let Some(m) = moment.filter(|_| at_moment.is_none()) {
+        at_moment = Some(CategorySample { event: m, bytes: live });
+    }
+    let run_end = |r: usize| run_starts.get(r + 1).copied().unwrap_or(events);
+    let activations: Vec<Activation> = allocs
+        .iter()
+        .zip(&categories)
+        .filter(|(_, &c)| c == Category::Activation)
+        .filter_map(|(a, _)| {
+            Some(Activation {
+                bytes: a.bytes,
+                alloc: a.alloc_event,
+                forward_end: run_end(a.run),
+                backward_start: run_starts.get(a.free_run?).copied().unwrap_or(0),
+                freed: a.completed?,
+                forward: a.run,
+            })
+        })
+        .collect();
+    let others: Vec<(u64, i64)> = allocs
+        .iter()
+        .zip(&categories)
+        .filter(|(_, &c)| c != Category::Activation)
+        .flat_map(|(a, _)| {
+            std::iter::once((a.alloc_event, a.bytes as i64)).chain(a.completed.map(|e| (e, -(a.bytes as i64))))
+        })
+        .collect();
+    let checkpointing = (!activations.is_empty()).then(|| CheckpointEstimate {
+        peak_bytes: peak.max(0) as u64,
+        activation_bytes_at_peak: at_peak.activation,
+        blocks: CHECKPOINT_BLOCKS
+            .iter()
+            .map(|&b| CheckpointRow { blocks: b, peak_bytes: checkpoint_estimate(&others, &activations, b) })
+            .collect(),
+    });
     Ok(Some(Categories {
         phases_from: if marked { "phase marks" } else { "frames" },
         forward_passes: forwards.len(),
@@ -376,22 +504,156 @@ pub fn analyze(trace: &Trace) -> Result<Option<Categories>> {
         max,
         allocations,
         over_time,
+        at_moment,
+        checkpointing,
     }))
 }
 
-/// Above this many events, `summary` leaves categories out unless asked (`--categories`): they
-/// take a second pass over the trace and memory per allocation, and `summary` is the fast look.
+/// An activation, for [`checkpoint_estimate`].
+struct Activation {
+    bytes: u64,
+    alloc: u64,
+    /// The event at which its forward ended (the next phase began).
+    forward_end: u64,
+    /// The event at which the backward that freed it began.
+    backward_start: u64,
+    /// The event at which its block came back, in backward.
+    freed: u64,
+    /// Its forward run.
+    forward: usize,
+}
+
+/// The peak of allocated bytes if each forward's activations were checkpointed in `blocks`
+/// blocks. What it assumes:
+/// * each forward's activations, in the order they were allocated, fall into `blocks` blocks of
+///   equal bytes (the trace does not say where the model's blocks begin);
+/// * in the forward, a block's activations are freed when the block ends (where the next
+///   block's first activation is allocated; the last block's at the end of the forward);
+/// * in backward, they are allocated again (recomputed) when backward reaches the block: when
+///   it has freed the activations of the block after it (the last block: when backward
+///   begins), or at the block's own first free if that is sooner; and freed when they were;
+/// * the blocks' inputs, which checkpointing keeps, are not counted, nor the recomputation's own
+///   temporaries; every other allocation stays as recorded.
+///
+/// `others` are the other allocations' `(event, +bytes)` and `(event, -bytes)`.
+fn checkpoint_estimate(others: &[(u64, i64)], activations: &[Activation], blocks: u32) -> u64 {
+    let mut deltas: Vec<(u64, i64)> = others.to_vec();
+    let mut k = 0;
+    while k < activations.len() {
+        // One forward's activations (they are in allocation order).
+        let f = activations[k].forward;
+        let end = k + activations[k..].iter().take_while(|a| a.forward == f).count();
+        let group = &activations[k..end];
+        let total = group.iter().map(|a| a.bytes).sum::<u64>().max(1) as u128;
+        let mut before = 0u128;
+        let block_of: Vec<usize> = group
+            .iter()
+            .map(|a| {
+                let b = (before * blocks as u128 / total) as usize;
+                before += a.bytes as u128;
+                b
+            })
+            .collect();
+        // A block's forward ends where the next block's first activation is allocated (the last
+        // block's where the forward ends). Backward reaches a block when it is done with the
+        // block after it (its last free there; the last block: when backward begins), and at the
+        // latest at the block's own first free.
+        let n = blocks as usize;
+        let mut first_free = vec![u64::MAX; n];
+        let mut last_free = vec![0u64; n];
+        let mut block_end = vec![group[0].forward_end; n];
+        let mut backward_start = u64::MAX;
+        for (k, (a, &b)) in group.iter().zip(&block_of).enumerate() {
+            first_free[b] = first_free[b].min(a.freed);
+            last_free[b] = last_free[b].max(a.freed);
+            backward_start = backward_start.min(a.backward_start);
+            if k > 0 && block_of[k - 1] < b {
+                for e in &mut block_end[block_of[k - 1]..b] {
+                    *e = a.alloc;
+                }
+            }
+        }
+        // Blocks without activations (one larger than a block's share) are skipped over.
+        let mut reached = vec![u64::MAX; n];
+        let mut after = backward_start;
+        for b in (0..n).rev() {
+            if first_free[b] == u64::MAX {
+                continue;
+            }
+            reached[b] = after.min(first_free[b]);
+            after = last_free[b];
+        }
+        for (a, &b) in group.iter().zip(&block_of) {
+            let bytes = a.bytes as i64;
+            let forward_end = block_end[b].clamp(a.alloc + 1, a.freed.max(a.alloc + 1));
+            deltas.push((a.alloc, bytes));
+            deltas.push((forward_end, -bytes));
+            let again = reached[b].max(forward_end);
+            if again < a.freed {
+                deltas.push((again, bytes));
+                deltas.push((a.freed, -bytes));
+            }
+        }
+        k = end;
+    }
+    // Frees before allocations at one event, as the recorded order has them.
+    deltas.sort_unstable();
+    let (mut live, mut peak) = (0i64, 0i64);
+    for (_, d) in deltas {
+        live += d;
+        peak = peak.max(live);
+    }
+    peak.max(0) as u64
+}
+
+/// Above this many events, `summary`, `explain` and `report` leave categories out (`summary
+/// --categories` computes them): they take another pass over the trace and memory per
+/// allocation.
 pub const SUMMARY_MAX_EVENTS: u64 = 2_000_000;
 
-/// Categories for `summary`: computed when the summary saw call sites or marks (a second pass
-/// over the trace) and the trace has at most [`SUMMARY_MAX_EVENTS`] events or `always`; else
-/// `None`.
-pub fn of_summary(path: &std::path::Path, s: &crate::summary::Summary, always: bool) -> Result<Option<Categories>> {
-    let has = |k: &str| s.events_by_kind.get(k).copied().unwrap_or(0) > 0;
-    if (!has("callsite") && !has("mark")) || (s.events > SUMMARY_MAX_EVENTS && !always) {
+/// Live bytes by category at one moment (explain's OOM or peak), with the checkpointing estimate.
+#[derive(Debug, Clone, Serialize)]
+pub struct AtMoment {
+    pub event: u64,
+    /// Where the phases came from: `phase marks` or `frames`.
+    pub phases_from: &'static str,
+    pub bytes: ByCategory,
+    pub checkpointing: Option<CheckpointEstimate>,
+}
+
+/// Live bytes by category after event `event`; `None` when the trace has no phases or more than
+/// [`SUMMARY_MAX_EVENTS`] events.
+pub fn at_moment(trace: &Trace, event: u64) -> Result<Option<AtMoment>> {
+    if !by_default(trace) {
         return Ok(None);
     }
-    analyze(&Trace::open(path)?)
+    Ok(analyze_at(trace, Some(event))?.map(|c| AtMoment {
+        event,
+        phases_from: c.phases_from,
+        bytes: c.at_moment.map(|m| m.bytes).unwrap_or_default(),
+        checkpointing: c.checkpointing,
+    }))
+}
+
+/// Whether a trace can have categories: it has call sites or marks.
+pub fn possible(trace: &Trace) -> bool {
+    let has = |k: &str| trace.summary.events_by_kind.get(k).copied().unwrap_or(0) > 0;
+    has("callsite") || has("mark")
+}
+
+/// Whether the analyses compute categories unasked: the trace can have them and has at most
+/// [`SUMMARY_MAX_EVENTS`] events.
+pub fn by_default(trace: &Trace) -> bool {
+    possible(trace) && trace.summary.events <= SUMMARY_MAX_EVENTS
+}
+
+/// Categories for `summary`, from the trace it has open: computed [`by_default`], or `always`
+/// where the trace can have them; else `None`.
+pub fn of_summary(trace: &Trace, always: bool) -> Result<Option<Categories>> {
+    if !(by_default(trace) || (always && possible(trace))) {
+        return Ok(None);
+    }
+    analyze(trace)
 }
 
 /// The text block of `summary`: bytes by category at the peak, and each category's most.
@@ -413,7 +675,99 @@ pub fn write_text(out: &mut dyn std::io::Write, c: &Categories) -> Result<()> {
             fmt_bytes(c.max.get(cat))
         )?;
     }
+    if let Some(k) = &c.checkpointing {
+        writeln!(out, "checkpointing (an estimate): {}", checkpoint_text(k))?;
+    }
     Ok(())
+}
+
+/// What activation checkpointing would do (what it assumes included), as a clause that callers
+/// introduce as an estimate.
+pub fn checkpoint_text(k: &CheckpointEstimate) -> String {
+    use crate::units::fmt_bytes;
+    let rows: Vec<String> =
+        k.blocks.iter().map(|r| format!("{} with {} blocks", fmt_bytes(r.peak_bytes), r.blocks)).collect();
+    format!(
+        "activations hold {} at the peak of {}; with the forward's activations \
+         checkpointed in blocks of equal bytes (each block's freed when the block's forward ends and \
+         recomputed when backward reaches it; the blocks' kept inputs not counted) the peak would be about {}",
+        fmt_bytes(k.activation_bytes_at_peak),
+        fmt_bytes(k.peak_bytes),
+        rows.join(", ")
+    )
+}
+
+/// The stacked timeline: live bytes by category over the trace's events, the categories in the
+/// order of [`CATEGORIES`] from the bottom, the peak of allocated bytes marked. Same
+/// deterministic, font-free style as [`crate::plot`].
+pub fn render(c: &Categories, title: &str) -> Result<String> {
+    use plotters::prelude::*;
+    let palette = crate::plot::PALETTE;
+    let (w, h) = (crate::plot::WIDTH, crate::plot::HEIGHT);
+    let max = c.over_time.iter().map(|s| s.bytes.total()).max().unwrap_or(0).max(1);
+    let (ys, unit) = if max >= 1 << 30 {
+        ((1u64 << 30) as f64, "GiB")
+    } else if max >= 1 << 20 {
+        ((1u64 << 20) as f64, "MiB")
+    } else {
+        (1024.0, "KiB")
+    };
+    let x_max = c.over_time.last().map(|s| s.event + 1).unwrap_or(1) as f64;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(14)
+            .x_label_area_size(48)
+            .y_label_area_size(78)
+            .build_cartesian_2d(0f64..x_max, 0f64..(max as f64 / ys * 1.1))?;
+        chart
+            .configure_mesh()
+            .light_line_style(RGBColor(238, 238, 238))
+            .x_desc("event")
+            .y_desc(format!("live bytes ({unit})"))
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .y_label_formatter(&|v| format!("{v:.2}"))
+            .label_style(("sans-serif", 13))
+            .draw()?;
+        // Each category's top edge is the sum of it and the ones below: drawn from the top down,
+        // so that each area covers the ones above it only where they hold nothing.
+        for k in (0..CATEGORIES.len()).rev() {
+            let color = palette[k % palette.len()];
+            let top = |s: &CategorySample| CATEGORIES[..=k].iter().map(|&x| s.bytes.get(x)).sum::<u64>() as f64 / ys;
+            // Steps: each sample holds until the next one.
+            let mut points = Vec::with_capacity(c.over_time.len() * 2);
+            for (i, s) in c.over_time.iter().enumerate() {
+                let next = c.over_time.get(i + 1).map(|n| n.event as f64).unwrap_or(x_max);
+                points.push((s.event as f64, top(s)));
+                points.push((next, top(s)));
+            }
+            chart
+                .draw_series(AreaSeries::new(points, 0.0, color.filled()))?
+                .label(format!(
+                    "{} ({} at the peak)",
+                    CATEGORIES[k].as_str(),
+                    crate::units::fmt_bytes(c.at_peak.get(CATEGORIES[k]))
+                ))
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+        }
+        let peak = c.peak_event as f64;
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(peak, 0.0), (peak, max as f64 / ys * 1.05)],
+            BLACK.stroke_width(1),
+        )))?;
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 13))
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
 }
 
 #[cfg(test)]
@@ -448,5 +802,162 @@ mod tests {
         );
         assert_eq!(phase_of_mark("backward"), Phase::Backward);
         assert_eq!(phase_of_mark("optimizer.step"), Phase::Optimizer);
+        assert_eq!(phase_of_mark("gradient buckets (DistributedDataParallel)"), Phase::Buckets);
+        assert_eq!(phase_of_mark("after gradient buckets"), Phase::None);
+    }
+
+    /// A program as the recording shim marks it: parameters before the first forward, two
+    /// iterations of forward (activations), backward (gradients made, activations freed) and
+    /// an optimizer step (its state made in the first step), `zero_grad` freeing the gradients.
+    fn marked_program(ddp: bool) -> Trace {
+        use recorder::trace::{Header, Pool, Record, Source};
+        const MIB: u64 = 1 << 20;
+        let mut recs: Vec<Event> = Vec::new();
+        let mut next = 0u64;
+        let mut alloc = |recs: &mut Vec<Event>, bytes: u64| {
+            next += 1;
+            recs.push(Event::Alloc {
+                id: next,
+                addr: next << 32,
+                requested_bytes: bytes,
+                block_bytes: bytes,
+                stream: 0,
+                pool: Pool::Large,
+                callsite: 0,
+            });
+            next
+        };
+        let free = |recs: &mut Vec<Event>, id: u64| {
+            recs.push(Event::FreeRequested { id, addr: id << 32, callsite: 0 });
+            recs.push(Event::FreeCompleted { id, addr: id << 32 });
+        };
+        let mark = |recs: &mut Vec<Event>, t: &str| recs.push(Event::Mark { kind: MarkKind::Phase, text: t.into() });
+        let params = [alloc(&mut recs, 10 * MIB), alloc(&mut recs, 10 * MIB)];
+        if ddp {
+            // DistributedDataParallel's construction: the parameters broadcast through a flat
+            // buffer (freed there), and a gradient bucket as large as the parameters (kept).
+            mark(&mut recs, "gradient buckets (DistributedDataParallel)");
+            let flat = alloc(&mut recs, 20 * MIB);
+            free(&mut recs, flat);
+            alloc(&mut recs, 20 * MIB);
+            mark(&mut recs, "after gradient buckets");
+        }
+        let mut grads: Vec<u64> = Vec::new();
+        for step in 0..2 {
+            for g in grads.drain(..) {
+                free(&mut recs, g); // zero_grad(set_to_none=True)
+            }
+            mark(&mut recs, "forward");
+            // Four activations of 8 MiB and a temporary freed within the forward.
+            let acts: Vec<u64> = (0..4).map(|_| alloc(&mut recs, 8 * MIB)).collect();
+            let t = alloc(&mut recs, MIB);
+            free(&mut recs, t);
+            mark(&mut recs, "after forward");
+            mark(&mut recs, "backward");
+            // Backward frees the activations in reverse order and makes the gradients.
+            for (k, a) in acts.iter().rev().enumerate() {
+                if k < 2 {
+                    grads.push(alloc(&mut recs, 10 * MIB));
+                }
+                free(&mut recs, *a);
+            }
+            mark(&mut recs, "after backward");
+            mark(&mut recs, "optimizer step");
+            if step == 0 {
+                for _ in 0..4 {
+                    alloc(&mut recs, 10 * MIB);
+                }
+            }
+            mark(&mut recs, "after optimizer step");
+        }
+        let _ = params;
+        let records = recs.into_iter().enumerate().map(|(i, event)| Record { time_ns: i as u64, event }).collect();
+        Trace::from_records(std::path::Path::new("marked.atrace"), Header::new(Source::Recorded), records)
+    }
+
+    #[test]
+    fn shares_largest_first() {
+        let b = ByCategory { activation: 610, optimizer_state: 220, parameter: 167, other: 3, ..Default::default() };
+        assert_eq!(b.shares_text(), "activations 61%, optimizer state 22%, parameters 17%, other under 1%");
+        assert_eq!(ByCategory::default().shares_text(), "");
+    }
+
+    #[test]
+    fn categories_from_phase_marks() {
+        const MIB: u64 = 1 << 20;
+        let c = analyze(&marked_program(false)).unwrap().expect("phase marks give categories");
+        assert_eq!(c.phases_from, "phase marks");
+        assert_eq!(c.forward_passes, 2);
+        assert_eq!(c.max.parameter, 20 * MIB);
+        assert_eq!(c.max.gradient, 20 * MIB);
+        assert_eq!(c.max.optimizer_state, 40 * MIB);
+        assert_eq!(c.max.activation, 32 * MIB);
+        assert_eq!(c.max.temporary, MIB);
+        assert_eq!(c.max.other, 0);
+        // The peak: the second iteration's second gradient (parameters 20 + state 40 + three
+        // activations 24 + two gradients 20).
+        assert_eq!(c.at_peak.total(), 104 * MIB);
+        assert_eq!(c.at_peak.activation, 24 * MIB);
+        assert_eq!(c.at_peak.shares_text(), "optimizer state 38%, activations 23%, parameters 19%, gradients 19%");
+        let k = c.checkpointing.expect("activations give an estimate");
+        assert_eq!(k.activation_bytes_at_peak, 24 * MIB);
+        // Four blocks of one activation each: one is live at a time in the forward; in backward
+        // the last is recomputed when backward begins (60 + 8 + the first gradient 10), the one
+        // before it once the last is freed: 60 + 8 + two gradients = 88.
+        let four = k.blocks.iter().find(|r| r.blocks == 4).unwrap();
+        assert_eq!(four.peak_bytes, 88 * MIB);
+        // Two blocks of two: the first block recomputed once the second is freed, with both
+        // gradients live: 60 + 16 + 20 = 96.
+        let two = k.blocks.iter().find(|r| r.blocks == 2).unwrap();
+        assert_eq!(two.peak_bytes, 96 * MIB);
+        // At a moment: after the second forward's last activation.
+        let m = analyze_at(&marked_program(false), Some(c.peak_event)).unwrap().unwrap().at_moment.unwrap();
+        assert_eq!(m.bytes, c.at_peak);
+    }
+
+    #[test]
+    fn what_distributed_data_parallel_keeps_is_gradient() {
+        const MIB: u64 = 1 << 20;
+        let c = analyze(&marked_program(true)).unwrap().unwrap();
+        // The bucket is a gradient, not a parameter (both made before the first forward and
+        // kept); the broadcast buffer a temporary.
+        assert_eq!(c.max.parameter, 20 * MIB);
+        assert_eq!(c.max.gradient, 40 * MIB);
+        assert_eq!(c.allocations.gradient, 4 + 1);
+        assert_eq!(c.allocations.temporary, 2 + 1);
+        assert_eq!(c.at_peak.total(), 124 * MIB);
+    }
+
+    #[test]
+    fn an_empty_phase_is_replaced_by_the_next() {
+        use recorder::trace::{Header, Pool, Record, Source};
+        let alloc = |id: u64, bytes: u64| Event::Alloc {
+            id,
+            addr: id << 32,
+            requested_bytes: bytes,
+            block_bytes: bytes,
+            stream: 0,
+            pool: Pool::Large,
+            callsite: 0,
+        };
+        let mark = |t: &str| Event::Mark { kind: MarkKind::Phase, text: t.into() };
+        let free = |id: u64| Event::FreeCompleted { id, addr: id << 32 };
+        // Each forward begins with DistributedDataParallel's bucket rebuild, marked inside it.
+        let mut ev = vec![alloc(1, 1024)];
+        for k in 0..2u64 {
+            ev.extend([mark("forward"), mark("gradient buckets (DistributedDataParallel)")]);
+            if k == 0 {
+                ev.push(alloc(2, 4096)); // the rebuilt bucket, kept
+            }
+            ev.extend([mark("forward"), alloc(10 + k, 512), mark("after forward"), mark("backward"), free(10 + k)]);
+            ev.push(mark("after backward"));
+        }
+        let records = ev.into_iter().enumerate().map(|(i, event)| Record { time_ns: i as u64, event }).collect();
+        let t = Trace::from_records(std::path::Path::new("ddp.atrace"), Header::new(Source::Recorded), records);
+        let c = analyze(&t).unwrap().unwrap();
+        assert_eq!(c.forward_passes, 2);
+        assert_eq!(c.max.parameter, 1024);
+        assert_eq!(c.max.gradient, 4096);
+        assert_eq!(c.max.activation, 512);
     }
 }

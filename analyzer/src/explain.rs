@@ -131,6 +131,9 @@ pub struct ExplainReport {
     /// When the limit was not recorded but the trace bounds it (an OOM while the device had
     /// room): the verdict at every limit the trace allows, in ranges, and above them.
     pub verdict_by_limit: Option<Vec<LimitVerdict>>,
+    /// What the memory live at the moment is for (parameters, activations...); `null` when the
+    /// trace has no phases ([`crate::category`]).
+    pub categories: Option<crate::category::AtMoment>,
     /// Call sites holding memory at the moment, most bytes first.
     pub top_sites: Vec<SitePin>,
     pub growth: Option<Growth>,
@@ -439,6 +442,7 @@ the consuming stream allocate the tensors it uses, instead of record_stream on t
             pytorch_message(&Figures { capacity_bytes: figures.capacity_bytes.filter(|_| known), ..figures.clone() })
         }),
         capacity_note: capacity_note(&trace.default_capacity()),
+        categories: crate::category::at_moment(trace, figures.event)?,
         figures,
         verdict,
         verdict_by_limit,

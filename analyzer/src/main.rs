@@ -272,13 +272,18 @@ summary figures, findings with verdicts (out of memory, reserved-but-unallocated
 memory in pieces, memory needed beyond the live bytes, a leak or what is still live at the end), each \
 defined in plain words; the diagnosis and advice of `explain`, the four fragmentation measures \
 of `frag` and the leak analysis of `leaks`; the what-if table of other allocator settings; and \
-the pictures of `plot`. Nothing in it depends on the clock or where the trace lies, so the same \
-trace gives the same files.",
+the pictures of `plot`; where the trace has phases, what the memory is for (bytes by category \
+at the peak and over time, and an estimate of activation checkpointing). Nothing in it depends on \
+the clock or where the trace lies, so the same trace gives the same files.\n\n\
+With several traces (one per rank of a distributed job), the report is of the rank that peaks, \
+with a section across the ranks (`alloctrace ranks`) and its picture.",
         after_help = "Example:\n  alloctrace report traces/frag_oom.default.atrace -o report/\n  \
 open report/report.html"
     )]
     Report {
-        trace: PathBuf,
+        /// The trace, or one trace per rank.
+        #[arg(required = true)]
+        trace: Vec<PathBuf>,
         #[command(flatten)]
         run: RunArgs,
         /// The directory to write into (created if missing).
@@ -654,7 +659,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
         ),
         Command::Report { trace, run, output, no_search, force, json } => cmd::report::run(
             &cmd::report::ReportCmdOptions {
-                trace,
+                traces: trace,
                 facts: run.facts(),
                 output,
                 search_capacity: !no_search,

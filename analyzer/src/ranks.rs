@@ -142,6 +142,9 @@ pub struct RanksReport {
     pub ranks: Vec<RankRow>,
     /// The rank with the highest peak of reserved bytes (the first such).
     pub peaking_rank: u32,
+    /// Its trace's position among the traces given.
+    #[serde(skip)]
+    pub peaking_index: usize,
     /// Highest peak over the median peak, of reserved and of allocated bytes.
     pub skew_reserved: f64,
     pub skew_allocated: f64,
@@ -154,6 +157,8 @@ pub struct RanksReport {
 
 /// One rank, analysed.
 struct RankData {
+    /// Position among the traces given.
+    position: usize,
     row: RankRow,
     sites_at_peak: HashMap<String, u64>,
     timeline: Vec<(f64, u64)>,
@@ -313,6 +318,7 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
         })
         .collect();
     Ok(RankData {
+        position: position as usize,
         row: RankRow {
             rank,
             rank_source,
@@ -369,11 +375,11 @@ pub fn analyze(traces: &[Trace]) -> Result<RanksReport> {
         }
     }
     data.sort_by_key(|d| d.row.rank);
-    let peaking_rank = data
+    let (peaking_rank, peaking_index) = data
         .iter()
         .max_by(|a, b| a.row.peak_reserved.bytes.cmp(&b.row.peak_reserved.bytes).then(b.row.rank.cmp(&a.row.rank)))
-        .map(|d| d.row.rank)
-        .unwrap_or(0);
+        .map(|d| (d.row.rank, d.position))
+        .unwrap_or((0, 0));
     let skew_reserved = skew(data.iter().map(|d| d.row.peak_reserved.bytes).collect());
     let skew_allocated = skew(data.iter().map(|d| d.row.peak_allocated.bytes).collect());
     let labels: std::collections::BTreeSet<&String> = data.iter().flat_map(|d| d.sites_at_peak.keys()).collect();
@@ -393,12 +399,116 @@ pub fn analyze(traces: &[Trace]) -> Result<RanksReport> {
     Ok(RanksReport {
         ranks: data.into_iter().map(|d| d.row).collect(),
         peaking_rank,
+        peaking_index,
         skew_reserved,
         skew_allocated,
         differing_sites,
         aligned_on_iterations,
         timelines,
     })
+}
+
+/// The report's section across the ranks: the table, the peaking rank and skew, the differing
+/// call sites (its picture is among the report's pictures).
+pub fn report_blocks(rep: &RanksReport) -> Vec<crate::report::Block> {
+    use crate::report::Block;
+    use crate::units::{fmt_bytes, fmt_ns};
+    let mut d = vec![Block::Heading(2, format!("Across the ranks ({} traces)", rep.ranks.len()))];
+    let peak = rep.ranks.iter().find(|r| r.rank == rep.peaking_rank);
+    if let Some(p) = peak {
+        d.push(Block::Para(format!(
+            "Rank {} peaks: {} reserved at its peak, {:.2}x the median of the ranks' peaks of reserved bytes ({:.2}x \
+             of allocated bytes). The sections above are of its trace, `{}`.",
+            p.rank,
+            fmt_bytes(p.peak_reserved.bytes),
+            rep.skew_reserved,
+            rep.skew_allocated,
+            p.trace
+        )));
+    }
+    let mut head: Vec<String> =
+        ["rank", "trace", "peak reserved", "peak allocated", "OOMs", "fragmentation at the peak"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    head.extend(["device calls", "iterations"].iter().map(|s| s.to_string()));
+    let rows = rep
+        .ranks
+        .iter()
+        .map(|r| {
+            vec![
+                r.rank.to_string(),
+                format!("`{}`", r.trace),
+                format!(
+                    "{} at event {} ({})",
+                    fmt_bytes(r.peak_reserved.bytes),
+                    r.peak_reserved.event,
+                    fmt_ns(r.peak_reserved.time_ns)
+                ),
+                format!(
+                    "{} at event {} ({})",
+                    fmt_bytes(r.peak_allocated.bytes),
+                    r.peak_allocated.event,
+                    fmt_ns(r.peak_allocated.time_ns)
+                ),
+                r.ooms.to_string(),
+                format!("{:.1}%", r.fragmentation_at_peak * 100.0),
+                (r.device_allocs + r.device_frees).to_string(),
+                format!("{} ({})", r.iterations, r.iterations_from),
+            ]
+        })
+        .collect();
+    d.push(Block::Table(head, rows));
+    if rep.ranks.iter().any(|r| r.categories_at_peak.is_some()) {
+        let mut head = vec!["rank".to_string()];
+        head.extend(crate::category::CATEGORIES.iter().map(|c| c.as_str().to_string()));
+        let rows = rep
+            .ranks
+            .iter()
+            .map(|r| {
+                let mut row = vec![r.rank.to_string()];
+                match &r.categories_at_peak {
+                    Some(c) => row.extend(crate::category::CATEGORIES.iter().map(|&k| fmt_bytes(c.get(k)))),
+                    None => row.extend(crate::category::CATEGORIES.iter().map(|_| "-".to_string())),
+                }
+                row
+            })
+            .collect();
+        d.push(Block::Para("Bytes by category at each rank's peak of allocated bytes:".into()));
+        d.push(Block::Table(head, rows));
+    }
+    if rep.differing_sites.is_empty() {
+        d.push(Block::Para("The ranks hold the same bytes per call site at their peaks.".into()));
+    } else {
+        d.push(Block::Para("The call sites whose live bytes at each rank's peak differ most between ranks:".into()));
+        let mut head = vec!["call site".to_string()];
+        head.extend(rep.ranks.iter().map(|r| format!("rank {}", r.rank)));
+        head.push("spread".into());
+        let rows = rep
+            .differing_sites
+            .iter()
+            .map(|s| {
+                let mut row = vec![format!("`{}`", s.site)];
+                row.extend(s.bytes.iter().map(|b| fmt_bytes(*b)));
+                row.push(fmt_bytes(s.spread_bytes));
+                row
+            })
+            .collect();
+        d.push(Block::Table(head, rows));
+    }
+    d
+}
+
+/// The caption of [`render`]'s picture in a report.
+pub fn caption(rep: &RanksReport) -> String {
+    if rep.aligned_on_iterations {
+        "Per-rank peaks of reserved and allocated bytes, and each rank's allocated bytes with the timelines aligned \
+         on iteration starts."
+    } else {
+        "Per-rank peaks of reserved and allocated bytes, and each rank's allocated bytes over the share of its \
+         events (no iterations found in every trace)."
+    }
+    .into()
 }
 
 /// A binary unit for bytes up to `max`.

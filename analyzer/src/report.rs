@@ -117,6 +117,11 @@ pub struct Report {
     pub leaks: Option<LeaksReport>,
     /// Analyses that failed on this trace, with why (the rest of the report stands).
     pub analysis_errors: Vec<String>,
+    /// What the memory is for ([`crate::category`]); `null` when the trace has no phases.
+    pub categories: Option<crate::category::Categories>,
+    /// `alloctrace ranks`, when the report was given one trace per rank (this one the peaking rank's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<crate::ranks::RanksReport>,
 }
 
 /// Options of [`build`].
@@ -307,6 +312,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
             .into(),
         svg: plot::render_frag(&fd)?,
     });
+    let categories = category_section(trace, &mut pictures, &mut analysis_errors)?;
 
     if let Some(x) = explained.as_mut() {
         x.trace = name.clone();
@@ -337,7 +343,39 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         frag,
         leaks,
         analysis_errors,
+        categories,
+        ranks: None,
     })
+}
+
+/// What the memory is for, and its stacked timeline (a picture), where the trace has phases.
+fn category_section(
+    trace: &Trace,
+    pictures: &mut Vec<Picture>,
+    errors: &mut Vec<String>,
+) -> Result<Option<crate::category::Categories>> {
+    if !crate::category::by_default(trace) {
+        return Ok(None);
+    }
+    let c = match crate::category::analyze(trace) {
+        Ok(Some(c)) => c,
+        Ok(None) => return Ok(None),
+        Err(e) => {
+            errors.push(format!("categories: {e:#}"));
+            return Ok(None);
+        }
+    };
+    pictures.push(Picture {
+        file: "categories.svg".into(),
+        title: "Live bytes by category".into(),
+        caption: format!(
+            "Live allocated bytes stacked by what they are for (phases from {}); the black line is the peak of \
+             allocated bytes. Each point is the highest total in its stretch of events.",
+            c.phases_from
+        ),
+        svg: crate::category::render(&c, "Live bytes by category")?,
+    });
+    Ok(Some(c))
 }
 
 /// What [`build`] observes in each what-if replay.
@@ -770,6 +808,10 @@ impl Report {
             d.push(Block::Para(format!("**In this run.** {}", f.explanation)));
         }
         self.deeper_blocks(&mut d);
+        self.category_blocks(&mut d);
+        if let Some(r) = &self.ranks {
+            d.extend(crate::ranks::report_blocks(r));
+        }
 
         d.push(Block::Heading(2, "What if: other allocator settings".into()));
         let w = &self.whatif;
@@ -853,6 +895,58 @@ impl Report {
             self.trace
         )));
         d
+    }
+
+    /// Adds the section across ranks (this report being of the peaking rank's trace) and its picture.
+    pub fn add_ranks(&mut self, ranks: crate::ranks::RanksReport) -> Result<()> {
+        self.pictures.push(Picture {
+            file: "ranks.svg".into(),
+            title: "Across the ranks".into(),
+            caption: crate::ranks::caption(&ranks),
+            svg: crate::ranks::render(&ranks)?,
+        });
+        self.ranks = Some(ranks);
+        Ok(())
+    }
+
+    /// The section on what the memory is for.
+    fn category_blocks(&self, d: &mut Vec<Block>) {
+        let Some(c) = &self.categories else { return };
+        d.push(Block::Heading(2, "What the memory is for".into()));
+        d.push(Block::Para(format!(
+            "Each allocation gets a category from the phase that allocated it (phases from {}; {} forward passes) \
+             and its lifetime. At the peak of allocated bytes (event {}): {}.",
+            c.phases_from,
+            c.forward_passes,
+            c.peak_event,
+            c.at_peak.shares_text()
+        )));
+        let total = c.at_peak.total().max(1) as f64;
+        let rows = crate::category::CATEGORIES
+            .iter()
+            .map(|&k| {
+                vec![
+                    k.as_str().to_string(),
+                    fmt_bytes(c.at_peak.get(k)),
+                    pct(c.at_peak.get(k) as f64 / total),
+                    fmt_bytes(c.max.get(k)),
+                    c.allocations.get(k).to_string(),
+                ]
+            })
+            .collect();
+        d.push(Block::Table(
+            ["category", "at the peak", "share", "most at any moment", "allocations"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            rows,
+        ));
+        if let Some(k) = &c.checkpointing {
+            d.push(Block::Para(format!(
+                "**Activation checkpointing, estimated.** The {}.",
+                crate::category::checkpoint_text(k)
+            )));
+        }
     }
 
     /// The sections of `explain`, `frag` and `leaks`.
@@ -1120,7 +1214,7 @@ impl Report {
     }
 }
 
-/// Largest file a report writes: with its 8 files, a report is at most 8 times this.
+/// Largest file a report writes: with its files (at most 10), a report is at most 10 times this.
 pub const MAX_REPORT_FILE_BYTES: usize = 16 << 20;
 
 /// Escapes text for HTML (see [`crate::escape`]).

@@ -153,3 +153,70 @@ fn bad_and_damaged_inputs() {
     assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("cut_rank1.atrace"));
 }
+
+#[test]
+fn a_report_of_several_ranks_is_of_the_peaking_rank_with_a_section_across_them() {
+    let (r0, r1) = (fixture("ddp_rank0.pickle"), fixture("ddp_rank1.pickle"));
+    let dir = tmp("report-ranks");
+    let _ = std::fs::remove_dir_all(&dir);
+    let v = json(&["report", &r0, &r1, "-o", dir.to_str().unwrap(), "--json"]);
+    // The report is of rank 1's trace, the one that peaks, whatever the order given.
+    assert_eq!(v["trace"], "ddp_rank1.pickle");
+    assert_eq!(v["ranks"]["peaking_rank"], 1);
+    assert_eq!(v["ranks"]["ranks"].as_array().unwrap().len(), 2);
+    assert!(v["ranks"]["skew_reserved"].as_f64().unwrap() > 1.2);
+    // The same view as `ranks` gives (one home for both).
+    let ranks = json(&["ranks", &r0, &r1, "--json"]);
+    assert_eq!(v["ranks"]["differing_sites"], ranks["differing_sites"]);
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains("## Across the ranks (2 traces)"), "{md}");
+    assert!(md.contains("Rank 1 peaks"), "{md}");
+    assert!(md.contains("scripts/gpu/ranks_ddp.py:30 (forward)"), "{md}");
+    assert!(md.contains("![Across the ranks](ranks.svg)"), "{md}");
+    let svg = std::fs::read_to_string(dir.join("ranks.svg")).unwrap();
+    assert!(svg.starts_with("<svg"));
+    // And what the memory is for, with its stacked timeline.
+    assert!(md.contains("## What the memory is for"), "{md}");
+    assert!(dir.join("categories.svg").is_file());
+    assert_eq!(v["categories"]["phases_from"], "frames");
+    // One trace: no section across ranks.
+    let one = tmp("report-one");
+    let _ = std::fs::remove_dir_all(&one);
+    let v = json(&["report", &r0, "-o", one.to_str().unwrap(), "--json"]);
+    assert!(v.get("ranks").is_none());
+    assert!(!one.join("ranks.svg").exists());
+}
+
+fn phases_fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/phases").join(name).display().to_string()
+}
+
+#[test]
+fn recorded_ranks_with_phase_marks_name_the_larger_batch() {
+    // Two DDP ranks recorded by `alloctrace record -- torchrun` (fixtures/phases), rank 1 with a
+    // 4x larger batch.
+    let (r0, r1) = (phases_fixture("ddp.rank0.atrace"), phases_fixture("ddp.rank1.atrace"));
+    let v = json(&["ranks", &r1, &r0, "--json"]);
+    assert_eq!(v["peaking_rank"], 1);
+    assert_eq!(v["aligned_on_iterations"], true);
+    let rows = v["ranks"].as_array().unwrap();
+    assert_eq!(rows[0]["iterations_from"], "iteration marks");
+    assert_eq!(rows[1]["trace"], "ddp.rank1.atrace");
+    let u = |x: &Value| x.as_u64().unwrap();
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(phases_fixture("ddp.rank1.json")).unwrap()).unwrap();
+    assert_eq!(u(&truth["optimizer_state_bytes"]), 2 * u(&truth["parameter_bytes"]), "AdamW");
+    for (rank, trace) in [(0, &r0), (1, &r1)] {
+        let c = json(&["summary", trace, "--json"])["categories"].clone();
+        assert_eq!(c["phases_from"], "phase marks");
+        assert_eq!(c["forward_passes"], 3);
+        // AdamW's state, from the marks alone (no call sites), to the 512-byte rounding of its
+        // 12 tensors.
+        let state = u(&c["max"]["optimizer_state"]);
+        let want = u(&truth["optimizer_state_bytes"]);
+        assert!(state >= want && state - want <= 12 * 512, "rank {rank}: {state} vs {want}");
+    }
+    // The larger batch shows as activations at each rank's peak.
+    let act = |k: usize| u(&rows[k]["categories_at_peak"]["activation"]);
+    assert!(act(1) > act(0), "{} vs {}", act(1), act(0));
+}

@@ -16,6 +16,18 @@ import torch pay nothing), then sets up the back-end ALLOCTRACE_ALLOCATOR names:
 
 Every failure says one line on stderr and leaves the job running natively.
 
+Phases. While recording, PyTorch's public hooks mark the phases of training in the trace, so
+that `alloctrace` can tell what each allocation is for (parameters, gradients, optimizer state,
+activations): `forward` when the outermost module's forward starts and `after forward` when it
+returns (global module forward pre- and post-hooks, with a depth count, so nested modules mark
+nothing), `backward` and `after backward` around the autograd engine's run (`torch.autograd.backward`,
+which `Tensor.backward` calls; a forward recomputed inside backward, as activation checkpointing
+does, marks nothing), `optimizer step` and `after optimizer step` around every `torch.optim`
+step (global step pre- and post-hooks), and `gradient buckets (DistributedDataParallel)` and
+`after gradient buckets` around DistributedDataParallel's construction, which allocates the
+gradient buckets it keeps (and `gradient buckets ...` then `forward` around the bucket rebuild
+at the start of its forward). They are installed only when recording.
+
 Programs may also label their trace: `import alloctrace_hook as at; at.mark("forward")`,
 `at.mark_iteration("step 3")` (no-ops when not recording).
 """
@@ -91,6 +103,101 @@ def _capacity_bytes():
         return int(float(num) * units[text[len(num):].strip().lower()])
     except (ValueError, KeyError):
         return None
+
+
+# ---------------------------------------------------------------- phase marks
+
+_phase = {"depth": 0, "backward": 0}
+
+
+def _forward_pre(module, args):
+    if _phase["backward"] == 0:
+        if _phase["depth"] == 0:
+            mark("forward")
+        _phase["depth"] += 1
+
+
+def _forward_post(module, args, output):
+    if _phase["backward"] == 0 and _phase["depth"] > 0:
+        _phase["depth"] -= 1
+        if _phase["depth"] == 0:
+            mark("after forward")
+
+
+def _wrap_backward(original):
+    def backward(*args, **kwargs):
+        _phase["backward"] += 1
+        if _phase["backward"] == 1:
+            # A forward that raised left its depth behind; a backward starts afresh.
+            _phase["depth"] = 0
+            mark("backward")
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _phase["backward"] -= 1
+            if _phase["backward"] == 0:
+                mark("after backward")
+
+    backward.__wrapped__ = original
+    backward.__doc__ = original.__doc__
+    return backward
+
+
+def _wrap_ddp_init(original):
+    def init(*args, **kwargs):
+        mark("gradient buckets (DistributedDataParallel)")
+        try:
+            return original(*args, **kwargs)
+        finally:
+            mark("after gradient buckets")
+
+    init.__wrapped__ = original
+    return init
+
+
+def _wrap_ddp_pre_forward(original):
+    """The bucket rebuild at the start of DistributedDataParallel's forward: its own phase,
+    after which the forward goes on."""
+
+    def pre_forward(*args, **kwargs):
+        if _phase["backward"] > 0:
+            return original(*args, **kwargs)
+        mark("gradient buckets (DistributedDataParallel)")
+        try:
+            return original(*args, **kwargs)
+        finally:
+            mark("forward" if _phase["depth"] > 0 else "after gradient buckets")
+
+    pre_forward.__wrapped__ = original
+    return pre_forward
+
+
+def _install_phase_hooks(torch):
+    """Marks forward, backward and optimizer steps (see the module documentation)."""
+    try:
+        from torch.nn.modules import module as nn_module
+
+        nn_module.register_module_forward_pre_hook(_forward_pre)
+        try:
+            nn_module.register_module_forward_hook(_forward_post, always_call=True)
+        except TypeError:  # before always_call
+            nn_module.register_module_forward_hook(_forward_post)
+        torch.autograd.backward = _wrap_backward(torch.autograd.backward)
+        from torch.optim import optimizer as optim
+
+        optim.register_optimizer_step_pre_hook(lambda opt, args, kwargs: mark("optimizer step"))
+        optim.register_optimizer_step_post_hook(lambda opt, args, kwargs: mark("after optimizer step"))
+    except Exception as e:  # never break the program
+        _say(f"cannot mark forward, backward and optimizer steps: {e}")
+    try:
+        from torch.nn.parallel import distributed
+
+        ddp = distributed.DistributedDataParallel
+        ddp.__init__ = _wrap_ddp_init(ddp.__init__)
+        if hasattr(ddp, "_pre_forward"):
+            ddp._pre_forward = _wrap_ddp_pre_forward(ddp._pre_forward)
+    except Exception:
+        pass  # no torch.distributed in this build
 
 
 # ---------------------------------------------------------------- the default back-end
@@ -252,6 +359,7 @@ def _install_engine(torch_module):
 def _install_into_torch(torch_module):
     if _installed:
         return
+    _install_phase_hooks(torch_module)
     if os.environ.get("ALLOCTRACE_ALLOCATOR", "pytorch") == "alloctrace":
         _install_engine(torch_module)
     else:

@@ -97,6 +97,13 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         _ => writeln!(out, "verdict: {}", r.verdict.kind.as_str())?,
     }
     writeln!(out, "  {}", r.verdict.reason)?;
+    if let Some(c) = &r.categories {
+        let at = if r.moment == "oom" { "at the OOM" } else { "at that peak" };
+        writeln!(out, "  {at}: {} (phases from {})", c.bytes.shares_text(), c.phases_from)?;
+        if let Some(k) = &c.checkpointing {
+            writeln!(out, "  checkpointing (an estimate): {}", crate::category::checkpoint_text(k))?;
+        }
+    }
     writeln!(out)?;
     writeln!(out, "call sites holding memory at that moment:")?;
     for s in r.top_sites.iter().take(5) {

@@ -1,4 +1,6 @@
-//! `alloctrace report TRACE -o DIR`: report.md, report.html, summary.json and the pictures.
+//! `alloctrace report TRACE... -o DIR`: report.md, report.html, summary.json and the pictures.
+//! With several traces (one per rank), the report is of the rank that peaks, with a section
+//! across the ranks ([`crate::ranks`]).
 
 use super::{exit, write_json};
 use crate::report::{build, ReportOptions};
@@ -7,7 +9,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 pub struct ReportCmdOptions {
-    pub trace: PathBuf,
+    /// One trace, or one per rank.
+    pub traces: Vec<PathBuf>,
     /// What the user says about the run (limit, settings, device of a snapshot).
     pub facts: crate::input::RunFacts,
     pub output: PathBuf,
@@ -19,12 +22,29 @@ pub struct ReportCmdOptions {
 
 pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     crate::output::check_report_dir(&opts.output, opts.force)?;
-    let trace = match super::open_analysable(&opts.trace, &opts.facts, out)? {
+    anyhow::ensure!(!opts.traces.is_empty(), "give a trace, or one per rank");
+    // Several ranks: the cross-rank view, and the report is of the rank that peaks.
+    let ranks = if opts.traces.len() > 1 {
+        let traces = opts.traces.iter().map(|p| crate::ranks::open_any(p)).collect::<Result<Vec<_>>>()?;
+        Some(crate::ranks::analyze(&traces)?)
+    } else {
+        None
+    };
+    let subject = match &ranks {
+        Some(r) => &opts.traces[r.peaking_index],
+        None => &opts.traces[0],
+    };
+    let trace = match super::open_analysable(subject, &opts.facts, out)? {
         Ok(trace) => trace,
         Err(code) => return Ok(code),
     };
-    let report = build(&trace, &ReportOptions { search_capacity: opts.search_capacity, search_long_traces: false })?;
-    let files = report.write(&opts.output, &[&opts.trace])?;
+    let mut report =
+        build(&trace, &ReportOptions { search_capacity: opts.search_capacity, search_long_traces: false })?;
+    if let Some(r) = ranks {
+        report.add_ranks(r)?;
+    }
+    let inputs: Vec<&std::path::Path> = opts.traces.iter().map(|p| p.as_path()).collect();
+    let files = report.write(&opts.output, &inputs)?;
     if opts.json {
         write_json(out, &report)?;
     } else {

@@ -58,7 +58,7 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
     let capacity = trace.default_capacity();
     let s: &Summary = &trace.summary;
     let h = &scanned.header;
-    let categories = crate::category::of_summary(&opts.trace, s, opts.categories)?;
+    let categories = crate::category::of_summary(&trace, opts.categories)?;
     if opts.json {
         write_json(
             out,

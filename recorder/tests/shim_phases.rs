@@ -1,0 +1,25 @@
+//! The recording shim's phase marks (forward at the outermost module, backward, optimizer
+//! steps), run by Python on a stand-in for torch (`shim/phases.py`). Skipped, saying so, where
+//! there is no `python3`.
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn the_shim_marks_forward_backward_and_optimizer_steps() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let o = match Command::new("python3")
+        .arg(here.join("tests/shim/phases.py"))
+        .env("PYTHONPATH", here.join("python"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("skipped: no python3 ({e})");
+            return;
+        }
+    };
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("PASS"), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
+}
