@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
 # Prints alloctrace's speed and memory figures, side by side in one run (ratios where a peer
 # exists). Usage: scripts/bench.sh [EVENTS]   (default 10000000)
+#        scripts/bench.sh ratios [EVENTS]: only the commands against one replay, on the real
+#        trace and a realistic synthetic one; ALLOCTRACE_BIN=PATH uses that binary instead of
+#        building one (for a machine without a Rust toolchain); EVENTS 0 leaves out the
+#        synthetic trace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ONLY_RATIOS=
+if [ "${1:-}" = ratios ]; then
+  ONLY_RATIOS=1
+  shift
+fi
 EVENTS=${1:-10000000}
-cargo build --release -q -p alloctrace --examples --bins
-BIN=target/release/alloctrace
+if [ -n "${ALLOCTRACE_BIN:-}" ]; then
+  BIN=$ALLOCTRACE_BIN
+else
+  cargo build --release -q -p alloctrace --examples --bins
+  BIN=target/release/alloctrace
+fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 TIME=/usr/bin/time
@@ -24,15 +37,28 @@ timed() { # label events command... -> prints seconds, events/s and peak RSS
 
 LARGE=traces/large/mixed_sizes_big.default.atrace
 
-secs() { # command... -> wall seconds, peak RSS in MB
-  "$TIME" -f "%e %M" -o "$TMP/t" "$@" > /dev/null 2>&1 || true
-  awk '{ printf "%s %.0f\n", $1, $2 / 1024 }' "$TMP/t"
+secs() { # command... -> wall seconds, peak RSS in MB (the fastest of RUNS runs, default 1)
+  local best="" rss=""
+  for _ in $(seq "${RUNS:-1}"); do
+    if [ -x "$TIME" ]; then
+      "$TIME" -f "%e %M" -o "$TMP/t" "$@" > /dev/null 2>&1 || true
+    else # no GNU time: wall clock only
+      local t0 t1
+      t0=$(date +%s.%N)
+      "$@" > /dev/null 2>&1 || true
+      t1=$(date +%s.%N)
+      awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f 0\n", b - a }' > "$TMP/t"
+    fi
+    read -r s kb < "$TMP/t"
+    if [ -z "$best" ] || awk "BEGIN{exit !($s < $best)}"; then best=$s; rss=$kb; fi
+  done
+  awk -v s="$best" -v kb="$rss" 'BEGIN { printf "%s %.0f\n", s, kb / 1024 }'
 }
 
 ratios() { # trace label -> each command's time as a multiple of one replay of the same trace
   local t=$1 label=$2
   local n; n=$($BIN summary --json "$t" | grep '"events":' | head -1 | tr -dc 0-9)
-  echo "commands against one replay of $label ($n events; one run each):"
+  echo "commands against one replay of $label ($n events; the fastest of ${RUNS:-1} run(s) each):"
   read -r base rss < <(secs "$BIN" replay "$t")
   printf "  %-26s %7.2f s  %5s x  %-10s %6s MB\n" "replay" "$base" "1.0" "" "$rss"
   for spec in "whatif:8" "explain:10" "frag:3"; do
@@ -51,6 +77,13 @@ ratios() { # trace label -> each command's time as a multiple of one replay of t
 }
 
 echo "machine: $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ -n "$ONLY_RATIOS" ]; then
+  ratios "$LARGE" "the large real trace"
+  [ "$EVENTS" = 0 ] && exit 0
+  $BIN synth --realistic --events "$EVENTS" --seed 1 -o "$TMP/real.atrace" > /dev/null
+  ratios "$TMP/real.atrace" "a realistic synthetic trace (synth --realistic)"
+  exit 0
+fi
 $BIN synth --events "$EVENTS" --seed 1 -o "$TMP/big.atrace"
 N=$($BIN summary --json "$TMP/big.atrace" | grep '"events":' | head -1 | tr -dc 0-9)
 echo "synthetic trace: $N events, $(stat -c %s "$TMP/big.atrace") bytes"

@@ -403,7 +403,7 @@ model's weights and buffers), which the program needs",
             ));
         }
     }
-    let empty_cache_calls = crate::patterns::empty_cache_calls(trace, capacity)?;
+    let empty_cache_calls = crate::patterns::empty_cache_calls(trace, capacity, &result)?;
     let held_for_streams = crate::patterns::held_for_streams(trace)?;
     if let Some(e) = &empty_cache_calls {
         if !e.without_fails && e.device_calls_without < e.device_calls_with {

@@ -18,11 +18,11 @@
 //! 4. **gap to an offline plan**: `1 - offline plan / peak reserved`, where the plan knows every
 //!    lifetime in advance ([`crate::whatif::bounds`], greedy by size).
 //!
-//! Cost: the layout is walked after request events, with a stride that grows with the number
-//! of blocks (about [`BLOCK_VISITS_PER_EVENT`] block visits per event) and with the length of
-//! the trace (about [`MAX_SAMPLES`] samples), so the over-time figures are exact for small
-//! traces and layouts and sampled for large ones. Memory is bounded by the layout (the
-//! live blocks and segments), plus one copy of it for the chosen moment and one for the peak.
+//! Cost: the over-time figures are taken after every request from the byte figures the engine
+//! keeps as it goes ([`recorder::engine::Occupancy`]: constant time, where a walk of the layout
+//! costs a visit per block), so they are exact at any size. The layout itself is walked only
+//! at the chosen moment and at the peak (a second replay that stops at the peak). Memory is
+//! bounded by the layout (the live blocks and segments), plus one copy of it for the moment.
 
 use crate::model::Trace;
 use crate::replay::{replay_observed, EngineView, Outcome, ReplayOptions};
@@ -31,11 +31,6 @@ use anyhow::{bail, Result};
 use recorder::engine::SegmentView;
 use recorder::trace::{Event, Pool, ReleaseCause};
 use serde::Serialize;
-
-/// Amortised budget of block visits per event for the over-time figures.
-pub const BLOCK_VISITS_PER_EVENT: usize = 256;
-/// At most about this many samples of the over-time figures, whatever the trace's length.
-pub const MAX_SAMPLES: u64 = 20_000;
 
 /// The moment to show in detail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -91,6 +86,21 @@ pub struct LayoutMeasures {
 }
 
 impl LayoutMeasures {
+    /// The byte figures the engine keeps (no segment or block counts, nothing releasable): the
+    /// four measures over time, at every request, in constant time each.
+    pub fn of_occupancy(o: &recorder::engine::Occupancy) -> Self {
+        LayoutMeasures {
+            reserved_bytes: o.reserved_bytes,
+            allocated_bytes: o.allocated_bytes,
+            requested_bytes: o.requested_bytes,
+            pending_free_bytes: o.pending_free_bytes,
+            free_bytes: o.free_bytes,
+            internal_bytes: o.allocated_bytes.saturating_sub(o.requested_bytes),
+            largest_free_bytes: o.largest_free_bytes,
+            ..Default::default()
+        }
+    }
+
     pub fn of(segments: &[SegmentView]) -> Self {
         let mut m = LayoutMeasures::default();
         for s in segments {
@@ -302,7 +312,7 @@ pub struct FragReport {
     pub replay_outcome: Outcome,
     pub used_recorded_addresses: bool,
     pub events: u64,
-    /// Events at which the over-time figures were sampled.
+    /// Events at which the over-time figures were taken: every request.
     pub samples: u64,
     pub measures: Vec<Measure>,
     pub plan: PlanGap,
@@ -377,19 +387,14 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
     let last = events.saturating_sub(1);
     let mut runs = [Running::default(); 4];
     let mut samples = 0u64;
-    // Every request of a short trace; about MAX_SAMPLES evenly spread over a long one.
-    let min_stride = (events / MAX_SAMPLES).max(1) as usize;
-    let mut stride = min_stride;
-    let mut since = 0usize;
     let mut peak_reserved = 0u64;
-    let mut peak: Option<(u64, u64, LayoutMeasures)> = None;
+    let mut peak: Option<(u64, u64)> = None;
     let mut moment: Option<Captured> = None;
     let mut oom_seen = false;
     let mut last_seen: Option<(u64, u64)> = None;
     let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, _| {
         last_seen = Some((i, r.time_ns));
         let reserved = view.stats().reserved_bytes.all.current;
-        let new_peak = reserved > peak_reserved;
         let failed_here = view.stats().num_ooms > ooms_seen;
         ooms_seen = view.stats().num_ooms;
         let caught = matches!(r.event, Event::Oom { .. }) && trace.facts.survived(i);
@@ -402,16 +407,13 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
                 At::End => i == last || oom_now,
                 At::Event(e) => i == e,
             };
-        since += 1;
-        let sample = is_request(&r.event) && since >= stride;
-        if !(new_peak || want_moment || sample) {
-            return;
+        if reserved > peak_reserved {
+            peak_reserved = reserved;
+            peak = Some((i, r.time_ns));
         }
-        // The measures from a walk of the blocks; the segments themselves only for the moment.
-        let m = view.layout();
-        if sample {
-            since = 0;
-            stride = (m.blocks as usize / BLOCK_VISITS_PER_EVENT).max(min_stride);
+        if is_request(&r.event) {
+            // The measures over time, at every request, from the figures the engine keeps.
+            let m = LayoutMeasures::of_occupancy(&view.occupancy());
             samples += 1;
             for (k, v) in
                 [m.reserved_vs_allocated(), m.contiguity(), m.internal(), m.external()].into_iter().enumerate()
@@ -422,26 +424,26 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
         if want_moment {
             moment = Some(Captured { event: i, time_ns: r.time_ns, segments: view.segments() });
         }
-        if new_peak {
-            peak_reserved = reserved;
-            peak = Some((i, r.time_ns, m));
-        }
     })?;
-    let (peak_event, peak_time_ns, peak_m) = peak.unwrap_or((0, 0, LayoutMeasures::default()));
-    let moment = match (opts.at, moment) {
-        (At::Peak, _) => {
-            // The layout at the peak, from a second replay up to it (copying the layout at
-            // every new peak of the first one cost more than the replay).
-            let mut segments = Vec::new();
-            if peak.is_some() {
-                replay_observed(trace, &ReplayOptions::default(), &mut |i, _, view: &dyn EngineView, _| {
-                    if i == peak_event {
-                        segments = view.segments();
-                    }
-                })?;
+    // The layout at the peak, from a second replay that stops there (copying the layout at
+    // every new peak of the first one cost more than the replay).
+    let (peak_event, peak_time_ns) = peak.unwrap_or((0, 0));
+    let mut peak_m = LayoutMeasures::default();
+    let mut peak_segments = Vec::new();
+    if peak.is_some() {
+        let keep = opts.at == At::Peak;
+        let o = ReplayOptions { stop_after: Some(peak_event), ..Default::default() };
+        replay_observed(trace, &o, &mut |i, _, view: &dyn EngineView, _| {
+            if i == peak_event {
+                peak_m = view.layout();
+                if keep {
+                    peak_segments = view.segments();
+                }
             }
-            Captured { event: peak_event, time_ns: peak_time_ns, segments }
-        }
+        })?;
+    }
+    let moment = match (opts.at, moment) {
+        (At::Peak, _) => Captured { event: peak_event, time_ns: peak_time_ns, segments: peak_segments },
         (_, Some(m)) => m,
         (At::Oom, None) => bail!("{}: no out-of-memory in the trace or its replay (try --at peak)", path.display()),
         (At::End, None) | (At::Event(_), None) => {
@@ -578,6 +580,49 @@ mod tests {
             is_expandable: false,
             blocks,
         }
+    }
+
+    /// The figures the engine keeps equal those of a walk of its blocks, after every record of
+    /// every shipped trace (both configurations of each): the over-time measures are exact.
+    #[test]
+    fn occupancy_equals_the_walk_on_every_shipped_trace() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
+        let mut paths: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "atrace"))
+            .collect();
+        paths.sort();
+        assert!(paths.len() >= 10, "{paths:?}");
+        let mut checked = 0u64;
+        for p in &paths {
+            let trace = Trace::open(p).unwrap();
+            for conf in [None, Some("expandable_segments:True,max_split_size_mb:64")] {
+                let o = ReplayOptions {
+                    config: conf.map(|c| recorder::engine::config::AllocatorConfig::parse(c).unwrap()),
+                    ..Default::default()
+                };
+                replay_observed(&trace, &o, &mut |i, _, view: &dyn EngineView, _| {
+                    let walk = view.layout();
+                    let quick = LayoutMeasures::of_occupancy(&view.occupancy());
+                    let fields = |m: &LayoutMeasures| {
+                        [
+                            m.reserved_bytes,
+                            m.allocated_bytes,
+                            m.requested_bytes,
+                            m.pending_free_bytes,
+                            m.free_bytes,
+                            m.internal_bytes,
+                            m.largest_free_bytes,
+                        ]
+                    };
+                    assert_eq!(fields(&quick), fields(&walk), "{} ({conf:?}) after event {i}", p.display());
+                    checked += 1;
+                })
+                .unwrap();
+            }
+        }
+        assert!(checked > 100_000, "{checked}");
     }
 
     #[test]

@@ -600,6 +600,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
                     capacity_bytes: policy.capacity,
                     unlimited: policy.unlimited,
                     output,
+                    stop_after: None,
                 },
                 json,
             },

@@ -11,7 +11,7 @@
 //!   stream are followed over the trace.
 
 use crate::model::Trace;
-use crate::replay::{replay, ReplayOptions};
+use crate::replay::{replay, ReplayOptions, ReplayResult};
 use crate::units::fmt_bytes;
 use crate::whatif::DEVICE_CALL_US;
 use anyhow::Result;
@@ -61,7 +61,9 @@ without them ({} fewer, about {:.1} ms at {DEVICE_CALL_US:.0} us each); peak res
 }
 
 /// Finds the pattern and replays without the calls (`None` below [`MIN_EMPTY_CACHE_CALLS`]).
-pub fn empty_cache_calls(trace: &Trace, capacity: Option<u64>) -> Result<Option<EmptyCacheCalls>> {
+/// `with` is the trace's replay at `capacity` (the limit when some, else none), which the
+/// caller has made already.
+pub fn empty_cache_calls(trace: &Trace, capacity: Option<u64>, with: &ReplayResult) -> Result<Option<EmptyCacheCalls>> {
     let mut calls = 0u64;
     trace.scan(|_, r| {
         if matches!(r.event, Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. }) {
@@ -79,7 +81,6 @@ pub fn empty_cache_calls(trace: &Trace, capacity: Option<u64>) -> Result<Option<
     })?;
     let without_trace = trace.derived(trace.header.clone(), records);
     let opts = ReplayOptions { capacity_bytes: capacity, unlimited: capacity.is_none(), ..Default::default() };
-    let with = replay(trace, &opts)?;
     let without = replay(&without_trace, &opts)?;
     Ok(Some(EmptyCacheCalls {
         calls,

@@ -577,7 +577,7 @@ pub struct FragData {
     pub x: XAxis,
     /// `1 - allocated / reserved` at every event.
     pub unallocated: Downsampled,
-    /// `1 - largest free block / total free`, sampled (see [`frag_data`]).
+    /// `1 - largest free block / total free` at every event.
     pub contiguity: Downsampled,
     pub samples: u64,
 }
@@ -587,10 +587,7 @@ pub struct FragTrack {
     x: XAxis,
     un: Timeline,
     co: Timeline,
-    stride: u64,
-    taken_in_stride: u64,
     samples: u64,
-    budget: u64,
 }
 
 impl FragTrack {
@@ -599,29 +596,17 @@ impl FragTrack {
             x,
             un: Timeline::new(&["1 - allocated / reserved"], columns, Mode::Envelope),
             co: Timeline::new(&["1 - largest free / total free"], columns, Mode::Envelope),
-            stride: 1,
-            taken_in_stride: 0,
             samples: 0,
-            budget: 4 * columns as u64,
         }
     }
 
     pub fn observe(&mut self, i: u64, r: &Record, view: &dyn EngineView) {
-        let st = view.stats();
         let xv = x_of(self.x, i, r.time_ns);
-        let (a, res) = (st.allocated_bytes.all.current, st.reserved_bytes.all.current);
-        self.un.push(xv, &[crate::whatif::fragmentation(a, res)]);
-        if i.is_multiple_of(self.stride) {
-            // The one definition of contiguity (`frag`'s measure 2).
-            let v = view.layout().contiguity();
-            self.co.push(xv, &[v]);
-            self.samples += 1;
-            self.taken_in_stride += 1;
-            if self.taken_in_stride >= self.budget {
-                self.stride *= 2;
-                self.taken_in_stride = 0;
-            }
-        }
+        // The one definition of the measures (`frag`'s), from the figures the engine keeps.
+        let m = crate::frag::LayoutMeasures::of_occupancy(&view.occupancy());
+        self.un.push(xv, &[m.reserved_vs_allocated()]);
+        self.co.push(xv, &[m.contiguity()]);
+        self.samples += 1;
     }
 
     pub fn finish(self, path: &Path) -> FragData {
@@ -635,8 +620,7 @@ impl FragTrack {
     }
 }
 
-/// The layout is walked at most about `4 * columns` times per doubling of the trace length:
-/// every `stride` events, with the stride doubling each time that many samples were taken.
+/// Fragmentation over time under the recorded settings, at every event.
 pub fn frag_data(trace: &Trace, x: XAxis, columns: usize) -> Result<FragData> {
     let mut t = FragTrack::new(x, columns);
     replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, _| t.observe(i, r, view))?;

@@ -39,6 +39,9 @@ pub struct ReplayOptions {
     pub unlimited: bool,
     /// Write the simulated run as a full trace here.
     pub output: Option<PathBuf>,
+    /// Stop after the record with this index (an observer that needs nothing later): the
+    /// result then describes the run up to there.
+    pub stop_after: Option<u64>,
 }
 
 /// How a replay ended.
@@ -201,6 +204,9 @@ pub trait EngineView {
     /// The measures of the current layout ([`crate::frag::LayoutMeasures::of`] of
     /// [`EngineView::segments`], without building them).
     fn layout(&self) -> crate::frag::LayoutMeasures;
+    /// The byte figures of [`EngineView::layout`] that the engine keeps as it goes: constant
+    /// time, where the layout walks every block.
+    fn occupancy(&self) -> recorder::engine::Occupancy;
     fn config(&self) -> &AllocatorConfig;
     fn capacity(&self) -> Option<u64>;
 }
@@ -217,6 +223,9 @@ impl<S: Sink> EngineView for Engine<SimDevice, S> {
         self.visit_blocks(|starts, b| m.add(starts, b));
         m.finish();
         m
+    }
+    fn occupancy(&self) -> recorder::engine::Occupancy {
+        Engine::occupancy(self)
     }
     fn config(&self) -> &AllocatorConfig {
         Engine::config(self)
@@ -273,7 +282,7 @@ pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Obser
     match &opts.output {
         None => {
             let engine = Engine::new(config, capacity, device, NullSink);
-            run(trace, engine, used_hints, cap.source, &mut |_, _| Ok(()), observer)
+            run(trace, engine, used_hints, cap.source, opts.stop_after, &mut |_, _| Ok(()), observer)
         }
         Some(out) => {
             let mut h = header.clone();
@@ -298,6 +307,7 @@ pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Obser
                 engine,
                 used_hints,
                 cap.source,
+                opts.stop_after,
                 &mut |time_ns, events: &mut Vec<Event>| {
                     for event in events.drain(..) {
                         writer.write(&Record { time_ns, event })?;
@@ -530,6 +540,7 @@ fn run<S: Sink + ForwardEvents>(
     engine: Engine<SimDevice, S>,
     used_hints: bool,
     capacity_source: CapacitySource,
+    stop_after: Option<u64>,
     drain: &mut Drain<'_, S>,
     observer: &mut Observer<'_>,
 ) -> Result<ReplayResult> {
@@ -549,7 +560,7 @@ fn run<S: Sink + ForwardEvents>(
                     rp.stopped = true;
                 }
             }
-            if rp.stopped {
+            if rp.stopped || stop_after.is_some_and(|last| index >= last) {
                 return ControlFlow::Break(());
             }
         }
@@ -648,37 +659,75 @@ pub fn read_header(path: &std::path::Path) -> Result<Header> {
 /// Replays of one configuration at many capacities that share the unlimited run's prefix.
 ///
 /// Under a limit `C`, the engine makes the same choices as with no limit until the first
-/// request for which the unlimited run's reserved bytes go above `C` (the limit is only read
-/// when a segment is asked for; the garbage collector, which reads it all along, is excluded).
-/// So the unlimited run is replayed once, saved before the events where its reserved bytes
-/// first pass each of a few levels, and a replay at `C` resumes from the save of the highest
-/// level at or below `C` instead of starting over: the capacity search then costs little more
-/// than the events after the run first needs more than `C`.
+/// request for which the unlimited run's device allocation asks for more than `C` (reserved
+/// bytes plus the size asked for: [`Engine::demand_peak`]; the limit is only read there and by
+/// the garbage collector, which is excluded). So the unlimited run is replayed once, saved
+/// after the events where its peak demand first reaches each of a few levels, and a replay at `C` resumes from the latest save whose
+/// peak is at or below `C` instead of starting over: the capacity search, and the run at the
+/// capacity compared, then cost little more than the events after the run first needs more
+/// than `C`.
 ///
-/// Worked example: the unlimited run reserves 1, 2, 3, 4 GiB at events 10, 20, 30, 40; levels
-/// 1.5 and 2.5 GiB are saved before events 20 and 30. A replay at 2.7 GiB resumes before
-/// event 30 (it first matters at event 30, where 3 GiB > 2.7 GiB).
+/// Worked example: the unlimited run asks for 1, 2, 3, 4 GiB in all at events 10, 20, 30, 40, with
+/// levels 1.5 and 2.5 GiB; the saves are taken after events 20 (peak 2 GiB) and 30 (peak
+/// 3 GiB). A replay at 2.7 GiB resumes after event 20 (it first matters at event 30, where
+/// 3 GiB > 2.7 GiB).
 pub struct Resumable {
     config: AllocatorConfig,
     /// The unlimited run's device (probes above its size take another one: no resuming).
     device_bytes: u64,
-    /// (level, event index, the replay's state before that event), levels ascending.
+    /// The trace's device: a replay under any capacity runs on one this large at least, which
+    /// refuses what does not fit as a limit would.
+    device_total: u64,
+    /// (level, event index, the replay's state before that event), levels ascending: the
+    /// state serves every capacity at or above its level.
     saves: Vec<(u64, u64, Replaying<NullSink>)>,
+    /// Each new peak of the unlimited run's demand: (event index, bytes), ascending.
+    peaks: Vec<(u64, u64)>,
+    /// The unlimited run's state at its end: the run under any capacity above its peak.
+    end: Box<Replaying<NullSink>>,
     used_hints: bool,
 }
 
-/// The unlimited run of `config`, and [`Resumable`] saves at `levels` reserved levels evenly
-/// spread from `lower` to the run's peak reserved. Two passes: one finds where reserved bytes
-/// first pass each level, one saves the state there.
+/// The unlimited run of `config`, and [`Resumable`] saves at about `levels` levels of its
+/// demand evenly spread from `lower` to its peak, in one pass.
+///
+/// The peak is not known until the end, so the levels start `estimate / levels` apart
+/// (`estimate`: the recorded run's peak reserved, a good guess for every policy) and, when
+/// more than twice `levels` saves are held, every other one is dropped and the spacing doubles.
+/// A save is taken after the event at which the run's peak first reaches a level, and serves
+/// every capacity at or above that peak (up to there a run under such a capacity is the
+/// unlimited run).
 pub fn resumable(
     trace: &Trace,
     config: &AllocatorConfig,
     lower: u64,
     levels: u64,
 ) -> Result<(ReplayResult, Option<Resumable>)> {
+    let (r, from, _) = resumable_watched(trace, config, lower, levels, None)?;
+    Ok((r, from))
+}
+
+/// What [`resumable_watched`] shows its observer: the run under this capacity (`None`: no
+/// limit but the device's), for as long as it is the unlimited run.
+pub type Watch<'a> = (Option<u64>, &'a mut TailObserver<'a>);
+
+/// An observer of a replay that may start part way ([`replay_resumed_watched`]).
+pub type TailObserver<'a> = dyn FnMut(u64, &Record, &dyn EngineView) + Send + 'a;
+
+/// [`resumable`], showing `watch`'s observer the records of the run under its capacity for as
+/// long as that run is the unlimited one (its demand has not gone above the capacity). Returns
+/// the index of the last record shown (`None`: none could be, the run goes on from the start
+/// in [`replay_resumed_watched`]).
+pub fn resumable_watched(
+    trace: &Trace,
+    config: &AllocatorConfig,
+    lower: u64,
+    levels: u64,
+    mut watch: Option<Watch<'_>>,
+) -> Result<(ReplayResult, Option<Resumable>, Option<u64>)> {
     let opts = ReplayOptions { config: Some(config.clone()), unlimited: true, ..Default::default() };
     if config.garbage_collection_threshold.is_some_and(|t| t > 0.0) || levels == 0 {
-        return Ok((replay(trace, &opts)?, None));
+        return Ok((replay(trace, &opts)?, None, None));
     }
     // Without expandable segments the device's size only matters once the limit is passed
     // (segments are reserved bytes, and the limit is checked first), so the saved run takes a
@@ -686,6 +735,7 @@ pub fn resumable(
     // address reservations from the device: there the run keeps the trace's device, and serves
     // the capacities up to its size.
     let s = setup(trace, &opts);
+    let device_total = s.device.capacity().unwrap_or(u64::MAX);
     let device = if config.expandable_segments {
         s.device
     } else {
@@ -696,87 +746,197 @@ pub fn resumable(
         d
     };
     let device_bytes = device.capacity().unwrap_or(u64::MAX);
-    let fresh = || Replaying::new(Engine::new(s.config.clone(), None, device.clone(), NullSink)).continuing(trace);
-    // Pass 1: the unlimited run, and each new peak of reserved bytes (event, bytes).
+    // The watched run is the unlimited one while its demand stays within this.
+    let watch_limit = match watch.as_ref().map(|w| w.0) {
+        Some(cap) if cap.is_none_or(|c| c <= device_bytes) => cap.unwrap_or(u64::MAX).min(device_total),
+        _ => 0,
+    };
+    if watch_limit == 0 {
+        watch = None;
+    }
+    let mut seen: Option<u64> = None;
+    let mut rp = Replaying::new(Engine::new(s.config.clone(), None, device, NullSink)).continuing(trace);
+    let estimate = trace.summary.peak_reserved.bytes.max(lower);
+    let mut step = (estimate.saturating_sub(lower) / levels).max(2 << 20);
+    // (level line index, peak reserved, event index, state after that event)
+    let mut saves: Vec<(u64, u64, u64, Replaying<NullSink>)> = Vec::new();
+    let mut next_line = 0u64;
+    let mut peak = 0u64;
     let mut peaks: Vec<(u64, u64)> = Vec::new();
-    let mut rp = fresh();
     trace.scan_chunks(|first, chunk| {
         for (k, r) in chunk.iter().enumerate() {
             let index = first + k as u64;
+            let failed = rp.failed();
             rp.step(index, r);
-            let reserved = rp.engine.stats().reserved_bytes.all.current;
-            if peaks.last().is_none_or(|&(_, b)| reserved > b) {
-                peaks.push((index, reserved));
+            // What the limit is checked against (see `Engine::demand_peak`).
+            let demand = rp.engine.demand_peak();
+            if let Some((_, observe)) = watch.as_mut().filter(|_| !failed) {
+                if demand <= watch_limit {
+                    observe(index, r, &rp.engine);
+                    seen = Some(index);
+                } else {
+                    watch = None;
+                }
             }
             if rp.stopped {
                 return ControlFlow::Break(());
+            }
+            if demand <= peak {
+                continue;
+            }
+            peak = demand;
+            peaks.push((index, peak));
+            if peak < lower.saturating_add(next_line.saturating_mul(step)) {
+                continue;
+            }
+            let line = (peak - lower) / step;
+            saves.push((line, peak, index, rp.clone()));
+            next_line = line + 1;
+            if saves.len() as u64 > 2 * levels {
+                // Twice the spacing: keep the first save on each new line.
+                step = step.saturating_mul(2);
+                let mut kept: Vec<(u64, u64, u64, Replaying<NullSink>)> = Vec::with_capacity(levels as usize + 1);
+                for (line, peak, index, state) in saves.drain(..) {
+                    let line = line / 2;
+                    if kept.last().is_none_or(|k| k.0 < line) {
+                        kept.push((line, peak, index, state));
+                    }
+                }
+                saves = kept;
+                next_line = saves.last().map_or(0, |k| k.0 + 1);
             }
         }
         ControlFlow::Continue(())
     })?;
     let unlimited = rp.result(s.used_hints, CapacitySource::None, trace);
-    let upper = unlimited.peak_reserved_bytes;
-    // Each level, and the first event at which reserved bytes go above it.
-    let mut plan: Vec<(u64, u64)> = Vec::new();
-    for k in 0..levels {
-        let level = lower + (upper.saturating_sub(lower)) / levels * k;
-        let Some(&(event, _)) = peaks.iter().find(|&&(_, b)| b > level) else { break };
-        if plan.last().is_none_or(|&(_, e)| e < event) {
-            plan.push((level, event));
-        } else if let Some(last) = plan.last_mut() {
-            // Two levels first passed at one event: keep the higher level.
-            last.0 = level;
-        }
-    }
-    // Pass 2: the same run, saved before each planned event.
-    let mut rp = fresh();
-    let mut saves = Vec::with_capacity(plan.len());
-    let mut next = 0usize;
-    trace.scan_chunks(|first, chunk| {
-        for (k, r) in chunk.iter().enumerate() {
-            let index = first + k as u64;
-            while next < plan.len() && plan[next].1 == index {
-                saves.push((plan[next].0, index, rp.clone()));
-                next += 1;
-            }
-            if next == plan.len() {
-                return ControlFlow::Break(());
-            }
-            rp.step(index, r);
-            if rp.stopped {
-                return ControlFlow::Break(());
-            }
-        }
-        ControlFlow::Continue(())
-    })?;
-    Ok((unlimited, Some(Resumable { config: config.clone(), device_bytes, saves, used_hints: s.used_hints })))
+    let saves = saves.into_iter().map(|(_, peak, index, state)| (peak, index + 1, state)).collect();
+    let end = Box::new(rp);
+    Ok((
+        unlimited,
+        Some(Resumable {
+            config: config.clone(),
+            device_bytes,
+            device_total,
+            saves,
+            peaks,
+            end,
+            used_hints: s.used_hints,
+        }),
+        seen,
+    ))
 }
 
 /// The replay of the [`Resumable`] configuration at `capacity`, resumed from the latest save
 /// that is valid for it (see [`Resumable`]); from the start when none is.
-pub fn replay_resumed(trace: &Trace, from: &Resumable, capacity: u64) -> Result<ReplayResult> {
-    let save = from.saves.iter().rev().find(|(level, _, _)| *level <= capacity);
-    let Some((_, start, state)) = save.filter(|_| capacity <= from.device_bytes) else {
-        let opts =
-            ReplayOptions { config: Some(from.config.clone()), capacity_bytes: Some(capacity), ..Default::default() };
-        return replay(trace, &opts);
+/// The replay of the [`Resumable`] configuration at `capacity`, resumed from the latest save
+/// that is valid for it (see [`Resumable`]); from the start when none is.
+///
+/// The run first differs from the unlimited one at the first event where the unlimited run's
+/// demand goes above `capacity` (known from its peaks). Where the latest save lies far
+/// before that event, the unlimited run is replayed from it up to there once and saved too, so
+/// that the next capacities near this one (a search narrowing down) start where they differ.
+/// At or above the unlimited run's peak demand the run is the unlimited one: nothing is
+/// replayed.
+pub fn replay_resumed(
+    trace: &Trace,
+    from: &mut Resumable,
+    capacity: u64,
+    source: CapacitySource,
+) -> Result<ReplayResult> {
+    replay_resumed_watched(trace, from, Some(capacity), source, &mut |_, _, _| {}, None)
+}
+
+/// [`replay_resumed`] at `capacity` (`None`: no limit but the device's), showing `observer`
+/// the records after `after` (those [`resumable_watched`] has shown it already).
+pub fn replay_resumed_watched(
+    trace: &Trace,
+    from: &mut Resumable,
+    capacity: Option<u64>,
+    source: CapacitySource,
+    observer: &mut TailObserver<'_>,
+    after: Option<u64>,
+) -> Result<ReplayResult> {
+    let shown = |i: u64| after.is_none_or(|a| i > a);
+    let limit = capacity.unwrap_or(u64::MAX).min(from.device_total);
+    let differs_at = from.peaks.iter().find(|&&(_, bytes)| bytes > limit).map(|&(event, _)| event);
+    let resumable = capacity.is_none_or(|c| c <= from.device_bytes)
+        && from.saves.first().is_some_and(|s| s.0 <= limit)
+        // Without a limit, a run that outgrows the device needs the device's own refusals.
+        && (capacity.is_some() || differs_at.is_none());
+    if !resumable {
+        let opts = ReplayOptions {
+            config: Some(from.config.clone()),
+            capacity_bytes: capacity,
+            unlimited: capacity.is_none(),
+            ..Default::default()
+        };
+        let mut r = replay_observed(trace, &opts, &mut |i, rec, view, _| {
+            if shown(i) {
+                observer(i, rec, view)
+            }
+        })?;
+        r.capacity_source = source;
+        return Ok(r);
+    }
+    let Some(differs_at) = differs_at else {
+        let mut end = (*from.end).clone();
+        end.engine.set_capacity(capacity);
+        return Ok(end.result(from.used_hints, source, trace));
     };
-    let mut rp = state.clone();
-    rp.engine.set_capacity(Some(capacity));
-    let start = *start;
+    // The latest save at or before the event where the runs differ.
+    let k = from.saves.partition_point(|s| s.1 <= differs_at) - 1;
+    if differs_at - from.saves[k].1 > LAZY_SAVE_EVENTS {
+        let (mut rp, start) = (from.saves[k].2.clone(), from.saves[k].1);
+        let mut level = from.saves[k].0;
+        replay_range(trace, &mut rp, start, differs_at, &mut |_, _, _| {})?;
+        level = level.max(from.peaks.iter().take_while(|p| p.0 < differs_at).last().map_or(0, |p| p.1));
+        from.saves.insert(k + 1, (level, differs_at, rp));
+    }
+    let k = from.saves.partition_point(|s| s.1 <= differs_at) - 1;
+    let mut rp = from.saves[k].2.clone();
+    let start = from.saves[k].1;
+    rp.engine.set_capacity(capacity);
+    replay_range(trace, &mut rp, start, u64::MAX, &mut |i, rec, view| {
+        if shown(i) {
+            observer(i, rec, view)
+        }
+    })?;
+    Ok(rp.result(from.used_hints, source, trace))
+}
+
+/// A resumed replay makes a save of its own when the latest one lies more than this many events
+/// before the event where it starts to differ (see [`replay_resumed`]).
+const LAZY_SAVE_EVENTS: u64 = 2048;
+
+/// Steps `rp` over the records `start..end` (or until it stops), showing each to `observer`.
+fn replay_range(
+    trace: &Trace,
+    rp: &mut Replaying<NullSink>,
+    start: u64,
+    end: u64,
+    observer: &mut dyn FnMut(u64, &Record, &dyn EngineView),
+) -> Result<()> {
     trace.scan_chunks(|first, chunk| {
-        let end = first + chunk.len() as u64;
-        if end <= start {
+        let chunk_end = first + chunk.len() as u64;
+        if chunk_end <= start {
             return ControlFlow::Continue(());
         }
         let skip = start.saturating_sub(first) as usize;
         for (k, r) in chunk.iter().enumerate().skip(skip) {
-            rp.step(first + k as u64, r);
+            let index = first + k as u64;
+            if index >= end {
+                return ControlFlow::Break(());
+            }
+            let failed = rp.failed();
+            rp.step(index, r);
+            if !failed {
+                observer(index, r, &rp.engine);
+            }
             if rp.stopped {
                 return ControlFlow::Break(());
             }
         }
         ControlFlow::Continue(())
     })?;
-    Ok(rp.result(from.used_hints, CapacitySource::Given, trace))
+    Ok(())
 }

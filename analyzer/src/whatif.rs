@@ -35,7 +35,7 @@ pub const OFFLINE_PLAN_MAX_WORK: u64 = 100_000_000;
 /// Lifetimes are kept for at most this many allocations.
 pub const OFFLINE_PLAN_MAX_ALLOCS: usize = 200_000;
 /// Saves of the unlimited run that capacity probes resume from ([`crate::replay::Resumable`]).
-pub const RESUME_LEVELS: u64 = 32;
+pub const RESUME_LEVELS: u64 = 16;
 /// Typical cost of one `cudaMalloc`/`cudaFree` on an H100 (anchors: 38-53 us).
 pub const DEVICE_CALL_US: f64 = 45.0;
 
@@ -186,17 +186,17 @@ pub fn fragmentation(allocated: u64, reserved: u64) -> f64 {
 pub fn min_capacity(
     trace: &Trace,
     config: &AllocatorConfig,
-    from: Option<&crate::replay::Resumable>,
+    mut from: Option<&mut crate::replay::Resumable>,
     lower: u64,
     upper: u64,
     max_probes: u32,
     probed: &(dyn Fn() + Sync),
 ) -> Result<Option<(u64, u64)>> {
     let r = CAPACITY_RESOLUTION;
-    let completes = |cap: u64| -> Result<bool> {
+    let mut completes = |cap: u64| -> Result<bool> {
         probed();
-        let r = match from {
-            Some(from) => crate::replay::replay_resumed(trace, from, cap)?,
+        let r = match from.as_deref_mut() {
+            Some(from) => crate::replay::replay_resumed(trace, from, cap, crate::model::CapacitySource::Given)?,
             None => {
                 let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: Some(cap), ..Default::default() };
                 replay(trace, &o)?
@@ -233,7 +233,10 @@ pub fn min_capacity(
 
 /// The what-if table of `trace` (see the module documentation).
 pub fn whatif(trace: &Trace, opts: &WhatifOptions) -> Result<Whatif> {
-    Ok(whatif_observed(trace, opts, &|_| (), &|_, _, _, _| {})?.0)
+    let bar = crate::progress::replays(trace);
+    let result = whatif_inner::<()>(trace, opts, &bar, None);
+    bar.finish_and_clear();
+    Ok(result?.0)
 }
 
 /// Like [`whatif`], with `observe` called after every record of each policy's replay at the
@@ -249,70 +252,112 @@ pub fn whatif_observed<T: Send>(
     // One bar for the whole comparison: its total is the replays planned (each policy at the
     // capacity, then its capacity search), and it moves with each one.
     let bar = crate::progress::replays(trace);
-    let result = whatif_observed_inner(trace, opts, &bar, state, observe);
+    let result = whatif_inner(trace, opts, &bar, Some((state, observe)));
     bar.finish_and_clear();
-    result
+    let (w, runs) = result?;
+    Ok((w, runs.into_iter().map(|(st, r)| (st.expect("observed rows have a state"), r)).collect()))
 }
 
-fn whatif_observed_inner<T: Send>(
+/// A state per row and the observer that draws it (see [`whatif_observed`]).
+type Observing<'a, T> = (&'a (dyn Fn(usize) -> T + Sync), &'a (dyn Fn(&mut T, u64, &Record, &dyn EngineView) + Sync));
+
+/// The table, with each policy's run at the capacity observed from the start (`observing`: a
+/// whole replay each, all from one read of the trace) or, with nothing to observe, resumed from
+/// the unlimited run that the capacity search replays anyway (see [`crate::replay::Resumable`]).
+fn whatif_inner<T: Send>(
     trace: &Trace,
     opts: &WhatifOptions,
     bar: &indicatif::ProgressBar,
-    state: &(dyn Fn(usize) -> T + Sync),
-    observe: &(dyn Fn(&mut T, u64, &Record, &dyn EngineView) + Sync),
-) -> Result<(Whatif, Vec<(T, ReplayResult)>)> {
+    observing: Option<Observing<'_, T>>,
+) -> Result<(Whatif, Vec<(Option<T>, ReplayResult)>)> {
     let bounds = bounds(trace, &trace.header.config)?;
     // garbage_collection_threshold acts only under a memory fraction.
     let list = policies(&trace.header.config, crate::outcome::memory_fraction(trace, opts.capacity.bytes));
     let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { 16 };
     bar.set_length(list.len() as u64 * if opts.search_capacity { 1 + max_probes as u64 } else { 1 });
-    // Every policy at the capacity, from one read of the trace.
-    let mut states: Vec<T> = (0..list.len()).map(state).collect();
-    let runs: Vec<(ReplayOptions, Box<crate::replay::SendObserver<'_>>)> = list
-        .iter()
-        .zip(states.iter_mut())
-        .map(|((_, config), st)| {
-            let at_cap = ReplayOptions {
-                config: Some(config.clone()),
-                // A given capacity is passed on; the trace's own is resolved again by the replay
-                // (to the same value), which then says where it came from.
-                capacity_bytes: opts
-                    .capacity
-                    .bytes
-                    .filter(|_| opts.capacity.source == crate::model::CapacitySource::Given),
-                unlimited: opts.capacity.bytes.is_none(),
-                ..Default::default()
-            };
-            let observer: Box<crate::replay::SendObserver<'_>> =
-                Box::new(move |i, rec, view, _| observe(st, i, rec, view));
-            (at_cap, observer)
-        })
-        .collect();
-    let at_capacity = crate::replay::replay_many(trace, runs)?;
-    bar.inc(at_capacity.len() as u64);
-    // Then each policy's capacity search, the policies in parallel.
-    let rows: Result<Vec<(PolicyRow, T, ReplayResult)>> = list
+    let given = opts.capacity.bytes.filter(|_| opts.capacity.source == crate::model::CapacitySource::Given);
+    let at_cap_options = |config: &AllocatorConfig| ReplayOptions {
+        config: Some(config.clone()),
+        // A given capacity is passed on; the trace's own is resolved again by the replay (to the
+        // same value), which then says where it came from.
+        capacity_bytes: given,
+        unlimited: opts.capacity.bytes.is_none(),
+        ..Default::default()
+    };
+    // Without a search: every policy at the capacity, from one read of the trace.
+    if !opts.search_capacity {
+        let mut states: Vec<Option<T>> = (0..list.len()).map(|k| observing.map(|o| o.0(k))).collect();
+        let runs: Vec<(ReplayOptions, Box<crate::replay::SendObserver<'_>>)> = list
+            .iter()
+            .zip(states.iter_mut())
+            .map(|((_, config), st)| {
+                let observer: Box<crate::replay::SendObserver<'_>> = match observing {
+                    Some((_, observe)) => Box::new(move |i, rec, view, _| {
+                        if let Some(st) = st.as_mut() {
+                            observe(st, i, rec, view)
+                        }
+                    }),
+                    None => Box::new(|_, _, _, _| {}),
+                };
+                (at_cap_options(config), observer)
+            })
+            .collect();
+        let results = crate::replay::replay_many(trace, runs)?;
+        bar.inc(results.len() as u64);
+        let mut table = Vec::new();
+        let mut runs = Vec::new();
+        for (((name, _), st), r) in list.iter().zip(states).zip(results) {
+            table.push(row_of(trace, name, &r, None, None));
+            runs.push((st, r));
+        }
+        return finish(trace, opts, &list, table, bounds, runs);
+    }
+    // With a search, the policies in parallel: each policy's unlimited run, saved at a few
+    // levels for the probes to resume from, shows the observer the run at the capacity for as
+    // long as the two are the same run; the run at the capacity goes on from there (see
+    // `crate::replay::Resumable`), then the probes.
+    let rows: Result<Vec<(PolicyRow, Option<T>, ReplayResult)>> = list
         .par_iter()
-        .zip(states.into_par_iter().zip(at_capacity.into_par_iter()))
-        .map(|((name, config), (st, r))| {
-            let min = if opts.search_capacity {
-                // The unlimited run, saved at a few levels so that each probe resumes from it.
-                bar.inc(1);
-                let (unlimited, from) =
-                    crate::replay::resumable(trace, config, bounds.live_requested_peak_bytes, RESUME_LEVELS)?;
-                let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
-                min_capacity(
-                    trace,
-                    config,
-                    from.as_ref(),
-                    bounds.live_requested_peak_bytes,
-                    unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
-                    max_probes,
-                    &|| bar.inc(1),
-                )?
-            } else {
-                None
+        .enumerate()
+        .map(|(k, (name, config))| {
+            bar.inc(1);
+            let mut st: Option<T> = observing.map(|o| o.0(k));
+            let mut observe = |i: u64, rec: &Record, view: &dyn EngineView| {
+                if let (Some(st), Some((_, observe))) = (st.as_mut(), observing) {
+                    observe(st, i, rec, view)
+                }
             };
+            let (unlimited, mut from, seen) = crate::replay::resumable_watched(
+                trace,
+                config,
+                bounds.live_requested_peak_bytes,
+                RESUME_LEVELS,
+                Some((opts.capacity.bytes, &mut observe)),
+            )?;
+            let r = match from.as_mut() {
+                Some(from) => crate::replay::replay_resumed_watched(
+                    trace,
+                    from,
+                    opts.capacity.bytes,
+                    opts.capacity.source,
+                    &mut observe,
+                    seen,
+                )?,
+                // Garbage collection reads the limit all along: a whole replay.
+                None => crate::replay::replay_observed(trace, &at_cap_options(config), &mut |i, rec, view, _| {
+                    observe(i, rec, view)
+                })?,
+            };
+            let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
+            let min = min_capacity(
+                trace,
+                config,
+                from.as_mut(),
+                bounds.live_requested_peak_bytes,
+                unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
+                max_probes,
+                &|| bar.inc(1),
+            )?;
             Ok((row_of(trace, name, &r, min.map(|m| m.0), min.map(|m| m.1)), st, r))
         })
         .collect();
@@ -322,9 +367,21 @@ fn whatif_observed_inner<T: Send>(
         table.push(row);
         runs.push((st, r));
     }
+    finish(trace, opts, &list, table, bounds, runs)
+}
+
+/// The table from its rows: the prediction of the whole job, and the trace's figures.
+fn finish<T>(
+    trace: &Trace,
+    opts: &WhatifOptions,
+    list: &[(Policy, AllocatorConfig)],
+    table: Vec<PolicyRow>,
+    bounds: Bounds,
+    runs: Vec<(Option<T>, ReplayResult)>,
+) -> Result<(Whatif, Vec<(Option<T>, ReplayResult)>)> {
     let past: Vec<bool> = table.iter().map(|r| r.reach.gets_past()).collect();
     let past_from: Vec<Option<u64>> = table.iter().map(|r| r.min_capacity_bytes).collect();
-    let prediction = crate::outcome::predict(trace, &list, &past, &past_from, opts.capacity.bytes, opts.repeats)?;
+    let prediction = crate::outcome::predict(trace, list, &past, &past_from, opts.capacity.bytes, opts.repeats)?;
     let w = Whatif {
         trace: trace.path.display().to_string(),
         capacity_bytes: opts.capacity.bytes,
@@ -502,6 +559,7 @@ pub fn greedy_by_size(lifetimes: &mut [(u64, u64, u64)]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::CapacitySource;
     use proptest::prelude::*;
 
     /// The reference: every placed block scanned for each new one.
@@ -560,6 +618,54 @@ mod tests {
         // All three overlap at time 1: no sharing.
         let mut l = vec![(0, 3, 100), (1, 2, 100), (0, 3, 50)];
         assert_eq!(greedy_by_size(&mut l), 250);
+    }
+
+    /// Each policy's run at the capacity, shown to the observer first by the unlimited run and
+    /// then resumed (what `whatif` and `report` do), is a whole replay at the capacity: the
+    /// same rows, and the observer sees the same records with the same figures, on every
+    /// shipped trace.
+    #[test]
+    fn resumed_runs_equal_whole_replays_on_every_shipped_trace() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
+        let mut paths: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "atrace"))
+            .collect();
+        paths.sort();
+        assert!(paths.len() >= 10, "{paths:?}");
+        type Seen = Vec<(u64, u64, u64, u64)>;
+        let figures = |i: u64, view: &dyn EngineView| {
+            let st = view.stats();
+            (i, st.reserved_bytes.all.current, st.allocated_bytes.all.current, st.requested_bytes.all.current)
+        };
+        for p in &paths {
+            let trace = Trace::open(p).unwrap();
+            let opts = WhatifOptions { capacity: trace.default_capacity(), search_capacity: true, repeats: 1 };
+            let (w, runs) =
+                whatif_observed(&trace, &opts, &|_| Seen::new(), &|seen, i, _, view| seen.push(figures(i, view)))
+                    .unwrap();
+            let list = policies(&trace.header.config, crate::outcome::memory_fraction(&trace, opts.capacity.bytes));
+            assert_eq!(list.len(), runs.len());
+            for (((policy, config), (seen, r)), row) in list.iter().zip(&runs).zip(&w.rows) {
+                let whole_opts = ReplayOptions {
+                    config: Some(config.clone()),
+                    capacity_bytes: opts.capacity.bytes.filter(|_| opts.capacity.source == CapacitySource::Given),
+                    unlimited: opts.capacity.bytes.is_none(),
+                    ..Default::default()
+                };
+                let mut whole_seen = Seen::new();
+                let whole = crate::replay::replay_observed(&trace, &whole_opts, &mut |i, _, view, _| {
+                    whole_seen.push(figures(i, view))
+                })
+                .unwrap();
+                let what = format!("{} under {}", p.display(), policy.name());
+                assert_eq!(serde_json::to_value(r).unwrap(), serde_json::to_value(&whole).unwrap(), "{what}");
+                assert_eq!(row.outcome, whole.outcome_kind(), "{what}");
+                assert_eq!(row.peak_reserved_bytes, whole.peak_reserved_bytes, "{what}");
+                assert!(seen == &whole_seen, "{what}: the observer saw other records or figures");
+            }
+        }
     }
 
     #[test]

@@ -62,7 +62,7 @@ fn capacity(row: &Row) -> Option<u64> {
 }
 
 fn replay(name: &str, config: Option<AllocatorConfig>, capacity: Option<u64>) -> ReplayResult {
-    let opts = ReplayOptions { config, capacity_bytes: capacity, unlimited: capacity.is_none(), output: None };
+    let opts = ReplayOptions { config, capacity_bytes: capacity, unlimited: capacity.is_none(), ..Default::default() };
     replay_file(&trace(name), &opts).unwrap()
 }
 

@@ -100,8 +100,12 @@ fn conf(policy: &str) -> AllocatorConfig {
 }
 
 fn replay(path: &Path, policy: &str, limit: Option<u64>) -> ReplayResult {
-    let opts =
-        ReplayOptions { config: Some(conf(policy)), capacity_bytes: limit, unlimited: limit.is_none(), output: None };
+    let opts = ReplayOptions {
+        config: Some(conf(policy)),
+        capacity_bytes: limit,
+        unlimited: limit.is_none(),
+        ..Default::default()
+    };
     replay_file(path, &opts).unwrap()
 }
 
@@ -397,8 +401,12 @@ struct Continued {
 /// recorded run did not.
 fn replay_continuing(path: &Path, policy: &str, limit: Option<u64>) -> Continued {
     let trace = analyzer::model::Trace::open(path).unwrap();
-    let opts =
-        ReplayOptions { config: Some(conf(policy)), capacity_bytes: limit, unlimited: limit.is_none(), output: None };
+    let opts = ReplayOptions {
+        config: Some(conf(policy)),
+        capacity_bytes: limit,
+        unlimited: limit.is_none(),
+        ..Default::default()
+    };
     let r = analyzer::replay::replay(&trace, &opts).unwrap();
     let recorded = |e: u64| trace.facts.recorded_ooms.iter().any(|o| o.event == e);
     Continued {
@@ -644,7 +652,7 @@ fn the_capacity_search_goes_on_past_caught_ooms() {
                 config: Some(config.clone()),
                 capacity_bytes: capacity,
                 unlimited: capacity.is_none(),
-                output: None,
+                ..Default::default()
             };
             analyzer::replay::replay(&trace, &opts).unwrap()
         };

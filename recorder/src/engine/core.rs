@@ -37,6 +37,10 @@ pub struct Engine<D: Device, S: Sink> {
     /// Allocated and pending-free blocks by address.
     pub(crate) live: LiveMap,
     pub(crate) pending: usize,
+    /// What the program asked for, summed over the pending-free blocks.
+    pub(crate) pending_requested: u64,
+    /// The most that a device allocation has asked for: reserved bytes plus its size.
+    pub(crate) demand_peak: u64,
     /// Pending frees completed by a synchronization; their `free_completed` is still to come.
     pub(crate) completed_by_sync: HashSet<u64>,
     pub(crate) expandables: Vec<Option<Expandable>>,
@@ -70,6 +74,8 @@ impl<D: Device, S: Sink> Engine<D, S> {
             pools: Default::default(),
             live: LiveMap::default(),
             pending: 0,
+            pending_requested: 0,
+            demand_peak: 0,
             completed_by_sync: HashSet::new(),
             expandables: Vec::new(),
             next_id: 1,
@@ -92,6 +98,16 @@ impl<D: Device, S: Sink> Engine<D, S> {
     pub fn capacity(&self) -> Option<u64> {
         self.capacity
     }
+    /// The most that a device allocation has asked for so far: reserved bytes plus the size of
+    /// the segment (or of the pages) it asked for, as the memory fraction checks it. A run under
+    /// any capacity at or above this has made the same choices as this one (the capacity is
+    /// read only there, and by the garbage collector). With expandable segments it can exceed
+    /// the peak of reserved bytes: the check counts the whole size, the mapping only the pages
+    /// missing.
+    pub fn demand_peak(&self) -> u64 {
+        self.demand_peak
+    }
+
     pub fn set_capacity(&mut self, capacity_bytes: Option<u64>) {
         self.capacity = capacity_bytes;
     }
@@ -227,8 +243,10 @@ impl<D: Device, S: Sink> Engine<D, S> {
         if retry {
             self.stats.num_alloc_retries += 1;
         }
+        let demand = self.stats.reserved_bytes.all.current.saturating_add(alloc_bytes);
+        self.demand_peak = self.demand_peak.max(demand);
         if let Some(cap) = self.capacity {
-            if self.stats.reserved_bytes.all.current + alloc_bytes > cap {
+            if demand > cap {
                 return None;
             }
         }
@@ -343,6 +361,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
             return Err(e);
         }
         self.pending -= 1;
+        self.pending_requested -= self.blocks[idx].requested;
         self.free_block(idx);
         Ok(())
     }
@@ -365,6 +384,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         b.state = State::Pending;
         let (pool, size, id) = (b.pool, b.size, b.id);
         self.pending += 1;
+        self.pending_requested += b.requested;
         self.stats.allocation.decrease(pool, 1);
         self.stats.allocated_bytes.decrease(pool, size);
         if size >= self.max_split_size {
@@ -388,6 +408,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         }
         self.live.remove(addr);
         self.pending -= 1;
+        self.pending_requested -= self.blocks[idx].requested;
         self.free_block(idx);
         Ok(())
     }
@@ -405,6 +426,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         for (addr, idx) in pending {
             self.live.remove(addr);
             self.pending -= 1;
+            self.pending_requested -= self.blocks[idx].requested;
             self.completed_by_sync.insert(addr);
             self.free_block(idx);
         }

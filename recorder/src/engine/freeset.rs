@@ -130,6 +130,17 @@ impl Bins {
         }
     }
 
+    /// The largest size held (the last entry of the highest non-empty class).
+    #[inline]
+    fn largest(&self) -> Option<u64> {
+        if self.groups == 0 {
+            return None;
+        }
+        let g = 63 - self.groups.leading_zeros() as usize;
+        let s = 31 - (self.subs[g] as u32).leading_zeros() as usize;
+        self.classes[g << SUB_BITS | s].last().map(|e| e.size)
+    }
+
     #[inline]
     fn remove_at(&mut self, c: usize, i: usize) {
         let v = &mut self.classes[c];
@@ -273,6 +284,11 @@ impl FreeSet {
         keys.into_iter()
     }
 
+    /// The size of the largest free block of any stream (0 when none): constant time.
+    pub fn largest(&self) -> u64 {
+        self.streams.iter().filter_map(|s| s.1.largest()).max().unwrap_or(0)
+    }
+
     /// Every key in (stream, size, addr) order.
     pub fn iter(&self) -> impl Iterator<Item = FreeKey> + '_ {
         self.streams.iter().filter(|s| s.1.len > 0).flat_map(|s| self.at_least(s.0, 0))
@@ -317,6 +333,7 @@ mod tests {
             }
             let below: Vec<_> = reference.range(..(s, n, 0, 0)).rev().take_while(|k| k.0 == s).copied().collect();
             assert_eq!(set.below_size_rev(s, n).collect::<Vec<_>>(), below);
+            assert_eq!(set.largest(), reference.iter().map(|k| k.1).max().unwrap_or(0));
         }
         assert!(set.iter().eq(reference.iter().copied()));
     }

@@ -108,3 +108,38 @@ impl<D: Device, S: Sink> Engine<D, S> {
         }
     }
 }
+
+/// The byte figures of the layout that the engine keeps up to date as it goes, so that they
+/// cost constant time to read (a walk of the blocks, [`Engine::visit_blocks`], gives the same
+/// figures in time linear in the blocks).
+#[derive(Serialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Occupancy {
+    pub reserved_bytes: u64,
+    /// Allocated blocks (rounded sizes).
+    pub allocated_bytes: u64,
+    /// What the program asked for, for the allocated blocks.
+    pub requested_bytes: u64,
+    /// Freed by the program, waiting for stream work.
+    pub pending_free_bytes: u64,
+    /// Free blocks inside segments.
+    pub free_bytes: u64,
+    pub largest_free_bytes: u64,
+}
+
+impl<D: Device, S: Sink> Engine<D, S> {
+    /// The current [`Occupancy`], in constant time.
+    pub fn occupancy(&self) -> Occupancy {
+        let st = &self.stats;
+        let reserved = st.reserved_bytes.all.current;
+        let allocated = st.allocated_bytes.all.current;
+        let active = st.active_bytes.all.current;
+        Occupancy {
+            reserved_bytes: reserved,
+            allocated_bytes: allocated,
+            requested_bytes: st.requested_bytes.all.current.saturating_sub(self.pending_requested),
+            pending_free_bytes: active.saturating_sub(allocated),
+            free_bytes: reserved.saturating_sub(active),
+            largest_free_bytes: self.pools.iter().map(|p| p.free.largest()).max().unwrap_or(0),
+        }
+    }
+}
