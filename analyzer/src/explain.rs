@@ -320,10 +320,52 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     let mut retention = leaks::retention(&cap.held, &sites);
     retention.sites.sort_by(|a, b| b.block_bytes.cmp(&a.block_bytes).then(a.site.cmp(&b.site)));
     let top_sites: Vec<SitePin> = retention.sites.iter().take(10).cloned().collect();
-    let growth = match opts.growth.clone() {
-        Some(g) => g,
-        None => leaks::growth_only(trace)?.0,
-    };
+    // What-if, growth, the reordering experiment and the patterns need only the replay above:
+    // they run side by side (the what-if table, the longest, uses every core it is given).
+    let long = trace.events > whatif::LONG_TRACE_EVENTS;
+    let search = opts.search_capacity.unwrap_or(!long);
+    let searched = |w: &Whatif| w.rows.iter().all(|r| r.min_capacity_bytes.is_some());
+    let given_whatif = opts.whatif.filter(|w| w.capacity_bytes == capacity && searched(w) == search);
+    let (computed, (growth, (grouped, patterns))) = rayon::join(
+        || -> Result<Option<Whatif>> {
+            if given_whatif.is_some() {
+                return Ok(None);
+            }
+            let capacity = trace.capacity(capacity.filter(|_| result.capacity_source == CapacitySource::Given), false);
+            Ok(Some(whatif::whatif(
+                trace,
+                &WhatifOptions {
+                    capacity,
+                    search_capacity: search,
+                    repeats: opts.repeats.unwrap_or(crate::outcome::DEFAULT_REPEATS),
+                },
+            )?))
+        },
+        || {
+            rayon::join(
+                || -> Result<Option<Growth>> {
+                    match opts.growth.clone() {
+                        Some(g) => Ok(g),
+                        None => Ok(leaks::growth_only(trace)?.0),
+                    }
+                },
+                || {
+                    rayon::join(
+                        // Used only where the verdict is fragmentation, known once growth is.
+                        || if is_oom { group_long_lived(trace, cap.event) } else { Ok(None) },
+                        || -> Result<_> {
+                            Ok((
+                                crate::patterns::empty_cache_calls(trace, capacity, &result)?,
+                                crate::patterns::held_for_streams(trace)?,
+                            ))
+                        },
+                    )
+                },
+            )
+        },
+    );
+    let growth = growth?;
+    let (empty_cache_calls, held_for_streams) = patterns?;
 
     let mut verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
     // An unknown limit is never a confident verdict: with the range of limits the trace allows,
@@ -355,24 +397,11 @@ real one): {}",
             );
         }
     }
-    let long = trace.events > whatif::LONG_TRACE_EVENTS;
-    let search = opts.search_capacity.unwrap_or(!long);
-    let searched = |w: &Whatif| w.rows.iter().all(|r| r.min_capacity_bytes.is_some());
-    let computed;
-    let w = match opts.whatif.filter(|w| w.capacity_bytes == capacity && searched(w) == search) {
-        Some(w) => w,
-        None => {
-            let capacity = trace.capacity(capacity.filter(|_| result.capacity_source == CapacitySource::Given), false);
-            computed = whatif::whatif(
-                trace,
-                &WhatifOptions {
-                    capacity,
-                    search_capacity: search,
-                    repeats: opts.repeats.unwrap_or(crate::outcome::DEFAULT_REPEATS),
-                },
-            )?;
-            &computed
-        }
+    let computed = computed?;
+    let w = match (given_whatif, computed.as_ref()) {
+        (Some(w), _) => w,
+        (None, Some(w)) => w,
+        (None, None) => unreachable!("the table is computed where none was given"),
     };
     let capacity_search_note = (!search).then(|| {
         format!(
@@ -384,7 +413,7 @@ several times; `alloctrace whatif` searches them",
 
     let mut experiments = Vec::new();
     if is_oom && verdict.kind == VerdictKind::Fragmentation {
-        if let Some(e) = group_long_lived(trace, cap.event)? {
+        if let Some(e) = grouped? {
             experiments.push(e);
         }
     }
@@ -403,8 +432,6 @@ model's weights and buffers), which the program needs",
             ));
         }
     }
-    let empty_cache_calls = crate::patterns::empty_cache_calls(trace, capacity, &result)?;
-    let held_for_streams = crate::patterns::held_for_streams(trace)?;
     if let Some(e) = &empty_cache_calls {
         if !e.without_fails && e.device_calls_without < e.device_calls_with {
             advice.push(Advice {
