@@ -171,7 +171,7 @@ def _start_pytorch(torch):
             _start_history(torch, f"cannot build alloctrace's PyTorch helper ({first})")
             return
         lib = _library()
-        helper.attach(ctypes.cast(lib.alloctrace_torch_entry, ctypes.c_void_p).value)
+        helper.attach(ctypes.cast(lib.alloctrace_torch_event, ctypes.c_void_p).value)
         torch.cuda.memory._record_memory_history(max_entries=1, context=None, stacks="python")
         _installed = True
         atexit.register(shutdown)
