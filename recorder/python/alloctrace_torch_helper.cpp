@@ -20,6 +20,8 @@ using EventFn = void (*)(int, int, uint64_t, uint64_t, uint64_t, uint64_t, uint6
 
 std::atomic<EventFn> event_fn{nullptr};
 std::atomic<bool> attached{false};
+// Set by an entry that arrived while nothing was attached to forward it to (see `saw_entry`).
+std::atomic<bool> unforwarded{false};
 
 // The recorder's numbering (recorder::ffi::torch_action), whatever PyTorch's enum order is.
 // `Entry` is PyTorch's TraceEntry, wherever this version declares it.
@@ -93,14 +95,27 @@ void attach(uint64_t fn) {
     using Entry = std::decay_t<decltype(te)>;
     EventFn f = event_fn.load(std::memory_order_acquire);
     int c = code<Entry>(te.action_);
-    if (c >= 0 && f != nullptr) {
-      auto p = pool(te);
-      f(c, static_cast<int>(te.device_), as_u64(te.addr_), as_u64(te.size_), as_u64(te.stream_), ticks(te), p.first,
-        p.second);
+    if (c < 0) {
+      return;
     }
+    if (f == nullptr) {
+      unforwarded.store(true, std::memory_order_relaxed);
+      return;
+    }
+    auto p = pool(te);
+    f(c, static_cast<int>(te.device_), as_u64(te.addr_), as_u64(te.size_), as_u64(te.stream_), ticks(te), p.first,
+      p.second);
   });
+}
+
+// Whether an entry reached the tracker while `attach(0)` was in force, and forget it: the shim
+// asks this after one allocation to learn whether this PyTorch calls trackers without its
+// history recording on.
+bool saw_entry() {
+  return unforwarded.exchange(false);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attach", &attach, "Forward PyTorch's allocator trace entries to alloctrace");
+  m.def("saw_entry", &saw_entry, "Whether an entry arrived with nothing attached (and forget it)");
 }

@@ -10,7 +10,10 @@
 //! void  alloctrace_init(int device_count);    // set_init_fn (nothing: malloc starts the recorder)
 //! void  alloctrace_empty_cache(void);         // set_reset_fn: torch.cuda.empty_cache()
 //! // The default back-end (PyTorch's caching allocator runs the job, its trace tracker calls):
+//! void  alloctrace_torch_event(int action, int device, uint64_t addr, uint64_t size, uint64_t stream,
+//!                              uint64_t ticks, uint64_t pool_a, uint64_t pool_b);
 //! void  alloctrace_torch_entry(int action, int device, uint64_t addr, uint64_t size, uint64_t stream);
+//!                                             // the same without time and pool (first helper)
 //! // Both:
 //! void  alloctrace_mark(const char* label);   // a phase
 //! void  alloctrace_mark_iteration(const char* label);

@@ -1,7 +1,8 @@
 """Where the default back-end's time goes, side by side in one process on one GPU.
 
-Each mode runs three loops, nanoseconds per iteration, the best of several rounds (the modes'
-rounds alternate, so every mode sees the same moments of the machine):
+Each mode runs three loops, nanoseconds per iteration, in several rounds (the modes' rounds
+alternate, so every mode sees the same moments of the machine); the tables give the median and
+the best round:
   py    x = torch.empty(4096, dtype=torch.uint8, device="cuda") in Python (the README's loop)
   cpp   the same at::empty from C++ (no interpreter in the way)
   pair  raw_alloc + raw_delete of 4 KiB from C++ (the caching allocator alone)
@@ -22,6 +23,7 @@ be importable, or pass ALLOCTRACE_SHIM).
 """
 import ctypes
 import os
+import statistics
 import sys
 import time
 
@@ -116,9 +118,13 @@ def stage(modes, rounds):
     history(False)
 
 
-ROUNDS = int(os.environ.get("ROUNDS", "5"))
+ROUNDS = int(os.environ.get("ROUNDS", "7"))
 stage([("native", lambda: history(False)), ("history", lambda: history(True))], ROUNDS)
 
+torch.cuda.empty_cache()
+print(f"reserved before the shim's probe: {alloctrace_hook._reserved(torch)} bytes; the shim's probe says trackers "
+      f"need history: {alloctrace_hook._trackers_need_history(torch, helper)}; reserved after: "
+      f"{alloctrace_hook._reserved(torch)}")
 helper.attach(bench.count_ptr())
 before = bench.counted()
 history(False)
@@ -150,14 +156,15 @@ helper.attach(0)
 rc = lib.alloctrace_shutdown()
 print(f"recorder shutdown: {rc} (0 = nothing lost), dropped {lib.alloctrace_dropped()}")
 
-base = {k: min(v) for k, v in results["native"].items()}
-print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; best of {ROUNDS} rounds x {REPS}; ns per iteration "
-      "(x native)")
-print("| mode | py torch.empty | C++ at::empty | C++ raw_alloc+raw_delete |")
-print("|---|---|---|---|")
-for name, r in results.items():
-    cells = [f"{min(r[k]):.1f} ({min(r[k]) / base[k]:.3f}x)" for k in ("py", "cpp", "pair")]
-    print(f"| {name} | " + " | ".join(cells) + " |")
+print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; {ROUNDS} rounds, each the best of {REPS}; "
+      "ns per iteration (x native)")
+for label, stat in (("median of the rounds", statistics.median), ("best round", min)):
+    base = {k: stat(v) for k, v in results["native"].items()}
+    print(f"\n{label}:\n| mode | py torch.empty | C++ at::empty | C++ raw_alloc+raw_delete |")
+    print("|---|---|---|---|")
+    for name, r in results.items():
+        cells = [f"{stat(r[k]):.0f} ({stat(r[k]) / base[k]:.3f}x)" for k in ("py", "cpp", "pair")]
+        print(f"| {name} | " + " | ".join(cells) + " |")
 print("\nall rounds (py / cpp / pair):")
 for name, r in results.items():
     print(f"  {name}: " + " / ".join(" ".join(f"{v:.0f}" for v in r[k]) for k in ("py", "cpp", "pair")))
