@@ -285,7 +285,8 @@ fn pass1(trace: &Trace) -> Result<Pass1> {
             | Event::Oom { .. }
             | Event::Snapshot { .. }
             | Event::DeviceMemInfo { .. }
-            | Event::Dropped { .. } => {}
+            | Event::Dropped { .. }
+            | Event::SegmentPool { .. } => {}
         }
     })?;
     p.events = scanned.events;

@@ -187,7 +187,8 @@ pub fn timeline_recorded(trace: &Trace, x: XAxis, columns: usize) -> Result<Opti
                 | Event::CallSite { .. }
                 | Event::Snapshot { .. }
                 | Event::DeviceMemInfo { .. }
-                | Event::Dropped { .. } => {}
+                | Event::Dropped { .. }
+                | Event::SegmentPool { .. } => {}
             }
             tl.push(xv, &[allocated as f64, reserved as f64, active as f64, requested as f64]);
             if reserved > peak_r.1 {

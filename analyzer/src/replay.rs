@@ -482,7 +482,8 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             | Event::Merge { .. }
             | Event::Snapshot { .. }
             | Event::DeviceMemInfo { .. }
-            | Event::Dropped { .. } => {}
+            | Event::Dropped { .. }
+            | Event::SegmentPool { .. } => {}
         }
     }
 

@@ -135,7 +135,8 @@ impl SummaryFold {
             | Event::Mark { .. }
             | Event::CallSite { .. }
             | Event::Snapshot { .. }
-            | Event::DeviceMemInfo { .. } => {}
+            | Event::DeviceMemInfo { .. }
+            | Event::SegmentPool { .. } => {}
         }
     }
 

@@ -7,9 +7,9 @@ import torch pay nothing), then sets up the back-end ALLOCTRACE_ALLOCATOR names:
 - `pytorch` (default): PyTorch's own caching allocator runs the job, exactly as natively. When
   CUDA starts (torch.cuda's lazy-init queue, so CUDA is never started early), a small helper
   built against this torch (cached) attaches a trace tracker that forwards every allocator event
-  to the recorder library, and history recording is turned on with a ring buffer of one entry
-  (trackers are called only while it is on). Without a compiler, with --stacks, or when the
-  helper cannot attach, PyTorch's history itself is kept and dumped at exit, at an OOM and on
+  to the recorder library; where this PyTorch calls trackers only while its history recording
+  is on, that is turned on with a ring buffer of one entry. Without a compiler, with --stacks,
+  or when the helper cannot attach, PyTorch's history itself is kept and dumped at exit, at an OOM and on
   SIGTERM for `alloctrace record` to convert (a kill -9 loses it).
 - `alloctrace`: alloctrace's engine runs the job through CUDAPluggableAllocator, with
   record_stream honoured; CUDA graph capture is refused with a clear message.
@@ -264,11 +264,46 @@ def _start_history(torch, why):
         pass
 
 
+def _trackers_need_history(torch, helper):
+    """Whether this PyTorch calls trace trackers only while its history recording is on.
+
+    Its history costs every allocation a little time (an entry built and copied under a lock)
+    even with a ring of one entry, so it is turned on only where trackers need it. Learned from
+    one 512-byte allocation made with the tracker attached to nothing, before the program has
+    allocated: its segment is given back at once, so the cache is as it was. Where the program
+    already holds memory, or ALLOCTRACE_TORCH_HISTORY=1, history is turned on without asking.
+    """
+    if os.environ.get("ALLOCTRACE_TORCH_HISTORY") == "1" or _reserved(torch) != 0:
+        return True
+    helper.attach(0)
+    helper.saw_entry()
+    p = torch.cuda.caching_allocator_alloc(512)
+    torch.cuda.caching_allocator_delete(p)
+    seen = helper.saw_entry()
+    # torch.cuda.empty_cache() does nothing while CUDA is still starting (this runs in its
+    # lazy-init queue): call the allocator directly, so the probe's segment goes back.
+    torch._C._cuda_emptyCache()
+    return not seen
+
+
+def _reserved(torch):
+    """Bytes PyTorch's allocator holds on the current device; None when it cannot say. Asked of
+    the allocator directly: torch.cuda.memory_reserved() answers 0 while CUDA is starting."""
+    try:
+        return torch._C._cuda_memoryStats(torch.cuda.current_device())["reserved_bytes"]["all"]["current"]
+    except Exception:
+        return None
+
+
 def _start_pytorch(torch):
     global _installed
     try:
         _set_capacity(torch)
         if os.environ.get("ALLOCTRACE_STACKS") == "1":
+            # Not through the tracker: PyTorch calls trackers while it holds its allocator's lock,
+            # and reading Python frames there means taking the GIL, which another thread may hold
+            # while it waits for that lock to free a tensor (a deadlock). PyTorch gathers its own
+            # stacks before it takes the lock, so call sites come from its history.
             _start_history(torch, "--stacks with PyTorch's allocator takes Python call sites from its history")
             return
         try:
@@ -278,8 +313,10 @@ def _start_pytorch(torch):
             _start_history(torch, f"cannot build alloctrace's PyTorch helper ({first})")
             return
         lib = _library()
-        helper.attach(ctypes.cast(lib.alloctrace_torch_entry, ctypes.c_void_p).value)
-        torch.cuda.memory._record_memory_history(max_entries=1, context=None, stacks="python")
+        history = _trackers_need_history(torch, helper)
+        helper.attach(ctypes.cast(lib.alloctrace_torch_event, ctypes.c_void_p).value)
+        if history:
+            torch.cuda.memory._record_memory_history(max_entries=1, context=None, stacks="python")
         _installed = True
         atexit.register(shutdown)
         _chain_sigterm(shutdown)

@@ -10,7 +10,10 @@
 //! void  alloctrace_init(int device_count);    // set_init_fn (nothing: malloc starts the recorder)
 //! void  alloctrace_empty_cache(void);         // set_reset_fn: torch.cuda.empty_cache()
 //! // The default back-end (PyTorch's caching allocator runs the job, its trace tracker calls):
+//! void  alloctrace_torch_event(int action, int device, uint64_t addr, uint64_t size, uint64_t stream,
+//!                              uint64_t ticks, uint64_t pool_a, uint64_t pool_b);
 //! void  alloctrace_torch_entry(int action, int device, uint64_t addr, uint64_t size, uint64_t stream);
+//!                                             // the same without time and pool (first helper)
 //! // Both:
 //! void  alloctrace_mark(const char* label);   // a phase
 //! void  alloctrace_mark_iteration(const char* label);
@@ -48,7 +51,7 @@
 use crate::device::{Device, SimDevice};
 use crate::engine::config::AllocatorConfig;
 use crate::recorder::lock::Lock;
-use crate::recorder::{CallSite, RecordSummary, Recorder, RecorderOptions};
+use crate::recorder::{CallSite, Emit, RecordSummary, Recorder, RecorderOptions};
 use crate::trace::{Event, MarkKind, Placement, Pool, ReleaseCause, NO_CALLSITE};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -128,8 +131,12 @@ struct Global {
     stacks: bool,
     /// The process that started the recorder (a forked child's copy must not close the trace).
     pid: u32,
-    /// The default back-end's view of PyTorch's allocator.
-    torch: Option<Lock<TorchState>>,
+    /// The default back-end: PyTorch's allocator runs the job, and the recorder keeps a
+    /// [`TorchState`] (under its own lock, [`Recorder::with_state`]).
+    torch: bool,
+    /// PyTorch's trace entries carry time stamp counter readings this recorder's clock can use
+    /// as they are (its clock is the counter).
+    tsc: bool,
     summary: Mutex<Option<RecordSummary>>,
 }
 
@@ -273,8 +280,12 @@ fn start(device: c_int, backend: Backend) -> Option<Global> {
                 atexit(shutdown_at_exit);
                 pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child));
             });
-            let torch = (backend == Backend::Torch).then(|| Lock::new(TorchState::new(config)));
-            Some(Global { rec, device, stacks, pid: std::process::id(), torch, summary: Mutex::new(None) })
+            let torch = backend == Backend::Torch;
+            if torch {
+                rec.set_state(Box::new(TorchState::new(config)));
+            }
+            let tsc = rec.clock_source() == crate::recorder::ClockSource::Tsc;
+            Some(Global { rec, device, stacks, pid: std::process::id(), torch, tsc, summary: Mutex::new(None) })
         }
         Err(e) => {
             eprintln!("alloctrace: cannot record: {e}");
@@ -306,9 +317,6 @@ extern "C" fn before_fork() {
     USES.lock_and_keep();
     PENDING.lock_and_keep();
     for g in started() {
-        if let Some(t) = &g.torch {
-            t.lock_and_keep();
-        }
         g.rec.before_fork();
     }
 }
@@ -318,9 +326,6 @@ extern "C" fn after_fork_in_parent() {
     unsafe {
         for g in started() {
             g.rec.after_fork_in_parent();
-            if let Some(t) = &g.torch {
-                t.force_unlock(|_| {});
-            }
         }
         PENDING.force_unlock(|_| {});
         USES.force_unlock(|_| {});
@@ -332,9 +337,6 @@ extern "C" fn after_fork_in_child() {
     unsafe {
         for g in started() {
             g.rec.after_fork_in_child();
-            if let Some(t) = &g.torch {
-                t.force_unlock(|_| {});
-            }
         }
         // The parent's pending frees wait on the parent's streams: not the child's business.
         PENDING.force_unlock(|p| p.clear());
@@ -530,7 +532,7 @@ fn complete_pending(g: &Global, wait: bool) -> usize {
 pub extern "C" fn alloctrace_empty_cache() {
     let _ = catch_unwind(|| {
         for g in started() {
-            if g.torch.is_none() {
+            if !g.torch {
                 complete_pending(g, true);
                 g.rec.empty_cache();
             }
@@ -541,12 +543,13 @@ pub extern "C" fn alloctrace_empty_cache() {
 /// What the default back-end knows of PyTorch's allocator, to turn its trace entries into
 /// events: the ids of live blocks, segment pools, reserved and allocated bytes (for an OOM),
 /// and the release burst in progress (PyTorch does not trace `empty_cache()`: a run of segment
-/// frees is one [`Event::CacheRelease`], of cause `OomRetry` when an OOM follows it).
+/// frees is one [`Event::CacheRelease`], of cause `OomRetry` when an OOM follows it). Kept
+/// under the recorder's lock ([`Recorder::with_state`]).
 struct TorchState {
     config: AllocatorConfig,
-    live: HashMap<u64, (u64, u64)>,
+    live: AddrMap<(u64, u64)>,
     next_id: u64,
-    segment_pools: HashMap<u64, Pool>,
+    segment_pools: AddrMap<Pool>,
     reserved: u64,
     allocated: u64,
     burst: Option<(u64, u32)>,
@@ -556,13 +559,41 @@ impl TorchState {
     fn new(config: AllocatorConfig) -> Self {
         TorchState {
             config,
-            live: HashMap::new(),
+            live: AddrMap::default(),
             next_id: 0,
-            segment_pools: HashMap::new(),
+            segment_pools: AddrMap::default(),
             reserved: 0,
             allocated: 0,
             burst: None,
         }
+    }
+}
+
+/// A map keyed by device address, hashed with [`AddrHasher`].
+type AddrMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<AddrHasher>>;
+
+/// Hashes a device address with one folded multiply (a few cycles; SipHash, the default, costs
+/// tens of nanoseconds, paid on every event). Addresses come from the allocator, not from an
+/// adversary, so a keyed hash buys nothing here.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    #[inline]
+    fn write_u64(&mut self, x: u64) {
+        let m = u128::from(x ^ self.0).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = (m as u64) ^ ((m >> 64) as u64);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 
@@ -608,22 +639,53 @@ fn segment_pool(st: &TorchState, bytes: u64, expandable: bool) -> Pool {
 /// The default back-end: one entry of PyTorch's allocator trace (`TraceEntry`), forwarded by
 /// the trace tracker of alloctrace's PyTorch helper as it happens. `action` numbers:
 /// [`torch_action`]. For an OOM, `addr` is the device's free memory and `size` the request.
+/// `ticks`: the time stamp counter reading PyTorch took for the entry
+/// (`c10::getApproximateTime`), used as the event's time where this recorder's clock is that
+/// counter; 0 = not a counter reading (the recorder reads its clock). `pool_a`, `pool_b`: the
+/// entry's memory pool (`MempoolId_t`), (0, 0) for the default pools.
+///
+/// The hot path of the default back-end: one lock (the recorder's, which also guards the
+/// [`TorchState`]), no clock read where PyTorch's reading serves, one hash lookup.
 #[no_mangle]
-pub extern "C" fn alloctrace_torch_entry(action: c_int, device: c_int, addr: u64, size: u64, stream: u64) {
+pub extern "C" fn alloctrace_torch_event(
+    action: c_int,
+    device: c_int,
+    addr: u64,
+    size: u64,
+    stream: u64,
+    ticks: u64,
+    pool_a: u64,
+    pool_b: u64,
+) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let Some(g) = global(device, Backend::Torch) else { return };
-        let Some(t) = &g.torch else { return };
-        let mut st = t.lock();
-        torch_entry(&g.rec, &mut st, action, addr, size, stream);
+        let ticks = (g.tsc && ticks != 0).then_some(ticks);
+        g.rec.with_state(ticks, |st: &mut TorchState, out| {
+            torch_entry(st, out, action, addr, size, stream, [pool_a, pool_b]);
+        });
     }));
 }
 
-fn torch_entry(rec: &Recorder<AnyDevice>, st: &mut TorchState, action: c_int, addr: u64, size: u64, stream: u64) {
+/// [`alloctrace_torch_event`] without PyTorch's time and pool (the first helper's entry).
+#[no_mangle]
+pub extern "C" fn alloctrace_torch_entry(action: c_int, device: c_int, addr: u64, size: u64, stream: u64) {
+    alloctrace_torch_event(action, device, addr, size, stream, 0, 0, 0);
+}
+
+fn torch_entry(
+    st: &mut TorchState,
+    out: &mut Emit<'_>,
+    action: c_int,
+    addr: u64,
+    size: u64,
+    stream: u64,
+    pool_id: [u64; 2],
+) {
     use torch_action::*;
     if !matches!(action, SEGMENT_FREE | SEGMENT_UNMAP) {
         if let Some((bytes, segments)) = st.burst.take() {
             let cause = if action == OOM { ReleaseCause::OomRetry } else { ReleaseCause::EmptyCache };
-            rec.record(Event::CacheRelease { cause, bytes, segments });
+            out.event(Event::CacheRelease { cause, bytes, segments });
         }
     }
     match action {
@@ -634,7 +696,7 @@ fn torch_entry(rec: &Recorder<AnyDevice>, st: &mut TorchState, action: c_int, ad
             st.live.insert(addr, (id, rounded));
             st.allocated = st.allocated.saturating_add(rounded);
             let pool = request_pool(size);
-            rec.record(Event::Alloc {
+            out.event(Event::Alloc {
                 id,
                 addr,
                 requested_bytes: size,
@@ -647,24 +709,30 @@ fn torch_entry(rec: &Recorder<AnyDevice>, st: &mut TorchState, action: c_int, ad
         FREE_REQUESTED => {
             if let Some(&(id, rounded)) = st.live.get(&addr) {
                 st.allocated = st.allocated.saturating_sub(rounded);
-                rec.record(Event::FreeRequested { id, addr, callsite: NO_CALLSITE });
+                out.event(Event::FreeRequested { id, addr, callsite: NO_CALLSITE });
             }
         }
         FREE_COMPLETED => {
             if let Some((id, _)) = st.live.remove(&addr) {
-                rec.record(Event::FreeCompleted { id, addr });
+                out.event(Event::FreeCompleted { id, addr });
             }
         }
         SEGMENT_ALLOC => {
             let pool = segment_pool(st, size, false);
             st.segment_pools.insert(addr, pool);
             st.reserved = st.reserved.saturating_add(size);
-            rec.record(Event::SegmentAlloc { addr, bytes: size, stream, pool });
+            out.event(Event::SegmentAlloc { addr, bytes: size, stream, pool });
+            if pool_id != [0, 0] {
+                out.event(Event::SegmentPool { addr, pool_id });
+            }
         }
         SEGMENT_MAP => {
             let pool = segment_pool(st, size, true);
             st.reserved = st.reserved.saturating_add(size);
-            rec.record(Event::SegmentMap { addr, bytes: size, stream, pool });
+            out.event(Event::SegmentMap { addr, bytes: size, stream, pool });
+            if pool_id != [0, 0] {
+                out.event(Event::SegmentPool { addr, pool_id });
+            }
         }
         SEGMENT_FREE | SEGMENT_UNMAP => {
             st.reserved = st.reserved.saturating_sub(size);
@@ -674,13 +742,13 @@ fn torch_entry(rec: &Recorder<AnyDevice>, st: &mut TorchState, action: c_int, ad
             } else {
                 Event::SegmentUnmap { addr, bytes: size, stream, pool: segment_pool(st, size, true) }
             };
-            rec.record(event);
+            out.event(event);
             let b = st.burst.get_or_insert((0, 0));
             b.0 = b.0.saturating_add(size);
             b.1 += u32::from(action == SEGMENT_FREE);
         }
         SNAPSHOT => {}
-        OOM => rec.record(Event::Oom {
+        OOM => out.event(Event::Oom {
             requested_bytes: size,
             alloc_bytes: size,
             device_free_bytes: addr,
@@ -748,7 +816,7 @@ pub extern "C" fn alloctrace_shutdown() -> c_int {
             }
             let mut slot = g.summary.lock().unwrap_or_else(|e| e.into_inner());
             if slot.is_none() {
-                if g.torch.is_none() {
+                if !g.torch {
                     complete_pending(g, true);
                 }
                 let s = g.rec.finish();

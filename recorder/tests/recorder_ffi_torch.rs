@@ -1,5 +1,6 @@
 //! The default back-end's entry point: PyTorch's allocator trace entries, as the helper forwards
-//! them, become a trace of their own per rank and device, with the placement in the header.
+//! them, become a trace of their own per rank and device, with the placement in the header and
+//! the private pool of a CUDA graph's segments.
 //! Run in a child process (the C ABI has one set of recorders per process).
 
 use recorder::ffi::torch_action::*;
@@ -24,6 +25,10 @@ fn child_forwards_torch_entries() {
     alloctrace_torch_entry(FREE_REQUESTED, 1, 0xdead, 1, 5); // unknown: skipped
     alloctrace_torch_entry(SEGMENT_FREE, 1, seg, 20 << 20, 5);
     alloctrace_torch_entry(OOM, 1, 123, 1 << 40, 5);
+    // A CUDA graph's private pool (PyTorch's pool id (1, 0)), with PyTorch's clock readings.
+    let graph_seg = 0x7d00_0000_0000u64;
+    alloctrace_torch_event(SEGMENT_ALLOC, 1, graph_seg, 2 << 20, 5, 1_000, 1, 0);
+    alloctrace_torch_event(ALLOC, 1, graph_seg, 512, 5, 2_000, 1, 0);
     // A second device of the same process: a trace of its own.
     alloctrace_torch_entry(ALLOC, 2, 0x1000, 512, 0);
     assert_eq!(alloctrace_shutdown(), 0);
@@ -62,7 +67,7 @@ fn torch_entries_make_one_trace_per_rank_and_device() {
     let events: Vec<Event> =
         r.read_all().into_iter().map(|r| r.event).filter(|e| !matches!(e, Event::DeviceMemInfo { .. })).collect();
     assert!(matches!(r.end(), TraceEnd::Complete { .. }));
-    let (seg, small_seg) = (0x7f00_0000_0000u64, 0x7e00_0000_0000u64);
+    let (seg, small_seg, graph_seg) = (0x7f00_0000_0000u64, 0x7e00_0000_0000u64, 0x7d00_0000_0000u64);
     assert_eq!(
         events,
         vec![
@@ -99,6 +104,17 @@ fn torch_entries_make_one_trace_per_rank_and_device() {
                 allocated_bytes: 1024,
                 limit_bytes: 0,
                 stream: 5
+            },
+            Event::SegmentAlloc { addr: graph_seg, bytes: 2 << 20, stream: 5, pool: Pool::Small },
+            Event::SegmentPool { addr: graph_seg, pool_id: [1, 0] },
+            Event::Alloc {
+                id: 3,
+                addr: graph_seg,
+                requested_bytes: 512,
+                block_bytes: 0,
+                stream: 5,
+                pool: Pool::Small,
+                callsite: 0
             },
         ]
     );

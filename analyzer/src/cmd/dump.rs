@@ -100,6 +100,7 @@ pub fn format_record(index: u64, r: &Record, s: &mut String) {
         Event::Snapshot { active_bytes } => write!(s, " active={active_bytes}"),
         Event::DeviceMemInfo { free_bytes, total_bytes } => write!(s, " free={free_bytes} total={total_bytes}"),
         Event::Dropped { events } => write!(s, " events={events}"),
+        Event::SegmentPool { addr, pool_id } => write!(s, " addr={addr:#x} pool_id={},{}", pool_id[0], pool_id[1]),
     };
 }
 

@@ -281,7 +281,8 @@ impl Exporter {
             | Event::Merge { .. }
             | Event::CacheRelease { .. }
             | Event::DeviceMemInfo { .. }
-            | Event::Dropped { .. } => self.stats.skipped_events += 1,
+            | Event::Dropped { .. }
+            | Event::SegmentPool { .. } => self.stats.skipped_events += 1,
         }
         Ok(())
     }

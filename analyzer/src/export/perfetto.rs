@@ -202,7 +202,8 @@ pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<Per
             | Event::CallSite { .. }
             | Event::Snapshot { .. }
             | Event::DeviceMemInfo { .. }
-            | Event::Dropped { .. } => {}
+            | Event::Dropped { .. }
+            | Event::SegmentPool { .. } => {}
         }
     })?;
     stats.damage = scanned.damage_warning();

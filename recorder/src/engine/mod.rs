@@ -57,7 +57,8 @@ impl Sink for NullSink {
             | Event::Oom { .. }
             | Event::Snapshot { .. }
             | Event::DeviceMemInfo { .. }
-            | Event::Dropped { .. } => false,
+            | Event::Dropped { .. }
+            | Event::SegmentPool { .. } => false,
         };
         if owns_heap {
             drop(event);

@@ -10,6 +10,7 @@
 //! ALLOC | pool << 8 | callsite << 32, id, addr, requested_bytes, block_bytes, stream
 //! FREE_REQUESTED | callsite << 32, id, addr
 //! FREE_COMPLETED, id, addr
+//! FREE_BOTH | callsite << 32, id, addr          (a free requested and completed at once)
 //! SPLIT, addr, bytes, remainder_bytes
 //! MERGE, addr, absorbed_addr, bytes
 //! OTHER                                        (the next event of `others`, in order)
@@ -26,17 +27,28 @@ const FREE_COMPLETED: u64 = 3;
 const SPLIT: u64 = 4;
 const MERGE: u64 = 5;
 const OTHER: u64 = 6;
+/// A `FREE_REQUESTED` whose `FREE_COMPLETED` (same block) came next: the usual free, when no
+/// other stream used the block. The completion rewrites the request's head instead of adding
+/// three words.
+const FREE_BOTH: u64 = 7;
 
-#[derive(Default)]
 pub(crate) struct Batch {
     words: Vec<u64>,
     others: Vec<Event>,
     events: usize,
+    /// Where the last `FREE_REQUESTED` group starts, if it is the last group of the words.
+    free_at: usize,
+}
+
+impl Default for Batch {
+    fn default() -> Self {
+        Batch { words: Vec::new(), others: Vec::new(), events: 0, free_at: usize::MAX }
+    }
 }
 
 impl Batch {
     pub fn with_capacity(events: usize) -> Batch {
-        Batch { words: Vec::with_capacity(events * 5 + 64), others: Vec::new(), events: 0 }
+        Batch { words: Vec::with_capacity(events * 5 + 64), others: Vec::new(), events: 0, free_at: usize::MAX }
     }
 
     /// Events in the batch.
@@ -53,6 +65,7 @@ impl Batch {
         self.words.clear();
         self.others.clear();
         self.events = 0;
+        self.free_at = usize::MAX;
     }
 
     /// The time of the events that follow, in clock ticks.
@@ -75,9 +88,17 @@ impl Batch {
                 self.words.extend_from_slice(&[head, id, addr, requested_bytes, block_bytes, stream]);
             }
             Event::FreeRequested { id, addr, callsite } => {
+                self.free_at = self.words.len();
                 self.words.extend_from_slice(&[FREE_REQUESTED | (callsite as u64) << 32, id, addr]);
             }
-            Event::FreeCompleted { id, addr } => self.words.extend_from_slice(&[FREE_COMPLETED, id, addr]),
+            Event::FreeCompleted { id, addr } => {
+                let n = self.words.len();
+                if self.free_at.wrapping_add(3) == n && self.words[n - 2] == id {
+                    self.words[n - 3] ^= FREE_REQUESTED ^ FREE_BOTH;
+                } else {
+                    self.words.extend_from_slice(&[FREE_COMPLETED, id, addr]);
+                }
+            }
             Event::Split { addr, bytes, remainder_bytes } => {
                 self.words.extend_from_slice(&[SPLIT, addr, bytes, remainder_bytes]);
             }
@@ -132,6 +153,12 @@ impl Batch {
                 FREE_COMPLETED => {
                     i += 3;
                     Decoded::Hot(HotEvent::FreeCompleted { id: w[i - 2], addr: w[i - 1] })
+                }
+                FREE_BOTH => {
+                    i += 3;
+                    let (id, addr) = (w[i - 2], w[i - 1]);
+                    f(time_ns, Decoded::Hot(HotEvent::FreeRequested { id, addr, callsite: (head >> 32) as u32 }));
+                    Decoded::Hot(HotEvent::FreeCompleted { id, addr })
                 }
                 SPLIT => {
                     i += 4;
@@ -198,6 +225,23 @@ mod tests {
             (30, Event::FreeRequested { id: 1, addr: 0x7f00, callsite: 5 }),
             (30, Event::FreeCompleted { id: 1, addr: 0x7f00 }),
             (30, Event::Merge { addr: 0x7f00, absorbed_addr: 0x8300, bytes: 2 << 20 }),
+            // A free completed later (another stream used the block), then one completed at once.
+            (35, Event::FreeRequested { id: 2, addr: u64::MAX - 511, callsite: 0 }),
+            (
+                35,
+                Event::Alloc {
+                    id: 3,
+                    addr: 0x9000,
+                    requested_bytes: 512,
+                    block_bytes: 512,
+                    stream: 0,
+                    pool: Pool::Small,
+                    callsite: 0,
+                },
+            ),
+            (36, Event::FreeCompleted { id: 2, addr: u64::MAX - 511 }),
+            (37, Event::FreeRequested { id: 3, addr: 0x9000, callsite: 0 }),
+            (37, Event::FreeCompleted { id: 3, addr: 0x9000 }),
             (40, Event::CacheRelease { cause: ReleaseCause::EmptyCache, bytes: 2 << 20, segments: 1 }),
             (40, Event::Dropped { events: 4 }),
         ];

@@ -288,6 +288,18 @@ struct Inner<D: Device> {
     engine: Engine<D, RecSink>,
     sites: HashMap<Vec<Frame>, u32>,
     free_errors: u64,
+    /// A caller's state kept under the recorder's lock ([`Recorder::with_state`]).
+    state: Option<Box<dyn std::any::Any + Send>>,
+}
+
+/// Writes events from inside [`Recorder::with_state`], at the time that call was given.
+pub struct Emit<'a>(&'a mut RecSink);
+
+impl Emit<'_> {
+    #[inline(always)]
+    pub fn event(&mut self, event: Event) {
+        self.0.event(event);
+    }
 }
 
 /// The engine on a device, recording to a trace. See the module documentation.
@@ -345,7 +357,7 @@ impl<D: Device + Send + 'static> Recorder<D> {
         if let Some((free_bytes, total_bytes)) = mem {
             engine.sink_mut().event(Event::DeviceMemInfo { free_bytes, total_bytes });
         }
-        let inner = Arc::new(Lock::new(Inner { engine, sites: HashMap::new(), free_errors: 0 }));
+        let inner = Arc::new(Lock::new(Inner { engine, sites: HashMap::new(), free_errors: 0, state: None }));
         let pull_from = Arc::downgrade(&inner);
         let w = Writer {
             path: opts.path.clone(),
@@ -454,6 +466,33 @@ impl<D: Device + Send + 'static> Recorder<D> {
     /// PyTorch's own, forwarded as they happen), at the current time.
     pub fn record(&self, event: Event) {
         self.enter().engine.sink_mut().event(event);
+    }
+
+    /// Keeps `state` under the recorder's lock, for [`Recorder::with_state`] (replacing any
+    /// earlier one).
+    pub fn set_state(&self, state: Box<dyn std::any::Any + Send>) {
+        self.inner.lock().state = Some(state);
+    }
+
+    /// Runs `f` under the recorder's lock, on the state given to [`Recorder::set_state`] (`None`
+    /// when there is none of type `T`), with an [`Emit`] that writes events at `ticks`: a
+    /// reading of this recorder's clock the caller already has (a time stamp counter value,
+    /// where [`Recorder::clock_source`] is [`ClockSource::Tsc`]), or, for `None`, now. One lock
+    /// and at most one clock read for the state's update and its events: the default back-end
+    /// forwards each of PyTorch's allocator events this way.
+    #[inline]
+    pub fn with_state<T: 'static, R>(
+        &self,
+        ticks: Option<u64>,
+        f: impl FnOnce(&mut T, &mut Emit<'_>) -> R,
+    ) -> Option<R> {
+        let now = ticks.unwrap_or_else(|| self.shared.clock.ticks());
+        let mut g = self.inner.lock();
+        let Inner { engine, state, .. } = &mut *g;
+        let state = state.as_mut()?.downcast_mut::<T>()?;
+        let sink = engine.sink_mut();
+        sink.set_time(now);
+        Some(f(state, &mut Emit(sink)))
     }
 
     /// Before `fork`: takes the lock and keeps it, so that the child gets a consistent copy.

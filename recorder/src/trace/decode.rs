@@ -152,6 +152,7 @@ impl<'a> Decoder<'a> {
             13 => Event::Snapshot { active_bytes: self.u64()? },
             14 => Event::DeviceMemInfo { free_bytes: self.u64()?, total_bytes: self.u64()? },
             15 => Event::Dropped { events: self.u64()? },
+            16 => Event::SegmentPool { addr: self.u64()?, pool_id: [self.u64()?, self.u64()?] },
             v => return Err(format!("unknown event kind {v} (written by a newer alloctrace?)")),
         };
         Ok(Record { time_ns, event })

@@ -134,5 +134,10 @@ pub(crate) fn record(out: &mut Vec<u8>, r: &Record) {
             u64v(out, *total_bytes);
         }
         Event::Dropped { events } => u64v(out, *events),
+        Event::SegmentPool { addr, pool_id } => {
+            u64v(out, *addr);
+            u64v(out, pool_id[0]);
+            u64v(out, pool_id[1]);
+        }
     }
 }

@@ -161,6 +161,12 @@ pub enum Event {
     DeviceMemInfo { free_bytes: u64, total_bytes: u64 },
     /// The recorder could not write `events` events (full disk, unwritable path, full buffer).
     Dropped { events: u64 },
+    /// The segment just allocated or mapped at `addr` (the event before this one) belongs to a
+    /// private memory pool, not to the default pool its `pool` field names: a CUDA graph's pool
+    /// or a `torch.cuda.MemPool`. `pool_id` is PyTorch's `MempoolId_t` (graph captures number
+    /// the first half, `MemPool`s the second). Traces without private pools have none of these,
+    /// and a trace written before this kind existed reads as before.
+    SegmentPool { addr: u64, pool_id: [u64; 2] },
 }
 
 /// Names of the event kinds, in declaration order; `Event::kind_index` indexes it.
@@ -181,6 +187,7 @@ pub const EVENT_KIND_NAMES: [&str; NUM_EVENT_KINDS] = [
     "snapshot",
     "device_mem_info",
     "dropped",
+    "segment_pool",
 ];
 
 impl Event {
@@ -203,6 +210,7 @@ impl Event {
             Event::Snapshot { .. } => 13,
             Event::DeviceMemInfo { .. } => 14,
             Event::Dropped { .. } => 15,
+            Event::SegmentPool { .. } => 16,
         }
     }
 
@@ -213,7 +221,7 @@ impl Event {
 }
 
 /// Number of distinct event kinds.
-pub const NUM_EVENT_KINDS: usize = 16;
+pub const NUM_EVENT_KINDS: usize = 17;
 
 /// Longest string a writer stores in a record ([`Event::Mark`] text, a [`Frame`]'s file and
 /// function) or in a header field. Longer ones are cut by [`bounded_text`].

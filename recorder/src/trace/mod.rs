@@ -259,7 +259,7 @@ impl DeltaState {
                 f(&mut self.addr, addr);
                 f(&mut self.stream, stream);
             }
-            Event::Split { addr, .. } => f(&mut self.addr, addr),
+            Event::Split { addr, .. } | Event::SegmentPool { addr, .. } => f(&mut self.addr, addr),
             Event::Merge { addr, absorbed_addr, .. } => {
                 f(&mut self.addr, addr);
                 // On encode `addr` now holds its delta; use the real address kept in state.

@@ -85,7 +85,8 @@ impl EventModel {
             | Event::CallSite { .. }
             | Event::Snapshot { .. }
             | Event::DeviceMemInfo { .. }
-            | Event::Dropped { .. } => {}
+            | Event::Dropped { .. }
+            | Event::SegmentPool { .. } => {}
         }
     }
 
