@@ -408,6 +408,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
                 | Event::Merge { .. }
                 | Event::Snapshot { .. }
                 | Event::DeviceMemInfo { .. }
+                | Event::SegmentPool { .. }
                 | Event::Dropped { .. } => {}
             }
             return;
