@@ -383,27 +383,54 @@ pub fn predict(
     }
     let whole_iterations = bounds.len() - 1;
     let (extended, one_time_blocks, one_time_bytes) = extend(trace, first, end, repeats.max(1), whole_iterations == 1)?;
-    let mut out = Vec::new();
-    for (k, (policy, config)) in policies.iter().enumerate() {
-        let gets_past = past.get(k).copied().unwrap_or(false);
-        let at = ReplayOptions {
-            config: Some(config.clone()),
-            capacity_bytes: capacity,
-            unlimited: capacity.is_none(),
-            ..Default::default()
-        };
-        let fits = gets_past && !replay(&extended, &at)?.is_oom();
-        let unlimited =
-            replay(&extended, &ReplayOptions { config: Some(config.clone()), unlimited: true, ..Default::default() })?;
-        let needs = if unlimited.is_oom() {
-            None
-        } else {
-            crate::whatif::min_capacity(&extended, config, None, 0, unlimited.peak_reserved_bytes, 12, &|| ())?
+    // Each policy on the extended job, in parallel: its unlimited run, saved for the run at the
+    // capacity and the capacity search to resume from (see `crate::replay::Resumable`).
+    use rayon::prelude::*;
+    let out: Vec<PolicyPrediction> = policies
+        .par_iter()
+        .enumerate()
+        .map(|(k, (policy, config))| -> Result<PolicyPrediction> {
+            let gets_past = past.get(k).copied().unwrap_or(false);
+            let (unlimited, mut from) = crate::replay::resumable(&extended, config, 0, crate::whatif::RESUME_LEVELS)?;
+            let fits = gets_past
+                && !match from.as_mut() {
+                    Some(from) => crate::replay::replay_resumed_watched(
+                        &extended,
+                        from,
+                        capacity,
+                        crate::model::CapacitySource::Given,
+                        &mut |_, _, _| {},
+                        None,
+                    )?
+                    .is_oom(),
+                    None => {
+                        let at = ReplayOptions {
+                            config: Some(config.clone()),
+                            capacity_bytes: capacity,
+                            unlimited: capacity.is_none(),
+                            ..Default::default()
+                        };
+                        replay(&extended, &at)?.is_oom()
+                    }
+                };
+            let needs = if unlimited.is_oom() {
+                None
+            } else {
+                crate::whatif::min_capacity(
+                    &extended,
+                    config,
+                    from.as_mut(),
+                    0,
+                    unlimited.peak_reserved_bytes,
+                    12,
+                    &|| (),
+                )?
                 .map(|m| m.0)
-        };
-        let needs = needs.map(|n| n.max(past_from.get(k).copied().flatten().unwrap_or(0)));
-        out.push(PolicyPrediction { policy: policy.clone(), fits, needs_bytes: needs });
-    }
+            };
+            let needs = needs.map(|n| n.max(past_from.get(k).copied().flatten().unwrap_or(0)));
+            Ok(PolicyPrediction { policy: policy.clone(), fits, needs_bytes: needs })
+        })
+        .collect::<Result<_>>()?;
     Ok(Some(JobPrediction::FromRepeatedIteration {
         iterations_from: from,
         iteration_events: (first, end),
