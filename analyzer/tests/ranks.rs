@@ -172,7 +172,8 @@ fn a_report_of_several_ranks_is_of_the_peaking_rank_with_a_section_across_them()
     assert!(md.contains("## Across the ranks (2 traces)"), "{md}");
     assert!(md.contains("Rank 1 peaks"), "{md}");
     assert!(md.contains("scripts/gpu/ranks_ddp.py:30 (forward)"), "{md}");
-    assert!(md.contains("![Across the ranks](ranks.svg)"), "{md}");
+    assert!(md.contains("[![Across the ranks](ranks.png)](ranks.svg)"), "{md}");
+    assert!(dir.join("ranks.png").is_file());
     let svg = std::fs::read_to_string(dir.join("ranks.svg")).unwrap();
     assert!(svg.starts_with("<svg"));
     // And what the memory is for, with its stacked timeline.
