@@ -258,6 +258,9 @@ pub fn whatif_observed<T: Send>(
     Ok((w, runs.into_iter().map(|(st, r)| (st.expect("observed rows have a state"), r)).collect()))
 }
 
+/// The table, and each row's observer state (where observed) and replay at the capacity.
+type Table<T> = (Whatif, Vec<(Option<T>, ReplayResult)>);
+
 /// A state per row and the observer that draws it (see [`whatif_observed`]).
 type Observing<'a, T> = (&'a (dyn Fn(usize) -> T + Sync), &'a (dyn Fn(&mut T, u64, &Record, &dyn EngineView) + Sync));
 
@@ -269,7 +272,7 @@ fn whatif_inner<T: Send>(
     opts: &WhatifOptions,
     bar: &indicatif::ProgressBar,
     observing: Option<Observing<'_, T>>,
-) -> Result<(Whatif, Vec<(Option<T>, ReplayResult)>)> {
+) -> Result<Table<T>> {
     let bounds = bounds(trace, &trace.header.config)?;
     // garbage_collection_threshold acts only under a memory fraction.
     let list = policies(&trace.header.config, crate::outcome::memory_fraction(trace, opts.capacity.bytes));
@@ -378,7 +381,7 @@ fn finish<T>(
     table: Vec<PolicyRow>,
     bounds: Bounds,
     runs: Vec<(Option<T>, ReplayResult)>,
-) -> Result<(Whatif, Vec<(Option<T>, ReplayResult)>)> {
+) -> Result<Table<T>> {
     let past: Vec<bool> = table.iter().map(|r| r.reach.gets_past()).collect();
     let past_from: Vec<Option<u64>> = table.iter().map(|r| r.min_capacity_bytes).collect();
     let prediction = crate::outcome::predict(trace, list, &past, &past_from, opts.capacity.bytes, opts.repeats)?;
