@@ -586,14 +586,7 @@ mod tests {
     /// every shipped trace (both configurations of each): the over-time measures are exact.
     #[test]
     fn occupancy_equals_the_walk_on_every_shipped_trace() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
-        let mut paths: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "atrace"))
-            .collect();
-        paths.sort();
-        assert!(paths.len() >= 10, "{paths:?}");
+        let paths = crate::shipped_traces();
         let mut checked = 0u64;
         for p in &paths {
             let trace = Trace::open(p).unwrap();

@@ -629,14 +629,7 @@ mod tests {
     /// shipped trace.
     #[test]
     fn resumed_runs_equal_whole_replays_on_every_shipped_trace() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
-        let mut paths: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "atrace"))
-            .collect();
-        paths.sort();
-        assert!(paths.len() >= 10, "{paths:?}");
+        let paths = crate::shipped_traces();
         type Seen = Vec<(u64, u64, u64, u64)>;
         let figures = |i: u64, view: &dyn EngineView| {
             let st = view.stats();
