@@ -46,6 +46,32 @@ pub type ConvertHistory = fn(&Path, &Path, Option<&str>) -> Vec<String>;
 /// File names the recorder's cdylib may have.
 const LIB_NAMES: [&str; 2] = ["liballoctrace_recorder.so", "librecorder.so"];
 
+/// The recorder's cdylib near the folder of the `alloctrace` executable: beside it, in `../lib`
+/// or `..` (a build or an install prefix), or in the Python package that shipped the executable
+/// (`pip install` puts it in `bin/` and the library in
+/// `lib/pythonX.Y/site-packages/alloctrace/lib/`).
+fn lib_near(dir: &Path) -> Option<PathBuf> {
+    let mut dirs = vec![dir.to_path_buf(), dir.join("../lib"), dir.join("..")];
+    if let Ok(entries) = std::fs::read_dir(dir.join("../lib")) {
+        let mut pythons: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("python"))
+            .map(|e| e.path().join("site-packages/alloctrace/lib"))
+            .collect();
+        pythons.sort();
+        dirs.extend(pythons);
+    }
+    for d in dirs {
+        for n in LIB_NAMES {
+            let p = d.join(n);
+            if p.is_file() {
+                return Some(p.canonicalize().unwrap_or(p));
+            }
+        }
+    }
+    None
+}
+
 /// Finds the recorder's cdylib.
 pub fn find_lib(explicit: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = explicit {
@@ -60,14 +86,8 @@ pub fn find_lib(explicit: Option<&Path>) -> Result<PathBuf> {
         }
     }
     let exe = std::env::current_exe().context("cannot locate the alloctrace executable")?;
-    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-    for d in [dir.clone(), dir.join("../lib"), dir.join("..")] {
-        for n in LIB_NAMES {
-            let p = d.join(n);
-            if p.is_file() {
-                return Ok(p.canonicalize().unwrap_or(p));
-            }
-        }
+    if let Some(p) = exe.parent().and_then(lib_near) {
+        return Ok(p);
     }
     bail!(
         "cannot find the recorder library ({}) next to {}; build it with \
@@ -347,6 +367,23 @@ pub fn summary(output: &Path, recorder_status: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An `alloctrace` that `pip install` put in a virtualenv's `bin/` finds the recorder library
+    /// the same wheel put in the package, as it finds one beside it in a build.
+    #[test]
+    fn the_library_is_found_in_the_installed_python_package() {
+        let venv = tempfile::tempdir().unwrap();
+        let bin = venv.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        assert_eq!(lib_near(&bin), None);
+        let pkg = venv.path().join("lib/python3.12/site-packages/alloctrace/lib");
+        std::fs::create_dir_all(&pkg).unwrap();
+        std::fs::write(pkg.join("librecorder.so"), b"").unwrap();
+        assert_eq!(lib_near(&bin), Some(pkg.join("librecorder.so").canonicalize().unwrap()));
+        // One beside the executable (a build) comes first.
+        std::fs::write(bin.join("librecorder.so"), b"").unwrap();
+        assert_eq!(lib_near(&bin), Some(bin.join("librecorder.so").canonicalize().unwrap()));
+    }
 
     /// The shim goes to a fresh folder of random name, mode 0700, made by this run and removed
     /// after it; a folder planted under the old predictable name (with a `json.py` that would
