@@ -320,13 +320,14 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     let mut retention = leaks::retention(&cap.held, &sites);
     retention.sites.sort_by(|a, b| b.block_bytes.cmp(&a.block_bytes).then(a.site.cmp(&b.site)));
     let top_sites: Vec<SitePin> = retention.sites.iter().take(10).cloned().collect();
-    // What-if, growth, the reordering experiment and the patterns need only the replay above:
-    // they run side by side (the what-if table, the longest, uses every core it is given).
+    // What-if, growth with the verdict (and the reordering experiment where it is
+    // fragmentation) and the patterns need only the replay above: they run side by side (the
+    // what-if table, the longest, uses every core it is given).
     let long = trace.events > whatif::LONG_TRACE_EVENTS;
     let search = opts.search_capacity.unwrap_or(!long);
     let searched = |w: &Whatif| w.rows.iter().all(|r| r.min_capacity_bytes.is_some());
     let given_whatif = opts.whatif.filter(|w| w.capacity_bytes == capacity && searched(w) == search);
-    let (computed, (growth, (grouped, patterns))) = rayon::join(
+    let (computed, (judged, patterns)) = rayon::join(
         || -> Result<Option<Whatif>> {
             if given_whatif.is_some() {
                 return Ok(None);
@@ -343,31 +344,31 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
         },
         || {
             rayon::join(
-                || -> Result<Option<Growth>> {
-                    match opts.growth.clone() {
-                        Some(g) => Ok(g),
-                        None => Ok(leaks::growth_only(trace)?.0),
-                    }
+                || -> Result<(Option<Growth>, Verdict, Option<Experiment>)> {
+                    let growth = match opts.growth.clone() {
+                        Some(g) => g,
+                        None => leaks::growth_only(trace)?.0,
+                    };
+                    let verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
+                    // The reordering experiment answers fragmentation at an OOM only.
+                    let grouped = if is_oom && verdict.kind == VerdictKind::Fragmentation {
+                        group_long_lived(trace, cap.event)?
+                    } else {
+                        None
+                    };
+                    Ok((growth, verdict, grouped))
                 },
-                || {
-                    rayon::join(
-                        // Used only where the verdict is fragmentation, known once growth is.
-                        || if is_oom { group_long_lived(trace, cap.event) } else { Ok(None) },
-                        || -> Result<_> {
-                            Ok((
-                                crate::patterns::empty_cache_calls(trace, capacity, &result)?,
-                                crate::patterns::held_for_streams(trace)?,
-                            ))
-                        },
-                    )
+                || -> Result<_> {
+                    Ok((
+                        crate::patterns::empty_cache_calls(trace, capacity, &result)?,
+                        crate::patterns::held_for_streams(trace)?,
+                    ))
                 },
             )
         },
     );
-    let growth = growth?;
+    let (growth, mut verdict, grouped) = judged?;
     let (empty_cache_calls, held_for_streams) = patterns?;
-
-    let mut verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
     // An unknown limit is never a confident verdict: with the range of limits the trace allows,
     // the verdict at each (see [`verdict_by_limit`]); otherwise it holds only at the limit assumed.
     let range = trace.default_capacity().range.filter(|_| result.capacity_source == CapacitySource::InferredLimit);
@@ -411,12 +412,8 @@ several times; `alloctrace whatif` searches them",
         )
     });
 
-    let mut experiments = Vec::new();
-    if is_oom && verdict.kind == VerdictKind::Fragmentation {
-        if let Some(e) = grouped? {
-            experiments.push(e);
-        }
-    }
+    // Made above where the verdict is fragmentation at an OOM.
+    let experiments: Vec<Experiment> = grouped.into_iter().collect();
     let (mut advice, mut not_advised) =
         advise(&figures, &verdict, &w.rows, w.prediction.as_ref(), &experiments, &top_sites, growth.as_ref(), is_oom);
     // Never "free the weights": blocks alive from before the first iteration.
