@@ -725,7 +725,7 @@ pub fn resumable_watched(
     config: &AllocatorConfig,
     lower: u64,
     levels: u64,
-    mut watch: Option<Watch<'_>>,
+    watch: Option<Watch<'_>>,
 ) -> Result<(ReplayResult, Option<Resumable>, Option<u64>)> {
     let opts = ReplayOptions { config: Some(config.clone()), unlimited: true, ..Default::default() };
     if config.garbage_collection_threshold.is_some_and(|t| t > 0.0) || levels == 0 {
@@ -748,19 +748,16 @@ pub fn resumable_watched(
         d
     };
     let device_bytes = device.capacity().unwrap_or(u64::MAX);
-    // The watched run is the unlimited one while its demand stays within this.
-    let watch_limit = match watch.as_ref().map(|w| w.0) {
-        Some(cap) if cap.is_none_or(|c| c <= device_bytes) => cap.unwrap_or(u64::MAX).min(device_total),
-        _ => 0,
-    };
-    if watch_limit == 0 {
-        watch = None;
-    }
+    // The watched run is the unlimited one while its demand stays within this limit (above the
+    // device of this run, another device: not the same run at all).
+    let mut watch = watch.and_then(|(cap, observe)| {
+        cap.is_none_or(|c| c <= device_bytes).then(|| (cap.unwrap_or(u64::MAX).min(device_total), observe))
+    });
     let mut seen: Option<u64> = None;
     let mut rp = Replaying::new(Engine::new(s.config.clone(), None, device, NullSink)).continuing(trace);
     let estimate = trace.summary.peak_reserved.bytes.max(lower);
     let mut step = (estimate.saturating_sub(lower) / levels).max(2 << 20);
-    // (level line index, peak reserved, event index, state after that event)
+    // (level line index, peak demand, event index, state after that event)
     let mut saves: Vec<(u64, u64, u64, Replaying<NullSink>)> = Vec::new();
     let mut next_line = 0u64;
     let mut peak = 0u64;
@@ -772,8 +769,8 @@ pub fn resumable_watched(
             rp.step(index, r);
             // What the limit is checked against (see `Engine::demand_peak`).
             let demand = rp.engine.demand_peak();
-            if let Some((_, observe)) = watch.as_mut().filter(|_| !failed) {
-                if demand <= watch_limit {
+            if let Some((limit, observe)) = watch.as_mut().filter(|_| !failed) {
+                if demand <= *limit {
                     observe(index, r, &rp.engine);
                     seen = Some(index);
                 } else {
@@ -860,7 +857,9 @@ pub fn replay_resumed_watched(
 ) -> Result<ReplayResult> {
     let shown = |i: u64| after.is_none_or(|a| i > a);
     let limit = capacity.unwrap_or(u64::MAX).min(from.device_total);
-    let differs_at = from.peaks.iter().find(|&&(_, bytes)| bytes > limit).map(|&(event, _)| event);
+    // The peaks within the limit, then the first above it: where the runs differ.
+    let within = from.peaks.partition_point(|&(_, bytes)| bytes <= limit);
+    let differs_at = from.peaks.get(within).map(|&(event, _)| event);
     let resumable = capacity.is_none_or(|c| c <= from.device_bytes)
         && from.saves.first().is_some_and(|s| s.0 <= limit)
         // Without a limit, a run that outgrows the device needs the device's own refusals.
@@ -886,15 +885,16 @@ pub fn replay_resumed_watched(
         return Ok(end.result(from.used_hints, source, trace));
     };
     // The latest save at or before the event where the runs differ.
-    let k = from.saves.partition_point(|s| s.1 <= differs_at) - 1;
+    let mut k = from.saves.partition_point(|s| s.1 <= differs_at) - 1;
     if differs_at - from.saves[k].1 > LAZY_SAVE_EVENTS {
         let (mut rp, start) = (from.saves[k].2.clone(), from.saves[k].1);
-        let mut level = from.saves[k].0;
         replay_range(trace, &mut rp, start, differs_at, &mut |_, _, _| {})?;
-        level = level.max(from.peaks.iter().take_while(|p| p.0 < differs_at).last().map_or(0, |p| p.1));
-        from.saves.insert(k + 1, (level, differs_at, rp));
+        // Its level: the run's peak demand before the event where the runs differ (a save with
+        // a level within the limit exists, so some peak is within it).
+        let level = from.peaks[within - 1].1;
+        k += 1;
+        from.saves.insert(k, (level, differs_at, rp));
     }
-    let k = from.saves.partition_point(|s| s.1 <= differs_at) - 1;
     let mut rp = from.saves[k].2.clone();
     let start = from.saves[k].1;
     rp.engine.set_capacity(capacity);
