@@ -19,7 +19,7 @@ use anyhow::{Context, Result};
 use recorder::device::SimDevice;
 use recorder::engine::config::AllocatorConfig;
 use recorder::engine::{Engine, NullSink, Sink, Stats};
-use recorder::trace::{Event, Header, Record, ReleaseCause, Source, TraceWriter};
+use recorder::trace::{Event, Header, Observed, Record, RecordedPools, ReleaseCause, Source, TraceWriter};
 use serde::Serialize;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -348,6 +348,8 @@ struct Replaying<S: Sink> {
     /// Allocated bytes when reserved bytes first reached their peak.
     allocated_at_peak: u64,
     peak_seen: u64,
+    /// The recording's private pools (CUDA graphs, `MemPool`s): where each request goes.
+    pools: RecordedPools,
 }
 
 impl<S: Sink + ForwardEvents> Replaying<S> {
@@ -364,6 +366,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             last_alloc: None,
             allocated_at_peak: 0,
             peak_seen: 0,
+            pools: RecordedPools::default(),
         }
     }
 
@@ -414,10 +417,17 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             return;
         }
         let engine = &mut self.engine;
+        if let Observed::PoolReleased(pool_id) = self.pools.observe(&r.event) {
+            engine.set_pool_freeable(pool_id);
+        }
         match &r.event {
-            Event::Alloc { id, requested_bytes, stream, callsite, .. } => {
+            Event::Alloc { id, addr, requested_bytes, stream, callsite, .. } => {
                 self.requests += 1;
-                match engine.malloc(*requested_bytes, *stream, *callsite) {
+                let served = match self.pools.pool_of(*addr) {
+                    Some(pool_id) => engine.malloc_in(pool_id, *requested_bytes, *stream, *callsite),
+                    None => engine.malloc(*requested_bytes, *stream, *callsite),
+                };
+                match served {
                     Ok(a) => {
                         self.live.insert(*id, a.addr);
                         let st = engine.stats();

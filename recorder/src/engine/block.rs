@@ -42,11 +42,14 @@ pub(crate) struct Block {
     /// Index of the expandable segment, or [`NIL`] for a `cudaMalloc` segment.
     pub expandable: u32,
     pub pool: Pool,
+    /// The pool the block's segment belongs to: 0 for the device's default pools, `k` for the
+    /// engine's `k`-th private pool (a CUDA graph's, a `torch.cuda.MemPool`).
+    pub owner: u32,
     pub state: State,
 }
 
 impl Block {
-    pub fn new(addr: u64, size: u64, stream: u64, pool: Pool, state: State) -> Block {
+    pub fn new(addr: u64, size: u64, stream: u64, pool: Pool, owner: u32, state: State) -> Block {
         Block {
             addr,
             size,
@@ -58,8 +61,15 @@ impl Block {
             next: NIL,
             expandable: NIL,
             pool,
+            owner,
             state,
         }
+    }
+
+    /// Index of the [`PoolSets`] that hold this block when it is free or unmapped.
+    #[inline]
+    pub fn set(&self) -> usize {
+        set_index(self.owner, self.pool)
     }
 
     #[inline]
@@ -127,7 +137,18 @@ impl std::ops::IndexMut<u32> for Arena {
     }
 }
 
-/// The two pools' sets.
+/// Index of the sets of `pool` in pool `owner`: the default pools' small and large sets come
+/// first, then two per private pool.
+#[inline]
+pub(crate) fn set_index(owner: u32, pool: Pool) -> usize {
+    owner as usize * 2
+        + match pool {
+            Pool::Small => 0,
+            Pool::Large => 1,
+        }
+}
+
+/// One pool's sets (small or large, of the default pools or of a private pool).
 #[derive(Default, Debug, Clone)]
 pub(crate) struct PoolSets {
     pub free: FreeSet,

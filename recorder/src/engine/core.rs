@@ -1,6 +1,6 @@
 //! The engine: malloc (best fit, split), free (merge), and the expandable-segment map path.
 
-use super::block::{Arena, Block, PoolSets, State, NIL};
+use super::block::{set_index, Arena, Block, PoolSets, State, NIL};
 use super::config::{AllocatorConfig, MIN_BLOCK_SIZE, SMALL_SIZE};
 use super::live::LiveMap;
 use super::rounding::{allocation_size, page_size, pool_for, round_plain, round_size};
@@ -32,8 +32,11 @@ pub struct Engine<D: Device, S: Sink> {
     pub(crate) device: D,
     pub(crate) sink: S,
     pub(crate) blocks: Arena,
-    /// Indexed by [`pool_index`].
-    pub(crate) pools: [PoolSets; 2],
+    /// The free and unmapped sets, indexed by [`set_index`]: the default pools' two, then two
+    /// per private pool.
+    pub(crate) pools: Vec<PoolSets>,
+    /// The private pools (owner `k` is `private[k - 1]`).
+    pub(crate) private: Vec<PrivatePool>,
     /// Allocated and pending-free blocks by address.
     pub(crate) live: LiveMap,
     pub(crate) pending: usize,
@@ -51,12 +54,21 @@ pub struct Engine<D: Device, S: Sink> {
     plain_rounding: bool,
 }
 
+/// The default pools' sets of `pool`.
 #[inline]
 pub(crate) fn pool_index(pool: Pool) -> usize {
-    match pool {
-        Pool::Small => 0,
-        Pool::Large => 1,
-    }
+    set_index(0, pool)
+}
+
+/// A private memory pool: a CUDA graph's (`torch.cuda.graph`, `torch.compile`'s graph trees) or
+/// a `torch.cuda.MemPool`. Its blocks come only from its own segments and return to them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PrivatePool {
+    /// PyTorch's `MempoolId_t`.
+    pub id: [u64; 2],
+    /// No graph or pool object uses it any more (PyTorch's `graph_pools_freeable`): a cache
+    /// release frees its whole free segments too.
+    pub freeable: bool,
 }
 
 impl<D: Device, S: Sink> Engine<D, S> {
@@ -71,7 +83,8 @@ impl<D: Device, S: Sink> Engine<D, S> {
             device,
             sink,
             blocks: Arena::default(),
-            pools: Default::default(),
+            pools: vec![PoolSets::default(), PoolSets::default()],
+            private: Vec::new(),
             live: LiveMap::default(),
             pending: 0,
             pending_requested: 0,
@@ -136,6 +149,75 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// PyTorch `malloc`: best fit in the cache, else a new segment, else the OOM path
     /// (garbage collection, oversize release, release everything and retry), else OOM.
     pub fn malloc(&mut self, requested_bytes: u64, stream: u64, callsite: u32) -> Result<Allocation, OutOfMemory> {
+        self.malloc_owned(0, requested_bytes, stream, callsite)
+    }
+
+    /// `malloc` while a CUDA graph capture or `torch.cuda.use_mem_pool` directs this request to
+    /// the private pool `pool_id` (PyTorch's `MempoolId_t`; `[0, 0]` is the default pools):
+    /// best fit among that pool's free blocks, else a new segment of its own. As in PyTorch while
+    /// a capture is under way, the OOM path does not release the cache (`release_cached_blocks`
+    /// is skipped; the oversize release of max_split_size still runs, within the pool).
+    pub fn malloc_in(
+        &mut self,
+        pool_id: [u64; 2],
+        requested_bytes: u64,
+        stream: u64,
+        callsite: u32,
+    ) -> Result<Allocation, OutOfMemory> {
+        let owner = self.private_owner(pool_id);
+        if owner != 0 {
+            self.private[owner as usize - 1].freeable = false;
+        }
+        self.malloc_owned(owner, requested_bytes, stream, callsite)
+    }
+
+    /// The owner number of the pool `pool_id`, made on first use.
+    fn private_owner(&mut self, pool_id: [u64; 2]) -> u32 {
+        if pool_id == [0, 0] {
+            return 0;
+        }
+        if let Some(i) = self.private.iter().position(|p| p.id == pool_id) {
+            return i as u32 + 1;
+        }
+        self.private.push(PrivatePool { id: pool_id, freeable: false });
+        self.pools.push(PoolSets::default());
+        self.pools.push(PoolSets::default());
+        self.private.len() as u32
+    }
+
+    /// Nothing uses the private pool `pool_id` any more (its graph was deleted, its `MemPool`
+    /// released): the next cache release (`empty_cache`, or the OOM path's) frees its whole free
+    /// segments, after the default pools', as PyTorch frees `graph_pools_freeable`. A later
+    /// request to the pool makes it used again. Unknown pools are ignored.
+    pub fn set_pool_freeable(&mut self, pool_id: [u64; 2]) {
+        if let Some(p) = self.private.iter_mut().find(|p| p.id == pool_id) {
+            p.freeable = true;
+        }
+    }
+
+    /// The private pools the engine knows, with whether each is freeable.
+    pub fn private_pools(&self) -> impl Iterator<Item = ([u64; 2], bool)> + '_ {
+        self.private.iter().map(|p| (p.id, p.freeable))
+    }
+
+    /// PyTorch's id of the pool `owner` (`[0, 0]` for the default pools).
+    #[inline]
+    pub(crate) fn pool_id(&self, owner: u32) -> [u64; 2] {
+        if owner == 0 {
+            [0, 0]
+        } else {
+            self.private[owner as usize - 1].id
+        }
+    }
+
+    #[inline]
+    fn malloc_owned(
+        &mut self,
+        owner: u32,
+        requested_bytes: u64,
+        stream: u64,
+        callsite: u32,
+    ) -> Result<Allocation, OutOfMemory> {
         let rounded =
             if self.plain_rounding { round_plain(requested_bytes) } else { round_size(&self.config, requested_bytes) };
         let pool = pool_for(rounded);
@@ -143,9 +225,9 @@ impl<D: Device, S: Sink> Engine<D, S> {
         if requested_bytes >= MAX_REQUEST {
             return Err(self.oom(requested_bytes, rounded, alloc_bytes, stream));
         }
-        let found = match self.get_free_block(pool, stream, rounded) {
+        let found = match self.get_free_block(set_index(owner, pool), stream, rounded) {
             Some(idx) => Some(idx),
-            None => self.alloc_on_miss(pool, stream, rounded, alloc_bytes),
+            None => self.alloc_on_miss(owner, pool, stream, rounded, alloc_bytes),
         };
         let Some(idx) = found else {
             return Err(self.oom(requested_bytes, rounded, alloc_bytes, stream));
@@ -154,20 +236,24 @@ impl<D: Device, S: Sink> Engine<D, S> {
         Ok(self.alloc_found_block(idx, rounded, requested_bytes, split, callsite))
     }
 
-    fn alloc_on_miss(&mut self, pool: Pool, stream: u64, rounded: u64, alloc_bytes: u64) -> Option<u32> {
+    fn alloc_on_miss(&mut self, owner: u32, pool: Pool, stream: u64, rounded: u64, alloc_bytes: u64) -> Option<u32> {
         if self.gc_enabled() {
             self.garbage_collect();
         }
-        if let Some(idx) = self.alloc_block(pool, stream, rounded, alloc_bytes, false) {
+        if let Some(idx) = self.alloc_block(owner, pool, stream, rounded, alloc_bytes, false) {
             return Some(idx);
         }
-        if self.release_available_cached_blocks(pool, stream, rounded) {
-            if let Some(idx) = self.alloc_block(pool, stream, rounded, alloc_bytes, false) {
+        if self.release_available_cached_blocks(set_index(owner, pool), stream, rounded) {
+            if let Some(idx) = self.alloc_block(owner, pool, stream, rounded, alloc_bytes, false) {
                 return Some(idx);
             }
         }
+        if owner != 0 {
+            // A capture is under way: PyTorch does not release the cache then.
+            return None;
+        }
         self.release_cached_blocks(ReleaseCause::OomRetry);
-        self.alloc_block(pool, stream, rounded, alloc_bytes, true)
+        self.alloc_block(owner, pool, stream, rounded, alloc_bytes, true)
     }
 
     fn oom(&mut self, requested_bytes: u64, rounded: u64, alloc_bytes: u64, stream: u64) -> OutOfMemory {
@@ -197,9 +283,9 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// Best fit on the same stream, ties to the lowest address; the max_split_size rules turn
     /// a fit into a miss. The hit leaves the free set.
     #[inline]
-    fn get_free_block(&mut self, pool: Pool, stream: u64, rounded: u64) -> Option<u32> {
+    fn get_free_block(&mut self, set: usize, stream: u64, rounded: u64) -> Option<u32> {
         let gc = self.gc_enabled();
-        let sets = &mut self.pools[pool_index(pool)];
+        let sets = &mut self.pools[set];
         if gc {
             sets.gc_calls += 1;
         }
@@ -239,7 +325,15 @@ impl<D: Device, S: Sink> Engine<D, S> {
 
     /// A new segment (or newly mapped pages) for the request; `None` when the capacity or the
     /// device refuses.
-    fn alloc_block(&mut self, pool: Pool, stream: u64, rounded: u64, alloc_bytes: u64, retry: bool) -> Option<u32> {
+    fn alloc_block(
+        &mut self,
+        owner: u32,
+        pool: Pool,
+        stream: u64,
+        rounded: u64,
+        alloc_bytes: u64,
+        retry: bool,
+    ) -> Option<u32> {
         if retry {
             self.stats.num_alloc_retries += 1;
         }
@@ -251,10 +345,10 @@ impl<D: Device, S: Sink> Engine<D, S> {
             }
         }
         if self.config.expandable_segments {
-            return self.try_allocate_expandable_block(pool, stream, rounded);
+            return self.try_allocate_expandable_block(owner, pool, stream, rounded);
         }
         let addr = self.device.alloc_segment(alloc_bytes, stream)?;
-        let idx = self.blocks.insert(Block::new(addr, alloc_bytes, stream, pool, State::Taken));
+        let idx = self.blocks.insert(Block::new(addr, alloc_bytes, stream, pool, owner, State::Taken));
         self.stats.segment.increase(pool, 1);
         self.stats.reserved_bytes.increase(pool, alloc_bytes);
         self.stats.num_device_alloc += 1;
@@ -262,6 +356,9 @@ impl<D: Device, S: Sink> Engine<D, S> {
             self.stats.oversize_segments.increase(1);
         }
         self.sink.event(Event::SegmentAlloc { addr, bytes: alloc_bytes, stream, pool });
+        if owner != 0 {
+            self.sink.event(Event::SegmentPool { addr, pool_id: self.pool_id(owner) });
+        }
         Some(idx)
     }
 
@@ -278,15 +375,15 @@ impl<D: Device, S: Sink> Engine<D, S> {
 
     #[inline]
     fn alloc_found_block(&mut self, idx: u32, rounded: u64, requested: u64, split: bool, callsite: u32) -> Allocation {
-        let (pool, expandable, already_split) = {
+        let (pool, owner, set, expandable, already_split) = {
             let b = &self.blocks[idx];
-            (b.pool, b.is_expandable(), b.is_split())
+            (b.pool, b.owner, b.set(), b.is_expandable(), b.is_split())
         };
         let mut block = idx;
         if split {
             let remaining = idx;
             let r = &self.blocks[remaining];
-            let mut new = Block::new(r.addr, rounded, r.stream, pool, State::Taken);
+            let mut new = Block::new(r.addr, rounded, r.stream, pool, owner, State::Taken);
             new.expandable = r.expandable;
             new.prev = r.prev;
             new.next = remaining;
@@ -295,7 +392,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
             if prev != NIL {
                 self.blocks[prev].next = block;
             }
-            let gc_calls = self.pools[pool_index(pool)].gc_calls;
+            let gc_calls = self.pools[set].gc_calls;
             let r = &mut self.blocks[remaining];
             r.prev = block;
             r.addr += rounded;
@@ -303,7 +400,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
             r.state = State::Free;
             r.gc_count_base = gc_calls;
             let (key, remainder) = (r.free_key(remaining), r.size);
-            self.pools[pool_index(pool)].free.insert(key);
+            self.pools[set].free.insert(key);
             if !expandable {
                 if already_split {
                     self.stats.inactive_split_bytes.decrease(pool, rounded);
@@ -468,7 +565,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
     #[inline(always)]
     pub(crate) fn insert_free(&mut self, idx: u32) {
         let b = &mut self.blocks[idx];
-        let sets = &mut self.pools[pool_index(b.pool)];
+        let sets = &mut self.pools[b.set()];
         b.state = State::Free;
         b.gc_count_base = sets.gc_calls;
         sets.free.insert(b.free_key(idx));
@@ -488,8 +585,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
             return 0;
         }
         let (s_addr, s_size, s_prev, s_next, s_stream) = (s.addr, s.size, s.prev, s.next, s.stream);
-        let pool = s.pool;
-        let sets = &mut self.pools[pool_index(pool)];
+        let sets = &mut self.pools[s.set()];
         if mapped {
             sets.free.remove(&(s_stream, s_size, s_addr, src));
         } else {
@@ -521,8 +617,8 @@ impl<D: Device, S: Sink> Engine<D, S> {
 
     // ---- expandable segments ----
 
-    fn try_allocate_expandable_block(&mut self, pool: Pool, stream: u64, rounded: u64) -> Option<u32> {
-        let mut cand = self.find_expandable_block(pool, stream, rounded)?;
+    fn try_allocate_expandable_block(&mut self, owner: u32, pool: Pool, stream: u64, rounded: u64) -> Option<u32> {
+        let mut cand = self.find_expandable_block(owner, pool, stream, rounded)?;
         if self.blocks[cand].state == State::Unmapped {
             let size = self.blocks[cand].size.min(rounded);
             if !self.map_block(cand, size) {
@@ -542,16 +638,16 @@ impl<D: Device, S: Sink> Engine<D, S> {
         }
         let b = &mut self.blocks[cand];
         b.state = State::Taken;
-        let key = b.free_key(cand);
-        self.pools[pool_index(pool)].free.remove(&key);
+        let (key, set) = (b.free_key(cand), b.set());
+        self.pools[set].free.remove(&key);
         Some(cand)
     }
 
     /// The lowest-address unmapped range of this stream (with the free block before it) with
     /// room for `size`; a new expandable segment when none has.
-    fn find_expandable_block(&mut self, pool: Pool, stream: u64, size: u64) -> Option<u32> {
+    fn find_expandable_block(&mut self, owner: u32, pool: Pool, stream: u64, size: u64) -> Option<u32> {
         let allocatable = |blocks: &Arena, i: u32| i != NIL && matches!(blocks[i].state, State::Free | State::Unmapped);
-        for &(st, _, idx) in self.pools[pool_index(pool)].unmapped.range((stream, 0, 0)..) {
+        for &(st, _, idx) in self.pools[set_index(owner, pool)].unmapped.range((stream, 0, 0)..) {
             if st != stream {
                 break;
             }
@@ -577,10 +673,10 @@ impl<D: Device, S: Sink> Engine<D, S> {
         let base = self.device.reserve_address_space(va_bytes)?;
         let seg = self.expandables.len() as u32;
         self.expandables.push(Some(Expandable { base, bytes: va_bytes }));
-        let mut b = Block::new(base, va_bytes, stream, pool, State::Unmapped);
+        let mut b = Block::new(base, va_bytes, stream, pool, owner, State::Unmapped);
         b.expandable = seg;
         let idx = self.blocks.insert(b);
-        self.pools[pool_index(pool)].unmapped.insert((stream, base, idx));
+        self.pools[set_index(owner, pool)].unmapped.insert((stream, base, idx));
         Some(idx)
     }
 
@@ -588,7 +684,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// the new range with free neighbours and puts it in the free set.
     fn map_block(&mut self, idx: u32, size: u64) -> bool {
         let b = &self.blocks[idx];
-        let (pool, stream, addr, seg) = (b.pool, b.stream, b.addr, b.expandable);
+        let (pool, owner, set, stream, addr, seg) = (b.pool, b.owner, b.set(), b.stream, b.addr, b.expandable);
         let base = self.expandables[seg as usize].map_or(addr, |e| e.base);
         let page = page_size(&self.config, pool);
         let end = base + (addr + size - base).div_ceil(page) * page;
@@ -596,10 +692,10 @@ impl<D: Device, S: Sink> Engine<D, S> {
         if mapped == 0 || !self.device.map(addr, mapped, stream) {
             return false;
         }
-        self.pools[pool_index(pool)].unmapped.remove(&(stream, addr, idx));
+        self.pools[set].unmapped.remove(&(stream, addr, idx));
         if mapped < self.blocks[idx].size {
             let b = &self.blocks[idx];
-            let mut rest = Block::new(addr + mapped, b.size - mapped, stream, pool, State::Unmapped);
+            let mut rest = Block::new(addr + mapped, b.size - mapped, stream, pool, owner, State::Unmapped);
             rest.expandable = seg;
             rest.prev = idx;
             rest.next = b.next;
@@ -610,12 +706,15 @@ impl<D: Device, S: Sink> Engine<D, S> {
             }
             self.blocks[idx].next = r;
             self.blocks[idx].size = mapped;
-            self.pools[pool_index(pool)].unmapped.insert((stream, addr + mapped, r));
+            self.pools[set].unmapped.insert((stream, addr + mapped, r));
         }
         self.blocks[idx].state = State::Free;
         self.stats.reserved_bytes.increase(pool, mapped);
         self.stats.num_device_alloc += 1;
         self.sink.event(Event::SegmentMap { addr, bytes: mapped, stream, pool });
+        if owner != 0 {
+            self.sink.event(Event::SegmentPool { addr, pool_id: self.pool_id(owner) });
+        }
         let (prev, next) = (self.blocks[idx].prev, self.blocks[idx].next);
         self.try_merge_blocks(idx, prev);
         self.try_merge_blocks(idx, next);

@@ -2,7 +2,7 @@
 //! `release_available_cached_blocks` (max_split_size), garbage collection, and unmapping
 //! free pages of expandable segments.
 
-use super::block::{Block, State, NIL};
+use super::block::{set_index, Block, State, NIL};
 use super::core::{pool_index, Engine};
 use super::rounding::page_size;
 use super::{Released, Sink};
@@ -15,7 +15,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         let b = &self.blocks[idx];
         debug_assert!(!b.is_split() && !b.is_expandable() && b.state == State::Free);
         let (addr, size, stream, pool) = (b.addr, b.size, b.stream, b.pool);
-        self.pools[pool_index(pool)].free.remove(&b.free_key(idx));
+        self.pools[b.set()].free.remove(&b.free_key(idx));
         self.blocks.remove(idx);
         self.device.free_segment(addr, size);
         self.stats.num_device_free += 1;
@@ -29,12 +29,15 @@ impl<D: Device, S: Sink> Engine<D, S> {
     }
 
     /// Completes pending frees, frees every whole free segment (large pool first) and unmaps
-    /// the whole free pages of expandable segments. Emits `CacheRelease { cause }`.
+    /// the whole free pages of expandable segments, in the default pools and then in each
+    /// freeable private pool. Emits `CacheRelease { cause }`.
     pub(crate) fn release_cached_blocks(&mut self, cause: ReleaseCause) -> Released {
         self.synchronize_and_free_events();
         let mut released = Released::default();
-        for pool in [Pool::Large, Pool::Small] {
-            let keys: Vec<_> = self.pools[pool_index(pool)].free.iter().collect();
+        let freeable = self.private.iter().enumerate().filter(|(_, p)| p.freeable).map(|(i, _)| i as u32 + 1);
+        let owners: Vec<u32> = std::iter::once(0).chain(freeable).collect();
+        for set in owners.into_iter().flat_map(|o| [set_index(o, Pool::Large), set_index(o, Pool::Small)]) {
+            let keys: Vec<_> = self.pools[set].free.iter().collect();
             let mut to_unmap = Vec::new();
             for (_, _, _, idx) in keys {
                 let b = &self.blocks[idx];
@@ -61,12 +64,12 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// max_split_size only: free the smallest whole oversize block of this stream that covers
     /// `max(rounded, max_split_size)`, else oversize blocks from the largest down until that
     /// much is freed. True when enough was freed.
-    pub(crate) fn release_available_cached_blocks(&mut self, pool: Pool, stream: u64, rounded: u64) -> bool {
+    pub(crate) fn release_available_cached_blocks(&mut self, set: usize, stream: u64, rounded: u64) -> bool {
         let Some(msplit) = self.config.max_split_size else {
             return false;
         };
         let key_size = rounded.max(msplit);
-        let sets = &self.pools[pool_index(pool)];
+        let sets = &self.pools[set];
         let hit = sets.free.at_least(stream, key_size).next();
         let single = hit.filter(|k| k.0 == stream && !self.blocks[k.3].is_expandable());
         let mut released = Released::default();
@@ -163,7 +166,8 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// as a free mapped block. Returns the bytes unmapped.
     fn unmap_block(&mut self, idx: u32) -> u64 {
         let b = &self.blocks[idx];
-        let (addr, size, stream, pool, seg) = (b.addr, b.size, b.stream, b.pool, b.expandable);
+        let (addr, size, stream, pool, owner, set, seg) =
+            (b.addr, b.size, b.stream, b.pool, b.owner, b.set(), b.expandable);
         let Some(es) = self.expandables[seg as usize] else {
             return 0;
         };
@@ -173,11 +177,11 @@ impl<D: Device, S: Sink> Engine<D, S> {
         if begin >= end {
             return 0;
         }
-        let sets = &mut self.pools[pool_index(pool)];
+        let sets = &mut self.pools[set];
         sets.free.remove(&b.free_key(idx));
         let gc_calls = sets.gc_calls;
         if begin > addr {
-            let mut head = Block::new(addr, begin - addr, stream, pool, State::Free);
+            let mut head = Block::new(addr, begin - addr, stream, pool, owner, State::Free);
             head.expandable = seg;
             head.prev = self.blocks[idx].prev;
             head.next = idx;
@@ -189,10 +193,10 @@ impl<D: Device, S: Sink> Engine<D, S> {
             }
             self.blocks[idx].prev = h;
             let key = self.blocks[h].free_key(h);
-            self.pools[pool_index(pool)].free.insert(key);
+            self.pools[set].free.insert(key);
         }
         if end < addr + size {
-            let mut tail = Block::new(end, addr + size - end, stream, pool, State::Free);
+            let mut tail = Block::new(end, addr + size - end, stream, pool, owner, State::Free);
             tail.expandable = seg;
             tail.prev = idx;
             tail.next = self.blocks[idx].next;
@@ -204,7 +208,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
             }
             self.blocks[idx].next = t;
             let key = self.blocks[t].free_key(t);
-            self.pools[pool_index(pool)].free.insert(key);
+            self.pools[set].free.insert(key);
         }
         let bytes = end - begin;
         {
@@ -218,7 +222,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         self.try_merge_blocks(idx, prev);
         self.try_merge_blocks(idx, next);
         let b = &self.blocks[idx];
-        self.pools[pool_index(pool)].unmapped.insert((stream, b.addr, idx));
+        self.pools[set].unmapped.insert((stream, b.addr, idx));
         self.stats.reserved_bytes.decrease(pool, bytes);
         self.stats.num_device_free += 1;
         self.sink.event(Event::SegmentUnmap { addr: begin, bytes, stream, pool });
@@ -231,9 +235,9 @@ impl<D: Device, S: Sink> Engine<D, S> {
         if b.state != State::Unmapped || b.is_split() {
             return;
         }
-        let (stream, addr, pool, seg) = (b.stream, b.addr, b.pool, b.expandable);
+        let (stream, addr, set, seg) = (b.stream, b.addr, b.set(), b.expandable);
         if let Some(es) = self.expandables[seg as usize].take() {
-            self.pools[pool_index(pool)].unmapped.remove(&(stream, addr, idx));
+            self.pools[set].unmapped.remove(&(stream, addr, idx));
             self.blocks.remove(idx);
             self.device.release_address_space(es.base, es.bytes);
         }

@@ -8,7 +8,7 @@
 
 use crate::device::SimDevice;
 use crate::engine::Engine;
-use crate::trace::{Event, ReleaseCause, TraceEnd, TraceError, TraceReader};
+use crate::trace::{Event, Observed, RecordedPools, ReleaseCause, TraceEnd, TraceError, TraceReader};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -84,12 +84,20 @@ pub fn check_segments(path: &Path) -> Result<SegmentCheck, TraceError> {
     let mut addrs: HashMap<u64, u64> = HashMap::new();
     let (mut events, mut allocs, mut free_errors) = (0u64, 0u64, 0u64);
     let mut replayed = Vec::new();
+    let mut pools = RecordedPools::default();
     for rec in r.by_ref() {
         events += 1;
+        if let Observed::PoolReleased(pool_id) = pools.observe(&rec.event) {
+            engine.set_pool_freeable(pool_id);
+        }
         match rec.event {
             Event::Alloc { addr, requested_bytes, stream, callsite, .. } => {
                 allocs += 1;
-                if let Ok(a) = engine.malloc(requested_bytes, stream, callsite) {
+                let served = match pools.pool_of(addr) {
+                    Some(pool_id) => engine.malloc_in(pool_id, requested_bytes, stream, callsite),
+                    None => engine.malloc(requested_bytes, stream, callsite),
+                };
+                if let Ok(a) = served {
                     addrs.insert(addr, a.addr);
                 }
             }

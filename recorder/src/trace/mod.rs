@@ -96,9 +96,11 @@ mod decode;
 mod encode;
 mod event;
 mod header;
+mod pools;
 
 pub use event::*;
 pub use header::*;
+pub use pools::{Observed, RecordedPools};
 
 use bincode::config::{self, Configuration, Limit, LittleEndian, Varint};
 use bincode::{Decode, Encode};
