@@ -430,14 +430,20 @@ model's weights and buffers), which the program needs",
         }
     }
     if let Some(e) = &empty_cache_calls {
-        if !e.without_fails && e.device_calls_without < e.device_calls_with {
+        if e.keeps_memory_down() {
+            not_advised.push(format!(
+                "removing the torch.cuda.empty_cache() calls: {}. They keep the memory held down, at the cost of device \
+calls; the trace cannot tell whether they are the program's or PyTorch's own (torch.cuda.graph calls it before each \
+capture)",
+                e.text()
+            ));
+        } else if !e.without_fails && e.device_calls_without < e.device_calls_with {
             advice.push(Advice {
                 kind: "code",
                 setting: None,
-                text:
-                    "remove the torch.cuda.empty_cache() calls from the loop (and the gc.collect() beside them): the \
-allocator reuses its cached segments without them"
-                        .into(),
+                text: "remove the torch.cuda.empty_cache() calls (and the gc.collect() beside them): the allocator \
+reuses its cached segments without them"
+                    .into(),
                 evidence: e.text(),
             });
         }

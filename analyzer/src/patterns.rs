@@ -38,7 +38,17 @@ pub struct EmptyCacheCalls {
     pub with_fails: bool,
 }
 
+/// Removing the calls is not advised when the run without them holds more than this share of
+/// memory more at its peak: then the calls trade device calls for memory, which the program may
+/// want (another process sharing the GPU), and the trade is the user's.
+pub const EMPTY_CACHE_PEAK_GROWTH: f64 = 0.05;
+
 impl EmptyCacheCalls {
+    /// Without the calls, peak reserved grows by more than [`EMPTY_CACHE_PEAK_GROWTH`].
+    pub fn keeps_memory_down(&self) -> bool {
+        self.peak_reserved_without as f64 > self.peak_reserved_with as f64 * (1.0 + EMPTY_CACHE_PEAK_GROWTH)
+    }
+
     pub fn text(&self) -> String {
         let saved = self.device_calls_with.saturating_sub(self.device_calls_without);
         format!(
@@ -136,7 +146,8 @@ at event {} ({}), while {} was live and {} reserved; held over the trace: {}{}",
 }
 
 /// Follows the held-back bytes (`None` when the program allocates on one stream only, or when
-/// they never reach [`MIN_HELD_SHARE`] of reserved).
+/// they do not reach [`MIN_HELD_SHARE`] of reserved both at their peak and when reserved memory
+/// peaks).
 pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
     let mut streams: Vec<u64> = Vec::new();
     let mut stream_names = crate::streams::StreamNames::default();
@@ -156,6 +167,8 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
     let mut size: HashMap<u64, (u64, u64)> = HashMap::new(); // id -> (stream, bytes)
     let mut held: HashMap<u64, (u64, u64)> = HashMap::new();
     let (mut held_bytes, mut live, mut reserved) = (0u64, 0u64, 0u64);
+    // Held bytes when reserved memory reached its peak: what the holding cost in capacity.
+    let (mut peak_reserved, mut held_at_peak_reserved) = (0u64, 0u64);
     let mut best: Option<HeldForStreams> = None;
     let mut series: Vec<(u64, u64)> = Vec::new();
     trace.scan(|i, r| {
@@ -179,7 +192,13 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
                 }
                 size.remove(&id);
             }
-            Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => reserved += bytes,
+            Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
+                reserved += bytes;
+                if reserved > peak_reserved {
+                    peak_reserved = reserved;
+                    held_at_peak_reserved = held_bytes;
+                }
+            }
             Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
                 reserved = reserved.saturating_sub(bytes)
             }
@@ -204,8 +223,13 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
             });
         }
     })?;
+    // Named only where the held bytes were a share of memory both at their own peak and when
+    // reserved memory peaked: a moment's holding that the program's peak did not need costs
+    // nothing (CUDA graph captures defer frees this way too).
     let Some(mut best) = best.filter(|b| {
-        b.reserved_at_peak_bytes > 0 && b.peak_held_bytes as f64 >= MIN_HELD_SHARE * b.reserved_at_peak_bytes as f64
+        b.reserved_at_peak_bytes > 0
+            && b.peak_held_bytes as f64 >= MIN_HELD_SHARE * b.reserved_at_peak_bytes as f64
+            && held_at_peak_reserved as f64 >= MIN_HELD_SHARE * peak_reserved as f64
     }) else {
         return Ok(None);
     };
