@@ -19,7 +19,7 @@ use anyhow::{Context, Result};
 use recorder::device::SimDevice;
 use recorder::engine::config::AllocatorConfig;
 use recorder::engine::{Engine, NullSink, Sink, Stats};
-use recorder::trace::{Event, Header, Observed, Record, RecordedPools, ReleaseCause, Source, TraceWriter};
+use recorder::trace::{Event, Header, Record, RecordedPools, ReleaseCause, Source, TraceWriter};
 use serde::Serialize;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -417,17 +417,11 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             return;
         }
         let engine = &mut self.engine;
-        if let Observed::PoolReleased(pool_id) = self.pools.observe(&r.event) {
-            engine.set_pool_freeable(pool_id);
-        }
+        self.pools.follow(&r.event, engine);
         match &r.event {
             Event::Alloc { id, addr, requested_bytes, stream, callsite, .. } => {
                 self.requests += 1;
-                let served = match self.pools.pool_of(*addr) {
-                    Some(pool_id) => engine.malloc_in(pool_id, *requested_bytes, *stream, *callsite),
-                    None => engine.malloc(*requested_bytes, *stream, *callsite),
-                };
-                match served {
+                match self.pools.malloc(engine, *addr, *requested_bytes, *stream, *callsite) {
                     Ok(a) => {
                         self.live.insert(*id, a.addr);
                         let st = engine.stats();

@@ -137,7 +137,7 @@ fn every_block_comes_from_a_segment_of_its_pool() {
             }
             let events: Vec<Event> = e.sink_mut().drain(..).collect();
             for ev in &events {
-                if let Observed::PoolReleased(p) = seen.observe(ev) {
+                if let Observed::PoolFreeable(p) | Observed::PoolEmptied(p) = seen.observe(ev) {
                     // Only a freeable pool's segments are released.
                     assert!(e.private_pools().any(|(id, freeable)| id == p && freeable), "{conf}: step {step}");
                 }

@@ -241,6 +241,8 @@ struct SegmentInfo<'a> {
     stream: u64,
     pool: Pool,
     expandable: bool,
+    /// `segment_pool_id`: `[0, 0]` for the default pools, else a CUDA graph's or a MemPool's.
+    pool_id: [u64; 2],
     blocks: Vec<BlockInfo<'a>>,
 }
 
@@ -563,6 +565,10 @@ impl<'a> Snapshot<'a> {
                 stream: pk.get(s, "stream").map(|v| int_u64(pk, v)).unwrap_or(0),
                 pool,
                 expandable: pk.get(s, "is_expandable").and_then(|v| pk.int(v)).unwrap_or(0) != 0,
+                pool_id: match pk.get(s, "segment_pool_id").and_then(|v| pk.seq(v)) {
+                    Some(&[a, b]) => [int_u64(pk, a), int_u64(pk, b)],
+                    _ => [0, 0],
+                },
                 blocks: Vec::new(),
             };
             let blocks = pk.get(s, "blocks").unwrap_or(Value::None);
@@ -604,6 +610,27 @@ impl<'a> Snapshot<'a> {
         }
         Ok(())
     }
+}
+
+/// The snapshot's final `cudaMalloc` segments of private pools, with the index of the trace
+/// entry that allocated each (the last `segment_alloc` at its address), if the trace has it.
+fn private_segments(snap: &Snapshot<'_>) -> FxMap<u64, ([u64; 2], Option<usize>)> {
+    let mut out: FxMap<u64, ([u64; 2], Option<usize>)> = snap
+        .segments
+        .iter()
+        .filter(|s| s.pool_id != [0, 0] && !s.expandable)
+        .map(|s| (s.addr, (s.pool_id, None)))
+        .collect();
+    if !out.is_empty() {
+        for (i, e) in snap.entries.iter().enumerate() {
+            if e.action == Action::SegmentAlloc {
+                if let Some(p) = out.get_mut(&e.addr) {
+                    p.1 = Some(i);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Integers that do not fit in `u64` (negative, wider) map to 0; snapshot fields never are.
@@ -744,6 +771,10 @@ struct Importer<'p, 'a> {
     allocated_bytes: u64,
     reserved_bytes: u64,
     segment_pool: FxMap<u64, Pool>,
+    /// The final segments of private pools (CUDA graphs, MemPools), `cudaMalloc`ed ones: address
+    /// -> pool id, and the index of the trace entry that allocated each (none: before the trace).
+    /// The snapshot names a segment's pool only for the segments it holds at its end.
+    private_at_end: FxMap<u64, ([u64; 2], Option<usize>)>,
     /// Expandable ranges: from the final segments, then every mapped range of the trace.
     expandable: RangeSet,
 }
@@ -904,6 +935,7 @@ impl<'p, 'a> Importer<'p, 'a> {
             allocated_bytes: 0,
             reserved_bytes: 0,
             segment_pool: FxMap::default(),
+            private_at_end: private_segments(snap),
             expandable,
         }
     }
@@ -1122,6 +1154,11 @@ impl<'p, 'a> Importer<'p, 'a> {
                 Event::SegmentAlloc { addr, bytes, stream: r.stream, pool: r.pool }
             };
             self.push(0, ev);
+            if let Some(&(pool_id, None)) = self.private_at_end.get(&addr) {
+                if !r.expandable && !r.from_trace {
+                    self.push(0, Event::SegmentPool { addr, pool_id });
+                }
+            }
         }
         for b in start.blocks {
             let (stream, pool) = match reserved.containing(b.addr) {
@@ -1199,6 +1236,13 @@ impl<'p, 'a> Importer<'p, 'a> {
                 burst.peak_before = peak_reserved;
             }
             self.entry(e, t);
+            if e.action == Action::SegmentAlloc && !self.private_at_end.is_empty() {
+                if let Some(&(pool_id, Some(at))) = self.private_at_end.get(&e.addr) {
+                    if at == i {
+                        self.push(t, Event::SegmentPool { addr: e.addr, pool_id });
+                    }
+                }
+            }
             peak_reserved = peak_reserved.max(self.reserved_bytes);
             match e.action {
                 Action::FreeCompleted

@@ -28,15 +28,46 @@ impl<D: Device, S: Sink> Engine<D, S> {
         size
     }
 
-    /// Completes pending frees, frees every whole free segment (large pool first) and unmaps
-    /// the whole free pages of expandable segments, in the default pools and then in each
-    /// freeable private pool. Emits `CacheRelease { cause }`.
+    /// Completes pending frees, frees every whole free segment and unmaps the whole free pages
+    /// of expandable segments: in the default pools (large, then small), then in each freeable
+    /// private pool (small, then large), in PyTorch's order. Emits `CacheRelease { cause }`.
     pub(crate) fn release_cached_blocks(&mut self, cause: ReleaseCause) -> Released {
         self.synchronize_and_free_events();
-        let mut released = Released::default();
         let freeable = self.private.iter().enumerate().filter(|(_, p)| p.freeable).map(|(i, _)| i as u32 + 1);
-        let owners: Vec<u32> = std::iter::once(0).chain(freeable).collect();
-        for set in owners.into_iter().flat_map(|o| [set_index(o, Pool::Large), set_index(o, Pool::Small)]) {
+        let private: Vec<usize> =
+            freeable.flat_map(|o| [set_index(o, Pool::Small), set_index(o, Pool::Large)]).collect();
+        let mut sets = vec![set_index(0, Pool::Large), set_index(0, Pool::Small)];
+        sets.extend(private);
+        let released = self.release_sets(&sets);
+        self.sink.event(Event::CacheRelease { cause, bytes: released.bytes, segments: released.segments });
+        released
+    }
+
+    /// Releases the private pool `pool_id` alone, as PyTorch's `emptyCache(mempool_id)` does when
+    /// a `torch.cuda.MemPool` is deleted: the pool becomes freeable and its whole free segments
+    /// (small, then large) go back to the device. Its pending frees are not waited for. Emits
+    /// `CacheRelease { EmptyCache }` when anything was released.
+    pub fn release_pool(&mut self, pool_id: [u64; 2]) -> Released {
+        let Some(i) = self.private.iter().position(|p| p.id == pool_id) else {
+            return Released::default();
+        };
+        self.private[i].freeable = true;
+        let owner = i as u32 + 1;
+        let released = self.release_sets(&[set_index(owner, Pool::Small), set_index(owner, Pool::Large)]);
+        if released.segments > 0 {
+            self.sink.event(Event::CacheRelease {
+                cause: ReleaseCause::EmptyCache,
+                bytes: released.bytes,
+                segments: released.segments,
+            });
+        }
+        released
+    }
+
+    /// `release_blocks` of each of these free sets, in order.
+    fn release_sets(&mut self, sets: &[usize]) -> Released {
+        let mut released = Released::default();
+        for &set in sets {
             let keys: Vec<_> = self.pools[set].free.iter().collect();
             let mut to_unmap = Vec::new();
             for (_, _, _, idx) in keys {
@@ -57,7 +88,6 @@ impl<D: Device, S: Sink> Engine<D, S> {
                 self.release_expandable_segment(idx);
             }
         }
-        self.sink.event(Event::CacheRelease { cause, bytes: released.bytes, segments: released.segments });
         released
     }
 

@@ -8,7 +8,7 @@
 
 use crate::device::SimDevice;
 use crate::engine::Engine;
-use crate::trace::{Event, Observed, RecordedPools, ReleaseCause, TraceEnd, TraceError, TraceReader};
+use crate::trace::{Event, RecordedPools, ReleaseCause, TraceEnd, TraceError, TraceReader};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -87,17 +87,11 @@ pub fn check_segments(path: &Path) -> Result<SegmentCheck, TraceError> {
     let mut pools = RecordedPools::default();
     for rec in r.by_ref() {
         events += 1;
-        if let Observed::PoolReleased(pool_id) = pools.observe(&rec.event) {
-            engine.set_pool_freeable(pool_id);
-        }
+        pools.follow(&rec.event, &mut engine);
         match rec.event {
             Event::Alloc { addr, requested_bytes, stream, callsite, .. } => {
                 allocs += 1;
-                let served = match pools.pool_of(addr) {
-                    Some(pool_id) => engine.malloc_in(pool_id, requested_bytes, stream, callsite),
-                    None => engine.malloc(requested_bytes, stream, callsite),
-                };
-                if let Ok(a) = served {
+                if let Ok(a) = pools.malloc(&mut engine, addr, requested_bytes, stream, callsite) {
                     addrs.insert(addr, a.addr);
                 }
             }

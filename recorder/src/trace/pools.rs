@@ -8,15 +8,26 @@
 //! captures (`torch.cuda.graph`, `torch.compile(mode="reduce-overhead")`) and
 //! `torch.cuda.use_mem_pool` then replay as they ran.
 //!
-//! A private segment freed in the recording shows that nothing used its pool any more when the
-//! cache was released: [`Observed::PoolReleased`] tells the replay to mark the pool freeable
-//! ([`Engine::set_pool_freeable`]). When the pool became unused (its graph deleted) before that
-//! release, the trace does not say.
+//! A private segment freed in the recording shows that nothing used its pool any more. PyTorch
+//! frees such segments in two ways, and the run of segment frees around it tells which:
+//! - a cache release (`empty_cache()`, the OOM path) frees the default pools' whole segments
+//!   first, then those of every freeable private pool: a private segment freed after a default
+//!   one in the same run is [`Observed::PoolFreeable`], and the replay marks the pool freeable
+//!   ([`Engine::set_pool_freeable`]) for the cache release that ends the run;
+//! - deleting a `torch.cuda.MemPool` empties that pool alone, at once: a private segment freed
+//!   with no default segment before it in the run is [`Observed::PoolEmptied`], and the replay
+//!   releases that pool there ([`Engine::release_pool`]).
+//!
+//! When a pool became unused (its graph deleted) before the release that freed its segments,
+//! the trace does not say: a replay that releases the cache earlier keeps the pool's segments.
 //!
 //! [`Engine::malloc_in`]: crate::engine::Engine::malloc_in
 //! [`Engine::set_pool_freeable`]: crate::engine::Engine::set_pool_freeable
+//! [`Engine::release_pool`]: crate::engine::Engine::release_pool
 
 use super::Event;
+use crate::device::Device;
+use crate::engine::{Allocation, Engine, OutOfMemory, Sink};
 use std::collections::BTreeMap;
 
 /// The private segments of the recording, live at the point the replay has read to.
@@ -26,20 +37,28 @@ pub struct RecordedPools {
     segments: BTreeMap<u64, (u64, [u64; 2])>,
     /// The last segment allocated or mapped (start, bytes): a `segment_pool` names its pool.
     last_segment: Option<(u64, u64)>,
+    /// A default-pool segment was freed in the current run of segment frees.
+    default_freed: bool,
 }
 
 /// What [`RecordedPools::observe`] learned from a record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Observed {
     Nothing,
-    /// A segment of this private pool was given back to the device in the recording.
-    PoolReleased([u64; 2]),
+    /// A segment of this private pool was given back by a cache release of the whole cache:
+    /// nothing used the pool any more.
+    PoolFreeable([u64; 2]),
+    /// A segment of this private pool was given back by a release of that pool alone.
+    PoolEmptied([u64; 2]),
 }
 
 impl RecordedPools {
     /// Follows the recording's segments; call it for every record, in order.
     #[inline]
     pub fn observe(&mut self, event: &Event) -> Observed {
+        if !matches!(event, Event::SegmentFree { .. } | Event::SegmentUnmap { .. }) {
+            self.default_freed = false;
+        }
         match *event {
             Event::SegmentAlloc { addr, bytes, .. } | Event::SegmentMap { addr, bytes, .. } => {
                 // Whatever the recording had at these addresses before is gone.
@@ -55,21 +74,55 @@ impl RecordedPools {
                     }
                 }
             }
-            Event::SegmentFree { addr, .. } if !self.segments.is_empty() => {
-                if let Some((_, pool_id)) = self.segments.remove(&addr) {
-                    return Observed::PoolReleased(pool_id);
-                }
-            }
+            Event::SegmentFree { addr, .. } => match self.segments.remove(&addr) {
+                Some((_, pool_id)) => return self.released(pool_id),
+                None => self.default_freed = true,
+            },
             // Pages of an expandable segment: the rest of the segment (and its address range,
             // which a later mapping of the same pool reuses) stays the pool's.
-            Event::SegmentUnmap { addr, .. } => {
-                if let Some(pool_id) = self.pool_of(addr) {
-                    return Observed::PoolReleased(pool_id);
-                }
-            }
+            Event::SegmentUnmap { addr, .. } => match self.pool_of(addr) {
+                Some(pool_id) => return self.released(pool_id),
+                None => self.default_freed = true,
+            },
             _ => {}
         }
         Observed::Nothing
+    }
+
+    /// [`RecordedPools::observe`], and what it learned applied to the replaying engine.
+    #[inline]
+    pub fn follow<D: Device, S: Sink>(&mut self, event: &Event, engine: &mut Engine<D, S>) {
+        match self.observe(event) {
+            Observed::Nothing => {}
+            Observed::PoolFreeable(pool_id) => engine.set_pool_freeable(pool_id),
+            Observed::PoolEmptied(pool_id) => {
+                engine.release_pool(pool_id);
+            }
+        }
+    }
+
+    /// Replays the recorded allocation at `addr`: in the pool it was served from.
+    #[inline]
+    pub fn malloc<D: Device, S: Sink>(
+        &self,
+        engine: &mut Engine<D, S>,
+        addr: u64,
+        requested_bytes: u64,
+        stream: u64,
+        callsite: u32,
+    ) -> Result<Allocation, OutOfMemory> {
+        match self.pool_of(addr) {
+            Some(pool_id) => engine.malloc_in(pool_id, requested_bytes, stream, callsite),
+            None => engine.malloc(requested_bytes, stream, callsite),
+        }
+    }
+
+    fn released(&self, pool_id: [u64; 2]) -> Observed {
+        if self.default_freed {
+            Observed::PoolFreeable(pool_id)
+        } else {
+            Observed::PoolEmptied(pool_id)
+        }
     }
 
     /// The private pool of a recorded allocation at `addr`; `None` for the default pools.
@@ -126,7 +179,7 @@ mod tests {
         assert_eq!(p.pool_of(0x4200), None);
         assert_eq!(p.pool_of(0x3fff), None);
         let free = Event::SegmentFree { addr: 0x4000, bytes: 0x200, stream: 0, pool: Pool::Large };
-        assert_eq!(p.observe(&free), Observed::PoolReleased([1, 0]));
+        assert_eq!(p.observe(&free), Observed::PoolEmptied([1, 0]));
         assert_eq!(p.pool_of(0x4000), None);
         let free_default = Event::SegmentFree { addr: 0x1000, bytes: 0x100, stream: 0, pool: Pool::Large };
         assert_eq!(p.observe(&free_default), Observed::Nothing);
@@ -150,7 +203,7 @@ mod tests {
         p.observe(&map(0x10_000, 0x4_000));
         p.observe(&Event::SegmentPool { addr: 0x10_000, pool_id: [1, 0] });
         let unmap = Event::SegmentUnmap { addr: 0x11_000, bytes: 0x1_000, stream: 0, pool: Pool::Large };
-        assert_eq!(p.observe(&unmap), Observed::PoolReleased([1, 0]));
+        assert_eq!(p.observe(&unmap), Observed::PoolEmptied([1, 0]));
         p.observe(&map(0x11_000, 0x1_000));
         p.observe(&Event::SegmentPool { addr: 0x11_000, pool_id: [1, 0] });
         for a in [0x10_000, 0x11_000, 0x12_000, 0x13_fff] {

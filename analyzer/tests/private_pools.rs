@@ -1,0 +1,79 @@
+//! CUDA graphs and MemPools, from one real job on an H100 (`fixtures/pools/`, see its README):
+//! a recorded trace and PyTorch's own snapshot replay to the segment events the run made and to
+//! the peaks PyTorch's counters reported, because each request is served from the private pool
+//! the recording shows it came from.
+
+use analyzer::import::{import_file, ImportOptions};
+use analyzer::replay::{replay_file, ReplayOptions};
+use recorder::recorder::replay::check_segments;
+use recorder::trace::{Event, Record, TraceReader, TraceWriter};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn repo(rel: &str) -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join(rel)
+}
+
+/// PyTorch's `max_memory_reserved()` and `max_memory_allocated()`, as the run printed them.
+fn torch_peaks(run_output: &Path) -> (u64, u64) {
+    let text = std::fs::read_to_string(run_output).unwrap();
+    let line = text.lines().find(|l| l.starts_with("torch:")).expect("the counters line");
+    let field = |name: &str| -> u64 {
+        let mut words = line.split_whitespace();
+        words.find(|w| *w == name).and_then(|_| words.next()).and_then(|v| v.parse().ok()).unwrap()
+    };
+    (field("max_memory_reserved"), field("max_memory_allocated"))
+}
+
+fn pool_ids(records: impl IntoIterator<Item = Record>) -> BTreeSet<[u64; 2]> {
+    records
+        .into_iter()
+        .filter_map(|r| if let Event::SegmentPool { pool_id, .. } = r.event { Some(pool_id) } else { None })
+        .collect()
+}
+
+/// The job's pools: torch.cuda.graph's (1, 0), shared by a second graph; a MemPool (0, 1);
+/// torch.compile's graph trees (0, 2).
+fn the_jobs_pools() -> BTreeSet<[u64; 2]> {
+    [[0, 1], [0, 2], [1, 0]].into_iter().collect()
+}
+
+fn assert_replays_exactly(path: &Path, run_output: &Path) {
+    let c = check_segments(path).unwrap();
+    assert!(c.same(), "{}: first difference at {:?}", path.display(), c.first_difference());
+    assert_eq!(c.replay_free_errors, 0);
+    let r = replay_file(path, &ReplayOptions::default()).unwrap();
+    assert_eq!((r.peak_reserved_bytes, r.peak_allocated_bytes), torch_peaks(run_output), "{}", path.display());
+}
+
+#[test]
+fn a_recorded_graph_job_replays_to_its_segments_and_pytorchs_peaks() {
+    let trace = repo("traces/recorded_graph_pools.atrace");
+    assert_eq!(pool_ids(TraceReader::open(&trace).unwrap()), the_jobs_pools());
+    assert_replays_exactly(&trace, &repo("analyzer/tests/fixtures/pools/graph_pools.recorded_run.txt"));
+}
+
+#[test]
+fn a_snapshot_taken_while_the_graphs_live_names_their_pools_and_replays_exactly() {
+    let im =
+        import_file(&repo("analyzer/tests/fixtures/pools/graph_pools.live.pickle"), &ImportOptions::default()).unwrap();
+    assert_eq!(pool_ids(im.records.iter().cloned()), the_jobs_pools());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("live.atrace");
+    let mut w = TraceWriter::create(&path, &im.header).unwrap();
+    for r in &im.records {
+        w.write(r).unwrap();
+    }
+    w.finish().unwrap();
+    assert_replays_exactly(&path, &repo("analyzer/tests/fixtures/pools/graph_pools.snapshot_run.txt"));
+}
+
+/// A snapshot names the pools of the segments it holds at its end only. Taken after the graphs
+/// and the MemPool were deleted and the cache emptied, it names none of the job's private pools
+/// (the one it names, torch.compile's, still lives), and its replay cannot follow the graphs.
+#[test]
+fn a_snapshot_taken_after_the_pools_were_released_names_only_the_live_ones() {
+    let im = import_file(&repo("analyzer/tests/fixtures/pools/graph_pools.pickle"), &ImportOptions::default()).unwrap();
+    let named = pool_ids(im.records.iter().cloned());
+    assert!(named.is_subset(&the_jobs_pools()) && named.len() < 3, "{named:?}");
+}
