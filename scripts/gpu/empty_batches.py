@@ -20,9 +20,17 @@ if late > 0:
 else:
     print(f"{label}: started {-late:.1f} s after START_AT", file=sys.stderr)
 out = []
+cpu0, wall0 = time.process_time(), time.perf_counter()
 for _ in range(batches):
     t = time.perf_counter_ns()
     for _ in range(2000):
         x = torch.empty(4096, dtype=torch.uint8, device="cuda")
     out.append((time.perf_counter_ns() - t) / 2000)
+cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+try:
+    history = len(torch.cuda.memory._snapshot()["device_traces"][0]) > 0
+except Exception:
+    history = None
+print(f"{label}: process CPU {cpu / wall:.2f} cores over {wall:.1f} s; PyTorch history kept: {history}",
+      file=sys.stderr)
 print(label, " ".join(f"{v:.1f}" for v in out))
