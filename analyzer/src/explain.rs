@@ -48,6 +48,10 @@ pub struct Figures {
     pub live_requested_bytes: u64,
     pub reserved_bytes: u64,
     pub reserved_unallocated_bytes: u64,
+    /// Reserved bytes in private pools (CUDA graphs, MemPools), which serve only their own
+    /// pool's requests; absent when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub private_pool_bytes: u64,
     pub largest_free_bytes: u64,
     /// Whole free segments (what `empty_cache()` gives back).
     pub releasable_bytes: u64,
@@ -306,6 +310,7 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
         live_requested_bytes: lm.requested_bytes,
         reserved_bytes: lm.reserved_bytes,
         reserved_unallocated_bytes: lm.reserved_bytes - lm.allocated_bytes.min(lm.reserved_bytes),
+        private_pool_bytes: cap.held.segments.iter().filter(|s| s.pool_id != [0, 0]).map(|s| s.bytes).sum(),
         largest_free_bytes: lm.largest_free_bytes,
         releasable_bytes: lm.releasable_bytes,
         headroom_bytes: capacity.map(|c| c.saturating_sub(lm.reserved_bytes)),
@@ -493,6 +498,10 @@ the consuming stream allocate the tensors it uses, instead of record_stream on t
     })
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// The share of the live bytes that growth over the run accounts for.
 fn growth_share(g: &Growth, allocated: u64) -> f64 {
     let total = g.per_iteration_bytes.max(0.0) * g.live_bytes.len().saturating_sub(1) as f64;
@@ -516,6 +525,13 @@ unallocated ({:.1}%), the largest free block being {}",
             100.0 * lm.reserved_vs_allocated(),
             b(f.largest_free_bytes)
         );
+        if f.private_pool_bytes > 0 {
+            reason.push_str(&format!(
+                "; {} of the reserved memory is in private pools (CUDA graphs, MemPools), which serve only their own \
+pool's requests",
+                b(f.private_pool_bytes)
+            ));
+        }
         if let Some(g) = growth.filter(|g| g.per_iteration_bytes > 0.0 && !g.sites.is_empty()) {
             reason.push_str(&format!(
                 "; live bytes grow by {} per iteration ({})",

@@ -78,7 +78,8 @@ pub struct LayoutMeasures {
     /// Rounding slack inside allocated blocks (internal fragmentation).
     pub internal_bytes: u64,
     pub largest_free_bytes: u64,
-    /// Segments with no allocated or pending block: what `empty_cache()` would give back.
+    /// Segments of the default pools with no allocated or pending block: what `empty_cache()`
+    /// would give back.
     pub releasable_bytes: u64,
     /// The segment being folded by [`LayoutMeasures::add`]: its bytes, and whether a block is busy.
     #[serde(skip)]
@@ -126,6 +127,9 @@ impl LayoutMeasures {
         *bytes += b.bytes;
         self.reserved_bytes += b.bytes;
         self.blocks += 1;
+        // A private pool's wholly free segment stays while its graph or MemPool lives: not
+        // something `empty_cache()` gives back.
+        *busy |= b.in_private_pool;
         if b.allocated {
             *busy = true;
             self.allocated_bytes += b.bytes;
@@ -216,12 +220,19 @@ pub struct SegmentMap {
     pub addr: u64,
     pub bytes: u64,
     pub pool: Pool,
+    /// The private pool (CUDA graph, MemPool) the segment belongs to; absent for the default.
+    #[serde(skip_serializing_if = "is_default_pool")]
+    pub pool_id: [u64; 2],
     pub stream: u64,
     pub is_expandable: bool,
     pub allocated_bytes: u64,
     pub free_bytes: u64,
     pub largest_free_bytes: u64,
     pub blocks: Vec<BlockRun>,
+}
+
+fn is_default_pool(id: &[u64; 2]) -> bool {
+    *id == [0, 0]
 }
 
 impl SegmentMap {
@@ -248,6 +259,7 @@ impl SegmentMap {
             addr: s.addr,
             bytes: s.bytes,
             pool: s.pool,
+            pool_id: s.pool_id,
             stream: s.stream,
             is_expandable: s.is_expandable,
             allocated_bytes: allocated,
@@ -567,7 +579,14 @@ mod tests {
         let blocks: Vec<BlockView> = blocks
             .iter()
             .map(|&(bytes, allocated, requested)| {
-                let b = BlockView { addr: a, bytes, allocated, requested_bytes: requested, pending_free: false };
+                let b = BlockView {
+                    addr: a,
+                    bytes,
+                    allocated,
+                    requested_bytes: requested,
+                    pending_free: false,
+                    in_private_pool: false,
+                };
                 a += bytes;
                 b
             })
@@ -576,6 +595,7 @@ mod tests {
             addr,
             bytes: blocks.iter().map(|b| b.bytes).sum(),
             pool: Pool::Large,
+            pool_id: [0, 0],
             stream: 0,
             is_expandable: false,
             blocks,

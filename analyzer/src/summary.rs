@@ -1,7 +1,7 @@
 //! `summary`: a streaming fold over a trace's events: counts by kind, duration, OOMs, device
 //! calls, and the peaks of reserved, requested and allocated bytes with when they happened.
 
-use recorder::trace::{Event, Record, EVENT_KIND_NAMES, NUM_EVENT_KINDS};
+use recorder::trace::{Event, Observed, Record, RecordedPools, EVENT_KIND_NAMES, NUM_EVENT_KINDS};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -42,6 +42,27 @@ pub struct SummaryFold {
     peak_allocated: Peak,
     dropped_events: u64,
     anomalies: u64,
+    /// The recording's private pools (CUDA graphs, MemPools) and the bytes their segments hold.
+    pools: RecordedPools,
+    pool_ids: Vec<[u64; 2]>,
+    private_reserved: u64,
+    private_at_peak_reserved: u64,
+    peak_private: Peak,
+    /// Bytes of the last segment allocated or mapped (a `segment_pool` may name its pool).
+    last_segment_bytes: u64,
+}
+
+/// Memory in private pools: a CUDA graph's (`torch.cuda.graph`, `torch.compile`'s graph
+/// trees) or a `torch.cuda.MemPool`'s. Their segments serve only their own pool's requests.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PrivatePools {
+    /// PyTorch's pool ids (`MempoolId_t`), in the order the trace first names them.
+    pub pool_ids: Vec<[u64; 2]>,
+    /// Reserved bytes in private pools when reserved memory first reached its peak.
+    pub reserved_at_peak_reserved_bytes: u64,
+    /// The most reserved in private pools at once.
+    pub peak_reserved: Peak,
+    pub end_reserved_bytes: u64,
 }
 
 /// The result of [`SummaryFold`].
@@ -63,6 +84,8 @@ pub struct Summary {
     pub dropped_events: u64,
     /// Frees of unknown blocks and similar inconsistencies (counted, never fatal).
     pub anomalies: u64,
+    /// `None` when the trace names no private pool.
+    pub private_pools: Option<PrivatePools>,
 }
 
 impl SummaryFold {
@@ -78,6 +101,14 @@ impl SummaryFold {
         }
         self.last_time_ns = self.last_time_ns.max(r.time_ns);
         let t = r.time_ns;
+        match self.pools.observe(&r.event) {
+            Observed::Nothing => {}
+            Observed::PoolFreeable(_) | Observed::PoolEmptied(_) => {
+                if let Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } = r.event {
+                    self.private_reserved = self.private_reserved.saturating_sub(bytes);
+                }
+            }
+        }
         match &r.event {
             Event::Alloc { id, requested_bytes, block_bytes, .. } => {
                 self.any_alloc = true;
@@ -122,7 +153,24 @@ impl SummaryFold {
             },
             Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
                 self.reserved = self.reserved.saturating_add(*bytes);
+                self.last_segment_bytes = *bytes;
+                if self.reserved > self.peak_reserved.bytes {
+                    self.private_at_peak_reserved = self.private_reserved;
+                }
                 self.peak_reserved.offer(self.reserved, index, t);
+            }
+            Event::SegmentPool { addr, pool_id } => {
+                // Follows its segment's event: that segment's bytes move to the pool.
+                if self.pools.pool_of(*addr).is_some() {
+                    if !self.pool_ids.contains(pool_id) {
+                        self.pool_ids.push(*pool_id);
+                    }
+                    self.private_reserved = self.private_reserved.saturating_add(self.last_segment_bytes);
+                    self.peak_private.offer(self.private_reserved, index, t);
+                    if self.reserved == self.peak_reserved.bytes && self.peak_reserved.event + 1 == index {
+                        self.private_at_peak_reserved = self.private_reserved;
+                    }
+                }
             }
             Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
                 self.reserved = self.reserved.saturating_sub(*bytes);
@@ -135,8 +183,7 @@ impl SummaryFold {
             | Event::Mark { .. }
             | Event::CallSite { .. }
             | Event::Snapshot { .. }
-            | Event::DeviceMemInfo { .. }
-            | Event::SegmentPool { .. } => {}
+            | Event::DeviceMemInfo { .. } => {}
         }
     }
 
@@ -162,6 +209,12 @@ impl SummaryFold {
             end_requested_bytes: self.requested,
             dropped_events: self.dropped_events,
             anomalies: self.anomalies,
+            private_pools: (!self.pool_ids.is_empty()).then(|| PrivatePools {
+                pool_ids: self.pool_ids.clone(),
+                reserved_at_peak_reserved_bytes: self.private_at_peak_reserved,
+                peak_reserved: self.peak_private,
+                end_reserved_bytes: self.private_reserved,
+            }),
         }
     }
 }

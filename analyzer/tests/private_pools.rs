@@ -77,3 +77,46 @@ fn a_snapshot_taken_after_the_pools_were_released_names_only_the_live_ones() {
     let named = pool_ids(im.records.iter().cloned());
     assert!(named.is_subset(&the_jobs_pools()) && named.len() < 3, "{named:?}");
 }
+
+/// `summary`'s private-pool figures agree with the segments the trace names: the bytes of the
+/// segments each `segment_pool` follows, less those freed, at the peak of reserved memory and
+/// at the end.
+#[test]
+fn summary_counts_the_memory_in_private_pools() {
+    let trace = repo("traces/recorded_graph_pools.atrace");
+    let records: Vec<Record> = TraceReader::open(&trace).unwrap().collect();
+    let (mut reserved, mut private, mut peak, mut at_peak) = (0u64, 0u64, 0u64, 0u64);
+    let mut private_segments = std::collections::HashMap::new();
+    for (i, r) in records.iter().enumerate() {
+        match r.event {
+            Event::SegmentAlloc { addr, bytes, .. } => {
+                reserved += bytes;
+                // A private segment's pool is named by the record after it.
+                if let Some(Event::SegmentPool { addr: a, .. }) = records.get(i + 1).map(|n| &n.event) {
+                    if *a == addr {
+                        private += bytes;
+                        private_segments.insert(addr, bytes);
+                    }
+                }
+            }
+            Event::SegmentFree { addr, bytes, .. } => {
+                reserved -= bytes;
+                private -= private_segments.remove(&addr).unwrap_or(0);
+            }
+            _ => {}
+        }
+        if reserved > peak {
+            (peak, at_peak) = (reserved, private);
+        }
+    }
+    let mut fold = analyzer::summary::SummaryFold::new();
+    for (i, r) in records.iter().enumerate() {
+        fold.record(i as u64, r);
+    }
+    let s = fold.finish();
+    let p = s.private_pools.expect("private pools");
+    assert_eq!(p.pool_ids.iter().copied().collect::<BTreeSet<_>>(), the_jobs_pools());
+    assert_eq!(s.peak_reserved.bytes, peak);
+    assert_eq!((p.reserved_at_peak_reserved_bytes, p.end_reserved_bytes), (at_peak, private));
+    assert!(at_peak > 0 && private > 0 && private < at_peak);
+}

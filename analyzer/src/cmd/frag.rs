@@ -304,6 +304,7 @@ mod tests {
             addr,
             bytes: allocated + free,
             pool: Pool::Large,
+            pool_id: [0, 0],
             stream: 0,
             is_expandable: false,
             allocated_bytes: allocated,

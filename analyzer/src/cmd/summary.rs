@@ -43,6 +43,8 @@ pub struct SummaryJson<'a> {
     pub end_live_blocks: u64,
     pub dropped_events: u64,
     pub anomalies: u64,
+    /// Memory in CUDA graphs' and MemPools' private pools; `null` when the trace names none.
+    pub private_pools: Option<&'a crate::summary::PrivatePools>,
     pub truncated: bool,
     pub damage: Option<String>,
     pub notes: &'a [String],
@@ -86,6 +88,7 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
                 end_live_blocks: s.end_live_blocks,
                 dropped_events: s.dropped_events,
                 anomalies: s.anomalies,
+                private_pools: s.private_pools.as_ref(),
                 truncated: scanned.end.is_partial(),
                 damage: scanned.end.is_partial().then(|| scanned.end.describe()),
                 notes: &h.notes,
@@ -124,6 +127,18 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
             )?,
         }
         writeln!(out, "peak requested {}   (bytes the program asked for)", peak(&s.peak_requested))?;
+        if let Some(p) = &s.private_pools {
+            writeln!(
+                out,
+                "private pools  {} (CUDA graphs, MemPools: their segments serve only their own pool): {} of the peak \
+reserved; at most {} at once (event {}); {} at the end",
+                p.pool_ids.len(),
+                fmt_bytes(p.reserved_at_peak_reserved_bytes),
+                fmt_bytes(p.peak_reserved.bytes),
+                p.peak_reserved.event,
+                fmt_bytes(p.end_reserved_bytes)
+            )?;
+        }
         writeln!(out, "at the end   {} live blocks, {} reserved", s.end_live_blocks, fmt_bytes(s.end_reserved_bytes))?;
         if s.dropped_events > 0 {
             writeln!(out, "WARNING      the recorder dropped {} events; figures may be low", s.dropped_events)?;

@@ -18,6 +18,10 @@ pub struct BlockView {
     pub requested_bytes: u64,
     /// Freed by the program, waiting for `free_completed` (PyTorch `active_pending_free`).
     pub pending_free: bool,
+    /// In a private pool's segment (CUDA graph, MemPool): free, it serves only that pool, and
+    /// `empty_cache()` gives its segment back only once the pool is unused.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub in_private_pool: bool,
 }
 
 /// A segment: a `cudaMalloc` segment, or one contiguous mapped range of an expandable segment.
@@ -26,6 +30,9 @@ pub struct SegmentView {
     pub addr: u64,
     pub bytes: u64,
     pub pool: Pool,
+    /// PyTorch's id of the private pool the segment belongs to (a CUDA graph's, a MemPool's);
+    /// `[0, 0]` for the default pools.
+    pub pool_id: [u64; 2],
     pub stream: u64,
     pub is_expandable: bool,
     /// In address order, covering `[addr, addr + bytes)` exactly.
@@ -51,6 +58,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
                         addr: b.addr,
                         bytes: 0,
                         pool: b.pool,
+                        pool_id: self.pool_id(b.owner),
                         stream: b.stream,
                         is_expandable: b.is_expandable(),
                         blocks: Vec::new(),
@@ -64,6 +72,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
                         allocated,
                         requested_bytes: if allocated || pending_free { b.requested } else { 0 },
                         pending_free,
+                        in_private_pool: b.owner != 0,
                     });
                 }
                 cur = b.next;
@@ -99,6 +108,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
                         allocated,
                         requested_bytes: if allocated || pending_free { b.requested } else { 0 },
                         pending_free,
+                        in_private_pool: b.owner != 0,
                     };
                     f(starts, &view);
                     starts = false;
