@@ -48,24 +48,32 @@ fn assert_replays_exactly(path: &Path, run_output: &Path) {
 
 #[test]
 fn a_recorded_graph_job_replays_to_its_segments_and_pytorchs_peaks() {
-    let trace = repo("traces/recorded_graph_pools.atrace");
-    assert_eq!(pool_ids(TraceReader::open(&trace).unwrap()), the_jobs_pools());
-    assert_replays_exactly(&trace, &repo("analyzer/tests/fixtures/pools/graph_pools.recorded_run.txt"));
+    // Default settings, and expandable segments (each private pool maps its own ranges).
+    for (trace, run) in [
+        ("traces/recorded_graph_pools.atrace", "graph_pools.recorded_run.txt"),
+        ("analyzer/tests/fixtures/pools/graph_pools.expandable.atrace", "graph_pools.expandable.recorded_run.txt"),
+    ] {
+        let trace = repo(trace);
+        assert_eq!(pool_ids(TraceReader::open(&trace).unwrap()), the_jobs_pools(), "{}", trace.display());
+        assert_replays_exactly(&trace, &repo("analyzer/tests/fixtures/pools").join(run));
+    }
 }
 
 #[test]
 fn a_snapshot_taken_while_the_graphs_live_names_their_pools_and_replays_exactly() {
-    let im =
-        import_file(&repo("analyzer/tests/fixtures/pools/graph_pools.live.pickle"), &ImportOptions::default()).unwrap();
-    assert_eq!(pool_ids(im.records.iter().cloned()), the_jobs_pools());
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("live.atrace");
-    let mut w = TraceWriter::create(&path, &im.header).unwrap();
-    for r in &im.records {
-        w.write(r).unwrap();
+    for name in ["graph_pools", "graph_pools.expandable"] {
+        let dir = repo("analyzer/tests/fixtures/pools");
+        let im = import_file(&dir.join(format!("{name}.live.pickle")), &ImportOptions::default()).unwrap();
+        assert_eq!(pool_ids(im.records.iter().cloned()), the_jobs_pools(), "{name}");
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("live.atrace");
+        let mut w = TraceWriter::create(&path, &im.header).unwrap();
+        for r in &im.records {
+            w.write(r).unwrap();
+        }
+        w.finish().unwrap();
+        assert_replays_exactly(&path, &dir.join(format!("{name}.snapshot_run.txt")));
     }
-    w.finish().unwrap();
-    assert_replays_exactly(&path, &repo("analyzer/tests/fixtures/pools/graph_pools.snapshot_run.txt"));
 }
 
 /// A snapshot names the pools of the segments it holds at its end only. Taken after the graphs

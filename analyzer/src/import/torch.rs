@@ -775,6 +775,11 @@ struct Importer<'p, 'a> {
     /// -> pool id, and the index of the trace entry that allocated each (none: before the trace).
     /// The snapshot names a segment's pool only for the segments it holds at its end.
     private_at_end: FxMap<u64, ([u64; 2], Option<usize>)>,
+    /// The final mapped ranges of private pools' expandable segments. An
+    /// expandable segment's address range is reserved for one pool while it lives, so every
+    /// mapping inside such a range is taken to be that pool's.
+    /// Keyed by start: (end, pool id).
+    private_ranges_at_end: std::collections::BTreeMap<u64, (u64, [u64; 2])>,
     /// Expandable ranges: from the final segments, then every mapped range of the trace.
     expandable: RangeSet,
 }
@@ -936,6 +941,12 @@ impl<'p, 'a> Importer<'p, 'a> {
             reserved_bytes: 0,
             segment_pool: FxMap::default(),
             private_at_end: private_segments(snap),
+            private_ranges_at_end: snap
+                .segments
+                .iter()
+                .filter(|s| s.pool_id != [0, 0] && s.expandable)
+                .map(|s| (s.addr, (s.addr.saturating_add(s.bytes), s.pool_id)))
+                .collect(),
             expandable,
         }
     }
@@ -1159,6 +1170,11 @@ impl<'p, 'a> Importer<'p, 'a> {
                     self.push(0, Event::SegmentPool { addr, pool_id });
                 }
             }
+            if r.expandable {
+                if let Some(pool_id) = self.private_range(addr) {
+                    self.push(0, Event::SegmentPool { addr, pool_id });
+                }
+            }
         }
         for b in start.blocks {
             let (stream, pool) = match reserved.containing(b.addr) {
@@ -1182,6 +1198,12 @@ impl<'p, 'a> Importer<'p, 'a> {
             };
             self.push(0, ev);
         }
+    }
+
+    /// The private pool whose final expandable range holds `addr`, if any.
+    fn private_range(&self, addr: u64) -> Option<[u64; 2]> {
+        let (_, &(end, pool_id)) = self.private_ranges_at_end.range(..=addr).next_back()?;
+        (addr < end).then_some(pool_id)
     }
 
     /// The pool of an expandable map/unmap (module documentation, "Segment pools").
@@ -1236,6 +1258,11 @@ impl<'p, 'a> Importer<'p, 'a> {
                 burst.peak_before = peak_reserved;
             }
             self.entry(e, t);
+            if e.action == Action::SegmentMap {
+                if let Some(pool_id) = self.private_range(e.addr) {
+                    self.push(t, Event::SegmentPool { addr: e.addr, pool_id });
+                }
+            }
             if e.action == Action::SegmentAlloc && !self.private_at_end.is_empty() {
                 if let Some(&(pool_id, Some(at))) = self.private_at_end.get(&e.addr) {
                     if at == i {
