@@ -77,6 +77,7 @@ pub struct LayoutMeasures {
     pub free_bytes: u64,
     /// Rounding slack inside allocated blocks (internal fragmentation).
     pub internal_bytes: u64,
+    /// The largest free block of the default pools (a private pool's serve only that pool).
     pub largest_free_bytes: u64,
     /// Segments of the default pools with no allocated or pending block: what `empty_cache()`
     /// would give back.
@@ -140,7 +141,9 @@ impl LayoutMeasures {
             self.pending_free_bytes += b.bytes;
         } else {
             self.free_bytes += b.bytes;
-            self.largest_free_bytes = self.largest_free_bytes.max(b.bytes);
+            if !b.in_private_pool {
+                self.largest_free_bytes = self.largest_free_bytes.max(b.bytes);
+            }
         }
     }
 

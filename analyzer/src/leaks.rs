@@ -555,7 +555,9 @@ pub fn retention(held: &Held, sites: &Sites) -> Retention {
     let mut site_nodes: BTreeMap<usize, NodeIndex> = BTreeMap::new();
     let mut seg_nodes: Vec<NodeIndex> = Vec::new();
     let mut unattributed_pending = 0u64;
-    for s in &held.segments {
+    // A private pool's segments stay while its graph or MemPool lives, whatever their blocks:
+    // neither `empty_cache()` nor freeing those blocks gives them back.
+    for s in held.segments.iter().filter(|s| !s.kept_by_private_pool()) {
         let sn = g.add_node(Node::Segment { addr: s.addr, bytes: s.bytes });
         seg_nodes.push(sn);
         for b in s.blocks.iter().filter(|b| b.allocated || b.pending_free) {

@@ -15,7 +15,7 @@ use crate::replay::{replay, ReplayOptions, ReplayResult};
 use crate::units::fmt_bytes;
 use crate::whatif::DEVICE_CALL_US;
 use anyhow::Result;
-use recorder::trace::{Event, ReleaseCause};
+use recorder::trace::{Event, Record, RecordedPools, ReleaseCause};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -74,9 +74,19 @@ without them ({} fewer, about {:.1} ms at {DEVICE_CALL_US:.0} us each); peak res
 /// `with` is the trace's replay at `capacity` (the limit when some, else none), which the
 /// caller has made already.
 pub fn empty_cache_calls(trace: &Trace, capacity: Option<u64>, with: &ReplayResult) -> Result<Option<EmptyCacheCalls>> {
+    // A MemPool's deletion releases its pool alone (`Burst::pools_only`): not the program's call.
+    let is_call = |pools: &mut RecordedPools, r: &Record| {
+        if let Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. } = r.event {
+            !pools.end_burst().pools_only(ReleaseCause::EmptyCache)
+        } else {
+            pools.observe(&r.event);
+            false
+        }
+    };
     let mut calls = 0u64;
+    let mut pools = RecordedPools::default();
     trace.scan(|_, r| {
-        if matches!(r.event, Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. }) {
+        if is_call(&mut pools, r) {
             calls += 1;
         }
     })?;
@@ -84,8 +94,9 @@ pub fn empty_cache_calls(trace: &Trace, capacity: Option<u64>, with: &ReplayResu
         return Ok(None);
     }
     let mut records = Vec::new();
+    let mut pools = RecordedPools::default();
     trace.scan(|_, r| {
-        if !matches!(r.event, Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. }) {
+        if !is_call(&mut pools, r) {
             records.push(r.clone());
         }
     })?;

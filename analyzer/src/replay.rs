@@ -417,7 +417,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             return;
         }
         let engine = &mut self.engine;
-        self.pools.follow(&r.event, engine);
+        let pools_only = self.pools.follow(&r.event, engine);
         match &r.event {
             Event::Alloc { id, addr, requested_bytes, stream, callsite, .. } => {
                 self.requests += 1;
@@ -473,7 +473,8 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
                     Ok(_) => {}
                 }
             }
-            Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. } => {
+            // A MemPool's own release was replayed by `follow`.
+            Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. } if !pools_only => {
                 engine.empty_cache();
             }
             Event::Mark { .. } | Event::CallSite { .. } => engine.sink_mut().forward(&r.event),

@@ -45,11 +45,10 @@ pub struct SummaryFold {
     /// The recording's private pools (CUDA graphs, MemPools) and the bytes their segments hold.
     pools: RecordedPools,
     pool_ids: Vec<[u64; 2]>,
+    pool_set: rustc_hash::FxHashSet<[u64; 2]>,
     private_reserved: u64,
     private_at_peak_reserved: u64,
     peak_private: Peak,
-    /// Bytes of the last segment allocated or mapped (a `segment_pool` may name its pool).
-    last_segment_bytes: u64,
 }
 
 /// Memory in private pools: a CUDA graph's (`torch.cuda.graph`, `torch.compile`'s graph
@@ -103,9 +102,17 @@ impl SummaryFold {
         let t = r.time_ns;
         match self.pools.observe(&r.event) {
             Observed::Nothing => {}
-            Observed::PoolFreeable(_) | Observed::PoolEmptied(_) => {
-                if let Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } = r.event {
-                    self.private_reserved = self.private_reserved.saturating_sub(bytes);
+            Observed::PrivateFreed { bytes, .. } => self.private_reserved = self.private_reserved.saturating_sub(bytes),
+            Observed::PrivateMade { pool_id, bytes } => {
+                if self.pool_set.insert(pool_id) {
+                    self.pool_ids.push(pool_id);
+                }
+                self.private_reserved = self.private_reserved.saturating_add(bytes);
+                self.peak_private.offer(self.private_reserved, index, t);
+                // The segment that took reserved memory to its peak (the record before) is this
+                // pool's.
+                if self.reserved == self.peak_reserved.bytes && self.peak_reserved.event + 1 == index {
+                    self.private_at_peak_reserved = self.private_reserved;
                 }
             }
         }
@@ -153,25 +160,13 @@ impl SummaryFold {
             },
             Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
                 self.reserved = self.reserved.saturating_add(*bytes);
-                self.last_segment_bytes = *bytes;
                 if self.reserved > self.peak_reserved.bytes {
                     self.private_at_peak_reserved = self.private_reserved;
                 }
                 self.peak_reserved.offer(self.reserved, index, t);
             }
-            Event::SegmentPool { addr, pool_id } => {
-                // Follows its segment's event: that segment's bytes move to the pool.
-                if self.pools.pool_of(*addr).is_some() {
-                    if !self.pool_ids.contains(pool_id) {
-                        self.pool_ids.push(*pool_id);
-                    }
-                    self.private_reserved = self.private_reserved.saturating_add(self.last_segment_bytes);
-                    self.peak_private.offer(self.private_reserved, index, t);
-                    if self.reserved == self.peak_reserved.bytes && self.peak_reserved.event + 1 == index {
-                        self.private_at_peak_reserved = self.private_reserved;
-                    }
-                }
-            }
+            // Counted above, through the recording's pools.
+            Event::SegmentPool { .. } => {}
             Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
                 self.reserved = self.reserved.saturating_sub(*bytes);
             }

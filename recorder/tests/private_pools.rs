@@ -137,7 +137,7 @@ fn every_block_comes_from_a_segment_of_its_pool() {
             }
             let events: Vec<Event> = e.sink_mut().drain(..).collect();
             for ev in &events {
-                if let Observed::PoolFreeable(p) | Observed::PoolEmptied(p) = seen.observe(ev) {
+                if let Observed::PrivateFreed { pool_id: p, .. } = seen.observe(ev) {
                     // Only a freeable pool's segments are released.
                     assert!(e.private_pools().any(|(id, freeable)| id == p && freeable), "{conf}: step {step}");
                 }
@@ -150,4 +150,35 @@ fn every_block_comes_from_a_segment_of_its_pool() {
             assert_eq!(seen.pool_of(addr), pool, "{conf}: block {addr:#x} at the end");
         }
     }
+}
+
+/// Deleting a MemPool releases its pool alone (PyTorch's `emptyCache(pool)`), and the next
+/// default request reuses the default pools' cached segment. The recording of that replays to
+/// the same device calls: the pool's release is not replayed as a release of the whole cache
+/// (which would free the cached default segment and allocate it again).
+#[test]
+fn a_deleted_mempool_replays_as_its_own_release() {
+    let mut e = engine(None);
+    let d = e.malloc(8 * MIB, 0, 0).unwrap();
+    e.free(d.addr).unwrap();
+    let m = e.malloc_in(MEMPOOL, 8 * MIB, 0, 0).unwrap();
+    e.free(m.addr).unwrap();
+    e.release_pool(MEMPOOL);
+    let d2 = e.malloc(8 * MIB, 0, 0).unwrap();
+    assert_eq!(d2.addr, d.addr, "the cached default segment serves the request");
+    let events = std::mem::take(e.sink_mut());
+    assert_eq!(segment_frees(&events), vec![m.addr]);
+    // Cargo's folder for integration tests' files.
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("mempool-{}.atrace", std::process::id()));
+    let mut w =
+        recorder::trace::TraceWriter::create(&path, &recorder::trace::Header::new(recorder::trace::Source::Simulated))
+            .unwrap();
+    for (i, event) in events.into_iter().enumerate() {
+        w.write(&recorder::trace::Record { time_ns: i as u64, event }).unwrap();
+    }
+    w.finish().unwrap();
+    let c = recorder::recorder::replay::check_segments(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(c.same(), "recorded {:?}, replayed {:?}", c.recorded, c.replayed);
+    assert_eq!(c.recorded.len(), 3);
 }

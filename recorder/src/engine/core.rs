@@ -35,8 +35,13 @@ pub struct Engine<D: Device, S: Sink> {
     /// The free and unmapped sets, indexed by [`set_index`]: the default pools' two, then two
     /// per private pool.
     pub(crate) pools: Vec<PoolSets>,
-    /// The private pools (owner `k` is `private[k - 1]`).
+    /// The private pools (owner `k` is `private[k - 1]`), and each one's owner by its id.
     pub(crate) private: Vec<PrivatePool>,
+    private_owners: std::collections::HashMap<[u64; 2], u32>,
+    /// The freeable private pools that may hold free blocks: what a cache release visits (a
+    /// pool leaves when the release leaves it nothing free, and comes back when a block is freed
+    /// into it), so that a release costs the pools it can free, not every pool ever made.
+    pub(crate) freeable_owners: std::collections::BTreeSet<u32>,
     /// Allocated and pending-free blocks by address.
     pub(crate) live: LiveMap,
     pub(crate) pending: usize,
@@ -85,6 +90,8 @@ impl<D: Device, S: Sink> Engine<D, S> {
             blocks: Arena::default(),
             pools: vec![PoolSets::default(), PoolSets::default()],
             private: Vec::new(),
+            private_owners: std::collections::HashMap::new(),
+            freeable_owners: std::collections::BTreeSet::new(),
             live: LiveMap::default(),
             pending: 0,
             pending_requested: 0,
@@ -165,8 +172,9 @@ impl<D: Device, S: Sink> Engine<D, S> {
         callsite: u32,
     ) -> Result<Allocation, OutOfMemory> {
         let owner = self.private_owner(pool_id);
-        if owner != 0 {
+        if owner != 0 && self.private[owner as usize - 1].freeable {
             self.private[owner as usize - 1].freeable = false;
+            self.freeable_owners.remove(&owner);
         }
         self.malloc_owned(owner, requested_bytes, stream, callsite)
     }
@@ -176,13 +184,15 @@ impl<D: Device, S: Sink> Engine<D, S> {
         if pool_id == [0, 0] {
             return 0;
         }
-        if let Some(i) = self.private.iter().position(|p| p.id == pool_id) {
-            return i as u32 + 1;
+        if let Some(&owner) = self.private_owners.get(&pool_id) {
+            return owner;
         }
         self.private.push(PrivatePool { id: pool_id, freeable: false });
         self.pools.push(PoolSets::default());
         self.pools.push(PoolSets::default());
-        self.private.len() as u32
+        let owner = self.private.len() as u32;
+        self.private_owners.insert(pool_id, owner);
+        owner
     }
 
     /// Nothing uses the private pool `pool_id` any more (its graph was deleted, its `MemPool`
@@ -190,9 +200,15 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// segments, after the default pools', as PyTorch frees `graph_pools_freeable`. A later
     /// request to the pool makes it used again. Unknown pools are ignored.
     pub fn set_pool_freeable(&mut self, pool_id: [u64; 2]) {
-        if let Some(p) = self.private.iter_mut().find(|p| p.id == pool_id) {
-            p.freeable = true;
+        if let Some(&owner) = self.private_owners.get(&pool_id) {
+            self.private[owner as usize - 1].freeable = true;
+            self.freeable_owners.insert(owner);
         }
+    }
+
+    /// The owner number of a pool the engine knows.
+    pub(crate) fn owner_of(&self, pool_id: [u64; 2]) -> Option<u32> {
+        self.private_owners.get(&pool_id).copied()
     }
 
     /// The private pools the engine knows, with whether each is freeable.
@@ -569,6 +585,10 @@ impl<D: Device, S: Sink> Engine<D, S> {
         b.state = State::Free;
         b.gc_count_base = sets.gc_calls;
         sets.free.insert(b.free_key(idx));
+        let owner = b.owner;
+        if owner != 0 && self.private[owner as usize - 1].freeable {
+            self.freeable_owners.insert(owner);
+        }
     }
 
     /// Merges `src` into `dst` when `src` is a free neighbour in the same mapped state;

@@ -33,12 +33,11 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// private pool (small, then large), in PyTorch's order. Emits `CacheRelease { cause }`.
     pub(crate) fn release_cached_blocks(&mut self, cause: ReleaseCause) -> Released {
         self.synchronize_and_free_events();
-        let freeable = self.private.iter().enumerate().filter(|(_, p)| p.freeable).map(|(i, _)| i as u32 + 1);
-        let private: Vec<usize> =
-            freeable.flat_map(|o| [set_index(o, Pool::Small), set_index(o, Pool::Large)]).collect();
+        let freeable: Vec<u32> = self.freeable_owners.iter().copied().collect();
         let mut sets = vec![set_index(0, Pool::Large), set_index(0, Pool::Small)];
-        sets.extend(private);
+        sets.extend(freeable.iter().flat_map(|&o| [set_index(o, Pool::Small), set_index(o, Pool::Large)]));
         let released = self.release_sets(&sets);
+        self.forget_emptied(&freeable);
         self.sink.event(Event::CacheRelease { cause, bytes: released.bytes, segments: released.segments });
         released
     }
@@ -48,12 +47,13 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// (small, then large) go back to the device. Its pending frees are not waited for. Emits
     /// `CacheRelease { EmptyCache }` when anything was released.
     pub fn release_pool(&mut self, pool_id: [u64; 2]) -> Released {
-        let Some(i) = self.private.iter().position(|p| p.id == pool_id) else {
+        let Some(owner) = self.owner_of(pool_id) else {
             return Released::default();
         };
-        self.private[i].freeable = true;
-        let owner = i as u32 + 1;
+        self.private[owner as usize - 1].freeable = true;
+        self.freeable_owners.insert(owner);
         let released = self.release_sets(&[set_index(owner, Pool::Small), set_index(owner, Pool::Large)]);
+        self.forget_emptied(&[owner]);
         if released.segments > 0 {
             self.sink.event(Event::CacheRelease {
                 cause: ReleaseCause::EmptyCache,
@@ -62,6 +62,20 @@ impl<D: Device, S: Sink> Engine<D, S> {
             });
         }
         released
+    }
+
+    /// Freeable pools with no free block left leave the set a release visits (their unmapped
+    /// ranges are not what a release frees).
+    fn forget_emptied(&mut self, owners: &[u32]) {
+        for &o in owners {
+            let empty = |p: Pool| {
+                let s = &self.pools[set_index(o, p)];
+                s.free.iter().next().is_none()
+            };
+            if empty(Pool::Small) && empty(Pool::Large) {
+                self.freeable_owners.remove(&o);
+            }
+        }
     }
 
     /// `release_blocks` of each of these free sets, in order.

@@ -18,8 +18,9 @@ pub struct BlockView {
     pub requested_bytes: u64,
     /// Freed by the program, waiting for `free_completed` (PyTorch `active_pending_free`).
     pub pending_free: bool,
-    /// In a private pool's segment (CUDA graph, MemPool): free, it serves only that pool, and
-    /// `empty_cache()` gives its segment back only once the pool is unused.
+    /// In a private pool's segment (CUDA graph, MemPool): free, it serves only that pool's
+    /// requests, and `empty_cache()` gives its segment back only once the pool is unused (which
+    /// a replay learns only at the release that frees it: until then the pool counts as used).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub in_private_pool: bool,
 }
@@ -37,6 +38,13 @@ pub struct SegmentView {
     pub is_expandable: bool,
     /// In address order, covering `[addr, addr + bytes)` exactly.
     pub blocks: Vec<BlockView>,
+}
+
+impl SegmentView {
+    /// The segment belongs to a private pool, which keeps it while the pool is in use.
+    pub fn kept_by_private_pool(&self) -> bool {
+        self.pool_id != [0, 0]
+    }
 }
 
 impl<D: Device, S: Sink> Engine<D, S> {
@@ -133,6 +141,8 @@ pub struct Occupancy {
     pub pending_free_bytes: u64,
     /// Free blocks inside segments.
     pub free_bytes: u64,
+    /// The largest free block of the default pools: the biggest request outside a capture the
+    /// cache could serve (a private pool's free blocks serve only that pool).
     pub largest_free_bytes: u64,
 }
 
@@ -149,7 +159,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
             requested_bytes: st.requested_bytes.all.current.saturating_sub(self.pending_requested),
             pending_free_bytes: active.saturating_sub(allocated),
             free_bytes: reserved.saturating_sub(active),
-            largest_free_bytes: self.pools.iter().map(|p| p.free.largest()).max().unwrap_or(0),
+            largest_free_bytes: self.pools[..2].iter().map(|p| p.free.largest()).max().unwrap_or(0),
         }
     }
 }

@@ -87,7 +87,7 @@ pub fn check_segments(path: &Path) -> Result<SegmentCheck, TraceError> {
     let mut pools = RecordedPools::default();
     for rec in r.by_ref() {
         events += 1;
-        pools.follow(&rec.event, &mut engine);
+        let pools_only = pools.follow(&rec.event, &mut engine);
         match rec.event {
             Event::Alloc { addr, requested_bytes, stream, callsite, .. } => {
                 allocs += 1;
@@ -103,7 +103,7 @@ pub fn check_segments(path: &Path) -> Result<SegmentCheck, TraceError> {
                 Some(a) if engine.free_completed(a).is_ok() => {}
                 _ => free_errors += 1,
             },
-            Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. } => {
+            Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. } if !pools_only => {
                 engine.empty_cache();
             }
             _ => {}

@@ -100,7 +100,7 @@ mod pools;
 
 pub use event::*;
 pub use header::*;
-pub use pools::{Observed, RecordedPools};
+pub use pools::{Burst, Observed, RecordedPools};
 
 use bincode::config::{self, Configuration, Limit, LittleEndian, Varint};
 use bincode::{Decode, Encode};
