@@ -35,26 +35,4 @@ for round in 1 2 3; do
   run engine$round timeout 120 $A record --allocator alloctrace -o $P/e$round.atrace -- python3 $S/empty_batches.py engine$round
 done
 cat $P/native*.txt $P/record*.txt $P/history*.txt $P/inproc*.txt $P/engine*.txt > $P/all.txt
-python3 - $P/all.txt <<'PY'
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    p = line.split()
-    if len(p) > 10:
-        rows[p[0]] = [float(v) for v in p[1:]]
-def q(v, f):
-    s = sorted(v); return s[int(f * (len(s) - 1))]
-base = {}
-for k in sorted(rows):
-    v = rows[k]
-    kind = k.rstrip("0123456789")
-    st = (min(v), q(v, 0.1), statistics.median(v))
-    if kind == "native":
-        base[k[len(kind):]] = st
-    rows[k] = st
-for k in sorted(rows):
-    kind = k.rstrip("0123456789"); rnd = k[len(kind):]
-    b = base.get(rnd)
-    r = " ".join(f"{a / c:.3f}x" for a, c in zip(rows[k], b)) if b else ""
-    print(f"{k:10s} ns/call min {rows[k][0]:.0f} p10 {rows[k][1]:.0f} median {rows[k][2]:.0f}   vs native of its round (min p10 median): {r}")
-PY
+python3 $S/batch_stats.py $P/all.txt

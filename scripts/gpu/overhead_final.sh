@@ -27,20 +27,4 @@ for round in 1 2 3; do
   cat $P/en$round.err $P/er$round.err | grep -v "^$"
 done
 cat $P/en*.txt $P/er*.txt > $P/loops.txt
-python3 - $P/loops.txt <<'PY'
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    p = line.split()
-    if len(p) > 10:
-        rows[p[0]] = [float(v) for v in p[1:]]
-def q(v, f):
-    s = sorted(v); return s[int(f * (len(s) - 1))]
-for k in sorted(rows):
-    v = rows[k]
-    print(f"{k:9s} ns/call min {min(v):.0f} p10 {q(v, 0.1):.0f} median {statistics.median(v):.0f}")
-for r in "123":
-    n, c = rows.get("native" + r), rows.get("record" + r)
-    if n and c:
-        print(f"record{r}/native{r}: min {min(c) / min(n):.3f}x p10 {q(c, 0.1) / q(n, 0.1):.3f}x median {statistics.median(c) / statistics.median(n):.3f}x")
-PY
+python3 $S/batch_stats.py $P/loops.txt

@@ -62,7 +62,7 @@ for round in 1 2; do
   wait $n $r
   cat $P/pn$round.err $P/pr$round.err | grep -v "^$" | tail -4
 done
-python3 $S/paired_ratio.py $P/pn1.txt $P/pr1.txt $P/pn2.txt $P/pr2.txt
+python3 $S/batch_stats.py $P/pn1.txt $P/pr1.txt $P/pn2.txt $P/pr2.txt
 timeout 60 $C/check_trace $P/pr1.atrace 2>&1 | tail -2
 
 stamp "== 3. engine back-end: cached alloc+free pair, recording off / on"
