@@ -221,3 +221,31 @@ fn recorded_ranks_with_phase_marks_name_the_larger_batch() {
     let act = |k: usize| u(&rows[k]["categories_at_peak"]["activation"]);
     assert!(act(1) > act(0), "{} vs {}", act(1), act(0));
 }
+
+/// DDP with NCCL on two GPUs under `alloctrace record` (fixtures/ranks/nccl, see its README):
+/// one trace per rank, each header naming its rank and device, and each rank's replay reaching
+/// the peaks PyTorch reported for it in that run.
+#[test]
+fn a_two_gpu_ddp_run_gives_one_trace_per_rank_that_replays_to_its_peaks() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ranks/nccl");
+    let printed = std::fs::read_to_string(dir.join("recorded_run.txt")).unwrap();
+    for rank in [0u32, 1] {
+        let path = dir.join(format!("ddp.rank{rank}.atrace"));
+        let h = recorder::trace::TraceReader::open(&path).unwrap().header().placement;
+        assert_eq!(
+            (h.rank, h.local_rank, h.world_size, h.device_index),
+            (Some(rank), Some(rank), Some(2), Some(rank)),
+            "rank {rank}"
+        );
+        let line = printed.lines().find(|l| l.starts_with(&format!("peaks rank {rank} "))).unwrap();
+        let field = |name: &str| -> u64 {
+            let mut w = line.split_whitespace();
+            w.find(|x| *x == name).and_then(|_| w.next()).unwrap().parse().unwrap()
+        };
+        let j = json(&["replay", "--json", path.to_str().unwrap()]);
+        assert_eq!(j["peak_reserved_bytes"].as_u64(), Some(field("max_memory_reserved")), "rank {rank}");
+        assert_eq!(j["peak_allocated_bytes"].as_u64(), Some(field("max_memory_allocated")), "rank {rank}");
+        let c = recorder::recorder::replay::check_segments(&path).unwrap();
+        assert!(c.same(), "rank {rank}: first difference at {:?}", c.first_difference());
+    }
+}

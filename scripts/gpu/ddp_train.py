@@ -1,5 +1,6 @@
 """DDP with torchrun: a small MLP, 8 steps; every rank prints its loss each step. NCCL when each
-rank has a GPU of its own, else gloo (two ranks sharing one GPU)."""
+rank has a GPU of its own, else gloo (two ranks sharing one GPU). At the end each rank prints
+PyTorch's own peaks for its device."""
 import os
 
 import torch
@@ -24,4 +25,6 @@ for step in range(8):
     loss.backward()
     opt.step()
     print(f"rank {rank} step {step} loss {loss.item():.6f}", flush=True)
+print(f"peaks rank {rank} device {dev.index} max_memory_reserved {torch.cuda.max_memory_reserved(dev)} "
+      f"max_memory_allocated {torch.cuda.max_memory_allocated(dev)}", flush=True)
 dist.destroy_process_group()
