@@ -64,6 +64,12 @@ impl Burst {
         cause == ReleaseCause::EmptyCache && !self.emptied.is_empty() && !self.default_freed && self.freeable.is_empty()
     }
 
+    /// Nothing freed in this run yet.
+    #[inline]
+    fn is_empty(&self) -> bool {
+        !self.default_freed && self.emptied.is_empty() && self.freeable.is_empty()
+    }
+
     fn note(list: &mut Vec<[u64; 2]>, pool_id: [u64; 2]) {
         if !list.contains(&pool_id) {
             list.push(pool_id);
@@ -93,7 +99,7 @@ impl RecordedPools {
     /// [`RecordedPools::follow`] calls) reads it first, or it is forgotten here.
     #[inline]
     pub fn observe(&mut self, event: &Event) -> Observed {
-        if !matches!(event, Event::SegmentFree { .. } | Event::SegmentUnmap { .. }) && self.burst != Burst::default() {
+        if !matches!(event, Event::SegmentFree { .. } | Event::SegmentUnmap { .. }) && !self.burst.is_empty() {
             self.burst = Burst::default();
         }
         match *event {
@@ -162,7 +168,7 @@ impl RecordedPools {
                 // A run of frees that no `cache_release` closed (a trace made without the
                 // program's `empty_cache()` calls, to see what they cost): a pool emptied alone
                 // is still released (deleting a MemPool is not such a call).
-                if self.burst != Burst::default() {
+                if !self.burst.is_empty() {
                     let burst = self.end_burst();
                     Self::apply(&burst, None, engine);
                 }
