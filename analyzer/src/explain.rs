@@ -310,7 +310,7 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
         live_requested_bytes: lm.requested_bytes,
         reserved_bytes: lm.reserved_bytes,
         reserved_unallocated_bytes: lm.reserved_bytes - lm.allocated_bytes.min(lm.reserved_bytes),
-        private_pool_bytes: cap.held.segments.iter().filter(|s| s.pool_id != [0, 0]).map(|s| s.bytes).sum(),
+        private_pool_bytes: cap.held.segments.iter().filter(|s| s.kept_by_private_pool()).map(|s| s.bytes).sum(),
         largest_free_bytes: lm.largest_free_bytes,
         releasable_bytes: lm.releasable_bytes,
         headroom_bytes: capacity.map(|c| c.saturating_sub(lm.reserved_bytes)),

@@ -612,25 +612,31 @@ impl<'a> Snapshot<'a> {
     }
 }
 
-/// The snapshot's final `cudaMalloc` segments of private pools, with the index of the trace
-/// entry that allocated each (the last `segment_alloc` at its address), if the trace has it.
-fn private_segments(snap: &Snapshot<'_>) -> FxMap<u64, ([u64; 2], Option<usize>)> {
-    let mut out: FxMap<u64, ([u64; 2], Option<usize>)> = snap
-        .segments
-        .iter()
-        .filter(|s| s.pool_id != [0, 0] && !s.expandable)
-        .map(|s| (s.addr, (s.pool_id, None)))
-        .collect();
-    if !out.is_empty() {
+/// The snapshot's final segments of private pools: the `cudaMalloc` ones by address, with the
+/// index of the trace entry that allocated each (the last `segment_alloc` at its address) if the
+/// trace has it; and the mapped ranges of expandable ones, by start: (end, pool id).
+type PrivateSegments = FxMap<u64, ([u64; 2], Option<usize>)>;
+type PrivateRanges = std::collections::BTreeMap<u64, (u64, [u64; 2])>;
+
+fn private_segments(snap: &Snapshot<'_>) -> (PrivateSegments, PrivateRanges) {
+    let (mut segments, mut ranges) = (PrivateSegments::default(), PrivateRanges::new());
+    for s in snap.segments.iter().filter(|s| s.pool_id != [0, 0]) {
+        if s.expandable {
+            ranges.insert(s.addr, (s.addr.saturating_add(s.bytes), s.pool_id));
+        } else {
+            segments.insert(s.addr, (s.pool_id, None));
+        }
+    }
+    if !segments.is_empty() {
         for (i, e) in snap.entries.iter().enumerate() {
             if e.action == Action::SegmentAlloc {
-                if let Some(p) = out.get_mut(&e.addr) {
+                if let Some(p) = segments.get_mut(&e.addr) {
                     p.1 = Some(i);
                 }
             }
         }
     }
-    out
+    (segments, ranges)
 }
 
 /// Integers that do not fit in `u64` (negative, wider) map to 0; snapshot fields never are.
@@ -774,12 +780,11 @@ struct Importer<'p, 'a> {
     /// The final segments of private pools (CUDA graphs, MemPools), `cudaMalloc`ed ones: address
     /// -> pool id, and the index of the trace entry that allocated each (none: before the trace).
     /// The snapshot names a segment's pool only for the segments it holds at its end.
-    private_at_end: FxMap<u64, ([u64; 2], Option<usize>)>,
-    /// The final mapped ranges of private pools' expandable segments. An
-    /// expandable segment's address range is reserved for one pool while it lives, so every
-    /// mapping inside such a range is taken to be that pool's.
-    /// Keyed by start: (end, pool id).
-    private_ranges_at_end: std::collections::BTreeMap<u64, (u64, [u64; 2])>,
+    private_at_end: PrivateSegments,
+    /// The final mapped ranges of private pools' expandable segments. An expandable segment's
+    /// address range is reserved for one pool while it lives, so every mapping inside such a
+    /// range is taken to be that pool's.
+    private_ranges_at_end: PrivateRanges,
     /// Expandable ranges: from the final segments, then every mapped range of the trace.
     expandable: RangeSet,
 }
@@ -887,6 +892,7 @@ fn release_cause(b: &Burst, next: NextEntry, config: &AllocatorConfig, facts: &L
 impl<'p, 'a> Importer<'p, 'a> {
     fn new(pk: &'p Pickle<'a>, opts: &ImportOptions, snap: &'p Snapshot<'a>) -> Self {
         let mut report = ImportReport { entries: snap.entries.len() as u64, ..ImportReport::default() };
+        let (private_at_end, private_ranges_at_end) = private_segments(snap);
         report.warnings.extend(snap.warnings.iter().cloned());
         let config = match AllocatorConfig::parse(&snap.alloc_conf) {
             Ok(c) => c,
@@ -940,13 +946,8 @@ impl<'p, 'a> Importer<'p, 'a> {
             allocated_bytes: 0,
             reserved_bytes: 0,
             segment_pool: FxMap::default(),
-            private_at_end: private_segments(snap),
-            private_ranges_at_end: snap
-                .segments
-                .iter()
-                .filter(|s| s.pool_id != [0, 0] && s.expandable)
-                .map(|s| (s.addr, (s.addr.saturating_add(s.bytes), s.pool_id)))
-                .collect(),
+            private_at_end,
+            private_ranges_at_end,
             expandable,
         }
     }
@@ -1165,15 +1166,9 @@ impl<'p, 'a> Importer<'p, 'a> {
                 Event::SegmentAlloc { addr, bytes, stream: r.stream, pool: r.pool }
             };
             self.push(0, ev);
-            if let Some(&(pool_id, None)) = self.private_at_end.get(&addr) {
-                if !r.expandable && !r.from_trace {
-                    self.push(0, Event::SegmentPool { addr, pool_id });
-                }
-            }
-            if r.expandable {
-                if let Some(pool_id) = self.private_range(addr) {
-                    self.push(0, Event::SegmentPool { addr, pool_id });
-                }
+            // A segment the trace frees without allocating it is not one of the final ones.
+            if r.expandable || !r.from_trace {
+                self.name_private_segment(0, addr, r.expandable, None);
             }
         }
         for b in start.blocks {
@@ -1200,10 +1195,23 @@ impl<'p, 'a> Importer<'p, 'a> {
         }
     }
 
-    /// The private pool whose final expandable range holds `addr`, if any.
-    fn private_range(&self, addr: u64) -> Option<[u64; 2]> {
-        let (_, &(end, pool_id)) = self.private_ranges_at_end.range(..=addr).next_back()?;
-        (addr < end).then_some(pool_id)
+    /// After the event of a segment made at `addr` (mapped, for an expandable one; by trace
+    /// entry `entry`, or before the trace): the `segment_pool` naming its private pool, where
+    /// the snapshot's final segments say it has one. A `cudaMalloc` segment is named only where
+    /// it is the final one at its address; a mapping, wherever it falls in a private pool's final
+    /// range.
+    fn name_private_segment(&mut self, t: u64, addr: u64, expandable: bool, entry: Option<usize>) {
+        let pool_id = if expandable {
+            self.private_ranges_at_end
+                .range(..=addr)
+                .next_back()
+                .and_then(|(_, &(end, pool_id))| (addr < end).then_some(pool_id))
+        } else {
+            self.private_at_end.get(&addr).and_then(|&(pool_id, at)| (at == entry).then_some(pool_id))
+        };
+        if let Some(pool_id) = pool_id {
+            self.push(t, Event::SegmentPool { addr, pool_id });
+        }
     }
 
     /// The pool of an expandable map/unmap (module documentation, "Segment pools").
@@ -1258,17 +1266,8 @@ impl<'p, 'a> Importer<'p, 'a> {
                 burst.peak_before = peak_reserved;
             }
             self.entry(e, t);
-            if e.action == Action::SegmentMap {
-                if let Some(pool_id) = self.private_range(e.addr) {
-                    self.push(t, Event::SegmentPool { addr: e.addr, pool_id });
-                }
-            }
-            if e.action == Action::SegmentAlloc && !self.private_at_end.is_empty() {
-                if let Some(&(pool_id, Some(at))) = self.private_at_end.get(&e.addr) {
-                    if at == i {
-                        self.push(t, Event::SegmentPool { addr: e.addr, pool_id });
-                    }
-                }
+            if matches!(e.action, Action::SegmentAlloc | Action::SegmentMap) {
+                self.name_private_segment(t, e.addr, e.action == Action::SegmentMap, Some(i));
             }
             peak_reserved = peak_reserved.max(self.reserved_bytes);
             match e.action {

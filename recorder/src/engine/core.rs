@@ -184,7 +184,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         if pool_id == [0, 0] {
             return 0;
         }
-        if let Some(&owner) = self.private_owners.get(&pool_id) {
+        if let Some(owner) = self.owner_of(pool_id) {
             return owner;
         }
         self.private.push(PrivatePool { id: pool_id, freeable: false });
@@ -200,7 +200,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// segments, after the default pools', as PyTorch frees `graph_pools_freeable`. A later
     /// request to the pool makes it used again. Unknown pools are ignored.
     pub fn set_pool_freeable(&mut self, pool_id: [u64; 2]) {
-        if let Some(&owner) = self.private_owners.get(&pool_id) {
+        if let Some(owner) = self.owner_of(pool_id) {
             self.private[owner as usize - 1].freeable = true;
             self.freeable_owners.insert(owner);
         }
@@ -223,6 +223,15 @@ impl<D: Device, S: Sink> Engine<D, S> {
             [0, 0]
         } else {
             self.private[owner as usize - 1].id
+        }
+    }
+
+    /// After the event of a segment made (or pages mapped) at `addr`: the `segment_pool` that
+    /// names its private pool, if it has one.
+    #[inline]
+    fn name_private_segment(&mut self, addr: u64, owner: u32) {
+        if owner != 0 {
+            self.sink.event(Event::SegmentPool { addr, pool_id: self.pool_id(owner) });
         }
     }
 
@@ -372,9 +381,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
             self.stats.oversize_segments.increase(1);
         }
         self.sink.event(Event::SegmentAlloc { addr, bytes: alloc_bytes, stream, pool });
-        if owner != 0 {
-            self.sink.event(Event::SegmentPool { addr, pool_id: self.pool_id(owner) });
-        }
+        self.name_private_segment(addr, owner);
         Some(idx)
     }
 
@@ -732,9 +739,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         self.stats.reserved_bytes.increase(pool, mapped);
         self.stats.num_device_alloc += 1;
         self.sink.event(Event::SegmentMap { addr, bytes: mapped, stream, pool });
-        if owner != 0 {
-            self.sink.event(Event::SegmentPool { addr, pool_id: self.pool_id(owner) });
-        }
+        self.name_private_segment(addr, owner);
         let (prev, next) = (self.blocks[idx].prev, self.blocks[idx].next);
         self.try_merge_blocks(idx, prev);
         self.try_merge_blocks(idx, next);

@@ -1,6 +1,6 @@
 //! The current layout, for fragmentation analysis and tests (like a snapshot's `segments`).
 
-use super::block::{State, NIL};
+use super::block::{Block, State, NIL};
 use super::core::Engine;
 use super::Sink;
 use crate::device::Device;
@@ -40,6 +40,24 @@ pub struct SegmentView {
     pub blocks: Vec<BlockView>,
 }
 
+impl BlockView {
+    /// The view of a mapped block (the one definition for [`Engine::segments`] and
+    /// [`Engine::visit_blocks`]).
+    #[inline]
+    fn of(b: &Block) -> BlockView {
+        let allocated = matches!(b.state, State::Allocated | State::Taken);
+        let pending_free = b.state == State::Pending;
+        BlockView {
+            addr: b.addr,
+            bytes: b.size,
+            allocated,
+            requested_bytes: if allocated || pending_free { b.requested } else { 0 },
+            pending_free,
+            in_private_pool: b.owner != 0,
+        }
+    }
+}
+
 impl SegmentView {
     /// The segment belongs to a private pool, which keeps it while the pool is in use.
     pub fn kept_by_private_pool(&self) -> bool {
@@ -72,16 +90,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
                         blocks: Vec::new(),
                     });
                     s.bytes += b.size;
-                    let allocated = matches!(b.state, State::Allocated | State::Taken);
-                    let pending_free = b.state == State::Pending;
-                    s.blocks.push(BlockView {
-                        addr: b.addr,
-                        bytes: b.size,
-                        allocated,
-                        requested_bytes: if allocated || pending_free { b.requested } else { 0 },
-                        pending_free,
-                        in_private_pool: b.owner != 0,
-                    });
+                    s.blocks.push(BlockView::of(b));
                 }
                 cur = b.next;
             }
@@ -108,17 +117,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
                 if b.state == State::Unmapped {
                     starts = true;
                 } else {
-                    let allocated = matches!(b.state, State::Allocated | State::Taken);
-                    let pending_free = b.state == State::Pending;
-                    let view = BlockView {
-                        addr: b.addr,
-                        bytes: b.size,
-                        allocated,
-                        requested_bytes: if allocated || pending_free { b.requested } else { 0 },
-                        pending_free,
-                        in_private_pool: b.owner != 0,
-                    };
-                    f(starts, &view);
+                    f(starts, &BlockView::of(b));
                     starts = false;
                 }
                 cur = b.next;
