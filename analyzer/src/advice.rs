@@ -1,143 +1,200 @@
-//! Allocator settings advised for a run that ran out of memory, weighed on what a replay can
-//! know ([`crate::outcome`]).
+//! Allocator settings advised for a run that ran out of memory at the capacity compared, rendered
+//! from the one decision per setting ([`crate::outcome::Decision`]) that the what-if table made.
 //!
-//! A setting is advised only when its replay at the same limit gets past the request that
-//! failed *and* the whole job, predicted by repeating the last whole iteration, fits under it.
-//! A setting that only gets past the failed request, with the rest of the job unknown, is
-//! named as such and not advised; so is one predicted to run out of memory later. The capacity
-//! to give the process is the one the predicted job needs, never the smallest capacity at which
-//! a prefix of the job gets past its failure.
+//! - Where the whole job is in the trace (a complete run replayed at a smaller capacity, or a
+//!   run recorded past its limit), a setting whose replay completes at the capacity is advised,
+//!   with its figures: that is a replay of the whole job, not a prediction.
+//! - Where the trace ends in the out-of-memory error (a snapshot taken at the failure), a
+//!   setting whose replay serves the request that failed is *worth trying*, ordered by the
+//!   memory the rest of the job is predicted to need; it is never said to fit, and never "not
+//!   advised": the trace cannot tell what the rest of the job needs.
+//! - A setting whose replay fails there too would not have helped, and is named as such only
+//!   where a user would reach for it (PyTorch's message suggests `expandable_segments`, and
+//!   every setting is a candidate against fragmentation).
 
-use crate::explain::Advice;
-use crate::outcome::{JobPrediction, Reach};
+use crate::explain::{Advice, WorthTrying};
+use crate::outcome::{Decision, JobPrediction, Reach};
 use crate::units::fmt_bytes;
 use crate::whatif::PolicyRow;
 
-/// Appends the setting and capacity advice for a trace that ends in an OOM.
+/// The allocator setting in the form a user sets it.
+pub fn env_setting(alloc_conf: &str) -> String {
+    format!("PYTORCH_CUDA_ALLOC_CONF={alloc_conf}")
+}
+
+/// What [`settings_at_oom`] gives: advice, settings worth trying, and what would not help.
+#[derive(Debug, Default)]
+pub struct SettingsAdvice {
+    pub advice: Vec<Advice>,
+    pub worth_trying: Vec<WorthTrying>,
+    pub not_advised: Vec<String>,
+}
+
+/// The setting and capacity advice for a replay that runs out of memory at the capacity
+/// compared (`cap_text`). `fragmentation`: the verdict is fragmentation.
 pub fn settings_at_oom(
     rows: &[PolicyRow],
     prediction: Option<&JobPrediction>,
     cap_text: &str,
-    advice: &mut Vec<Advice>,
-    not_advised: &mut Vec<String>,
     fragmentation: bool,
-) {
+) -> SettingsAdvice {
     let b = fmt_bytes;
-    let basis = prediction.map(|p| p.basis()).unwrap_or_default();
-    let mut past: Vec<&PolicyRow> = rows.iter().filter(|r| !r.policy.is_recorded() && r.reach.gets_past()).collect();
-    past.sort_by_key(|r| r.peak_reserved_bytes);
-    let mut advised = 0;
-    for r in &past {
-        let predicted = prediction.and_then(|p| p.of(&r.policy));
-        match predicted {
-            Some(p) if p.fits => {
-                advised += 1;
-                advice.push(Advice {
-                    kind: "setting",
-                    setting: Some(format!("PYTORCH_CUDA_ALLOC_CONF={}", r.alloc_conf)),
-                    text: format!("set PYTORCH_CUDA_ALLOC_CONF={}", r.alloc_conf),
-                    evidence: format!(
-                        "at {cap_text} its replay gets past the request that failed (peak reserved {}, {} device calls), \
-where the recorded settings fail; the whole job is predicted to fit ({basis}){}",
-                        b(r.peak_reserved_bytes),
-                        r.num_device_alloc + r.num_device_free,
-                        p.needs_bytes.map(|n| format!("; it needs about {}", b(n))).unwrap_or_default()
-                    ),
-                });
-            }
-            Some(p) => not_advised.push(format!(
-                "{}: its replay gets past the request that failed at {cap_text}, but the whole job is predicted to run out \
-of memory later{} ({basis})",
-                r.policy,
-                p.needs_bytes.map(|n| format!(" (it needs about {})", b(n))).unwrap_or_default()
-            )),
-            None => not_advised.push(format!(
-                "{}: its replay gets past the request that failed at {cap_text}; {}",
-                r.policy,
-                match prediction {
-                    Some(p) => p.basis(),
-                    None => "the rest of the job is not in the trace".into(),
-                }
-            )),
-        }
+    let mut out = SettingsAdvice::default();
+    let mut fits: Vec<&PolicyRow> = rows.iter().filter(|r| r.decision == Decision::Fits).collect();
+    fits.sort_by_key(|r| r.peak_reserved_bytes);
+    for r in &fits {
+        out.advice.push(Advice {
+            kind: "setting",
+            setting: Some(env_setting(&r.alloc_conf)),
+            text: format!("set {}", env_setting(&r.alloc_conf)),
+            evidence: format!(
+                "the whole job, replayed under it at {cap_text}, completes (peak reserved {}, {} device calls){}",
+                b(r.peak_reserved_bytes),
+                r.num_device_alloc + r.num_device_free,
+                r.min_capacity_bytes.map(|m| format!("; it needs {}", b(m))).unwrap_or_default()
+            ),
+            proven: true,
+        });
     }
-    for r in rows.iter().filter(|r| !r.policy.is_recorded() && !r.reach.gets_past()) {
+    // Worth trying: gets past the failure; ordered by what the rest of the job is predicted to
+    // need, else by what the replay reserved up to the failure.
+    let predicted = |r: &PolicyRow| prediction.and_then(|p| p.of(&r.policy));
+    let mut past: Vec<&PolicyRow> = rows.iter().filter(|r| r.decision == Decision::WorthTrying).collect();
+    past.sort_by_key(|r| (predicted(r).and_then(|p| p.needs_bytes).unwrap_or(u64::MAX), r.peak_reserved_bytes));
+    for r in past {
+        let p = predicted(r);
+        out.worth_trying.push(WorthTrying {
+            setting: env_setting(&r.alloc_conf),
+            policy: r.policy.to_string(),
+            peak_reserved_bytes: r.peak_reserved_bytes,
+            predicted_needs_bytes: p.and_then(|p| p.needs_bytes),
+            predicted_to_fit: p.map(|p| p.fits),
+            text: format!(
+                "{}: its replay serves the request that failed at {cap_text} (peak reserved {} up to there){}",
+                env_setting(&r.alloc_conf),
+                b(r.peak_reserved_bytes),
+                match p {
+                    Some(p) => match (p.fits, p.needs_bytes) {
+                        (true, Some(n)) => format!("; the rest of the job is predicted to fit (about {})", b(n)),
+                        (true, None) => "; the rest of the job is predicted to fit".into(),
+                        (false, Some(n)) => format!("; the whole job is predicted to need about {}", b(n)),
+                        (false, None) => "; the whole job is predicted to run out of memory later".into(),
+                    },
+                    None => String::new(),
+                }
+            ),
+        });
+    }
+    // Would not have helped, grouped by why (one line each).
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    for r in rows
+        .iter()
+        .filter(|r| matches!(r.decision, Decision::DoesNotHelp | Decision::DoesNotFit | Decision::CannotTell))
+    {
         let expandable = r.policy.name().starts_with("expandable_segments:True");
-        if expandable || fragmentation {
-            let suggested = if expandable {
-                " (PyTorch's message suggests it when reserved-but-unallocated memory is large)"
-            } else {
-                ""
-            };
-            let how = match r.reach {
-                Reach::FailsEarlier => "fails earlier",
-                Reach::CannotTell => {
-                    "runs out of memory at a request the recorded run served and the program may have caught (a \
-cuDNN workspace, or a program that catches OOMs), so the trace cannot tell how far it gets"
-                }
-                _ => "also fails there",
-            };
-            not_advised.push(format!(
-                "{}{suggested}: its replay {how} at {cap_text}{}",
-                r.policy,
-                r.min_capacity_bytes.map(|m| format!(" (it gets past the failure from {})", b(m))).unwrap_or_default()
-            ));
+        if !(expandable || fragmentation) {
+            continue;
+        }
+        let why = match (r.decision, r.reach) {
+            (Decision::DoesNotFit, _) => format!("the whole job, replayed at {cap_text}, runs out of memory"),
+            (_, Reach::FailsEarlier) => format!("replayed at {cap_text}, fails earlier than the recorded run"),
+            (Decision::CannotTell, _) => format!(
+                "replayed at {cap_text}, runs out of memory at a request the recorded run served and the program may \
+have caught (a cuDNN workspace, or a program that catches OOMs): the trace cannot tell how far it gets"
+            ),
+            _ => format!("replayed at {cap_text}, fails at the same request"),
+        };
+        let name = match r.min_capacity_bytes {
+            Some(m) if whole_job(rows) => format!("{} (needs {})", r.policy, b(m)),
+            Some(m) => format!("{} (gets past from {})", r.policy, b(m)),
+            None => r.policy.to_string(),
+        };
+        match groups.iter_mut().find(|g| g.0 == why) {
+            Some(g) => g.1.push(name),
+            None => groups.push((why, vec![name])),
         }
     }
-    if advised > 0 {
-        return;
+    for (why, names) in groups {
+        out.not_advised.push(format!("{}: {why}", names.join(", ")));
     }
-    if !matches!(prediction, Some(JobPrediction::FromRepeatedIteration { .. })) {
-        // No prediction: only how much gets the program past the request that failed.
-        let recorded = rows.iter().find(|r| r.policy.is_recorded()).and_then(|r| r.min_capacity_bytes);
-        if let Some(rec) = recorded {
-            advice.push(Advice {
+    if !fits.is_empty() {
+        return out;
+    }
+    out.advice.extend(capacity(rows, prediction, cap_text));
+    out
+}
+
+/// Whether the whole job is in the trace: it ends without an out-of-memory error, so a replay
+/// that serves every request completes the job.
+fn whole_job(rows: &[PolicyRow]) -> bool {
+    rows.iter().any(|r| matches!(r.reach, Reach::Completes | Reach::RunsOutOfMemory))
+}
+
+/// How much memory to give the process, where no setting fits at the capacity.
+fn capacity(rows: &[PolicyRow], prediction: Option<&JobPrediction>, cap_text: &str) -> Option<Advice> {
+    let b = fmt_bytes;
+    let recorded = rows.iter().find(|r| r.policy.is_recorded())?;
+    // The whole job is in the trace: the smallest capacity is a replay of it.
+    if whole_job(rows) {
+        let rec = recorded.min_capacity_bytes?;
+        let best = rows.iter().filter_map(|r| r.min_capacity_bytes.map(|m| (m, r))).min_by_key(|(m, _)| *m);
+        let setting = best.filter(|(m, r)| !r.policy.is_recorded() && (*m as f64) < 0.9 * rec as f64);
+        return Some(Advice {
+            kind: "capacity",
+            setting: setting.map(|(_, r)| env_setting(&r.alloc_conf)),
+            text: match setting {
+                Some((m, r)) => format!(
+                    "give the process {} (the whole job needs that with {}; {} under the recorded settings)",
+                    b(m),
+                    env_setting(&r.alloc_conf),
+                    b(rec)
+                ),
+                None => {
+                    format!("give the process {} (the whole job needs that; no setting fits it at {cap_text})", b(rec))
+                }
+            },
+            evidence: format!(
+                "the smallest capacity at which the replay of the whole job completes: {} under the recorded settings",
+                b(rec)
+            ),
+            proven: true,
+        });
+    }
+    match prediction {
+        Some(p @ JobPrediction::FromRepeatedIteration { policies, .. }) => {
+            let rec = policies.iter().find(|p| p.policy.is_recorded()).and_then(|p| p.needs_bytes)?;
+            let best = policies.iter().filter_map(|p| p.needs_bytes.map(|n| (n, p))).min_by_key(|(n, _)| *n);
+            let setting = best
+                .filter(|(n, p)| !p.policy.is_recorded() && (*n as f64) < 0.9 * rec as f64)
+                .and_then(|(n, p)| rows.iter().find(|r| r.policy == p.policy).map(|r| (n, env_setting(&r.alloc_conf))));
+            Some(Advice {
+                kind: "capacity",
+                setting: setting.as_ref().map(|s| s.1.clone()),
+                text: match &setting {
+                    Some((n, s)) => format!("the whole job is predicted to need about {} of memory with {s}", b(*n)),
+                    None => format!("the whole job is predicted to need about {} of memory", b(rec)),
+                },
+                evidence: format!("{} (a prediction, not a replay of the job)", p.basis()),
+                proven: false,
+            })
+        }
+        _ => {
+            let rec = recorded.min_capacity_bytes?;
+            Some(Advice {
                 kind: "capacity",
                 setting: None,
                 text: format!(
-                    "with more memory than {cap_text}: from {} the program gets past the request that failed; whether the \
-rest of the job fits is not in the trace",
+                    "with more memory than {cap_text}: from {} the program gets past the request that failed; whether \
+the rest of the job fits is not in the trace",
                     b(rec)
                 ),
                 evidence: format!(
-                    "the smallest capacity at which the replay gets past the failed request: {} under the recorded \
-settings; {basis}",
+                    "the smallest capacity at which the replay gets past the failed request, under the recorded \
+settings: {}",
                     b(rec)
                 ),
-            });
-        }
-        return;
-    }
-    // The capacity to give: what the predicted whole job needs.
-    if let Some(JobPrediction::FromRepeatedIteration { policies, .. }) = prediction {
-        let recorded = policies.iter().find(|p| p.policy.is_recorded()).and_then(|p| p.needs_bytes);
-        let best = policies.iter().filter_map(|p| p.needs_bytes.map(|n| (n, p))).min_by_key(|(n, _)| *n);
-        if let (Some(rec), Some((best_n, best_p))) = (recorded, best) {
-            let row = rows.iter().find(|r| r.policy == best_p.policy);
-            let setting = (!best_p.policy.is_recorded() && (best_n as f64) < 0.9 * rec as f64)
-                .then(|| row.map(|r| format!("PYTORCH_CUDA_ALLOC_CONF={}", r.alloc_conf)))
-                .flatten();
-            advice.push(Advice {
-                kind: "capacity",
-                setting: setting.clone(),
-                text: match &setting {
-                    Some(s) => format!("the whole job is predicted to need about {} of memory with {s}", b(best_n)),
-                    None => format!(
-                        "the whole job is predicted to need about {} of memory (no setting fits it at {cap_text})",
-                        b(rec)
-                    ),
-                },
-                evidence: format!(
-                    "{basis}: about {} under the recorded settings{}; a prediction from the repeated iteration, not a \
-replay of the job",
-                    b(rec),
-                    if best_p.policy.is_recorded() {
-                        String::new()
-                    } else {
-                        format!(", {} under {}", b(best_n), best_p.policy)
-                    }
-                ),
-            });
+                proven: false,
+            })
         }
     }
 }

@@ -102,6 +102,27 @@ pub struct Advice {
     pub text: String,
     /// The figure that justifies it.
     pub evidence: String,
+    /// Backed by a replay (of the whole job, or of a code change up to the failure), not by a
+    /// prediction or a reading of the layout: the advice is ordered by this, proven first.
+    pub proven: bool,
+}
+
+/// A setting whose replay serves the request that failed, in a trace that ends in the
+/// out-of-memory error: the rest of the job is not in the trace, so it is worth trying, not
+/// advised.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorthTrying {
+    /// `PYTORCH_CUDA_ALLOC_CONF=...`.
+    pub setting: String,
+    /// The what-if row's name.
+    pub policy: String,
+    /// Peak reserved by its replay up to the end of the trace.
+    pub peak_reserved_bytes: u64,
+    /// What the whole job is predicted to need under it (from a repeated iteration), if predicted.
+    pub predicted_needs_bytes: Option<u64>,
+    /// Whether the whole job is predicted to fit at the capacity, if predicted.
+    pub predicted_to_fit: Option<bool>,
+    pub text: String,
 }
 
 /// A replay of a code change.
@@ -129,6 +150,8 @@ pub struct ExplainReport {
     pub figures: Figures,
     /// PyTorch's OOM message with these figures (at an OOM).
     pub pytorch_message: Option<String>,
+    /// What the message leaves out for want of figures the trace does not hold, if anything.
+    pub pytorch_message_note: Option<String>,
     /// Set when the capacity was not recorded but inferred: how, and what to do for the real one.
     pub capacity_note: Option<String>,
     pub verdict: Verdict,
@@ -150,6 +173,9 @@ pub struct ExplainReport {
     pub live_requested_peak_bytes: u64,
     pub experiments: Vec<Experiment>,
     pub advice: Vec<Advice>,
+    /// Settings that get past the failure where the rest of the job is not in the trace, fewest
+    /// bytes predicted first.
+    pub worth_trying: Vec<WorthTrying>,
     /// Changes that the evidence rules out, with why (e.g. the setting PyTorch's message suggests).
     pub not_advised: Vec<String>,
     /// For a trace that ends in an OOM: whether the whole job fits under each setting,
@@ -385,13 +411,30 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     };
     if is_oom && !result.capacity_source.is_known() {
         if let Some(v) = &verdict_by_limit {
+            // The headline is the verdict over the widest part of the range the trace allows, told
+            // at the least limit of that part.
+            let widest = v
+                .iter()
+                .filter_map(|l| Some((l.kind?, l.from_bytes, l.to_bytes?)))
+                .max_by_key(|&(_, from, to)| (to - from, std::cmp::Reverse(from)));
+            let at = match widest {
+                Some((kind, from, _)) if kind != verdict.kind => {
+                    let g = Figures {
+                        capacity_bytes: Some(from),
+                        headroom_bytes: Some(from.saturating_sub(figures.reserved_bytes)),
+                        ..figures.clone()
+                    };
+                    verdict = self::verdict(true, &g, growth.as_ref(), &lm);
+                    from
+                }
+                _ => capacity.unwrap_or(0),
+            };
             verdict.reason = format!(
-                "the limit was not recorded (the trace allows any from {} to under {}): {}. At the least it can have \
-been ({}): {}",
+                "the limit was not recorded (the trace allows any from {} to under {}): {}. At {}: {}",
                 fmt_bytes(v.first().map(|l| l.from_bytes).unwrap_or(0)),
                 fmt_bytes(range.map(|r| r.1).unwrap_or(0)),
                 limits_text(v),
-                fmt_bytes(capacity.unwrap_or(0)),
+                fmt_bytes(at),
                 verdict.reason
             );
         } else if let Some(c) = capacity {
@@ -419,7 +462,7 @@ several times; `alloctrace whatif` searches them",
 
     // Made above where the verdict is fragmentation at an OOM.
     let experiments: Vec<Experiment> = grouped.into_iter().collect();
-    let (mut advice, mut not_advised) =
+    let (mut advice, worth_trying, mut not_advised) =
         advise(&figures, &verdict, &w.rows, w.prediction.as_ref(), &experiments, &top_sites, growth.as_ref(), is_oom);
     // Never "free the weights": blocks alive from before the first iteration.
     if let Some(top) = top_sites.first() {
@@ -450,6 +493,7 @@ capture)",
 reuses its cached segments without them"
                     .into(),
                 evidence: e.text(),
+                proven: true,
             });
         }
     }
@@ -461,8 +505,15 @@ reuses its cached segments without them"
 the consuming stream allocate the tensors it uses, instead of record_stream on tensors made elsewhere"
                 .into(),
             evidence: h.text(),
+            proven: false,
         });
     }
+    order_advice(&mut advice, verdict.kind);
+    // PyTorch names the limit ("X allowed") only when one was set; an inferred one is not known.
+    let message = is_oom.then(|| {
+        let known = result.capacity_source.is_known();
+        pytorch_message(&Figures { capacity_bytes: figures.capacity_bytes.filter(|_| known), ..figures.clone() })
+    });
     Ok(ExplainReport {
         trace: trace.path.display().to_string(),
         alloc_conf: result.alloc_conf.clone(),
@@ -471,11 +522,8 @@ the consuming stream allocate the tensors it uses, instead of record_stream on t
         moment: if is_oom { "oom" } else { "peak" },
         replay_outcome: result.outcome.clone(),
         recorded_ooms,
-        // PyTorch names the limit ("X allowed") only when one was set; an inferred one is not known.
-        pytorch_message: is_oom.then(|| {
-            let known = result.capacity_source.is_known();
-            pytorch_message(&Figures { capacity_bytes: figures.capacity_bytes.filter(|_| known), ..figures.clone() })
-        }),
+        pytorch_message: message.as_ref().map(|m| m.0.clone()),
+        pytorch_message_note: message.and_then(|m| m.1).map(str::to_string),
         capacity_note: capacity_note(&trace.default_capacity()),
         categories: crate::category::at_moment(trace, figures.event)?,
         figures,
@@ -489,6 +537,7 @@ the consuming stream allocate the tensors it uses, instead of record_stream on t
         live_requested_peak_bytes: w.bounds.live_requested_peak_bytes,
         experiments,
         advice,
+        worth_trying,
         not_advised,
         prediction: w.prediction.clone(),
         empty_cache_calls,
@@ -573,6 +622,29 @@ iteration over {} iterations ({:.0}% of what is live), mostly from {}",
                 b(limit)
             ),
         };
+    }
+    // The request fits under the limit in bytes, but the cause that explains the most bytes is
+    // the growth: a job whose live bytes grow every iteration is a leak even where its last
+    // request failed for want of a contiguous block.
+    if let Some(g) = growth.filter(|g| g.per_iteration_bytes > 0.0 && !g.sites.is_empty()) {
+        let share = growth_share(g, f.allocated_bytes);
+        let grown = (share.min(1.0) * f.allocated_bytes as f64) as u64;
+        if share >= 0.25 && grown > f.reserved_unallocated_bytes {
+            return Verdict {
+                kind: VerdictKind::SteadyGrowth,
+                reason: format!(
+                    "live bytes grew by {} per iteration over {} iterations ({:.0}% of the {} live at the failure), \
+mostly from {}: more than the {} free inside segments; the {} request failed when it needed a new segment",
+                    b(g.per_iteration_bytes as u64),
+                    g.live_bytes.len(),
+                    100.0 * share.min(1.0),
+                    b(f.allocated_bytes),
+                    g.sites[0].site.label,
+                    b(f.reserved_unallocated_bytes),
+                    b(f.requested_bytes)
+                ),
+            };
+        }
     }
     let headroom = f.headroom_bytes.unwrap_or(0);
     if f.releasable_bytes > 0 && f.releasable_bytes + headroom >= f.alloc_bytes {
@@ -671,6 +743,8 @@ pub fn limits_text(v: &[LimitVerdict]) -> String {
     let b = fmt_bytes;
     v.iter()
         .map(|l| match (l.kind, l.to_bytes) {
+            // A range narrower than the figures' precision reads as one limit, never as an empty range.
+            (Some(k), Some(to)) if b(l.from_bytes) == b(to) => format!("{} at a limit of about {}", k.as_str(), b(to)),
             (Some(k), Some(to)) => format!("{} at any limit from {} to under {}", k.as_str(), b(l.from_bytes), b(to)),
             (Some(k), None) => format!("{} at any limit from {}", k.as_str(), b(l.from_bytes)),
             (None, _) => format!(
@@ -707,19 +781,49 @@ fn capacity_note(capacity: &Capacity) -> Option<String> {
     }
 }
 
-/// PyTorch's message for these figures (`format_size` units, as in c10).
-pub fn pytorch_message(f: &Figures) -> String {
-    let b = fmt_bytes;
-    let total = f.device_total_bytes.map(b).unwrap_or_else(|| "(unknown)".into());
-    let free = f.device_free_bytes.map(b).unwrap_or_else(|| "(unknown)".into());
-    format!(
-        "CUDA out of memory. Tried to allocate {}. GPU 0 has a total capacity of {total} of which {free} is free. \
-{}Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated.",
-        b(f.alloc_bytes),
-        f.capacity_bytes.map(|c| format!("{} allowed; ", b(c))).unwrap_or_default(),
-        b(f.allocated_bytes),
-        b(f.reserved_unallocated_bytes)
-    )
+/// Sizes as PyTorch's `c10::CachingAllocator::format_size` writes them in its messages: up to
+/// 1024 bytes in bytes, then KiB up to 1 MiB, MiB up to 1 GiB (so 1 GiB reads "1024.00 MiB"),
+/// else GiB, with two decimals.
+pub fn format_size(size: u64) -> String {
+    let s = size as f64;
+    if size <= 1024 {
+        format!("{size} bytes")
+    } else if size <= 1 << 20 {
+        format!("{:.2} KiB", s / 1024.0)
+    } else if size <= 1 << 30 {
+        format!("{:.2} MiB", s / 1048576.0)
+    } else {
+        format!("{:.2} GiB", s / 1073741824.0)
+    }
+}
+
+/// PyTorch's out-of-memory message for these figures, as PyTorch 2.11's caching allocator
+/// writes it (`c10/cuda/CUDACachingAllocator.cpp`, `malloc`): "Tried to allocate" names the
+/// segment size it tried to get, the limit appears ("X allowed; ") only under a memory fraction.
+/// The sentence on the device's total and free memory needs both; where the trace lacks one, the
+/// message is given without that sentence, and the second value says so. NVML's per-process
+/// line is not in any trace and is left out.
+pub fn pytorch_message(f: &Figures) -> (String, Option<&'static str>) {
+    let sz = format_size;
+    let device = match (f.device_total_bytes, f.device_free_bytes) {
+        (Some(t), Some(fr)) => Some(format!("GPU 0 has a total capacity of {} of which {} is free. ", sz(t), sz(fr))),
+        _ => None,
+    };
+    let message = format!(
+        "CUDA out of memory. Tried to allocate {}. {}{}Of the allocated memory {} is allocated by PyTorch, and {} is \
+reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting \
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  \
+(https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)",
+        sz(f.alloc_bytes),
+        device.as_deref().unwrap_or(""),
+        f.capacity_bytes.map(|c| format!("{} allowed; ", sz(c))).unwrap_or_default(),
+        sz(f.allocated_bytes),
+        sz(f.reserved_unallocated_bytes)
+    );
+    let left_out = device
+        .is_none()
+        .then_some("the trace does not hold the device's total and free memory, so the sentence on them is left out");
+    (message, left_out)
 }
 
 /// Replays the code change "allocate the tensors still live at `oom_event` before the
@@ -839,22 +943,15 @@ fn advise(
     top: &[SitePin],
     growth: Option<&Growth>,
     is_oom: bool,
-) -> (Vec<Advice>, Vec<String>) {
+) -> (Vec<Advice>, Vec<WorthTrying>, Vec<String>) {
     let b = fmt_bytes;
-    let mut advice = Vec::new();
-    let mut not_advised = Vec::new();
     let cap_text = f.capacity_bytes.map(b).unwrap_or_else(|| "no limit".into());
     let recorded = rows.iter().find(|r| r.policy.is_recorded());
-    if is_oom {
-        crate::advice::settings_at_oom(
-            rows,
-            prediction,
-            &cap_text,
-            &mut advice,
-            &mut not_advised,
-            v.kind == VerdictKind::Fragmentation,
-        );
-    }
+    let crate::advice::SettingsAdvice { mut advice, worth_trying, not_advised } = if is_oom {
+        crate::advice::settings_at_oom(rows, prediction, &cap_text, v.kind == VerdictKind::Fragmentation)
+    } else {
+        Default::default()
+    };
     match v.kind {
         VerdictKind::Fragmentation => {
             for e in experiments.iter().filter(|e| e.completes) {
@@ -872,6 +969,7 @@ copy the kept ones into one tensor, e.g. torch.stack, before freeing the tempora
 temporaries then frees whole segments, which the allocator gives back before failing",
                         b(e.peak_reserved_bytes)
                     ),
+                    proven: true,
                 });
             }
             if let Some(s) = top.first().filter(|s| s.segments_pinned > 0) {
@@ -893,29 +991,38 @@ release before an OOM would free {}",
                         b(s.pinned_segment_bytes),
                         b(s.empty_cache_if_released_bytes)
                     ),
+                    proven: false,
                 });
             }
         }
         VerdictKind::SteadyGrowth => {
-            if let Some(g) = growth {
-                for s in g.sites.iter().take(3) {
-                    advice.push(Advice {
-                        kind: "code",
-                        setting: None,
-                        text: format!(
-                            "stop keeping references to tensors from {} across iterations (store `.item()` or \
+            if let Some(g) = growth.filter(|g| !g.sites.is_empty()) {
+                let sites: Vec<_> = g.sites.iter().take(3).collect();
+                advice.push(Advice {
+                    kind: "code",
+                    setting: None,
+                    text: format!(
+                        "stop keeping references to tensors from {} across iterations (store `.item()` or \
 `.detach()` values instead of tensors that hold their autograd graph)",
-                            s.site.label
-                        ),
-                        evidence: format!(
-                            "+{:.0} allocations, +{} live per iteration from there, rising in {} of {} steps between iterations",
-                            s.per_iteration_count,
-                            b(s.per_iteration_bytes as u64),
-                            s.rising_intervals,
-                            s.intervals
-                        ),
-                    });
-                }
+                        sites.iter().map(|s| s.site.label.as_str()).collect::<Vec<_>>().join(", ")
+                    ),
+                    evidence: sites
+                        .iter()
+                        .map(|s| {
+                            format!(
+                                "{}: +{:.0} allocations, +{} live per iteration, rising in {} of {} steps between \
+iterations",
+                                s.site.label,
+                                s.per_iteration_count,
+                                b(s.per_iteration_bytes as u64),
+                                s.rising_intervals,
+                                s.intervals
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    proven: false,
+                });
             }
         }
         VerdictKind::CacheNotReleased => advice.push(Advice {
@@ -924,6 +1031,7 @@ release before an OOM would free {}",
             text: "call torch.cuda.empty_cache() before the large request (or in other processes sharing the GPU)"
                 .into(),
             evidence: format!("whole free segments hold {} at the failure", b(f.releasable_bytes)),
+            proven: false,
         }),
         VerdictKind::TrueExhaustion => {
             if let Some(s) = top.first() {
@@ -939,6 +1047,7 @@ release before an OOM would free {}",
                         b(s.block_bytes),
                         s.blocks
                     ),
+                    proven: false,
                 });
             }
         }
@@ -959,6 +1068,7 @@ that still hold their autograd graph: store `.item()` or `.detach()` instead)",
                         s.rising_intervals,
                         s.intervals
                     ),
+                    proven: false,
                 });
             }
             if let Some(r) = recorded.and_then(|r| r.min_capacity_bytes.map(|m| (m, r))) {
@@ -966,7 +1076,7 @@ that still hold their autograd graph: store `.item()` or `.detach()` instead)",
                 if let Some((m, x)) = best.filter(|(m, x)| !x.policy.is_recorded() && (*m as f64) < 0.95 * r.0 as f64) {
                     advice.push(Advice {
                         kind: "setting",
-                        setting: Some(format!("PYTORCH_CUDA_ALLOC_CONF={}", x.alloc_conf)),
+                        setting: Some(crate::advice::env_setting(&x.alloc_conf)),
                         text: format!(
                             "to run in less memory, set PYTORCH_CUDA_ALLOC_CONF={} (it completes in {}; at {cap_text} \
 it reserves {}, {} device calls)",
@@ -983,10 +1093,23 @@ it reserves {}, {} device calls)",
                             x.policy,
                             b(m)
                         ),
+                        proven: true,
                     });
                 }
             }
         }
     }
-    (advice, not_advised)
+    (advice, worth_trying, not_advised)
+}
+
+/// The strongest advice first: what a replay proves before what is predicted or read off the
+/// layout, and a change to the program or its settings before more memory. The report's fix line
+/// is the first. Against a leak, the fix to the code comes first: more memory only lasts as long
+/// as the run the trace holds.
+fn order_advice(advice: &mut [Advice], verdict: VerdictKind) {
+    if verdict == VerdictKind::SteadyGrowth {
+        advice.sort_by_key(|a| a.kind == "capacity");
+    } else {
+        advice.sort_by_key(|a| (!a.proven, a.kind == "capacity"));
+    }
 }

@@ -43,6 +43,16 @@ pub enum CapacitySource {
 }
 
 impl CapacitySource {
+    /// Where the limit came from, in a few words.
+    pub fn text(self) -> &'static str {
+        match self {
+            CapacitySource::Given => "given",
+            CapacitySource::Recorded => "recorded",
+            CapacitySource::None => "none",
+            CapacitySource::InferredFromOom => "inferred: the device was full",
+            CapacitySource::InferredLimit => "inferred: the least the trace allows",
+        }
+    }
     /// True when the limit was known (given or recorded), not inferred.
     pub fn is_known(self) -> bool {
         match self {

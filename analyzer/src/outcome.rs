@@ -105,6 +105,59 @@ impl std::fmt::Display for Reach {
     }
 }
 
+/// What alloctrace says of one setting at the capacity compared. Decided once, here, from how
+/// far its replay got ([`Reach`]); the what-if table, `explain`'s advice, the report's fix line
+/// and the JSON all render this one decision.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// The settings the trace was recorded under: what the others are compared with.
+    Recorded,
+    /// The whole job is in the trace (it ends without an out-of-memory error: a complete run, or
+    /// one recorded past the limit) and its replay under this setting completes at the capacity:
+    /// advised.
+    Fits,
+    /// The whole job is in the trace, and its replay under this setting runs out of memory at the
+    /// capacity.
+    DoesNotFit,
+    /// The trace ends in an out-of-memory error and this setting's replay serves the request that
+    /// failed: worth trying. Whether the rest of the job fits is not in the trace (at most
+    /// predicted), so it is never said to fit.
+    WorthTrying,
+    /// The trace ends in an out-of-memory error and this setting's replay fails at that request or
+    /// earlier: it would not have helped.
+    DoesNotHelp,
+    /// The replay cannot tell (a failure the program may have caught, or a damaged trace).
+    CannotTell,
+}
+
+impl Decision {
+    /// The decision for `policy`, whose replay got as far as `reach`.
+    pub fn of(policy: &Policy, reach: Reach) -> Decision {
+        if policy.is_recorded() {
+            return Decision::Recorded;
+        }
+        match reach {
+            Reach::Completes => Decision::Fits,
+            Reach::RunsOutOfMemory => Decision::DoesNotFit,
+            Reach::GetsPastFailure => Decision::WorthTrying,
+            Reach::FailsWhereRecorded | Reach::FailsEarlier => Decision::DoesNotHelp,
+            Reach::CannotTell | Reach::ReachesDamage => Decision::CannotTell,
+        }
+    }
+    /// In a table's column.
+    pub fn short(self) -> &'static str {
+        match self {
+            Decision::Recorded => "recorded",
+            Decision::Fits => "advised",
+            Decision::DoesNotFit => "no",
+            Decision::WorthTrying => "worth trying",
+            Decision::DoesNotHelp => "no",
+            Decision::CannotTell => "cannot tell",
+        }
+    }
+}
+
 /// The prediction for one setting.
 #[derive(Debug, Clone, Serialize)]
 pub struct PolicyPrediction {

@@ -1001,8 +1001,12 @@ impl Report {
         d.push(Block::Para(format!("**Verdict: {}.** {}.", x.verdict.kind.as_str(), x.verdict.reason)));
         match x.advice.first() {
             Some(a) => {
-                let setting =
-                    a.setting.as_ref().map(|s| format!(" (`PYTORCH_CUDA_ALLOC_CONF={s}`)")).unwrap_or_default();
+                let setting = a
+                    .setting
+                    .as_ref()
+                    .filter(|s| !a.text.contains(s.as_str()))
+                    .map(|s| format!(" (`{s}`)"))
+                    .unwrap_or_default();
                 d.push(Block::Para(format!("**Fix:** {}{setting}. *Evidence:* {}.", a.text, a.evidence)));
                 if x.advice.len() > 1 {
                     d.push(Block::Para(format!(
@@ -1046,8 +1050,8 @@ impl Report {
                         .iter()
                         .map(|a| {
                             let text = match &a.setting {
-                                Some(s) => format!("{} (`{s}`)", a.text),
-                                None => a.text.clone(),
+                                Some(s) if !a.text.contains(s.as_str()) => format!("{} (`{s}`)", a.text),
+                                _ => a.text.clone(),
                             };
                             vec![text, a.evidence.clone()]
                         })
@@ -1064,6 +1068,28 @@ impl Report {
                                 e.description.clone(),
                                 if e.completes { "yes" } else { "no" }.into(),
                                 fmt_bytes(e.peak_reserved_bytes),
+                            ]
+                        })
+                        .collect(),
+                ));
+            }
+            if !x.worth_trying.is_empty() {
+                d.push(Block::Para(
+                    "Worth trying (each gets past the request that failed; the rest of the job is not in the \
+trace, so none is said to fit):"
+                        .into(),
+                ));
+                d.push(Block::Table(
+                    vec!["setting".into(), "peak reserved to the failure".into(), "whole job, predicted".into()],
+                    x.worth_trying
+                        .iter()
+                        .map(|w| {
+                            vec![
+                                w.setting.clone(),
+                                fmt_bytes(w.peak_reserved_bytes),
+                                w.predicted_needs_bytes
+                                    .map(|n| format!("about {}", fmt_bytes(n)))
+                                    .unwrap_or("-".into()),
                             ]
                         })
                         .collect(),

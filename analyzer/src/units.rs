@@ -21,6 +21,17 @@ pub fn fmt_bytes(bytes: u64) -> String {
 }
 
 /// Formats a signed byte difference: `+4.00 MiB`, `-512 B`.
+/// A capacity as `--capacity` takes it back exactly: whole GiB or MiB where it is one, else bytes.
+pub fn fmt_capacity_arg(bytes: u64) -> String {
+    if bytes > 0 && bytes.is_multiple_of(1 << 30) {
+        format!("{}GiB", bytes >> 30)
+    } else if bytes > 0 && bytes.is_multiple_of(1 << 20) {
+        format!("{}MiB", bytes >> 20)
+    } else {
+        bytes.to_string()
+    }
+}
+
 pub fn fmt_delta(delta: i64) -> String {
     let sign = if delta < 0 { "-" } else { "+" };
     format!("{sign}{}", fmt_bytes(delta.unsigned_abs()))

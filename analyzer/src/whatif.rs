@@ -62,6 +62,9 @@ pub struct PolicyRow {
     /// How far the replay got against the recorded run: for a trace that ends in an OOM, never
     /// "completes".
     pub reach: Reach,
+    /// What alloctrace says of this setting at the capacity compared (from `reach`): the one
+    /// decision that the advice, the report and the JSON render.
+    pub decision: crate::outcome::Decision,
     pub oom_event: Option<u64>,
     pub peak_reserved_bytes: u64,
     pub peak_allocated_bytes: u64,
@@ -155,6 +158,7 @@ fn row_of(
         alloc_conf: r.alloc_conf.clone(),
         outcome: r.outcome_kind(),
         reach: Reach::of(trace, r),
+        decision: crate::outcome::Decision::of(policy, Reach::of(trace, r)),
         oom_event: match r.outcome {
             crate::replay::Outcome::Oom { event, .. } => Some(event),
             crate::replay::Outcome::Ok => None,

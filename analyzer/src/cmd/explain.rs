@@ -14,6 +14,101 @@ pub struct ExplainCmdOptions {
     /// Iterations appended to predict the rest of a job that ran out of memory.
     pub repeats: u32,
     pub json: bool,
+    /// Everything behind the verdict (the default text fits a screen).
+    pub verbose: bool,
+}
+
+/// The default text: the verdict, the fix and its evidence, what is worth trying, in one screen
+/// (at most 40 lines of 100 columns on the shipped traces; a test holds it).
+pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()> {
+    let b = fmt_bytes;
+    let f = &r.figures;
+    let cap = f.capacity_bytes.map(b).unwrap_or_else(|| "no limit".into());
+    let settings = if r.alloc_conf.is_empty() { "defaults" } else { &r.alloc_conf };
+    writeln!(
+        out,
+        "{}",
+        crate::wrap::indented(
+            &format!("explain {} (settings: {settings}; limit: {cap}, {})", r.trace, r.capacity_source.text()),
+            "",
+            "  "
+        )
+    )?;
+    if let Some(d) = &r.input_damage {
+        writeln!(
+            out,
+            "{}",
+            crate::wrap::indented(&format!("partial input: {d}; everything below covers only what was read"), "", "  ")
+        )?;
+    }
+    if r.moment == "oom" {
+        if let Some(m) = &r.pytorch_message {
+            let head = match &r.pytorch_message_note {
+                Some(n) => {
+                    format!("out of memory at event {}. PyTorch's message, restated from the figures ({n}):", f.event)
+                }
+                None => format!("out of memory at event {}. PyTorch's message, restated from the figures:", f.event),
+            };
+            writeln!(out, "{}", crate::wrap::indented(&head, "", "  "))?;
+            writeln!(out, "{}", crate::wrap::indented(m, "  ", "  "))?;
+        }
+    } else {
+        writeln!(
+            out,
+            "no out-of-memory at {cap}; the peak of reserved memory is at event {} ({}).",
+            f.event,
+            b(f.reserved_bytes)
+        )?;
+    }
+    writeln!(out, "verdict: {}", r.verdict.kind.as_str())?;
+    writeln!(out, "{}", crate::wrap::indented(&r.verdict.reason, "  ", "  "))?;
+    match r.advice.split_first() {
+        Some((first, rest)) => {
+            writeln!(out, "{}", crate::wrap::indented(&first.text, "fix: ", "  "))?;
+            writeln!(out, "{}", crate::wrap::indented(&format!("because {}", first.evidence), "  ", "  "))?;
+            for a in rest {
+                writeln!(out, "{}", crate::wrap::indented(&a.text, "also: ", "  "))?;
+            }
+        }
+        None if r.moment == "oom" => writeln!(out, "fix: none that a replay proves")?,
+        None => {}
+    }
+    if !r.worth_trying.is_empty() {
+        writeln!(out, "worth trying (each gets past the failed request; the rest of the job is not in the trace):")?;
+        for w in &r.worth_trying {
+            let predicted = match (w.predicted_to_fit, w.predicted_needs_bytes) {
+                (Some(true), Some(n)) => format!("; predicted to fit, about {}", b(n)),
+                (Some(false), Some(n)) => format!("; the whole job predicted to need about {}", b(n)),
+                (Some(false), None) => "; predicted to run out of memory later".into(),
+                _ => String::new(),
+            };
+            writeln!(out, "  {}{predicted}", w.setting)?;
+        }
+    }
+    for n in &r.not_advised {
+        writeln!(out, "{}", crate::wrap::indented(n, "not advised: ", "  "))?;
+    }
+    if let Some(p) = r.prediction.as_ref().filter(|_| !r.worth_trying.is_empty() || r.advice.iter().any(|a| !a.proven))
+    {
+        writeln!(out, "{}", crate::wrap::indented(&format!("the whole job: {}", p.basis()), "", "  "))?;
+    }
+    if r.moment == "oom" && r.prediction.is_some() {
+        writeln!(
+            out,
+            "{}",
+            crate::wrap::indented(
+                &format!(
+                    "for the whole job at this limit, record it past the limit: alloctrace record --capacity {} -o \
+run.atrace -- python train.py, then explain run.atrace",
+                    f.capacity_bytes.map(crate::units::fmt_capacity_arg).unwrap_or_else(|| "LIMIT".into())
+                ),
+                "",
+                "  "
+            )
+        )?;
+    }
+    writeln!(out, "(--verbose: the figures, call sites, what-if table, growth and patterns; --json: all of it)")?;
+    Ok(())
 }
 
 pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()> {
@@ -37,7 +132,10 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         // The trace does not hold the text PyTorch printed: it is restated from the figures.
         writeln!(out, "out of memory at event {} ({}). PyTorch's message would read:", f.event, fmt_ns(f.time_ns))?;
         if let Some(m) = &r.pytorch_message {
-            writeln!(out, "  {m}")?;
+            writeln!(out, "{}", crate::wrap::indented(m, "  ", "  "))?;
+            if let Some(n) = &r.pytorch_message_note {
+                writeln!(out, "{}", crate::wrap::indented(&format!("({n})"), "  ", "  "))?;
+            }
         }
         writeln!(out, "what the numbers mean:")?;
         writeln!(
@@ -91,7 +189,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
     match &r.verdict_by_limit {
         Some(v) if v.iter().filter(|l| l.kind.is_some()).count() > 1 => writeln!(
             out,
-            "verdict: {} (at the least limit the trace allows; it depends on the limit, see below)",
+            "verdict: {} (over most of the limits the trace allows; it depends on the limit, see below)",
             r.verdict.kind.as_str()
         )?,
         _ => writeln!(out, "verdict: {}", r.verdict.kind.as_str())?,
@@ -137,9 +235,10 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
     for w in &r.whatif {
         writeln!(
             out,
-            "  {:<36} {:>12}  peak reserved {:>11}  smallest capacity that {to} {}",
+            "  {:<33} {:>12} {:>12}  peak reserved {:>10}  {to} from {}",
             w.policy,
             w.reach,
+            w.decision.short(),
             b(w.peak_reserved_bytes),
             w.min_capacity_bytes.map(b).unwrap_or_else(|| "-".into())
         )?;
@@ -178,6 +277,12 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
             writeln!(out, "{}", crate::wrap::indented(&format!("because {}", a.evidence), "    ", "    "))?;
         }
     }
+    if !r.worth_trying.is_empty() {
+        writeln!(out, "worth trying (the rest of the job is not in the trace):")?;
+        for w in &r.worth_trying {
+            writeln!(out, "{}", crate::wrap::indented(&w.text, "  - ", "    "))?;
+        }
+    }
     if !r.not_advised.is_empty() {
         writeln!(out, "not advised:")?;
         for n in &r.not_advised {
@@ -195,8 +300,10 @@ pub fn run(opts: &ExplainCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let r = explain_with(&trace, &ExplainOptions { repeats: Some(opts.repeats), ..Default::default() })?;
     if opts.json {
         write_json(out, &r)?;
-    } else {
+    } else if opts.verbose {
         print_report(out, &r)?;
+    } else {
+        print_short(out, &r)?;
     }
     if let Some(w) = &r.input_damage {
         eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w.to_string()));

@@ -27,15 +27,16 @@ pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
     }
     writeln!(
         out,
-        "{:<36} {:>12} {:>12} {:>7} {:>13} {:>14}",
-        "policy", "outcome", "peak reserv.", "frag.", "device calls", "min capacity"
+        "{:<33} {:>12} {:>12} {:>11} {:>7} {:>8} {:>11}",
+        "policy", "outcome", "decision", "peak reserv", "frag.", "dev.calls", "min capac."
     )?;
     for r in &w.rows {
         writeln!(
             out,
-            "{:<36} {:>12} {:>12} {:>6.1}% {:>13} {:>14}",
+            "{:<33} {:>12} {:>12} {:>11} {:>6.1}% {:>8} {:>11}",
             r.policy,
             r.reach,
+            r.decision.short(),
             fmt_bytes(r.peak_reserved_bytes),
             r.fragmentation * 100.0,
             r.num_device_alloc + r.num_device_free,
@@ -45,14 +46,15 @@ pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
     let b = &w.bounds;
     writeln!(
         out,
-        "{:<36} {:>12} {:>12} {:>6.1}% {:>13} {:>14}",
-        "no caching (PYTORCH_NO_CUDA_MEMORY_CACHING=1)",
+        "{:<33} {:>12} {:>12} {:>11} {:>6.1}% {:>8} {:>11}",
+        "no caching (see the last line)",
         match (w.capacity_bytes.is_none_or(|c| b.no_caching_peak_bytes <= c), w.prediction.is_some()) {
             (true, false) => "completes",
             (true, true) => "gets past",
             (false, false) => "oom",
             (false, true) => "fails",
         },
+        "-",
         fmt_bytes(b.no_caching_peak_bytes),
         0.0,
         b.no_caching_device_calls,
@@ -84,6 +86,11 @@ failed (the rest of the job is not in the trace); min capacity = smallest limit 
     } else {
         writeln!(out, "frag. = 1 - allocated / reserved at the OOM, else at peak reserved; min capacity = smallest limit at which the run completes (2 MiB steps).")?;
     }
+    writeln!(
+        out,
+        "decision: advised = the whole job is in the trace and completes; worth trying = gets past the failure, the rest \
+of the job not in the trace."
+    )?;
     writeln!(
         out,
         "a limit above the min capacity can still fail: other limits mean other segments and other pieces; replay the exact limit to check it."
