@@ -70,8 +70,7 @@ pub fn settings_at_oom(
             predicted_needs_bytes: p.and_then(|p| p.needs_bytes),
             predicted_to_fit: p.map(|p| p.fits),
             text: format!(
-                "{}: its replay serves the request that failed at {cap_text} (peak reserved {} up to there){}",
-                env_setting(&r.alloc_conf),
+                "its replay serves the request that failed at {cap_text} (peak reserved {} up to there){}",
                 b(r.peak_reserved_bytes),
                 match p {
                     Some(p) => match (p.fits, p.needs_bytes) {

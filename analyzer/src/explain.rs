@@ -107,6 +107,50 @@ pub struct Advice {
     pub proven: bool,
 }
 
+/// The first thing to change, decided once: the text, the report's fix line and the JSON show
+/// it. The strongest proven advice; else, where the trace stops at the failure, the first
+/// setting worth trying; else the first advice, labelled unproven.
+#[derive(Debug, Clone, Serialize)]
+pub struct Fix {
+    /// `proven` (backed by a replay), `worth_trying` or `unproven`.
+    pub strength: &'static str,
+    /// `PYTORCH_CUDA_ALLOC_CONF=...` where the fix is a setting.
+    pub setting: Option<String>,
+    pub text: String,
+    pub evidence: String,
+}
+
+impl Fix {
+    fn of(advice: &[Advice], worth_trying: &[WorthTrying]) -> Option<Fix> {
+        let from = |a: &Advice, strength| Fix {
+            strength,
+            setting: a.setting.clone(),
+            text: a.text.clone(),
+            evidence: a.evidence.clone(),
+        };
+        if let Some(a) = advice.iter().find(|a| a.proven) {
+            return Some(from(a, "proven"));
+        }
+        if let Some(w) = worth_trying.first() {
+            return Some(Fix {
+                strength: "worth_trying",
+                setting: Some(w.setting.clone()),
+                text: format!("try {}", w.setting),
+                evidence: w.text.clone(),
+            });
+        }
+        advice.first().map(|a| from(a, "unproven"))
+    }
+    /// The label a text puts before it.
+    pub fn label(&self) -> &'static str {
+        match self.strength {
+            "proven" => "fix",
+            "worth_trying" => "worth trying first",
+            _ => "suggestion",
+        }
+    }
+}
+
 /// A setting whose replay serves the request that failed, in a trace that ends in the
 /// out-of-memory error: the rest of the job is not in the trace, so it is worth trying, not
 /// advised.
@@ -173,6 +217,8 @@ pub struct ExplainReport {
     pub live_requested_peak_bytes: u64,
     pub experiments: Vec<Experiment>,
     pub advice: Vec<Advice>,
+    /// The first thing to change ([`Fix`]), if anything.
+    pub fix: Option<Fix>,
     /// Settings that get past the failure where the rest of the job is not in the trace, fewest
     /// bytes predicted first.
     pub worth_trying: Vec<WorthTrying>,
@@ -536,6 +582,7 @@ the consuming stream allocate the tensors it uses, instead of record_stream on t
         offline_plan_bytes: w.bounds.offline_plan_bytes,
         live_requested_peak_bytes: w.bounds.live_requested_peak_bytes,
         experiments,
+        fix: Fix::of(&advice, &worth_trying),
         advice,
         worth_trying,
         not_advised,

@@ -178,6 +178,9 @@ pub enum JobPrediction {
         iterations_from: String,
         /// The repeated iteration: events `[first, end)`.
         iteration_events: (u64, u64),
+        /// Where the iterations differ in size: how, and that the largest was repeated.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        varying: Option<String>,
         /// Whole iterations before the failure.
         whole_iterations: usize,
         repeats: u32,
@@ -209,6 +212,7 @@ impl JobPrediction {
                 repeats,
                 one_time_blocks,
                 one_time_bytes,
+                varying,
                 ..
             } => {
                 let once = if *one_time_blocks > 0 {
@@ -220,11 +224,17 @@ state (an optimizer's first step, caches), made once",
                 } else {
                     String::new()
                 };
-                format!(
-                    "predicted by repeating the last whole iteration before the failure (events {}..{}, iterations \
-from {iterations_from}; {whole_iterations} whole before the failure) {repeats} more times{once}",
-                    iteration_events.0, iteration_events.1
-                )
+                match varying {
+                    Some(v) => format!(
+                        "predicted by repeating an iteration {repeats} more times after the last whole one before the \
+failure (iterations from {iterations_from}; {whole_iterations} whole before the failure): {v}{once}"
+                    ),
+                    None => format!(
+                        "predicted by repeating the last whole iteration before the failure (events {}..{}, \
+iterations from {iterations_from}; {whole_iterations} whole before the failure) {repeats} more times{once}",
+                        iteration_events.0, iteration_events.1
+                    ),
+                }
             }
             JobPrediction::CannotTell { reason } => {
                 format!("the trace cannot tell what the rest of the job needs: {reason}")
@@ -274,19 +284,41 @@ pub fn iteration_bounds(trace: &Trace, before: u64) -> Result<Option<(String, Ve
 /// no later free of the repetition takes back are taken as one-time state (the optimizer's
 /// state made on its first step, lazily built caches) and made once, not in every repetition;
 /// returns their count and bytes.
-pub fn extend(trace: &Trace, first: u64, end: u64, repeats: u32, first_iteration: bool) -> Result<(Trace, u64, u64)> {
+///
+/// `last` is the last whole iteration before the failure, where the prefix ends. The iteration
+/// repeated (`[first, end)`) is that one, or, where iterations differ in size, the largest: its
+/// first repetition then takes over what the last one left live.
+pub fn extend(
+    trace: &Trace,
+    (first, end): (u64, u64),
+    last: (u64, u64),
+    repeats: u32,
+    first_iteration: bool,
+) -> Result<(Trace, u64, u64)> {
     let mut prefix: Vec<Record> = Vec::new();
     let mut iteration: Vec<Record> = Vec::new();
     let mut size_of: HashMap<u64, u64> = HashMap::new();
     let mut max_id = 0u64;
+    // Blocks the last whole iteration made and left live at its end, in order.
+    let mut last_made: Vec<u64> = Vec::new();
+    let mut freed_by_prefix_end: HashSet<u64> = HashSet::new();
     trace.scan(|i, r| {
-        if let Event::Alloc { id, requested_bytes, .. } = r.event {
-            max_id = max_id.max(id);
-            if i < end {
-                size_of.insert(id, requested_bytes);
+        match r.event {
+            Event::Alloc { id, requested_bytes, .. } => {
+                max_id = max_id.max(id);
+                if i < last.1 {
+                    size_of.insert(id, requested_bytes);
+                }
+                if (last.0..last.1).contains(&i) {
+                    last_made.push(id);
+                }
             }
+            Event::FreeCompleted { id, .. } if i < last.1 => {
+                freed_by_prefix_end.insert(id);
+            }
+            _ => {}
         }
-        if i < end {
+        if i < last.1 {
             prefix.push(r.clone());
         }
         if (first..end).contains(&i) {
@@ -341,7 +373,16 @@ pub fn extend(trace: &Trace, first: u64, end: u64, repeats: u32, first_iteration
         m
     };
     let mut records = prefix;
-    let mut previous = carry_out(&|id| id);
+    // What the last real iteration left live, for the first repetition's frees to take back.
+    let mut previous = if (first, end) == last {
+        carry_out(&|id| id)
+    } else {
+        let mut m: HashMap<u64, VecDeque<u64>> = HashMap::new();
+        for &id in last_made.iter().filter(|id| !freed_by_prefix_end.contains(id)) {
+            m.entry(size_of[&id]).or_default().push_back(id);
+        }
+        m
+    };
     for j in 1..=u64::from(repeats) {
         let offset = (max_id + 1) * j;
         let new_id = |id: u64| id + offset;
@@ -391,7 +432,7 @@ pub fn extend(trace: &Trace, first: u64, end: u64, repeats: u32, first_iteration
         previous = carry_out(&new_id);
     }
     let mut header = trace.header.clone();
-    header.notes.push(format!("events {first}..{end} repeated {repeats} times after event {end}"));
+    header.notes.push(format!("events {first}..{end} repeated {repeats} times after event {}", last.1));
     Ok((trace.derived(header, records), one_time.len() as u64, one_time_bytes))
 }
 
@@ -431,13 +472,35 @@ pub fn predict(
             end - first
         ));
     }
-    if let Some(reason) = unlike_iterations(trace, &bounds, fatal)? {
-        return cannot(&reason);
-    }
     let whole_iterations = bounds.len() - 1;
-    let (extended, one_time_blocks, one_time_bytes) = extend(trace, first, end, repeats.max(1), whole_iterations == 1)?;
-    // Each policy on the extended job, in parallel: its unlimited run, saved for the run at the
-    // capacity and the capacity search to resume from (see `crate::replay::Resumable`).
+    // Where iterations differ in size, the largest whole one is repeated, and the basis says so.
+    let sizes = iteration_sizes(trace, &bounds, fatal)?;
+    let (repeated, note) = match unlike_iterations(&sizes) {
+        None => ((first, end), None),
+        Some(reason) => {
+            let (failing, whole) = sizes.split_last().expect("two bounds at least");
+            // The largest after the first (which also makes one-time state), where there are others.
+            let skip = usize::from(whole.len() > 1);
+            let k = (skip..whole.len()).max_by_key(|&k| (whole[k].1, whole[k].0, k)).expect("one whole iteration");
+            let lower = failing.1 > whole[k].1 || failing.0 > whole[k].0;
+            (
+                (bounds[k], bounds[k + 1]),
+                Some(format!(
+                    "{reason}: the largest whole iteration (events {}..{}) is repeated{}",
+                    bounds[k],
+                    bounds[k + 1],
+                    if lower {
+                        "; the iteration that failed asked for more, so later ones may need more than predicted"
+                    } else {
+                        ""
+                    }
+                )),
+            )
+        }
+    };
+    let (extended, one_time_blocks, one_time_bytes) =
+        extend(trace, repeated, (first, end), repeats.max(1), whole_iterations == 1)?; // Each policy on the extended job, in parallel: its unlimited run, saved for the run at the
+                                                                                       // capacity and the capacity search to resume from (see `crate::replay::Resumable`).
     use rayon::prelude::*;
     let out: Vec<PolicyPrediction> = policies
         .par_iter()
@@ -486,7 +549,8 @@ pub fn predict(
         .collect::<Result<_>>()?;
     Ok(Some(JobPrediction::FromRepeatedIteration {
         iterations_from: from,
-        iteration_events: (first, end),
+        iteration_events: repeated,
+        varying: note,
         whole_iterations,
         repeats: repeats.max(1),
         one_time_blocks,
@@ -502,15 +566,10 @@ pub fn memory_fraction(trace: &Trace, capacity: Option<u64>) -> bool {
     capacity.is_some() && !(trace.header.capacity_bytes == 0 && trace.facts.oom_capacity == capacity)
 }
 
-/// Why the repeated iteration would not stand for the rest of the job, if it would not. Each
-/// iteration is measured by its largest request and the total it requested (served requests;
-/// the failing iteration also counts the request that failed): the whole iterations after the
-/// first (which makes one-time state: the optimizer's first step, lazily built caches) must
-/// agree (else shapes vary from one step to the next), and the iteration that failed must not
-/// have asked for more than the repeated one (else the job had moved on to other work).
-fn unlike_iterations(trace: &Trace, bounds: &[u64], fatal: u64) -> Result<Option<String>> {
+/// Each iteration's (largest request, total requested) between the first bound and the failure
+/// (served requests; the failing iteration, last, also counts the request that failed).
+fn iteration_sizes(trace: &Trace, bounds: &[u64], fatal: u64) -> Result<Vec<(u64, u64)>> {
     let n = bounds.len();
-    // (largest request, total requested) per iteration; the last one is the failing one.
     let mut per: Vec<(u64, u64)> = vec![(0, 0); n];
     trace.scan(|i, r| {
         if i < bounds[0] || i > fatal {
@@ -523,29 +582,38 @@ fn unlike_iterations(trace: &Trace, bounds: &[u64], fatal: u64) -> Result<Option
             _ => return,
         };
         per[k].0 = per[k].0.max(size);
-        per[k].1 += size;
+        per[k].1 = per[k].1.saturating_add(size);
     })?;
+    Ok(per)
+}
+
+/// Why the last whole iteration would not stand for the rest of the job, if it would not, from
+/// [`iteration_sizes`]: the whole iterations after the first (which makes one-time state: the
+/// optimizer's first step, lazily built caches) must agree (else shapes vary from one step to
+/// the next), and the iteration that failed must not have asked for more than the last whole
+/// one.
+fn unlike_iterations(per: &[(u64, u64)]) -> Option<String> {
     let (failing, whole) = per.split_last().expect("two bounds at least");
     let steady = &whole[1.min(whole.len() - 1)..];
     let last = *whole.last().expect("one whole iteration at least");
     let close = |a: u64, b: u64| a.abs_diff(b) * 50 <= a.max(b);
     if steady.iter().any(|w| w.0 != last.0 || !close(w.1, last.1)) {
-        return Ok(Some(format!(
-            "the whole iterations after the first differ in what they ask for (largest request {} to {}: shapes vary \
-from one iteration to the next): repeating one of them does not tell what later ones need",
+        return Some(format!(
+            "the whole iterations differ in what they ask for (largest request {} to {}: shapes vary from one \
+iteration to the next)",
             crate::units::fmt_bytes(steady.iter().map(|w| w.0).min().unwrap_or(0)),
             crate::units::fmt_bytes(steady.iter().map(|w| w.0).max().unwrap_or(0))
-        )));
+        ));
     }
-    if failing.0 > last.0 || failing.1 * 50 > last.1 * 51 {
-        return Ok(Some(format!(
+    if failing.0 > last.0 || failing.1.saturating_mul(50) > last.1.saturating_mul(51) {
+        return Some(format!(
             "the iteration that failed asked for more than the last whole one (largest request {} against {}, {} \
-against {} in all): shapes vary, or the job had moved on to other work",
+against {} in all)",
             crate::units::fmt_bytes(failing.0),
             crate::units::fmt_bytes(last.0),
             crate::units::fmt_bytes(failing.1),
             crate::units::fmt_bytes(last.1)
-        )));
+        ));
     }
-    Ok(None)
+    None
 }

@@ -999,20 +999,24 @@ impl Report {
             return;
         };
         d.push(Block::Para(format!("**Verdict: {}.** {}.", x.verdict.kind.as_str(), x.verdict.reason)));
-        match x.advice.first() {
-            Some(a) => {
-                let setting = a
+        match &x.fix {
+            Some(fix) => {
+                let setting = fix
                     .setting
                     .as_ref()
-                    .filter(|s| !a.text.contains(s.as_str()))
+                    .filter(|s| !fix.text.contains(s.as_str()))
                     .map(|s| format!(" (`{s}`)"))
                     .unwrap_or_default();
-                d.push(Block::Para(format!("**Fix:** {}{setting}. *Evidence:* {}.", a.text, a.evidence)));
-                if x.advice.len() > 1 {
-                    d.push(Block::Para(format!(
-                        "{} more pieces of advice, what was not advised and why: see *Why* below.",
-                        x.advice.len() - 1
-                    )));
+                let label = match fix.strength {
+                    "proven" => "Fix",
+                    "worth_trying" => "Worth trying first",
+                    _ => "Suggestion",
+                };
+                d.push(Block::Para(format!("**{label}:** {}{setting}. *Evidence:* {}.", fix.text, fix.evidence)));
+                if x.advice.len() + x.worth_trying.len() > 1 {
+                    d.push(Block::Para(
+                        "More advice, what is worth trying, what was not advised and why: see *Why* below.".into(),
+                    ));
                 }
             }
             None => d.push(Block::Para("**Fix:** none that the evidence supports (see *Why* below).".into())),

@@ -41,6 +41,9 @@ pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()
             crate::wrap::indented(&format!("partial input: {d}; everything below covers only what was read"), "", "  ")
         )?;
     }
+    if let Some(n) = &r.capacity_note {
+        writeln!(out, "{}", crate::wrap::indented(&format!("note: {n}"), "", "  "))?;
+    }
     if r.moment == "oom" {
         if let Some(m) = &r.pytorch_message {
             let head = match &r.pytorch_message_note {
@@ -62,16 +65,16 @@ pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()
     }
     writeln!(out, "verdict: {}", r.verdict.kind.as_str())?;
     writeln!(out, "{}", crate::wrap::indented(&r.verdict.reason, "  ", "  "))?;
-    match r.advice.split_first() {
-        Some((first, rest)) => {
-            writeln!(out, "{}", crate::wrap::indented(&first.text, "fix: ", "  "))?;
-            writeln!(out, "{}", crate::wrap::indented(&format!("because {}", first.evidence), "  ", "  "))?;
-            for a in rest {
-                writeln!(out, "{}", crate::wrap::indented(&a.text, "also: ", "  "))?;
-            }
+    match &r.fix {
+        Some(fix) => {
+            writeln!(out, "{}", crate::wrap::indented(&fix.text, &format!("{}: ", fix.label()), "  "))?;
+            writeln!(out, "{}", crate::wrap::indented(&format!("because {}", fix.evidence), "  ", "  "))?;
         }
         None if r.moment == "oom" => writeln!(out, "fix: none that a replay proves")?,
         None => {}
+    }
+    for a in r.advice.iter().filter(|a| r.fix.as_ref().is_none_or(|f| f.text != a.text)) {
+        writeln!(out, "{}", crate::wrap::indented(&a.text, "also: ", "  "))?;
     }
     if !r.worth_trying.is_empty() {
         writeln!(out, "worth trying (each gets past the failed request; the rest of the job is not in the trace):")?;
@@ -88,7 +91,11 @@ pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()
     for n in &r.not_advised {
         writeln!(out, "{}", crate::wrap::indented(n, "not advised: ", "  "))?;
     }
-    if let Some(p) = r.prediction.as_ref().filter(|_| !r.worth_trying.is_empty() || r.advice.iter().any(|a| !a.proven))
+    if let Some(p) = r
+        .prediction
+        .as_ref()
+        .filter(|_| !r.worth_trying.is_empty() || r.advice.iter().any(|a| !a.proven))
+        .filter(|p| !r.fix.as_ref().is_some_and(|f| f.evidence.contains(&p.basis())))
     {
         writeln!(out, "{}", crate::wrap::indented(&format!("the whole job: {}", p.basis()), "", "  "))?;
     }
@@ -280,7 +287,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
     if !r.worth_trying.is_empty() {
         writeln!(out, "worth trying (the rest of the job is not in the trace):")?;
         for w in &r.worth_trying {
-            writeln!(out, "{}", crate::wrap::indented(&w.text, "  - ", "    "))?;
+            writeln!(out, "{}", crate::wrap::indented(&format!("{}: {}", w.setting, w.text), "  - ", "    "))?;
         }
     }
     if !r.not_advised.is_empty() {
