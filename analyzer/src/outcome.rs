@@ -115,7 +115,7 @@ pub enum Decision {
     Recorded,
     /// The whole job is in the trace (it ends without an out-of-memory error: a complete run, or
     /// one recorded past the limit) and its replay under this setting completes at the capacity:
-    /// advised.
+    /// advised wherever the recorded settings run out of memory there.
     Fits,
     /// The whole job is in the trace, and its replay under this setting runs out of memory at the
     /// capacity.
@@ -149,10 +149,10 @@ impl Decision {
     pub fn short(self) -> &'static str {
         match self {
             Decision::Recorded => "recorded",
-            Decision::Fits => "advised",
-            Decision::DoesNotFit => "no",
+            Decision::Fits => "fits",
+            Decision::DoesNotFit => "does not fit",
             Decision::WorthTrying => "worth trying",
-            Decision::DoesNotHelp => "no",
+            Decision::DoesNotHelp => "no help",
             Decision::CannotTell => "cannot tell",
         }
     }

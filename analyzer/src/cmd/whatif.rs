@@ -88,8 +88,8 @@ failed (the rest of the job is not in the trace); min capacity = smallest limit 
     }
     writeln!(
         out,
-        "decision: advised = the whole job is in the trace and completes; worth trying = gets past the failure, the rest \
-of the job not in the trace."
+        "decision: fits = the whole job is in the trace and completes (advised where the recorded settings fail); \
+worth trying = gets past the failure, the rest of the job not in the trace."
     )?;
     writeln!(
         out,

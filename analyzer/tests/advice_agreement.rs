@@ -1,0 +1,175 @@
+//! One decision per setting, rendered everywhere: on every shipped trace and snapshot, at three
+//! capacities around its unlimited peak, the what-if rows, `explain`'s advice and worth-trying
+//! list, its not-advised lines, its fix (JSON and text) and the report's fix line all say the
+//! same thing of each setting.
+//!
+//! - where the recorded settings run out of memory at the capacity, a row decided `fits` (the
+//!   whole job is in the trace and completes there) is advised as a setting, and only such rows
+//!   are;
+//! - a row decided `worth_trying` (the trace stops at the failure and the replay serves the
+//!   request that failed) is listed as worth trying, and only such rows are; neither kind is
+//!   ever named as not advised;
+//! - the fix is the first proven advice, else the first setting worth trying; the text and the
+//!   report's fix line show that fix.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn run(args: &[&str]) -> std::process::Output {
+    let o = Command::new(env!("CARGO_BIN_EXE_alloctrace")).args(args).output().expect("run alloctrace");
+    assert!(o.status.code().is_some_and(|c| c == 0 || c == 3), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+fn json(args: &[&str]) -> Value {
+    let o = run(args);
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"))
+}
+
+/// The shipped traces (not the large one: three capacities of it would take minutes) and the
+/// real snapshots.
+fn inputs() -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for (dir, ext) in [(root().join("traces"), "atrace"), (root().join("analyzer/tests/fixtures/torch"), "pickle")] {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == ext) {
+                v.push(p);
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+/// Words, whitespace collapsed: wrapped text compared with the JSON's.
+fn words(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn env_setting(alloc_conf: &str) -> String {
+    format!("PYTORCH_CUDA_ALLOC_CONF={alloc_conf}")
+}
+
+fn check(name: &str, input: &str, cap: u64, with_report: bool) {
+    let c = cap.to_string();
+    let x = json(&["explain", "--json", input, "--capacity", &c]);
+    let w = json(&["whatif", "--json", "--no-search", input, "--capacity", &c]);
+    let at = format!("{name} at {c}");
+    // The what-if table's decisions are explain's.
+    let decisions = |rows: &Value| -> Vec<(String, String)> {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["policy"].as_str().unwrap().to_string(), r["decision"].as_str().unwrap().to_string()))
+            .collect()
+    };
+    assert_eq!(decisions(&x["whatif"]), decisions(&w["rows"]), "{at}: whatif and explain decide alike");
+    let advised: Vec<String> = x["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["kind"] == "setting")
+        .filter_map(|a| a["setting"].as_str().map(str::to_string))
+        .collect();
+    let worth: Vec<String> =
+        x["worth_trying"].as_array().unwrap().iter().map(|t| t["setting"].as_str().unwrap().to_string()).collect();
+    let not_advised: Vec<String> =
+        x["not_advised"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect();
+    for r in x["whatif"].as_array().unwrap() {
+        let policy = r["policy"].as_str().unwrap();
+        let setting = env_setting(r["alloc_conf"].as_str().unwrap());
+        let decision = r["decision"].as_str().unwrap();
+        let named_not_advised =
+            not_advised.iter().any(|n| n.split(": ").next().unwrap_or("").split(", ").any(|p| p.starts_with(policy)));
+        match decision {
+            // Settings are advised where the recorded ones run out of memory at the capacity.
+            "fits" if x["moment"] == "oom" => {
+                assert!(advised.contains(&setting), "{at}: {policy} fits but is not advised: {advised:?}");
+                assert!(!named_not_advised, "{at}: {policy} fits but is named not advised: {not_advised:?}");
+            }
+            "worth_trying" => {
+                assert!(worth.contains(&setting), "{at}: {policy} gets past the failure but is not worth trying");
+                assert!(!advised.contains(&setting), "{at}: {policy} is advised though the rest of the job is unknown");
+                assert!(!named_not_advised, "{at}: {policy} gets past the failure but is named not advised");
+            }
+            "fits" => {}
+            _ => {
+                assert!(!advised.contains(&setting), "{at}: {policy} is advised but decided {decision}");
+                assert!(!worth.contains(&setting), "{at}: {policy} is worth trying but decided {decision}");
+            }
+        }
+    }
+    // The fix: the first proven advice, else the first setting worth trying.
+    let proven = x["advice"].as_array().unwrap().iter().find(|a| a["proven"] == true);
+    let fix = &x["fix"];
+    match (proven, worth.first()) {
+        (Some(a), _) => {
+            assert_eq!(fix["strength"], "proven", "{at}");
+            assert_eq!(fix["text"], a["text"], "{at}: the fix is the first proven advice");
+        }
+        (None, Some(s)) => {
+            assert_eq!(fix["strength"], "worth_trying", "{at}");
+            assert_eq!(fix["setting"].as_str(), Some(s.as_str()), "{at}: the fix is the first setting worth trying");
+        }
+        (None, None) => assert!(fix.is_null() || fix["strength"] == "unproven", "{at}: {fix}"),
+    }
+    // The text shows the same fix, on one screen.
+    let text = String::from_utf8_lossy(&run(&["explain", input, "--capacity", &c]).stdout).into_owned();
+    if let Some(t) = fix["text"].as_str() {
+        assert!(words(&text).contains(&words(t)), "{at}: the text does not show the fix {t:?}:\n{text}");
+    }
+    assert!(text.lines().count() <= 45, "{at}: explain's text is {} lines:\n{text}", text.lines().count());
+    // The report's fix line is that fix.
+    if with_report {
+        let dir = std::env::temp_dir().join(format!("alloctrace-advice-{}-{name}-{c}", std::process::id()));
+        let s = json(&["report", "--json", input, "--capacity", &c, "-o", dir.to_str().unwrap(), "--force"]);
+        assert_eq!(s["explain"]["fix"], x["fix"], "{at}: summary.json's fix");
+        let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        // The fix paragraph (wrapped), as Markdown renders it: its backslash escapes dropped.
+        let start = md.lines().position(|l| {
+            l.starts_with("**Fix:**") || l.starts_with("**Worth trying first:**") || l.starts_with("**Suggestion:**")
+        });
+        let line = start.map(|k| {
+            md.lines().skip(k).take_while(|l| !l.trim().is_empty()).collect::<Vec<_>>().join(" ").replace('\\', "")
+        });
+        let line = line.as_deref();
+        match fix["text"].as_str() {
+            Some(t) => {
+                let line = line.unwrap_or_else(|| panic!("{at}: report.md has no fix line"));
+                assert!(words(line).contains(&words(t)), "{at}: report fix {line:?} is not {t:?}");
+                assert!(!line.contains("PYTORCH_CUDA_ALLOC_CONF=PYTORCH_CUDA_ALLOC_CONF"), "{at}: {line}");
+            }
+            None => assert!(line.is_some_and(|l| l.contains("none")), "{at}: {line:?}"),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn advice_whatif_report_and_json_agree_at_three_capacities() {
+    for input in inputs() {
+        let name = input.file_name().unwrap().to_string_lossy().into_owned();
+        let p = input.to_str().unwrap();
+        // `replay` reads traces: a snapshot is imported for it.
+        let imported = std::env::temp_dir().join(format!("alloctrace-advice-{}-{name}.atrace", std::process::id()));
+        let traced = if p.ends_with(".pickle") {
+            run(&["import", "torch", p, "-o", imported.to_str().unwrap()]);
+            imported.to_str().unwrap()
+        } else {
+            p
+        };
+        let unlimited = json(&["replay", "--json", "--unlimited", traced]);
+        let _ = std::fs::remove_file(&imported);
+        let peak = unlimited["peak_reserved_bytes"].as_u64().unwrap();
+        for (k, f) in [0.9, 1.0, 1.1].into_iter().enumerate() {
+            let cap = ((peak as f64 * f) as u64 >> 20 << 20).max(1 << 20);
+            check(&name, p, cap, k == 1);
+        }
+    }
+}
