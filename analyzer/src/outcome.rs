@@ -162,9 +162,12 @@ impl Decision {
 #[derive(Debug, Clone, Serialize)]
 pub struct PolicyPrediction {
     pub policy: Policy,
-    /// The extended job fits under this setting at the capacity compared.
+    /// The extended job fits under this setting at the capacity compared. Never where the
+    /// iterations differ in size: later ones may be larger than any the trace holds, so the
+    /// extended job is then a lower bound.
     pub fits: bool,
-    /// The smallest capacity (2 MiB steps) at which the extended job fits under this setting.
+    /// The smallest capacity (2 MiB steps) at which the extended job fits under this setting
+    /// (where iterations differ in size, the least the job needs).
     pub needs_bytes: Option<u64>,
 }
 
@@ -486,7 +489,8 @@ pub fn predict(
             (
                 (bounds[k], bounds[k + 1]),
                 Some(format!(
-                    "{reason}: the largest whole iteration (events {}..{}) is repeated{}",
+                    "{reason}: the largest whole iteration (events {}..{}) is repeated, and the figures are the least \
+the job needs (later iterations may be larger), so no setting is predicted to fit{}",
                     bounds[k],
                     bounds[k + 1],
                     if lower {
@@ -544,7 +548,7 @@ pub fn predict(
                 .map(|m| m.0)
             };
             let needs = needs.map(|n| n.max(past_from.get(k).copied().flatten().unwrap_or(0)));
-            Ok(PolicyPrediction { policy: policy.clone(), fits, needs_bytes: needs })
+            Ok(PolicyPrediction { policy: policy.clone(), fits: fits && note.is_none(), needs_bytes: needs })
         })
         .collect::<Result<_>>()?;
     Ok(Some(JobPrediction::FromRepeatedIteration {

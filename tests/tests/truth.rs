@@ -479,6 +479,8 @@ fn level_of(path: &Path) -> Option<(String, String)> {
 /// would bring it (the snapshot, the limit known). `explain` there, against what real PyTorch
 /// did under each setting at that limit:
 /// - advice accuracy: every advised setting completed in real PyTorch at that limit;
+/// - recall: where some setting completed in PyTorch at that limit, `explain` names one of them,
+///   advised or worth trying (a snapshot stops at the failure: what gets past it is worth trying);
 /// - nothing is called "completes" (the trace is a prefix: a replay fails there, sooner, or gets
 ///   past the failed request);
 /// - verdict accuracy: where the whole job is predicted (a repeated iteration), the prediction
@@ -500,6 +502,7 @@ fn advice_at_oom_cases_holds_in_real_pytorch() {
     assert_eq!(cases.len(), 14, "the OOM cases of the README's table");
     let (mut advised, mut held, mut held_both, mut unverifiable) = (0, 0, 0, 0);
     let (mut predicted, mut predicted_right, mut cannot_tell) = (0, 0, 0);
+    let (mut fixable, mut found, mut worth_named, mut worth_completed) = (0u32, 0u32, 0u32, 0u32);
     let mut wrong = Vec::new();
     for path in &cases {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
@@ -526,6 +529,33 @@ fn advice_at_oom_cases_holds_in_real_pytorch() {
                     unverifiable += 1;
                     println!("{name}: advised {conf}, not in the truth table");
                 }
+            }
+        }
+        // Recall: where some setting completed in PyTorch at this limit, explain names one of
+        // them (advised or worth trying).
+        let completed: Vec<&str> = ["expandable", "maxsplit64", "pow2div4", "gc06"]
+            .into_iter()
+            .filter(|p| real(workload, &level, p).is_some_and(|t| t.0))
+            .collect();
+        let named: Vec<&'static str> = r
+            .advice
+            .iter()
+            .filter_map(|a| a.setting.as_deref())
+            .chain(r.worth_trying.iter().map(|w| w.setting.as_str()))
+            .filter_map(|s| truth_policy(s.trim_start_matches("PYTORCH_CUDA_ALLOC_CONF=")))
+            .collect();
+        for w in &r.worth_trying {
+            if let Some(t) = truth_policy(w.setting.trim_start_matches("PYTORCH_CUDA_ALLOC_CONF=")) {
+                worth_named += 1;
+                worth_completed += real(workload, &level, t).is_some_and(|t| t.0) as u32;
+            }
+        }
+        if !completed.is_empty() {
+            fixable += 1;
+            if named.iter().any(|n| completed.contains(n)) {
+                found += 1;
+            } else {
+                println!("{name}: {completed:?} completed in PyTorch; explain named {named:?}");
             }
         }
         match &r.prediction {
@@ -569,6 +599,10 @@ fn advice_at_oom_cases_holds_in_real_pytorch() {
         "verdict accuracy: {predicted_right}/{predicted} predictions of the whole job (setting x OOM case) agree with \
 PyTorch; {cannot_tell}/{} OOM cases where the trace cannot tell",
         cases.len()
+    );
+    println!(
+        "recall: {found}/{fixable} OOM cases where a setting completed in PyTorch have one named (advised or worth \
+trying); {worth_completed}/{worth_named} settings named worth trying completed"
     );
     for w in &wrong {
         println!("wrong: {w}");
