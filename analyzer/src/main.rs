@@ -190,9 +190,22 @@ as a cache release. The trace survives a crash or kill -9 up to its last flush (
 100 ms behind). A trace path that cannot be written, or an allocator setting that does not exist, are \
 refused before the program starts (exit code 2); a disk that fills up during the run costs \
 events (counted, and said in the closing line), never the run. Needs a GPU and the recorder \
-library (build it with `cargo build --release -p alloctrace-recorder --features cuda`).",
+library (build it with `cargo build --release -p alloctrace-recorder --features cuda`).\n\n\
+Past the limit (PyTorch's allocator): a memory limit, --capacity or the job's own \
+torch.cuda.set_per_process_memory_fraction, is recorded as the trace's capacity and not applied, \
+so PyTorch serves past it and the trace holds the whole request stream: every analysis then \
+answers at that limit for the whole job (which settings fit, what each needs). The job is \
+stopped --after-limit whole iterations (iteration marks, else optimizer steps, else forwards) \
+after the first point where it went past the limit (PyTorch's reserved memory plus the segment \
+it asked for above the limit, the test PyTorch makes with a fraction), with one line on stderr \
+saying so; `--after-limit end` runs it to its end. What this can change: a program that catches \
+an out-of-memory error (a batch-size finder) or chooses by free memory (cuDNN's algorithm search, \
+workspace sizes) sees plenty of memory and may ask for other things than it would under the \
+limit. --capacity 80GiB also asks whether a job fits a device of 80 GiB, larger or smaller than \
+this one (beyond this device's memory, the job still fails here).",
         after_help = "Examples:\n  alloctrace record -o run.atrace -- python train.py --epochs 1\n  \
-alloctrace record -o run.atrace --conf expandable_segments:True --stacks -- python infer.py"
+alloctrace record -o run.atrace --conf expandable_segments:True --stacks -- python infer.py\n  \
+alloctrace record -o oom.atrace --capacity 20GiB -- python train.py   (the whole job at 20 GiB)"
     )]
     Record {
         /// The trace to write.
@@ -201,9 +214,15 @@ alloctrace record -o run.atrace --conf expandable_segments:True --stacks -- pyth
         /// Allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax); default: that variable, if set.
         #[arg(long, value_parser = parse_conf_string)]
         conf: Option<String>,
-        /// Cap on reserved memory (like PyTorch's memory fraction), e.g. 40GiB.
+        /// The memory limit, e.g. 40GiB (PyTorch's memory fraction as a size). With PyTorch's
+        /// allocator (default) it is recorded, not applied: the job runs past it (see below).
+        /// With --allocator alloctrace the engine enforces it.
         #[arg(long, value_parser = parse_capacity_string)]
         capacity: Option<String>,
+        /// Past the limit: stop the job N whole iterations after it first went past it, or `end`
+        /// to let it run to its end.
+        #[arg(long, value_name = "N|end", default_value = "3")]
+        after_limit: cmd::record::AfterLimit,
         /// Record the Python call site of every allocation (costs time per allocation).
         #[arg(long)]
         stacks: bool,
@@ -697,7 +716,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
         Command::Leaks { trace, at, json } => {
             cmd::leaks::run(&cmd::leaks::LeaksCmdOptions { trace, at_event: at, json }, out)
         }
-        Command::Record { output, conf, capacity, stacks, lib, quiet, allocator, command } => {
+        Command::Record { output, conf, capacity, after_limit, stacks, lib, quiet, allocator, command } => {
             let allocator = match allocator {
                 RecordAllocator::Pytorch => cmd::record::Allocator::Pytorch,
                 RecordAllocator::Alloctrace => cmd::record::Allocator::Alloctrace,
@@ -706,6 +725,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
                 output,
                 conf,
                 capacity,
+                after_limit,
                 stacks,
                 lib,
                 command,

@@ -1,7 +1,7 @@
 //! `alloctrace record` as a standalone binary, running the same code as the CLI subcommand
 //! (`analyzer/src/cmd/record.rs`), for machines where only the recorder crate is built.
 //!
-//! `alloctrace_record -o run.atrace [--conf CONF] [--capacity SIZE] [--allocator pytorch|alloctrace] [--stacks] [--lib PATH] -- PROGRAM ARGS...`
+//! `alloctrace_record -o run.atrace [--conf CONF] [--capacity SIZE] [--after-limit N|end] [--allocator pytorch|alloctrace] [--stacks] [--lib PATH] -- PROGRAM ARGS...`
 
 #[path = "../../analyzer/src/cmd/record.rs"]
 mod record;
@@ -17,6 +17,13 @@ fn main() {
             "-o" | "--output" => opts.output = args.next().map(PathBuf::from).unwrap_or_default(),
             "--conf" => opts.conf = args.next(),
             "--capacity" => opts.capacity = args.next(),
+            "--after-limit" => match args.next().map(|v| v.parse()) {
+                Some(Ok(a)) => opts.after_limit = a,
+                other => {
+                    eprintln!("alloctrace_record: --after-limit takes a number or `end`: {other:?}");
+                    std::process::exit(2);
+                }
+            },
             "--lib" => opts.lib = args.next().map(PathBuf::from),
             "--stacks" => opts.stacks = true,
             "--allocator" => match args.next().as_deref() {

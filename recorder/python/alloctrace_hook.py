@@ -28,6 +28,17 @@ step (global step pre- and post-hooks), and `gradient buckets (DistributedDataPa
 gradient buckets it keeps (and `gradient buckets ...` then `forward` around the bucket rebuild
 at the start of its forward). They are installed only when recording.
 
+Past the limit (default back-end). Where the job runs under a memory limit, `--capacity`
+(ALLOCTRACE_CAPACITY) or the job's own `torch.cuda.set_per_process_memory_fraction`, the limit
+is not applied: it is recorded as the trace's capacity, and PyTorch's allocator serves past it,
+so that the trace holds the whole request stream. The job is stopped on its own
+ALLOCTRACE_AFTER_LIMIT whole iterations (default 3; `end`: never) after the first point where it
+went past the limit: where PyTorch's allocator, capped, would have had to reserve more than the
+limit (its peak reserved above it, the test PyTorch makes with a fraction: reserved plus the
+new segment against the limit), and would then have freed its cache or failed. An iteration is
+the span between iteration marks, else optimizer steps, else outermost forwards; one line on
+stderr says where it stopped.
+
 Programs may also label their trace: `import alloctrace_hook as at; at.mark("forward")`,
 `at.mark_iteration("step 3")` (no-ops when not recording).
 """
@@ -53,6 +64,8 @@ def _library():
         _lib.alloctrace_mark.argtypes = [ctypes.c_char_p]
         _lib.alloctrace_mark_iteration.argtypes = [ctypes.c_char_p]
         _lib.alloctrace_shutdown.restype = ctypes.c_int
+        _lib.alloctrace_set_capacity.argtypes = [ctypes.c_int, ctypes.c_uint64]
+        _lib.alloctrace_set_capacity.restype = ctypes.c_int
     return _lib
 
 
@@ -66,6 +79,7 @@ def mark_iteration(label):
     """Labels the start of an iteration in the trace."""
     if _installed:
         _library().alloctrace_mark_iteration(str(label).encode())
+    _past.tick("iteration")
 
 
 def shutdown():
@@ -105,6 +119,127 @@ def _capacity_bytes():
         return None
 
 
+# ---------------------------------------------------------------- past the limit
+
+def _gib(n):
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+class _PastLimit:
+    """The default back-end's limit, lifted (see the module documentation): which limit, where
+    the job first went past it, and the stop N whole iterations later."""
+
+    UNITS = {"iteration": "iterations", "step": "optimizer steps", "forward": "forwards"}
+
+    def __init__(self):
+        self.torch = None
+        self.limits = {}  # device -> bytes
+        self.why = ""
+        after = os.environ.get("ALLOCTRACE_AFTER_LIMIT", "3").strip().lower()
+        self.after = None if after == "end" else max(0, int(after)) if after.isdigit() else 3
+        self.counts = {"iteration": 0, "step": 0, "forward": 0}
+        self.crossed = None  # (counts then, the kind of tick that saw it, device, peak reserved)
+        self.stop_hooks = []  # run before the process ends at the stop (close the trace)
+        self.stopped = False
+
+    def set(self, torch, device, limit, why):
+        self.torch = torch
+        self.limits[device] = int(limit)
+        self.why = why
+        if _installed:
+            _library().alloctrace_set_capacity(device, int(limit))
+
+    def _peak_over(self):
+        """The first device whose peak reserved went past its limit, with that peak."""
+        for dev, limit in self.limits.items():
+            try:
+                peak = self.torch.cuda.memory.memory_stats_as_nested_dict(dev)["reserved_bytes"]["all"]["peak"]
+            except Exception:
+                continue
+            if peak > limit:
+                return dev, peak
+        return None
+
+    def unit(self):
+        return next(u for u in ("iteration", "step", "forward") if self.counts[u] > 0 or u == "forward")
+
+    def tick(self, kind):
+        """One iteration mark, optimizer step or outermost forward has ended (or begun: marks)."""
+        if not self.limits or self.stopped:
+            return
+        self.counts[kind] += 1
+        if self.crossed is None:
+            over = self._peak_over()
+            if over is None:
+                return
+            self.crossed = (dict(self.counts), kind) + over
+            atexit.register(self._said_at_exit)
+        if self.after is None:
+            return
+        unit = self.unit()
+        then, seen_by = self.crossed[0], self.crossed[1]
+        # The iteration that went past the limit ends at the tick that saw it (or at the next
+        # tick of the unit, where another kind saw it); then `after` whole iterations.
+        done = self.counts[unit] - then[unit] - (0 if seen_by == unit else 1)
+        if done >= self.after:
+            self.stop(unit)
+
+    def _where(self):
+        _, _, dev, peak = self.crossed
+        return (f"the limit of {_gib(self.limits[dev])} ({self.why}) was not applied, and the job went past it "
+                f"(PyTorch reserved up to {_gib(peak)} by then)")
+
+    def _said_at_exit(self):
+        if not self.stopped:
+            _say(f"{self._where()}; recorded to the job's end")
+
+    def stop(self, unit):
+        self.stopped = True
+        _say(f"stopped the job {self.after} whole {self.UNITS[unit]} after it went past its limit: {self._where()}; "
+             f"`--after-limit end` lets it run to its end")
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:
+                pass
+        for hook in self.stop_hooks:
+            try:
+                hook()
+            except Exception as e:  # still stop
+                _say(f"while stopping: {e}")
+        os._exit(0)
+
+
+_past = _PastLimit()
+
+
+def _lift_limits(torch):
+    """The default back-end: `--capacity` and the job's own memory fraction are recorded, not
+    applied (see the module documentation)."""
+    cap = _capacity_bytes()
+    original = torch.cuda.set_per_process_memory_fraction
+
+    def set_per_process_memory_fraction(fraction, device=None):
+        if not isinstance(fraction, float):
+            raise TypeError("Invalid type for fraction argument, must be `float`")
+        if fraction < 0 or fraction > 1:
+            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        torch.cuda._lazy_init()
+        dev = torch.cuda.current_device() if device is None else torch.cuda._utils._get_device_index(device)
+        if cap:
+            _say(f"the job's memory fraction {fraction} is not applied either: --capacity {_gib(cap)} is the limit "
+                 "recorded")
+            return
+        # As PyTorch computes its cap: the fraction of the total that cudaMemGetInfo reports.
+        total = torch.cuda.mem_get_info(dev)[1]
+        _past.set(torch, dev, int(fraction * total), f"the job's memory fraction {fraction}")
+
+    set_per_process_memory_fraction.__wrapped__ = original
+    set_per_process_memory_fraction.__doc__ = original.__doc__
+    torch.cuda.set_per_process_memory_fraction = set_per_process_memory_fraction
+    torch.cuda.memory.set_per_process_memory_fraction = set_per_process_memory_fraction
+
+
 # ---------------------------------------------------------------- phase marks
 
 _phase = {"depth": 0, "backward": 0}
@@ -122,6 +257,7 @@ def _forward_post(module, args, output):
         _phase["depth"] -= 1
         if _phase["depth"] == 0:
             mark("after forward")
+            _past.tick("forward")
 
 
 def _wrap_backward(original):
@@ -172,6 +308,11 @@ def _wrap_ddp_pre_forward(original):
     return pre_forward
 
 
+def _after_step(opt, args, kwargs):
+    mark("after optimizer step")
+    _past.tick("step")
+
+
 def _install_phase_hooks(torch):
     """Marks forward, backward and optimizer steps (see the module documentation)."""
     try:
@@ -186,7 +327,7 @@ def _install_phase_hooks(torch):
         from torch.optim import optimizer as optim
 
         optim.register_optimizer_step_pre_hook(lambda opt, args, kwargs: mark("optimizer step"))
-        optim.register_optimizer_step_post_hook(lambda opt, args, kwargs: mark("after optimizer step"))
+        optim.register_optimizer_step_post_hook(_after_step)
     except Exception as e:  # never break the program
         _say(f"cannot mark forward, backward and optimizer steps: {e}")
     try:
@@ -251,12 +392,15 @@ def _start_history(torch, why):
             devices = [d for d in range(torch.cuda.device_count()) if torch.cuda.max_memory_reserved(d) > 0]
             torch.cuda.memory._dump_snapshot(base + ".pickle")
             meta = dict(_rank_info(), devices=devices or [torch.cuda.current_device()], reason=reason)
+            if _past.limits:
+                meta["capacity"] = next(iter(_past.limits.values()))
             with open(base + ".json", "w") as f:
                 json.dump(meta, f)
         except Exception as e:  # never break the program
             _say(f"could not write PyTorch's allocator history: {e}")
 
     atexit.register(dump, "exit")
+    _past.stop_hooks.append(lambda: dump("the stop past the limit"))
     _chain_sigterm(lambda: dump("SIGTERM"))
     try:
         torch._C._cuda_attach_out_of_memory_observer(lambda *a: dump("an OOM"))
@@ -298,7 +442,9 @@ def _reserved(torch):
 def _start_pytorch(torch):
     global _installed
     try:
-        _set_capacity(torch)
+        cap = _capacity_bytes()
+        if cap and not _past.limits:
+            _past.set(torch, torch.cuda.current_device(), cap, "--capacity")
         if os.environ.get("ALLOCTRACE_STACKS") == "1":
             # Not through the tracker: PyTorch calls trackers while it holds its allocator's lock,
             # and reading Python frames there means taking the GIL, which another thread may hold
@@ -318,18 +464,13 @@ def _start_pytorch(torch):
         if history:
             torch.cuda.memory._record_memory_history(max_entries=1, context=None, stacks="python")
         _installed = True
+        for dev, limit in _past.limits.items():
+            lib.alloctrace_set_capacity(dev, limit)
         atexit.register(shutdown)
+        _past.stop_hooks.append(shutdown)
         _chain_sigterm(shutdown)
     except Exception as e:  # never break the program
         _say(f"cannot record, the job runs natively: {e}")
-
-
-def _set_capacity(torch):
-    cap = _capacity_bytes()
-    if cap:
-        dev = torch.cuda.current_device()
-        total = torch.cuda.get_device_properties(dev).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total), dev)
 
 
 def _install_pytorch(torch):
@@ -340,6 +481,10 @@ def _install_pytorch(torch):
     if (major, minor) < (2, 1) or not hasattr(torch.cuda, "memory") or not hasattr(torch.cuda, "_lazy_call"):
         _say(f"PyTorch {torch.__version__} is too old to record (2.1 or later is needed): the job runs natively")
         return
+    try:
+        _lift_limits(torch)
+    except Exception as e:  # never break the program
+        _say(f"cannot lift the memory limit, the job runs under it: {e}")
     # Runs when the program starts CUDA (at once if it already has): never starts CUDA itself.
     torch.cuda._lazy_call(lambda: _start_pytorch(torch))
 

@@ -17,6 +17,9 @@
 //! // Both:
 //! void  alloctrace_mark(const char* label);   // a phase
 //! void  alloctrace_mark_iteration(const char* label);
+//! int   alloctrace_set_capacity(int device, uint64_t bytes);
+//!                                             // the limit the job ran past (default back-end;
+//!                                             // 1 = in the header, 0 = set late: status file)
 //! int   alloctrace_shutdown(void);            // flush, write the trailers; 0 = nothing lost
 //!                                             // (also run at exit; 2 in a forked child)
 //! unsigned long long alloctrace_dropped(void);
@@ -28,7 +31,7 @@
 //! |---|---|
 //! | `ALLOCTRACE_OUTPUT` | the trace's path (default `alloctrace.atrace`); see [`trace_path`] for ranks, devices and patterns |
 //! | `ALLOCTRACE_CONF` | allocator settings, `PYTORCH_CUDA_ALLOC_CONF` syntax (default: that variable); settings that cannot be parsed are replaced by the defaults, with a warning |
-//! | `ALLOCTRACE_CAPACITY` | cap on reserved memory: bytes, or with a `KiB`/`MiB`/`GiB` suffix (0 or a bad value: ignored, with a warning) |
+//! | `ALLOCTRACE_CAPACITY` | cap on reserved memory: bytes, or with a `KiB`/`MiB`/`GiB` suffix (0 or a bad value: ignored, with a warning). The engine back-end enforces it; the default back-end records it as the trace's capacity and PyTorch serves past it |
 //! | `ALLOCTRACE_STACKS=1` | record Python call sites (interned stacks) of each allocation (engine back-end) |
 //! | `ALLOCTRACE_STATUS` | a folder: `alloctrace_shutdown` writes `status.<pid>.<device>` there, a `key=value` summary for the CLI (created new, never through a link) |
 //! | `ALLOCTRACE_DEVICE=sim` | use the simulated device (tests without a GPU; pointers are fake) |
@@ -57,7 +60,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once, OnceLock};
 
 /// The device behind the C ABI: CUDA, or simulated for tests.
@@ -138,7 +141,14 @@ struct Global {
     /// as they are (its clock is the counter).
     tsc: bool,
     summary: Mutex<Option<RecordSummary>>,
+    /// A capacity the program set after this recorder had written its header
+    /// ([`alloctrace_set_capacity`]); 0 = none. Reported in the status file, from which
+    /// `alloctrace record` puts it in the header.
+    late_capacity: AtomicU64,
 }
+
+/// Capacities set through [`alloctrace_set_capacity`] before their device's recorder started.
+static SET_CAPACITY: Mutex<Vec<(c_int, u64)>> = Mutex::new(Vec::new());
 
 /// Devices a process may record (CUDA ordinals).
 const MAX_DEVICES: usize = 64;
@@ -231,15 +241,18 @@ fn start(device: c_int, backend: Backend) -> Option<Global> {
         Backend::Torch => env("PYTORCH_CUDA_ALLOC_CONF"),
     };
     opts.alloc_conf = checked_conf(conf.unwrap_or_default());
-    if backend == Backend::Engine {
-        if let Some(c) = env("ALLOCTRACE_CAPACITY") {
-            match crate::engine::config::parse_bytes(&c) {
-                Ok(0) => eprintln!(
-                    "alloctrace: ignoring ALLOCTRACE_CAPACITY=0 (a 0-byte limit fits nothing; unset it for no limit)"
-                ),
-                Ok(b) => opts.capacity_bytes = Some(b),
-                Err(e) => eprintln!("alloctrace: ignoring ALLOCTRACE_CAPACITY: {e}"),
-            }
+    // The default back-end: a limit the program set itself (its memory fraction, which the shim
+    // lifts) else ALLOCTRACE_CAPACITY, recorded as the capacity; PyTorch serves past it.
+    let set = SET_CAPACITY.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|c| c.0 == device).map(|c| c.1);
+    if let Some(bytes) = set.filter(|_| backend == Backend::Torch) {
+        opts.capacity_bytes = Some(bytes);
+    } else if let Some(c) = env("ALLOCTRACE_CAPACITY") {
+        match crate::engine::config::parse_bytes(&c) {
+            Ok(0) => eprintln!(
+                "alloctrace: ignoring ALLOCTRACE_CAPACITY=0 (a 0-byte limit fits nothing; unset it for no limit)"
+            ),
+            Ok(b) => opts.capacity_bytes = Some(b),
+            Err(e) => eprintln!("alloctrace: ignoring ALLOCTRACE_CAPACITY: {e}"),
         }
     }
     let stacks = backend == Backend::Engine && env("ALLOCTRACE_STACKS").is_some_and(|v| v != "0");
@@ -285,7 +298,16 @@ fn start(device: c_int, backend: Backend) -> Option<Global> {
                 rec.set_state(Box::new(TorchState::new(config)));
             }
             let tsc = rec.clock_source() == crate::recorder::ClockSource::Tsc;
-            Some(Global { rec, device, stacks, pid: std::process::id(), torch, tsc, summary: Mutex::new(None) })
+            Some(Global {
+                rec,
+                device,
+                stacks,
+                pid: std::process::id(),
+                torch,
+                tsc,
+                summary: Mutex::new(None),
+                late_capacity: AtomicU64::new(0),
+            })
         }
         Err(e) => {
             eprintln!("alloctrace: cannot record: {e}");
@@ -786,6 +808,30 @@ pub extern "C" fn alloctrace_mark_iteration(label: *const c_char) {
     mark(MarkKind::Iteration, label);
 }
 
+/// The memory limit the program would have run under on `device` (its memory fraction as
+/// bytes, which the default back-end's shim lifts so that PyTorch serves past it), recorded as
+/// the trace's capacity. Returns 1 when the header will hold it (set before the device's first
+/// allocation), 0 when the header was already written: the status file then reports it as
+/// `late_capacity`, and `alloctrace record` rewrites the header. A later call replaces an
+/// earlier one; 0 bytes is ignored (returns -1).
+#[no_mangle]
+pub extern "C" fn alloctrace_set_capacity(device: c_int, bytes: u64) -> c_int {
+    catch_unwind(|| {
+        if bytes == 0 {
+            return -1;
+        }
+        if let Some(g) = started_global(device) {
+            g.late_capacity.store(bytes, Ordering::Relaxed);
+            return 0;
+        }
+        let mut set = SET_CAPACITY.lock().unwrap_or_else(|e| e.into_inner());
+        set.retain(|c| c.0 != device);
+        set.push((device, bytes));
+        1
+    })
+    .unwrap_or(-1)
+}
+
 /// Events dropped so far, over every device (0 before a recorder started): events that did not
 /// reach the queue, and events whose chunk did not reach the file. After
 /// [`alloctrace_shutdown`], the exact count the status file gives (what the file holds).
@@ -867,7 +913,7 @@ fn status_text(s: &RecordSummary, g: &Global) -> String {
     let p = placement(g.device);
     let opt = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or_default();
     format!(
-        "path={}\ndevice={}\nrank={}\nevents={}\nevents_written={}\nevents_dropped={}\ntrace_bytes={}\ncomplete={}\nerror={}\nfree_errors={}\ndevice_errors={}\nwaited_ns={}\n",
+        "path={}\ndevice={}\nrank={}\nevents={}\nevents_written={}\nevents_dropped={}\ntrace_bytes={}\ncomplete={}\nerror={}\nfree_errors={}\ndevice_errors={}\nwaited_ns={}\nlate_capacity={}\n",
         s.path.display(),
         g.device,
         opt(p.rank),
@@ -879,7 +925,8 @@ fn status_text(s: &RecordSummary, g: &Global) -> String {
         w.error.as_deref().unwrap_or(""),
         s.free_errors,
         device_errors,
-        s.waited_ns
+        s.waited_ns,
+        g.late_capacity.load(Ordering::Relaxed)
     )
 }
 

@@ -1,6 +1,7 @@
 //! The default back-end's entry point: PyTorch's allocator trace entries, as the helper forwards
-//! them, become a trace of their own per rank and device, with the placement in the header and
-//! the private pool of a CUDA graph's segments.
+//! them, become a trace of their own per rank and device, with the placement in the header, the
+//! private pool of a CUDA graph's segments, and the limit the job set itself (its memory
+//! fraction, which the shim lifts) as the header's capacity.
 //! Run in a child process (the C ABI has one set of recorders per process).
 
 use recorder::ffi::torch_action::*;
@@ -16,6 +17,10 @@ fn child_forwards_torch_entries() {
         return;
     }
     let (seg, small_seg) = (0x7f00_0000_0000u64, 0x7e00_0000_0000u64);
+    // The job's own limit, set before its first allocation: the header's capacity.
+    assert_eq!(alloctrace_set_capacity(1, 1 << 30), 1);
+    assert_eq!(alloctrace_set_capacity(1, 3 << 30), 1, "a later call replaces it");
+    assert_eq!(alloctrace_set_capacity(1, 0), -1, "0 bytes is no limit");
     alloctrace_torch_entry(SEGMENT_ALLOC, 1, seg, 20 << 20, 5);
     alloctrace_torch_entry(ALLOC, 1, seg, 4_000_000, 5);
     alloctrace_torch_entry(SEGMENT_ALLOC, 1, small_seg, 2 << 20, 5);
@@ -31,6 +36,8 @@ fn child_forwards_torch_entries() {
     alloctrace_torch_event(ALLOC, 1, graph_seg, 512, 5, 2_000, 1, 0);
     // A second device of the same process: a trace of its own.
     alloctrace_torch_entry(ALLOC, 2, 0x1000, 512, 0);
+    // Set after the device's header was written: reported in its status file instead.
+    assert_eq!(alloctrace_set_capacity(2, 1 << 30), 0);
     assert_eq!(alloctrace_shutdown(), 0);
     std::process::exit(0);
 }
@@ -63,6 +70,7 @@ fn torch_entries_make_one_trace_per_rank_and_device() {
         Placement { device_index: Some(1), rank: Some(3), local_rank: Some(1), world_size: Some(4) }
     );
     assert_eq!(r.header().alloc_conf, "max_split_size_mb:64", "PyTorch's settings are the job's");
+    assert_eq!(r.header().capacity_bytes, 3 << 30, "the limit the job set itself");
     assert!(r.header().notes.iter().any(|n| n.contains("PyTorch's caching allocator ran the job")));
     let events: Vec<Event> =
         r.read_all().into_iter().map(|r| r.event).filter(|e| !matches!(e, Event::DeviceMemInfo { .. })).collect();
@@ -120,6 +128,7 @@ fn torch_entries_make_one_trace_per_rank_and_device() {
     );
     let mut r2 = TraceReader::open(dir.join("run.rank3.dev2.atrace")).unwrap();
     assert_eq!(r2.header().placement.device_index, Some(2));
+    assert_eq!(r2.header().capacity_bytes, 0, "set after its header was written");
     assert_eq!(r2.read_all().iter().filter(|r| matches!(r.event, Event::Alloc { .. })).count(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }

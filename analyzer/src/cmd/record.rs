@@ -1,4 +1,4 @@
-//! `alloctrace record -o run.atrace [--allocator pytorch|alloctrace] [--conf ...] [--capacity ...] [--stacks] -- python train.py`
+//! `alloctrace record -o run.atrace [--allocator pytorch|alloctrace] [--conf ...] [--capacity ...] [--after-limit N|end] [--stacks] -- python train.py`
 //!
 //! Runs the program with alloctrace's recorder installed in PyTorch: the Python shim (compiled
 //! into the recorder crate) is written to a fresh private folder that goes first on
@@ -23,8 +23,12 @@ pub struct RecordOptions {
     pub output: PathBuf,
     /// Allocator settings (`PYTORCH_CUDA_ALLOC_CONF` syntax); default: that variable, if set.
     pub conf: Option<String>,
-    /// Cap on reserved memory, e.g. `40GiB` (PyTorch's memory fraction as a size).
+    /// The memory limit, e.g. `40GiB` (PyTorch's memory fraction as a size). The engine
+    /// back-end enforces it; the default back-end records it as the trace's capacity and lets
+    /// PyTorch serve past it.
     pub capacity: Option<String>,
+    /// The default back-end, past the limit: when to stop the job.
+    pub after_limit: AfterLimit,
     /// Record Python call sites of every allocation.
     pub stacks: bool,
     /// The recorder's cdylib; default: `ALLOCTRACE_LIB`, else next to this executable.
@@ -42,6 +46,33 @@ pub struct RecordOptions {
 
 /// See [`RecordOptions::convert_history`].
 pub type ConvertHistory = fn(&Path, &Path, Option<&str>) -> Vec<String>;
+
+/// With PyTorch's allocator past the limit: the job is stopped this many whole iterations after
+/// it first went past it (default 3), or runs to its end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterLimit {
+    Iterations(u32),
+    End,
+}
+
+impl Default for AfterLimit {
+    fn default() -> Self {
+        AfterLimit::Iterations(3)
+    }
+}
+
+impl std::str::FromStr for AfterLimit {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.trim().eq_ignore_ascii_case("end") {
+            return Ok(AfterLimit::End);
+        }
+        s.trim()
+            .parse()
+            .map(AfterLimit::Iterations)
+            .map_err(|_| format!("`{s}` is neither a number of whole iterations nor `end`"))
+    }
+}
 
 /// File names the recorder's cdylib may have.
 const LIB_NAMES: [&str; 2] = ["liballoctrace_recorder.so", "librecorder.so"];
@@ -241,6 +272,13 @@ pub fn run(opts: &RecordOptions) -> Result<i32> {
     if let Some(c) = &opts.capacity {
         cmd.env("ALLOCTRACE_CAPACITY", c);
     }
+    cmd.env(
+        "ALLOCTRACE_AFTER_LIMIT",
+        match opts.after_limit {
+            AfterLimit::Iterations(n) => n.to_string(),
+            AfterLimit::End => "end".into(),
+        },
+    );
     let status = cmd.status().with_context(|| format!("cannot run {program}"))?;
     let code = exit_code(status);
 
@@ -249,6 +287,15 @@ pub fn run(opts: &RecordOptions) -> Result<i32> {
         let mut names: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
         names.sort();
         statuses = names.iter().filter_map(|p| std::fs::read_to_string(p).ok()).collect();
+    }
+    for s in &statuses {
+        let late = status_field(s, "late_capacity").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let path = status_field(s, "path").map(PathBuf::from).unwrap_or_else(|| output.clone());
+        if late > 0 {
+            if let Err(e) = set_capacity(&path, late) {
+                eprintln!("alloctrace: cannot record the job's limit in {}: {e:#}", path.display());
+            }
+        }
     }
     let converted = match opts.convert_history {
         Some(convert) => convert(&history_dir, &output, opts.capacity.as_deref()),
@@ -271,6 +318,42 @@ pub fn run(opts: &RecordOptions) -> Result<i32> {
         }
     }
     Ok(code)
+}
+
+/// Puts `capacity` in the header of the trace at `path` (a limit the job set after its first
+/// allocation, when the recorder had already written the header): the trace is copied with the
+/// new header to a fresh file beside it, which then replaces it.
+fn set_capacity(path: &Path, capacity: u64) -> Result<()> {
+    use recorder::trace::TraceWriter;
+    let mut r = TraceReader::open(path)?;
+    let mut header = r.header().clone();
+    if header.capacity_bytes == capacity {
+        return Ok(());
+    }
+    header.capacity_bytes = capacity;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let mut write = || -> Result<()> {
+        let mut w = TraceWriter::create(&tmp, &header)?;
+        let mut chunk = Vec::new();
+        while r.next_chunk(&mut chunk) {
+            for rec in chunk.drain(..) {
+                w.write_owned(rec)?;
+            }
+        }
+        match r.end() {
+            TraceEnd::Complete { trailer } => w.note_dropped(trailer.dropped_events),
+            // Rewritten, it would read as complete: leave it as it is.
+            other => bail!("the trace is not complete ({}): its header keeps no capacity", other.describe()),
+        }
+        w.finish()?;
+        Ok(())
+    };
+    let done = write().and_then(|()| std::fs::rename(&tmp, path).map_err(anyhow::Error::from));
+    if done.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    done
 }
 
 /// Refuses a trace path that cannot be written (a missing folder, no permission) before the

@@ -38,7 +38,10 @@ pub fn convert_histories(dir: &Path, output: &Path, capacity: Option<&str>) -> V
             let path = recorder::ffi::trace_path(&output.to_string_lossy(), &placement, device as i32, i == 0);
             let import = ImportOptions {
                 device: device as usize,
-                capacity_bytes: capacity.and_then(|c| recorder::engine::config::parse_bytes(c).ok()),
+                // --capacity, else the limit the job set itself (its memory fraction, lifted).
+                capacity_bytes: capacity
+                    .and_then(|c| recorder::engine::config::parse_bytes(c).ok())
+                    .or_else(|| meta.get("capacity").and_then(serde_json::Value::as_u64)),
                 ..Default::default()
             };
             let result = import_file(&pickle, &import).map_err(anyhow::Error::from).and_then(|mut imported| {
