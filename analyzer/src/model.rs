@@ -215,8 +215,17 @@ pub struct Facts {
     /// limit in force was at least the first value (the peak reserved up to the OOM) and below
     /// the second (reserved at the OOM plus the failed segment).
     pub limit_range: Option<(u64, u64)>,
-    /// Index of the last allocation request (an OOM before it was caught: the program went on).
+    /// Index of the last allocation request.
     pub last_alloc: Option<u64>,
+    /// Index of the last request of any kind, served or failed (an OOM before it was caught: the
+    /// program went on and asked again).
+    pub last_request: Option<u64>,
+}
+
+/// Whether a trace whose last request is `last_request` went on after the recorded OOM at
+/// `event` ([`Facts::survived`]'s rule, for a replay that keeps only that index).
+pub fn went_on_after(last_request: Option<u64>, event: u64) -> bool {
+    last_request.is_some_and(|a| a > event)
 }
 
 impl Facts {
@@ -224,11 +233,12 @@ impl Facts {
         self.recorded_ooms.first().map(|o| o.event)
     }
     /// Whether the program went on after the recorded OOM at `event` (it caught the error, as
-    /// cuDNN does when it shrinks its workspace): a later allocation was made.
+    /// cuDNN does when it shrinks its workspace): a later request was made, served or not (cuDNN
+    /// may try several smaller workspaces, each failing, before the request that ends the run).
     pub fn survived(&self, event: u64) -> bool {
-        self.last_alloc.is_some_and(|a| a > event)
+        went_on_after(self.last_request, event)
     }
-    /// The recorded OOM that ended the run: the last one, when no allocation follows it.
+    /// The recorded OOM that ended the run: the last one, when no request follows it.
     pub fn fatal_oom(&self) -> Option<&RecordedOom> {
         self.recorded_ooms.last().filter(|o| !self.survived(o.event))
     }
@@ -250,7 +260,10 @@ impl FactsFold {
     fn record(&mut self, i: u64, r: &Record) {
         let p = &mut self.facts;
         match r.event {
-            Event::Alloc { .. } => p.last_alloc = Some(i),
+            Event::Alloc { .. } => {
+                p.last_alloc = Some(i);
+                p.last_request = Some(i);
+            }
             Event::SegmentAlloc { addr, bytes, .. } => {
                 p.segments.push((addr, bytes));
                 self.reserved += bytes;
@@ -287,6 +300,7 @@ impl FactsFold {
                         p.limit_range = Some((low, (reserved_bytes + alloc_bytes).max(low + 1)));
                     }
                 }
+                p.last_request = Some(i);
                 p.recorded_ooms.push(RecordedOom {
                     event: i,
                     requested_bytes,

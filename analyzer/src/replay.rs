@@ -344,7 +344,8 @@ struct Replaying<S: Sink> {
     /// The failed request was freed before the program's next request.
     failed_scratch: bool,
     /// Index of the trace's last allocation: a recorded OOM before it was caught by the program.
-    last_alloc: Option<u64>,
+    /// The trace's last request ([`crate::model::Facts::survived`]'s rule).
+    last_request: Option<u64>,
     /// Allocated bytes when reserved bytes first reached their peak.
     allocated_at_peak: u64,
     peak_seen: u64,
@@ -363,7 +364,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             stopped: false,
             failed_alloc: None,
             failed_scratch: false,
-            last_alloc: None,
+            last_request: None,
             allocated_at_peak: 0,
             peak_seen: 0,
             pools: RecordedPools::default(),
@@ -374,7 +375,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
     ///
     /// [`Facts::survived`]: crate::model::Facts::survived
     fn continuing(mut self, trace: &Trace) -> Self {
-        self.last_alloc = trace.facts.last_alloc;
+        self.last_request = trace.facts.last_request;
         self
     }
 
@@ -456,7 +457,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             Event::Oom { requested_bytes, stream, .. } => {
                 // The request that failed in the recorded run: does it fail here too?
                 self.requests += 1;
-                let caught = self.last_alloc.is_some_and(|a| a > index);
+                let caught = crate::model::went_on_after(self.last_request, index);
                 match engine.malloc(*requested_bytes, *stream, 0) {
                     // The program caught the recorded OOM and went on without the block (cuDNN
                     // trying a smaller workspace): the engine counted the OOM; go on too.

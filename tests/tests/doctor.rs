@@ -1,0 +1,173 @@
+//! The OOM doctor against real PyTorch, on jobs we did not write (`tests/fixtures/doctor/`, made
+//! on an H100 by `scripts/gpu/doctor_truth.sh`; see the README there): a Hugging Face `Trainer`,
+//! torchvision ResNet-50 with a varying batch, a UNet at varying resolution, and ResNet-18 fed by
+//! a `record_stream` prefetcher, each run for real at limits around its peak under six settings.
+//!
+//! For every limit where the default run ran out of memory, `explain` is asked twice, as a user
+//! would ask it:
+//! - on the snapshot taken at the failure (`JOB.LIMIT.pickle`, the limit given): the rest of the
+//!   job is not in it, so settings are at most worth trying;
+//! - on the job recorded past the limit (`JOB.LIMIT.atrace`, `alloctrace record --capacity`):
+//!   the whole job is in it, so a setting whose replay completes is advised.
+//!
+//! Printed, against the targets:
+//! - precision: advised settings that completed in real PyTorch at that limit (target 100%);
+//! - recall: OOMs where some setting completed in PyTorch and `explain` named one, advised or
+//!   worth trying (target at least 90% from snapshots, 100% from traces recorded past the limit);
+//! - the whole-job capacity figure: the unlimited replay of each whole job recorded past a limit
+//!   against PyTorch's unlimited peak reserved (target within 3%).
+
+use analyzer::explain::{explain_with, ExplainOptions, ExplainReport};
+use analyzer::input::{open, RunFacts};
+use analyzer::model::Trace;
+use analyzer::replay::{replay, ReplayOptions};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/doctor")
+}
+
+struct Real {
+    job: String,
+    limit: Option<u64>,
+    setting: String,
+    ok: bool,
+    peak_reserved: u64,
+}
+
+fn truth() -> Vec<Real> {
+    let text = std::fs::read_to_string(dir().join("truth.tsv")).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "job\tlimit_bytes\tsetting\toutcome\tpeak_reserved\tpeak_allocated",
+        "truth.tsv's columns"
+    );
+    lines
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            Real {
+                job: f[0].to_string(),
+                limit: f[1].parse().ok(),
+                setting: f[2].to_string(),
+                ok: f[3] == "ok",
+                peak_reserved: f[4].parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// The `PYTORCH_CUDA_ALLOC_CONF` values `explain` names, as advice or worth trying.
+fn named(r: &ExplainReport) -> (BTreeSet<String>, BTreeSet<String>) {
+    let strip = |s: &str| s.trim_start_matches("PYTORCH_CUDA_ALLOC_CONF=").to_string();
+    let advised = r.advice.iter().filter(|a| a.kind == "setting").filter_map(|a| a.setting.as_deref()).map(strip);
+    let worth = r.worth_trying.iter().map(|w| strip(&w.setting));
+    (advised.collect(), worth.collect())
+}
+
+#[derive(Default)]
+struct Score {
+    advised: u32,
+    advised_completed: u32,
+    fixable: u32,
+    found: u32,
+    cases: u32,
+}
+
+impl Score {
+    fn add(&mut self, at: &str, r: &ExplainReport, completed: &BTreeSet<String>, wrong: &mut Vec<String>) {
+        self.cases += 1;
+        let (advised, worth) = named(r);
+        for a in &advised {
+            self.advised += 1;
+            if completed.contains(a) {
+                self.advised_completed += 1;
+            } else {
+                wrong.push(format!("{at}: advised {a}, which ran out of memory in PyTorch"));
+            }
+        }
+        if !completed.is_empty() {
+            self.fixable += 1;
+            if advised.iter().chain(&worth).any(|s| completed.contains(s)) {
+                self.found += 1;
+            } else {
+                println!("{at}: {completed:?} completed in PyTorch; advised {advised:?}, worth trying {worth:?}");
+            }
+        }
+    }
+    fn line(&self, what: &str) -> String {
+        format!(
+            "{what}: precision {}/{} advised settings completed in PyTorch; recall {}/{} OOMs with a setting that \
+completed had one named ({} OOMs)",
+            self.advised_completed, self.advised, self.found, self.fixable, self.cases
+        )
+    }
+}
+
+#[test]
+fn the_doctor_on_third_party_jobs_holds_in_real_pytorch() {
+    let rows = truth();
+    let mut cases: Vec<(String, u64)> = rows
+        .iter()
+        .filter(|r| r.setting == "default" && !r.ok)
+        .filter_map(|r| Some((r.job.clone(), r.limit?)))
+        .collect();
+    cases.sort();
+    cases.dedup();
+    assert!(cases.len() >= 20, "the fixtures' default OOMs: {}", cases.len());
+    let quick = ExplainOptions { search_capacity: Some(false), ..Default::default() };
+    let (mut snap, mut past) = (Score::default(), Score::default());
+    let mut wrong = Vec::new();
+    for (job, limit) in &cases {
+        let completed: BTreeSet<String> = rows
+            .iter()
+            .filter(|r| &r.job == job && r.limit == Some(*limit) && r.setting != "default" && r.ok)
+            .map(|r| r.setting.clone())
+            .collect();
+        let pickle = dir().join(format!("{job}.{limit}.pickle"));
+        if pickle.exists() {
+            let t = open(&pickle, &RunFacts { capacity_bytes: Some(*limit), ..Default::default() }).unwrap();
+            let r = explain_with(&t, &quick).unwrap();
+            assert_eq!(r.moment, "oom", "{job} at {limit}: the snapshot ends in its OOM");
+            assert!(
+                r.advice.iter().all(|a| a.kind != "setting"),
+                "{job} at {limit}: a snapshot never advises a setting"
+            );
+            snap.add(&format!("{job} at {limit} (snapshot)"), &r, &completed, &mut wrong);
+        }
+        let recorded = dir().join(format!("{job}.{limit}.atrace"));
+        let t = Trace::open(&recorded).unwrap();
+        assert_eq!(t.header.capacity_bytes, *limit, "{job}: the limit is the recorded capacity");
+        let r = explain_with(&t, &quick).unwrap();
+        past.add(&format!("{job} at {limit} (recorded past the limit)"), &r, &completed, &mut wrong);
+    }
+    println!("{}", snap.line("from snapshots at the OOM"));
+    println!("{}", past.line("from traces recorded past the limit"));
+    for w in &wrong {
+        println!("wrong: {w}");
+    }
+    // The whole-job capacity figure: each job's whole run recorded past a limit, replayed with no
+    // limit, against PyTorch's own unlimited peak reserved.
+    let jobs: BTreeSet<&str> = rows.iter().map(|r| r.job.as_str()).collect();
+    let mut worst: f64 = 0.0;
+    for job in jobs {
+        let real = rows.iter().find(|r| r.job == job && r.limit.is_none() && r.setting == "default").unwrap();
+        let (_, limit) = cases.iter().find(|(j, _)| j == job).unwrap();
+        let t = Trace::open(&dir().join(format!("{job}.{limit}.end.atrace"))).unwrap();
+        let replayed =
+            replay(&t, &ReplayOptions { unlimited: true, ..Default::default() }).unwrap().peak_reserved_bytes;
+        let err = replayed as f64 / real.peak_reserved as f64 - 1.0;
+        worst = worst.max(err.abs());
+        println!(
+            "whole-job capacity figure, {job}: replayed {replayed} against PyTorch's {} ({:+.2}%)",
+            real.peak_reserved,
+            100.0 * err
+        );
+    }
+    assert!(wrong.is_empty(), "{} advised settings ran out of memory in real PyTorch", wrong.len());
+    assert!(worst <= 0.03, "a whole-job figure is {:.1}% from PyTorch's", 100.0 * worst);
+    assert_eq!(past.found, past.fixable, "recall from traces recorded past the limit");
+    assert!(snap.found * 10 >= snap.fixable * 9, "recall from snapshots: {}/{}", snap.found, snap.fixable);
+}
