@@ -195,8 +195,10 @@ class _PastLimit:
 
     def stop(self, unit):
         self.stopped = True
-        _say(f"stopped the job {self.after} whole {self.UNITS[unit]} after it went past its limit: {self._where()}; "
-             f"`--after-limit end` lets it run to its end")
+        when = (f"{self.after} whole {self.UNITS[unit]} after" if self.after else
+                f"at the end of the {self.UNITS[unit][:-1]} in which")
+        _say(f"stopped the job {when} it went past its limit: {self._where()}; `--after-limit end` lets it run to "
+             "its end")
         for f in (sys.stdout, sys.stderr):
             try:
                 f.flush()

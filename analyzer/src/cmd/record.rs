@@ -512,6 +512,41 @@ mod tests {
         let _ = std::fs::remove_file(&out);
     }
 
+    /// A limit the job set after the recorder wrote its header (reported as `late_capacity`)
+    /// goes into the header; the events, and a trailer's dropped count, are kept as they were.
+    /// A trace cut short is left alone: rewritten, it would read as complete.
+    #[test]
+    fn a_late_limit_goes_into_the_header() {
+        use recorder::trace::{Event, Header, Record, Source, TraceWriter};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.atrace");
+        let mut w = TraceWriter::create(&path, &Header::new(Source::Recorded)).unwrap();
+        for i in 0..1000u64 {
+            let event =
+                Event::SegmentAlloc { addr: i << 21, bytes: 2 << 20, stream: 0, pool: recorder::trace::Pool::Small };
+            w.write(&Record { time_ns: i, event }).unwrap();
+        }
+        w.note_dropped(2);
+        w.finish().unwrap();
+        let before = TraceReader::open(&path).unwrap().read_all();
+
+        set_capacity(&path, 3 << 30).unwrap();
+        let mut r = TraceReader::open(&path).unwrap();
+        assert_eq!(r.header().capacity_bytes, 3 << 30);
+        assert_eq!(r.read_all(), before);
+        assert!(matches!(r.end(), TraceEnd::Complete { trailer } if trailer.dropped_events == 2));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no file left beside it");
+
+        // Cut short (no trailer): refused, the file untouched.
+        let bytes = std::fs::read(&path).unwrap();
+        let cut = dir.path().join("cut.atrace");
+        std::fs::write(&cut, &bytes[..bytes.len() - 8]).unwrap();
+        let err = set_capacity(&cut, 1 << 30).unwrap_err();
+        assert!(format!("{err:#}").contains("not complete"), "{err:#}");
+        assert_eq!(std::fs::read(&cut).unwrap(), &bytes[..bytes.len() - 8]);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
     /// The closing line reports what the recorder's status file says went wrong, and how long
     /// the program waited for the writer (only when it matters: from a millisecond).
     #[test]

@@ -100,8 +100,9 @@ done, err, _ = run("3", cross_at=(3, "step"))
 assert done == 7, (done, err)
 
 # 0: stop as soon as the iteration that went past the limit ends.
-done, _, _ = run("0")
+done, err, _ = run("0")
 assert done == 4, done
+assert "stopped the job at the end of the optimizer step in which it went past its limit" in err, err
 
 # `end`: the job runs to its end; nothing is stopped.
 done, err, _ = run("end")
