@@ -60,7 +60,7 @@ impl Default for AllocatorConfig {
 }
 
 /// The settings this engine applies.
-pub const MODELLED_KEYS: [&str; 7] = [
+pub const MODELLED_KEYS: [&str; 9] = [
     "max_split_size_mb",
     "max_non_split_rounding_mb",
     "large_segment_size_mb",
@@ -68,12 +68,14 @@ pub const MODELLED_KEYS: [&str; 7] = [
     "expandable_segments",
     "roundup_power2_divisions",
     "backend",
+    "throw_on_cudamalloc_oom",
+    "per_process_memory_fraction",
 ];
 
 /// PyTorch's other allocator settings: kept verbatim, changing none of the engine's decisions
-/// (host-memory pinning, the lock around `cudaMalloc`, CUDA-graph capture), and the memory
-/// fraction, which is a capacity rather than a policy.
-pub const UNMODELLED_KEYS: [&str; 9] = [
+/// (host-memory pinning, the lock around `cudaMalloc`, CUDA-graph capture, the address range an
+/// expandable segment reserves).
+pub const UNMODELLED_KEYS: [&str; 11] = [
     "release_lock_on_cudamalloc",
     "release_lock_on_hipmalloc",
     "pinned_use_cuda_host_register",
@@ -82,7 +84,9 @@ pub const UNMODELLED_KEYS: [&str; 9] = [
     "pinned_use_background_threads",
     "pinned_reserve_segment_size_mb",
     "graph_capture_record_stream_reuse",
-    "per_process_memory_fraction",
+    "pinned_free_catch_all",
+    "expandable_segments_reserve",
+    "expandable_segments_reserve_by_class",
 ];
 
 impl AllocatorConfig {
@@ -90,18 +94,25 @@ impl AllocatorConfig {
     /// parser keeps it so that foreign traces still load, and a user's own setting should be
     /// checked with this).
     pub fn unknown_key(&self) -> Option<&str> {
-        self.other.iter().map(|(k, _)| k.as_str()).find(|k| !UNMODELLED_KEYS.contains(k))
+        self.other.iter().map(|(k, _)| k.as_str()).find(|k| !UNMODELLED_KEYS.contains(k) && !MODELLED_KEYS.contains(k))
+    }
+
+    /// `throw_on_cudamalloc_oom:True` (PyTorch 2.12 and later; see
+    /// [`super::version::TorchVersion::preempts_fraction_oom`]).
+    pub fn throw_on_cudamalloc_oom(&self) -> bool {
+        self.other.iter().rev().find(|(k, _)| k == "throw_on_cudamalloc_oom").is_some_and(|(_, v)| parse_bool(v) == Some(true))
+    }
+
+    /// `per_process_memory_fraction:F` (PyTorch 2.10 and later): the capacity is `F` times the
+    /// device's total memory ([`super::version::TorchVersion::fraction_cap`]); 1 sets none.
+    pub fn memory_fraction(&self) -> Option<f64> {
+        self.other.iter().rev().find(|(k, _)| k == "per_process_memory_fraction").and_then(|(_, v)| v.parse().ok())
     }
 
     /// What is wrong with the keys of settings a user gave, as PyTorch would see it: a key it
     /// does not know (a typo would otherwise change nothing, silently), with the nearest known
-    /// one, or the memory fraction, which is a capacity rather than a policy.
+    /// one.
     pub fn check_user_keys(&self) -> Result<(), String> {
-        if self.other.iter().any(|(k, _)| k == "per_process_memory_fraction") {
-            return Err("per_process_memory_fraction limits memory rather than setting a policy: give the limit \
-                        as a capacity (--capacity 40GiB; ALLOCTRACE_CAPACITY for the recorder library)"
-                .into());
-        }
         if let Some(key) = self.unknown_key() {
             let known = MODELLED_KEYS.iter().chain(UNMODELLED_KEYS.iter());
             let nearest =
@@ -200,6 +211,21 @@ impl AllocatorConfig {
                         )));
                     }
                 }
+                "throw_on_cudamalloc_oom" => {
+                    if parse_bool(value).is_none() {
+                        return Err(err(format!("throw_on_cudamalloc_oom must be True or False (got `{value}`)")));
+                    }
+                    c.other.push((key.to_string(), value.to_string()));
+                }
+                "per_process_memory_fraction" => {
+                    let f: f64 = value
+                        .parse()
+                        .map_err(|_| err(format!("per_process_memory_fraction `{value}` is not a number")))?;
+                    if !(0.0..=1.0).contains(&f) {
+                        return Err(err(format!("per_process_memory_fraction must be in [0, 1] (got {value})")));
+                    }
+                    c.other.push((key.to_string(), value.to_string()));
+                }
                 _ => c.other.push((key.to_string(), value.to_string())),
             }
         }
@@ -231,7 +257,7 @@ impl AllocatorConfig {
 }
 
 /// Splits on commas that are not inside `[...]`.
-fn split_top_level(s: &str) -> Vec<&str> {
+pub(crate) fn split_top_level(s: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let (mut depth, mut start) = (0i32, 0usize);
     for (i, ch) in s.char_indices() {
@@ -247,6 +273,15 @@ fn split_top_level(s: &str) -> Vec<&str> {
     }
     out.push(&s[start..]);
     out
+}
+
+/// PyTorch's `ConfigTokenizer::toBool`: `True`/`true` or `False`/`false`.
+fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim() {
+        "True" | "true" => Some(true),
+        "False" | "false" => Some(false),
+        _ => None,
+    }
 }
 
 fn parse_u64(s: &str) -> Option<u64> {

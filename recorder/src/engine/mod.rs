@@ -12,6 +12,7 @@
 
 mod block;
 pub mod config;
+pub mod version;
 mod core;
 mod freeset;
 mod live;

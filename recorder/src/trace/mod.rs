@@ -1076,6 +1076,7 @@ fn decode_header(payload: &[u8], at: u64) -> Result<Header, TraceError> {
             command_line,
             notes;
             placement,
+            torch_version,
         }
     );
     if let Err(e) = h.config.check() {
