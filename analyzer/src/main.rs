@@ -207,7 +207,8 @@ alloctrace record -o run.atrace --conf expandable_segments:True --stacks -- pyth
         /// The trace to write.
         #[arg(short, long)]
         output: PathBuf,
-        /// Allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax); default: that variable, if set.
+        /// Allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax); default: PYTORCH_ALLOC_CONF and
+        /// PYTORCH_CUDA_ALLOC_CONF, as PyTorch reads them.
         #[arg(long, value_parser = parse_conf_string)]
         conf: Option<String>,
         /// Cap on reserved memory (like PyTorch's memory fraction), e.g. 40GiB.
