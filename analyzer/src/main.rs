@@ -635,17 +635,19 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
             },
             out,
         ),
-        Command::Whatif { trace, capacity, conf, device, torch_version, no_search, iterations, json } => cmd::whatif::run(
-            &cmd::whatif::WhatifCmdOptions {
-                trace,
-                facts: analyzer::input::RunFacts { capacity_bytes: capacity, conf, device, torch_version },
-                capacity_bytes: capacity,
-                search_capacity: !no_search,
-                repeats: iterations,
-                json,
-            },
-            out,
-        ),
+        Command::Whatif { trace, capacity, conf, device, torch_version, no_search, iterations, json } => {
+            cmd::whatif::run(
+                &cmd::whatif::WhatifCmdOptions {
+                    trace,
+                    facts: analyzer::input::RunFacts { capacity_bytes: capacity, conf, device, torch_version },
+                    capacity_bytes: capacity,
+                    search_capacity: !no_search,
+                    repeats: iterations,
+                    json,
+                },
+                out,
+            )
+        }
         Command::Synth {
             events,
             seed,

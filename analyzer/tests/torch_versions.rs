@@ -119,9 +119,5 @@ fn an_overflowed_snapshot_says_its_early_events_are_missing_and_what_that_change
     let im = import_file(&fixture("seed_experiments.max24.pickle"), &ImportOptions::default()).unwrap();
     assert!(im.report.ring_buffer_overflowed);
     assert!(im.header.notes.iter().any(|n| n.contains("oldest entries are lost")));
-    assert!(im
-        .header
-        .notes
-        .iter()
-        .any(|n| n.contains("what the lost entries change") && n.contains("kept window")));
+    assert!(im.header.notes.iter().any(|n| n.contains("what the lost entries change") && n.contains("kept window")));
 }

@@ -235,8 +235,13 @@ fn start(device: c_int, backend: Backend) -> Option<Global> {
         }
     });
     // PyTorch's allocator runs under PyTorch's variables, whatever else is set.
-    let torch_conf =
-        || resolve_conf_env(opts.torch_version.unwrap_or_default(), env("PYTORCH_ALLOC_CONF").as_deref(), env("PYTORCH_CUDA_ALLOC_CONF").as_deref());
+    let torch_conf = || {
+        resolve_conf_env(
+            opts.torch_version.unwrap_or_default(),
+            env("PYTORCH_ALLOC_CONF").as_deref(),
+            env("PYTORCH_CUDA_ALLOC_CONF").as_deref(),
+        )
+    };
     let conf = match backend {
         Backend::Engine => env("ALLOCTRACE_CONF").unwrap_or_else(torch_conf),
         Backend::Torch => torch_conf(),

@@ -38,10 +38,9 @@ fn the_same_job_completes_under_2_11_and_throws_at_once_under_2_12() {
     job(&mut old).expect("2.11 releases the cache and retries");
     assert_eq!(old.stats().num_alloc_retries, 1);
     assert_eq!(old.stats().num_oom_rejections, 0);
-    assert!(old
-        .sink_mut()
-        .iter()
-        .any(|ev| matches!(ev, Event::CacheRelease { cause: ReleaseCause::OomRetry, bytes, .. } if *bytes == 60 * MIB)));
+    assert!(old.sink_mut().iter().any(
+        |ev| matches!(ev, Event::CacheRelease { cause: ReleaseCause::OomRetry, bytes, .. } if *bytes == 60 * MIB)
+    ));
     assert_eq!(old.stats().reserved_bytes.all.current, 80 * MIB);
 
     let mut new = engine(conf, cap, V2_12);
@@ -50,10 +49,7 @@ fn the_same_job_completes_under_2_11_and_throws_at_once_under_2_12() {
     assert_eq!(new.stats().num_oom_rejections, 1);
     assert_eq!(new.stats().num_ooms, 1);
     assert_eq!(new.stats().num_alloc_retries, 0, "no retry");
-    assert!(
-        !new.sink_mut().iter().any(|ev| matches!(ev, Event::CacheRelease { .. })),
-        "no cached block is released"
-    );
+    assert!(!new.sink_mut().iter().any(|ev| matches!(ev, Event::CacheRelease { .. })), "no cached block is released");
     assert_eq!(new.stats().reserved_bytes.all.current, 60 * MIB, "the cached segment is still there");
     assert_eq!(new.torch_version(), V2_12);
 }
@@ -88,10 +84,7 @@ fn the_rejection_skips_the_oversize_release_as_well() {
     let conf = "max_split_size_mb:40,throw_on_cudamalloc_oom:True";
     let mut old = engine(conf, 100 * MIB, V2_11);
     job(&mut old).unwrap();
-    assert!(old
-        .sink_mut()
-        .iter()
-        .any(|ev| matches!(ev, Event::CacheRelease { cause: ReleaseCause::Oversize, .. })));
+    assert!(old.sink_mut().iter().any(|ev| matches!(ev, Event::CacheRelease { cause: ReleaseCause::Oversize, .. })));
     let mut new = engine(conf, 100 * MIB, V2_12);
     job(&mut new).unwrap_err();
     assert!(!new.sink_mut().iter().any(|ev| matches!(ev, Event::CacheRelease { .. })));

@@ -100,7 +100,11 @@ impl AllocatorConfig {
     /// `throw_on_cudamalloc_oom:True` (PyTorch 2.12 and later; see
     /// [`super::version::TorchVersion::preempts_fraction_oom`]).
     pub fn throw_on_cudamalloc_oom(&self) -> bool {
-        self.other.iter().rev().find(|(k, _)| k == "throw_on_cudamalloc_oom").is_some_and(|(_, v)| parse_bool(v) == Some(true))
+        self.other
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "throw_on_cudamalloc_oom")
+            .is_some_and(|(_, v)| parse_bool(v) == Some(true))
     }
 
     /// `per_process_memory_fraction:F` (PyTorch 2.10 and later): the capacity is `F` times the

@@ -12,13 +12,13 @@
 
 mod block;
 pub mod config;
-pub mod version;
 mod core;
 mod freeset;
 mod live;
 mod release;
 mod rounding;
 mod stats;
+pub mod version;
 mod view;
 
 pub use self::core::Engine;

@@ -177,7 +177,9 @@ pub fn resolve_conf_env(version: TorchVersion, alloc_conf: Option<&str>, cuda_al
         CUDA_ONLY_KEYS.contains(&key)
     };
     let mut out: Vec<&str> = Vec::new();
-    out.extend(super::config::split_top_level(generic_from).into_iter().filter(|i| !i.trim().is_empty() && !is_cuda(i)));
+    out.extend(
+        super::config::split_top_level(generic_from).into_iter().filter(|i| !i.trim().is_empty() && !is_cuda(i)),
+    );
     out.extend(super::config::split_top_level(cuda_from).into_iter().filter(|i| !i.trim().is_empty() && is_cuda(i)));
     out.iter().map(|s| s.trim()).collect::<Vec<_>>().join(",")
 }
