@@ -89,3 +89,33 @@ fn the_rejection_skips_the_oversize_release_as_well() {
     job(&mut new).unwrap_err();
     assert!(!new.sink_mut().iter().any(|ev| matches!(ev, Event::CacheRelease { .. })));
 }
+
+/// 2.13's `expandable_segments_reserve`: each new expandable segment reserves that much address
+/// space instead of `total + total / 8`. A stream whose pages outgrow it starts a second
+/// segment, and free blocks of two segments never merge: a request that the freed pages of one
+/// long segment would serve needs new pages. (Each request here stays below the reserve.) Releases before 2.13 refuse the key; the engine
+/// reserves the full range for them.
+#[test]
+fn a_2_13_expandable_reserve_splits_a_stream_into_segments_that_do_not_merge() {
+    let total = 1u64 << 30;
+    let conf = AllocatorConfig::parse("expandable_segments:True,expandable_segments_reserve:0.25").unwrap();
+    let run = |version: TorchVersion| {
+        let mut e = Engine::new(conf.clone(), None, SimDevice::new(Some(total)), Vec::<Event>::new())
+            .with_torch_version(version);
+        // 256 MiB of address space, whole 20 MiB pages: 260 MiB per segment under 2.13.
+        let a = e.malloc(200 * MIB, 0, 0).unwrap();
+        let b = e.malloc(100 * MIB, 0, 0).unwrap();
+        e.free(a.addr).unwrap();
+        e.free(b.addr).unwrap();
+        e.malloc(250 * MIB, 0, 0).unwrap();
+        let contiguous = b.addr == a.addr + 200 * MIB;
+        (contiguous, e.stats().reserved_bytes.all.peak)
+    };
+    let (contiguous, peak) = run(TorchVersion::new(2, 12));
+    assert!(contiguous, "one segment: the second request maps the pages right after the first");
+    assert_eq!(peak, 300 * MIB, "the two freed ranges merge and serve 250 MiB");
+    let (contiguous, peak) = run(TorchVersion::new(2, 13));
+    assert!(!contiguous, "the first segment's 260 MiB cannot hold another 100 MiB");
+    // The first segment's 200 free MiB take 60 more MiB of pages (whole 20 MiB pages).
+    assert_eq!(peak, 360 * MIB, "the freed 200 and 100 MiB do not merge: new pages are mapped");
+}

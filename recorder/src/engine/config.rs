@@ -60,7 +60,7 @@ impl Default for AllocatorConfig {
 }
 
 /// The settings this engine applies.
-pub const MODELLED_KEYS: [&str; 9] = [
+pub const MODELLED_KEYS: [&str; 10] = [
     "max_split_size_mb",
     "max_non_split_rounding_mb",
     "large_segment_size_mb",
@@ -70,12 +70,13 @@ pub const MODELLED_KEYS: [&str; 9] = [
     "backend",
     "throw_on_cudamalloc_oom",
     "per_process_memory_fraction",
+    "expandable_segments_reserve",
 ];
 
 /// PyTorch's other allocator settings: kept verbatim, changing none of the engine's decisions
-/// (host-memory pinning, the lock around `cudaMalloc`, CUDA-graph capture, the address range an
-/// expandable segment reserves).
-pub const UNMODELLED_KEYS: [&str; 11] = [
+/// (host-memory pinning, the lock around `cudaMalloc`, CUDA-graph capture), or acting only on
+/// streams that code (not the settings) assigns to a reserve class.
+pub const UNMODELLED_KEYS: [&str; 10] = [
     "release_lock_on_cudamalloc",
     "release_lock_on_hipmalloc",
     "pinned_use_cuda_host_register",
@@ -85,7 +86,6 @@ pub const UNMODELLED_KEYS: [&str; 11] = [
     "pinned_reserve_segment_size_mb",
     "graph_capture_record_stream_reuse",
     "pinned_free_catch_all",
-    "expandable_segments_reserve",
     "expandable_segments_reserve_by_class",
 ];
 
@@ -111,6 +111,24 @@ impl AllocatorConfig {
     /// device's total memory ([`super::version::TorchVersion::fraction_cap`]); 1 sets none.
     pub fn memory_fraction(&self) -> Option<f64> {
         self.other.iter().rev().find(|(k, _)| k == "per_process_memory_fraction").and_then(|(_, v)| v.parse().ok())
+    }
+
+    /// The address range each new expandable segment reserves on a device of `total` bytes
+    /// under `expandable_segments_reserve` (PyTorch 2.13 and later): a fraction of `total`
+    /// (`0.5`) or whole GiB (`40G`), capped at PyTorch's full reserve of `total + total / 8`.
+    /// `None` when the key is absent or its value malformed or not positive (PyTorch warns and
+    /// keeps the full reserve).
+    pub fn expandable_segments_reserve(&self, total: u64) -> Option<u64> {
+        let (_, v) = self.other.iter().rev().find(|(k, _)| k == "expandable_segments_reserve")?;
+        let v = v.trim();
+        let (num, gib) = match v.strip_suffix(['G', 'g']) {
+            Some(n) => (n, true),
+            None => (v, false),
+        };
+        let value: f64 = num.parse().ok().filter(|x: &f64| x.is_finite() && *x > 0.0)?;
+        let bytes = if gib { value * (1u64 << 30) as f64 } else { value * total as f64 };
+        let full = total.saturating_add(total / 8);
+        Some(if bytes >= full as f64 { full } else { bytes as u64 })
     }
 
     /// What is wrong with the keys of settings a user gave, as PyTorch would see it: a key it
@@ -461,6 +479,27 @@ mod tests {
             let e = AllocatorConfig::parse(bad).unwrap_err();
             assert!(e.to_string().contains(bad), "{e}");
         }
+    }
+
+    /// `ExpandableSegmentReserveSpec::resolveBytes` and `clamp_reserve_bytes`: a fraction of
+    /// the device or whole GiB, never more than `total + total / 8`; a bad value keeps the
+    /// full reserve.
+    #[test]
+    fn expandable_segments_reserve_is_a_fraction_or_gib_capped_at_the_full_reserve() {
+        let total = 80u64 << 30;
+        let reserve = |v: &str| {
+            AllocatorConfig::parse(&format!("expandable_segments:True,expandable_segments_reserve:{v}"))
+                .unwrap()
+                .expandable_segments_reserve(total)
+        };
+        assert_eq!(reserve("0.5"), Some(40 << 30));
+        assert_eq!(reserve("40G"), Some(40 << 30));
+        assert_eq!(reserve("2"), Some(total + total / 8));
+        assert_eq!(reserve("1e20G"), Some(total + total / 8));
+        for bad in ["0", "-1", "x", "G", "inf"] {
+            assert_eq!(reserve(bad), None, "{bad}");
+        }
+        assert_eq!(AllocatorConfig::default().expandable_segments_reserve(total), None);
     }
 
     #[test]

@@ -726,7 +726,11 @@ impl<D: Device, S: Sink> Engine<D, S> {
             Some((_, total)) => total,
             None => self.capacity.unwrap_or(DEFAULT_VA_BYTES / 9 * 8),
         };
-        let va_bytes = (total + total / 8).div_ceil(page).max(1) * page;
+        let mut reserve = total + total / 8;
+        if self.torch.reserves_expandable_by_setting() {
+            reserve = self.config.expandable_segments_reserve(total).unwrap_or(reserve);
+        }
+        let va_bytes = reserve.div_ceil(page).max(1) * page;
         let base = self.device.reserve_address_space(va_bytes)?;
         let seg = self.expandables.len() as u32;
         self.expandables.push(Some(Expandable { base, bytes: va_bytes }));

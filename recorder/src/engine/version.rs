@@ -10,7 +10,7 @@
 //! | 2.11 | the key `large_segment_size_mb` | parsed by the configuration |
 //! | 2.12 | the key `throw_on_cudamalloc_oom`: with a memory fraction, a device allocation that would pass the cap throws at once, skipping the release of cached blocks and the retry | [`TorchVersion::preempts_fraction_oom`] |
 //! | 2.13 | the fraction cap `fraction x total` is rounded to the nearest byte, no longer truncated | [`TorchVersion::fraction_cap`] |
-//! | 2.13 | the keys `expandable_segments_reserve(_by_class)`: the address range an expandable segment reserves | kept verbatim; it changes no decision the engine makes |
+//! | 2.13 | the key `expandable_segments_reserve`: the address range a new expandable segment reserves (default `total + total / 8`); a stream whose mapped pages outgrow it starts another segment, and blocks never merge across segments | [`TorchVersion::reserves_expandable_by_setting`] (`_by_class` names classes that code assigns to streams: kept verbatim) |
 //!
 //! A trace whose header names no release is replayed as [`TorchVersion::MODELLED`], the release
 //! the engine was checked against on a GPU.
@@ -88,6 +88,12 @@ impl TorchVersion {
     /// 2.13 and later round `fraction x total` to the nearest byte (PR #179444); earlier
     /// releases truncate it, which can leave the cap one byte short.
     pub fn rounds_fraction_cap(self) -> bool {
+        self >= TorchVersion::new(2, 13)
+    }
+
+    /// 2.13 and later size a new expandable segment's address range by
+    /// `expandable_segments_reserve` when it is set.
+    pub fn reserves_expandable_by_setting(self) -> bool {
         self >= TorchVersion::new(2, 13)
     }
 
