@@ -65,6 +65,21 @@ pub fn open(path: &Path, facts: &RunFacts) -> Result<Trace> {
         trace.header.torch_version = v.to_string();
     }
     check_keys_for_release(&trace)?;
+    // `per_process_memory_fraction` in the user's settings: the limit, as the release computes
+    // it from the device's total, unless one was given.
+    if let (None, Some(f)) = (facts.capacity_bytes, facts.conf.as_ref().and_then(|c| c.memory_fraction())) {
+        anyhow::ensure!(
+            trace.header.device_total_bytes > 0,
+            "{}: per_process_memory_fraction:{f} is a share of the device's memory, which the trace does not \
+             record; give the limit in bytes with --capacity",
+            path.display()
+        );
+        let version = TorchVersion::from_header(&trace.header.torch_version).unwrap_or_default();
+        if let Some(c) = version.fraction_cap(f, trace.header.device_total_bytes) {
+            trace.header.capacity_bytes = c;
+            trace.given_capacity = Some(c);
+        }
+    }
     Ok(trace)
 }
 

@@ -121,3 +121,22 @@ fn an_overflowed_snapshot_says_its_early_events_are_missing_and_what_that_change
     assert!(im.header.notes.iter().any(|n| n.contains("oldest entries are lost")));
     assert!(im.header.notes.iter().any(|n| n.contains("what the lost entries change") && n.contains("kept window")));
 }
+
+/// Every analysis opened with `--conf per_process_memory_fraction:F` runs under the cap that
+/// fraction makes of the device's total memory, as the trace's release computes it.
+#[test]
+fn a_memory_fraction_in_the_run_facts_is_the_limit_of_every_analysis() {
+    use analyzer::input::{open, RunFacts};
+    let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../traces/gpt2_train.default.atrace"));
+    let conf = AllocatorConfig::parse("per_process_memory_fraction:0.05").unwrap();
+    let facts =
+        RunFacts { conf: Some(conf.clone()), torch_version: Some(TorchVersion::new(2, 13)), ..Default::default() };
+    let t = open(path, &facts).unwrap();
+    assert!(t.header.device_total_bytes > 0);
+    let cap = (0.05 * t.header.device_total_bytes as f64).round() as u64;
+    assert_eq!(t.default_capacity().bytes, Some(cap));
+    assert_eq!(t.header.torch_version, "2.13");
+    // A limit given in bytes wins.
+    let given = RunFacts { capacity_bytes: Some(6 << 30), conf: Some(conf), ..Default::default() };
+    assert_eq!(open(path, &given).unwrap().default_capacity().bytes, Some(6 << 30));
+}
