@@ -14,6 +14,14 @@
 //!
 //! A trace whose header names no release is replayed as [`TorchVersion::MODELLED`], the release
 //! the engine was checked against on a GPU.
+//!
+//! How each row was checked: 2.11 against real runs on an H100 (the truth table). The 2.12 and
+//! 2.13 rows, the environment order of 2.9 and the key table were read from PyTorch's source
+//! (`CUDAAllocatorConfig`, `AcceleratorAllocatorConfig`) and pull requests (#177356, #179057,
+//! #179473, #179444), not yet against a real 2.12 or 2.13 run. Where a rule's exact place was
+//! not in the source read, the pull request's description was followed: the 2.12 rejection
+//! happens at the first device allocation of a `malloc`, after garbage collection and before any
+//! release of cached blocks.
 
 use std::fmt;
 
