@@ -141,6 +141,9 @@ pub struct ReplayResult {
     pub peak_inactive_split_bytes: u64,
     pub num_alloc_retries: u64,
     pub num_ooms: u64,
+    /// Device allocations refused at once because they would pass the memory fraction
+    /// (`throw_on_cudamalloc_oom`, PyTorch 2.12 and later).
+    pub num_oom_rejections: u64,
     pub num_device_alloc: u64,
     pub num_device_free: u64,
     pub num_sync_all_streams: u64,
@@ -548,6 +551,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             peak_inactive_split_bytes: st.inactive_split_bytes.all.peak,
             num_alloc_retries: st.num_alloc_retries,
             num_ooms: st.num_ooms,
+            num_oom_rejections: st.num_oom_rejections,
             num_device_alloc: st.num_device_alloc,
             num_device_free: st.num_device_free,
             num_sync_all_streams: st.num_sync_all_streams,

@@ -40,7 +40,7 @@ fn a_2_12_trace_replays_with_2_12_semantics_and_a_2_11_one_with_2_11() {
 
     let new = replay(&job(conf, "2.12.0+cu130"), &ReplayOptions::default()).unwrap();
     assert!(new.is_oom(), "2.12 throws at once");
-    assert_eq!((new.torch_version.as_str(), new.num_alloc_retries), ("2.12", 0));
+    assert_eq!((new.torch_version.as_str(), new.num_alloc_retries, new.num_oom_rejections), ("2.12", 0, 1));
     assert_eq!(new.capacity_bytes, Some(100 * MIB));
 
     // The what-if "under 2.12" of the 2.11 trace: the header's release is what a replay follows.
