@@ -6,6 +6,7 @@ use crate::import::torch::{import_file, ImportOptions};
 use crate::model::Trace;
 use anyhow::Result;
 use recorder::engine::config::AllocatorConfig;
+use recorder::engine::version::TorchVersion;
 use std::io::Read;
 use std::path::Path;
 
@@ -18,6 +19,8 @@ pub struct RunFacts {
     pub conf: Option<AllocatorConfig>,
     /// For a snapshot: which device's history to analyse.
     pub device: usize,
+    /// The PyTorch release the run used: overrides the trace's; its allocator is followed.
+    pub torch_version: Option<TorchVersion>,
 }
 
 /// Whether `path` holds a pickle (protocol 2 or later starts with 0x80) rather than a trace.
@@ -31,7 +34,12 @@ pub fn open(path: &Path, facts: &RunFacts) -> Result<Trace> {
     let mut trace = if is_pickle(path) {
         let imported = import_file(
             path,
-            &ImportOptions { device: facts.device, capacity_bytes: facts.capacity_bytes, ..Default::default() },
+            &ImportOptions {
+                device: facts.device,
+                capacity_bytes: facts.capacity_bytes,
+                torch_version: facts.torch_version,
+                ..Default::default()
+            },
         )?;
         for w in &imported.report.warnings {
             eprintln!("alloctrace: warning: {w}");
@@ -53,7 +61,41 @@ pub fn open(path: &Path, facts: &RunFacts) -> Result<Trace> {
         trace.header.alloc_conf = conf.to_string();
         trace.header.config = conf.clone();
     }
+    if let Some(v) = facts.torch_version {
+        trace.header.torch_version = v.to_string();
+    }
+    check_keys_for_release(&trace)?;
+    // `per_process_memory_fraction` in the user's settings: the limit, as the release computes
+    // it from the device's total, unless one was given.
+    if let (None, Some(f)) = (facts.capacity_bytes, facts.conf.as_ref().and_then(|c| c.memory_fraction())) {
+        anyhow::ensure!(
+            trace.header.device_total_bytes > 0,
+            "{}: per_process_memory_fraction:{f} is a share of the device's memory, which the trace does not \
+             record; give the limit in bytes with --capacity",
+            path.display()
+        );
+        let version = TorchVersion::from_header(&trace.header.torch_version).unwrap_or_default();
+        if let Some(c) = version.fraction_cap(f, trace.header.device_total_bytes) {
+            trace.header.capacity_bytes = c;
+            trace.given_capacity = Some(c);
+        }
+    }
     Ok(trace)
+}
+
+/// Refuses settings the trace's PyTorch release does not have (PyTorch itself refuses them:
+/// "Unrecognized key"), e.g. `throw_on_cudamalloc_oom` asked of 2.11.
+pub fn check_keys_for_release(trace: &Trace) -> Result<()> {
+    let version = TorchVersion::from_header(&trace.header.torch_version).unwrap_or_default();
+    for (key, _) in &trace.header.config.other {
+        version.check_key(key).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {e} (the run is replayed as PyTorch {version}; --torch-version names another)",
+                trace.path.display()
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Why an analysis of `trace` has nothing to work on, if it has not: no allocation request at

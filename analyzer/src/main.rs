@@ -6,6 +6,7 @@ use analyzer::cmd::{self, exit};
 use analyzer::units::parse_bytes;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use recorder::engine::config::{user_conf, AllocatorConfig};
+use recorder::engine::version::TorchVersion;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -62,6 +63,10 @@ entries, the state before the first entry is reconstructed from its segments.",
         /// Total device memory to record in the header, e.g. 80GiB.
         #[arg(long, value_parser = parse_bytes)]
         device_memory: Option<u64>,
+        /// The PyTorch release that wrote the snapshot, e.g. 2.12 (snapshots do not name it);
+        /// replays follow its allocator.
+        #[arg(long, value_parser = parse_torch_version)]
+        torch_version: Option<TorchVersion>,
         #[arg(long)]
         json: bool,
     },
@@ -122,6 +127,10 @@ at which the run completes.",
         /// For a PyTorch snapshot (.pickle, imported on the fly): the device to analyse.
         #[arg(long, default_value_t = 0)]
         device: usize,
+        /// Ask the question of this PyTorch release's allocator, e.g. 2.12 (default: the trace's,
+        /// else 2.11).
+        #[arg(long, value_parser = parse_torch_version)]
+        torch_version: Option<TorchVersion>,
         /// Skip the search for the smallest capacity of each policy (faster on huge traces).
         #[arg(long)]
         no_search: bool,
@@ -211,7 +220,8 @@ alloctrace record -o oom.atrace --capacity 20GiB -- python train.py   (the whole
         /// The trace to write.
         #[arg(short, long)]
         output: PathBuf,
-        /// Allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax); default: that variable, if set.
+        /// Allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax); default: PYTORCH_ALLOC_CONF and
+        /// PYTORCH_CUDA_ALLOC_CONF, as PyTorch reads them.
         #[arg(long, value_parser = parse_conf_string)]
         conf: Option<String>,
         /// The memory limit, e.g. 40GiB (PyTorch's memory fraction as a size). With PyTorch's
@@ -502,12 +512,25 @@ struct RunArgs {
     /// For a PyTorch snapshot (.pickle, imported on the fly): the device to analyse.
     #[arg(long, default_value_t = 0)]
     device: usize,
+    /// The PyTorch release the run used, e.g. 2.12 (default: the trace's, else 2.11); its
+    /// allocator is the one followed.
+    #[arg(long, value_parser = parse_torch_version)]
+    torch_version: Option<TorchVersion>,
 }
 
 impl RunArgs {
     fn facts(self) -> analyzer::input::RunFacts {
-        analyzer::input::RunFacts { capacity_bytes: self.capacity, conf: self.conf, device: self.device }
+        analyzer::input::RunFacts {
+            capacity_bytes: self.capacity,
+            conf: self.conf,
+            device: self.device,
+            torch_version: self.torch_version,
+        }
     }
+}
+
+fn parse_torch_version(s: &str) -> Result<TorchVersion, String> {
+    TorchVersion::parse(s)
 }
 
 #[derive(Args)]
@@ -523,6 +546,9 @@ struct PolicyArgs {
     /// Replay without any memory limit, even if the trace recorded one.
     #[arg(long)]
     unlimited: bool,
+    /// Follow this PyTorch release's allocator, e.g. 2.12 (default: the trace's, else 2.11).
+    #[arg(long, value_parser = parse_torch_version)]
+    torch_version: Option<TorchVersion>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -604,6 +630,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
             device,
             device_name,
             device_memory,
+            torch_version,
             json,
         } => cmd::import::run(
             &cmd::import::ImportCmdOptions {
@@ -614,6 +641,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
                     capacity_bytes: capacity,
                     device_name,
                     device_total_bytes: device_memory,
+                    torch_version,
                 },
                 json,
             },
@@ -633,21 +661,24 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
                     output,
                     stop_after: None,
                 },
+                torch_version: policy.torch_version,
                 json,
             },
             out,
         ),
-        Command::Whatif { trace, capacity, conf, device, no_search, iterations, json } => cmd::whatif::run(
-            &cmd::whatif::WhatifCmdOptions {
-                trace,
-                facts: analyzer::input::RunFacts { capacity_bytes: capacity, conf, device },
-                capacity_bytes: capacity,
-                search_capacity: !no_search,
-                repeats: iterations,
-                json,
-            },
-            out,
-        ),
+        Command::Whatif { trace, capacity, conf, device, torch_version, no_search, iterations, json } => {
+            cmd::whatif::run(
+                &cmd::whatif::WhatifCmdOptions {
+                    trace,
+                    facts: analyzer::input::RunFacts { capacity_bytes: capacity, conf, device, torch_version },
+                    capacity_bytes: capacity,
+                    search_capacity: !no_search,
+                    repeats: iterations,
+                    json,
+                },
+                out,
+            )
+        }
         Command::Synth {
             events,
             seed,

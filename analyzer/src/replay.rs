@@ -18,6 +18,7 @@ use crate::tracefile;
 use anyhow::{Context, Result};
 use recorder::device::SimDevice;
 use recorder::engine::config::AllocatorConfig;
+use recorder::engine::version::TorchVersion;
 use recorder::engine::{Engine, NullSink, Sink, Stats};
 use recorder::trace::{Event, Header, Record, RecordedPools, ReleaseCause, Source, TraceWriter};
 use serde::Serialize;
@@ -123,6 +124,11 @@ pub struct ReplayResult {
     pub outcome: Outcome,
     /// The configuration replayed, as a `PYTORCH_CUDA_ALLOC_CONF` string.
     pub alloc_conf: String,
+    /// The PyTorch release whose allocator the replay followed, e.g. "2.12".
+    pub torch_version: String,
+    /// Neither the trace nor the caller named a release: the replay followed the one the engine
+    /// was checked against ([`TorchVersion::MODELLED`]).
+    pub torch_version_assumed: bool,
     pub capacity_bytes: Option<u64>,
     pub capacity_source: CapacitySource,
     pub used_recorded_addresses: bool,
@@ -135,6 +141,9 @@ pub struct ReplayResult {
     pub peak_inactive_split_bytes: u64,
     pub num_alloc_retries: u64,
     pub num_ooms: u64,
+    /// Device allocations refused at once because they would pass the memory fraction
+    /// (`throw_on_cudamalloc_oom`, PyTorch 2.12 and later).
+    pub num_oom_rejections: u64,
     pub num_device_alloc: u64,
     pub num_device_free: u64,
     pub num_sync_all_streams: u64,
@@ -249,18 +258,42 @@ pub fn replay(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayResult> {
     replay_observed(trace, opts, &mut |_, _, _, _| {})
 }
 
-/// What a replay starts from: the configuration, capacity and device it runs under.
+/// What a replay starts from: the configuration, capacity and device it runs under, and the
+/// PyTorch release whose allocator it follows (the trace's; 2.11 when it names none).
 struct Setup {
     config: AllocatorConfig,
     capacity: Capacity,
     device: SimDevice,
     used_hints: bool,
+    torch: TorchVersion,
 }
 
-fn setup(trace: &Trace, opts: &ReplayOptions) -> Setup {
+impl Setup {
+    fn engine<S: Sink>(&self, capacity: Option<u64>, device: SimDevice, sink: S) -> Engine<SimDevice, S> {
+        Engine::new(self.config.clone(), capacity, device, sink).with_torch_version(self.torch)
+    }
+}
+
+fn setup(trace: &Trace, opts: &ReplayOptions) -> Result<Setup> {
     let header = &trace.header;
     let config = opts.config.clone().unwrap_or_else(|| header.config.clone());
-    let capacity = trace.capacity(opts.capacity_bytes, opts.unlimited);
+    let torch = TorchVersion::from_header(&header.torch_version).unwrap_or_default();
+    let mut capacity = trace.capacity(opts.capacity_bytes, opts.unlimited);
+    // `per_process_memory_fraction` in the settings: the cap PyTorch computes from the device's
+    // total, unless a capacity was given or recorded.
+    if let Some(f) = config.memory_fraction() {
+        if !opts.unlimited && !matches!(capacity.source, CapacitySource::Given | CapacitySource::Recorded) {
+            anyhow::ensure!(
+                header.device_total_bytes > 0,
+                "{}: per_process_memory_fraction:{f} is a share of the device's memory, which the trace does not \
+                 record; give the limit in bytes with --capacity",
+                trace.path.display()
+            );
+            if let Some(c) = torch.fraction_cap(f, header.device_total_bytes) {
+                capacity = Capacity::given(c);
+            }
+        }
+    }
     let device_total = if header.device_total_bytes > 0 { header.device_total_bytes } else { DEFAULT_DEVICE_BYTES };
     let mut device = SimDevice::new(Some(device_total.max(capacity.bytes.unwrap_or(0))));
     let used_hints = header.source != Source::Simulated;
@@ -269,19 +302,22 @@ fn setup(trace: &Trace, opts: &ReplayOptions) -> Setup {
             .with_segment_hints(trace.facts.segments.clone())
             .with_reserve_hints(trace.facts.reservations.clone());
     }
-    Setup { config, capacity, device, used_hints }
+    Ok(Setup { config, capacity, device, used_hints, torch })
 }
 
 /// Replays `trace`, calling `observer` after every record. The observer is not called for
 /// records after an OOM that ended the replay.
 pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Observer<'_>) -> Result<ReplayResult> {
-    let Setup { config, capacity: cap, device, used_hints } = setup(trace, opts);
+    let s = setup(trace, opts)?;
+    let (cap, used_hints) = (s.capacity, s.used_hints);
+    let config = s.config.clone();
+    let device = s.device.clone();
     let capacity = cap.bytes;
     let header = &trace.header;
     let path = &trace.path;
     match &opts.output {
         None => {
-            let engine = Engine::new(config, capacity, device, NullSink);
+            let engine = s.engine(capacity, device, NullSink);
             run(trace, engine, used_hints, cap.source, opts.stop_after, &mut |_, _| Ok(()), observer)
         }
         Some(out) => {
@@ -291,17 +327,19 @@ pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Obser
             h.alloc_conf = config.to_string();
             h.config = config.clone();
             h.capacity_bytes = capacity.unwrap_or(0);
+            h.torch_version = s.torch.to_string();
             h.notes.push(format!(
-                "replayed from {} under `{}`{}",
+                "replayed from {} under `{}`{}, as PyTorch {}'s allocator",
                 path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
                 h.alloc_conf,
-                capacity.map(|c| format!(" with capacity {c} bytes")).unwrap_or_default()
+                capacity.map(|c| format!(" with capacity {c} bytes")).unwrap_or_default(),
+                s.torch
             ));
             crate::output::refuse_input(out, &[path])?;
             let pending = crate::output::Pending::new(out)?;
             let mut writer = TraceWriter::create(pending.temp_path(), &h)
                 .with_context(|| format!("cannot write {}", out.display()))?;
-            let engine = Engine::new(config, capacity, device, Vec::<Event>::with_capacity(64));
+            let engine = s.engine(capacity, device, Vec::<Event>::with_capacity(64));
             let result = run(
                 trace,
                 engine,
@@ -500,6 +538,8 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
         let mut r = ReplayResult {
             outcome: self.outcome.clone(),
             alloc_conf: engine.config().to_string(),
+            torch_version: engine.torch_version().to_string(),
+            torch_version_assumed: TorchVersion::from_header(&trace.header.torch_version).is_none(),
             capacity_bytes: engine.capacity(),
             capacity_source,
             used_recorded_addresses: used_hints,
@@ -512,6 +552,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             peak_inactive_split_bytes: st.inactive_split_bytes.all.peak,
             num_alloc_retries: st.num_alloc_retries,
             num_ooms: st.num_ooms,
+            num_oom_rejections: st.num_oom_rejections,
             num_device_alloc: st.num_device_alloc,
             num_device_free: st.num_device_free,
             num_sync_all_streams: st.num_sync_all_streams,
@@ -597,9 +638,9 @@ pub fn replay_many(trace: &Trace, runs: Vec<(ReplayOptions, Box<SendObserver<'_>
     let mut all: Vec<One<'_>> = Vec::with_capacity(runs.len());
     for (opts, observer) in runs {
         anyhow::ensure!(opts.output.is_none(), "replay_many does not write simulated traces");
-        let s = setup(trace, &opts);
+        let s = setup(trace, &opts)?;
         all.push(One {
-            rp: Replaying::new(Engine::new(s.config, s.capacity.bytes, s.device, NullSink)).continuing(trace),
+            rp: Replaying::new(s.engine(s.capacity.bytes, s.device.clone(), NullSink)).continuing(trace),
             observer,
             used_hints: s.used_hints,
             capacity_source: s.capacity.source,
@@ -742,10 +783,10 @@ pub fn resumable_watched(
     // device without a limit and serves every capacity. Expandable segments size their
     // address reservations from the device: there the run keeps the trace's device, and serves
     // the capacities up to its size.
-    let s = setup(trace, &opts);
+    let s = setup(trace, &opts)?;
     let device_total = s.device.capacity().unwrap_or(u64::MAX);
     let device = if config.expandable_segments {
-        s.device
+        s.device.clone()
     } else {
         let mut d = SimDevice::new(None);
         if s.used_hints {
@@ -760,7 +801,7 @@ pub fn resumable_watched(
         cap.is_none_or(|c| c <= device_bytes).then(|| (cap.unwrap_or(u64::MAX).min(device_total), observe))
     });
     let mut seen: Option<u64> = None;
-    let mut rp = Replaying::new(Engine::new(s.config.clone(), None, device, NullSink)).continuing(trace);
+    let mut rp = Replaying::new(s.engine(None, device, NullSink)).continuing(trace);
     let estimate = trace.summary.peak_reserved.bytes.max(lower);
     let mut step = (estimate.saturating_sub(lower) / levels).max(2 << 20);
     // (level line index, peak demand, event index, state after that event)

@@ -271,7 +271,10 @@ fn record_refuses_bad_output_and_settings_before_running_the_program() {
             vec!["record", "-o", "run.atrace", "--conf", "expandable_segment:True"],
             "did you mean `expandable_segments`?",
         ),
-        (vec!["record", "-o", "run.atrace", "--conf", "per_process_memory_fraction:0.5"], "--capacity"),
+        (
+            vec!["record", "-o", "run.atrace", "--conf", "per_process_memory_fraction:1.5"],
+            "per_process_memory_fraction must be in [0, 1]",
+        ),
     ];
     for (mut args, needle) in cases {
         args.extend(touch);
@@ -287,6 +290,15 @@ fn record_refuses_bad_output_and_settings_before_running_the_program() {
         .unwrap();
     assert_error(&o, "PYTORCH_CUDA_ALLOC_CONF=garbage_colection_threshold:0.5");
     assert!(stderr(&o).contains("did you mean `garbage_collection_threshold`?"), "{}", stderr(&o));
+    assert!(!marker.exists());
+    // PyTorch 2.9 and later also read PYTORCH_ALLOC_CONF (first, for most keys): checked too.
+    let o = bin()
+        .args(["record", "-o", "run.atrace", "--", "touch", marker.to_str().unwrap()])
+        .env("PYTORCH_ALLOC_CONF", "expandable_segment:True")
+        .env("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64")
+        .output()
+        .unwrap();
+    assert_error(&o, "PYTORCH_ALLOC_CONF=expandable_segment:True");
     assert!(!marker.exists());
     assert!(!Path::new("run.atrace").exists());
 }

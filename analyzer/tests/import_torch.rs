@@ -456,11 +456,13 @@ fn options_reach_the_header() {
         capacity_bytes: Some(2 << 30),
         device_name: Some("NVIDIA H100 80GB HBM3".into()),
         device_total_bytes: Some(85017493504),
+        torch_version: Some(recorder::engine::version::TorchVersion::new(2, 12)),
     };
     let im = import_file(&fixture("torch/frag_oom.default.pickle"), &opts).unwrap();
     assert_eq!(im.header.capacity_bytes, 2 << 30);
     assert_eq!(im.header.device_name, "NVIDIA H100 80GB HBM3");
     assert_eq!(im.header.device_total_bytes, 85017493504);
+    assert_eq!(im.header.torch_version, "2.12");
     assert_eq!(im.header.source, recorder::trace::Source::ImportedTorch);
     let limit = im.records.iter().find_map(|r| match r.event {
         Event::Oom { limit_bytes, .. } => Some(limit_bytes),

@@ -30,7 +30,8 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `ALLOCTRACE_OUTPUT` | the trace's path (default `alloctrace.atrace`); see [`trace_path`] for ranks, devices and patterns |
-//! | `ALLOCTRACE_CONF` | allocator settings, `PYTORCH_CUDA_ALLOC_CONF` syntax (default: that variable); settings that cannot be parsed are replaced by the defaults, with a warning |
+//! | `ALLOCTRACE_CONF` | allocator settings, `PYTORCH_CUDA_ALLOC_CONF` syntax (default: what PyTorch reads from `PYTORCH_ALLOC_CONF` and `PYTORCH_CUDA_ALLOC_CONF`, see [`resolve_conf_env`]); settings that cannot be parsed are replaced by the defaults, with a warning; `per_process_memory_fraction` becomes the capacity |
+//! | `ALLOCTRACE_TORCH_VERSION` | the program's `torch.__version__`: kept in the header; the engine follows that release's allocator (default 2.11) |
 //! | `ALLOCTRACE_CAPACITY` | cap on reserved memory: bytes, or with a `KiB`/`MiB`/`GiB` suffix (0 or a bad value: ignored, with a warning). The engine back-end enforces it; the default back-end records it as the trace's capacity and PyTorch serves past it |
 //! | `ALLOCTRACE_STACKS=1` | record Python call sites (interned stacks) of each allocation (engine back-end) |
 //! | `ALLOCTRACE_STATUS` | a folder: `alloctrace_shutdown` writes `status.<pid>.<device>` there, a `key=value` summary for the CLI (created new, never through a link) |
@@ -53,6 +54,7 @@
 
 use crate::device::{Device, SimDevice};
 use crate::engine::config::AllocatorConfig;
+use crate::engine::version::{resolve_conf_env, TorchVersion};
 use crate::recorder::lock::Lock;
 use crate::recorder::{CallSite, Emit, RecordSummary, Recorder, RecorderOptions};
 use crate::trace::{Event, MarkKind, Placement, Pool, ReleaseCause, NO_CALLSITE};
@@ -235,12 +237,26 @@ fn start(device: c_int, backend: Backend) -> Option<Global> {
     let place = placement(device);
     let primary = base.contains("{device}") || !PRIMARY_TAKEN.swap(true, Ordering::AcqRel);
     let mut opts = RecorderOptions::new(trace_path(&base, &place, device, primary));
-    let conf = match backend {
-        Backend::Engine => env("ALLOCTRACE_CONF").or_else(|| env("PYTORCH_CUDA_ALLOC_CONF")),
-        // PyTorch's allocator runs under PyTorch's variable, whatever else is set.
-        Backend::Torch => env("PYTORCH_CUDA_ALLOC_CONF"),
+    opts.torch_version = env("ALLOCTRACE_TORCH_VERSION").and_then(|v| match TorchVersion::parse(&v) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            eprintln!("alloctrace: ignoring ALLOCTRACE_TORCH_VERSION: {e}");
+            None
+        }
+    });
+    // PyTorch's allocator runs under PyTorch's variables, whatever else is set.
+    let torch_conf = || {
+        resolve_conf_env(
+            opts.torch_version.unwrap_or_default(),
+            env("PYTORCH_ALLOC_CONF").as_deref(),
+            env("PYTORCH_CUDA_ALLOC_CONF").as_deref(),
+        )
     };
-    opts.alloc_conf = checked_conf(conf.unwrap_or_default());
+    let conf = match backend {
+        Backend::Engine => env("ALLOCTRACE_CONF").unwrap_or_else(torch_conf),
+        Backend::Torch => torch_conf(),
+    };
+    opts.alloc_conf = checked_conf(conf);
     // The default back-end: a limit the program set itself (its memory fraction, which the shim
     // lifts) else ALLOCTRACE_CAPACITY, recorded as the capacity; PyTorch serves past it.
     let set = SET_CAPACITY.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|c| c.0 == device).map(|c| c.1);
@@ -266,7 +282,7 @@ fn start(device: c_int, backend: Backend) -> Option<Global> {
              (no split or merge events: a replay adds them)"
         ),
     });
-    let dev = if env("ALLOCTRACE_DEVICE").as_deref() == Some("sim") {
+    let mut dev = if env("ALLOCTRACE_DEVICE").as_deref() == Some("sim") {
         opts.notes.push("simulated device (ALLOCTRACE_DEVICE=sim)".into());
         AnyDevice::Sim(SimDevice::new(opts.capacity_bytes))
     } else {
@@ -284,6 +300,13 @@ fn start(device: c_int, backend: Backend) -> Option<Global> {
         }
     };
     let config = AllocatorConfig::parse(&opts.alloc_conf).unwrap_or_default();
+    if opts.capacity_bytes.is_none() {
+        // per_process_memory_fraction: the cap PyTorch computes from the device's total.
+        let total = dev.mem_info().map(|(_, t)| t).unwrap_or(opts.device_total_bytes);
+        if let (Some(f), true) = (config.memory_fraction(), total > 0) {
+            opts.capacity_bytes = opts.torch_version.unwrap_or_default().fraction_cap(f, total);
+        }
+    }
     match Recorder::start(opts, dev) {
         Ok(rec) => {
             // Close the trace at exit even when the program never calls alloctrace_shutdown.

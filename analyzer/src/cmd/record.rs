@@ -21,7 +21,8 @@ use std::process::Command;
 pub struct RecordOptions {
     /// The trace to write.
     pub output: PathBuf,
-    /// Allocator settings (`PYTORCH_CUDA_ALLOC_CONF` syntax); default: that variable, if set.
+    /// Allocator settings (`PYTORCH_CUDA_ALLOC_CONF` syntax); default: what PyTorch reads from
+    /// `PYTORCH_ALLOC_CONF` and `PYTORCH_CUDA_ALLOC_CONF`.
     pub conf: Option<String>,
     /// The memory limit, e.g. `40GiB` (PyTorch's memory fraction as a size). The engine
     /// back-end enforces it; the default back-end records it as the trace's capacity and lets
@@ -234,11 +235,14 @@ pub fn run(opts: &RecordOptions) -> Result<i32> {
         .with_context(|| format!("cannot resolve the output path {}", opts.output.display()))?;
     check_writable(&output)?;
     if opts.conf.is_none() {
-        // The recorder takes its settings from this variable then: check them now, not after
-        // the job has run with the defaults.
-        if let Some(env) = std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok().filter(|v| !v.is_empty()) {
-            recorder::engine::config::user_conf(&env)
-                .map_err(|e| anyhow::anyhow!("PYTORCH_CUDA_ALLOC_CONF={env}: {e}"))?;
+        // The recorder takes its settings from PyTorch's variables then. PyTorch parses each one
+        // that is set (PYTORCH_ALLOC_CONF for most keys, PYTORCH_CUDA_ALLOC_CONF for the CUDA
+        // ones) and refuses a key it does not know in either: check them now, not after the job
+        // has run with the defaults.
+        for name in ["PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"] {
+            if let Some(env) = std::env::var(name).ok().filter(|v| !v.is_empty()) {
+                recorder::engine::config::user_conf(&env).map_err(|e| anyhow::anyhow!("{name}={env}: {e}"))?;
+            }
         }
     }
     let lib = find_lib(opts.lib.as_deref())?;
@@ -265,8 +269,9 @@ pub fn run(opts: &RecordOptions) -> Result<i32> {
     if let Some(c) = &opts.conf {
         cmd.env("ALLOCTRACE_CONF", c);
         if opts.allocator == Allocator::Pytorch {
-            // PyTorch's allocator runs the job: the settings are its own.
-            cmd.env("PYTORCH_CUDA_ALLOC_CONF", c);
+            // PyTorch's allocator runs the job: the settings are its own. Both variables, since
+            // PyTorch reads most keys from PYTORCH_ALLOC_CONF when that is set.
+            cmd.env("PYTORCH_CUDA_ALLOC_CONF", c).env("PYTORCH_ALLOC_CONF", c);
         }
     }
     if let Some(c) = &opts.capacity {

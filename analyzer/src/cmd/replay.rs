@@ -10,12 +10,20 @@ use std::path::PathBuf;
 pub struct ReplayCmdOptions {
     pub trace: PathBuf,
     pub replay: ReplayOptions,
+    /// Follow this PyTorch release's allocator instead of the trace's.
+    pub torch_version: Option<recorder::engine::version::TorchVersion>,
     pub json: bool,
 }
 
 pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()> {
     let settings = if r.alloc_conf.is_empty() { "(defaults)".to_string() } else { r.alloc_conf.clone() };
     writeln!(out, "settings        {settings}")?;
+    let release = if r.torch_version_assumed {
+        "  (assumed: the trace names no release; --torch-version sets it)"
+    } else {
+        "  (the trace's release, or --torch-version)"
+    };
+    writeln!(out, "pytorch         {}'s allocator{release}", r.torch_version)?;
     let source = match r.capacity_source {
         CapacitySource::None | CapacitySource::Given => "",
         CapacitySource::Recorded => "  (the limit recorded in the trace)",
@@ -91,7 +99,19 @@ pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()
 }
 
 pub fn run(opts: &ReplayCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let r = replay(&crate::model::Trace::open(&opts.trace)?, &opts.replay)?;
+    let mut trace = crate::model::Trace::open(&opts.trace)?;
+    if let Some(v) = opts.torch_version {
+        trace.header.torch_version = v.to_string();
+    }
+    crate::input::check_keys_for_release(&trace)?;
+    if let Some(c) = &opts.replay.config {
+        let version =
+            recorder::engine::version::TorchVersion::from_header(&trace.header.torch_version).unwrap_or_default();
+        for (key, _) in &c.other {
+            version.check_key(key).map_err(|e| anyhow::anyhow!("{e} (replaying as PyTorch {version})"))?;
+        }
+    }
+    let r = replay(&trace, &opts.replay)?;
     if opts.json {
         write_json(out, &r)?;
     } else {

@@ -23,6 +23,8 @@ pub struct SummaryJson<'a> {
     pub device_name: &'a str,
     pub device_total_bytes: u64,
     pub alloc_conf: &'a str,
+    /// The PyTorch release the traced program ran, as the header names it (`""`: unknown).
+    pub torch_version: &'a str,
     /// The limit the analyses run under (`null`: none), as `replay --json` gives it: the recorded
     /// one, else one inferred from the first OOM; `capacity_source` says which.
     pub capacity_bytes: Option<u64>,
@@ -70,6 +72,7 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
                 device_name: &h.device_name,
                 device_total_bytes: h.device_total_bytes,
                 alloc_conf: &h.alloc_conf,
+                torch_version: &h.torch_version,
                 capacity_bytes: capacity.bytes,
                 capacity_source: capacity.source,
                 events: s.events,
@@ -105,6 +108,9 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
         }
         let conf = crate::escape::terminal(&h.alloc_conf);
         writeln!(out, "settings     {}", if conf.is_empty() { "(defaults)" } else { &conf })?;
+        if !h.torch_version.is_empty() {
+            writeln!(out, "pytorch      {}", crate::escape::terminal(&h.torch_version))?;
+        }
         match (capacity.bytes, capacity.source) {
             (Some(c), crate::model::CapacitySource::Recorded) => writeln!(out, "capacity     {}", fmt_bytes(c))?,
             (Some(c), _) => {

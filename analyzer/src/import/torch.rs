@@ -69,6 +69,7 @@
 
 use super::pickle::{self, ContainerId, Pickle, PickleError, Value};
 use recorder::engine::config::{AllocatorConfig, MIB, MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE};
+use recorder::engine::version::TorchVersion;
 use recorder::engine::{allocation_size, pool_for, round_size};
 use recorder::trace::{
     bound_frames, bounded_text, Event, Frame, Header, MarkKind, Pool, Record, ReleaseCause, Source, MAX_TEXT_BYTES,
@@ -88,6 +89,10 @@ pub struct ImportOptions {
     pub capacity_bytes: Option<u64>,
     pub device_name: Option<String>,
     pub device_total_bytes: Option<u64>,
+    /// The PyTorch release that wrote the snapshot (`--torch-version`): snapshots do not name
+    /// it; without it the importer records the oldest release that writes what the snapshot
+    /// holds, if that tells anything.
+    pub torch_version: Option<TorchVersion>,
 }
 
 /// An imported snapshot: a trace header, its records and what the import found.
@@ -268,6 +273,8 @@ struct Snapshot<'a> {
     alloc_conf: String,
     /// `trace_alloc_overflowed`, or the entry count reached `trace_alloc_max_entries`.
     settings_say_overflow: Option<String>,
+    /// The oldest PyTorch release that writes a key the snapshot holds, and the key.
+    written_since: Option<(TorchVersion, &'static str)>,
     warnings: Vec<String>,
 }
 
@@ -353,6 +360,7 @@ impl<'a> Snapshot<'a> {
             annotations: Vec::new(),
             alloc_conf: String::new(),
             settings_say_overflow: None,
+            written_since: None,
             warnings: Vec::new(),
         };
         let segments = match pk.root {
@@ -400,6 +408,8 @@ impl<'a> Snapshot<'a> {
                 if let Some(settings) = pk.get(pk.root, "allocator_settings") {
                     snap.read_settings(pk, settings);
                 }
+                // Newer snapshots may carry the ring buffer's state beside the settings.
+                snap.read_ring_buffer(pk, pk.root);
                 if let Some(ann) = pk.get(pk.root, "external_annotations") {
                     snap.read_annotations(pk, ann, opts.device);
                 }
@@ -485,6 +495,20 @@ impl<'a> Snapshot<'a> {
     fn read_settings(&mut self, pk: &Pickle<'a>, s: Value<'a>) {
         let conf = pk.get(s, "PYTORCH_CUDA_ALLOC_CONF").and_then(|v| pk.str(v)).unwrap_or("").trim().to_string();
         self.alloc_conf = if conf.is_empty() { conf_from_settings(pk, s) } else { conf };
+        self.read_ring_buffer(pk, s);
+    }
+
+    /// `trace_alloc_overflowed` and `trace_alloc_max_entries` (written by PyTorch 2.13 and
+    /// later) in the dict `s`: whether the ring buffer dropped its oldest entries.
+    fn read_ring_buffer(&mut self, pk: &Pickle<'a>, s: Value<'a>) {
+        for key in ["trace_alloc_overflowed", "trace_alloc_max_entries"] {
+            if self.written_since.is_none() && pk.get(s, key).is_some() {
+                self.written_since = Some((TorchVersion::new(2, 13), key));
+            }
+        }
+        if self.settings_say_overflow.is_some() {
+            return;
+        }
         if pk.get(s, "trace_alloc_overflowed").and_then(|v| pk.int(v)).unwrap_or(0) != 0 {
             self.settings_say_overflow = Some("allocator_settings.trace_alloc_overflowed is set".into());
         } else if let Some(max) = pk.get(s, "trace_alloc_max_entries").and_then(|v| pk.u64(v)) {
@@ -907,6 +931,17 @@ impl<'p, 'a> Importer<'p, 'a> {
         header.capacity_bytes = opts.capacity_bytes.unwrap_or(0);
         header.device_name = opts.device_name.clone().unwrap_or_default();
         header.device_total_bytes = opts.device_total_bytes.unwrap_or(0);
+        match (opts.torch_version, snap.written_since) {
+            (Some(v), _) => header.torch_version = v.to_string(),
+            (None, Some((v, key))) => {
+                header.torch_version = v.to_string();
+                header.notes.push(format!(
+                    "PyTorch {v} or later wrote the snapshot (it carries `{key}`, which {v} added); replayed as {v} \
+                     (--torch-version gives the exact release)"
+                ));
+            }
+            (None, None) => {}
+        }
         let origin_ns = snap.entries.first().map(|e| e.time_us.saturating_mul(1000)).unwrap_or(0);
         header.clock_origin_unix_ns = origin_ns;
         if !snap.has_trace {
@@ -1069,6 +1104,12 @@ impl<'p, 'a> Importer<'p, 'a> {
                  ({} segments, {} live blocks) was reconstructed from the final segments",
                 self.report.initial_segments, self.report.initial_live_blocks
             ));
+            self.header.notes.push(
+                "what the lost entries change: peaks, OOMs, empty_cache calls and call sites before the first kept \
+                 entry are unknown, so every figure covers the kept window only; a replay starts from the \
+                 reconstructed segments, whose free space is taken as cached at that moment"
+                    .into(),
+            );
         } else if self.report.initial_segments + self.report.initial_live_blocks > 0 {
             self.header.notes.push(format!(
                 "{} segments and {} live blocks existed before the first trace entry (reconstructed from the final segments)",

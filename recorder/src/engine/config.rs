@@ -60,7 +60,7 @@ impl Default for AllocatorConfig {
 }
 
 /// The settings this engine applies.
-pub const MODELLED_KEYS: [&str; 7] = [
+pub const MODELLED_KEYS: [&str; 10] = [
     "max_split_size_mb",
     "max_non_split_rounding_mb",
     "large_segment_size_mb",
@@ -68,12 +68,15 @@ pub const MODELLED_KEYS: [&str; 7] = [
     "expandable_segments",
     "roundup_power2_divisions",
     "backend",
+    "throw_on_cudamalloc_oom",
+    "per_process_memory_fraction",
+    "expandable_segments_reserve",
 ];
 
 /// PyTorch's other allocator settings: kept verbatim, changing none of the engine's decisions
-/// (host-memory pinning, the lock around `cudaMalloc`, CUDA-graph capture), and the memory
-/// fraction, which is a capacity rather than a policy.
-pub const UNMODELLED_KEYS: [&str; 9] = [
+/// (host-memory pinning, the lock around `cudaMalloc`, CUDA-graph capture), or acting only on
+/// streams that code (not the settings) assigns to a reserve class.
+pub const UNMODELLED_KEYS: [&str; 10] = [
     "release_lock_on_cudamalloc",
     "release_lock_on_hipmalloc",
     "pinned_use_cuda_host_register",
@@ -82,7 +85,8 @@ pub const UNMODELLED_KEYS: [&str; 9] = [
     "pinned_use_background_threads",
     "pinned_reserve_segment_size_mb",
     "graph_capture_record_stream_reuse",
-    "per_process_memory_fraction",
+    "pinned_free_catch_all",
+    "expandable_segments_reserve_by_class",
 ];
 
 impl AllocatorConfig {
@@ -90,18 +94,47 @@ impl AllocatorConfig {
     /// parser keeps it so that foreign traces still load, and a user's own setting should be
     /// checked with this).
     pub fn unknown_key(&self) -> Option<&str> {
-        self.other.iter().map(|(k, _)| k.as_str()).find(|k| !UNMODELLED_KEYS.contains(k))
+        self.other.iter().map(|(k, _)| k.as_str()).find(|k| !UNMODELLED_KEYS.contains(k) && !MODELLED_KEYS.contains(k))
+    }
+
+    /// `throw_on_cudamalloc_oom:True` (PyTorch 2.12 and later; see
+    /// [`super::version::TorchVersion::preempts_fraction_oom`]).
+    pub fn throw_on_cudamalloc_oom(&self) -> bool {
+        self.other
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "throw_on_cudamalloc_oom")
+            .is_some_and(|(_, v)| parse_bool(v) == Some(true))
+    }
+
+    /// `per_process_memory_fraction:F` (PyTorch 2.10 and later): the capacity is `F` times the
+    /// device's total memory ([`super::version::TorchVersion::fraction_cap`]); 1 sets none.
+    pub fn memory_fraction(&self) -> Option<f64> {
+        self.other.iter().rev().find(|(k, _)| k == "per_process_memory_fraction").and_then(|(_, v)| v.parse().ok())
+    }
+
+    /// The address range each new expandable segment reserves on a device of `total` bytes
+    /// under `expandable_segments_reserve` (PyTorch 2.13 and later): a fraction of `total`
+    /// (`0.5`) or whole GiB (`40G`), capped at PyTorch's full reserve of `total + total / 8`.
+    /// `None` when the key is absent or its value malformed or not positive (PyTorch warns and
+    /// keeps the full reserve).
+    pub fn expandable_segments_reserve(&self, total: u64) -> Option<u64> {
+        let (_, v) = self.other.iter().rev().find(|(k, _)| k == "expandable_segments_reserve")?;
+        let v = v.trim();
+        let (num, gib) = match v.strip_suffix(['G', 'g']) {
+            Some(n) => (n, true),
+            None => (v, false),
+        };
+        let value: f64 = num.parse().ok().filter(|x: &f64| x.is_finite() && *x > 0.0)?;
+        let bytes = if gib { value * (1u64 << 30) as f64 } else { value * total as f64 };
+        let full = total.saturating_add(total / 8);
+        Some(if bytes >= full as f64 { full } else { bytes as u64 })
     }
 
     /// What is wrong with the keys of settings a user gave, as PyTorch would see it: a key it
     /// does not know (a typo would otherwise change nothing, silently), with the nearest known
-    /// one, or the memory fraction, which is a capacity rather than a policy.
+    /// one.
     pub fn check_user_keys(&self) -> Result<(), String> {
-        if self.other.iter().any(|(k, _)| k == "per_process_memory_fraction") {
-            return Err("per_process_memory_fraction limits memory rather than setting a policy: give the limit \
-                        as a capacity (--capacity 40GiB; ALLOCTRACE_CAPACITY for the recorder library)"
-                .into());
-        }
         if let Some(key) = self.unknown_key() {
             let known = MODELLED_KEYS.iter().chain(UNMODELLED_KEYS.iter());
             let nearest =
@@ -200,6 +233,21 @@ impl AllocatorConfig {
                         )));
                     }
                 }
+                "throw_on_cudamalloc_oom" => {
+                    if parse_bool(value).is_none() {
+                        return Err(err(format!("throw_on_cudamalloc_oom must be True or False (got `{value}`)")));
+                    }
+                    c.other.push((key.to_string(), value.to_string()));
+                }
+                "per_process_memory_fraction" => {
+                    let f: f64 = value
+                        .parse()
+                        .map_err(|_| err(format!("per_process_memory_fraction `{value}` is not a number")))?;
+                    if !(0.0..=1.0).contains(&f) {
+                        return Err(err(format!("per_process_memory_fraction must be in [0, 1] (got {value})")));
+                    }
+                    c.other.push((key.to_string(), value.to_string()));
+                }
                 _ => c.other.push((key.to_string(), value.to_string())),
             }
         }
@@ -231,7 +279,7 @@ impl AllocatorConfig {
 }
 
 /// Splits on commas that are not inside `[...]`.
-fn split_top_level(s: &str) -> Vec<&str> {
+pub(crate) fn split_top_level(s: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let (mut depth, mut start) = (0i32, 0usize);
     for (i, ch) in s.char_indices() {
@@ -247,6 +295,15 @@ fn split_top_level(s: &str) -> Vec<&str> {
     }
     out.push(&s[start..]);
     out
+}
+
+/// PyTorch's `ConfigTokenizer::toBool`: `True`/`true` or `False`/`false`.
+fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim() {
+        "True" | "true" => Some(true),
+        "False" | "false" => Some(false),
+        _ => None,
+    }
 }
 
 fn parse_u64(s: &str) -> Option<u64> {
@@ -422,6 +479,27 @@ mod tests {
             let e = AllocatorConfig::parse(bad).unwrap_err();
             assert!(e.to_string().contains(bad), "{e}");
         }
+    }
+
+    /// `ExpandableSegmentReserveSpec::resolveBytes` and `clamp_reserve_bytes`: a fraction of
+    /// the device or whole GiB, never more than `total + total / 8`; a bad value keeps the
+    /// full reserve.
+    #[test]
+    fn expandable_segments_reserve_is_a_fraction_or_gib_capped_at_the_full_reserve() {
+        let total = 80u64 << 30;
+        let reserve = |v: &str| {
+            AllocatorConfig::parse(&format!("expandable_segments:True,expandable_segments_reserve:{v}"))
+                .unwrap()
+                .expandable_segments_reserve(total)
+        };
+        assert_eq!(reserve("0.5"), Some(40 << 30));
+        assert_eq!(reserve("40G"), Some(40 << 30));
+        assert_eq!(reserve("2"), Some(total + total / 8));
+        assert_eq!(reserve("1e20G"), Some(total + total / 8));
+        for bad in ["0", "-1", "x", "G", "inf"] {
+            assert_eq!(reserve(bad), None, "{bad}");
+        }
+        assert_eq!(AllocatorConfig::default().expandable_segments_reserve(total), None);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use super::config::{AllocatorConfig, MIN_BLOCK_SIZE, SMALL_SIZE};
 use super::live::LiveMap;
 use super::rounding::{allocation_size, page_size, pool_for, round_plain, round_size};
 use super::stats::Stats;
+use super::version::TorchVersion;
 use super::{Allocation, FreeError, OutOfMemory, Released, Sink};
 use crate::device::Device;
 use crate::trace::{Event, Pool, ReleaseCause, NO_CALLSITE};
@@ -57,6 +58,11 @@ pub struct Engine<D: Device, S: Sink> {
     max_split_size: u64,
     /// No `roundup_power2_divisions`: every request rounds up to a multiple of 512.
     plain_rounding: bool,
+    /// The PyTorch release whose allocator this engine follows.
+    torch: TorchVersion,
+    /// A device allocation that would pass the capacity fails at once, skipping the release of
+    /// cached blocks and the retry: `throw_on_cudamalloc_oom:True` on PyTorch 2.12 or later.
+    preempt_over_capacity: bool,
 }
 
 /// The default pools' sets of `pool`.
@@ -102,7 +108,23 @@ impl<D: Device, S: Sink> Engine<D, S> {
             stats: Stats::default(),
             max_split_size,
             plain_rounding,
+            torch: TorchVersion::MODELLED,
+            preempt_over_capacity: false,
         }
+        .with_torch_version(TorchVersion::MODELLED)
+    }
+
+    /// The engine follows the allocator of PyTorch `version` where releases differ (see
+    /// [`super::version`]); [`TorchVersion::MODELLED`] unless set.
+    pub fn with_torch_version(mut self, version: TorchVersion) -> Self {
+        self.torch = version;
+        self.preempt_over_capacity = version.preempts_fraction_oom() && self.config.throw_on_cudamalloc_oom();
+        self
+    }
+
+    /// The PyTorch release whose allocator this engine follows.
+    pub fn torch_version(&self) -> TorchVersion {
+        self.torch
     }
 
     pub fn stats(&self) -> &Stats {
@@ -267,6 +289,14 @@ impl<D: Device, S: Sink> Engine<D, S> {
         }
         if let Some(idx) = self.alloc_block(owner, pool, stream, rounded, alloc_bytes, false) {
             return Some(idx);
+        }
+        if self.preempt_over_capacity
+            && self.capacity.is_some_and(|cap| self.stats.reserved_bytes.all.current.saturating_add(alloc_bytes) > cap)
+        {
+            // PyTorch 2.12+ with throw_on_cudamalloc_oom: over the fraction, throw now; no
+            // cached block is released and nothing is retried.
+            self.stats.num_oom_rejections += 1;
+            return None;
         }
         if self.release_available_cached_blocks(set_index(owner, pool), stream, rounded) {
             if let Some(idx) = self.alloc_block(owner, pool, stream, rounded, alloc_bytes, false) {
@@ -696,7 +726,11 @@ impl<D: Device, S: Sink> Engine<D, S> {
             Some((_, total)) => total,
             None => self.capacity.unwrap_or(DEFAULT_VA_BYTES / 9 * 8),
         };
-        let va_bytes = (total + total / 8).div_ceil(page).max(1) * page;
+        let mut reserve = total + total / 8;
+        if self.torch.reserves_expandable_by_setting() {
+            reserve = self.config.expandable_segments_reserve(total).unwrap_or(reserve);
+        }
+        let va_bytes = reserve.div_ceil(page).max(1) * page;
         let base = self.device.reserve_address_space(va_bytes)?;
         let seg = self.expandables.len() as u32;
         self.expandables.push(Some(Expandable { base, bytes: va_bytes }));

@@ -1,4 +1,5 @@
-//! The caching allocator engine: PyTorch's CUDA caching allocator policy (2.11), pure.
+//! The caching allocator engine: PyTorch's CUDA caching allocator policy (2.11, and the differences
+//! of 2.9 to 2.13 that [`version`] lists), pure.
 //!
 //! [`Engine`] decides where every block goes: size rounding ([`round_size`]), the pool, best
 //! fit per stream, splitting and merging, the OOM path (garbage collection, oversize release,
@@ -18,6 +19,7 @@ mod live;
 mod release;
 mod rounding;
 mod stats;
+pub mod version;
 mod view;
 
 pub use self::core::Engine;

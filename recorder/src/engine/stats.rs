@@ -103,6 +103,9 @@ pub struct Stats {
     pub num_sync_all_streams: u64,
     pub num_device_alloc: u64,
     pub num_device_free: u64,
+    /// Device allocations refused at once because they would pass the memory fraction
+    /// (PyTorch 2.12 and later, with `throw_on_cudamalloc_oom:True`).
+    pub num_oom_rejections: u64,
 }
 
 impl Stats {

@@ -78,6 +78,9 @@ pub struct RecorderOptions {
     pub use_tsc: bool,
     /// The device and rank the trace is of (the header's placement).
     pub placement: crate::trace::Placement,
+    /// The PyTorch release of the traced program (`torch.__version__`), when known: the header
+    /// keeps it and the engine follows that release's allocator.
+    pub torch_version: Option<crate::engine::version::TorchVersion>,
 }
 
 impl RecorderOptions {
@@ -96,6 +99,7 @@ impl RecorderOptions {
             full_queue_yield: FULL_QUEUE_YIELD,
             use_tsc: true,
             placement: crate::trace::Placement::default(),
+            torch_version: None,
         }
     }
 }
@@ -334,6 +338,7 @@ impl<D: Device + Send + 'static> Recorder<D> {
         header.command_line = opts.command_line.clone();
         header.notes = opts.notes.clone();
         header.placement = opts.placement;
+        header.torch_version = opts.torch_version.map(|v| v.to_string()).unwrap_or_default();
         header.notes.push(format!("clock: {}", clock.source().describe()));
 
         let shared = Arc::new(Shared {
@@ -356,7 +361,8 @@ impl<D: Device + Send + 'static> Recorder<D> {
             closed: false,
             full_queue_yield: opts.full_queue_yield,
         };
-        let mut engine = Engine::new(config, opts.capacity_bytes, device, sink);
+        let mut engine = Engine::new(config, opts.capacity_bytes, device, sink)
+            .with_torch_version(opts.torch_version.unwrap_or_default());
         if let Some((free_bytes, total_bytes)) = mem {
             engine.sink_mut().event(Event::DeviceMemInfo { free_bytes, total_bytes });
         }

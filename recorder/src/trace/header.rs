@@ -31,9 +31,10 @@ impl Source {
 /// Metadata at the start of every trace.
 ///
 /// Encoded field by field in declaration order (bincode 2, standard configuration), then
-/// [`Placement`] only when any of it is known: a header without it has exactly the bytes of the
-/// first version, and a reader that stops after `notes` ignores it (the payload's length is
-/// in its frame).
+/// [`Placement`] only when any of it is known or a PyTorch version follows, then
+/// `torch_version` only when it is known: a header without them has exactly the bytes of the
+/// first version, and a reader that stops after `notes` (or after the placement) ignores what
+/// follows (the payload's length is in its frame).
 #[derive(Serialize, Clone, Debug, PartialEq)]
 pub struct Header {
     /// Version of the alloctrace that wrote the trace.
@@ -59,6 +60,9 @@ pub struct Header {
     pub notes: Vec<String>,
     /// Which device and which rank of a distributed job the trace is of (appended field).
     pub placement: Placement,
+    /// The PyTorch release the traced program ran (`torch.__version__`, e.g. "2.12.0+cu130");
+    /// empty when unknown (appended field). A replay follows that release's allocator.
+    pub torch_version: String,
 }
 
 /// Where in a job a trace was taken: the CUDA device, and for a distributed job (`torchrun`:
@@ -90,8 +94,11 @@ impl Encode for Header {
         self.pid.encode(e)?;
         self.command_line.encode(e)?;
         self.notes.encode(e)?;
-        if self.placement.is_known() {
+        if self.placement.is_known() || !self.torch_version.is_empty() {
             self.placement.encode(e)?;
+        }
+        if !self.torch_version.is_empty() {
+            self.torch_version.encode(e)?;
         }
         Ok(())
     }
@@ -113,10 +120,15 @@ impl<C> Decode<C> for Header {
             command_line: Decode::decode(d)?,
             notes: Decode::decode(d)?,
             placement: Placement::default(),
+            torch_version: String::new(),
         };
         // Headers written before the field, or with nothing known, end here.
         if d.reader().peek_read(1).is_some() {
             h.placement = Decode::decode(d)?;
+        }
+        // Headers written before the PyTorch version, or without one, end here.
+        if d.reader().peek_read(1).is_some() {
+            h.torch_version = Decode::decode(d)?;
         }
         Ok(h)
     }
@@ -140,6 +152,7 @@ impl Header {
             command_line: Vec::new(),
             notes: Vec::new(),
             placement: Placement::default(),
+            torch_version: String::new(),
         }
     }
 }
@@ -153,7 +166,7 @@ impl Header {
     /// as a writer stores them; returns whether anything was cut.
     pub fn bound(&mut self) -> bool {
         let mut cut = false;
-        for s in [&mut self.tool_version, &mut self.device_name, &mut self.alloc_conf] {
+        for s in [&mut self.tool_version, &mut self.device_name, &mut self.alloc_conf, &mut self.torch_version] {
             cut |= super::bound_text(s);
         }
         for list in [&mut self.command_line, &mut self.notes] {
@@ -229,6 +242,35 @@ mod placement_tests {
         assert_eq!(bincode::decode_from_slice::<Header, _>(&bytes, cfg()).unwrap().0.placement, partial);
     }
 
+    /// The PyTorch version is appended after the placement (which is then always written, even
+    /// when unknown): headers without it keep their bytes, and a reader that knows only the
+    /// placement reads the same fields and stops before it.
+    #[test]
+    fn torch_version_is_appended_after_the_placement_only_when_known() {
+        let plain = bincode::encode_to_vec(header(), cfg()).unwrap();
+        let mut h = header();
+        h.torch_version = "2.12.0+cu130".into();
+        let bytes = bincode::encode_to_vec(&h, cfg()).unwrap();
+        assert_eq!(&bytes[..plain.len()], &plain[..]);
+        // An unknown placement (four `None` tags), then the string (length, then bytes).
+        assert_eq!(&bytes[plain.len()..plain.len() + 4], &[0, 0, 0, 0]);
+        assert_eq!(bytes[plain.len() + 4] as usize, "2.12.0+cu130".len());
+        let (back, n) = bincode::decode_from_slice::<Header, _>(&bytes, cfg()).unwrap();
+        assert_eq!((back, n), (h.clone(), bytes.len()));
+        // A header with a placement and no version keeps the placement-only bytes.
+        let mut placed = header();
+        placed.placement = Placement { device_index: Some(1), ..Default::default() };
+        let placed_bytes = bincode::encode_to_vec(&placed, cfg()).unwrap();
+        assert_eq!(bincode::decode_from_slice::<Header, _>(&placed_bytes, cfg()).unwrap().0.torch_version, "");
+        placed.torch_version = "2.13".into();
+        let both = bincode::encode_to_vec(&placed, cfg()).unwrap();
+        assert_eq!(&both[..placed_bytes.len()], &placed_bytes[..]);
+        assert_eq!(bincode::decode_from_slice::<Header, _>(&both, cfg()).unwrap().0, placed);
+        // A reader of the first version reads the same fields and stops before the placement.
+        let (v1, n) = bincode::decode_from_slice::<HeaderV1, _>(&bytes, cfg()).unwrap();
+        assert_eq!((n, v1.pid), (plain.len(), 7));
+    }
+
     /// The pinned trace of the first version (no placement) still reads, placement unknown.
     #[test]
     fn the_first_versions_golden_trace_reads_without_placement() {
@@ -237,6 +279,7 @@ mod placement_tests {
             (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
         let r = TraceReader::new(&bytes[..]).unwrap();
         assert_eq!(r.header().placement, Placement::default());
+        assert_eq!(r.header().torch_version, "");
         assert_eq!(r.header().pid, 42);
     }
 }

@@ -87,6 +87,9 @@
 //! first use, and referenced by id; id 0 means none.
 //!
 //! ## Compatibility
+//! Header fields are appended after `notes`, each written only when it (or a later one) is
+//! known: [`Placement`], then `torch_version` (the PyTorch release, a string); a header without
+//! them has the first version's bytes, and a reader fills what is missing with the defaults.
 //! Event variants and fields are append-only (bincode numbers variants in declaration order);
 //! the golden-bytes test `golden_bytes_are_stable` pins the encoding. Any change that alters
 //! existing bytes must bump [`FORMAT_VERSION`].
@@ -1076,6 +1079,7 @@ fn decode_header(payload: &[u8], at: u64) -> Result<Header, TraceError> {
             command_line,
             notes;
             placement,
+            torch_version,
         }
     );
     if let Err(e) = h.config.check() {
