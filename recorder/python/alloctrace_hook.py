@@ -543,6 +543,8 @@ def _install_engine(torch_module):
 def _install_into_torch(torch_module):
     if _installed:
         return
+    # The recorder keeps the release in the trace's header, and replays follow its allocator.
+    os.environ.setdefault("ALLOCTRACE_TORCH_VERSION", str(getattr(torch_module, "__version__", "")))
     _install_phase_hooks(torch_module)
     if os.environ.get("ALLOCTRACE_ALLOCATOR", "pytorch") == "alloctrace":
         _install_engine(torch_module)
