@@ -220,7 +220,7 @@ impl JobPrediction {
             } => {
                 let once = if *one_time_blocks > 0 {
                     format!(
-                        "; it is the job's first, and the {one_time_blocks} blocks ({}) it kept are taken as one-time \
+                        "; it is the first whole iteration to keep memory, and the {one_time_blocks} blocks ({}) it kept are taken as one-time \
 state (an optimizer's first step, caches), made once",
                         crate::units::fmt_bytes(*one_time_bytes)
                     )
@@ -502,9 +502,16 @@ the job needs (later iterations may be larger), so no setting is predicted to fi
             )
         }
     };
-    let (extended, one_time_blocks, one_time_bytes) =
-        extend(trace, repeated, (first, end), repeats.max(1), whole_iterations == 1)?; // Each policy on the extended job, in parallel: its unlimited run, saved for the run at the
-                                                                                       // capacity and the capacity search to resume from (see `crate::replay::Resumable`).
+    // One-time state: what the repeated iteration keeps is made once (an optimizer's state on
+    // its first step, lazily built caches) where it is the first whole iteration, or the first
+    // to keep much: the whole iterations before it grew by less than half as much. Growth that
+    // recurs is repeated (a leak is never hidden).
+    let k = bounds.iter().position(|&b| b == repeated.0).expect("the repeated iteration starts at a bound");
+    let grew = |j: usize| sizes[j].2;
+    let one_time = k == 0 || (grew(k) > 0 && (0..k).all(|j| grew(j).saturating_mul(2) < grew(k)));
+    let (extended, one_time_blocks, one_time_bytes) = extend(trace, repeated, (first, end), repeats.max(1), one_time)?;
+    // Each policy on the extended job, in parallel: its unlimited run, saved for the run at the
+    // capacity and the capacity search to resume from (see `crate::replay::Resumable`).
     use rayon::prelude::*;
     let out: Vec<PolicyPrediction> = policies
         .par_iter()
@@ -570,12 +577,30 @@ pub fn memory_fraction(trace: &Trace, capacity: Option<u64>) -> bool {
     capacity.is_some() && !(trace.header.capacity_bytes == 0 && trace.facts.oom_capacity == capacity)
 }
 
-/// Each iteration's (largest request, total requested) between the first bound and the failure
-/// (served requests; the failing iteration, last, also counts the request that failed).
-fn iteration_sizes(trace: &Trace, bounds: &[u64], fatal: u64) -> Result<Vec<(u64, u64)>> {
+/// Each iteration's (largest request, total requested, live bytes it added) between the first
+/// bound and the failure (served requests; the failing iteration, last, also counts the request
+/// that failed). Live bytes are requested bytes allocated minus freed; an iteration that keeps
+/// nothing adds 0.
+fn iteration_sizes(trace: &Trace, bounds: &[u64], fatal: u64) -> Result<Vec<(u64, u64, u64)>> {
     let n = bounds.len();
-    let mut per: Vec<(u64, u64)> = vec![(0, 0); n];
+    let mut per: Vec<(u64, u64, u64)> = vec![(0, 0, 0); n];
+    let mut live: i64 = 0;
+    let mut at_bound: Vec<i64> = vec![0; n];
+    let mut size_of: HashMap<u64, u64> = HashMap::new();
+    let mut next = 0;
     trace.scan(|i, r| {
+        while next < n && i >= bounds[next] {
+            at_bound[next] = live;
+            next += 1;
+        }
+        match r.event {
+            Event::Alloc { id, requested_bytes, .. } => {
+                live += requested_bytes as i64;
+                size_of.insert(id, requested_bytes);
+            }
+            Event::FreeCompleted { id, .. } => live -= size_of.remove(&id).unwrap_or(0) as i64,
+            _ => {}
+        }
         if i < bounds[0] || i > fatal {
             return;
         }
@@ -588,6 +613,9 @@ fn iteration_sizes(trace: &Trace, bounds: &[u64], fatal: u64) -> Result<Vec<(u64
         per[k].0 = per[k].0.max(size);
         per[k].1 = per[k].1.saturating_add(size);
     })?;
+    for k in 0..n.saturating_sub(1) {
+        per[k].2 = (at_bound[k + 1] - at_bound[k]).max(0) as u64;
+    }
     Ok(per)
 }
 
@@ -596,7 +624,7 @@ fn iteration_sizes(trace: &Trace, bounds: &[u64], fatal: u64) -> Result<Vec<(u64
 /// optimizer's first step, lazily built caches) must agree (else shapes vary from one step to
 /// the next), and the iteration that failed must not have asked for more than the last whole
 /// one.
-fn unlike_iterations(per: &[(u64, u64)]) -> Option<String> {
+fn unlike_iterations(per: &[(u64, u64, u64)]) -> Option<String> {
     let (failing, whole) = per.split_last().expect("two bounds at least");
     let steady = &whole[1.min(whole.len() - 1)..];
     let last = *whole.last().expect("one whole iteration at least");

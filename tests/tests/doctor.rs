@@ -136,6 +136,26 @@ fn the_doctor_on_third_party_jobs_holds_in_real_pytorch() {
                 "{job} at {limit}: a snapshot never advises a setting"
             );
             snap.add(&format!("{job} at {limit} (snapshot)"), &r, &completed, &mut wrong);
+            // What the whole job is predicted to need under the defaults, against where PyTorch's
+            // defaults went from running out of memory to completing.
+            if let Some(n) =
+                r.prediction.as_ref().and_then(|p| p.of(&analyzer::model::Policy::Recorded)).and_then(|p| p.needs_bytes)
+            {
+                let limits = |ok: bool| {
+                    rows.iter()
+                        .filter(move |x| &x.job == job && x.setting == "default" && x.ok == ok)
+                        .filter_map(|x| x.limit)
+                };
+                let (below, above) = (limits(false).max().unwrap_or(0), limits(true).min().unwrap_or(u64::MAX));
+                let off = if n <= below {
+                    n as f64 / below as f64 - 1.0
+                } else if n > above {
+                    n as f64 / above as f64 - 1.0
+                } else {
+                    0.0
+                };
+                println!("{job} at {limit} (snapshot): the whole job predicted to need {n}; PyTorch's defaults fail at {below} and complete at {above} ({:+.1}% outside)", 100.0 * off);
+            }
         }
         let recorded = dir().join(format!("{job}.{limit}.atrace"));
         let t = Trace::open(&recorded).unwrap();
