@@ -1051,6 +1051,14 @@ mod tests {
         let backward =
             stack(&[("flash_attn/flash_attn_interface.py", "backward"), ("torch/autograd/function.py", "apply")]);
         assert_eq!(phase_of_frames(&backward), Some(Phase::Backward));
+        // A forward under `@torch.no_grad()` (its decorator lives in `torch/autograd/` in older
+        // PyTorch) is no backward.
+        let no_grad = stack(&[
+            ("torch/nn/modules/linear.py", "forward"),
+            ("torch/nn/modules/module.py", "_call_impl"),
+            ("torch/autograd/grad_mode.py", "decorate_context"),
+        ]);
+        assert_eq!(phase_of_frames(&no_grad), Some(Phase::Forward));
         // Activation checkpointing recomputing a layer's forward in backward.
         let recompute = stack(&[
             ("torch/nn/modules/linear.py", "forward"),
