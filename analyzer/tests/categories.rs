@@ -84,6 +84,9 @@ fn categories_need_call_sites_or_phase_marks() {
     let s = run_json(&["summary", root.join("gpt2_train.default.atrace").to_str().unwrap(), "--json"]);
     let c = &s["categories"];
     assert_eq!(c["phases_from"], "frames");
+    // The workload ran 4 training steps (traces/README.md): 4 forwards, told from the frames of
+    // transformers' modules.
+    assert_eq!(c["forward_passes"], 4);
     // The shipped GPT-2 small run (AdamW): 124,439,808 fp32 parameters, whose sizes are all
     // multiples of 512 bytes, so parameters and gradients are exact and the state twice them.
     let params = 124_439_808u64 * 4;
