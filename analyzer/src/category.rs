@@ -1,12 +1,13 @@
 //! What the memory is for: each allocation gets a category (parameter, gradient, optimizer
-//! state, activation, temporary, other) from the phase that allocated it and its lifetime.
+//! state, activation, temporary, other, or unknown) from the phase that allocated it and its
+//! lifetime.
 //!
 //! **Phases.** A trace with `phase` marks (`forward`, `backward`, `optimizer`...) gives them
 //! directly. Otherwise they come from each allocation's frames (innermost first):
 //! * backward, if any frame is autograd's: `Tensor.backward`, `torch.autograd.backward`/`grad`,
 //!   the engine (its C++ frames where they are recorded, or a custom function's backward called
 //!   by it), activation checkpointing's recomputation;
-//! * else what the innermost frame that tells says (see [`frame_phase`]): the optimizer step
+//! * else what the innermost frame that tells says (see `frame_phase`): the optimizer step
 //!   (`torch/optim/`, gradient clipping, `_foreach_` kernels), forward (module forwards under
 //!   `torch/nn/modules/`, `torch/nn/functional.py`, the models of transformers, torchvision and
 //!   timm, Lightning's `training_step`), or no phase (`zero_grad`, torchvision's transforms).
