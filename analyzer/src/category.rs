@@ -1,13 +1,17 @@
 //! What the memory is for: each allocation gets a category (parameter, gradient, optimizer
-//! state, activation, temporary, other) from the phase that allocated it and its lifetime.
+//! state, activation, temporary, other, or unknown) from the phase that allocated it and its
+//! lifetime.
 //!
 //! **Phases.** A trace with `phase` marks (`forward`, `backward`, `optimizer`...) gives them
-//! directly. Otherwise they come from each allocation's frames (innermost first), the first
-//! rule that matches:
-//! * a frame in `torch/optim/`: the optimizer step;
-//! * a frame in `torch/autograd/`, or `backward` in `torch/_tensor.py`: backward;
-//! * `forward`, `_call_impl` or `_wrapped_call_impl` in `torch/nn/modules/`, or a frame in
-//!   `torch/nn/functional.py`: forward;
+//! directly. Otherwise they come from each allocation's frames (innermost first):
+//! * backward, if any frame is autograd's: `Tensor.backward`, `torch.autograd.backward`/`grad`,
+//!   the engine (its C++ frames where they are recorded, or a custom function's backward called
+//!   by it), activation checkpointing's recomputation;
+//! * else what the innermost frame that tells says (see `frame_phase`): the optimizer step
+//!   (`torch/optim/`, gradient clipping, `_foreach_` kernels), forward (module forwards under
+//!   `torch/nn/modules/`, `torch/nn/functional.py`, the models of transformers, torchvision and
+//!   timm, Lightning's `training_step`), or no phase (`zero_grad`, torchvision's transforms).
+//!   The innermost wins: Lightning runs the forward inside `optimizer.step(closure)`;
 //! * other frames: no phase (the program's own tensors: a batch, a metric).
 //!
 //! An allocation without frames inherits the phase of the allocation before it: autograd runs
@@ -27,7 +31,12 @@
 //! * activation: allocated in forward, freed in the backward that follows;
 //! * temporary: freed in the run that allocated it;
 //! * other: the rest (the program's own tensors, a forward output kept past its backward, the
-//!   cuBLAS workspace...).
+//!   cuBLAS workspace...);
+//! * unknown: in a trace that ends in an out-of-memory error, what is still held there and was
+//!   made in the step the error cut short (a forward whose backward never ran or failed, the
+//!   backward or optimizer step that failed): an activation and a kept output, or a gradient and
+//!   a temporary, are told apart only by when they are freed. No checkpointing estimate is made
+//!   where unknown bytes are live at the moment it is about.
 //!
 //! Bytes are the blocks handed out (else the request rounded up to 512 bytes, as PyTorch rounds
 //! it), live from the allocation to the completed free.
@@ -48,15 +57,17 @@ pub enum Category {
     Activation,
     Temporary,
     Other,
+    Unknown,
 }
 
-pub const CATEGORIES: [Category; 6] = [
+pub const CATEGORIES: [Category; 7] = [
     Category::Parameter,
     Category::Gradient,
     Category::OptimizerState,
     Category::Activation,
     Category::Temporary,
     Category::Other,
+    Category::Unknown,
 ];
 
 impl Category {
@@ -68,6 +79,7 @@ impl Category {
             Category::Activation => "activation",
             Category::Temporary => "temporary",
             Category::Other => "other",
+            Category::Unknown => "unknown",
         }
     }
     /// The name in a sentence about bytes ("activations 61%").
@@ -79,6 +91,7 @@ impl Category {
             Category::Activation => "activations",
             Category::Temporary => "temporaries",
             Category::Other => "other",
+            Category::Unknown => "unknown",
         }
     }
 }
@@ -102,25 +115,83 @@ pub fn phase_of_frames(frames: &[Frame]) -> Option<Phase> {
     if frames.is_empty() {
         return None;
     }
-    let norm = |f: &Frame| f.file.replace('\\', "/");
-    if frames.iter().any(|f| norm(f).contains("torch/optim/")) {
-        return Some(Phase::Optimizer);
-    }
-    if frames.iter().any(|f| {
-        let file = norm(f);
-        file.contains("torch/autograd/") || (file.ends_with("torch/_tensor.py") && f.function == "backward")
-    }) {
+    let files: Vec<String> = frames.iter().map(|f| f.file.replace('\\', "/")).collect();
+    // Backward wherever it is in the stack: a forward recomputed by activation checkpointing, or
+    // a backward run inside an optimizer's closure (Lightning), is backward work.
+    let outermost = frames.len() - 1;
+    if frames.iter().zip(&files).enumerate().any(|(k, (f, file))| is_backward_frame(f, file, k == outermost)) {
         return Some(Phase::Backward);
     }
-    if frames.iter().any(|f| {
-        let file = norm(f);
-        (file.contains("torch/nn/modules/")
-            && matches!(f.function.as_str(), "forward" | "_call_impl" | "_wrapped_call_impl"))
-            || file.ends_with("torch/nn/functional.py")
-    }) {
-        return Some(Phase::Forward);
+    // Else the innermost frame that tells: a forward inside an optimizer's closure (Lightning's
+    // `training_step` under `optimizer.step(closure)`) is a forward.
+    for (f, file) in frames.iter().zip(&files) {
+        if let Some(p) = frame_phase(f, file) {
+            return Some(p);
+        }
     }
     Some(Phase::None)
+}
+
+/// Whether a frame belongs to backward: `Tensor.backward`, `torch.autograd.backward`/`grad` and
+/// the engine's entry (`torch/autograd/graph.py`); activation checkpointing's recomputation
+/// (`torch/utils/checkpoint.py`: `backward`, `recompute_fn`, `unpack_hook`); the autograd
+/// engine's own frames where C++ frames are recorded (`torch::autograd::Engine::...`, the
+/// generated `...Backward0::apply`); and, as the outermost frame, `apply` in
+/// `torch/autograd/function.py`: a custom `autograd.Function`'s backward called by the engine
+/// on its own thread (in a forward the same function has the program's frames outside it).
+fn is_backward_frame(f: &Frame, file: &str, outermost: bool) -> bool {
+    let name = f.function.as_str();
+    (file.ends_with("torch/_tensor.py") && name == "backward")
+        || (file.ends_with("torch/autograd/__init__.py") && matches!(name, "backward" | "grad" | "_make_grads"))
+        || file.ends_with("torch/autograd/graph.py")
+        || (file.ends_with("torch/utils/checkpoint.py")
+            && matches!(name, "backward" | "recompute_fn" | "unpack_hook" | "unpack_hook_with_error_cb"))
+        || (outermost && file.ends_with("torch/autograd/function.py") && name == "apply")
+        || name.contains("torch::autograd::Engine::")
+        || name.contains("torch::autograd::generated::")
+        || name.contains("PythonEngine::")
+}
+
+/// A forward's function name: `forward`, `forward_features` (timm, torchvision), or
+/// `eager_attention_forward` (transformers).
+fn is_forward_name(name: &str) -> bool {
+    name == "forward" || name.starts_with("forward_") || name.ends_with("_forward")
+}
+
+/// What one frame says about the phase (backward aside), if anything:
+/// * optimizer step: a frame in `torch/optim/` (`adamw.py` `step`, `_multi_tensor_adamw`,
+///   `_init_group`...) other than `zero_grad`; gradient clipping (`torch/nn/utils/clip_grad.py`,
+///   done just before the step); and the `_foreach_`/`_fused_` kernels where C++ frames are
+///   recorded;
+/// * none: `zero_grad` (between steps: it frees gradients, it makes no state), and
+///   torchvision's transforms (data preparation, although they are modules);
+/// * forward: `forward`, `_call_impl` or `_wrapped_call_impl` in `torch/nn/modules/`, any frame
+///   in `torch/nn/functional.py`, and a forward (see [`is_forward_name`]) in the models of
+///   transformers (`modeling_*.py`, `activations.py`, `integrations/`...), torchvision or timm;
+///   Lightning's `training_step`, `validation_step`, `test_step` and `predict_step`.
+fn frame_phase(f: &Frame, file: &str) -> Option<Phase> {
+    let name = f.function.as_str();
+    if name == "zero_grad" {
+        return Some(Phase::None);
+    }
+    if file.contains("torch/optim/")
+        || file.ends_with("torch/nn/utils/clip_grad.py")
+        || name.contains("_foreach_")
+        || ["_fused_adam", "_fused_sgd", "_fused_adagrad"].iter().any(|k| name.contains(k))
+    {
+        return Some(Phase::Optimizer);
+    }
+    if file.contains("torchvision/transforms/") {
+        return Some(Phase::None);
+    }
+    let module = file.contains("torch/nn/modules/") && matches!(name, "forward" | "_call_impl" | "_wrapped_call_impl");
+    let library = ["transformers/", "torchvision/", "timm/"].iter().any(|p| file.contains(p)) && is_forward_name(name);
+    let lightning = (file.contains("lightning/pytorch/") || file.contains("pytorch_lightning/"))
+        && matches!(name, "training_step" | "validation_step" | "test_step" | "predict_step");
+    if module || library || lightning || file.ends_with("torch/nn/functional.py") {
+        return Some(Phase::Forward);
+    }
+    None
 }
 
 /// DistributedDataParallel's gradient buckets: made when it is built (`_ddp_init_helper`) and
@@ -148,6 +219,12 @@ fn phase_of_mark(text: &str) -> Phase {
     }
 }
 
+/// The categories a table shows: every one but `unknown`, and `unknown` where it holds bytes
+/// (`unknown_bytes`: the most it held).
+pub fn shown(unknown_bytes: u64) -> impl Iterator<Item = Category> {
+    CATEGORIES.into_iter().filter(move |&c| c != Category::Unknown || unknown_bytes > 0)
+}
+
 /// Bytes per category.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
 pub struct ByCategory {
@@ -157,6 +234,9 @@ pub struct ByCategory {
     pub activation: u64,
     pub temporary: u64,
     pub other: u64,
+    /// Allocations whose category the trace cannot tell: still held when it ended in an
+    /// out-of-memory error, in the step whose end would have told.
+    pub unknown: u64,
 }
 
 impl ByCategory {
@@ -168,6 +248,7 @@ impl ByCategory {
             Category::Activation => self.activation,
             Category::Temporary => self.temporary,
             Category::Other => self.other,
+            Category::Unknown => self.unknown,
         }
     }
     fn get_mut(&mut self, c: Category) -> &mut u64 {
@@ -178,6 +259,7 @@ impl ByCategory {
             Category::Activation => &mut self.activation,
             Category::Temporary => &mut self.temporary,
             Category::Other => &mut self.other,
+            Category::Unknown => &mut self.unknown,
         }
     }
     pub fn total(&self) -> u64 {
@@ -362,11 +444,17 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
     let forwards: Vec<usize> = (0..runs.len()).filter(|&k| runs[k] == Phase::Forward).collect();
     let first_forward = forwards.first().copied().unwrap_or(usize::MAX);
     let second_forward = forwards.get(1).copied();
+    let last_run = runs.len() - 1;
+    // A trace that ends in an out-of-memory error stops in the middle of a step: what is still
+    // held there was never freed, and whether it would have been (an activation in the backward
+    // that never came, a gradient or a temporary of the backward that failed) cannot be told.
+    let cut = trace.facts.fatal_oom().is_some();
     let categories: Vec<Category> = allocs
         .iter()
         .map(|a| {
             let freed_in = a.free_run;
             let same_run = freed_in == Some(a.run);
+            let held = cut && freed_in.is_none();
             match runs[a.run] {
                 _ if (a.bucket || runs[a.run] == Phase::Buckets) && !same_run => Category::Gradient,
                 Phase::Buckets => Category::Temporary,
@@ -378,11 +466,14 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
                     };
                     if alive && first_forward != usize::MAX {
                         Category::Parameter
+                    } else if held && first_forward == usize::MAX {
+                        Category::Unknown
                     } else {
                         Category::Other
                     }
                 }
                 _ if same_run => Category::Temporary,
+                Phase::Backward | Phase::Optimizer if held && a.run == last_run => Category::Unknown,
                 Phase::Backward => {
                     // Alive until the next backward at most: the cuBLAS workspace of autograd's
                     // thread, made in the first backward and kept, is no gradient.
@@ -398,6 +489,10 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
                     // Freed in the backward that follows this forward.
                     let next_backward = (a.run + 1..runs.len()).find(|&k| runs[k] == Phase::Backward);
                     let next_forward = (a.run + 1..runs.len()).find(|&k| runs[k] == Phase::Forward);
+                    if held && next_backward.is_none_or(|b| b == last_run) {
+                        // The backward that would have freed it never ran, or failed.
+                        return Category::Unknown;
+                    }
                     match (freed_in, next_backward) {
                         (Some(f), Some(b))
                             if runs[f] == Phase::Backward && f >= b && next_forward.is_none_or(|n| f < n) =>
@@ -488,7 +583,10 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
             std::iter::once((a.alloc_event, a.bytes as i64)).chain(a.completed.map(|e| (e, -(a.bytes as i64))))
         })
         .collect();
-    let checkpointing = (!activations.is_empty()).then(|| CheckpointEstimate {
+    // No estimate where the moments it is about hold bytes of unknown category: they may be
+    // activations, which the estimate would leave out.
+    let told = at_peak.unknown == 0 && at_moment.is_none_or(|m| m.bytes.unknown == 0);
+    let checkpointing = (!activations.is_empty() && told).then(|| CheckpointEstimate {
         peak_bytes: peak.max(0) as u64,
         activation_bytes_at_peak: at_peak.activation,
         blocks: CHECKPOINT_BLOCKS
@@ -665,7 +763,7 @@ pub fn write_text(out: &mut dyn std::io::Write, c: &Categories) -> Result<()> {
         "by category  at the peak of allocated bytes (event {}; phases from {}, {} forward passes):",
         c.peak_event, c.phases_from, c.forward_passes
     )?;
-    for cat in CATEGORIES {
+    for cat in shown(c.max.unknown) {
         writeln!(
             out,
             "  {:<16} {:>12} {:>5.1}%   most {:>12}",
@@ -674,6 +772,9 @@ pub fn write_text(out: &mut dyn std::io::Write, c: &Categories) -> Result<()> {
             c.at_peak.get(cat) as f64 * 100.0 / total as f64,
             fmt_bytes(c.max.get(cat))
         )?;
+    }
+    if c.at_peak.unknown > 0 {
+        writeln!(out, "unknown: held when the trace ended in an out-of-memory error, made in the step it cut short")?;
     }
     if let Some(k) = &c.checkpointing {
         writeln!(out, "checkpointing (an estimate): {}", checkpoint_text(k))?;
@@ -734,7 +835,8 @@ pub fn render(c: &Categories, title: &str) -> Result<String> {
             .draw()?;
         // Each category's top edge is the sum of it and the ones below: drawn from the top down,
         // so that each area covers the ones above it only where they hold nothing.
-        for k in (0..CATEGORIES.len()).rev() {
+        let shown = shown(c.max.unknown).count();
+        for k in (0..shown).rev() {
             let color = palette[k % palette.len()];
             let top = |s: &CategorySample| CATEGORIES[..=k].iter().map(|&x| s.bytes.get(x)).sum::<u64>() as f64 / ys;
             // Steps: each sample holds until the next one.
@@ -804,6 +906,349 @@ mod tests {
         assert_eq!(phase_of_mark("optimizer.step"), Phase::Optimizer);
         assert_eq!(phase_of_mark("gradient buckets (DistributedDataParallel)"), Phase::Buckets);
         assert_eq!(phase_of_mark("after gradient buckets"), Phase::None);
+    }
+
+    /// Stacks as PyTorch's snapshots record them (innermost first; the site-packages prefix
+    /// kept as it comes).
+    fn stack(frames: &[(&str, &str)]) -> Vec<Frame> {
+        frames
+            .iter()
+            .map(|(file, function)| f(&format!("/venv/lib/python3.12/site-packages/{file}"), function))
+            .collect()
+    }
+
+    #[test]
+    fn phases_from_hugging_face_frames() {
+        // From the shipped GPT-2 snapshot (transformers 5.17): the key/value cache written in
+        // an attention forward, the optimizer's state made lazily in its first step and its
+        // update, and the first allocation of backward on the main thread.
+        let mut cache = stack(&[
+            ("transformers/cache_utils.py", "update"),
+            ("transformers/models/gpt2/modeling_gpt2.py", "forward"),
+            ("torch/nn/modules/module.py", "_call_impl"),
+            ("torch/nn/modules/module.py", "_wrapped_call_impl"),
+            ("transformers/modeling_layers.py", "__call__"),
+            ("transformers/models/gpt2/modeling_gpt2.py", "forward"),
+            ("transformers/utils/generic.py", "wrapper"),
+        ]);
+        cache.push(f("workloads.py", "gpt2_train"));
+        assert_eq!(phase_of_frames(&cache), Some(Phase::Forward));
+        // A model's forward called without going through a module's `__call__` (cut stacks, or
+        // a `forward` called directly): the modeling file alone says it.
+        let direct = stack(&[
+            ("transformers/integrations/sdpa_attention.py", "sdpa_attention_forward"),
+            ("transformers/models/gpt2/modeling_gpt2.py", "forward"),
+        ]);
+        assert_eq!(phase_of_frames(&direct), Some(Phase::Forward));
+        let state = stack(&[
+            ("torch/optim/adam.py", "_init_group"),
+            ("torch/optim/adam.py", "step"),
+            ("torch/optim/optimizer.py", "_use_grad"),
+            ("torch/optim/optimizer.py", "wrapper"),
+        ]);
+        assert_eq!(phase_of_frames(&state), Some(Phase::Optimizer));
+        let make_grads = stack(&[
+            ("torch/autograd/__init__.py", "_make_grads"),
+            ("torch/autograd/__init__.py", "backward"),
+            ("torch/_tensor.py", "backward"),
+        ]);
+        assert_eq!(phase_of_frames(&make_grads), Some(Phase::Backward));
+        // The Trainer: backward through accelerate, gradient clipping, the step through the
+        // learning-rate scheduler's wrapper, and `zero_grad` (no step, no forward).
+        let trainer_backward = stack(&[
+            ("torch/autograd/graph.py", "_engine_run_backward"),
+            ("torch/autograd/__init__.py", "backward"),
+            ("torch/_tensor.py", "backward"),
+            ("accelerate/accelerator.py", "backward"),
+            ("transformers/trainer.py", "training_step"),
+            ("transformers/trainer.py", "_inner_training_loop"),
+        ]);
+        assert_eq!(phase_of_frames(&trainer_backward), Some(Phase::Backward));
+        let clip = stack(&[
+            ("torch/nn/utils/clip_grad.py", "_get_total_norm"),
+            ("accelerate/accelerator.py", "clip_grad_norm_"),
+            ("transformers/trainer.py", "_inner_training_loop"),
+        ]);
+        assert_eq!(phase_of_frames(&clip), Some(Phase::Optimizer));
+        let step = stack(&[
+            ("torch/optim/adamw.py", "_multi_tensor_adamw"),
+            ("torch/optim/adamw.py", "adamw"),
+            ("torch/optim/adamw.py", "step"),
+            ("torch/optim/optimizer.py", "wrapper"),
+            ("torch/optim/lr_scheduler.py", "wrapper"),
+            ("accelerate/optimizer.py", "step"),
+            ("transformers/trainer.py", "_inner_training_loop"),
+        ]);
+        assert_eq!(phase_of_frames(&step), Some(Phase::Optimizer));
+        let zero =
+            stack(&[("torch/optim/optimizer.py", "zero_grad"), ("transformers/trainer.py", "_inner_training_loop")]);
+        assert_eq!(phase_of_frames(&zero), Some(Phase::None));
+        // Loading the weights is not a forward, though the file is `modeling_utils.py`.
+        let load = stack(&[("transformers/modeling_utils.py", "to"), ("torch/nn/modules/module.py", "_apply")]);
+        assert_eq!(phase_of_frames(&load), Some(Phase::None));
+    }
+
+    #[test]
+    fn phases_from_vision_and_lightning_frames() {
+        let timm = stack(&[
+            ("timm/layers/mlp.py", "forward"),
+            ("timm/models/vision_transformer.py", "forward_features"),
+            ("timm/models/vision_transformer.py", "forward"),
+        ]);
+        assert_eq!(phase_of_frames(&timm), Some(Phase::Forward));
+        let resnet = stack(&[
+            ("torch/nn/functional.py", "batch_norm"),
+            ("torch/nn/modules/batchnorm.py", "forward"),
+            ("torch/nn/modules/module.py", "_call_impl"),
+            ("torchvision/models/resnet.py", "_forward_impl"),
+            ("torchvision/models/resnet.py", "forward"),
+        ]);
+        assert_eq!(phase_of_frames(&resnet), Some(Phase::Forward));
+        // torchvision's transforms are modules, but they prepare the data: no forward.
+        let augment = stack(&[
+            ("torchvision/transforms/v2/functional/_geometry.py", "resize_image"),
+            ("torchvision/transforms/v2/_transform.py", "forward"),
+            ("torch/nn/modules/module.py", "_call_impl"),
+            ("torch/nn/modules/module.py", "_wrapped_call_impl"),
+        ]);
+        assert_eq!(phase_of_frames(&augment), Some(Phase::None));
+        // Lightning runs the forward and the backward inside `optimizer.step(closure)`: the
+        // innermost frame that tells decides, and backward wherever it is.
+        let outer = [
+            ("lightning/pytorch/loops/optimization/automatic.py", "closure"),
+            ("torch/optim/optimizer.py", "_use_grad"),
+            ("torch/optim/adamw.py", "step"),
+            ("torch/optim/optimizer.py", "wrapper"),
+            ("lightning/pytorch/core/optimizer.py", "step"),
+            ("lightning/pytorch/loops/optimization/automatic.py", "run"),
+        ];
+        let mut forward =
+            vec![("train.py", "training_step"), ("lightning/pytorch/strategies/strategy.py", "training_step")];
+        forward.extend(outer);
+        let mut forward = stack(&forward);
+        forward[0] = f("train.py", "training_step");
+        assert_eq!(phase_of_frames(&forward), Some(Phase::Forward));
+        let mut backward = vec![
+            ("torch/autograd/__init__.py", "backward"),
+            ("torch/_tensor.py", "backward"),
+            ("lightning/pytorch/core/module.py", "backward"),
+        ];
+        backward.extend(outer);
+        assert_eq!(phase_of_frames(&stack(&backward)), Some(Phase::Backward));
+        assert_eq!(phase_of_frames(&stack(&outer[1..])), Some(Phase::Optimizer));
+    }
+
+    #[test]
+    fn phases_from_autograd_functions_and_cpp_frames() {
+        // A custom autograd function in a forward: `apply` with the model's frames outside it.
+        let forward = stack(&[
+            ("flash_attn/flash_attn_interface.py", "forward"),
+            ("torch/autograd/function.py", "apply"),
+            ("transformers/models/llama/modeling_llama.py", "forward"),
+            ("torch/nn/modules/module.py", "_call_impl"),
+        ]);
+        assert_eq!(phase_of_frames(&forward), Some(Phase::Forward));
+        // Its backward, called by the engine on its own thread: `apply` is the outermost frame.
+        let backward =
+            stack(&[("flash_attn/flash_attn_interface.py", "backward"), ("torch/autograd/function.py", "apply")]);
+        assert_eq!(phase_of_frames(&backward), Some(Phase::Backward));
+        // A forward under `@torch.no_grad()` (its decorator lives in `torch/autograd/` in older
+        // PyTorch) is no backward.
+        let no_grad = stack(&[
+            ("torch/nn/modules/linear.py", "forward"),
+            ("torch/nn/modules/module.py", "_call_impl"),
+            ("torch/autograd/grad_mode.py", "decorate_context"),
+        ]);
+        assert_eq!(phase_of_frames(&no_grad), Some(Phase::Forward));
+        // Activation checkpointing recomputing a layer's forward in backward.
+        let recompute = stack(&[
+            ("torch/nn/modules/linear.py", "forward"),
+            ("torch/nn/modules/module.py", "_call_impl"),
+            ("torch/utils/checkpoint.py", "recompute_fn"),
+            ("torch/utils/checkpoint.py", "unpack_hook"),
+        ]);
+        assert_eq!(phase_of_frames(&recompute), Some(Phase::Backward));
+        // With C++ frames (`stacks="all"`): autograd's thread, and a foreach optimizer kernel.
+        let engine = [
+            f("??", "at::native::empty_cuda(...)"),
+            f("??", "torch::autograd::generated::MmBackward0::apply(...)"),
+            f("??", "torch::autograd::Engine::evaluate_function(...)"),
+            f("??", "torch::autograd::Engine::thread_main(...)"),
+        ];
+        assert_eq!(phase_of_frames(&engine), Some(Phase::Backward));
+        let foreach = [
+            f("??", "at::native::foreach_tensor_mul_scalar_kernel_cuda(...)"),
+            f("??", "at::_ops::_foreach_mul_Scalar::call(...)"),
+        ];
+        assert_eq!(phase_of_frames(&foreach), Some(Phase::Optimizer));
+        // A fused kernel of a forward is no optimizer step.
+        let dropout = [
+            f("??", "at::_ops::_fused_dropout::call(...)"),
+            f("/venv/lib/python3.12/site-packages/torch/nn/functional.py", "dropout"),
+        ];
+        assert_eq!(phase_of_frames(&dropout), Some(Phase::Forward));
+    }
+
+    /// A training program seen through its frames only (no marks), two iterations, whose
+    /// trace ends in an out-of-memory error at `cut`.
+    /// * parameters 2 x 10 MiB (before the first forward);
+    /// * forward: four activations of 8 MiB and an output of 2 MiB (kept until the next forward);
+    /// * backward: a 1 MiB temporary, then for each activation freed in reverse order, a gradient
+    ///   of 10 MiB made for the first two (autograd's thread: no frames);
+    /// * the step: AdamW's state, 4 x 10 MiB in the first step only; `zero_grad` frees the
+    ///   gradients before the next forward.
+    fn program_with_frames(cut: Cut) -> Trace {
+        use recorder::trace::{Header, Pool, Record, Source};
+        const MIB: u64 = 1 << 20;
+        let lib = "/venv/lib/python3.12/site-packages/torch";
+        let mut ev: Vec<Event> = vec![
+            Event::CallSite { id: 1, frames: vec![f("train.py", "main")] },
+            Event::CallSite {
+                id: 2,
+                frames: vec![f(&format!("{lib}/nn/modules/linear.py"), "forward"), f("train.py", "main")],
+            },
+            Event::CallSite {
+                id: 3,
+                frames: vec![f(&format!("{lib}/autograd/__init__.py"), "_make_grads"), f("train.py", "main")],
+            },
+            Event::CallSite {
+                id: 4,
+                frames: vec![f(&format!("{lib}/optim/adamw.py"), "_init_group"), f("train.py", "main")],
+            },
+        ];
+        let mut next = 0u64;
+        let mut alloc = |ev: &mut Vec<Event>, bytes: u64, callsite: u32| {
+            next += 1;
+            ev.push(Event::Alloc {
+                id: next,
+                addr: next << 32,
+                requested_bytes: bytes,
+                block_bytes: bytes,
+                stream: 0,
+                pool: Pool::Large,
+                callsite,
+            });
+            next
+        };
+        let free = |ev: &mut Vec<Event>, id: u64| {
+            ev.push(Event::FreeRequested { id, addr: id << 32, callsite: 0 });
+            ev.push(Event::FreeCompleted { id, addr: id << 32 });
+        };
+        let oom = |ev: &mut Vec<Event>| {
+            ev.push(Event::Oom {
+                requested_bytes: 64 * MIB,
+                alloc_bytes: 64 * MIB,
+                device_free_bytes: 0,
+                reserved_bytes: 0,
+                allocated_bytes: 0,
+                limit_bytes: 0,
+                stream: 0,
+            })
+        };
+        alloc(&mut ev, 10 * MIB, 1);
+        alloc(&mut ev, 10 * MIB, 1);
+        let (mut grads, mut output): (Vec<u64>, Option<u64>) = (Vec::new(), None);
+        'steps: for step in 0..2 {
+            for g in grads.drain(..) {
+                free(&mut ev, g);
+            }
+            let acts: Vec<u64> = (0..4).map(|_| alloc(&mut ev, 8 * MIB, 2)).collect();
+            if let Some(o) = output.take() {
+                free(&mut ev, o);
+            }
+            if cut == Cut::Forward && step == 1 {
+                oom(&mut ev);
+                break 'steps;
+            }
+            output = Some(alloc(&mut ev, 2 * MIB, 2));
+            let t = alloc(&mut ev, MIB, 3);
+            free(&mut ev, t);
+            for (k, a) in acts.iter().rev().enumerate() {
+                if k < 2 {
+                    grads.push(alloc(&mut ev, 10 * MIB, 0));
+                }
+                if cut == Cut::Backward && step == 0 && k == 1 {
+                    oom(&mut ev);
+                    break 'steps;
+                }
+                free(&mut ev, *a);
+            }
+            if step == 0 {
+                for _ in 0..4 {
+                    alloc(&mut ev, 10 * MIB, 4);
+                }
+            }
+        }
+        let records = ev.into_iter().enumerate().map(|(i, event)| Record { time_ns: i as u64, event }).collect();
+        Trace::from_records(std::path::Path::new("frames.atrace"), Header::new(Source::Recorded), records)
+    }
+
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Cut {
+        Forward,
+        Backward,
+        None,
+    }
+
+    #[test]
+    fn what_an_out_of_memory_error_cuts_short_is_unknown() {
+        const MIB: u64 = 1 << 20;
+        // Cut in the second forward, after its four activations: the first iteration is told
+        // (parameters 20, gradients 20, state 40, activations 32 at most, its output 2 an
+        // "other" kept past its backward and freed in the next forward), the second forward's
+        // 32 MiB is unknown: activations, or outputs the program keeps, only its backward
+        // would have told.
+        let t = program_with_frames(Cut::Forward);
+        let c = analyze(&t).unwrap().unwrap();
+        assert_eq!(c.phases_from, "frames");
+        assert_eq!(c.forward_passes, 2);
+        assert_eq!(c.max.parameter, 20 * MIB);
+        assert_eq!(c.max.gradient, 20 * MIB);
+        assert_eq!(c.max.optimizer_state, 40 * MIB);
+        assert_eq!(c.max.activation, 32 * MIB);
+        assert_eq!(c.max.temporary, MIB);
+        assert_eq!(c.max.other, 2 * MIB);
+        assert_eq!(c.max.unknown, 32 * MIB);
+        // The peak: the second forward's four activations with the parameters, the state and
+        // the first output (20 + 40 + 32 + 2 = 94, before that output is freed).
+        assert_eq!(
+            c.at_peak,
+            ByCategory {
+                parameter: 20 * MIB,
+                optimizer_state: 40 * MIB,
+                other: 2 * MIB,
+                unknown: 32 * MIB,
+                ..Default::default()
+            }
+        );
+        assert!(c.checkpointing.is_none(), "no estimate on bytes of unknown category");
+        // At the out-of-memory error (the last event): the same less the freed output.
+        let m = analyze_at(&t, Some(t.events - 1)).unwrap().unwrap();
+        assert_eq!(m.at_moment.unwrap().bytes.unknown, 32 * MIB);
+        assert_eq!(m.at_moment.unwrap().bytes.activation, 0);
+        assert!(m.checkpointing.is_none());
+
+        // Cut in the first backward, once its second gradient is made: the one activation it
+        // freed is an activation; the three still held, the output and both gradients are
+        // unknown (24 + 2 + 20); the parameters are told by the forward that followed them.
+        let t = program_with_frames(Cut::Backward);
+        let c = analyze(&t).unwrap().unwrap();
+        assert_eq!(c.max.parameter, 20 * MIB);
+        assert_eq!(c.max.activation, 8 * MIB);
+        assert_eq!(c.max.temporary, MIB);
+        assert_eq!(c.max.gradient, 0);
+        assert_eq!(c.max.optimizer_state, 0);
+        assert_eq!(c.max.unknown, 46 * MIB);
+        assert!(c.checkpointing.is_none());
+
+        // The same program run to the end is told whole, with its estimate: the second
+        // iteration's activations are activations, its gradients gradients, its output other.
+        let c = analyze(&program_with_frames(Cut::None)).unwrap().unwrap();
+        assert_eq!(c.max.unknown, 0);
+        assert_eq!(c.max.activation, 32 * MIB);
+        assert_eq!(c.max.gradient, 20 * MIB);
+        assert_eq!(c.max.other, 2 * MIB);
+        assert!(c.checkpointing.is_some());
     }
 
     /// A program as the recording shim marks it: parameters before the first forward, two

@@ -1009,7 +1009,11 @@ fn advise(
                     text: format!(
                         "allocate the tensors you keep before the temporaries made in the same stretch of code (or \
 copy the kept ones into one tensor, e.g. torch.stack, before freeing the temporaries){}",
-                        if site.is_empty() { String::new() } else { format!("; the kept blocks come from {site}") }
+                        if site.is_empty() || site.starts_with("(no call site") {
+                            String::new()
+                        } else {
+                            format!("; the kept blocks come from {site}")
+                        }
                     ),
                     evidence: format!(
                         "replayed with that order the run completes at {cap_text} (peak reserved {}): freeing the \

@@ -460,16 +460,18 @@ pub fn report_blocks(rep: &RanksReport) -> Vec<crate::report::Block> {
         .collect();
     d.push(Block::Table(head, rows));
     if rep.ranks.iter().any(|r| r.categories_at_peak.is_some()) {
+        let unknown = rep.ranks.iter().filter_map(|r| r.categories_at_peak.map(|c| c.unknown)).max().unwrap_or(0);
+        let shown: Vec<_> = crate::category::shown(unknown).collect();
         let mut head = vec!["rank".to_string()];
-        head.extend(crate::category::CATEGORIES.iter().map(|c| c.as_str().to_string()));
+        head.extend(shown.iter().map(|c| c.as_str().to_string()));
         let rows = rep
             .ranks
             .iter()
             .map(|r| {
                 let mut row = vec![r.rank.to_string()];
                 match &r.categories_at_peak {
-                    Some(c) => row.extend(crate::category::CATEGORIES.iter().map(|&k| fmt_bytes(c.get(k)))),
-                    None => row.extend(crate::category::CATEGORIES.iter().map(|_| "-".to_string())),
+                    Some(c) => row.extend(shown.iter().map(|&k| fmt_bytes(c.get(k)))),
+                    None => row.extend(shown.iter().map(|_| "-".to_string())),
                 }
                 row
             })

@@ -954,9 +954,8 @@ impl Report {
             c.at_peak.shares_text()
         )));
         let total = c.at_peak.total().max(1) as f64;
-        let rows = crate::category::CATEGORIES
-            .iter()
-            .map(|&k| {
+        let rows = crate::category::shown(c.max.unknown)
+            .map(|k| {
                 vec![
                     k.as_str().to_string(),
                     fmt_bytes(c.at_peak.get(k)),

@@ -84,6 +84,9 @@ fn categories_need_call_sites_or_phase_marks() {
     let s = run_json(&["summary", root.join("gpt2_train.default.atrace").to_str().unwrap(), "--json"]);
     let c = &s["categories"];
     assert_eq!(c["phases_from"], "frames");
+    // The workload ran 4 training steps (traces/README.md): 4 forwards, told from the frames of
+    // transformers' modules.
+    assert_eq!(c["forward_passes"], 4);
     // The shipped GPT-2 small run (AdamW): 124,439,808 fp32 parameters, whose sizes are all
     // multiples of 512 bytes, so parameters and gradients are exact and the state twice them.
     let params = 124_439_808u64 * 4;
@@ -195,4 +198,46 @@ fn the_checkpointing_estimate_against_a_checkpointed_run() {
     // More blocks never estimate more.
     let rows: Vec<u64> = k["blocks"].as_array().unwrap().iter().map(|r| u(&r["peak_bytes"])).collect();
     assert!(rows.windows(2).all(|w| w[1] <= w[0]), "{rows:?}");
+}
+
+/// What a user brings: a snapshot that ends at its out-of-memory error. The shipped GPT-2 small
+/// run (transformers, AdamW, batch 4 x 512) replayed at 5.2743 GiB, where real PyTorch ran out
+/// of memory (`truth.tsv`: default settings, 0.98 x its peak), ends there, in the second forward,
+/// with the call sites of the run. What that forward made is still held, and only its backward
+/// would have told activations from outputs: it is unknown, and no checkpointing estimate is
+/// built on it (before, it was "other 62%" with an estimate of "activations hold 0 B").
+#[test]
+fn a_gpt2_run_cut_by_its_oom_says_unknown_and_estimates_nothing() {
+    let dir = std::env::temp_dir().join(format!("alloctrace-categories-cut-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cut = dir.join("gpt2_cut.atrace");
+    let gpt2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces/gpt2_train.default.atrace");
+    let r =
+        run_json(&["replay", gpt2.to_str().unwrap(), "--capacity", "5.2743GiB", "-o", cut.to_str().unwrap(), "--json"]);
+    assert_eq!(r["outcome"], "oom");
+    let e = run_json(&["explain", cut.to_str().unwrap(), "--json"]);
+    let c = &e["categories"];
+    assert_eq!(c["phases_from"], "frames");
+    let u = |v: &Value| v.as_u64().unwrap();
+    let b = &c["bytes"];
+    // The bytes at the OOM are PyTorch's own peak allocated in that run (truth.tsv: 5367067648).
+    let total: u64 = b.as_object().unwrap().values().map(u).sum();
+    assert_eq!(total, 5_367_067_648);
+    // The second forward's bytes are unknown, none called activations, and they are the most.
+    assert_eq!(u(&b["activation"]), 0);
+    assert!(["parameter", "gradient", "optimizer_state", "other"].iter().all(|k| u(&b[*k]) < u(&b["unknown"])), "{b}");
+    assert!(c["checkpointing"].is_null(), "{c}");
+    // The first iteration is told: its outputs, kept past its backward until the second forward
+    // replaced them, are other: at least the logits (4 x 512 x 50,257 fp32) and the key/value
+    // cache (12 layers x 2 x 4 x 512 x 768 fp32).
+    assert!(u(&b["other"]) >= 4 * 512 * 50_257 * 4 + 12 * 2 * 4 * 512 * 768 * 4, "{b}");
+    // AdamW's state, made in the first step, is about twice the parameters (blocks rounded).
+    let (p, s) = (u(&b["parameter"]), u(&b["optimizer_state"]));
+    assert!(p >= 124_439_808 * 4 && s >= 2 * 124_439_808 * 4 && s.abs_diff(2 * p) <= p / 100, "{b}");
+    let o = Command::new(env!("CARGO_BIN_EXE_alloctrace")).args(["explain", cut.to_str().unwrap()]).output().unwrap();
+    let text = String::from_utf8(o.stdout).unwrap();
+    let line = text.lines().find(|l| l.starts_with("  at the OOM: ")).expect(&text);
+    assert!(line.starts_with("  at the OOM: unknown "), "{line}");
+    assert!(!text.contains("checkpointing (an estimate)"), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
 }

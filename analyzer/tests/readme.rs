@@ -1,7 +1,7 @@
-//! Every `alloctrace ...` command in the README's shell blocks runs and exits 0 (or 3 never):
-//! the front door stays true. Inputs that the README names generically (`snap.pickle`) are a
-//! shipped snapshot; outputs go to a temporary folder; `synth` sizes are capped to keep the
-//! test fast in debug builds.
+//! Every `alloctrace ...` command in the shell blocks of the README and of the documents it
+//! links in `docs/` runs and exits 0 (or 3 never): the front door stays true. Inputs that they
+//! name generically (`snap.pickle`) are a shipped snapshot; outputs go to a temporary folder;
+//! `synth` sizes are capped to keep the test fast in debug builds.
 
 use std::path::Path;
 use std::process::Command;
@@ -9,13 +9,30 @@ use std::process::Command;
 #[test]
 fn readme_commands_run() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let tmp = std::env::temp_dir().join(format!("alloctrace-readme-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
+    let ran = run_shell_blocks(&root, &root.join("README.md"), &tmp);
+    assert!(ran >= 10, "only {ran} README commands found");
+    // The reference moved out of the README keeps its commands checked too.
+    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    docs.sort();
+    let in_docs: usize = docs.iter().map(|d| run_shell_blocks(&root, d, &tmp)).sum();
+    assert!(in_docs >= 20, "only {in_docs} commands found in docs/");
+    std::fs::remove_dir_all(&tmp).ok();
+}
+
+/// Runs the `alloctrace` commands of `file`'s `sh` blocks; returns how many ran.
+fn run_shell_blocks(root: &Path, file: &Path, tmp: &Path) -> usize {
+    let text = std::fs::read_to_string(file).unwrap();
+    let name = file.file_name().unwrap().to_string_lossy().to_string();
     let snapshot = root.join("analyzer/tests/fixtures/torch/frag_oom.default.pickle");
     let mut in_sh = false;
     let mut ran = 0;
-    for line in readme.lines() {
+    for line in text.lines() {
         if line.starts_with("```") {
             in_sh = line == "```sh";
             continue;
@@ -44,11 +61,10 @@ fn readme_commands_run() {
                 words[i] = n.min(100_000).to_string();
             }
         }
-        let o = Command::new(env!("CARGO_BIN_EXE_alloctrace")).args(&words).current_dir(&root).output().unwrap();
-        assert_eq!(o.status.code(), Some(0), "README command `{cmd}` failed: {}", String::from_utf8_lossy(&o.stderr));
-        assert!(!o.stdout.is_empty() || words.iter().any(|w| w == "-o"), "`{cmd}` printed nothing");
+        let o = Command::new(env!("CARGO_BIN_EXE_alloctrace")).args(&words).current_dir(root).output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{name}: command `{cmd}` failed: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(!o.stdout.is_empty() || words.iter().any(|w| w == "-o"), "{name}: `{cmd}` printed nothing");
         ran += 1;
     }
-    assert!(ran >= 10, "only {ran} README commands found");
-    std::fs::remove_dir_all(&tmp).ok();
+    ran
 }

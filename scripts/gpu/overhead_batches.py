@@ -6,7 +6,7 @@ what PyTorch's tracker machinery costs with nothing behind it) and the helper fo
 recorder library ("ours", what `alloctrace record` runs; history off). Each batch is 2,000
 calls of the loop; the statistics are over BATCHES batches per mode (min, 10th percentile,
 median), so that a slow minute of a shared host weighs on both modes alike.
-  py    x = torch.empty(4096, dtype=torch.uint8, device="cuda") in Python (the README's loop)
+  py    x = torch.empty(4096, dtype=torch.uint8, device="cuda") in Python (docs/recording.md's loop)
   pair  raw_alloc + raw_delete of 4 KiB from C++ (the caching allocator alone)
 
 Run: python3 overhead_batches.py LIB OUT.atrace (the shim's folder recorder/python importable,

@@ -3,7 +3,7 @@
 Each mode runs three loops, nanoseconds per iteration, in several rounds (the modes' rounds
 alternate, so every mode sees the same moments of the machine); the tables give the median and
 the best round:
-  py    x = torch.empty(4096, dtype=torch.uint8, device="cuda") in Python (the README's loop)
+  py    x = torch.empty(4096, dtype=torch.uint8, device="cuda") in Python (docs/recording.md's loop)
   cpp   the same at::empty from C++ (no interpreter in the way)
   pair  raw_alloc + raw_delete of 4 KiB from C++ (the caching allocator alone)
 

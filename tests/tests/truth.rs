@@ -499,7 +499,7 @@ fn advice_at_oom_cases_holds_in_real_pytorch() {
     let mut cases: Vec<PathBuf> =
         std::fs::read_dir(dir()).unwrap().map(|e| e.unwrap().path()).filter(|p| level_of(p).is_some()).collect();
     cases.sort();
-    assert_eq!(cases.len(), 14, "the OOM cases of the README's table");
+    assert_eq!(cases.len(), 14, "the OOM cases of the table in docs/fidelity.md");
     let (mut advised, mut held, mut held_both, mut unverifiable) = (0, 0, 0, 0);
     let (mut predicted, mut predicted_right, mut cannot_tell) = (0, 0, 0);
     let (mut fixable, mut found, mut worth_named, mut worth_completed) = (0u32, 0u32, 0u32, 0u32);

@@ -85,14 +85,13 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
         }
         if rep.ranks.iter().any(|r| r.categories_at_peak.is_some()) {
             writeln!(out, "by category at each rank's peak of allocated bytes:")?;
-            let names: Vec<String> =
-                crate::category::CATEGORIES.iter().map(|c| format!("{:>16}", c.as_str())).collect();
+            let unknown = rep.ranks.iter().filter_map(|r| r.categories_at_peak.map(|c| c.unknown)).max().unwrap_or(0);
+            let shown: Vec<_> = crate::category::shown(unknown).collect();
+            let names: Vec<String> = shown.iter().map(|c| format!("{:>16}", c.as_str())).collect();
             writeln!(out, "  rank {}", names.join(""))?;
             for r in &rep.ranks {
                 let cols: Vec<String> = match &r.categories_at_peak {
-                    Some(c) => {
-                        crate::category::CATEGORIES.iter().map(|&k| format!("{:>16}", fmt_bytes(c.get(k)))).collect()
-                    }
+                    Some(c) => shown.iter().map(|&k| format!("{:>16}", fmt_bytes(c.get(k)))).collect(),
                     None => vec![format!("{:>16}", "(no phases)")],
                 };
                 writeln!(out, "  {:>4} {}", r.rank, cols.join(""))?;
