@@ -1325,9 +1325,7 @@ impl Report {
     }
 }
 
-/// Largest file a report writes: with its 3 documents and at most 7 pictures (with categories
-/// and ranks), each as SVG and PNG, a report is at most 17 times this.
-pub const MAX_REPORT_FILE_BYTES: usize = 16 << 20;
+pub use crate::output::MAX_REPORT_FILE_BYTES;
 
 /// Escapes text for HTML (see [`crate::escape`]).
 pub fn escape(s: &str) -> String {
