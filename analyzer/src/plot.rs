@@ -8,7 +8,9 @@
 //! `<text>`, sized by an estimate, no font is loaded), pixel coordinates are integers, no clock,
 //! no map iteration order reaches the output (call sites are ordered by bytes, then label).
 
-use crate::model::Trace;
+use crate::model::layout::LayoutMeasures;
+use crate::model::sites::{site_of, Sites};
+use crate::model::{trace_name, Trace};
 use crate::replay::{replay_observed, EngineView, ReplayOptions, ReplayResult};
 use crate::timeline::{Downsampled, Mode, Timeline};
 use crate::units::fmt_bytes;
@@ -64,10 +66,6 @@ impl std::str::FromStr for At {
             n => n.parse().map(At::Event).map_err(|_| format!("`{s}`: expected peak, oom, end or an event index")),
         }
     }
-}
-
-pub fn trace_name(path: &Path) -> String {
-    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.display().to_string())
 }
 
 fn x_of(x: XAxis, index: u64, time_ns: u64) -> u64 {
@@ -279,11 +277,10 @@ pub fn timeline_replayed(trace: &Trace, x: XAxis, columns: usize) -> Result<Time
 }
 
 /// The name of a call site: the one naming rule of every output (text, SVG, JSON), the user's
-/// innermost frame as `file:line (function)` ([`crate::leaks::site_of`]).
+/// innermost frame as `file:line (function)` ([`crate::model::sites::site_of`]), with control
+/// characters shown escaped (plotters escapes `<` and `&` itself).
 pub fn callsite_label(frames: &[Frame]) -> String {
-    // Labels come from the trace: control characters (invalid in SVG, raw on a terminal) are
-    // shown escaped (plotters escapes `<` and `&` itself).
-    crate::escape::terminal(&crate::leaks::site_of(frames).label).into_owned()
+    site_of(frames).label
 }
 
 /// Live requested bytes by call site over time.
@@ -300,31 +297,21 @@ pub struct StackedData {
 /// Two scans: the first finds each call site's largest live bytes, the second folds the top
 /// [`TOP_CALLSITES`] of them (and the rest as "other").
 pub fn stacked_data(trace: &Trace, x: XAxis, columns: usize) -> Result<StackedData> {
-    // Pass 1: labels, and each label's peak of live requested bytes.
-    let mut label_of_site: HashMap<u32, usize> = HashMap::new();
-    let mut labels: Vec<String> = Vec::new();
-    let mut label_index: HashMap<String, usize> = HashMap::new();
+    // Pass 1: sites, and each site's peak of live requested bytes.
+    let mut sites = Sites::default();
     let mut live: HashMap<u64, (usize, u64)> = HashMap::new();
-    let mut cur: Vec<u64> = Vec::new();
-    let mut max: Vec<u64> = Vec::new();
-    let mut intern = |label: String, labels: &mut Vec<String>, cur: &mut Vec<u64>, max: &mut Vec<u64>| -> usize {
-        *label_index.entry(label.clone()).or_insert_with(|| {
-            labels.push(label);
-            cur.push(0);
-            max.push(0);
-            labels.len() - 1
-        })
-    };
-    let none = intern(crate::leaks::Site::unknown().label, &mut labels, &mut cur, &mut max);
+    let mut cur: Vec<u64> = vec![0];
+    let mut max: Vec<u64> = vec![0];
     let mut has_callsites = false;
     trace.scan(|_, r| match &r.event {
         Event::CallSite { id, frames } => {
             has_callsites = true;
-            let l = intern(callsite_label(frames), &mut labels, &mut cur, &mut max);
-            label_of_site.insert(*id, l);
+            sites.define(*id, frames);
+            cur.resize(sites.len(), 0);
+            max.resize(sites.len(), 0);
         }
         Event::Alloc { id, requested_bytes, callsite, .. } => {
-            let l = label_of_site.get(callsite).copied().unwrap_or(none);
+            let l = sites.of(*callsite);
             live.insert(*id, (l, *requested_bytes));
             cur[l] = cur[l].saturating_add(*requested_bytes);
             max[l] = max[l].max(cur[l]);
@@ -336,15 +323,16 @@ pub fn stacked_data(trace: &Trace, x: XAxis, columns: usize) -> Result<StackedDa
         }
         _ => {}
     })?;
+    let labels: Vec<&str> = sites.sites.iter().map(|s| s.label.as_str()).collect();
     let mut order: Vec<usize> = (0..labels.len()).filter(|&l| max[l] > 0).collect();
-    order.sort_by(|&a, &b| max[b].cmp(&max[a]).then_with(|| labels[a].cmp(&labels[b])));
+    order.sort_by(|&a, &b| max[b].cmp(&max[a]).then_with(|| labels[a].cmp(labels[b])));
     order.truncate(TOP_CALLSITES);
     let other_band = order.len() + 1; // series index of "other"
     let mut band_of_label = vec![other_band; labels.len()];
     for (k, &l) in order.iter().enumerate() {
         band_of_label[l] = k + 1;
     }
-    let mut bands: Vec<String> = order.iter().map(|&l| labels[l].clone()).collect();
+    let mut bands: Vec<String> = order.iter().map(|&l| labels[l].to_string()).collect();
     bands.push("other".into());
     let mut names: Vec<&str> = vec!["total"];
     names.extend(bands.iter().map(|s| s.as_str()));
@@ -352,15 +340,10 @@ pub fn stacked_data(trace: &Trace, x: XAxis, columns: usize) -> Result<StackedDa
     // Pass 2.
     let mut values = vec![0f64; names.len()];
     let mut live: HashMap<u64, (usize, u64)> = HashMap::new();
-    let mut site_band: HashMap<u32, usize> = HashMap::new();
-    for (&site, &l) in &label_of_site {
-        site_band.insert(site, band_of_label[l]);
-    }
-    let none_band = band_of_label[none];
     trace.scan(|i, r| {
         match &r.event {
             Event::Alloc { id, requested_bytes, callsite, .. } => {
-                let b = site_band.get(callsite).copied().unwrap_or(none_band);
+                let b = band_of_label[sites.of(*callsite)];
                 live.insert(*id, (b, *requested_bytes));
                 values[b] += *requested_bytes as f64;
                 values[0] += *requested_bytes as f64;
@@ -604,7 +587,7 @@ impl FragTrack {
     pub fn observe(&mut self, i: u64, r: &Record, view: &dyn EngineView) {
         let xv = x_of(self.x, i, r.time_ns);
         // The one definition of the measures (`frag`'s), from the figures the engine keeps.
-        let m = crate::frag::LayoutMeasures::of_occupancy(&view.occupancy());
+        let m = LayoutMeasures::of_occupancy(&view.occupancy());
         self.un.push(xv, &[m.reserved_vs_allocated()]);
         self.co.push(xv, &[m.contiguity()]);
         self.samples += 1;

@@ -10,7 +10,7 @@
 //!   caching allocator rounds it.
 //! * **Fragmentation at the peak**: the share of reserved bytes not allocated when reserved
 //!   bytes first reached their peak.
-//! * **Call sites** are named by their innermost user frame ([`crate::leaks::site_of`]); a
+//! * **Call sites** are named by their innermost user frame ([`crate::model::sites::site_of`]); a
 //!   site's bytes on a rank are its live allocated bytes at that rank's peak of allocated bytes.
 //! * **Iterations** come from `iteration` marks; else from the annotation that repeats and comes
 //!   first, names that say so preferred (one containing `iteration`, then `ProfilerStep`, then
@@ -21,8 +21,9 @@
 //!   came before the first iteration.
 
 use crate::import::torch::{import_file, ImportOptions};
-use crate::leaks::Sites;
+use crate::model::sites::Sites;
 use crate::model::Trace;
+use crate::render::document::Block;
 use crate::summary::Peak;
 use anyhow::Result;
 use recorder::trace::{Event, Header, MarkKind};
@@ -410,8 +411,7 @@ pub fn analyze(traces: &[Trace]) -> Result<RanksReport> {
 
 /// The report's section across the ranks: the table, the peaking rank and skew, the differing
 /// call sites (its picture is among the report's pictures).
-pub fn report_blocks(rep: &RanksReport) -> Vec<crate::report::Block> {
-    use crate::report::Block;
+pub fn report_blocks(rep: &RanksReport) -> Vec<Block> {
     use crate::units::{fmt_bytes, fmt_ns};
     let mut d = vec![Block::Heading(2, format!("Across the ranks ({} traces)", rep.ranks.len()))];
     let peak = rep.ranks.iter().find(|r| r.rank == rep.peaking_rank);

@@ -116,6 +116,86 @@ cuDNN convolutions catch such an error and try a plan with another workspace, wh
     }
 }
 
+/// How far a replay gets, against what the trace recorded.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Reach {
+    /// The trace ends without an OOM, and the replay served every request.
+    Completes,
+    /// The trace ends without an OOM, and the replay ran out of memory.
+    RunsOutOfMemory,
+    /// The trace ends in an OOM, and the replay fails at the same request.
+    FailsWhereRecorded,
+    /// The trace ends in an OOM, and the replay fails at an earlier request.
+    FailsEarlier,
+    /// The trace ends in an OOM, and the replay serves that request: the rest of the job (the
+    /// requests the program would have made next) is not in the trace.
+    GetsPastFailure,
+    /// The trace is cut short (damaged), and the replay served every request read: what came
+    /// after the damage is unknown.
+    ReachesDamage,
+    /// The replay ran out of memory at a request the recorded run served, and the program may
+    /// have caught that error and gone on (see [`MayBeCaught`]): whether the job
+    /// got further cannot be told from the trace.
+    CannotTell,
+}
+
+impl Reach {
+    /// How far `r`, a replay of `trace`, got.
+    pub fn of(trace: &Trace, r: &ReplayResult) -> Reach {
+        match (trace.facts.fatal_oom().map(|o| o.event), r.oom_event()) {
+            (Some(f), Some(e)) if e >= f => Reach::FailsWhereRecorded,
+            (_, Some(_)) if r.failure_may_be_caught.is_some() => Reach::CannotTell,
+            (Some(_), Some(_)) => Reach::FailsEarlier,
+            (Some(_), None) => Reach::GetsPastFailure,
+            (None, Some(_)) => Reach::RunsOutOfMemory,
+            (None, None) if trace.damage().is_some() => Reach::ReachesDamage,
+            (None, None) => Reach::Completes,
+        }
+    }
+    /// Whether the replay got at least as far as the recorded run.
+    pub fn at_least_as_far(self) -> bool {
+        !matches!(self, Reach::FailsEarlier | Reach::RunsOutOfMemory | Reach::CannotTell)
+    }
+    /// Whether the replay served a request the recorded run failed.
+    pub fn gets_past(self) -> bool {
+        matches!(self, Reach::GetsPastFailure)
+    }
+    /// The column of a table (at most 12 characters).
+    pub fn short(self) -> &'static str {
+        match self {
+            Reach::Completes => "completes",
+            Reach::RunsOutOfMemory => "oom",
+            Reach::FailsWhereRecorded => "fails there",
+            Reach::FailsEarlier => "fails sooner",
+            Reach::GetsPastFailure => "gets past",
+            Reach::ReachesDamage => "to damage",
+            Reach::CannotTell => "cannot tell",
+        }
+    }
+    /// In a sentence.
+    pub fn text(self) -> &'static str {
+        match self {
+            Reach::Completes => "completes",
+            Reach::RunsOutOfMemory => "runs out of memory",
+            Reach::FailsWhereRecorded => "fails at the request where the recorded run failed",
+            Reach::FailsEarlier => "fails earlier than the recorded run",
+            Reach::GetsPastFailure => "gets past the request that failed; the rest of the job is not in the trace",
+            Reach::ReachesDamage => "serves every request up to the damage; the rest of the trace is unknown",
+            Reach::CannotTell => {
+                "runs out of memory at a request the recorded run served, an error the program may have caught and \
+gone on from: the trace cannot tell whether the job would have got further"
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Reach {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.short())
+    }
+}
+
 /// What a replay computed.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReplayResult {
@@ -146,7 +226,7 @@ pub struct ReplayResult {
     pub anomalies: u64,
     /// How far the replay got against the recorded run (for a trace that ends in an OOM, never
     /// "completes").
-    pub reach: crate::outcome::Reach,
+    pub reach: Reach,
     /// Recorded OOMs the program caught and went on from, which the replay went on past.
     pub caught_recorded_ooms: u64,
     /// The replay ran out of memory at a request the recorded run served, and the program may
@@ -201,9 +281,9 @@ pub trait EngineView {
     fn stats(&self) -> &Stats;
     /// The current layout: segments and their blocks in address order.
     fn segments(&self) -> Vec<recorder::engine::SegmentView>;
-    /// The measures of the current layout ([`crate::frag::LayoutMeasures::of`] of
+    /// The measures of the current layout ([`crate::model::layout::LayoutMeasures::of`] of
     /// [`EngineView::segments`], without building them).
-    fn layout(&self) -> crate::frag::LayoutMeasures;
+    fn layout(&self) -> crate::model::layout::LayoutMeasures;
     /// The byte figures of [`EngineView::layout`] that the engine keeps as it goes: constant
     /// time, where the layout walks every block.
     fn occupancy(&self) -> recorder::engine::Occupancy;
@@ -218,8 +298,8 @@ impl<S: Sink> EngineView for Engine<SimDevice, S> {
     fn segments(&self) -> Vec<recorder::engine::SegmentView> {
         Engine::segments(self)
     }
-    fn layout(&self) -> crate::frag::LayoutMeasures {
-        let mut m = crate::frag::LayoutMeasures::default();
+    fn layout(&self) -> crate::model::layout::LayoutMeasures {
+        let mut m = crate::model::layout::LayoutMeasures::default();
         self.visit_blocks(|starts, b| m.add(starts, b));
         m.finish();
         m
@@ -518,7 +598,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             end_reserved_bytes: st.reserved_bytes.all.current,
             allocated_at_peak_reserved_bytes: self.allocated_at_peak,
             anomalies: self.anomalies,
-            reach: crate::outcome::Reach::Completes,
+            reach: Reach::Completes,
             caught_recorded_ooms: match &self.outcome {
                 Outcome::Ok => trace.facts.caught_ooms() as u64,
                 Outcome::Oom { event, .. } => trace
@@ -537,7 +617,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             complete: trace.damage().is_none(),
             input_damage: trace.damage(),
         };
-        r.reach = crate::outcome::Reach::of(trace, &r);
+        r.reach = Reach::of(trace, &r);
         r
     }
 }

@@ -13,6 +13,7 @@ use crate::frag::{FragOptions, FragReport};
 use crate::leaks::{LeaksOptions, LeaksReport};
 use crate::model::Trace;
 use crate::plot::{self, At, XAxis};
+use crate::render::document::Block;
 use crate::replay::{Outcome, ReplayResult};
 use crate::summary::Summary;
 use crate::units::{fmt_bytes, fmt_ns};
@@ -721,21 +722,6 @@ pub fn findings(
     out
 }
 
-/// A piece of the document.
-#[derive(Debug, Clone)]
-pub enum Block {
-    Heading(u8, String),
-    /// Text with inline `code` and **bold**.
-    Para(String),
-    Table(Vec<String>, Vec<Vec<String>>),
-    /// A picture by index into `Report::pictures`.
-    Picture(usize),
-    /// A clearly marked note (a blockquote).
-    Note(String),
-    /// Preformatted text.
-    Code(String),
-}
-
 impl Report {
     /// The document, once, for both renderings.
     pub fn blocks(&self) -> Vec<Block> {
@@ -1284,7 +1270,7 @@ impl Report {
 
     /// `summary.json`.
     pub fn json(&self) -> Result<String> {
-        let mut s = serde_json::to_string_pretty(&crate::cmd::V1::of(self))?;
+        let mut s = serde_json::to_string_pretty(&crate::render::json::V1::of(self))?;
         s.push('\n');
         Ok(s)
     }
