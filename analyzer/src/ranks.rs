@@ -271,7 +271,7 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
         }
         if reserved > peak_reserved.bytes {
             peak_reserved = Peak { bytes: reserved, event: i, time_ns: r.time_ns };
-            frag = if reserved > 0 { 1.0 - allocated.min(reserved) as f64 / reserved as f64 } else { 0.0 };
+            frag = crate::model::layout::ratio_complement(allocated, reserved);
         }
         if allocated > peak_allocated.bytes {
             peak_allocated = Peak { bytes: allocated, event: i, time_ns: r.time_ns };

@@ -244,18 +244,20 @@ impl ReplayResult {
     pub fn is_oom(&self) -> bool {
         matches!(self.outcome, Outcome::Oom { .. })
     }
-    /// `1 - allocated / reserved` where it matters: at the OOM, else when reserved bytes first
-    /// reached their peak (the ratio of the two peaks, taken at different moments, can read 0).
-    pub fn fragmentation_where_it_matters(&self) -> f64 {
-        let (allocated, reserved) = match self.outcome {
+    /// Allocated and reserved bytes where fragmentation matters: at the OOM, else when reserved
+    /// bytes first reached their peak (the two peaks, taken at different moments, say nothing
+    /// of each other).
+    pub fn allocated_and_reserved_where_it_matters(&self) -> (u64, u64) {
+        match self.outcome {
             Outcome::Oom { reserved_bytes, allocated_bytes, .. } => (allocated_bytes, reserved_bytes),
             Outcome::Ok => (self.allocated_at_peak_reserved_bytes, self.peak_reserved_bytes),
-        };
-        if reserved == 0 {
-            0.0
-        } else {
-            1.0 - allocated.min(reserved) as f64 / reserved as f64
         }
+    }
+    /// PyTorch's "reserved but unallocated" as a share of reserved, where it matters: measure 1
+    /// of [`crate::model::layout::LayoutMeasures`] at the OOM, else at peak reserved.
+    pub fn fragmentation_where_it_matters(&self) -> f64 {
+        let (allocated, reserved) = self.allocated_and_reserved_where_it_matters();
+        crate::model::layout::ratio_complement(allocated, reserved)
     }
     pub fn outcome_kind(&self) -> crate::model::OutcomeKind {
         match self.outcome {

@@ -17,7 +17,7 @@ use crate::render::document::Block;
 use crate::replay::{Outcome, ReplayResult};
 use crate::summary::Summary;
 use crate::units::{fmt_bytes, fmt_ns};
-use crate::whatif::{fragmentation, whatif_observed, Whatif, WhatifOptions, LONG_TRACE_EVENTS};
+use crate::whatif::{whatif_observed, Whatif, WhatifOptions, LONG_TRACE_EVENTS};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -583,8 +583,10 @@ pub fn findings(
             explanation: format!("All {} requests succeeded in the replay under the recorded settings.", r.requests),
         }),
     }
-    // 2. Reserved vs allocated (definition 1).
-    let frag = fragmentation(r.peak_allocated_bytes, r.peak_reserved_bytes);
+    // 2. Reserved vs allocated (definition 1), where it matters: the figure of the what-if
+    // table's recorded row and of the fragmentation section at the same moment.
+    let frag = r.fragmentation_where_it_matters();
+    let (allocated, reserved) = r.allocated_and_reserved_where_it_matters();
     let verdict = if frag < 0.10 {
         Verdict::Ok
     } else if frag < 0.25 {
@@ -592,20 +594,22 @@ pub fn findings(
     } else {
         Verdict::Problem
     };
+    let moment = if r.is_oom() { "at the OOM" } else { "at peak reserved" };
     out.push(Finding {
         id: "reserved_vs_allocated",
-        title: "Reserved but unallocated memory at the peaks".into(),
+        title: format!("Reserved but unallocated memory {moment}"),
         verdict,
         value: pct(frag),
-        definition: "1 - peak allocated / peak reserved: the share of the memory taken from the device that no \
-                     tensor held at the peak (cached, or slack in rounded blocks). nvidia-smi shows reserved."
+        definition: "1 - allocated / reserved at the OOM, or when reserved memory peaked in a run without one: \
+                     the share of the memory taken from the device that no tensor held then (cached, or slack in \
+                     rounded blocks). nvidia-smi shows reserved."
             .into(),
         explanation: format!(
-            "Peak reserved {}, peak allocated {}: {} held by the cache beyond what tensors used at their peak. \
-             Under 10% is normal for a caching allocator; above 25% the cache costs real capacity.",
-            fmt_bytes(r.peak_reserved_bytes),
-            fmt_bytes(r.peak_allocated_bytes),
-            fmt_bytes(r.peak_reserved_bytes.saturating_sub(r.peak_allocated_bytes))
+            "Reserved {}, allocated {} {moment}: {} held by the cache beyond what tensors used. Under 10% is \
+             normal for a caching allocator; above 25% the cache costs real capacity.",
+            fmt_bytes(reserved),
+            fmt_bytes(allocated),
+            fmt_bytes(reserved.saturating_sub(allocated))
         ),
     });
     // 3. Contiguity at the moment of the segment map (definition 2).
