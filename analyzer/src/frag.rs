@@ -26,7 +26,7 @@
 
 use crate::model::layout::{ratio_complement, LayoutMeasures};
 use crate::model::Trace;
-use crate::replay::{replay_observed, EngineView, Outcome, ReplayOptions};
+use crate::replay::{replay_observed, EngineView, OomMoment, Outcome, ReplayOptions};
 use crate::whatif;
 use anyhow::{bail, Result};
 use recorder::engine::SegmentView;
@@ -264,7 +264,7 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
     let path = &trace.path;
     // The recorded OOM that ended the run; those the program caught are replayed past.
     let first_oom = trace.facts.fatal_oom().map(|o| o.event);
-    let mut ooms_seen = 0u64;
+    let mut oom = OomMoment::default();
     let events = trace.events;
     if let At::Event(e) = opts.at {
         if e >= events {
@@ -277,21 +277,16 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
     let mut peak_reserved = 0u64;
     let mut peak: Option<(u64, u64)> = None;
     let mut moment: Option<Captured> = None;
-    let mut oom_seen = false;
     let mut last_seen: Option<(u64, u64)> = None;
     let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, _| {
         last_seen = Some((i, r.time_ns));
         let reserved = view.stats().reserved_bytes.all.current;
-        let failed_here = view.stats().num_ooms > ooms_seen;
-        ooms_seen = view.stats().num_ooms;
-        let caught = matches!(r.event, Event::Oom { .. }) && trace.facts.survived(i);
-        let oom_now = !oom_seen && failed_here && !caught;
-        oom_seen |= oom_now;
+        let oom_at = oom.observe(trace, i, r, view);
         let want_moment = moment.is_none()
             && match opts.at {
                 At::Peak => false,
-                At::Oom => oom_now || (first_oom == Some(i)),
-                At::End => i == last || oom_now,
+                At::Oom => oom_at.moment,
+                At::End => i == last || oom_at.stopped,
                 At::Event(e) => i == e,
             };
         if reserved > peak_reserved {
@@ -332,7 +327,7 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
     let moment = match (opts.at, moment) {
         (At::Peak, _) => Captured { event: peak_event, time_ns: peak_time_ns, segments: peak_segments },
         (_, Some(m)) => m,
-        (At::Oom, None) => bail!("{}: no out-of-memory in the trace or its replay (try --at peak)", path.display()),
+        (At::Oom, None) => bail!("{}", OomMoment::missing(trace)),
         (At::End, None) | (At::Event(_), None) => {
             // The replay stopped (at an OOM) before the requested event.
             let (e, t) = last_seen.unwrap_or((0, 0));

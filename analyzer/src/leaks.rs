@@ -24,7 +24,7 @@
 use crate::model::layout::LayoutMeasures;
 use crate::model::sites::{Site, Sites};
 use crate::model::{Damage, Trace};
-use crate::replay::{replay_observed, EngineView, ReplayOptions};
+use crate::replay::{replay_observed, EngineView, OomMoment, ReplayOptions};
 use anyhow::{bail, Result};
 use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::Direction;
@@ -438,6 +438,7 @@ pub fn held_at(trace: &Trace, sites: &Sites, at: Option<u64>, events: u64) -> Re
     let target = at.unwrap_or(last);
     let mut callsite_of: HashMap<u64, u32> = HashMap::new();
     let mut held: Option<Held> = None;
+    let mut oom = OomMoment::default();
     replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, live| {
         match &r.event {
             Event::Alloc { id, callsite, .. } => {
@@ -448,7 +449,8 @@ pub fn held_at(trace: &Trace, sites: &Sites, at: Option<u64>, events: u64) -> Re
             }
             _ => {}
         }
-        let oom_stop = at.is_none() && view.stats().num_ooms > 0;
+        // Without a given event: at the OOM (not one the program caught), else at the end.
+        let oom_stop = oom.observe(trace, i, r, view).moment && at.is_none();
         if held.is_none() && (i == target || oom_stop) {
             let site_of_block =
                 live.iter().map(|(id, addr)| (*addr, sites.of(callsite_of.get(id).copied().unwrap_or(0)))).collect();

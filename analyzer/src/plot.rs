@@ -11,7 +11,7 @@
 use crate::model::layout::LayoutMeasures;
 use crate::model::sites::{site_of, Sites};
 use crate::model::{trace_name, Trace};
-use crate::replay::{replay_observed, EngineView, ReplayOptions, ReplayResult};
+use crate::replay::{replay_observed, EngineView, OomMoment, ReplayOptions, ReplayResult};
 use crate::timeline::{Downsampled, Mode, Timeline};
 use crate::units::fmt_bytes;
 use crate::whatif::policies;
@@ -399,12 +399,13 @@ pub struct MomentTrack {
     best: u64,
     best_i: Option<u64>,
     last_i: Option<u64>,
+    /// The OOM moment (the replay's, decided by [`OomMoment`]) and the failed request's size.
     oom: Option<(u64, u64)>,
-    seen: u64,
+    moment: OomMoment,
 }
 
 impl MomentTrack {
-    pub fn observe(&mut self, i: u64, r: &Record, view: &dyn EngineView) {
+    pub fn observe(&mut self, trace: &Trace, i: u64, r: &Record, view: &dyn EngineView) {
         let st = view.stats();
         let res = st.reserved_bytes.all.current;
         if res > self.best {
@@ -412,18 +413,18 @@ impl MomentTrack {
             self.best_i = Some(i);
         }
         self.last_i = Some(i);
-        if self.oom.is_none() && st.num_ooms > self.seen {
+        if self.moment.observe(trace, i, r, view).moment {
             let req = match &r.event {
                 Event::Alloc { requested_bytes, .. } | Event::Oom { requested_bytes, .. } => *requested_bytes,
                 _ => 0,
             };
             self.oom = Some((i, req));
         }
-        self.seen = st.num_ooms;
     }
 
     /// The event, the words for the moment, and the failed request at an OOM.
-    pub fn moment(&self, path: &Path, at: At) -> Result<(u64, String, Option<u64>)> {
+    pub fn moment(&self, trace: &Trace, at: At) -> Result<(u64, String, Option<u64>)> {
+        let path = &trace.path;
         Ok(match at {
             At::Event(n) => (n, format!("after event {n}"), None),
             At::Peak => {
@@ -436,7 +437,7 @@ impl MomentTrack {
             }
             At::Oom => match self.oom {
                 Some((i, req)) => (i, format!("out of memory: request of {} (event {i})", fmt_bytes(req)), Some(req)),
-                None => bail!("{}: no allocation fails in this trace (try --at peak)", path.display()),
+                None => bail!("{}", OomMoment::missing(trace)),
             },
         })
     }
@@ -448,9 +449,9 @@ pub fn segments_data(trace: &Trace, at: At) -> Result<SegmentsData> {
     // Pass 1 (except for a given event): find the event.
     let mut track = MomentTrack::default();
     if !matches!(at, At::Event(_)) {
-        replay_observed(trace, &opts, &mut |i, r, view, _| track.observe(i, r, view))?;
+        replay_observed(trace, &opts, &mut |i, r, view, _| track.observe(trace, i, r, view))?;
     }
-    segments_data_at(trace, track.moment(&trace.path, at)?)
+    segments_data_at(trace, track.moment(trace, at)?)
 }
 
 /// Pass 2 of [`segments_data`]: replays up to the moment and takes the layout there.

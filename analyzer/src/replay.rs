@@ -274,6 +274,72 @@ impl ReplayResult {
     }
 }
 
+/// The out-of-memory moment of a replay, decided here for every analysis that looks at it (the
+/// diagnosis, the fragmentation and retention at the OOM, the segment map `--at oom`): the first
+/// record where the engine failed a request that the program did not catch, or the trace's
+/// fatal recorded OOM (which a replay under another setting may serve). A recorded OOM that the
+/// program caught and went on from is not the moment: the replay goes on past it, as the
+/// program did (see [`ReplayResult::caught_recorded_ooms`]).
+///
+/// Fed by an observer after each record the replay took ([`OomMoment::observe`]).
+#[derive(Debug, Clone, Default)]
+pub struct OomMoment {
+    ooms_seen: u64,
+    at: Option<u64>,
+}
+
+impl OomMoment {
+    /// After record `i`: whether the replay stopped here, out of memory (the engine failed a
+    /// request that was not a caught recorded OOM), and whether `i` is the OOM moment (true at
+    /// most once).
+    pub fn observe(&mut self, trace: &Trace, i: u64, r: &Record, view: &dyn EngineView) -> OomAt {
+        let ooms = view.stats().num_ooms;
+        let failed_here = ooms > self.ooms_seen;
+        self.ooms_seen = ooms;
+        let caught = matches!(r.event, Event::Oom { .. }) && trace.facts.survived(i);
+        let stopped = failed_here && !caught;
+        let fatal_recorded = trace.facts.fatal_oom().is_some_and(|o| o.event == i);
+        let moment = self.at.is_none() && (stopped || fatal_recorded);
+        if moment {
+            self.at = Some(i);
+        }
+        OomAt { stopped, moment }
+    }
+    /// The moment's event, once observed.
+    pub fn event(&self) -> Option<u64> {
+        self.at
+    }
+    /// Why a replay of `trace` that ran to its end has no OOM moment, for `--at oom`.
+    pub fn missing(trace: &Trace) -> String {
+        let caught: Vec<String> = trace
+            .facts
+            .recorded_ooms
+            .iter()
+            .filter(|o| trace.facts.survived(o.event))
+            .map(|o| o.event.to_string())
+            .collect();
+        match caught.first() {
+            None => format!("{}: no out-of-memory in the trace or its replay (try --at peak)", trace.path.display()),
+            Some(first) => format!(
+                "{}: no out-of-memory ends the run (the program caught the one{} at event {} and went on); try \
+                 --at peak or --at {first}",
+                trace.path.display(),
+                if caught.len() > 1 { "s" } else { "" },
+                caught.join(", "),
+            ),
+        }
+    }
+}
+
+/// What [`OomMoment::observe`] found at one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OomAt {
+    /// The replay failed a request here and stops.
+    pub stopped: bool,
+    /// This record is the OOM moment.
+    pub moment: bool,
+}
+
 /// The live allocations of a replay: trace `id` -> address in the replay. (Fx hashing: ids
 /// are small integers, and SipHash cost more than the engine's own work per request.)
 pub type LiveMap = rustc_hash::FxHashMap<u64, u64>;

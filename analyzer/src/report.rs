@@ -218,7 +218,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                             t.whatif.observe(XAxis::Time, i, rec, view);
                             if let Some((f, m)) = t.recorded.as_mut() {
                                 f.observe(i, rec, view);
-                                m.observe(i, rec, view);
+                                m.observe(trace, i, rec, view);
                             }
                         },
                     )
@@ -258,7 +258,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     let at = if replay.is_oom() { At::Oom } else { At::Peak };
     let frag_at = if replay.is_oom() { crate::frag::At::Oom } else { crate::frag::At::Peak };
     let (seg, (ex, fr)) = rayon::join(
-        || moment.moment(path, at).and_then(|m| plot::segments_data_at(trace, m)),
+        || moment.moment(trace, at).and_then(|m| plot::segments_data_at(trace, m)),
         || {
             rayon::join(
                 || {

@@ -202,3 +202,42 @@ fn reserved_but_unallocated_is_one_figure() {
     assert_eq!(of("frag_oom.default.atrace"), Some("50.0%"), "{checked:?}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The out-of-memory moment is decided once (`replay::OomMoment`): a recorded OOM that the
+/// program caught and went on from is replayed past by `replay`, `explain` and `frag`, and now by
+/// `leaks` (whose retention was taken "after event 51") and `plot --kind segments --at oom`
+/// (which drew an OOM there). An OOM that ends the run is the moment for all of them.
+#[test]
+fn the_oom_moment_is_decided_once() {
+    let run = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_alloctrace")).args(args).output().unwrap();
+    let svg = std::env::temp_dir().join(format!("alloctrace-oom-moment-{}.svg", std::process::id()));
+    let svg = svg.to_str().unwrap();
+
+    let caught = root().join("tests/fixtures/truth/oom_catch.default.atrace");
+    let t = caught.to_str().unwrap();
+    let replay = json(&["replay", "--json", t]);
+    assert_eq!(replay["outcome"], "ok");
+    assert_eq!(replay["caught_recorded_ooms"], 1);
+    let end = replay["events"].as_u64().unwrap() - 1;
+    assert_eq!(json(&["explain", "--json", t])["moment"], "peak");
+    let leaks = json(&["leaks", "--json", t]);
+    assert_eq!(leaks["retention"]["event"], end, "leaks takes retention at the end, past the caught OOM");
+    for args in [vec!["frag", t, "--at", "oom"], vec!["plot", t, "--kind", "segments", "--at", "oom", "-o", svg]] {
+        let o = run(&args);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains("no out-of-memory ends the run (the program caught the one at event 51"), "{args:?}: {e}");
+    }
+
+    let fatal = root().join("traces/frag_oom.default.atrace");
+    let t = fatal.to_str().unwrap();
+    let oom = json(&["replay", "--json", t])["oom_event"].clone();
+    assert_eq!(oom, 1012);
+    assert_eq!(json(&["explain", "--json", t])["moment"], "oom");
+    assert_eq!(json(&["frag", "--json", t, "--at", "oom"])["moment"]["event"], oom);
+    assert_eq!(json(&["leaks", "--json", t])["retention"]["event"], oom);
+    let o = run(&["plot", t, "--kind", "segments", "--at", "oom", "-o", svg]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("layout after event 1012"));
+    std::fs::remove_file(svg).ok();
+}
