@@ -377,18 +377,21 @@ pub struct SegmentsData {
 }
 
 impl SegmentsData {
+    /// The measures of the layout: the one definition ([`LayoutMeasures`]) that `frag`, `explain`
+    /// and the report's findings read.
+    pub fn measures(&self) -> LayoutMeasures {
+        LayoutMeasures::of(&self.segments)
+    }
     pub fn reserved_bytes(&self) -> u64 {
-        self.segments.iter().map(|s| s.bytes).sum()
+        self.measures().reserved_bytes
     }
     /// Bytes in free blocks (not allocated, not waiting for a free to complete).
     pub fn free_bytes(&self) -> u64 {
-        self.free_blocks().map(|b| b.bytes).sum()
+        self.measures().free_bytes
     }
+    /// The largest free block of the default pools (a private pool's serves only that pool).
     pub fn largest_free_bytes(&self) -> u64 {
-        self.free_blocks().map(|b| b.bytes).max().unwrap_or(0)
-    }
-    fn free_blocks(&self) -> impl Iterator<Item = &recorder::engine::BlockView> + '_ {
-        self.segments.iter().flat_map(|s| s.blocks.iter()).filter(|b| !b.allocated && !b.pending_free)
+        self.measures().largest_free_bytes
     }
 }
 
@@ -1072,7 +1075,9 @@ pub fn render_segments(d: &SegmentsData) -> Result<String> {
         .segments
         .iter()
         .flat_map(|s| s.blocks.iter())
-        .filter(|b| !b.allocated && !b.pending_free)
+        // The block the legend names: the largest free block a request outside a private pool
+        // could get ([`LayoutMeasures::largest_free_bytes`]).
+        .filter(|b| !b.allocated && !b.pending_free && !b.in_private_pool)
         .max_by(|a, b| a.bytes.cmp(&b.bytes).then(b.addr.cmp(&a.addr)))
         .map(|b| b.addr);
     let holds_largest = |s: &SegmentView| largest.is_some_and(|a| s.blocks.iter().any(|b| b.addr == a));

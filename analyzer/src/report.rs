@@ -614,7 +614,9 @@ pub fn findings(
     });
     // 3. Contiguity at the moment of the segment map (definition 2).
     if let Some(l) = layout {
-        let c = if l.free_bytes == 0 { 0.0 } else { 1.0 - l.largest_free_bytes as f64 / l.free_bytes as f64 };
+        // Measure 2 of the layout ([`crate::model::layout::LayoutMeasures::contiguity`]): the
+        // largest free block is one a request outside a private pool could get.
+        let c = crate::model::layout::ratio_complement(l.largest_free_bytes, l.free_bytes);
         let verdict = if l.free_bytes < (64 << 20) || c < 0.5 {
             Verdict::Ok
         } else if l.failed_request_bytes.is_some() {

@@ -172,10 +172,7 @@ fn shipped_traces() -> Vec<PathBuf> {
 fn reserved_but_unallocated_is_one_figure() {
     let dir = std::env::temp_dir().join(format!("alloctrace-unallocated-{}", std::process::id()));
     let pct = |f: &Value| format!("{:.1}%", f.as_f64().unwrap() * 100.0);
-    let measure1 = |frag: &Value| -> Value {
-        frag["measures"].as_array().unwrap().iter().find(|m| m["name"] == "reserved_vs_allocated").unwrap()["at_moment"]
-            .clone()
-    };
+    let measure1 = |frag: &Value| moment_measure(frag, "reserved_vs_allocated");
     let mut checked = Vec::new();
     for t in shipped_traces() {
         let name = t.file_name().unwrap().to_string_lossy().into_owned();
@@ -240,4 +237,51 @@ fn the_oom_moment_is_decided_once() {
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("layout after event 1012"));
     std::fs::remove_file(svg).ok();
+}
+
+/// Contiguity has one definition (`model::layout::LayoutMeasures`): the largest free block is one
+/// a request outside a private pool could get (a CUDA graph's or MemPool's free blocks serve
+/// only that pool), in frag, in the report's finding and layout, and in the segment map's legend.
+/// (The report and the segment map counted the private pools' free blocks: on
+/// graph_pools.expandable.live.pickle the report's finding said 67.6% where its fragmentation
+/// section said 80.4%.)
+#[test]
+fn contiguity_has_one_definition() {
+    let dir = std::env::temp_dir().join(format!("alloctrace-contiguity-{}", std::process::id()));
+    let pickle = root().join("analyzer/tests/fixtures/pools/graph_pools.expandable.live.pickle");
+    let p = pickle.to_str().unwrap();
+    let report = json(&["report", "--json", "--no-search", p, "-o", dir.join("r").to_str().unwrap()]);
+    let (layout, moment) = (&report["layout"], &report["frag"]["moment"]);
+    assert_eq!(layout["event"], moment["event"], "one moment");
+    for k in ["reserved_bytes", "free_bytes", "largest_free_bytes"] {
+        assert_eq!(layout[k], moment["measures"][k], "the report's layout and its fragmentation section: {k}");
+    }
+    let frag = json(&["frag", "--json", "--at", "peak", p]);
+    assert_eq!(frag["moment"]["measures"], moment["measures"], "the report and frag at the peak");
+    let contiguity =
+        moment_measure(&report["frag"], "contiguity").as_f64().map(|c| format!("{:.1}%", c * 100.0)).unwrap();
+    let finding = report["findings"].as_array().unwrap().iter().find(|f| f["id"] == "free_memory_in_pieces").unwrap();
+    assert_eq!(finding["value"], contiguity.as_str(), "the report's finding and its section");
+    assert_eq!(contiguity, "80.4%");
+
+    // The segment map's legend names the same block as frag, at a moment where a private pool
+    // holds a larger free block (32 MiB) than the default pools (16 MiB).
+    let t = root().join("traces/recorded_graph_pools.atrace");
+    let t = t.to_str().unwrap();
+    let frag = json(&["frag", "--json", "--at", "end", t]);
+    assert_eq!(frag["moment"]["measures"]["largest_free_bytes"], 16 << 20);
+    let svg = dir.join("segments.svg");
+    let o = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+        .args(["plot", t, "--kind", "segments", "--at", "end", "-o", svg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("largest free block (16.00 MiB of"), "the legend names another block");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A measure's value at the moment, from frag's JSON.
+fn moment_measure(frag: &Value, name: &str) -> Value {
+    frag["measures"].as_array().unwrap().iter().find(|m| m["name"] == name).unwrap()["at_moment"].clone()
 }
