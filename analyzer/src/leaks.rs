@@ -5,9 +5,10 @@
 //! the Python standard library, site-packages and PyTorch's own sources are skipped, so a tensor
 //! made inside `torch/nn/modules/linear.py` for `out = m(x)` is charged to the line `out = m(x)`.
 //!
-//! Growth is measured at the same phase of successive iterations. The iterations come from, in
-//! order of preference: `Mark{Iteration}` events; an annotation that repeats (e.g. PyTorch's
-//! `Optimizer.zero_grad ... START`); else the period of the request stream. The period is found
+//! Growth is measured at the same phase of successive iterations. The iterations come from
+//! `Mark{Iteration}` events, else an annotation that repeats (e.g. PyTorch's
+//! `Optimizer.zero_grad ... START`), by the one rule of [`crate::model::iterations`]; else from
+//! the period of the request stream. The period is found
 //! by autocorrelation of the allocation signatures (call site, size): the smallest shift `p` at
 //! which `sig[i] == sig[i + p]` for nearly as many `i` as the best shift. Worked example: the
 //! stream `a b c a b c a b c` matches itself everywhere at shifts 3 and 6; the smallest, 3, is
@@ -21,6 +22,7 @@
 //! Memory: live allocations, call sites, one sample of per-site live bytes per iteration, and
 //! (for the period search only) one signature per allocation, at most [`MAX_SIGNATURES`].
 
+use crate::model::iterations::{IterationFold, IterationSource, Iterations};
 use crate::model::layout::LayoutMeasures;
 use crate::model::sites::{Site, Sites};
 use crate::model::{Damage, Trace};
@@ -29,7 +31,7 @@ use anyhow::{bail, Result};
 use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::Direction;
 use recorder::engine::SegmentView;
-use recorder::trace::{Event, MarkKind};
+use recorder::trace::Event;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -156,8 +158,7 @@ struct Pass1 {
     live: HashMap<u64, (usize, u64, u64, u64)>,
     /// (event index, call site, requested bytes) per allocation, capped.
     signatures: Vec<(u64, u32, u64)>,
-    iteration_marks: Vec<u64>,
-    annotations: HashMap<String, Vec<u64>>,
+    iterations: IterationFold,
     events: u64,
     last_time_ns: u64,
     damage: Option<Damage>,
@@ -168,8 +169,7 @@ fn pass1(trace: &Trace) -> Result<Pass1> {
         sites: Sites::default(),
         live: HashMap::new(),
         signatures: Vec::new(),
-        iteration_marks: Vec::new(),
-        annotations: HashMap::new(),
+        iterations: IterationFold::default(),
         events: 0,
         last_time_ns: 0,
         damage: None,
@@ -187,14 +187,7 @@ fn pass1(trace: &Trace) -> Result<Pass1> {
             Event::FreeCompleted { id, .. } => {
                 p.live.remove(id);
             }
-            Event::Mark { kind: MarkKind::Iteration, .. } => p.iteration_marks.push(i),
-            Event::Mark { kind: MarkKind::Annotation | MarkKind::Phase, text } => {
-                if let Some(v) = p.annotations.get_mut(text) {
-                    v.push(i);
-                } else if p.annotations.len() < 4096 {
-                    p.annotations.insert(text.clone(), vec![i]);
-                }
-            }
+            Event::Mark { .. } => p.iterations.observe(i, &r.event),
             Event::FreeRequested { .. }
             | Event::SegmentAlloc { .. }
             | Event::SegmentFree { .. }
@@ -285,18 +278,18 @@ pub fn outer_loop<T: PartialEq>(sig: &[T], period: usize) -> Option<Vec<usize>> 
 
 /// Picks the iteration boundaries (event indices) and says where they came from.
 fn boundaries(p: &Pass1) -> (Option<(String, Vec<u64>)>, Option<String>) {
-    if p.iteration_marks.len() >= 3 {
-        return (Some(("iteration marks".into(), p.iteration_marks.clone())), None);
-    }
-    // The most frequent repeated annotation, earliest first on ties.
-    let mut best: Option<(&String, &Vec<u64>)> = None;
-    for (text, at) in &p.annotations {
-        if at.len() >= 3 && best.is_none_or(|(_, b)| at.len() > b.len() || (at.len() == b.len() && at[0] < b[0])) {
-            best = Some((text, at));
+    // Marks or a repeated annotation: the one rule of every analysis.
+    match p.iterations.iterations() {
+        Some(Iterations { source: IterationSource::Marks, starts }) if starts.len() < 3 => {
+            return (None, Some(format!("{} iteration marks: too few to measure growth (at least 3)", starts.len())));
         }
-    }
-    if let Some((text, at)) = best {
-        return (Some((format!("the annotation \"{text}\", which repeats {} times", at.len()), at.clone())), None);
+        Some(Iterations { source: IterationSource::Marks, starts }) => {
+            return (Some(("iteration marks".into(), starts)), None);
+        }
+        Some(Iterations { source: IterationSource::Annotation(text), starts }) => {
+            return (Some((format!("the annotation \"{text}\", which repeats {} times", starts.len()), starts)), None);
+        }
+        None => {}
     }
     let sig: Vec<(u32, u64)> = p.signatures.iter().map(|&(_, c, b)| (c, b)).collect();
     match detect_period(&sig) {

@@ -285,3 +285,27 @@ fn contiguity_has_one_definition() {
 fn moment_measure(frag: &Value, name: &str) -> Value {
     frag["measures"].as_array().unwrap().iter().find(|m| m["name"] == name).unwrap()["at_moment"].clone()
 }
+
+/// Iterations come from one rule (`model::iterations`) in `leaks` and `ranks`. On the two-GPU
+/// DDP fixture (8 training steps, `recorded_run.txt`), leaks counted 16 iterations from
+/// "forward", which the recorder's hook marks twice a step there, and ranks 9 from DDP's bucket
+/// rebuild mark; both now take the optimizer step, once a step.
+#[test]
+fn iterations_have_one_rule() {
+    let dir = root().join("analyzer/tests/fixtures/ranks/nccl");
+    let (r0, r1) = (dir.join("ddp.rank0.atrace"), dir.join("ddp.rank1.atrace"));
+    let (r0, r1) = (r0.to_str().unwrap(), r1.to_str().unwrap());
+    let steps =
+        std::fs::read_to_string(dir.join("recorded_run.txt")).unwrap().lines().filter(|l| l.contains(" step ")).count();
+    assert_eq!(steps, 16, "8 steps on each of 2 ranks");
+    let ranks = json(&["ranks", "--json", r0, r1]);
+    for (k, t) in [r0, r1].iter().enumerate() {
+        let leaks = json(&["leaks", "--json", t]);
+        let row = &ranks["ranks"][k];
+        let boundaries = leaks["growth"]["boundaries"].as_array().unwrap().len() as u64;
+        assert_eq!(Some(boundaries), row["iterations"].as_u64(), "{t}: leaks and ranks");
+        assert_eq!(row["iterations"], 8, "{t}");
+        assert_eq!(row["iterations_from"], "annotation \"optimizer step\"", "{t}");
+        assert!(leaks["growth"]["source"].as_str().unwrap().starts_with("the annotation \"optimizer step\""), "{t}");
+    }
+}
