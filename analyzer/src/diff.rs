@@ -2,12 +2,12 @@
 //! OOMs, and per call site the bytes live at the peak and the number of allocations.
 //!
 //! Call sites are matched across the two traces by their label (see
-//! [`crate::plot::callsite_label`]: the user's frame and the innermost function), not by their
+//! [`crate::model::sites::site_of`]: the user's frame and the innermost function), not by their
 //! ids, which each trace numbers on its own. "Bytes at the peak" are the live requested bytes
 //! of a call site at the moment the trace's total of live requested bytes first peaked.
 
+use crate::model::sites::Sites;
 use crate::model::Trace;
-use crate::plot::callsite_label;
 use crate::replay::{replay, ReplayOptions};
 use anyhow::Result;
 use recorder::trace::Event;
@@ -71,17 +71,14 @@ pub struct Diff {
 
 /// Per call-site figures of one trace.
 #[derive(Debug, Default)]
-struct Sites {
+struct SiteFigures {
     /// label -> (bytes at the peak, allocations)
     by_label: BTreeMap<String, (u64, u64)>,
     has_callsites: bool,
 }
 
-fn sites(trace: &Trace) -> Result<Sites> {
-    let mut labels: Vec<String> = vec![crate::leaks::Site::unknown().label];
-    let mut index: HashMap<String, usize> = HashMap::new();
-    index.insert(labels[0].clone(), 0);
-    let mut label_of_site: HashMap<u32, usize> = HashMap::new();
+fn sites(trace: &Trace) -> Result<SiteFigures> {
+    let mut sites = Sites::default();
     let mut live: HashMap<u64, (usize, u64)> = HashMap::new();
     let mut cur: Vec<u64> = vec![0];
     let mut allocs: Vec<u64> = vec![0];
@@ -91,17 +88,12 @@ fn sites(trace: &Trace) -> Result<Sites> {
     trace.scan(|_, r| match &r.event {
         Event::CallSite { id, frames } => {
             has_callsites = true;
-            let label = callsite_label(frames);
-            let l = *index.entry(label.clone()).or_insert_with(|| {
-                labels.push(label);
-                cur.push(0);
-                allocs.push(0);
-                labels.len() - 1
-            });
-            label_of_site.insert(*id, l);
+            sites.define(*id, frames);
+            cur.resize(sites.len(), 0);
+            allocs.resize(sites.len(), 0);
         }
         Event::Alloc { id, requested_bytes, callsite, .. } => {
-            let l = label_of_site.get(callsite).copied().unwrap_or(0);
+            let l = sites.of(*callsite);
             live.insert(*id, (l, *requested_bytes));
             cur[l] = cur[l].saturating_add(*requested_bytes);
             allocs[l] += 1;
@@ -119,14 +111,14 @@ fn sites(trace: &Trace) -> Result<Sites> {
         }
         _ => {}
     })?;
-    at_peak.resize(labels.len(), 0);
+    at_peak.resize(sites.len(), 0);
     let mut by_label = BTreeMap::new();
-    for (l, label) in labels.into_iter().enumerate() {
+    for (l, label) in sites.sites.into_iter().map(|s| s.label).enumerate() {
         if allocs[l] > 0 {
             by_label.insert(label, (at_peak[l], allocs[l]));
         }
     }
-    Ok(Sites { by_label, has_callsites })
+    Ok(SiteFigures { by_label, has_callsites })
 }
 
 fn side(trace: &Trace, has_callsites: bool) -> Result<Side> {

@@ -21,8 +21,9 @@
 //! The replay stops at the first OOM; later `oom` events of the trace are listed with their
 //! recorded figures. Memory: the layout at the moment, live allocations, call sites.
 
-use crate::frag::LayoutMeasures;
-use crate::leaks::{self, Growth, Held, SitePin, Sites};
+use crate::leaks::{self, Growth, Held, SitePin};
+use crate::model::layout::LayoutMeasures;
+use crate::model::sites::Sites;
 pub use crate::model::RecordedOom;
 use crate::model::{Capacity, CapacitySource, Damage, Trace};
 use crate::outcome::JobPrediction;

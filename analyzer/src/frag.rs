@@ -24,8 +24,9 @@
 //! at the chosen moment and at the peak (a second replay that stops at the peak). Memory is
 //! bounded by the layout (the live blocks and segments), plus one copy of it for the moment.
 
+use crate::model::layout::{ratio_complement, LayoutMeasures};
 use crate::model::Trace;
-use crate::replay::{replay_observed, EngineView, Outcome, ReplayOptions};
+use crate::replay::{replay_observed, EngineView, OomMoment, Outcome, ReplayOptions};
 use crate::whatif;
 use anyhow::{bail, Result};
 use recorder::engine::SegmentView;
@@ -58,135 +59,6 @@ impl At {
                 .map(At::Event)
                 .map_err(|_| format!("expected peak, oom, end or an event index, got {n:?}")),
         }
-    }
-}
-
-/// Figures of one layout.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
-pub struct LayoutMeasures {
-    pub segments: u64,
-    pub blocks: u64,
-    pub reserved_bytes: u64,
-    /// Blocks handed out and not yet freed (rounded sizes).
-    pub allocated_bytes: u64,
-    /// What the program asked for, for the allocated blocks.
-    pub requested_bytes: u64,
-    /// Freed by the program, waiting for stream work: neither usable nor live.
-    pub pending_free_bytes: u64,
-    /// Free blocks inside segments (external fragmentation).
-    pub free_bytes: u64,
-    /// Rounding slack inside allocated blocks (internal fragmentation).
-    pub internal_bytes: u64,
-    /// The largest free block of the default pools (a private pool's serve only that pool).
-    pub largest_free_bytes: u64,
-    /// Segments of the default pools with no allocated or pending block: what `empty_cache()`
-    /// would give back.
-    pub releasable_bytes: u64,
-    /// The segment being folded by [`LayoutMeasures::add`]: its bytes, and whether a block is busy.
-    #[serde(skip)]
-    open: Option<(u64, bool)>,
-}
-
-impl LayoutMeasures {
-    /// The byte figures the engine keeps (no segment or block counts, nothing releasable): the
-    /// four measures over time, at every request, in constant time each.
-    pub fn of_occupancy(o: &recorder::engine::Occupancy) -> Self {
-        LayoutMeasures {
-            reserved_bytes: o.reserved_bytes,
-            allocated_bytes: o.allocated_bytes,
-            requested_bytes: o.requested_bytes,
-            pending_free_bytes: o.pending_free_bytes,
-            free_bytes: o.free_bytes,
-            internal_bytes: o.allocated_bytes.saturating_sub(o.requested_bytes),
-            largest_free_bytes: o.largest_free_bytes,
-            ..Default::default()
-        }
-    }
-
-    pub fn of(segments: &[SegmentView]) -> Self {
-        let mut m = LayoutMeasures::default();
-        for s in segments {
-            for (k, b) in s.blocks.iter().enumerate() {
-                m.add(k == 0, b);
-            }
-        }
-        m.finish();
-        m
-    }
-
-    /// Folds one block (`starts_segment`: the first block of a segment); [`LayoutMeasures::finish`]
-    /// closes the last segment. The one definition of the measures, for a list of segments
-    /// ([`LayoutMeasures::of`]) and for a walk of the engine's blocks
-    /// ([`crate::replay::EngineView::layout`]).
-    pub fn add(&mut self, starts_segment: bool, b: &recorder::engine::BlockView) {
-        if starts_segment {
-            self.finish();
-            self.segments += 1;
-            self.open = Some((0, false));
-        }
-        let Some((bytes, busy)) = self.open.as_mut() else { return };
-        *bytes += b.bytes;
-        self.reserved_bytes += b.bytes;
-        self.blocks += 1;
-        // A private pool's wholly free segment stays while its graph or MemPool lives: not
-        // something `empty_cache()` gives back.
-        *busy |= b.in_private_pool;
-        if b.allocated {
-            *busy = true;
-            self.allocated_bytes += b.bytes;
-            self.requested_bytes += b.requested_bytes;
-            self.internal_bytes += b.bytes.saturating_sub(b.requested_bytes);
-        } else if b.pending_free {
-            *busy = true;
-            self.pending_free_bytes += b.bytes;
-        } else {
-            self.free_bytes += b.bytes;
-            if !b.in_private_pool {
-                self.largest_free_bytes = self.largest_free_bytes.max(b.bytes);
-            }
-        }
-    }
-
-    /// Closes the segment being folded.
-    pub fn finish(&mut self) {
-        if let Some((bytes, busy)) = self.open.take() {
-            if !busy {
-                self.releasable_bytes += bytes;
-            }
-        }
-    }
-
-    /// Measure 1: `1 - allocated / reserved`.
-    pub fn reserved_vs_allocated(&self) -> f64 {
-        ratio_complement(self.allocated_bytes, self.reserved_bytes)
-    }
-    /// Measure 2: `1 - largest free block / total free` (0 when nothing is free).
-    pub fn contiguity(&self) -> f64 {
-        ratio_complement(self.largest_free_bytes, self.free_bytes)
-    }
-    /// Measure 3a: internal slack as a share of reserved.
-    pub fn internal(&self) -> f64 {
-        share(self.internal_bytes, self.reserved_bytes)
-    }
-    /// Measure 3b: free blocks inside segments as a share of reserved.
-    pub fn external(&self) -> f64 {
-        share(self.free_bytes, self.reserved_bytes)
-    }
-}
-
-fn share(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        (part as f64 / whole as f64).clamp(0.0, 1.0)
-    }
-}
-
-fn ratio_complement(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        (1.0 - part as f64 / whole as f64).clamp(0.0, 1.0)
     }
 }
 
@@ -392,7 +264,7 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
     let path = &trace.path;
     // The recorded OOM that ended the run; those the program caught are replayed past.
     let first_oom = trace.facts.fatal_oom().map(|o| o.event);
-    let mut ooms_seen = 0u64;
+    let mut oom = OomMoment::default();
     let events = trace.events;
     if let At::Event(e) = opts.at {
         if e >= events {
@@ -405,21 +277,16 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
     let mut peak_reserved = 0u64;
     let mut peak: Option<(u64, u64)> = None;
     let mut moment: Option<Captured> = None;
-    let mut oom_seen = false;
     let mut last_seen: Option<(u64, u64)> = None;
     let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, _| {
         last_seen = Some((i, r.time_ns));
         let reserved = view.stats().reserved_bytes.all.current;
-        let failed_here = view.stats().num_ooms > ooms_seen;
-        ooms_seen = view.stats().num_ooms;
-        let caught = matches!(r.event, Event::Oom { .. }) && trace.facts.survived(i);
-        let oom_now = !oom_seen && failed_here && !caught;
-        oom_seen |= oom_now;
+        let oom_at = oom.observe(trace, i, r, view);
         let want_moment = moment.is_none()
             && match opts.at {
                 At::Peak => false,
-                At::Oom => oom_now || (first_oom == Some(i)),
-                At::End => i == last || oom_now,
+                At::Oom => oom_at.moment,
+                At::End => i == last || oom_at.stopped,
                 At::Event(e) => i == e,
             };
         if reserved > peak_reserved {
@@ -460,7 +327,7 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
     let moment = match (opts.at, moment) {
         (At::Peak, _) => Captured { event: peak_event, time_ns: peak_time_ns, segments: peak_segments },
         (_, Some(m)) => m,
-        (At::Oom, None) => bail!("{}: no out-of-memory in the trace or its replay (try --at peak)", path.display()),
+        (At::Oom, None) => bail!("{}", OomMoment::missing(trace)),
         (At::End, None) | (At::Event(_), None) => {
             // The replay stopped (at an OOM) before the requested event.
             let (e, t) = last_seen.unwrap_or((0, 0));

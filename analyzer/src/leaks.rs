@@ -1,13 +1,14 @@
 //! Leaks: what is still live at the end, what grows from one iteration to the next, and which
 //! live blocks keep reserved memory from being released.
 //!
-//! Call sites are named by their innermost *user* frame: frames from the Python standard
-//! library, site-packages and PyTorch's own sources are skipped, so a tensor made inside
-//! `torch/nn/modules/linear.py` for `out = m(x)` is charged to the line `out = m(x)`.
+//! Call sites are named by their innermost *user* frame ([`crate::model::sites`]): frames from
+//! the Python standard library, site-packages and PyTorch's own sources are skipped, so a tensor
+//! made inside `torch/nn/modules/linear.py` for `out = m(x)` is charged to the line `out = m(x)`.
 //!
-//! Growth is measured at the same phase of successive iterations. The iterations come from, in
-//! order of preference: `Mark{Iteration}` events; an annotation that repeats (e.g. PyTorch's
-//! `Optimizer.zero_grad ... START`); else the period of the request stream. The period is found
+//! Growth is measured at the same phase of successive iterations. The iterations come from
+//! `Mark{Iteration}` events, else an annotation that repeats (e.g. PyTorch's
+//! `Optimizer.zero_grad ... START`), by the one rule of [`crate::model::iterations`]; else from
+//! the period of the request stream. The period is found
 //! by autocorrelation of the allocation signatures (call site, size): the smallest shift `p` at
 //! which `sig[i] == sig[i + p]` for nearly as many `i` as the best shift. Worked example: the
 //! stream `a b c a b c a b c` matches itself everywhere at shifts 3 and 6; the smallest, 3, is
@@ -21,14 +22,16 @@
 //! Memory: live allocations, call sites, one sample of per-site live bytes per iteration, and
 //! (for the period search only) one signature per allocation, at most [`MAX_SIGNATURES`].
 
-use crate::frag::LayoutMeasures;
+use crate::model::iterations::{IterationFold, IterationSource, Iterations};
+use crate::model::layout::LayoutMeasures;
+use crate::model::sites::{Site, Sites};
 use crate::model::{Damage, Trace};
-use crate::replay::{replay_observed, EngineView, ReplayOptions};
+use crate::replay::{replay_observed, EngineView, OomMoment, ReplayOptions};
 use anyhow::{bail, Result};
 use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::Direction;
 use recorder::engine::SegmentView;
-use recorder::trace::{Event, Frame, MarkKind};
+use recorder::trace::Event;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -45,86 +48,6 @@ pub const MIN_PERIOD_ALLOCS: usize = 3;
 /// Growth is a leak only over at least this many whole iterations (steps between samples), and
 /// rising in most of them.
 pub const MIN_GROWTH_INTERVALS: usize = 3;
-
-/// A place in the program, named by its innermost user frame.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Site {
-    /// `FILE:LINE (function)`, or `(no call site recorded)`.
-    pub label: String,
-    pub file: String,
-    pub line: u32,
-    pub function: String,
-}
-
-impl Site {
-    pub fn unknown() -> Self {
-        Site { label: "(no call site recorded)".into(), file: String::new(), line: 0, function: String::new() }
-    }
-}
-
-/// Frames of the Python runtime, installed packages and PyTorch itself: not the user's code.
-pub fn is_library_frame(file: &str) -> bool {
-    let f = file.replace('\\', "/");
-    f.contains("site-packages/")
-        || f.contains("dist-packages/")
-        || f.contains("/lib/python")
-        || f.starts_with("torch/")
-        || f.contains("/torch/")
-        || f.starts_with('<')
-        || f.ends_with(".cpp")
-        || f.ends_with(".cu")
-        || f.ends_with(".h")
-        || f.ends_with(".hpp")
-}
-
-/// The innermost user frame (frames are innermost first), else the innermost frame.
-pub fn user_frame(frames: &[Frame]) -> Option<&Frame> {
-    frames.iter().find(|f| !is_library_frame(&f.file)).or(frames.first())
-}
-
-pub fn site_of(frames: &[Frame]) -> Site {
-    match user_frame(frames) {
-        Some(f) => Site {
-            // One line whatever the trace holds: the label is printed and put in reports.
-            label: crate::escape::terminal(&format!("{}:{} ({})", f.file, f.line, f.function)).into_owned(),
-            file: f.file.clone(),
-            line: f.line,
-            function: f.function.clone(),
-        },
-        None => Site::unknown(),
-    }
-}
-
-/// Call sites of a trace, deduplicated by their user frame. Index 0 is "no call site".
-#[derive(Debug, Clone)]
-pub struct Sites {
-    pub sites: Vec<Site>,
-    by_callsite: HashMap<u32, usize>,
-    by_site: HashMap<Site, usize>,
-}
-
-impl Default for Sites {
-    fn default() -> Self {
-        let unknown = Site::unknown();
-        Sites { sites: vec![unknown.clone()], by_callsite: HashMap::new(), by_site: HashMap::from([(unknown, 0)]) }
-    }
-}
-
-impl Sites {
-    pub fn define(&mut self, callsite: u32, frames: &[Frame]) {
-        let site = site_of(frames);
-        let n = self.sites.len();
-        let idx = *self.by_site.entry(site.clone()).or_insert(n);
-        if idx == n {
-            self.sites.push(site);
-        }
-        self.by_callsite.insert(callsite, idx);
-    }
-    /// The site index of a call-site id (0 when unknown).
-    pub fn of(&self, callsite: u32) -> usize {
-        self.by_callsite.get(&callsite).copied().unwrap_or(0)
-    }
-}
 
 /// Live allocations of one site.
 #[derive(Debug, Clone, Serialize)]
@@ -235,8 +158,7 @@ struct Pass1 {
     live: HashMap<u64, (usize, u64, u64, u64)>,
     /// (event index, call site, requested bytes) per allocation, capped.
     signatures: Vec<(u64, u32, u64)>,
-    iteration_marks: Vec<u64>,
-    annotations: HashMap<String, Vec<u64>>,
+    iterations: IterationFold,
     events: u64,
     last_time_ns: u64,
     damage: Option<Damage>,
@@ -247,8 +169,7 @@ fn pass1(trace: &Trace) -> Result<Pass1> {
         sites: Sites::default(),
         live: HashMap::new(),
         signatures: Vec::new(),
-        iteration_marks: Vec::new(),
-        annotations: HashMap::new(),
+        iterations: IterationFold::default(),
         events: 0,
         last_time_ns: 0,
         damage: None,
@@ -266,14 +187,7 @@ fn pass1(trace: &Trace) -> Result<Pass1> {
             Event::FreeCompleted { id, .. } => {
                 p.live.remove(id);
             }
-            Event::Mark { kind: MarkKind::Iteration, .. } => p.iteration_marks.push(i),
-            Event::Mark { kind: MarkKind::Annotation | MarkKind::Phase, text } => {
-                if let Some(v) = p.annotations.get_mut(text) {
-                    v.push(i);
-                } else if p.annotations.len() < 4096 {
-                    p.annotations.insert(text.clone(), vec![i]);
-                }
-            }
+            Event::Mark { .. } => p.iterations.observe(i, &r.event),
             Event::FreeRequested { .. }
             | Event::SegmentAlloc { .. }
             | Event::SegmentFree { .. }
@@ -364,18 +278,18 @@ pub fn outer_loop<T: PartialEq>(sig: &[T], period: usize) -> Option<Vec<usize>> 
 
 /// Picks the iteration boundaries (event indices) and says where they came from.
 fn boundaries(p: &Pass1) -> (Option<(String, Vec<u64>)>, Option<String>) {
-    if p.iteration_marks.len() >= 3 {
-        return (Some(("iteration marks".into(), p.iteration_marks.clone())), None);
-    }
-    // The most frequent repeated annotation, earliest first on ties.
-    let mut best: Option<(&String, &Vec<u64>)> = None;
-    for (text, at) in &p.annotations {
-        if at.len() >= 3 && best.is_none_or(|(_, b)| at.len() > b.len() || (at.len() == b.len() && at[0] < b[0])) {
-            best = Some((text, at));
+    // Marks or a repeated annotation: the one rule of every analysis.
+    match p.iterations.iterations() {
+        Some(Iterations { source: IterationSource::Marks, starts }) if starts.len() < 3 => {
+            return (None, Some(format!("{} iteration marks: too few to measure growth (at least 3)", starts.len())));
         }
-    }
-    if let Some((text, at)) = best {
-        return (Some((format!("the annotation \"{text}\", which repeats {} times", at.len()), at.clone())), None);
+        Some(Iterations { source: IterationSource::Marks, starts }) => {
+            return (Some(("iteration marks".into(), starts)), None);
+        }
+        Some(Iterations { source: IterationSource::Annotation(text), starts }) => {
+            return (Some((format!("the annotation \"{text}\", which repeats {} times", starts.len()), starts)), None);
+        }
+        None => {}
     }
     let sig: Vec<(u32, u64)> = p.signatures.iter().map(|&(_, c, b)| (c, b)).collect();
     match detect_period(&sig) {
@@ -517,6 +431,7 @@ pub fn held_at(trace: &Trace, sites: &Sites, at: Option<u64>, events: u64) -> Re
     let target = at.unwrap_or(last);
     let mut callsite_of: HashMap<u64, u32> = HashMap::new();
     let mut held: Option<Held> = None;
+    let mut oom = OomMoment::default();
     replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, live| {
         match &r.event {
             Event::Alloc { id, callsite, .. } => {
@@ -527,7 +442,8 @@ pub fn held_at(trace: &Trace, sites: &Sites, at: Option<u64>, events: u64) -> Re
             }
             _ => {}
         }
-        let oom_stop = at.is_none() && view.stats().num_ooms > 0;
+        // Without a given event: at the OOM (not one the program caught), else at the end.
+        let oom_stop = oom.observe(trace, i, r, view).moment && at.is_none();
         if held.is_none() && (i == target || oom_stop) {
             let site_of_block =
                 live.iter().map(|(id, addr)| (*addr, sites.of(callsite_of.get(id).copied().unwrap_or(0)))).collect();
@@ -734,24 +650,6 @@ pub fn analyze(trace: &Trace, opts: &LeaksOptions) -> Result<LeaksReport> {
 mod tests {
     use super::*;
 
-    fn frame(file: &str, line: u32, function: &str) -> Frame {
-        Frame { file: file.into(), line, function: function.into() }
-    }
-
-    #[test]
-    fn user_frame_skips_torch_internals() {
-        let frames = vec![
-            frame("/opt/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", 134, "forward"),
-            frame("/opt/venv/lib/python3.12/site-packages/torch/nn/modules/module.py", 1790, "_call_impl"),
-            frame("workloads.py", 81, "leak_list_append"),
-            frame("workloads.py", 141, "<module>"),
-        ];
-        assert_eq!(site_of(&frames).label, "workloads.py:81 (leak_list_append)");
-        // Only library frames: the innermost one.
-        assert_eq!(site_of(&frames[..1]).line, 134);
-        assert_eq!(site_of(&[]).label, "(no call site recorded)");
-    }
-
     #[test]
     fn period_of_a_repeating_stream_after_a_prologue() {
         let mut s = vec![9, 8, 7];
@@ -791,14 +689,5 @@ mod tests {
         assert_eq!(median_step(&[0, 100, 100, 100]), 0.0);
         assert_eq!(median_step(&[0, 12, 24, 36]), 12.0);
         assert_eq!(median_step(&[5]), 0.0);
-    }
-
-    #[test]
-    fn sites_deduplicate_by_user_frame() {
-        let mut s = Sites::default();
-        s.define(3, &[frame("torch/nn/functional.py", 1, "relu"), frame("a.py", 5, "f")]);
-        s.define(4, &[frame("torch/nn/linear.py", 2, "forward"), frame("a.py", 5, "f")]);
-        assert_eq!(s.of(3), s.of(4));
-        assert_eq!(s.of(99), 0);
     }
 }

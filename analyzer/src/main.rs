@@ -323,7 +323,8 @@ open report/report.html"
         /// Skip the search for the smallest capacity of each policy (faster on huge traces).
         #[arg(long)]
         no_search: bool,
-        /// Write into a folder that holds other files than a previous report's.
+        /// Write into a folder that is neither empty nor an earlier report (recognised by its
+        /// summary.json); files there with a report's names are replaced.
         #[arg(long)]
         force: bool,
         /// Print summary.json to stdout as well.

@@ -9,6 +9,10 @@
 //! memory; above the budget a pass streams the file again, so memory stays bounded whatever
 //! the trace's size.
 
+pub mod iterations;
+pub mod layout;
+pub mod sites;
+
 use crate::summary::{Summary, SummaryFold};
 use crate::tracefile::{self, Scanned};
 use anyhow::Result;
@@ -16,6 +20,11 @@ use recorder::trace::{Event, Header, Record, TraceEnd};
 use serde::{Serialize, Serializer};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+
+/// The name of a trace in every output: its file name (the path when it has none).
+pub fn trace_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.display().to_string())
+}
 
 /// Records are kept in memory up to about this many bytes; a larger trace is streamed from
 /// disk again for each pass.
@@ -408,7 +417,7 @@ impl Trace {
 
     /// The file name, which reports show instead of the path.
     pub fn name(&self) -> String {
-        crate::plot::trace_name(&self.path)
+        trace_name(&self.path)
     }
 
     /// True when every pass runs over records in memory.

@@ -15,7 +15,7 @@
 //! the repeated iteration, worded as one.
 
 use crate::model::{Policy, Trace};
-use crate::replay::{replay, ReplayOptions, ReplayResult};
+use crate::replay::{replay, ReplayOptions};
 use anyhow::Result;
 use recorder::engine::config::AllocatorConfig;
 use recorder::trace::{Event, MarkKind, Record, ReleaseCause};
@@ -25,85 +25,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 /// Iterations appended after the last whole one when the caller does not say.
 pub const DEFAULT_REPEATS: u32 = 3;
 
-/// How far a replay gets, against what the trace recorded.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Reach {
-    /// The trace ends without an OOM, and the replay served every request.
-    Completes,
-    /// The trace ends without an OOM, and the replay ran out of memory.
-    RunsOutOfMemory,
-    /// The trace ends in an OOM, and the replay fails at the same request.
-    FailsWhereRecorded,
-    /// The trace ends in an OOM, and the replay fails at an earlier request.
-    FailsEarlier,
-    /// The trace ends in an OOM, and the replay serves that request: the rest of the job (the
-    /// requests the program would have made next) is not in the trace.
-    GetsPastFailure,
-    /// The trace is cut short (damaged), and the replay served every request read: what came
-    /// after the damage is unknown.
-    ReachesDamage,
-    /// The replay ran out of memory at a request the recorded run served, and the program may
-    /// have caught that error and gone on (see [`crate::replay::MayBeCaught`]): whether the job
-    /// got further cannot be told from the trace.
-    CannotTell,
-}
-
-impl Reach {
-    /// How far `r`, a replay of `trace`, got.
-    pub fn of(trace: &Trace, r: &ReplayResult) -> Reach {
-        match (trace.facts.fatal_oom().map(|o| o.event), r.oom_event()) {
-            (Some(f), Some(e)) if e >= f => Reach::FailsWhereRecorded,
-            (_, Some(_)) if r.failure_may_be_caught.is_some() => Reach::CannotTell,
-            (Some(_), Some(_)) => Reach::FailsEarlier,
-            (Some(_), None) => Reach::GetsPastFailure,
-            (None, Some(_)) => Reach::RunsOutOfMemory,
-            (None, None) if trace.damage().is_some() => Reach::ReachesDamage,
-            (None, None) => Reach::Completes,
-        }
-    }
-    /// Whether the replay got at least as far as the recorded run.
-    pub fn at_least_as_far(self) -> bool {
-        !matches!(self, Reach::FailsEarlier | Reach::RunsOutOfMemory | Reach::CannotTell)
-    }
-    /// Whether the replay served a request the recorded run failed.
-    pub fn gets_past(self) -> bool {
-        matches!(self, Reach::GetsPastFailure)
-    }
-    /// The column of a table (at most 12 characters).
-    pub fn short(self) -> &'static str {
-        match self {
-            Reach::Completes => "completes",
-            Reach::RunsOutOfMemory => "oom",
-            Reach::FailsWhereRecorded => "fails there",
-            Reach::FailsEarlier => "fails sooner",
-            Reach::GetsPastFailure => "gets past",
-            Reach::ReachesDamage => "to damage",
-            Reach::CannotTell => "cannot tell",
-        }
-    }
-    /// In a sentence.
-    pub fn text(self) -> &'static str {
-        match self {
-            Reach::Completes => "completes",
-            Reach::RunsOutOfMemory => "runs out of memory",
-            Reach::FailsWhereRecorded => "fails at the request where the recorded run failed",
-            Reach::FailsEarlier => "fails earlier than the recorded run",
-            Reach::GetsPastFailure => "gets past the request that failed; the rest of the job is not in the trace",
-            Reach::ReachesDamage => "serves every request up to the damage; the rest of the trace is unknown",
-            Reach::CannotTell => {
-                "runs out of memory at a request the recorded run served, an error the program may have caught and \
-gone on from: the trace cannot tell whether the job would have got further"
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for Reach {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.short())
-    }
-}
+pub use crate::replay::Reach;
 
 /// What alloctrace says of one setting at the capacity compared. Decided once, here, from how
 /// far its replay got ([`Reach`]); the what-if table, `explain`'s advice, the report's fix line

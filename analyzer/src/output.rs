@@ -95,37 +95,62 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
     p.commit()
 }
 
-/// The files `report` writes into its folder, besides the pictures (`*.svg`).
+/// Largest file a report writes: with its 3 documents and at most 7 pictures (with categories
+/// and ranks), each as SVG and PNG, a report is at most 17 times this.
+pub const MAX_REPORT_FILE_BYTES: usize = 16 << 20;
+
+/// The files `report` writes into its folder, besides the pictures (`*.svg`, `*.png`).
 pub const REPORT_FILES: [&str; 3] = ["report.md", "report.html", "summary.json"];
 
-/// Checks that `dir` may receive a report: missing, empty, a previous report (only a report's
-/// files), or `force`.
-pub fn check_report_dir(dir: &Path, force: bool) -> Result<()> {
-    if force {
+/// Whether `name` is one of the files a report writes (its documents or a picture).
+fn is_report_name(name: &str) -> bool {
+    REPORT_FILES.contains(&name) || name.ends_with(".svg") || name.ends_with(".png")
+}
+
+/// Whether `path` is the `summary.json` of a report: a JSON object whose `environment` names the
+/// version of the tool that wrote the report. A file with a report's name alone is not enough:
+/// the user's own `summary.json` must not be taken for one.
+fn is_report_summary(path: &Path) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return false };
+    if !meta.is_file() || meta.len() > MAX_REPORT_FILE_BYTES as u64 {
+        return false;
+    }
+    let Ok(bytes) = std::fs::read(path) else { return false };
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else { return false };
+    v.get("schema_version").is_some_and(|s| s.is_u64())
+        && v.get("environment").and_then(|e| e.get("report_tool_version")).is_some_and(|s| s.is_string())
+}
+
+/// Checks that `dir` may receive a report: missing, empty, a previous report, or `force`. A
+/// previous report is a folder whose `summary.json` is a report's and which holds nothing but a
+/// report's files; a folder holding only files with a report's names, without that mark, is
+/// someone else's. Whatever `force` says, a file of the folder that is one of `inputs` is refused.
+pub fn check_report_dir(dir: &Path, inputs: &[&Path], force: bool) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(()) };
+    let mut names = Vec::new();
+    for e in entries {
+        let e = e.with_context(|| format!("cannot read the folder {}", dir.display()))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if is_report_name(&name) {
+            refuse_input(&dir.join(&name), inputs)?;
+        }
+        names.push(name);
+    }
+    if force || names.is_empty() {
         return Ok(());
     }
-    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(()) };
-    let mut others = Vec::new();
-    let mut any_report_file = false;
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if REPORT_FILES.contains(&name.as_str()) {
-            any_report_file = true;
-        } else if !(name.ends_with(".svg") || name.ends_with(".png")) {
-            others.push(name);
-        }
-    }
-    let is_report = any_report_file && others.is_empty();
-    let empty = !any_report_file && others.is_empty();
-    if !(empty || is_report) {
-        let mut shown: Vec<&str> = others.iter().map(|s| s.as_str()).take(3).collect();
+    let is_report = is_report_summary(&dir.join("summary.json")) && names.iter().all(|n| is_report_name(n));
+    if !is_report {
+        let mut shown: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
         shown.sort_unstable();
+        let more = shown.len() > 3;
+        shown.truncate(3);
         bail!(
-            "{}: the folder holds files that are not a report's ({}{}); choose an empty folder, or pass --force to \
-             write the report there anyway",
+            "{}: the folder is not empty and holds no earlier report ({}{}); choose an empty folder, or pass \
+             --force to write the report there anyway (files with a report's names are replaced)",
             dir.display(),
             shown.join(", "),
-            if others.len() > 3 { ", ..." } else { "" }
+            if more { ", ..." } else { "" }
         );
     }
     Ok(())

@@ -8,8 +8,10 @@
 //! `<text>`, sized by an estimate, no font is loaded), pixel coordinates are integers, no clock,
 //! no map iteration order reaches the output (call sites are ordered by bytes, then label).
 
-use crate::model::Trace;
-use crate::replay::{replay_observed, EngineView, ReplayOptions, ReplayResult};
+use crate::model::layout::LayoutMeasures;
+use crate::model::sites::{site_of, Sites};
+use crate::model::{trace_name, Trace};
+use crate::replay::{replay_observed, EngineView, OomMoment, ReplayOptions, ReplayResult};
 use crate::timeline::{Downsampled, Mode, Timeline};
 use crate::units::fmt_bytes;
 use crate::whatif::policies;
@@ -64,10 +66,6 @@ impl std::str::FromStr for At {
             n => n.parse().map(At::Event).map_err(|_| format!("`{s}`: expected peak, oom, end or an event index")),
         }
     }
-}
-
-pub fn trace_name(path: &Path) -> String {
-    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.display().to_string())
 }
 
 fn x_of(x: XAxis, index: u64, time_ns: u64) -> u64 {
@@ -279,11 +277,10 @@ pub fn timeline_replayed(trace: &Trace, x: XAxis, columns: usize) -> Result<Time
 }
 
 /// The name of a call site: the one naming rule of every output (text, SVG, JSON), the user's
-/// innermost frame as `file:line (function)` ([`crate::leaks::site_of`]).
+/// innermost frame as `file:line (function)` ([`crate::model::sites::site_of`]), with control
+/// characters shown escaped (plotters escapes `<` and `&` itself).
 pub fn callsite_label(frames: &[Frame]) -> String {
-    // Labels come from the trace: control characters (invalid in SVG, raw on a terminal) are
-    // shown escaped (plotters escapes `<` and `&` itself).
-    crate::escape::terminal(&crate::leaks::site_of(frames).label).into_owned()
+    site_of(frames).label
 }
 
 /// Live requested bytes by call site over time.
@@ -300,31 +297,21 @@ pub struct StackedData {
 /// Two scans: the first finds each call site's largest live bytes, the second folds the top
 /// [`TOP_CALLSITES`] of them (and the rest as "other").
 pub fn stacked_data(trace: &Trace, x: XAxis, columns: usize) -> Result<StackedData> {
-    // Pass 1: labels, and each label's peak of live requested bytes.
-    let mut label_of_site: HashMap<u32, usize> = HashMap::new();
-    let mut labels: Vec<String> = Vec::new();
-    let mut label_index: HashMap<String, usize> = HashMap::new();
+    // Pass 1: sites, and each site's peak of live requested bytes.
+    let mut sites = Sites::default();
     let mut live: HashMap<u64, (usize, u64)> = HashMap::new();
-    let mut cur: Vec<u64> = Vec::new();
-    let mut max: Vec<u64> = Vec::new();
-    let mut intern = |label: String, labels: &mut Vec<String>, cur: &mut Vec<u64>, max: &mut Vec<u64>| -> usize {
-        *label_index.entry(label.clone()).or_insert_with(|| {
-            labels.push(label);
-            cur.push(0);
-            max.push(0);
-            labels.len() - 1
-        })
-    };
-    let none = intern(crate::leaks::Site::unknown().label, &mut labels, &mut cur, &mut max);
+    let mut cur: Vec<u64> = vec![0];
+    let mut max: Vec<u64> = vec![0];
     let mut has_callsites = false;
     trace.scan(|_, r| match &r.event {
         Event::CallSite { id, frames } => {
             has_callsites = true;
-            let l = intern(callsite_label(frames), &mut labels, &mut cur, &mut max);
-            label_of_site.insert(*id, l);
+            sites.define(*id, frames);
+            cur.resize(sites.len(), 0);
+            max.resize(sites.len(), 0);
         }
         Event::Alloc { id, requested_bytes, callsite, .. } => {
-            let l = label_of_site.get(callsite).copied().unwrap_or(none);
+            let l = sites.of(*callsite);
             live.insert(*id, (l, *requested_bytes));
             cur[l] = cur[l].saturating_add(*requested_bytes);
             max[l] = max[l].max(cur[l]);
@@ -336,15 +323,16 @@ pub fn stacked_data(trace: &Trace, x: XAxis, columns: usize) -> Result<StackedDa
         }
         _ => {}
     })?;
+    let labels: Vec<&str> = sites.sites.iter().map(|s| s.label.as_str()).collect();
     let mut order: Vec<usize> = (0..labels.len()).filter(|&l| max[l] > 0).collect();
-    order.sort_by(|&a, &b| max[b].cmp(&max[a]).then_with(|| labels[a].cmp(&labels[b])));
+    order.sort_by(|&a, &b| max[b].cmp(&max[a]).then_with(|| labels[a].cmp(labels[b])));
     order.truncate(TOP_CALLSITES);
     let other_band = order.len() + 1; // series index of "other"
     let mut band_of_label = vec![other_band; labels.len()];
     for (k, &l) in order.iter().enumerate() {
         band_of_label[l] = k + 1;
     }
-    let mut bands: Vec<String> = order.iter().map(|&l| labels[l].clone()).collect();
+    let mut bands: Vec<String> = order.iter().map(|&l| labels[l].to_string()).collect();
     bands.push("other".into());
     let mut names: Vec<&str> = vec!["total"];
     names.extend(bands.iter().map(|s| s.as_str()));
@@ -352,15 +340,10 @@ pub fn stacked_data(trace: &Trace, x: XAxis, columns: usize) -> Result<StackedDa
     // Pass 2.
     let mut values = vec![0f64; names.len()];
     let mut live: HashMap<u64, (usize, u64)> = HashMap::new();
-    let mut site_band: HashMap<u32, usize> = HashMap::new();
-    for (&site, &l) in &label_of_site {
-        site_band.insert(site, band_of_label[l]);
-    }
-    let none_band = band_of_label[none];
     trace.scan(|i, r| {
         match &r.event {
             Event::Alloc { id, requested_bytes, callsite, .. } => {
-                let b = site_band.get(callsite).copied().unwrap_or(none_band);
+                let b = band_of_label[sites.of(*callsite)];
                 live.insert(*id, (b, *requested_bytes));
                 values[b] += *requested_bytes as f64;
                 values[0] += *requested_bytes as f64;
@@ -394,18 +377,21 @@ pub struct SegmentsData {
 }
 
 impl SegmentsData {
+    /// The measures of the layout: the one definition ([`LayoutMeasures`]) that `frag`, `explain`
+    /// and the report's findings read.
+    pub fn measures(&self) -> LayoutMeasures {
+        LayoutMeasures::of(&self.segments)
+    }
     pub fn reserved_bytes(&self) -> u64 {
-        self.segments.iter().map(|s| s.bytes).sum()
+        self.measures().reserved_bytes
     }
     /// Bytes in free blocks (not allocated, not waiting for a free to complete).
     pub fn free_bytes(&self) -> u64 {
-        self.free_blocks().map(|b| b.bytes).sum()
+        self.measures().free_bytes
     }
+    /// The largest free block of the default pools (a private pool's serves only that pool).
     pub fn largest_free_bytes(&self) -> u64 {
-        self.free_blocks().map(|b| b.bytes).max().unwrap_or(0)
-    }
-    fn free_blocks(&self) -> impl Iterator<Item = &recorder::engine::BlockView> + '_ {
-        self.segments.iter().flat_map(|s| s.blocks.iter()).filter(|b| !b.allocated && !b.pending_free)
+        self.measures().largest_free_bytes
     }
 }
 
@@ -416,12 +402,13 @@ pub struct MomentTrack {
     best: u64,
     best_i: Option<u64>,
     last_i: Option<u64>,
+    /// The OOM moment (the replay's, decided by [`OomMoment`]) and the failed request's size.
     oom: Option<(u64, u64)>,
-    seen: u64,
+    moment: OomMoment,
 }
 
 impl MomentTrack {
-    pub fn observe(&mut self, i: u64, r: &Record, view: &dyn EngineView) {
+    pub fn observe(&mut self, trace: &Trace, i: u64, r: &Record, view: &dyn EngineView) {
         let st = view.stats();
         let res = st.reserved_bytes.all.current;
         if res > self.best {
@@ -429,18 +416,18 @@ impl MomentTrack {
             self.best_i = Some(i);
         }
         self.last_i = Some(i);
-        if self.oom.is_none() && st.num_ooms > self.seen {
+        if self.moment.observe(trace, i, r, view).moment {
             let req = match &r.event {
                 Event::Alloc { requested_bytes, .. } | Event::Oom { requested_bytes, .. } => *requested_bytes,
                 _ => 0,
             };
             self.oom = Some((i, req));
         }
-        self.seen = st.num_ooms;
     }
 
     /// The event, the words for the moment, and the failed request at an OOM.
-    pub fn moment(&self, path: &Path, at: At) -> Result<(u64, String, Option<u64>)> {
+    pub fn moment(&self, trace: &Trace, at: At) -> Result<(u64, String, Option<u64>)> {
+        let path = &trace.path;
         Ok(match at {
             At::Event(n) => (n, format!("after event {n}"), None),
             At::Peak => {
@@ -453,7 +440,7 @@ impl MomentTrack {
             }
             At::Oom => match self.oom {
                 Some((i, req)) => (i, format!("out of memory: request of {} (event {i})", fmt_bytes(req)), Some(req)),
-                None => bail!("{}: no allocation fails in this trace (try --at peak)", path.display()),
+                None => bail!("{}", OomMoment::missing(trace)),
             },
         })
     }
@@ -465,9 +452,9 @@ pub fn segments_data(trace: &Trace, at: At) -> Result<SegmentsData> {
     // Pass 1 (except for a given event): find the event.
     let mut track = MomentTrack::default();
     if !matches!(at, At::Event(_)) {
-        replay_observed(trace, &opts, &mut |i, r, view, _| track.observe(i, r, view))?;
+        replay_observed(trace, &opts, &mut |i, r, view, _| track.observe(trace, i, r, view))?;
     }
-    segments_data_at(trace, track.moment(&trace.path, at)?)
+    segments_data_at(trace, track.moment(trace, at)?)
 }
 
 /// Pass 2 of [`segments_data`]: replays up to the moment and takes the layout there.
@@ -604,7 +591,7 @@ impl FragTrack {
     pub fn observe(&mut self, i: u64, r: &Record, view: &dyn EngineView) {
         let xv = x_of(self.x, i, r.time_ns);
         // The one definition of the measures (`frag`'s), from the figures the engine keeps.
-        let m = crate::frag::LayoutMeasures::of_occupancy(&view.occupancy());
+        let m = LayoutMeasures::of_occupancy(&view.occupancy());
         self.un.push(xv, &[m.reserved_vs_allocated()]);
         self.co.push(xv, &[m.contiguity()]);
         self.samples += 1;
@@ -1088,7 +1075,9 @@ pub fn render_segments(d: &SegmentsData) -> Result<String> {
         .segments
         .iter()
         .flat_map(|s| s.blocks.iter())
-        .filter(|b| !b.allocated && !b.pending_free)
+        // The block the legend names: the largest free block a request outside a private pool
+        // could get ([`LayoutMeasures::largest_free_bytes`]).
+        .filter(|b| !b.allocated && !b.pending_free && !b.in_private_pool)
         .max_by(|a, b| a.bytes.cmp(&b.bytes).then(b.addr.cmp(&a.addr)))
         .map(|b| b.addr);
     let holds_largest = |s: &SegmentView| largest.is_some_and(|a| s.blocks.iter().any(|b| b.addr == a));

@@ -10,24 +10,24 @@
 //!   caching allocator rounds it.
 //! * **Fragmentation at the peak**: the share of reserved bytes not allocated when reserved
 //!   bytes first reached their peak.
-//! * **Call sites** are named by their innermost user frame ([`crate::leaks::site_of`]); a
+//! * **Call sites** are named by their innermost user frame ([`crate::model::sites::site_of`]); a
 //!   site's bytes on a rank are its live allocated bytes at that rank's peak of allocated bytes.
-//! * **Iterations** come from `iteration` marks; else from the annotation that repeats and comes
-//!   first, names that say so preferred (one containing `iteration`, then `ProfilerStep`, then
-//!   PyTorch's own `Optimizer.zero_grad#...` and `Optimizer.step#...`), `START` ones preferred,
-//!   trailing `#N` step numbers ignored; else there are none
+//! * **Iterations** come from the one rule of [`crate::model::iterations`] (`iteration` marks,
+//!   else an annotation that repeats, names that say "iteration" preferred); else there are none
 //!   and the timeline runs over the share of the trace's events. On the aligned axis,
 //!   `k + f` is the fraction `f` (by events) of the way through iteration `k`; `[0, 1)` is what
 //!   came before the first iteration.
 
 use crate::import::torch::{import_file, ImportOptions};
-use crate::leaks::Sites;
+use crate::model::iterations::{IterationFold, IterationSource, Iterations};
+use crate::model::sites::Sites;
 use crate::model::Trace;
+use crate::render::document::Block;
 use crate::summary::Peak;
 use anyhow::Result;
-use recorder::trace::{Event, Header, MarkKind};
+use recorder::trace::{Event, Header};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
 
@@ -164,49 +164,13 @@ struct RankData {
     timeline: Vec<(f64, u64)>,
 }
 
-/// The iteration anchors (event indices) of a trace and where they came from.
-fn anchors(marks: Vec<u64>, annotations: &BTreeMap<String, Vec<u64>>) -> (Vec<u64>, String) {
-    if !marks.is_empty() {
-        return (marks, "iteration marks".into());
-    }
-    // The names that say "iteration" best first, then the repeated annotation that comes first.
-    let preferred = |t: &str| {
-        let l = t.to_ascii_lowercase();
-        if l.contains("iteration") {
-            0
-        } else if l.starts_with("profilerstep") {
-            1
-        } else if l.starts_with("optimizer.zero_grad") {
-            2
-        } else if l.starts_with("optimizer.step") {
-            3
-        } else {
-            4
-        }
-    };
-    let repeated = |start_only: bool| {
-        annotations
-            .iter()
-            .filter(|(t, v)| v.len() >= 2 && (!start_only || t.ends_with(" START")))
-            .min_by_key(|(t, v)| (preferred(t), v[0], std::cmp::Reverse(v.len()), (*t).clone()))
-            .map(|(t, v)| (v.clone(), format!("annotation \"{t}\"")))
-    };
-    repeated(true).or_else(|| repeated(false)).unwrap_or_else(|| (Vec::new(), "none".into()))
-}
-
-/// `record_function` names carry step numbers (`ProfilerStep#3`): dropped, so that they repeat.
-fn normalized(text: &str) -> String {
-    match text.find('#') {
-        Some(p) => {
-            let (head, tail) = text.split_at(p);
-            let rest = tail[1..].trim_start_matches(|c: char| c.is_ascii_digit());
-            if rest.len() + 1 == tail.len() {
-                text.to_string()
-            } else {
-                format!("{head}{rest}")
-            }
-        }
-        None => text.to_string(),
+/// The iteration anchors (event indices) of a trace and where they came from
+/// ([`crate::model::iterations`]).
+fn anchors(fold: &IterationFold) -> (Vec<u64>, String) {
+    match fold.iterations() {
+        Some(Iterations { source: IterationSource::Marks, starts }) => (starts, "iteration marks".into()),
+        Some(Iterations { source: IterationSource::Annotation(t), starts }) => (starts, format!("annotation \"{t}\"")),
+        None => (Vec::new(), "none".into()),
     }
 }
 
@@ -231,9 +195,9 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
     let mut frag = 0.0;
     let mut block_sizes = false;
     let (mut device_allocs, mut device_frees, mut ooms) = (0u64, 0u64, 0u64);
-    let mut marks = Vec::new();
-    let mut annotations: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut iterations = IterationFold::default();
     trace.scan(|i, r| {
+        iterations.observe(i, &r.event);
         match &r.event {
             Event::Alloc { id, requested_bytes, block_bytes, callsite, .. } => {
                 block_sizes |= *block_bytes > 0;
@@ -257,20 +221,11 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
                 device_frees += 1;
             }
             Event::Oom { .. } => ooms += 1,
-            Event::Mark { kind: MarkKind::Iteration, .. } => marks.push(i),
-            Event::Mark { kind: MarkKind::Annotation | MarkKind::Phase, text } => {
-                let t = normalized(text);
-                if let Some(v) = annotations.get_mut(&t) {
-                    v.push(i);
-                } else if annotations.len() < 4096 {
-                    annotations.insert(t, vec![i]);
-                }
-            }
             _ => {}
         }
         if reserved > peak_reserved.bytes {
             peak_reserved = Peak { bytes: reserved, event: i, time_ns: r.time_ns };
-            frag = if reserved > 0 { 1.0 - allocated.min(reserved) as f64 / reserved as f64 } else { 0.0 };
+            frag = crate::model::layout::ratio_complement(allocated, reserved);
         }
         if allocated > peak_allocated.bytes {
             peak_allocated = Peak { bytes: allocated, event: i, time_ns: r.time_ns };
@@ -282,7 +237,7 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
             runs[slot].1 = runs[slot].1.max(allocated);
         }
     })?;
-    let (anchor_events, iterations_from) = anchors(marks, &annotations);
+    let (anchor_events, iterations_from) = anchors(&iterations);
     // Pass 2: live bytes per call site at the peak of allocated bytes.
     let mut sites = Sites::default();
     let mut live_sites: HashMap<u64, (u64, usize)> = HashMap::new();
@@ -410,8 +365,7 @@ pub fn analyze(traces: &[Trace]) -> Result<RanksReport> {
 
 /// The report's section across the ranks: the table, the peaking rank and skew, the differing
 /// call sites (its picture is among the report's pictures).
-pub fn report_blocks(rep: &RanksReport) -> Vec<crate::report::Block> {
-    use crate::report::Block;
+pub fn report_blocks(rep: &RanksReport) -> Vec<Block> {
     use crate::units::{fmt_bytes, fmt_ns};
     let mut d = vec![Block::Heading(2, format!("Across the ranks ({} traces)", rep.ranks.len()))];
     let peak = rep.ranks.iter().find(|r| r.rank == rep.peaking_rank);
@@ -663,18 +617,9 @@ mod tests {
         assert_eq!(aligned_x(5, &[10, 20], 30), 0.5);
         assert_eq!(aligned_x(10, &[10, 20], 30), 1.0);
         assert_eq!(aligned_x(25, &[10, 20], 30), 2.5);
-        assert_eq!(normalized("ProfilerStep#12 START"), "ProfilerStep START");
-        assert_eq!(normalized("Optimizer.step#AdamW.step START"), "Optimizer.step#AdamW.step START");
         assert_eq!(skew(vec![100, 300]), 1.5);
         assert_eq!(skew(vec![100, 100, 400]), 4.0);
         assert_eq!(rounded(1), 512);
         assert_eq!(rounded(513), 1024);
-        let mut ann = BTreeMap::new();
-        ann.insert("iteration START".to_string(), vec![5, 50]);
-        ann.insert("Optimizer.step#SGD.step START".to_string(), vec![40, 90]);
-        ann.insert("once START".to_string(), vec![1]);
-        ann.insert("gloo:broadcast START".to_string(), vec![2, 45, 95]);
-        assert_eq!(anchors(Vec::new(), &ann), (vec![5, 50], "annotation \"iteration START\"".to_string()));
-        assert_eq!(anchors(vec![3], &ann).1, "iteration marks");
     }
 }

@@ -117,6 +117,86 @@ cuDNN convolutions catch such an error and try a plan with another workspace, wh
     }
 }
 
+/// How far a replay gets, against what the trace recorded.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Reach {
+    /// The trace ends without an OOM, and the replay served every request.
+    Completes,
+    /// The trace ends without an OOM, and the replay ran out of memory.
+    RunsOutOfMemory,
+    /// The trace ends in an OOM, and the replay fails at the same request.
+    FailsWhereRecorded,
+    /// The trace ends in an OOM, and the replay fails at an earlier request.
+    FailsEarlier,
+    /// The trace ends in an OOM, and the replay serves that request: the rest of the job (the
+    /// requests the program would have made next) is not in the trace.
+    GetsPastFailure,
+    /// The trace is cut short (damaged), and the replay served every request read: what came
+    /// after the damage is unknown.
+    ReachesDamage,
+    /// The replay ran out of memory at a request the recorded run served, and the program may
+    /// have caught that error and gone on (see [`MayBeCaught`]): whether the job
+    /// got further cannot be told from the trace.
+    CannotTell,
+}
+
+impl Reach {
+    /// How far `r`, a replay of `trace`, got.
+    pub fn of(trace: &Trace, r: &ReplayResult) -> Reach {
+        match (trace.facts.fatal_oom().map(|o| o.event), r.oom_event()) {
+            (Some(f), Some(e)) if e >= f => Reach::FailsWhereRecorded,
+            (_, Some(_)) if r.failure_may_be_caught.is_some() => Reach::CannotTell,
+            (Some(_), Some(_)) => Reach::FailsEarlier,
+            (Some(_), None) => Reach::GetsPastFailure,
+            (None, Some(_)) => Reach::RunsOutOfMemory,
+            (None, None) if trace.damage().is_some() => Reach::ReachesDamage,
+            (None, None) => Reach::Completes,
+        }
+    }
+    /// Whether the replay got at least as far as the recorded run.
+    pub fn at_least_as_far(self) -> bool {
+        !matches!(self, Reach::FailsEarlier | Reach::RunsOutOfMemory | Reach::CannotTell)
+    }
+    /// Whether the replay served a request the recorded run failed.
+    pub fn gets_past(self) -> bool {
+        matches!(self, Reach::GetsPastFailure)
+    }
+    /// The column of a table (at most 12 characters).
+    pub fn short(self) -> &'static str {
+        match self {
+            Reach::Completes => "completes",
+            Reach::RunsOutOfMemory => "oom",
+            Reach::FailsWhereRecorded => "fails there",
+            Reach::FailsEarlier => "fails sooner",
+            Reach::GetsPastFailure => "gets past",
+            Reach::ReachesDamage => "to damage",
+            Reach::CannotTell => "cannot tell",
+        }
+    }
+    /// In a sentence.
+    pub fn text(self) -> &'static str {
+        match self {
+            Reach::Completes => "completes",
+            Reach::RunsOutOfMemory => "runs out of memory",
+            Reach::FailsWhereRecorded => "fails at the request where the recorded run failed",
+            Reach::FailsEarlier => "fails earlier than the recorded run",
+            Reach::GetsPastFailure => "gets past the request that failed; the rest of the job is not in the trace",
+            Reach::ReachesDamage => "serves every request up to the damage; the rest of the trace is unknown",
+            Reach::CannotTell => {
+                "runs out of memory at a request the recorded run served, an error the program may have caught and \
+gone on from: the trace cannot tell whether the job would have got further"
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Reach {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.short())
+    }
+}
+
 /// What a replay computed.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReplayResult {
@@ -155,7 +235,7 @@ pub struct ReplayResult {
     pub anomalies: u64,
     /// How far the replay got against the recorded run (for a trace that ends in an OOM, never
     /// "completes").
-    pub reach: crate::outcome::Reach,
+    pub reach: Reach,
     /// Recorded OOMs the program caught and went on from, which the replay went on past.
     pub caught_recorded_ooms: u64,
     /// The replay ran out of memory at a request the recorded run served, and the program may
@@ -173,18 +253,20 @@ impl ReplayResult {
     pub fn is_oom(&self) -> bool {
         matches!(self.outcome, Outcome::Oom { .. })
     }
-    /// `1 - allocated / reserved` where it matters: at the OOM, else when reserved bytes first
-    /// reached their peak (the ratio of the two peaks, taken at different moments, can read 0).
-    pub fn fragmentation_where_it_matters(&self) -> f64 {
-        let (allocated, reserved) = match self.outcome {
+    /// Allocated and reserved bytes where fragmentation matters: at the OOM, else when reserved
+    /// bytes first reached their peak (the two peaks, taken at different moments, say nothing
+    /// of each other).
+    pub fn allocated_and_reserved_where_it_matters(&self) -> (u64, u64) {
+        match self.outcome {
             Outcome::Oom { reserved_bytes, allocated_bytes, .. } => (allocated_bytes, reserved_bytes),
             Outcome::Ok => (self.allocated_at_peak_reserved_bytes, self.peak_reserved_bytes),
-        };
-        if reserved == 0 {
-            0.0
-        } else {
-            1.0 - allocated.min(reserved) as f64 / reserved as f64
         }
+    }
+    /// PyTorch's "reserved but unallocated" as a share of reserved, where it matters: measure 1
+    /// of [`crate::model::layout::LayoutMeasures`] at the OOM, else at peak reserved.
+    pub fn fragmentation_where_it_matters(&self) -> f64 {
+        let (allocated, reserved) = self.allocated_and_reserved_where_it_matters();
+        crate::model::layout::ratio_complement(allocated, reserved)
     }
     pub fn outcome_kind(&self) -> crate::model::OutcomeKind {
         match self.outcome {
@@ -201,6 +283,72 @@ impl ReplayResult {
     }
 }
 
+/// The out-of-memory moment of a replay, decided here for every analysis that looks at it (the
+/// diagnosis, the fragmentation and retention at the OOM, the segment map `--at oom`): the first
+/// record where the engine failed a request that the program did not catch, or the trace's
+/// fatal recorded OOM (which a replay under another setting may serve). A recorded OOM that the
+/// program caught and went on from is not the moment: the replay goes on past it, as the
+/// program did (see [`ReplayResult::caught_recorded_ooms`]).
+///
+/// Fed by an observer after each record the replay took ([`OomMoment::observe`]).
+#[derive(Debug, Clone, Default)]
+pub struct OomMoment {
+    ooms_seen: u64,
+    at: Option<u64>,
+}
+
+impl OomMoment {
+    /// After record `i`: whether the replay stopped here, out of memory (the engine failed a
+    /// request that was not a caught recorded OOM), and whether `i` is the OOM moment (true at
+    /// most once).
+    pub fn observe(&mut self, trace: &Trace, i: u64, r: &Record, view: &dyn EngineView) -> OomAt {
+        let ooms = view.stats().num_ooms;
+        let failed_here = ooms > self.ooms_seen;
+        self.ooms_seen = ooms;
+        let caught = matches!(r.event, Event::Oom { .. }) && trace.facts.survived(i);
+        let stopped = failed_here && !caught;
+        let fatal_recorded = trace.facts.fatal_oom().is_some_and(|o| o.event == i);
+        let moment = self.at.is_none() && (stopped || fatal_recorded);
+        if moment {
+            self.at = Some(i);
+        }
+        OomAt { stopped, moment }
+    }
+    /// The moment's event, once observed.
+    pub fn event(&self) -> Option<u64> {
+        self.at
+    }
+    /// Why a replay of `trace` that ran to its end has no OOM moment, for `--at oom`.
+    pub fn missing(trace: &Trace) -> String {
+        let caught: Vec<String> = trace
+            .facts
+            .recorded_ooms
+            .iter()
+            .filter(|o| trace.facts.survived(o.event))
+            .map(|o| o.event.to_string())
+            .collect();
+        match caught.first() {
+            None => format!("{}: no out-of-memory in the trace or its replay (try --at peak)", trace.path.display()),
+            Some(first) => format!(
+                "{}: no out-of-memory ends the run (the program caught the one{} at event {} and went on); try \
+                 --at peak or --at {first}",
+                trace.path.display(),
+                if caught.len() > 1 { "s" } else { "" },
+                caught.join(", "),
+            ),
+        }
+    }
+}
+
+/// What [`OomMoment::observe`] found at one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OomAt {
+    /// The replay failed a request here and stops.
+    pub stopped: bool,
+    /// This record is the OOM moment.
+    pub moment: bool,
+}
+
 /// The live allocations of a replay: trace `id` -> address in the replay. (Fx hashing: ids
 /// are small integers, and SipHash cost more than the engine's own work per request.)
 pub type LiveMap = rustc_hash::FxHashMap<u64, u64>;
@@ -210,9 +358,9 @@ pub trait EngineView {
     fn stats(&self) -> &Stats;
     /// The current layout: segments and their blocks in address order.
     fn segments(&self) -> Vec<recorder::engine::SegmentView>;
-    /// The measures of the current layout ([`crate::frag::LayoutMeasures::of`] of
+    /// The measures of the current layout ([`crate::model::layout::LayoutMeasures::of`] of
     /// [`EngineView::segments`], without building them).
-    fn layout(&self) -> crate::frag::LayoutMeasures;
+    fn layout(&self) -> crate::model::layout::LayoutMeasures;
     /// The byte figures of [`EngineView::layout`] that the engine keeps as it goes: constant
     /// time, where the layout walks every block.
     fn occupancy(&self) -> recorder::engine::Occupancy;
@@ -227,8 +375,8 @@ impl<S: Sink> EngineView for Engine<SimDevice, S> {
     fn segments(&self) -> Vec<recorder::engine::SegmentView> {
         Engine::segments(self)
     }
-    fn layout(&self) -> crate::frag::LayoutMeasures {
-        let mut m = crate::frag::LayoutMeasures::default();
+    fn layout(&self) -> crate::model::layout::LayoutMeasures {
+        let mut m = crate::model::layout::LayoutMeasures::default();
         self.visit_blocks(|starts, b| m.add(starts, b));
         m.finish();
         m
@@ -560,7 +708,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             end_reserved_bytes: st.reserved_bytes.all.current,
             allocated_at_peak_reserved_bytes: self.allocated_at_peak,
             anomalies: self.anomalies,
-            reach: crate::outcome::Reach::Completes,
+            reach: Reach::Completes,
             caught_recorded_ooms: match &self.outcome {
                 Outcome::Ok => trace.facts.caught_ooms() as u64,
                 Outcome::Oom { event, .. } => trace
@@ -579,7 +727,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             complete: trace.damage().is_none(),
             input_damage: trace.damage(),
         };
-        r.reach = crate::outcome::Reach::of(trace, &r);
+        r.reach = Reach::of(trace, &r);
         r
     }
 }

@@ -13,10 +13,11 @@ use crate::frag::{FragOptions, FragReport};
 use crate::leaks::{LeaksOptions, LeaksReport};
 use crate::model::Trace;
 use crate::plot::{self, At, XAxis};
+use crate::render::document::Block;
 use crate::replay::{Outcome, ReplayResult};
 use crate::summary::Summary;
 use crate::units::{fmt_bytes, fmt_ns};
-use crate::whatif::{fragmentation, whatif_observed, Whatif, WhatifOptions, LONG_TRACE_EVENTS};
+use crate::whatif::{whatif_observed, Whatif, WhatifOptions, LONG_TRACE_EVENTS};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -217,7 +218,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                             t.whatif.observe(XAxis::Time, i, rec, view);
                             if let Some((f, m)) = t.recorded.as_mut() {
                                 f.observe(i, rec, view);
-                                m.observe(i, rec, view);
+                                m.observe(trace, i, rec, view);
                             }
                         },
                     )
@@ -257,7 +258,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     let at = if replay.is_oom() { At::Oom } else { At::Peak };
     let frag_at = if replay.is_oom() { crate::frag::At::Oom } else { crate::frag::At::Peak };
     let (seg, (ex, fr)) = rayon::join(
-        || moment.moment(path, at).and_then(|m| plot::segments_data_at(trace, m)),
+        || moment.moment(trace, at).and_then(|m| plot::segments_data_at(trace, m)),
         || {
             rayon::join(
                 || {
@@ -582,8 +583,10 @@ pub fn findings(
             explanation: format!("All {} requests succeeded in the replay under the recorded settings.", r.requests),
         }),
     }
-    // 2. Reserved vs allocated (definition 1).
-    let frag = fragmentation(r.peak_allocated_bytes, r.peak_reserved_bytes);
+    // 2. Reserved vs allocated (definition 1), where it matters: the figure of the what-if
+    // table's recorded row and of the fragmentation section at the same moment.
+    let frag = r.fragmentation_where_it_matters();
+    let (allocated, reserved) = r.allocated_and_reserved_where_it_matters();
     let verdict = if frag < 0.10 {
         Verdict::Ok
     } else if frag < 0.25 {
@@ -591,25 +594,29 @@ pub fn findings(
     } else {
         Verdict::Problem
     };
+    let moment = if r.is_oom() { "at the OOM" } else { "at peak reserved" };
     out.push(Finding {
         id: "reserved_vs_allocated",
-        title: "Reserved but unallocated memory at the peaks".into(),
+        title: format!("Reserved but unallocated memory {moment}"),
         verdict,
         value: pct(frag),
-        definition: "1 - peak allocated / peak reserved: the share of the memory taken from the device that no \
-                     tensor held at the peak (cached, or slack in rounded blocks). nvidia-smi shows reserved."
+        definition: "1 - allocated / reserved at the OOM, or when reserved memory peaked in a run without one: \
+                     the share of the memory taken from the device that no tensor held then (cached, or slack in \
+                     rounded blocks). nvidia-smi shows reserved."
             .into(),
         explanation: format!(
-            "Peak reserved {}, peak allocated {}: {} held by the cache beyond what tensors used at their peak. \
-             Under 10% is normal for a caching allocator; above 25% the cache costs real capacity.",
-            fmt_bytes(r.peak_reserved_bytes),
-            fmt_bytes(r.peak_allocated_bytes),
-            fmt_bytes(r.peak_reserved_bytes.saturating_sub(r.peak_allocated_bytes))
+            "Reserved {}, allocated {} {moment}: {} held by the cache beyond what tensors used. Under 10% is \
+             normal for a caching allocator; above 25% the cache costs real capacity.",
+            fmt_bytes(reserved),
+            fmt_bytes(allocated),
+            fmt_bytes(reserved.saturating_sub(allocated))
         ),
     });
     // 3. Contiguity at the moment of the segment map (definition 2).
     if let Some(l) = layout {
-        let c = if l.free_bytes == 0 { 0.0 } else { 1.0 - l.largest_free_bytes as f64 / l.free_bytes as f64 };
+        // Measure 2 of the layout ([`crate::model::layout::LayoutMeasures::contiguity`]): the
+        // largest free block is one a request outside a private pool could get.
+        let c = crate::model::layout::ratio_complement(l.largest_free_bytes, l.free_bytes);
         let verdict = if l.free_bytes < (64 << 20) || c < 0.5 {
             Verdict::Ok
         } else if l.failed_request_bytes.is_some() {
@@ -719,21 +726,6 @@ pub fn findings(
         });
     }
     out
-}
-
-/// A piece of the document.
-#[derive(Debug, Clone)]
-pub enum Block {
-    Heading(u8, String),
-    /// Text with inline `code` and **bold**.
-    Para(String),
-    Table(Vec<String>, Vec<Vec<String>>),
-    /// A picture by index into `Report::pictures`.
-    Picture(usize),
-    /// A clearly marked note (a blockquote).
-    Note(String),
-    /// Preformatted text.
-    Code(String),
 }
 
 impl Report {
@@ -1313,7 +1305,7 @@ trace, so none is said to fit):"
 
     /// `summary.json`.
     pub fn json(&self) -> Result<String> {
-        let mut s = serde_json::to_string_pretty(&crate::cmd::V1::of(self))?;
+        let mut s = serde_json::to_string_pretty(&crate::render::json::V1::of(self))?;
         s.push('\n');
         Ok(s)
     }
@@ -1354,9 +1346,7 @@ trace, so none is said to fit):"
     }
 }
 
-/// Largest file a report writes: with its 3 documents and at most 7 pictures (with categories
-/// and ranks), each as SVG and PNG, a report is at most 17 times this.
-pub const MAX_REPORT_FILE_BYTES: usize = 16 << 20;
+pub use crate::output::MAX_REPORT_FILE_BYTES;
 
 /// Escapes text for HTML (see [`crate::escape`]).
 pub fn escape(s: &str) -> String {

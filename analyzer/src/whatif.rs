@@ -174,14 +174,6 @@ fn row_of(
     }
 }
 
-pub fn fragmentation(allocated: u64, reserved: u64) -> f64 {
-    if reserved == 0 {
-        0.0
-    } else {
-        1.0 - allocated as f64 / reserved as f64
-    }
-}
-
 /// Smallest capacity (to [`CAPACITY_RESOLUTION`]) at which `config` completes the trace.
 /// `probed` is called after each replay (for progress). At most `max_probes` replays: the
 /// result is then a capacity known to complete, within the returned resolution of the boundary.

@@ -158,3 +158,154 @@ fn commands_agree_on_every_trace() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The traces in `traces/` (not `traces/large/`).
+fn shipped_traces() -> Vec<PathBuf> {
+    traces().into_iter().filter(|p| p.parent() == Some(root().join("traces").as_path())).collect()
+}
+
+/// "Reserved but unallocated" has one definition: the report's finding, its fragmentation
+/// section (measure 1 at the report's moment), `frag`, the what-if table's recorded row and
+/// `replay` give the same figure, at the OOM, else at peak reserved. (The finding was the ratio of the two
+/// peaks, taken at different moments: 0.0% on frag_oom.default, where the section said 50.0%.)
+#[test]
+fn reserved_but_unallocated_is_one_figure() {
+    let dir = std::env::temp_dir().join(format!("alloctrace-unallocated-{}", std::process::id()));
+    let pct = |f: &Value| format!("{:.1}%", f.as_f64().unwrap() * 100.0);
+    let measure1 = |frag: &Value| moment_measure(frag, "reserved_vs_allocated");
+    let mut checked = Vec::new();
+    for t in shipped_traces() {
+        let name = t.file_name().unwrap().to_string_lossy().into_owned();
+        let p = t.to_str().unwrap();
+        let out = dir.join(&name);
+        let report = json(&["report", "--json", "--no-search", p, "-o", out.to_str().unwrap()]);
+        let at = if report["replay"]["outcome"] == "oom" { "oom" } else { "peak" };
+        let frag = json(&["frag", "--json", "--at", at, p]);
+        let whatif = json(&["whatif", "--json", "--no-search", p]);
+        let recorded = whatif["rows"].as_array().unwrap().iter().find(|r| r["policy"] == "recorded").unwrap();
+        let finding =
+            report["findings"].as_array().unwrap().iter().find(|f| f["id"] == "reserved_vs_allocated").unwrap();
+        let figure = finding["value"].as_str().unwrap().to_string();
+        assert_eq!(figure, pct(&measure1(&report["frag"])), "{name}: the report's finding and its section");
+        assert_eq!(figure, pct(&measure1(&frag)), "{name}: the report and frag --at {at}");
+        assert_eq!(figure, pct(&recorded["fragmentation"]), "{name}: the report and the what-if table");
+        let o = Command::new(env!("CARGO_BIN_EXE_alloctrace")).args(["replay", p]).output().unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        let line = text.lines().find(|l| l.starts_with("fragmentation")).unwrap_or_default();
+        assert!(line.contains(&format!(" {figure}  (reserved but unallocated")), "{name}: replay says {line:?}");
+        checked.push((name, figure));
+    }
+    let of = |n: &str| checked.iter().find(|(name, _)| name == n).map(|(_, f)| f.as_str());
+    assert_eq!(of("frag_oom.default.atrace"), Some("50.0%"), "{checked:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The out-of-memory moment is decided once (`replay::OomMoment`): a recorded OOM that the
+/// program caught and went on from is replayed past by `replay`, `explain` and `frag`, and now by
+/// `leaks` (whose retention was taken "after event 51") and `plot --kind segments --at oom`
+/// (which drew an OOM there). An OOM that ends the run is the moment for all of them.
+#[test]
+fn the_oom_moment_is_decided_once() {
+    let run = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_alloctrace")).args(args).output().unwrap();
+    let svg = std::env::temp_dir().join(format!("alloctrace-oom-moment-{}.svg", std::process::id()));
+    let svg = svg.to_str().unwrap();
+
+    let caught = root().join("tests/fixtures/truth/oom_catch.default.atrace");
+    let t = caught.to_str().unwrap();
+    let replay = json(&["replay", "--json", t]);
+    assert_eq!(replay["outcome"], "ok");
+    assert_eq!(replay["caught_recorded_ooms"], 1);
+    let end = replay["events"].as_u64().unwrap() - 1;
+    assert_eq!(json(&["explain", "--json", t])["moment"], "peak");
+    let leaks = json(&["leaks", "--json", t]);
+    assert_eq!(leaks["retention"]["event"], end, "leaks takes retention at the end, past the caught OOM");
+    for args in [vec!["frag", t, "--at", "oom"], vec!["plot", t, "--kind", "segments", "--at", "oom", "-o", svg]] {
+        let o = run(&args);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains("no out-of-memory ends the run (the program caught the one at event 51"), "{args:?}: {e}");
+    }
+
+    let fatal = root().join("traces/frag_oom.default.atrace");
+    let t = fatal.to_str().unwrap();
+    let oom = json(&["replay", "--json", t])["oom_event"].clone();
+    assert_eq!(oom, 1012);
+    assert_eq!(json(&["explain", "--json", t])["moment"], "oom");
+    assert_eq!(json(&["frag", "--json", t, "--at", "oom"])["moment"]["event"], oom);
+    assert_eq!(json(&["leaks", "--json", t])["retention"]["event"], oom);
+    let o = run(&["plot", t, "--kind", "segments", "--at", "oom", "-o", svg]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("layout after event 1012"));
+    std::fs::remove_file(svg).ok();
+}
+
+/// Contiguity has one definition (`model::layout::LayoutMeasures`): the largest free block is one
+/// a request outside a private pool could get (a CUDA graph's or MemPool's free blocks serve
+/// only that pool), in frag, in the report's finding and layout, and in the segment map's legend.
+/// (The report and the segment map counted the private pools' free blocks: on
+/// graph_pools.expandable.live.pickle the report's finding said 67.6% where its fragmentation
+/// section said 80.4%.)
+#[test]
+fn contiguity_has_one_definition() {
+    let dir = std::env::temp_dir().join(format!("alloctrace-contiguity-{}", std::process::id()));
+    let pickle = root().join("analyzer/tests/fixtures/pools/graph_pools.expandable.live.pickle");
+    let p = pickle.to_str().unwrap();
+    let report = json(&["report", "--json", "--no-search", p, "-o", dir.join("r").to_str().unwrap()]);
+    let (layout, moment) = (&report["layout"], &report["frag"]["moment"]);
+    assert_eq!(layout["event"], moment["event"], "one moment");
+    for k in ["reserved_bytes", "free_bytes", "largest_free_bytes"] {
+        assert_eq!(layout[k], moment["measures"][k], "the report's layout and its fragmentation section: {k}");
+    }
+    let frag = json(&["frag", "--json", "--at", "peak", p]);
+    assert_eq!(frag["moment"]["measures"], moment["measures"], "the report and frag at the peak");
+    let contiguity =
+        moment_measure(&report["frag"], "contiguity").as_f64().map(|c| format!("{:.1}%", c * 100.0)).unwrap();
+    let finding = report["findings"].as_array().unwrap().iter().find(|f| f["id"] == "free_memory_in_pieces").unwrap();
+    assert_eq!(finding["value"], contiguity.as_str(), "the report's finding and its section");
+    assert_eq!(contiguity, "80.4%");
+
+    // The segment map's legend names the same block as frag, at a moment where a private pool
+    // holds a larger free block (32 MiB) than the default pools (16 MiB).
+    let t = root().join("traces/recorded_graph_pools.atrace");
+    let t = t.to_str().unwrap();
+    let frag = json(&["frag", "--json", "--at", "end", t]);
+    assert_eq!(frag["moment"]["measures"]["largest_free_bytes"], 16 << 20);
+    let svg = dir.join("segments.svg");
+    let o = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+        .args(["plot", t, "--kind", "segments", "--at", "end", "-o", svg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("largest free block (16.00 MiB of"), "the legend names another block");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A measure's value at the moment, from frag's JSON.
+fn moment_measure(frag: &Value, name: &str) -> Value {
+    frag["measures"].as_array().unwrap().iter().find(|m| m["name"] == name).unwrap()["at_moment"].clone()
+}
+
+/// Iterations come from one rule (`model::iterations`) in `leaks` and `ranks`. On the two-GPU
+/// DDP fixture (8 training steps, `recorded_run.txt`), leaks counted 16 iterations from
+/// "forward", which the recorder's hook marks twice a step there, and ranks 9 from DDP's bucket
+/// rebuild mark; both now take the optimizer step, once a step.
+#[test]
+fn iterations_have_one_rule() {
+    let dir = root().join("analyzer/tests/fixtures/ranks/nccl");
+    let (r0, r1) = (dir.join("ddp.rank0.atrace"), dir.join("ddp.rank1.atrace"));
+    let (r0, r1) = (r0.to_str().unwrap(), r1.to_str().unwrap());
+    let steps =
+        std::fs::read_to_string(dir.join("recorded_run.txt")).unwrap().lines().filter(|l| l.contains(" step ")).count();
+    assert_eq!(steps, 16, "8 steps on each of 2 ranks");
+    let ranks = json(&["ranks", "--json", r0, r1]);
+    for (k, t) in [r0, r1].iter().enumerate() {
+        let leaks = json(&["leaks", "--json", t]);
+        let row = &ranks["ranks"][k];
+        let boundaries = leaks["growth"]["boundaries"].as_array().unwrap().len() as u64;
+        assert_eq!(Some(boundaries), row["iterations"].as_u64(), "{t}: leaks and ranks");
+        assert_eq!(row["iterations"], 8, "{t}");
+        assert_eq!(row["iterations_from"], "annotation \"optimizer step\"", "{t}");
+        assert!(leaks["growth"]["source"].as_str().unwrap().starts_with("the annotation \"optimizer step\""), "{t}");
+    }
+}

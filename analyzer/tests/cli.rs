@@ -487,6 +487,19 @@ fn an_output_that_is_the_input_is_refused() {
     assert_error(&run(&["replay", ts, "-o", link.to_str().unwrap()]), "the output is the input");
     assert_error(&run(&["replay", ts, "-o", hard.to_str().unwrap()]), "the output is the input");
     assert_error(&run(&["plot", ts, "-o", ts]), "the output is the input");
+    for format in ["perfetto", "memory-viz"] {
+        assert_error(&run(&["export", ts, "--format", format, "-o", ts]), "the output is the input");
+        #[cfg(unix)]
+        assert_error(
+            &run(&["export", ts, "--format", format, "-o", link.to_str().unwrap()]),
+            "the output is the input",
+        );
+    }
+    let other = dir.join("other.atrace");
+    std::fs::copy(trace("seed_experiments.default"), &other).unwrap();
+    let os = other.to_str().unwrap();
+    assert_error(&run(&["ranks", ts, os, "-o", ts]), "the output is the input");
+    assert_error(&run(&["ranks", ts, os, "-o", hard.to_str().unwrap()]), "the output is the input");
     assert_eq!((std::fs::read(&pickle).unwrap(), std::fs::read(&t).unwrap()), before, "inputs untouched");
     // The report refuses to write over its trace inside the folder.
     let rdir = dir.join("r");
@@ -521,6 +534,54 @@ fn report_refuses_a_folder_that_is_not_a_report() {
         .filter(|n| n.ends_with(".partial"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+    // A folder holding only files with a report's names is not taken for a report: the user's
+    // summary.json is kept unless --force.
+    let mine = tmp("report-dir-mine");
+    let _ = std::fs::remove_dir_all(&mine);
+    std::fs::create_dir_all(&mine).unwrap();
+    std::fs::write(mine.join("summary.json"), "{\"accuracy\": 0.93}\n").unwrap();
+    assert_error(&run(&["report", ts, "-o", mine.to_str().unwrap()]), "--force");
+    assert_eq!(std::fs::read_to_string(mine.join("summary.json")).unwrap(), "{\"accuracy\": 0.93}\n");
+    assert!(!mine.join("report.md").exists());
+    std::fs::remove_file(mine.join("summary.json")).unwrap();
+    std::fs::write(mine.join("timeline.svg"), "<svg/>").unwrap();
+    assert_error(&run(&["report", ts, "-o", mine.to_str().unwrap()]), "--force");
+    assert_eq!(std::fs::read_to_string(mine.join("timeline.svg")).unwrap(), "<svg/>");
+    std::fs::remove_dir_all(&mine).ok();
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The files `export` and `ranks -o` write appear whole or not at all: an existing output is
+/// replaced through a rename (a new inode), and no temporary file is left beside it.
+#[test]
+fn export_and_ranks_replace_their_output_by_a_rename() {
+    let dir = tmp("atomic-outputs");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (t, u) = (trace("frag_oom.default"), trace("seed_experiments.default"));
+    let (ts, us) = (t.to_str().unwrap(), u.to_str().unwrap());
+    for (name, args) in [
+        ("p.json", vec!["export", ts, "--format", "perfetto"]),
+        ("m.pickle", vec!["export", ts, "--format", "memory-viz"]),
+        ("r.svg", vec!["ranks", ts, us]),
+    ] {
+        let out = dir.join(name);
+        std::fs::write(&out, "old").unwrap();
+        let keep = dir.join(format!("{name}.link"));
+        std::fs::hard_link(&out, &keep).unwrap();
+        let mut args = args.clone();
+        args.extend(["-o", out.to_str().unwrap()]);
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        assert_eq!(std::fs::read_to_string(&keep).unwrap(), "old", "{name}: written in place");
+        assert!(std::fs::metadata(&out).unwrap().len() > 100, "{name}");
+    }
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".partial"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -535,8 +596,9 @@ fn report_does_not_write_through_a_planted_symlink() {
     std::fs::write(&victim, "keep").unwrap();
     std::fs::write(dir.join("r/summary.json"), "{}").unwrap();
     std::os::unix::fs::symlink(&victim, dir.join("r/report.md")).unwrap();
-    let o =
-        run(&["report", trace("seed_experiments.default").to_str().unwrap(), "-o", dir.join("r").to_str().unwrap()]);
+    // The folder holds no earlier report (its summary.json is not a report's): --force.
+    let r = dir.join("r");
+    let o = run(&["report", trace("seed_experiments.default").to_str().unwrap(), "-o", r.to_str().unwrap(), "--force"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
     assert!(!std::fs::symlink_metadata(dir.join("r/report.md")).unwrap().file_type().is_symlink());

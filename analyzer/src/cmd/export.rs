@@ -27,6 +27,7 @@ pub struct ExportCmdOptions {
 }
 
 pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
+    crate::output::refuse_input(&opts.output, &[&opts.trace])?;
     let bytes = |p: &PathBuf| file_bytes(p);
     let damage = match opts.format {
         Format::MemoryViz => {

@@ -41,29 +41,7 @@ pub fn damage_exit(traces: &[&crate::model::Trace]) -> anyhow::Result<i32> {
     Ok(code)
 }
 
-/// Prints a JSON value, pretty, with a trailing newline.
-/// The version of every `--json` output and of `summary.json` (see docs/json-schema.md).
-pub const SCHEMA_VERSION: u32 = 1;
-
-/// A JSON document: `schema_version` first, then the value's own fields.
-#[derive(serde::Serialize)]
-pub struct V1<'a, T: serde::Serialize> {
-    pub schema_version: u32,
-    #[serde(flatten)]
-    pub body: &'a T,
-}
-
-impl<'a, T: serde::Serialize> V1<'a, T> {
-    pub fn of(body: &'a T) -> Self {
-        V1 { schema_version: SCHEMA_VERSION, body }
-    }
-}
-
-pub fn write_json(out: &mut dyn std::io::Write, value: &impl serde::Serialize) -> anyhow::Result<()> {
-    serde_json::to_writer_pretty(&mut *out, &V1::of(value))?;
-    writeln!(out)?;
-    Ok(())
-}
+pub use crate::render::json::{write_json, SCHEMA_VERSION, V1};
 
 /// Opens the trace (or snapshot) an analysis reads, with what the user said about the run.
 /// `Err(code)` when there is nothing to analyse: the reason, and any damage, went to `out`, and

@@ -4,7 +4,7 @@
 use super::{damage_exit, write_json};
 use crate::ranks::{analyze, open_any, render};
 use crate::units::{fmt_bytes, fmt_ns};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -18,10 +18,14 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
     if opts.traces.is_empty() {
         bail!("give one trace or snapshot per rank");
     }
+    if let Some(path) = &opts.output {
+        let inputs: Vec<&std::path::Path> = opts.traces.iter().map(|p| p.as_path()).collect();
+        crate::output::refuse_input(path, &inputs)?;
+    }
     let traces = opts.traces.iter().map(|p| open_any(p)).collect::<Result<Vec<_>>>()?;
     let rep = analyze(&traces)?;
     if let Some(path) = &opts.output {
-        std::fs::write(path, render(&rep)?).with_context(|| format!("cannot write {}", path.display()))?;
+        crate::output::write_file(path, render(&rep)?.as_bytes())?;
     }
     if opts.json {
         write_json(out, &rep)?;

@@ -75,8 +75,12 @@ pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()
     writeln!(out, "peak allocated  {:>12}  ({} bytes)", fmt_bytes(r.peak_allocated_bytes), r.peak_allocated_bytes)?;
     writeln!(out, "peak requested  {:>12}  ({} bytes)", fmt_bytes(r.peak_requested_bytes), r.peak_requested_bytes)?;
     if r.peak_reserved_bytes > 0 {
-        let frag = 1.0 - r.peak_allocated_bytes as f64 / r.peak_reserved_bytes as f64;
-        writeln!(out, "fragmentation   {:>11.1}%  (1 - peak allocated / peak reserved)", frag * 100.0)?;
+        let moment = if r.is_oom() { "at the OOM" } else { "at peak reserved" };
+        writeln!(
+            out,
+            "fragmentation   {:>11.1}%  (reserved but unallocated {moment}: 1 - allocated / reserved)",
+            r.fragmentation_where_it_matters() * 100.0
+        )?;
     }
     writeln!(out, "device calls    {} allocations/maps, {} frees/unmaps", r.num_device_alloc, r.num_device_free)?;
     writeln!(

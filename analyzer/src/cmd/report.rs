@@ -23,7 +23,8 @@ pub struct ReportCmdOptions {
 }
 
 pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    crate::output::check_report_dir(&opts.output, opts.force)?;
+    let inputs: Vec<&std::path::Path> = opts.traces.iter().map(|p| p.as_path()).collect();
+    crate::output::check_report_dir(&opts.output, &inputs, opts.force)?;
     anyhow::ensure!(!opts.traces.is_empty(), "give a trace, or one per rank");
     // Several ranks: the cross-rank view, and the report is of the rank that peaks.
     let ranks = if opts.traces.len() > 1 {
@@ -45,7 +46,6 @@ pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     if let Some(r) = ranks {
         report.add_ranks(r)?;
     }
-    let inputs: Vec<&std::path::Path> = opts.traces.iter().map(|p| p.as_path()).collect();
     let links = if opts.inline_pictures { PictureLinks::Inline } else { PictureLinks::Files };
     let files = report.write_with(&opts.output, &inputs, links)?;
     if opts.json {

@@ -29,7 +29,7 @@
 
 use super::pickle::PickleWriter;
 use crate::tracefile;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use recorder::engine::round_size;
 use recorder::trace::{Event, Frame, Header, MarkKind, Pool, NO_CALLSITE};
 use rustc_hash::FxHashMap;
@@ -112,11 +112,12 @@ impl Frames {
     }
 }
 
-/// Writes the trace at `trace` as a snapshot pickle at `output`.
+/// Writes the trace at `trace` as a snapshot pickle at `output`, through a temporary file renamed
+/// into place once complete (see [`crate::output`]).
 pub fn export(trace: &Path, output: &Path) -> Result<MemoryVizStats> {
     let header = tracefile::open(trace)?.header().clone();
-    let file = std::fs::File::create(output).with_context(|| format!("cannot write {}", output.display()))?;
-    let mut p = PickleWriter::new(BufWriter::with_capacity(1 << 20, file))?;
+    let mut pending = crate::output::Pending::new(output)?;
+    let mut p = PickleWriter::new(BufWriter::with_capacity(1 << 20, pending.file()))?;
     let mut ex = Exporter::new(&header);
     let write_err = |e: std::io::Error| anyhow::Error::new(e).context(format!("cannot write {}", output.display()));
 
@@ -147,6 +148,7 @@ pub fn export(trace: &Path, output: &Path) -> Result<MemoryVizStats> {
         p.finish()?.into_inner().map_err(|e| e.into_error())?.sync_all()
     })()
     .map_err(write_err)?;
+    pending.commit()?;
     Ok(ex.stats)
 }
 

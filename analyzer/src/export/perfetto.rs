@@ -93,7 +93,8 @@ fn ts_us(time_ns: u64) -> f64 {
     time_ns as f64 / 1000.0
 }
 
-/// Writes the trace at `trace` as Chrome trace-event JSON at `output`.
+/// Writes the trace at `trace` as Chrome trace-event JSON at `output`, through a temporary file
+/// renamed into place once complete (see [`crate::output`]).
 pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<PerfettoStats> {
     let header = tracefile::open(trace)?.header().clone();
     let buckets = opts.buckets.max(2);
@@ -218,10 +219,10 @@ pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<Per
         tracks.append(&mut streams);
     }
 
-    let file = std::fs::File::create(output).with_context(|| format!("cannot write {}", output.display()))?;
-    let mut out = BufWriter::with_capacity(1 << 20, file);
+    let mut pending = crate::output::Pending::new(output)?;
+    let mut out = BufWriter::with_capacity(1 << 20, pending.file());
     let mut first = true;
-    let mut emit = |out: &mut BufWriter<std::fs::File>, v: &Value| -> std::io::Result<()> {
+    let mut emit = |out: &mut BufWriter<&mut std::fs::File>, v: &Value| -> std::io::Result<()> {
         out.write_all(if first { b"\n" } else { b",\n" })?;
         first = false;
         serde_json::to_writer(&mut *out, v).map_err(std::io::Error::from)
@@ -274,8 +275,9 @@ pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<Per
         });
         serde_json::to_writer(&mut out, &other)?;
         out.write_all(b"}\n")?;
-        out.flush()
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()
     };
     write().with_context(|| format!("cannot write {}", output.display()))?;
+    pending.commit()?;
     Ok(stats)
 }
