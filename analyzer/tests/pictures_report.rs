@@ -30,7 +30,7 @@ fn markdown_has_every_section_and_the_oom_explained() {
         "**What it is.**",
         "## Why: explain, fragmentation, leaks",
         "### Diagnosis: fragmentation",
-        "CUDA out of memory. Tried to allocate 1.00 GiB",
+        "CUDA out of memory. Tried to allocate 1024.00 MiB",
         "### Fragmentation, four ways",
         "### Leaks",
         "## What if: other allocator settings",

@@ -23,13 +23,16 @@ pub struct ExplainCmdOptions {
 pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()> {
     let b = fmt_bytes;
     let f = &r.figures;
-    let cap = f.capacity_bytes.map(b).unwrap_or_else(|| "no limit".into());
+    let cap = f.capacity_bytes.map(b).unwrap_or_else(|| "none".into());
     let settings = if r.alloc_conf.is_empty() { "defaults" } else { &r.alloc_conf };
     writeln!(
         out,
         "{}",
         crate::wrap::indented(
-            &format!("explain {} (settings: {settings}; limit: {cap}, {})", r.trace, r.capacity_source.text()),
+            &match r.capacity_source {
+                crate::model::CapacitySource::None => format!("explain {} (settings: {settings}; no limit)", r.trace),
+                source => format!("explain {} (settings: {settings}; limit: {cap}, {})", r.trace, source.text()),
+            },
             "",
             "  "
         )
@@ -58,13 +61,14 @@ pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()
     } else {
         writeln!(
             out,
-            "no out-of-memory at {cap}; the peak of reserved memory is at event {} ({}).",
+            "no out-of-memory (limit: {cap}); the peak of reserved memory is at event {} ({}).",
             f.event,
             b(f.reserved_bytes)
         )?;
     }
     writeln!(out, "verdict: {}", r.verdict.kind.as_str())?;
     writeln!(out, "{}", crate::wrap::indented(&r.verdict.reason, "  ", "  "))?;
+    print_categories(out, r)?;
     match &r.fix {
         Some(fix) => {
             writeln!(out, "{}", crate::wrap::indented(&fix.text, &format!("{}: ", fix.label()), "  "))?;
@@ -115,6 +119,19 @@ run.atrace -- python train.py, then explain run.atrace",
         )?;
     }
     writeln!(out, "(--verbose: the figures, call sites, what-if table, growth and patterns; --json: all of it)")?;
+    Ok(())
+}
+
+/// What the memory at the moment is for, and the checkpointing estimate, under the verdict.
+fn print_categories(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()> {
+    if let Some(c) = &r.categories {
+        let at = if r.moment == "oom" { "at the OOM" } else { "at that peak" };
+        writeln!(out, "  {at}: {} (phases from {})", c.bytes.shares_text(), c.phases_from)?;
+        if let Some(k) = &c.checkpointing {
+            let text = format!("checkpointing (an estimate): {}", crate::category::checkpoint_text(k));
+            writeln!(out, "{}", crate::wrap::indented(&text, "  ", "    "))?;
+        }
+    }
     Ok(())
 }
 
@@ -202,13 +219,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         _ => writeln!(out, "verdict: {}", r.verdict.kind.as_str())?,
     }
     writeln!(out, "{}", crate::wrap::indented(&r.verdict.reason, "  ", "  "))?;
-    if let Some(c) = &r.categories {
-        let at = if r.moment == "oom" { "at the OOM" } else { "at that peak" };
-        writeln!(out, "  {at}: {} (phases from {})", c.bytes.shares_text(), c.phases_from)?;
-        if let Some(k) = &c.checkpointing {
-            writeln!(out, "  checkpointing (an estimate): {}", crate::category::checkpoint_text(k))?;
-        }
-    }
+    print_categories(out, r)?;
     writeln!(out)?;
     writeln!(out, "call sites holding memory at that moment:")?;
     for s in r.top_sites.iter().take(5) {

@@ -1,10 +1,16 @@
 //! Call sites: the one naming rule and the one interner.
 //!
-//! A call site is named by its innermost *user* frame: frames from the Python standard library,
-//! site-packages and PyTorch's own sources are skipped, so a tensor made inside
-//! `torch/nn/modules/linear.py` for `out = m(x)` is charged to the line `out = m(x)`. The name,
-//! `FILE:LINE (function)`, is what every output shows (text, SVG, JSON), and two call-site ids
-//! with the same name are one site.
+//! A call site is named as memory_viz shows a stack: by the innermost frame in *model code*, with
+//! the user's own line beside it where the two differ. Model code is any frame that is neither
+//! PyTorch's own (`torch/...`), the Python runtime's nor the recorder's: a module's forward in
+//! the user's code or in a model library (transformers' `modeling_*.py`, torchvision, timm), or
+//! the training loop that calls the optimizer. The user's line is the innermost frame outside
+//! installed packages. So a tensor made inside `torch/nn/modules/linear.py` for the MLP of a
+//! Hugging Face model called from `loss = model(...)` in `train.py` is charged to
+//! `transformers/models/gpt2/modeling_gpt2.py:NNN (forward) via train.py:57 (main)`; where the
+//! model is the user's own code, to `train.py:NNN (forward)`. The name is what every output shows
+//! (text, SVG, JSON), and two call-site ids with the same name are one site. The recorder's own
+//! files (its Python shim) are never named.
 
 use recorder::trace::Frame;
 use serde::Serialize;
@@ -26,12 +32,18 @@ impl Site {
     }
 }
 
-/// Frames of the Python runtime, installed packages and PyTorch itself: not the user's code.
-pub fn is_library_frame(file: &str) -> bool {
+/// Frames of the recorder's own Python shim: never the program's.
+fn is_recorder_frame(file: &str) -> bool {
+    let name = file.rsplit(['/', '\\']).next().unwrap_or(file);
+    name == "alloctrace_hook.py"
+}
+
+/// Frames of PyTorch itself and of the Python runtime (and C/C++ frames): what model code calls,
+/// never model code.
+fn is_torch_or_runtime_frame(file: &str) -> bool {
     let f = file.replace('\\', "/");
-    f.contains("site-packages/")
-        || f.contains("dist-packages/")
-        || f.contains("/lib/python")
+    let runtime = f.contains("/lib/python") && !f.contains("site-packages/") && !f.contains("dist-packages/");
+    runtime
         || f.starts_with("torch/")
         || f.contains("/torch/")
         || f.starts_with('<')
@@ -39,6 +51,13 @@ pub fn is_library_frame(file: &str) -> bool {
         || f.ends_with(".cu")
         || f.ends_with(".h")
         || f.ends_with(".hpp")
+        || is_recorder_frame(&f)
+}
+
+/// Frames of the Python runtime, installed packages and PyTorch itself: not the user's code.
+pub fn is_library_frame(file: &str) -> bool {
+    let f = file.replace('\\', "/");
+    f.contains("site-packages/") || f.contains("dist-packages/") || is_torch_or_runtime_frame(&f)
 }
 
 /// The innermost user frame (frames are innermost first), else the innermost frame.
@@ -46,16 +65,33 @@ pub fn user_frame(frames: &[Frame]) -> Option<&Frame> {
     frames.iter().find(|f| !is_library_frame(&f.file)).or(frames.first())
 }
 
+/// The innermost frame in model code (see the module documentation), if any.
+pub fn model_frame(frames: &[Frame]) -> Option<&Frame> {
+    frames.iter().find(|f| !is_torch_or_runtime_frame(&f.file))
+}
+
+/// A file as a label shows it: an installed package's path from the package on.
+fn short_file(file: &str) -> &str {
+    ["site-packages/", "dist-packages/"]
+        .iter()
+        .find_map(|p| file.rfind(p).map(|k| &file[k + p.len()..]))
+        .unwrap_or(file)
+}
+
 pub fn site_of(frames: &[Frame]) -> Site {
-    match user_frame(frames) {
-        Some(f) => Site {
-            // One line whatever the trace holds: the label is printed and put in reports.
-            label: crate::escape::terminal(&format!("{}:{} ({})", f.file, f.line, f.function)).into_owned(),
-            file: f.file.clone(),
-            line: f.line,
-            function: f.function.clone(),
-        },
-        None => Site::unknown(),
+    let user = frames.iter().find(|f| !is_library_frame(&f.file));
+    let fallback = frames.iter().find(|f| !is_recorder_frame(&f.file));
+    let Some(named) = model_frame(frames).or(user).or(fallback) else { return Site::unknown() };
+    let mut label = format!("{}:{} ({})", short_file(&named.file), named.line, named.function);
+    if let Some(u) = user.filter(|u| *u != named) {
+        label.push_str(&format!(" via {}:{} ({})", u.file, u.line, u.function));
+    }
+    Site {
+        // One line whatever the trace holds: the label is printed and put in reports.
+        label: crate::escape::terminal(&label).into_owned(),
+        file: named.file.clone(),
+        line: named.line,
+        function: named.function.clone(),
     }
 }
 
@@ -127,6 +163,31 @@ mod tests {
         // Only library frames: the innermost one.
         assert_eq!(site_of(&frames[..1]).line, 134);
         assert_eq!(site_of(&[]).label, "(no call site recorded)");
+    }
+
+    #[test]
+    fn a_model_library_frame_is_named_with_the_users_line() {
+        // As a Hugging Face GPT-2 MLP allocates, called from a training script.
+        let frames = vec![
+            frame("/opt/venv/lib/python3.12/site-packages/torch/nn/functional.py", 1700, "gelu"),
+            frame("/opt/venv/lib/python3.12/site-packages/transformers/activations.py", 56, "forward"),
+            frame("/opt/venv/lib/python3.12/site-packages/torch/nn/modules/module.py", 1790, "_call_impl"),
+            frame("/opt/venv/lib/python3.12/site-packages/transformers/models/gpt2/modeling_gpt2.py", 312, "forward"),
+            frame("train.py", 57, "main"),
+        ];
+        let s = site_of(&frames);
+        assert_eq!(s.label, "transformers/activations.py:56 (forward) via train.py:57 (main)");
+        assert_eq!((s.line, s.function.as_str()), (56, "forward"));
+        // The recorder's shim is never named; the user's own module is named alone.
+        let frames = vec![
+            frame("/tmp/alloctrace-x1/alloctrace_hook.py", 135, "backward"),
+            frame("model.py", 20, "forward"),
+            frame("/usr/lib/python3.12/site-packages/torch/nn/modules/module.py", 1790, "_call_impl"),
+            frame("train.py", 9, "step"),
+        ];
+        assert_eq!(site_of(&frames).label, "model.py:20 (forward)");
+        // Only the recorder's frame: no call site.
+        assert_eq!(site_of(&frames[..1]).label, "(no call site recorded)");
     }
 
     #[test]
