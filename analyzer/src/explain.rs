@@ -181,6 +181,8 @@ pub struct Experiment {
 #[derive(Debug, Clone, Serialize)]
 pub struct ExplainReport {
     pub trace: String,
+    /// Set when the trace's requests were predicted rather than recorded: what made them.
+    pub predicted: Option<String>,
     pub alloc_conf: String,
     /// The capacity of the replay explained (also in `figures`), and where it came from.
     pub capacity_bytes: Option<u64>,
@@ -562,6 +564,7 @@ the consuming stream allocate the tensors it uses, instead of record_stream on t
     });
     Ok(ExplainReport {
         trace: trace.path.display().to_string(),
+        predicted: trace.predicted().map(str::to_string),
         alloc_conf: result.alloc_conf.clone(),
         capacity_bytes: result.capacity_bytes,
         capacity_source: result.capacity_source,

@@ -34,6 +34,9 @@ pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()
             "  "
         )
     )?;
+    if let Some(p) = &r.predicted {
+        writeln!(out, "{}", crate::wrap::indented(p, "", "  "))?;
+    }
     if let Some(d) = &r.input_damage {
         writeln!(
             out,
