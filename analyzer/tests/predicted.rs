@@ -67,10 +67,21 @@ fn a_predicted_snapshot_is_read_as_predicted() {
         let t = text(&args);
         assert!(t.lines().take(4).any(|l| l.starts_with(PREDICTED_NOTE)), "{args:?}:\n{t}");
     }
+    // At 40 MiB: the parameters (16.2 MiB in a 16 MiB and a 2 MiB segment), the input (1 MiB, in
+    // the small segment) and the first Linear's output (4 MiB in a 20 MiB segment) are 38 MiB
+    // reserved when the first product asks for its 32 MiB cuBLAS workspace: explain names it.
+    let e = json(&["explain", p, "--capacity", "40MiB", "--json"]);
+    assert_eq!(e["figures"]["requested_bytes"], 32 << 20);
+    assert_eq!(
+        e["predicted_where"],
+        "iteration 0, forward, cuBLAS workspace (main thread, stream 0) (aten.addmm.default)"
+    );
     // A recorded snapshot is not predicted.
     let plain = fixture("seed_experiments.max24.pickle");
     let w = json(&["whatif", plain.to_str().unwrap(), "--json"]);
     assert!(w["predicted"].is_null(), "{}", w["predicted"]);
+    let e = json(&["explain", plain.to_str().unwrap(), "--json"]);
+    assert!(e["predicted"].is_null() && e["predicted_where"].is_null());
     assert_eq!(PREDICTED_KEY, "alloctrace_predicted", "the key python/alloctrace/predict.py writes");
 }
 
@@ -82,8 +93,10 @@ fn a_predicted_snapshot_is_read_as_predicted() {
 #[test]
 fn predictions_against_real_h100_runs() {
     let tsv = std::fs::read_to_string(fixture("predicted/predict_vs_real.tsv")).unwrap();
-    println!("{:<14} {:>5} {:>14} {:>14} {:>8} {:>14} {:>14} {:>8}", "model", "batch", "pred alloc", "real alloc",
-        "err", "pred reserved", "real reserved", "err");
+    println!(
+        "{:<14} {:>5} {:>14} {:>14} {:>8} {:>14} {:>14} {:>8}",
+        "model", "batch", "pred alloc", "real alloc", "err", "pred reserved", "real reserved", "err"
+    );
     let mut checked = 0;
     for line in tsv.lines().skip(1) {
         let f: Vec<&str> = line.split('\t').collect();

@@ -61,7 +61,7 @@ NOT_MODELLED = (
 )
 
 PREDICTED_KEY = "alloctrace_predicted"
-_RECORD_HINT = "record the real job instead: alloctrace record --capacity LIMIT -- python train.py"
+_RECORD_HINT = "record the real job instead: alloctrace record -o run.atrace --capacity LIMIT -- python train.py"
 
 
 class PredictionError(RuntimeError):
@@ -330,11 +330,12 @@ def _why(e):
     if "hasprimarycontext" in low:
         return ("the step cannot run under fake tensors here: PyTorch's autograd engine asks the CUDA driver "
                 "about the device even for fake tensors, so a backward pass needs a machine where PyTorch sees "
-                "a CUDA device (no GPU memory is used); forward-only steps run anywhere")
-    if "dynamicoutputshape" in low or "data-dependent" in low or "data dependent" in low:
-        cause = "a data-dependent output shape (nonzero, masked indexing, unique)"
-    elif "item" in low and ("scalar" in low or "dataDependent".lower() in low or "local_scalar" in low):
+                "a CUDA device (no GPU memory is used; forward-only steps run anywhere); or "
+                + _RECORD_HINT)
+    if "local_scalar_dense" in low or "item()" in low:
         cause = "a value read back from the device (.item(), bool() or int() of a tensor)"
+    elif "dynamicoutputshape" in low or "data-dependent" in low or "datadependent" in low:
+        cause = "a data-dependent output shape (nonzero, masked indexing, unique)"
     elif "unsupportedoperatorexception" in low or "no fake" in low or "meta" in low:
         cause = "an operator without a fake (meta) implementation (a custom CUDA extension?)"
     elif "nccl" in low or "process group" in low or "distributed" in low:
