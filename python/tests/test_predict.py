@@ -80,7 +80,7 @@ def test_a_data_dependent_step_is_refused_in_one_line(tmp_path):
     msg = str(e.value)
     assert "\n" not in msg
     assert msg.startswith("the step cannot run under fake tensors")
-    assert "alloctrace record --capacity" in msg
+    assert "alloctrace record -o run.atrace --capacity LIMIT" in msg
 
 
 def test_largest_batch_bisects_each_setting(tmp_path):
