@@ -45,7 +45,7 @@ import sys
 import threading
 import weakref
 
-__all__ = ["predict", "largest_batch", "PredictionError", "MODELLED", "NOT_MODELLED"]
+__all__ = ["predict", "largest_batch", "settings", "PredictionError", "MODELLED", "NOT_MODELLED"]
 
 MODELLED = (
     "device storages made by operators (parameters, activations, gradients, optimizer state, inputs)",
@@ -58,6 +58,7 @@ NOT_MODELLED = (
     "NCCL and other communication buffers, and memory outside PyTorch's caching allocator",
     "data-dependent shapes and values (.item(), nonzero, masked indexing): the step cannot run",
     "custom CUDA extensions without a fake (meta) implementation: the step cannot run",
+    "storages that grow in place (resize_, out= arguments): only their first size is seen",
 )
 
 PREDICTED_KEY = "alloctrace_predicted"
@@ -449,7 +450,9 @@ def predict(make_step, *example_inputs, steps=3, capacity="80GiB", conf=None, ou
     Writes a predicted snapshot to `out` (default: a file in the temporary folder) and returns
     a dict: `path`, `requests` (allocations recorded), and with `explain`, `explain` (the
     `alloctrace explain --json` answer at `capacity` under `conf`, PYTORCH_CUDA_ALLOC_CONF
-    syntax) and `whatif` (`alloctrace whatif --json`: every setting's peak and outcome).
+    syntax), `whatif` (`alloctrace whatif --json`), `settings` (from whatif: for each setting
+    its peaks, fragmentation, whether it fits and its headroom, see `settings()`) and
+    `most_headroom` (the fitting setting with the lowest peak reserved, or None).
     `compute_capability` picks the cuBLAS workspace default (PyTorch's rule: 32 MiB on 9.0).
     Raises PredictionError when the step cannot run under fake tensors.
     """
@@ -477,7 +480,27 @@ def predict(make_step, *example_inputs, steps=3, capacity="80GiB", conf=None, ou
     if explain:
         result["whatif"] = _whatif(path, capacity, conf)
         result["explain"] = _explain(path, capacity, conf)
+        result["settings"], result["most_headroom"] = settings(result["whatif"])
     return result
+
+
+def settings(whatif):
+    """From `alloctrace whatif --json`: {setting: {fits, peak_allocated_bytes,
+    peak_reserved_bytes, fragmentation, headroom_bytes}} (headroom: the capacity less the peak
+    reserved, None without a capacity), and the fitting setting with the lowest peak reserved."""
+    cap = whatif.get("capacity_bytes")
+    table = {}
+    for r in whatif["rows"]:
+        table[r["policy"]] = {
+            "fits": r["reach"] == "completes",
+            "peak_allocated_bytes": r["peak_allocated_bytes"],
+            "peak_reserved_bytes": r["peak_reserved_bytes"],
+            "fragmentation": r["fragmentation"],
+            "headroom_bytes": cap - r["peak_reserved_bytes"] if cap else None,
+        }
+    fitting = [k for k, v in table.items() if v["fits"]]
+    best = min(fitting, key=lambda k: (table[k]["peak_reserved_bytes"], k != "recorded")) if fitting else None
+    return table, best
 
 
 def _describe(make_step, steps, rec):
@@ -578,7 +601,6 @@ def main(argv=None):
     """`python -m alloctrace predict SCRIPT.py:MAKE_STEP [--inputs FUNC] ...`"""
     import argparse
     import importlib.util
-    import json
 
     p = argparse.ArgumentParser(
         prog="python -m alloctrace predict",
@@ -620,12 +642,20 @@ def main(argv=None):
         if os.path.exists(a.output) and os.path.samefile(a.output, script):
             p.error("the output would overwrite the script")
         r = predict(make_step, lambda: make_inputs(a.batch), steps=a.steps, capacity=a.capacity, conf=a.conf,
-                    out=a.output, explain=False)
+                    out=a.output)
     except PredictionError as e:
         print("alloctrace: %s" % e, file=sys.stderr)
         return 2
-    print("predicted %d requests -> %s" % (r["requests"], r["path"]))
+    print("predicted %d requests (batch %d, %d steps, fake tensors) -> %s" % (r["requests"], a.batch, a.steps,
+                                                                             r["path"]))
+    print("%-34s %-12s %11s %11s %6s %11s" % ("setting", "at " + a.capacity, "peak alloc", "peak reserv", "frag.",
+                                               "headroom"))
+    gib = lambda b: "%.2f GiB" % (b / 2**30) if b is not None else "-"  # noqa: E731
+    for name, v in r["settings"].items():
+        print("%-34s %-12s %11s %11s %5.1f%% %11s" % (name, "fits" if v["fits"] else "out of memory",
+                                                     gib(v["peak_allocated_bytes"]), gib(v["peak_reserved_bytes"]),
+                                                     100 * v["fragmentation"], gib(v["headroom_bytes"])))
+    print("most headroom: %s" % (r["most_headroom"] or "none fits"))
     print("next: alloctrace explain %s --capacity %s; alloctrace whatif %s --capacity %s"
           % (r["path"], a.capacity, r["path"], a.capacity))
-    _ = json
     return 0

@@ -66,6 +66,12 @@ def test_predict_writes_a_snapshot_every_command_reads_as_predicted(tmp_path):
     # Live at the peak: 16 MiB + 16 KiB + 160 KiB + 40 B parameters, the 1 MiB input, the two
     # workspaces (33 MiB) and two 4 MiB activations, as PyTorch rounds them.
     assert rows["recorded"]["peak_allocated_bytes"] == 16 * 2**20 + 16384 + 163840 + 512 + 2**20 + 33 * 2**20 + 8 * 2**20
+    # The per-setting answers, from the same rows.
+    s = r["settings"]
+    assert set(s) == set(rows)
+    assert s["recorded"]["headroom_bytes"] == 80 * 2**30 - rows["recorded"]["peak_reserved_bytes"]
+    best = r["most_headroom"]
+    assert s[best]["fits"] and all(s[best]["peak_reserved_bytes"] <= v["peak_reserved_bytes"] for v in s.values())
 
 
 def test_a_data_dependent_step_is_refused_in_one_line(tmp_path):
@@ -126,6 +132,7 @@ def test_the_command_line_form(tmp_path):
                         "-o", str(out)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert "alloctrace explain %s" % out in p.stdout
+    assert "most headroom: " in p.stdout and "recorded" in p.stdout
     text = subprocess.run([alloctrace.binary(), "whatif", str(out), "--capacity", "1GiB"], check=True,
                           capture_output=True, text=True).stdout
     assert "predicted, not recorded" in text
