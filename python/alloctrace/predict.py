@@ -240,7 +240,7 @@ class _Recorder:
         self.optimizer_depth = max(0, self.optimizer_depth - 1)
 
     # -- operators -----------------------------------------------------------------------------
-    def op(self, func, args, out):
+    def op(self, func, args, kwargs, out):
         torch = self.torch
         phase = self.current_phase()
         self.set_phase(phase)
@@ -273,7 +273,7 @@ class _Recorder:
             else:
                 thread = "thread %d" % threading.get_ident()
             self.workspace(("cuBLAS", thread), self.cublas_bytes, opname)
-            if func in self.lt_ops and self.cublaslt_bytes and self._lt_path(args):
+            if func in self.lt_ops and self.cublaslt_bytes and self._lt_path(args, kwargs):
                 self.workspace(("cuBLASLt", thread), self.cublaslt_bytes, opname)
 
     def workspace(self, key, size, opname):
@@ -294,17 +294,22 @@ class _Recorder:
         for a in self.annotations:
             a["time_us"] = max(a["time_us"], first)
 
-    def _lt_path(self, args):
-        """addmm's cuBLASLt path (Blas.cpp): a 1-D bias as long as the product's columns, beta 1,
-        float, half or bfloat16 operands."""
+    def _lt_path(self, args, kwargs):
+        """addmm's cuBLASLt path (`isInputCompliesAddmmCudaLt` in Blas.cpp): beta 1, a contiguous
+        1-D bias as long as the product's columns, double, float, half or bfloat16 operands with
+        both dimensions above 1, and DISABLE_ADDMM_CUDA_LT not set to 1."""
         torch = self.torch
-        if len(args) < 3:
+        if os.environ.get("DISABLE_ADDMM_CUDA_LT") == "1" or len(args) < 3:
             return False
-        bias, _, mat2 = args[0], args[1], args[2]
-        if not all(isinstance(t, torch.Tensor) for t in (bias, mat2)):
+        bias, mat1, mat2 = args[0], args[1], args[2]
+        if not all(isinstance(t, torch.Tensor) for t in (bias, mat1, mat2)):
             return False
-        return (bias.dim() == 1 and mat2.dim() == 2 and bias.shape[0] == mat2.shape[1]
-                and mat2.dtype in (torch.float32, torch.float16, torch.bfloat16))
+        if (kwargs or {}).get("beta", 1) != 1:
+            return False
+        return (bias.dim() == 1 and mat1.dim() == 2 and mat2.dim() == 2 and bias.shape[0] == mat2.shape[1]
+                and bias.is_contiguous()
+                and mat1.dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+                and min(mat1.shape) > 1 and min(mat2.shape) > 1)
 
 
 def _mode_class(torch):
@@ -317,7 +322,7 @@ def _mode_class(torch):
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            self.rec.op(func, args, out)
+            self.rec.op(func, args, kwargs, out)
             return out
 
     return _Watch
