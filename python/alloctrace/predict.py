@@ -628,12 +628,21 @@ def main(argv=None):
     script, _, func = a.target.rpartition(":")
     if not script or not func:
         p.error("expected SCRIPT.py:MAKE_STEP, got %r" % a.target)
+    if not os.path.isfile(script):
+        p.error("cannot read %s: no such file" % script)
     spec = importlib.util.spec_from_file_location("_alloctrace_predict_target", script)
     if spec is None:
-        p.error("cannot load %s" % script)
+        p.error("cannot load %s as Python" % script)
     mod = importlib.util.module_from_spec(spec)
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        p.error("predict needs PyTorch (import torch failed: %s)" % e)
     spec.loader.exec_module(mod)
+    for name in (func, a.inputs):
+        if not callable(getattr(mod, name, None)):
+            p.error("%s defines no function %s" % (script, name))
     make_step, make_inputs = getattr(mod, func), getattr(mod, a.inputs)
     try:
         if a.largest_batch:
