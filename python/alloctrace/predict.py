@@ -155,7 +155,7 @@ class _Recorder:
                 if hasattr(aten, n):
                     self.unmodelled_ops[getattr(aten, n).default] = what
         self.unmodelled = {}
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # a finalizer may run inside a locked block (a GC)
 
     # -- clock, entries ------------------------------------------------------------------------
     def tick(self):
