@@ -182,6 +182,11 @@ pub struct Experiment {
 #[derive(Debug, Clone, Serialize)]
 pub struct ExplainReport {
     pub trace: String,
+    /// Set when the trace's requests were predicted rather than recorded: what made them.
+    pub predicted: Option<String>,
+    /// For a predicted trace that runs out of memory: where the failing request is in the step
+    /// (its iteration, phase and call site: the module or autograd node and the operator).
+    pub predicted_where: Option<String>,
     pub alloc_conf: String,
     /// The capacity of the replay explained (also in `figures`), and where it came from.
     pub capacity_bytes: Option<u64>,
@@ -268,6 +273,36 @@ pub struct ExplainOptions<'a> {
 /// [`ExplainReport::capacity_search_note`] says so; [`explain_with`] can ask for the search.
 pub fn explain(trace: &Trace) -> Result<ExplainReport> {
     explain_with(trace, &ExplainOptions::default())
+}
+
+/// Where the request at `event` is: the last iteration and phase marks before it and its call
+/// site, e.g. `iteration 1, backward, backward MmBackward0 (aten.mm.default)`.
+fn request_context(trace: &Trace, event: u64) -> Result<Option<String>> {
+    use recorder::trace::MarkKind;
+    let (mut iteration, mut phase, mut site) = (None, None, None);
+    let mut sites: HashMap<u32, String> = HashMap::new();
+    trace.scan(|i, r| {
+        if i > event {
+            return;
+        }
+        match &r.event {
+            Event::CallSite { id, frames } => {
+                // A predicted call site is one frame with no line: the module or autograd node,
+                // and the operator.
+                let label = match frames.as_slice() {
+                    [f] if f.line == 0 => crate::escape::terminal(&format!("{} ({})", f.file, f.function)).into_owned(),
+                    _ => crate::model::sites::site_of(frames).label,
+                };
+                sites.insert(*id, label);
+            }
+            Event::Mark { kind: MarkKind::Iteration, text } => iteration = Some(text.clone()),
+            Event::Mark { kind: MarkKind::Phase, text } => phase = Some(text.clone()),
+            Event::Alloc { callsite, .. } if i == event => site = sites.get(callsite).cloned(),
+            _ => {}
+        }
+    })?;
+    let parts: Vec<String> = [iteration, phase, site].into_iter().flatten().collect();
+    Ok((!parts.is_empty()).then(|| parts.join(", ")))
 }
 
 pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainReport> {
@@ -563,6 +598,11 @@ the consuming stream allocate the tensors it uses, instead of record_stream on t
     });
     Ok(ExplainReport {
         trace: trace.path.display().to_string(),
+        predicted: trace.predicted().map(str::to_string),
+        predicted_where: match (trace.predicted(), is_oom) {
+            (Some(_), true) => request_context(trace, figures.event)?,
+            _ => None,
+        },
         alloc_conf: result.alloc_conf.clone(),
         capacity_bytes: result.capacity_bytes,
         capacity_source: result.capacity_source,

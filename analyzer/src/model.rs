@@ -420,6 +420,13 @@ impl Trace {
         trace_name(&self.path)
     }
 
+    /// For a request stream that was predicted rather than recorded (`alloctrace.predict`), the
+    /// note saying what made it.
+    pub fn predicted(&self) -> Option<&str> {
+        let prefix = crate::import::torch::PREDICTED_NOTE;
+        self.header.notes.iter().find(|n| n.starts_with(prefix)).map(String::as_str)
+    }
+
     /// True when every pass runs over records in memory.
     pub fn in_memory(&self) -> bool {
         matches!(self.records, Records::InMemory(_))

@@ -102,6 +102,8 @@ pub struct Bounds {
 #[derive(Debug, Clone, Serialize)]
 pub struct Whatif {
     pub trace: String,
+    /// Set when the trace's requests were predicted rather than recorded: what made them.
+    pub predicted: Option<String>,
     pub capacity_bytes: Option<u64>,
     pub capacity_source: crate::model::CapacitySource,
     pub rows: Vec<PolicyRow>,
@@ -383,6 +385,7 @@ fn finish<T>(
     let prediction = crate::outcome::predict(trace, list, &past, &past_from, opts.capacity.bytes, opts.repeats)?;
     let w = Whatif {
         trace: trace.path.display().to_string(),
+        predicted: trace.predicted().map(str::to_string),
         capacity_bytes: opts.capacity.bytes,
         capacity_source: opts.capacity.source,
         rows: table,

@@ -369,3 +369,4 @@ def _version():
 
 
 __version__ = _version()
+from .predict import PredictionError, largest_batch, predict  # noqa: E402  (Will it fit? needs torch only when called)

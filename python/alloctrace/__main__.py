@@ -8,6 +8,10 @@ from alloctrace import _recorder_library, binary
 
 
 def main():
+    if sys.argv[1:2] == ["predict"]:
+        from alloctrace.predict import main as predict_main
+
+        sys.exit(predict_main(sys.argv[2:]))
     exe = binary()
     lib = _recorder_library()
     if lib and not os.environ.get("ALLOCTRACE_LIB"):

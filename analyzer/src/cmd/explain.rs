@@ -37,6 +37,9 @@ pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()
             "  "
         )
     )?;
+    if let Some(p) = &r.predicted {
+        writeln!(out, "{}", crate::wrap::indented(p, "", "  "))?;
+    }
     if let Some(d) = &r.input_damage {
         writeln!(
             out,
@@ -57,6 +60,9 @@ pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()
             };
             writeln!(out, "{}", crate::wrap::indented(&head, "", "  "))?;
             writeln!(out, "{}", crate::wrap::indented(m, "  ", "  "))?;
+        }
+        if let Some(w) = &r.predicted_where {
+            writeln!(out, "{}", crate::wrap::indented(&format!("the failing request (predicted): {w}"), "", "  "))?;
         }
     } else {
         writeln!(

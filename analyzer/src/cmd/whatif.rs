@@ -22,6 +22,9 @@ pub struct WhatifCmdOptions {
 pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
     let cap = w.capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "unlimited".into());
     writeln!(out, "what-if for {} at capacity {cap}", w.trace)?;
+    if let Some(p) = &w.predicted {
+        writeln!(out, "{}", crate::wrap::indented(p, "", "  "))?;
+    }
     if let Some(d) = &w.input_damage {
         writeln!(out, "partial input: {d}; the rows cover only what was read")?;
     }

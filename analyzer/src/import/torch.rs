@@ -13,6 +13,7 @@
 //! | `snapshot` | [`Event::Snapshot`] |
 //! | `frames` | an interned [`Event::CallSite`], written once before its first use |
 //! | `external_annotations` | [`Event::Mark`] of kind `Annotation` (`"forward START"`), merged by time |
+//! | `alloctrace_predicted` | a header note: the stream was predicted, not recorded ([`PREDICTED_KEY`]); its `START` annotations become phase and iteration marks |
 //!
 //! Times are nanoseconds since the first entry's `time_us`; an annotation older than that, or
 //! a timestamp going backwards, is clamped so that times never decrease.
@@ -77,6 +78,13 @@ use recorder::trace::{
 };
 use serde::Serialize;
 use std::borrow::Cow;
+
+/// The top-level key of a snapshot whose request stream was predicted (`alloctrace.predict`
+/// runs a step under PyTorch's fake tensors and writes one): a dict whose `by` and `what` (text)
+/// say what made it; it becomes a header note starting with [`PREDICTED_NOTE`].
+pub const PREDICTED_KEY: &str = "alloctrace_predicted";
+/// How the header note of a predicted trace starts ([`crate::model::Trace::predicted`]).
+pub const PREDICTED_NOTE: &str = "predicted, not recorded: made by";
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -261,6 +269,7 @@ struct BlockInfo<'a> {
 
 struct Annotation {
     time_us: u64,
+    kind: MarkKind,
     text: String,
 }
 
@@ -275,6 +284,8 @@ struct Snapshot<'a> {
     settings_say_overflow: Option<String>,
     /// The oldest PyTorch release that writes a key the snapshot holds, and the key.
     written_since: Option<(TorchVersion, &'static str)>,
+    /// `alloctrace_predicted`: the request stream was predicted, not recorded (what made it).
+    predicted: Option<String>,
     warnings: Vec<String>,
 }
 
@@ -361,6 +372,7 @@ impl<'a> Snapshot<'a> {
             alloc_conf: String::new(),
             settings_say_overflow: None,
             written_since: None,
+            predicted: None,
             warnings: Vec::new(),
         };
         let segments = match pk.root {
@@ -410,6 +422,12 @@ impl<'a> Snapshot<'a> {
                 }
                 // Newer snapshots may carry the ring buffer's state beside the settings.
                 snap.read_ring_buffer(pk, pk.root);
+                if let Some(p) = pk.get(pk.root, PREDICTED_KEY) {
+                    let text = |k| pk.get(p, k).and_then(|v| pk.str(v)).map(|s| bounded_text(s).into_owned());
+                    let by = text("by").unwrap_or_else(|| "a prediction".into());
+                    let what = text("what").map(|w| format!(" ({w})")).unwrap_or_default();
+                    snap.predicted = Some(format!("{PREDICTED_NOTE} {by}{what}"));
+                }
                 if let Some(ann) = pk.get(pk.root, "external_annotations") {
                     snap.read_annotations(pk, ann, opts.device);
                 }
@@ -540,14 +558,22 @@ impl<'a> Snapshot<'a> {
             let (name, stage) = (bounded_text(name), bounded_text(stage));
             let mut text = match (name.is_empty(), stage.is_empty()) {
                 (false, false) => format!("{name} {stage}"),
-                (false, true) => name.into_owned(),
-                (true, false) => stage.into_owned(),
+                (false, true) => name.to_string(),
+                (true, false) => stage.to_string(),
                 (true, true) => continue,
             };
             if recorder::trace::bound_text(&mut text) || text.contains("...[truncated: ") {
                 self.warn(|| format!("annotation {i} is longer than {MAX_TEXT_BYTES} bytes; cut with a marker"));
             }
-            self.annotations.push(Annotation { time_us, text });
+            // A predicted stream knows its phases and iterations: its `START` annotations are
+            // phase marks (`forward`, `backward`, `optimizer`) and iteration marks.
+            let (kind, text) = match (self.predicted.is_some(), stage.as_ref()) {
+                (true, "START") if name.starts_with("iteration ") => (MarkKind::Iteration, name.into_owned()),
+                (true, "START") => (MarkKind::Phase, name.into_owned()),
+                (true, _) => continue,
+                (false, _) => (MarkKind::Annotation, text),
+            };
+            self.annotations.push(Annotation { time_us, kind, text });
         }
         if let Some(first) = repeated.first() {
             let n = repeated.len();
@@ -929,6 +955,9 @@ impl<'p, 'a> Importer<'p, 'a> {
         header.alloc_conf = snap.alloc_conf.clone();
         header.config = config.clone();
         header.capacity_bytes = opts.capacity_bytes.unwrap_or(0);
+        if let Some(note) = &snap.predicted {
+            header.notes.push(note.clone());
+        }
         header.device_name = opts.device_name.clone().unwrap_or_default();
         header.device_total_bytes = opts.device_total_bytes.unwrap_or(0);
         match (opts.torch_version, snap.written_since) {
@@ -1299,7 +1328,7 @@ impl<'p, 'a> Importer<'p, 'a> {
                     clamped_annotations += 1;
                 }
                 let t = self.time(a.time_us);
-                self.push(t, Event::Mark { kind: MarkKind::Annotation, text: a.text.clone() });
+                self.push(t, Event::Mark { kind: a.kind, text: a.text.clone() });
             }
             let t = self.time(e.time_us);
             if e.action.is_release() && burst.segments == 0 {
@@ -1354,7 +1383,7 @@ impl<'p, 'a> Importer<'p, 'a> {
         }
         for a in ann {
             let t = self.time(a.time_us);
-            self.push(t, Event::Mark { kind: MarkKind::Annotation, text: a.text.clone() });
+            self.push(t, Event::Mark { kind: a.kind, text: a.text.clone() });
         }
         if clamped_annotations > 0 {
             self.warn(format!(

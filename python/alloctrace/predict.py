@@ -1,0 +1,675 @@
+"""Will it fit? The request stream of a training or inference step that has not run, taken on
+CPU under PyTorch's `FakeTensorMode` (no GPU, no GPU memory), written as a PyTorch snapshot
+pickle that every `alloctrace` command reads, marked as predicted:
+
+    import alloctrace
+
+    def make_step():                        # called once, under fake tensors
+        model = torchvision.models.resnet18().cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        def step(x, y):
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+        return step
+
+    alloctrace.predict(make_step, torch.empty(64, 3, 224, 224), torch.zeros(64, dtype=torch.long),
+                       out="predicted.pickle")
+    # then: alloctrace explain predicted.pickle --capacity 80GiB; alloctrace whatif ...
+
+What the stream holds (one entry per caching-allocator request, stream 0):
+- every device storage an operator creates, at its birth, and its free when PyTorch frees it
+  (the storage's last reference goes), with the phase (forward, backward, optimizer) and the
+  module or autograd node that made it;
+- the requests that kernels make through the caching allocator and fake tensors do not, where
+  PyTorch's source gives their size (`aten/src/ATen/cuda/CublasHandlePool.cpp`): the cuBLAS
+  workspace, one per cuBLAS handle and stream, made at the first matrix product of a thread
+  (forward on the calling thread, backward on the autograd engine's device thread, so a
+  training step has two), of `CUBLAS_WORKSPACE_CONFIG` bytes (`:SIZE:COUNT` pairs, SIZE KiB
+  each; default 32 MiB on compute capability 9.0, else 4096 KiB * 2 + 16 KiB * 8), kept for
+  the process; and the cuBLASLt workspace, one per handle and stream, made at the first
+  `addmm` with a bias vector (the cuBLASLt path), of `CUBLASLT_WORKSPACE_SIZE` KiB (default
+  1024), at most the cuBLAS workspace, or none with `TORCH_CUBLASLT_UNIFIED_WORKSPACE=1`.
+
+Not modelled (see `NOT_MODELLED`): cuDNN workspaces (their size is chosen by cuDNN at run
+time), temporaries that kernels allocate inside themselves (reduction and sort scratch, fused
+attention backward accumulators), NCCL buffers and anything outside the caching allocator.
+What cannot run under fake tensors (data-dependent shapes, `.item()`, custom CUDA extensions)
+raises `PredictionError` with one line saying why and pointing to `alloctrace record`.
+"""
+
+import os
+import pickle
+import re
+import sys
+import threading
+import weakref
+
+__all__ = ["predict", "largest_batch", "settings", "PredictionError", "MODELLED", "NOT_MODELLED"]
+
+MODELLED = (
+    "device storages made by operators (parameters, activations, gradients, optimizer state, inputs)",
+    "cuBLAS workspace per handle and stream (CUBLAS_WORKSPACE_CONFIG; 32 MiB on compute capability 9.0)",
+    "cuBLASLt workspace per handle and stream at the first addmm with a bias (CUBLASLT_WORKSPACE_SIZE, 1 MiB)",
+)
+NOT_MODELLED = (
+    "cuDNN workspaces (convolutions): cuDNN picks the algorithm and its workspace at run time",
+    "temporaries kernels allocate inside themselves (reduction/sort scratch, fused attention backward)",
+    "NCCL and other communication buffers, and memory outside PyTorch's caching allocator",
+    "data-dependent shapes and values (.item(), nonzero, masked indexing): the step cannot run",
+    "custom CUDA extensions without a fake (meta) implementation: the step cannot run",
+    "storages that grow in place (resize_, out= arguments): only their first size is seen",
+)
+
+PREDICTED_KEY = "alloctrace_predicted"
+_RECORD_HINT = "record the real job instead: alloctrace record -o run.atrace --capacity LIMIT -- python train.py"
+
+
+class PredictionError(RuntimeError):
+    """The step cannot run under fake tensors; the message says why in one line."""
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20,
+          "gib": 2**30, "tib": 2**40}
+
+
+def _bytes(v):
+    if v is None or isinstance(v, int):
+        return v
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", str(v))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError("cannot read %r as a size (e.g. 80GiB, 24GB, 1073741824)" % (v,))
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def _cublas_workspace_bytes(compute_capability):
+    """`parseChosenWorkspaceSize` of CublasHandlePool.cpp: the sum of SIZE KiB * COUNT over the
+    `:SIZE:COUNT` pairs of CUBLAS_WORKSPACE_CONFIG, else 32 MiB on sm_90, else 4096 KiB * 2 +
+    16 KiB * 8."""
+    default = 4096 * 8 * 1024 if tuple(compute_capability) == (9, 0) else 4096 * 1024 * 2 + 16 * 1024 * 8
+    val = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    if val is None:
+        return default
+    pairs = re.findall(r":([0-9]+):([0-9]+)", val)
+    if not pairs:
+        return default
+    return sum(int(s) * 1024 * int(c) for s, c in pairs)
+
+
+def _cublaslt_workspace_bytes(cublas_bytes):
+    """`getCUDABlasLtWorkspaceSize`: CUBLASLT_WORKSPACE_SIZE KiB (default 1024), at most the
+    cuBLAS workspace; 0 when TORCH_CUBLASLT_UNIFIED_WORKSPACE is set true (the cuBLAS
+    workspace is then shared, `getCUDABlasLtWorkspace`)."""
+    if os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "").strip().lower() in ("1", "true", "on", "yes", "y"):
+        return 0
+    try:
+        kib = int(os.environ.get("CUBLASLT_WORKSPACE_SIZE", "1024"))
+    except ValueError:
+        kib = 1024
+    return min(kib * 1024, cublas_bytes)
+
+
+class _Recorder:
+    """The caching-allocator requests of one fake run, as PyTorch snapshot trace entries."""
+
+    def __init__(self, torch, compute_capability):
+        self.torch = torch
+        self.entries = []
+        self.annotations = []
+        self.clock = 0
+        self.next_addr = 0x7F0000000000
+        self.live = {}  # storage key -> (addr, size)
+        self.frames = {}  # (where, op) -> frames list, shared so the pickle stores each once
+        self.workspaces = set()
+        self.modules = []
+        self.names = {}
+        self.optimizer_depth = 0
+        self.phase = None
+        self.forward_seen = False
+        # The phase outside modules, autograd and optimizers: "setup" while the model and the
+        # inputs are built, "other" in the steps (inputs, the loss outside modules, zero_grad).
+        self.outside = "setup"
+        self.cublas_bytes = _cublas_workspace_bytes(compute_capability)
+        self.cublaslt_bytes = _cublaslt_workspace_bytes(self.cublas_bytes)
+        aten = torch.ops.aten
+        self.blas_ops = {
+            getattr(aten, n).default
+            for n in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "vdot", "_addmm_activation")
+            if hasattr(aten, n)
+        }
+        self.lt_ops = {getattr(aten, n).default for n in ("addmm", "_addmm_activation") if hasattr(aten, n)}
+        # Operators whose CUDA kernels take memory from the caching allocator that their fake
+        # version does not show, in amounts not derivable from PyTorch's source.
+        self.unmodelled_ops = {}
+        for names, what in (
+            (("convolution", "convolution_backward", "cudnn_convolution", "cudnn_convolution_transpose"),
+             "cuDNN convolution workspaces"),
+            (("_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward",
+              "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
+              "_flash_attention_backward", "_efficient_attention_backward"),
+             "fused attention scratch"),
+            (("cudnn_batch_norm", "cudnn_batch_norm_backward", "_cudnn_rnn", "_cudnn_rnn_backward"),
+             "cuDNN batch-norm/RNN workspaces"),
+        ):
+            for n in names:
+                if hasattr(aten, n):
+                    self.unmodelled_ops[getattr(aten, n).default] = what
+        self.unmodelled = {}
+        self.lock = threading.RLock()  # a finalizer may run inside a locked block (a GC)
+
+    # -- clock, entries ------------------------------------------------------------------------
+    def tick(self):
+        self.clock += 1
+        return self.clock
+
+    def _frames(self, where, op):
+        key = (where, op)
+        f = self.frames.get(key)
+        if f is None:
+            f = [{"filename": where, "line": 0, "name": op}]
+            self.frames[key] = f
+        return f
+
+    def alloc(self, size, where, op):
+        addr = self.next_addr
+        self.next_addr += (size + 511) // 512 * 512 + 512
+        self.entries.append({"action": "alloc", "addr": addr, "size": size, "stream": 0, "time_us": self.tick(),
+                             "frames": self._frames(where, op)})
+        return addr
+
+    def free(self, key):
+        with self.lock:
+            got = self.live.pop(key, None)
+            if got is None:
+                return
+            addr, size = got
+            for action in ("free_requested", "free_completed"):
+                self.entries.append({"action": action, "addr": addr, "size": size, "stream": 0,
+                                     "time_us": self.tick(), "frames": []})
+
+    def annotate(self, name, stage):
+        self.annotations.append({"name": name, "stage": stage, "device": 0, "time_us": self.tick()})
+
+    # -- phases --------------------------------------------------------------------------------
+    def current_phase(self):
+        if self.torch._C._current_autograd_node() is not None:
+            return "backward"
+        if self.optimizer_depth:
+            return "optimizer"
+        if self.modules or self.forward_seen:
+            return "forward"
+        return self.outside
+
+    def set_phase(self, phase):
+        if phase == self.phase:
+            return
+        if self.phase is not None:
+            self.annotate(self.phase, "END")
+        self.phase = phase
+        self.annotate(phase, "START")
+        if phase == "forward":
+            self.forward_seen = True
+        elif phase in ("backward", "optimizer"):
+            self.forward_seen = False
+
+    def where(self, phase):
+        if phase == "backward":
+            node = self.torch._C._current_autograd_node()
+            return "backward " + (node.name() if node is not None else "")
+        if self.modules:
+            return self.modules[-1]
+        return phase
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def module_pre(self, module, args):
+        if not self.modules and id(module) not in self.names:
+            for n, m in module.named_modules():
+                self.names.setdefault(id(m), n)
+        name = self.names.get(id(module))
+        kind = type(module).__name__
+        self.modules.append("%s (%s)" % (name, kind) if name else kind)
+
+    def module_post(self, module, args, output):
+        if self.modules:
+            self.modules.pop()
+
+    def optimizer_pre(self, opt, args, kwargs):
+        self.optimizer_depth += 1
+
+    def optimizer_post(self, opt, args, kwargs):
+        self.optimizer_depth = max(0, self.optimizer_depth - 1)
+
+    # -- operators -----------------------------------------------------------------------------
+    def op(self, func, args, kwargs, out):
+        torch = self.torch
+        phase = self.current_phase()
+        self.set_phase(phase)
+        where = self.where(phase)
+        opname = str(func)
+        tensors = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        on_device = [t for t in tensors if t.device.type == "cuda"]
+        for t in on_device:
+            try:
+                st = t.untyped_storage()
+            except Exception:  # a tensor without storage (sparse, nested): not modelled
+                continue
+            key = st._cdata
+            with self.lock:
+                if key in self.live:
+                    continue
+                size = st.nbytes()
+                if size == 0:
+                    continue
+                self.live[key] = (self.alloc(size, where, opname), size)
+            weakref.finalize(st, self.free, key)
+        if on_device and func in self.unmodelled_ops:
+            what = self.unmodelled_ops[func]
+            self.unmodelled[what] = self.unmodelled.get(what, 0) + 1
+        if func in self.blas_ops and on_device:
+            if phase == "backward":
+                thread = "autograd device thread"
+            elif threading.get_ident() == threading.main_thread().ident:
+                thread = "main thread"
+            else:
+                thread = "thread %d" % threading.get_ident()
+            self.workspace(("cuBLAS", thread), self.cublas_bytes, opname)
+            if func in self.lt_ops and self.cublaslt_bytes and self._lt_path(args, kwargs):
+                self.workspace(("cuBLASLt", thread), self.cublaslt_bytes, opname)
+
+    def workspace(self, key, size, opname):
+        """A workspace kept for the process, one per handle and stream (a handle per thread)."""
+        if key in self.workspaces:
+            return
+        self.workspaces.add(key)
+        with self.lock:
+            self.live[key] = (self.alloc(size, "%s workspace (%s, stream 0)" % key, opname), size)
+
+    def finish(self):
+        """The process ends: what is still live (parameters, workspaces) is freed, so that the
+        snapshot's empty final state agrees with its trace; annotations made before the first
+        request take its time."""
+        for key in list(self.live):
+            self.free(key)
+        first = self.entries[0]["time_us"] if self.entries else 0
+        for a in self.annotations:
+            a["time_us"] = max(a["time_us"], first)
+
+    def _lt_path(self, args, kwargs):
+        """addmm's cuBLASLt path (`isInputCompliesAddmmCudaLt` in Blas.cpp): beta 1, a contiguous
+        1-D bias as long as the product's columns, double, float, half or bfloat16 operands with
+        both dimensions above 1, and DISABLE_ADDMM_CUDA_LT not set to 1."""
+        torch = self.torch
+        if os.environ.get("DISABLE_ADDMM_CUDA_LT") == "1" or len(args) < 3:
+            return False
+        bias, mat1, mat2 = args[0], args[1], args[2]
+        if not all(isinstance(t, torch.Tensor) for t in (bias, mat1, mat2)):
+            return False
+        if (kwargs or {}).get("beta", 1) != 1:
+            return False
+        return (bias.dim() == 1 and mat1.dim() == 2 and mat2.dim() == 2 and bias.shape[0] == mat2.shape[1]
+                and bias.is_contiguous()
+                and mat1.dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+                and min(mat1.shape) > 1 and min(mat2.shape) > 1)
+
+
+def _mode_class(torch):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Watch(TorchDispatchMode):
+        def __init__(self, rec):
+            super().__init__()
+            self.rec = rec
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            self.rec.op(func, args, kwargs, out)
+            return out
+
+    return _Watch
+
+
+def _why(e):
+    """One line: why the step cannot run under fake tensors."""
+    name = type(e).__name__
+    text = str(e).strip().splitlines()[0] if str(e).strip() else name
+    low = (name + " " + str(e)).lower()
+    if "hasprimarycontext" in low:
+        return ("the step cannot run under fake tensors here: PyTorch's autograd engine asks the CUDA driver "
+                "about the device even for fake tensors, so a backward pass needs a machine where PyTorch sees "
+                "a CUDA device (no GPU memory is used; forward-only steps run anywhere); or "
+                + _RECORD_HINT)
+    if "local_scalar_dense" in low or "item()" in low:
+        cause = "a value read back from the device (.item(), bool() or int() of a tensor)"
+    elif "dynamicoutputshape" in low or "data-dependent" in low or "datadependent" in low:
+        cause = "a data-dependent output shape (nonzero, masked indexing, unique)"
+    elif "unsupportedoperatorexception" in low or "no fake" in low or "meta" in low:
+        cause = "an operator without a fake (meta) implementation (a custom CUDA extension?)"
+    elif "nccl" in low or "process group" in low or "distributed" in low:
+        cause = "collective communication (NCCL buffers are outside what is predicted)"
+    else:
+        cause = "%s: %s" % (name, text[:160])
+    return "the step cannot run under fake tensors: %s; %s" % (cause, _RECORD_HINT)
+
+
+def _to_fake(torch, mode, x):
+    if isinstance(x, torch.Tensor):
+        fake = mode.from_tensor(x) if not isinstance(x, torch._subclasses.fake_tensor.FakeTensor) else x
+        return fake.to("cuda")
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_fake(torch, mode, v) for v in x)
+    if isinstance(x, dict):
+        return {k: _to_fake(torch, mode, v) for k, v in x.items()}
+    return x
+
+
+def _run(make_step, make_inputs, steps, compute_capability):
+    """Runs `steps` fake steps; returns the recorder. `make_inputs()` is called under the mode."""
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    rec = _Recorder(torch, compute_capability)
+    hooks = [
+        torch.nn.modules.module.register_module_forward_pre_hook(rec.module_pre),
+        torch.nn.modules.module.register_module_forward_hook(rec.module_post),
+        register_optimizer_step_pre_hook(rec.optimizer_pre),
+        register_optimizer_step_post_hook(rec.optimizer_post),
+    ]
+    lazy_init, swap = torch.cuda._lazy_init, torch.utils.swap_tensors
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+
+    def swap_tensors(t1, t2):
+        # `module.cuda()` swaps fake parameters, which refuses tensors with weak references; the
+        # fake-tensor converter's memo holds some (it only maps real tensors to fakes).
+        mode.fake_tensor_converter.meta_converter.tensor_memo.clear()
+        return swap(t1, t2)
+
+    try:
+        # No GPU here: PyTorch's CUDA initialisation would fail; fake tensors need none.
+        torch.cuda._lazy_init = lambda: None
+        torch.utils.swap_tensors = swap_tensors
+        with mode, _mode_class(torch)(rec):
+            rec.set_phase("setup")
+            step = make_step()
+            inputs = make_inputs(mode)
+            rec.modules.clear()
+            rec.outside = "other"
+            for i in range(steps):
+                rec.forward_seen = False
+                rec.set_phase("other")
+                rec.annotate("iteration %d" % i, "START")
+                step(*inputs)
+                rec.modules.clear()
+            rec.outside = "end"
+            rec.set_phase("end")
+            del step, inputs
+        import gc
+
+        gc.collect()
+        rec.finish()
+    except PredictionError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- every failure under fake tensors is reported so
+        raise PredictionError(_why(e)) from e
+    finally:
+        torch.cuda._lazy_init, torch.utils.swap_tensors = lazy_init, swap
+        for h in hooks:
+            h.remove()
+    return rec
+
+
+def _write(rec, out, capacity, conf, description):
+    import torch
+
+    snapshot = {
+        "segments": [],
+        "device_traces": [rec.entries],
+        "external_annotations": rec.annotations,
+        "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": conf or ""},
+        PREDICTED_KEY: {
+            "by": "alloctrace.predict under FakeTensorMode (torch %s)" % torch.__version__,
+            "what": description,
+            "capacity_bytes": capacity or 0,
+            "modelled": list(MODELLED),
+            "not_modelled": list(NOT_MODELLED),
+        },
+    }
+    out = os.path.abspath(os.fspath(out))
+    tmp = out + ".part"
+    with open(tmp, "wb") as f:
+        pickle.dump(snapshot, f, protocol=4)
+    os.replace(tmp, out)
+    return out
+
+
+def predict(make_step, *example_inputs, steps=3, capacity="80GiB", conf=None, out=None,
+            compute_capability=(9, 0), explain=True):
+    """Predicts a step's GPU memory without a GPU.
+
+    `make_step()` builds the model and optimizer on "cuda" and returns the step function; it is
+    called once under fake tensors, so parameters are predicted too. `example_inputs` are
+    tensors (any device; only their shape and dtype are used) moved to "cuda" before the first
+    step and kept for every step, or one callable taking nothing that returns the inputs,
+    called under fake tensors. The step runs `steps` times.
+
+    Writes a predicted snapshot to `out` (default: a file in the temporary folder) and returns
+    a dict: `path`, `requests` (allocations recorded), and with `explain`, `explain` (the
+    `alloctrace explain --json` answer at `capacity` under `conf`, PYTORCH_CUDA_ALLOC_CONF
+    syntax), `whatif` (`alloctrace whatif --json`), `settings` (from whatif: for each setting
+    its peaks, fragmentation, whether it fits and its headroom, see `settings()`) and
+    `most_headroom` (the fitting setting with the lowest peak reserved, or None).
+    `compute_capability` picks the cuBLAS workspace default (PyTorch's rule: 32 MiB on 9.0).
+    Raises PredictionError when the step cannot run under fake tensors.
+    """
+    capacity = _bytes(capacity)
+    if len(example_inputs) == 1 and callable(example_inputs[0]) and not _is_tensor(example_inputs[0]):
+        build = example_inputs[0]
+
+        def make_inputs(mode):
+            got = build()
+            return tuple(got) if isinstance(got, (list, tuple)) else (got,)
+    else:
+        def make_inputs(mode):
+            import torch
+
+            return tuple(_to_fake(torch, mode, x) for x in example_inputs)
+
+    rec = _run(make_step, make_inputs, steps, compute_capability)
+    if out is None:
+        import tempfile
+
+        fd, out = tempfile.mkstemp(prefix="alloctrace-predicted-", suffix=".pickle")
+        os.close(fd)
+    path = _write(rec, out, capacity, conf, _describe(make_step, steps, rec))
+    result = {"path": path, "requests": sum(1 for e in rec.entries if e["action"] == "alloc")}
+    if explain:
+        result["whatif"] = _whatif(path, capacity, conf)
+        result["explain"] = _explain(path, capacity, conf)
+        result["settings"], result["most_headroom"] = settings(result["whatif"])
+    return result
+
+
+def settings(whatif):
+    """From `alloctrace whatif --json`: {setting: {fits, peak_allocated_bytes,
+    peak_reserved_bytes, fragmentation, headroom_bytes}} (headroom: the capacity less the peak
+    reserved, None without a capacity), and the fitting setting with the lowest peak reserved."""
+    cap = whatif.get("capacity_bytes")
+    table = {}
+    for r in whatif["rows"]:
+        table[r["policy"]] = {
+            "fits": r["reach"] == "completes",
+            "peak_allocated_bytes": r["peak_allocated_bytes"],
+            "peak_reserved_bytes": r["peak_reserved_bytes"],
+            "fragmentation": r["fragmentation"],
+            "headroom_bytes": cap - r["peak_reserved_bytes"] if cap else None,
+        }
+    fitting = [k for k, v in table.items() if v["fits"]]
+    best = min(fitting, key=lambda k: (table[k]["peak_reserved_bytes"], k != "recorded")) if fitting else None
+    return table, best
+
+
+def _describe(make_step, steps, rec):
+    """What the header note says: the step, and what it used that is not modelled."""
+    text = "%s, %d steps" % (getattr(make_step, "__name__", "step"), steps)
+    if rec.unmodelled:
+        text += "; not modelled here, so reserved memory may be under-predicted: " + ", ".join(
+            "%s (%d calls)" % (k, v) for k, v in sorted(rec.unmodelled.items()))
+    return text
+
+
+def _is_tensor(x):
+    t = sys.modules.get("torch")
+    return t is not None and isinstance(x, t.Tensor)
+
+
+def _args(path, capacity, conf):
+    args = [path, "--json"]
+    if capacity:
+        args += ["--capacity", str(capacity)]
+    if conf:
+        args += ["--conf", conf]
+    return args
+
+
+def _whatif(path, capacity, conf):
+    import json
+
+    from . import run
+
+    return json.loads(run("whatif", *_args(path, capacity, conf)))
+
+
+def _explain(path, capacity, conf):
+    import json
+
+    from . import run
+
+    return json.loads(run("explain", *_args(path, capacity, conf)))
+
+
+def largest_batch(make_step, make_inputs, capacity="80GiB", lo=1, hi=1024, steps=2, conf=None,
+                  compute_capability=(9, 0), workdir=None, log=None):
+    """The largest batch size in [lo, hi] whose predicted run fits in `capacity`, under each
+    setting that `alloctrace whatif` compares: a bisection per setting, one fake run per probe
+    (probes are shared between settings), each replayed by `whatif --json --capacity`.
+    `make_inputs(batch)` returns the inputs of one step (built on "cuda" under fake tensors).
+
+    Returns {setting: largest batch or None (not even `lo` fits)}, and the probes under the
+    key "probes" ({batch: {setting: fits}}). A batch at which the step cannot run under fake
+    tensors raises PredictionError. Assumes that what fits at a batch fits at every smaller one.
+    """
+    import tempfile
+
+    capacity = _bytes(capacity)
+    probes = {}
+    d = workdir or tempfile.mkdtemp(prefix="alloctrace-batch-")
+
+    def fits(batch):
+        if batch not in probes:
+            def inputs(mode, b=batch):
+                got = make_inputs(b)
+                return tuple(got) if isinstance(got, (list, tuple)) else (got,)
+
+            rec = _run(make_step, inputs, steps, compute_capability)
+            path = _write(rec, os.path.join(d, "batch-%d.pickle" % batch), capacity, conf,
+                          "batch %d, " % batch + _describe(make_step, steps, rec))
+            w = _whatif(path, capacity, conf)
+            probes[batch] = {r["policy"]: r["reach"] == "completes" for r in w["rows"]}
+            if log:
+                log("batch %d: %s" % (batch, ", ".join("%s %s" % (k, "fits" if v else "does not fit")
+                                                         for k, v in probes[batch].items())))
+        return probes[batch]
+
+    settings = list(fits(lo).keys())
+    answer = {}
+    for s in settings:
+        if not fits(lo).get(s):
+            answer[s] = None
+            continue
+        good, bad = lo, hi + 1
+        if fits(hi).get(s):
+            answer[s] = hi
+            continue
+        bad = hi
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            if fits(mid).get(s):
+                good = mid
+            else:
+                bad = mid
+        answer[s] = good
+    answer["probes"] = probes
+    return answer
+
+
+def main(argv=None):
+    """`python -m alloctrace predict SCRIPT.py:MAKE_STEP [--inputs FUNC] ...`"""
+    import argparse
+    import importlib.util
+
+    p = argparse.ArgumentParser(
+        prog="python -m alloctrace predict",
+        description="Predict a step's GPU memory without a GPU: runs MAKE_STEP's step under PyTorch's "
+        "FakeTensorMode on CPU and writes a predicted snapshot that every alloctrace command reads.",
+        epilog="SCRIPT.py defines MAKE_STEP() (builds the model on 'cuda', returns step(*inputs)) and "
+        "INPUTS(batch) (returns the inputs of one step, made on 'cuda'). Example: python -m alloctrace "
+        "predict train.py:make_step --inputs make_inputs --batch 64 --capacity 80GiB -o predicted.pickle",
+    )
+    p.add_argument("target", help="SCRIPT.py:MAKE_STEP")
+    p.add_argument("--inputs", default="make_inputs", help="function of SCRIPT.py: INPUTS(batch) (default make_inputs)")
+    p.add_argument("--batch", type=int, default=1, help="batch size passed to INPUTS (default 1)")
+    p.add_argument("--steps", type=int, default=3, help="steps to run (default 3)")
+    p.add_argument("--capacity", default="80GiB", help="the GPU's memory limit (default 80GiB)")
+    p.add_argument("--conf", default=None, help="allocator settings, PYTORCH_CUDA_ALLOC_CONF syntax")
+    p.add_argument("--largest-batch", type=int, metavar="HI", default=None,
+                   help="instead: the largest batch in [--batch, HI] that fits, per setting")
+    p.add_argument("-o", "--output", default="predicted.pickle", help="the predicted snapshot (default predicted.pickle)")
+    a = p.parse_args(argv)
+    script, _, func = a.target.rpartition(":")
+    if not script or not func:
+        p.error("expected SCRIPT.py:MAKE_STEP, got %r" % a.target)
+    if not os.path.isfile(script):
+        p.error("cannot read %s: no such file" % script)
+    spec = importlib.util.spec_from_file_location("_alloctrace_predict_target", script)
+    if spec is None:
+        p.error("cannot load %s as Python" % script)
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        p.error("predict needs PyTorch (import torch failed: %s)" % e)
+    spec.loader.exec_module(mod)
+    for name in (func, a.inputs):
+        if not callable(getattr(mod, name, None)):
+            p.error("%s defines no function %s" % (script, name))
+    make_step, make_inputs = getattr(mod, func), getattr(mod, a.inputs)
+    try:
+        if a.largest_batch:
+            got = largest_batch(make_step, make_inputs, capacity=a.capacity, lo=a.batch, hi=a.largest_batch,
+                                steps=a.steps, conf=a.conf, log=lambda s: print(s, file=sys.stderr))
+            got.pop("probes")
+            print("predicted largest batch at %s (fake tensors, no GPU):" % a.capacity)
+            for s, b in got.items():
+                print("  %-40s %s" % (s, b if b is not None else "none fits (not even %d)" % a.batch))
+            return 0
+        if os.path.exists(a.output) and os.path.samefile(a.output, script):
+            p.error("the output would overwrite the script")
+        r = predict(make_step, lambda: make_inputs(a.batch), steps=a.steps, capacity=a.capacity, conf=a.conf,
+                    out=a.output)
+    except PredictionError as e:
+        print("alloctrace: %s" % e, file=sys.stderr)
+        return 2
+    print("predicted %d requests (batch %d, %d steps, fake tensors) -> %s" % (r["requests"], a.batch, a.steps,
+                                                                             r["path"]))
+    print("%-34s %-12s %11s %11s %6s %11s" % ("setting", "at " + a.capacity, "peak alloc", "peak reserv", "frag.",
+                                               "headroom"))
+    gib = lambda b: "%.2f GiB" % (b / 2**30) if b is not None else "-"  # noqa: E731
+    for name, v in r["settings"].items():
+        print("%-34s %-12s %11s %11s %5.1f%% %11s" % (name, "fits" if v["fits"] else "out of memory",
+                                                     gib(v["peak_allocated_bytes"]), gib(v["peak_reserved_bytes"]),
+                                                     100 * v["fragmentation"], gib(v["headroom_bytes"])))
+    print("most headroom: %s" % (r["most_headroom"] or "none fits"))
+    print("next: alloctrace explain %s --capacity %s; alloctrace whatif %s --capacity %s"
+          % (r["path"], a.capacity, r["path"], a.capacity))
+    return 0
