@@ -42,10 +42,17 @@ fn is_recorder_frame(file: &str) -> bool {
 /// never model code.
 fn is_torch_or_runtime_frame(file: &str) -> bool {
     let f = file.replace('\\', "/");
-    let runtime = f.contains("/lib/python") && !f.contains("site-packages/") && !f.contains("dist-packages/");
+    // In an installed package, the package's own path decides (a virtualenv may itself live in a
+    // folder named torch); elsewhere, a source checkout's `torch/` folder.
+    let installed = short_file(&f);
+    let torch = if installed.len() < f.len() {
+        installed.starts_with("torch/")
+    } else {
+        f.starts_with("torch/") || f.contains("/torch/")
+    };
+    let runtime = f.contains("/lib/python") && installed.len() == f.len();
     runtime
-        || f.starts_with("torch/")
-        || f.contains("/torch/")
+        || torch
         || f.starts_with('<')
         || f.ends_with(".cpp")
         || f.ends_with(".cu")
@@ -177,6 +184,12 @@ mod tests {
         ];
         let s = site_of(&frames);
         assert_eq!(s.label, "transformers/activations.py:56 (forward) via train.py:57 (main)");
+        // A virtualenv in a folder named torch: the package path decides.
+        let venv: Vec<Frame> = frames
+            .iter()
+            .map(|f| frame(&f.file.replace("/opt/venv/", "/opt/torch/.venv/"), f.line, &f.function))
+            .collect();
+        assert_eq!(site_of(&venv).label, s.label);
         assert_eq!((s.line, s.function.as_str()), (56, "forward"));
         // The recorder's shim is never named; the user's own module is named alone.
         let frames = vec![
