@@ -12,10 +12,87 @@
 //!   where a user would reach for it (PyTorch's message suggests `expandable_segments`, and
 //!   every setting is a candidate against fragmentation).
 
-use crate::explain::{Advice, WorthTrying};
 use crate::outcome::{Decision, JobPrediction, Reach};
 use crate::units::fmt_bytes;
 use crate::whatif::PolicyRow;
+use serde::Serialize;
+
+/// One piece of advice.
+#[derive(Debug, Clone, Serialize)]
+pub struct Advice {
+    /// `setting`, `capacity` or `code`.
+    pub kind: &'static str,
+    /// A `PYTORCH_CUDA_ALLOC_CONF=...` value for `setting`.
+    pub setting: Option<String>,
+    pub text: String,
+    /// The figure that justifies it.
+    pub evidence: String,
+    /// Backed by a replay (of the whole job, or of a code change up to the failure), not by a
+    /// prediction or a reading of the layout: the advice is ordered by this, proven first.
+    pub proven: bool,
+}
+
+/// The first thing to change, decided once: the text, the report's fix line and the JSON show
+/// it. The strongest proven advice; else, where the trace stops at the failure, the first
+/// setting worth trying; else the first advice, labelled unproven.
+#[derive(Debug, Clone, Serialize)]
+pub struct Fix {
+    /// `proven` (backed by a replay), `worth_trying` or `unproven`.
+    pub strength: &'static str,
+    /// `PYTORCH_CUDA_ALLOC_CONF=...` where the fix is a setting.
+    pub setting: Option<String>,
+    pub text: String,
+    pub evidence: String,
+}
+
+impl Fix {
+    pub fn of(advice: &[Advice], worth_trying: &[WorthTrying]) -> Option<Fix> {
+        let from = |a: &Advice, strength| Fix {
+            strength,
+            setting: a.setting.clone(),
+            text: a.text.clone(),
+            evidence: a.evidence.clone(),
+        };
+        if let Some(a) = advice.iter().find(|a| a.proven) {
+            return Some(from(a, "proven"));
+        }
+        if let Some(w) = worth_trying.first() {
+            return Some(Fix {
+                strength: "worth_trying",
+                setting: Some(w.setting.clone()),
+                text: format!("try {}", w.setting),
+                evidence: w.text.clone(),
+            });
+        }
+        advice.first().map(|a| from(a, "unproven"))
+    }
+    /// The label a text puts before it.
+    pub fn label(&self) -> &'static str {
+        match self.strength {
+            "proven" => "fix",
+            "worth_trying" => "worth trying first",
+            _ => "suggestion",
+        }
+    }
+}
+
+/// A setting whose replay serves the request that failed, in a trace that ends in the
+/// out-of-memory error: the rest of the job is not in the trace, so it is worth trying, not
+/// advised.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorthTrying {
+    /// `PYTORCH_CUDA_ALLOC_CONF=...`.
+    pub setting: String,
+    /// The what-if row's name.
+    pub policy: String,
+    /// Peak reserved by its replay up to the end of the trace.
+    pub peak_reserved_bytes: u64,
+    /// What the whole job is predicted to need under it (from a repeated iteration), if predicted.
+    pub predicted_needs_bytes: Option<u64>,
+    /// Whether the whole job is predicted to fit at the capacity, if predicted.
+    pub predicted_to_fit: Option<bool>,
+    pub text: String,
+}
 
 /// The allocator setting in the form a user sets it.
 pub fn env_setting(alloc_conf: &str) -> String {

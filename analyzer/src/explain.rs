@@ -21,6 +21,7 @@
 //! The replay stops at the first OOM; later `oom` events of the trace are listed with their
 //! recorded figures. Memory: the layout at the moment, live allocations, call sites.
 
+use crate::advice::{Advice, Fix, WorthTrying};
 use crate::leaks::{self, Growth, Held, SitePin};
 use crate::model::layout::LayoutMeasures;
 use crate::model::sites::Sites;
@@ -91,83 +92,6 @@ impl VerdictKind {
 pub struct Verdict {
     pub kind: VerdictKind,
     pub reason: String,
-}
-
-/// One piece of advice.
-#[derive(Debug, Clone, Serialize)]
-pub struct Advice {
-    /// `setting`, `capacity` or `code`.
-    pub kind: &'static str,
-    /// A `PYTORCH_CUDA_ALLOC_CONF=...` value for `setting`.
-    pub setting: Option<String>,
-    pub text: String,
-    /// The figure that justifies it.
-    pub evidence: String,
-    /// Backed by a replay (of the whole job, or of a code change up to the failure), not by a
-    /// prediction or a reading of the layout: the advice is ordered by this, proven first.
-    pub proven: bool,
-}
-
-/// The first thing to change, decided once: the text, the report's fix line and the JSON show
-/// it. The strongest proven advice; else, where the trace stops at the failure, the first
-/// setting worth trying; else the first advice, labelled unproven.
-#[derive(Debug, Clone, Serialize)]
-pub struct Fix {
-    /// `proven` (backed by a replay), `worth_trying` or `unproven`.
-    pub strength: &'static str,
-    /// `PYTORCH_CUDA_ALLOC_CONF=...` where the fix is a setting.
-    pub setting: Option<String>,
-    pub text: String,
-    pub evidence: String,
-}
-
-impl Fix {
-    fn of(advice: &[Advice], worth_trying: &[WorthTrying]) -> Option<Fix> {
-        let from = |a: &Advice, strength| Fix {
-            strength,
-            setting: a.setting.clone(),
-            text: a.text.clone(),
-            evidence: a.evidence.clone(),
-        };
-        if let Some(a) = advice.iter().find(|a| a.proven) {
-            return Some(from(a, "proven"));
-        }
-        if let Some(w) = worth_trying.first() {
-            return Some(Fix {
-                strength: "worth_trying",
-                setting: Some(w.setting.clone()),
-                text: format!("try {}", w.setting),
-                evidence: w.text.clone(),
-            });
-        }
-        advice.first().map(|a| from(a, "unproven"))
-    }
-    /// The label a text puts before it.
-    pub fn label(&self) -> &'static str {
-        match self.strength {
-            "proven" => "fix",
-            "worth_trying" => "worth trying first",
-            _ => "suggestion",
-        }
-    }
-}
-
-/// A setting whose replay serves the request that failed, in a trace that ends in the
-/// out-of-memory error: the rest of the job is not in the trace, so it is worth trying, not
-/// advised.
-#[derive(Debug, Clone, Serialize)]
-pub struct WorthTrying {
-    /// `PYTORCH_CUDA_ALLOC_CONF=...`.
-    pub setting: String,
-    /// The what-if row's name.
-    pub policy: String,
-    /// Peak reserved by its replay up to the end of the trace.
-    pub peak_reserved_bytes: u64,
-    /// What the whole job is predicted to need under it (from a repeated iteration), if predicted.
-    pub predicted_needs_bytes: Option<u64>,
-    /// Whether the whole job is predicted to fit at the capacity, if predicted.
-    pub predicted_to_fit: Option<bool>,
-    pub text: String,
 }
 
 /// A replay of a code change.
@@ -255,7 +179,7 @@ struct Capture {
 #[derive(Debug, Clone, Default)]
 pub struct ExplainOptions<'a> {
     /// Search each policy's smallest capacity. `None`: only on traces of at most
-    /// [`whatif::LONG_TRACE_EVENTS`] events (the search replays each policy several times).
+    /// [`crate::capacity_search::LONG_TRACE_EVENTS`] events (the search replays each policy several times).
     pub search_capacity: Option<bool>,
     /// A what-if table already computed for this trace (as `report` does). Used when it was
     /// computed at the same capacity and with the same search; otherwise ignored.
@@ -267,7 +191,7 @@ pub struct ExplainOptions<'a> {
     pub repeats: Option<u32>,
 }
 
-/// Explains the trace at `path`. On a long trace (more than [`whatif::LONG_TRACE_EVENTS`]
+/// Explains the trace at `path`. On a long trace (more than [`crate::capacity_search::LONG_TRACE_EVENTS`]
 /// events) the smallest capacity of each policy is not searched, so the advice that rests on it
 /// (the capacity to give the process, a setting that runs in less memory) is left out and
 /// [`ExplainReport::capacity_search_note`] says so; [`explain_with`] can ask for the search.
@@ -436,7 +360,7 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     // What-if, growth with the verdict (and the reordering experiment where it is
     // fragmentation) and the patterns need only the replay above: they run side by side (the
     // what-if table, the longest, uses every core it is given).
-    let long = trace.events > whatif::LONG_TRACE_EVENTS;
+    let long = trace.events > crate::capacity_search::LONG_TRACE_EVENTS;
     let search = opts.search_capacity.unwrap_or(!long);
     let searched = |w: &Whatif| w.rows.iter().all(|r| r.min_capacity_bytes.is_some());
     let given_whatif = opts.whatif.filter(|w| w.capacity_bytes == capacity && searched(w) == search);

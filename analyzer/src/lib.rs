@@ -2,6 +2,7 @@
 //! recorder's engine on a simulated device, computes and renders.
 
 pub mod advice;
+pub mod capacity_search;
 pub mod category;
 pub mod cmd;
 pub mod diff;

@@ -440,7 +440,8 @@ the job needs (later iterations may be larger), so no setting is predicted to fi
         .enumerate()
         .map(|(k, (policy, config))| -> Result<PolicyPrediction> {
             let gets_past = past.get(k).copied().unwrap_or(false);
-            let (unlimited, mut from) = crate::replay::resumable(&extended, config, 0, crate::whatif::RESUME_LEVELS)?;
+            let (unlimited, mut from) =
+                crate::replay::resumable(&extended, config, 0, crate::capacity_search::RESUME_LEVELS)?;
             let fits = gets_past
                 && !match from.as_mut() {
                     Some(from) => crate::replay::replay_resumed_watched(
@@ -465,7 +466,7 @@ the job needs (later iterations may be larger), so no setting is predicted to fi
             let needs = if unlimited.is_oom() {
                 None
             } else {
-                crate::whatif::min_capacity(
+                crate::capacity_search::min_capacity(
                     &extended,
                     config,
                     from.as_mut(),

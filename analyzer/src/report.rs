@@ -8,6 +8,7 @@
 //! (only its file name), so a report is a pure function of the trace: `reports/` is checked
 //! against a fresh run by the test suite.
 
+use crate::capacity_search::LONG_TRACE_EVENTS;
 use crate::explain::{explain_with, ExplainOptions, ExplainReport};
 use crate::frag::{FragOptions, FragReport};
 use crate::leaks::{LeaksOptions, LeaksReport};
@@ -17,7 +18,7 @@ use crate::render::document::Block;
 use crate::replay::{Outcome, ReplayResult};
 use crate::summary::Summary;
 use crate::units::{fmt_bytes, fmt_ns};
-use crate::whatif::{whatif_observed, Whatif, WhatifOptions, LONG_TRACE_EVENTS};
+use crate::whatif::{whatif_observed, Whatif, WhatifOptions};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -154,7 +155,7 @@ pub struct Report {
 pub struct ReportOptions {
     /// Search each policy's smallest capacity (slower on huge traces).
     pub search_capacity: bool,
-    /// Search it on long traces too (more than [`crate::whatif::LONG_TRACE_EVENTS`] events),
+    /// Search it on long traces too (more than [`crate::capacity_search::LONG_TRACE_EVENTS`] events),
     /// where it costs several replays per policy; otherwise the report says it was skipped.
     pub search_long_traces: bool,
 }

@@ -14,7 +14,7 @@
 
 use crate::model::{Damage, OutcomeKind, Policy, Trace};
 use crate::outcome::{JobPrediction, Reach};
-use crate::replay::{replay, EngineView, ReplayOptions, ReplayResult};
+use crate::replay::{EngineView, ReplayOptions, ReplayResult};
 use anyhow::Result;
 use rayon::prelude::*;
 use recorder::engine::config::AllocatorConfig;
@@ -23,19 +23,12 @@ use recorder::trace::{Event, Record};
 use serde::Serialize;
 use std::collections::HashMap;
 
-/// Capacities are searched to this resolution.
-pub const CAPACITY_RESOLUTION: u64 = 2 << 20;
-/// Above this many events a trace is long: each policy's capacity search stops after
-/// [`LONG_TRACE_PROBES`] replays, and the resolution it reached is reported.
-pub const LONG_TRACE_EVENTS: u64 = 1_000_000;
-pub const LONG_TRACE_PROBES: u32 = 6;
+use crate::capacity_search::{min_capacity, CAPACITY_RESOLUTION, LONG_TRACE_EVENTS, LONG_TRACE_PROBES, RESUME_LEVELS};
 /// The offline plan costs about (allocations) x (blocks live at once) comparisons; above this
 /// many it is skipped.
 pub const OFFLINE_PLAN_MAX_WORK: u64 = 100_000_000;
 /// Lifetimes are kept for at most this many allocations.
 pub const OFFLINE_PLAN_MAX_ALLOCS: usize = 200_000;
-/// Saves of the unlimited run that capacity probes resume from ([`crate::replay::Resumable`]).
-pub const RESUME_LEVELS: u64 = 16;
 /// Typical cost of one `cudaMalloc`/`cudaFree` on an H100 (anchors: 38-53 us).
 pub const DEVICE_CALL_US: f64 = 45.0;
 
@@ -174,59 +167,6 @@ fn row_of(
         min_capacity_bytes: min_capacity,
         min_capacity_resolution_bytes: resolution,
     }
-}
-
-/// Smallest capacity (to [`CAPACITY_RESOLUTION`]) at which `config` completes the trace.
-/// `probed` is called after each replay (for progress). At most `max_probes` replays: the
-/// result is then a capacity known to complete, within the returned resolution of the boundary.
-/// `None` when no capacity completes (a request near 2^64 bytes fails under any limit): that
-/// is a finding about the trace, not an error.
-pub fn min_capacity(
-    trace: &Trace,
-    config: &AllocatorConfig,
-    mut from: Option<&mut crate::replay::Resumable>,
-    lower: u64,
-    upper: u64,
-    max_probes: u32,
-    probed: &(dyn Fn() + Sync),
-) -> Result<Option<(u64, u64)>> {
-    let r = CAPACITY_RESOLUTION;
-    let mut completes = |cap: u64| -> Result<bool> {
-        probed();
-        let r = match from.as_deref_mut() {
-            Some(from) => crate::replay::replay_resumed(trace, from, cap, crate::model::CapacitySource::Given)?,
-            None => {
-                let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: Some(cap), ..Default::default() };
-                replay(trace, &o)?
-            }
-        };
-        Ok(!r.is_oom())
-    };
-    // Invariant: `hi` completes; `lo` fails (or is the lower bound). `upper` is the peak reserved
-    // of an unlimited run, which usually completes as a limit too, but a limit can change the run
-    // (pages mapped in another order, the OOM path's releases): check it, and step up until a
-    // limit completes, so the answer is always a limit that was replayed and completed.
-    let mut hi = upper.div_ceil(r) * r;
-    let mut lo = (lower / r * r).min(hi);
-    let mut probes = 0;
-    let mut step = r;
-    while !completes(hi)? {
-        probes += 1;
-        lo = hi;
-        let Some(next) = hi.checked_add(step) else { return Ok(None) };
-        hi = next;
-        step = step.saturating_mul(2);
-    }
-    while hi - lo > r && probes < max_probes {
-        probes += 1;
-        let mid = (lo + (hi - lo) / 2) / r * r;
-        if completes(mid)? {
-            hi = mid;
-        } else {
-            lo = mid;
-        }
-    }
-    Ok(Some((hi, (hi - lo).max(r))))
 }
 
 /// The what-if table of `trace` (see the module documentation).

@@ -13,12 +13,7 @@ use std::path::{Path, PathBuf};
 
 /// The import cycles still present, as the sets of modules in each (strongly connected
 /// component). Remove an entry when its cycle is opened.
-const ALLOWED_CYCLES: &[&[&str]] = &[
-    // The diagnosis and the advice call each other: one interpreter split over two files.
-    &["advice", "explain"],
-    // The job prediction searches capacities through whatif, and whatif reports predictions.
-    &["outcome", "whatif"],
-];
+const ALLOWED_CYCLES: &[&[&str]] = &[];
 
 fn src_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")

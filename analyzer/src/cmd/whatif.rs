@@ -104,7 +104,7 @@ worth trying = gets past the failure, the rest of the job not in the trace."
             "long trace ({} events): each min capacity completes and lies within {} of the boundary (at most {} replays per policy).",
             w.bounds.events,
             fmt_bytes(res),
-            crate::whatif::LONG_TRACE_PROBES
+            crate::capacity_search::LONG_TRACE_PROBES
         )?;
     }
     if let Some(p) = &w.prediction {
