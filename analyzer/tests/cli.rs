@@ -300,6 +300,20 @@ fn record_refuses_bad_output_and_settings_before_running_the_program() {
         .unwrap();
     assert_error(&o, "PYTORCH_ALLOC_CONF=expandable_segment:True");
     assert!(!marker.exists());
+    // Settings inherited as ALLOCTRACE_* are checked as the flags are.
+    for (name, value, needle) in [
+        ("ALLOCTRACE_CONF", "expandable_segment:True", "ALLOCTRACE_CONF=expandable_segment:True"),
+        ("ALLOCTRACE_CAPACITY", "0", "ALLOCTRACE_CAPACITY=0: a 0-byte limit fits nothing"),
+        ("ALLOCTRACE_CAPACITY", "lots", "ALLOCTRACE_CAPACITY=lots"),
+    ] {
+        let o = bin()
+            .args(["record", "-o", "run.atrace", "--", "touch", marker.to_str().unwrap()])
+            .env(name, value)
+            .output()
+            .unwrap();
+        assert_error(&o, needle);
+        assert!(!marker.exists(), "{name}={value}: the program ran");
+    }
     assert!(!Path::new("run.atrace").exists());
 }
 

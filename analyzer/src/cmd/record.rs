@@ -161,6 +161,7 @@ impl RunDir {
     fn create() -> Result<Self> {
         use std::hash::{BuildHasher, Hasher};
         let base = std::env::temp_dir();
+        check_temp_base(&base)?;
         let mut last = None;
         for attempt in 0..64u64 {
             // Random per process (the OS seeds RandomState); the name need not be secret: the
@@ -234,6 +235,7 @@ pub fn run(opts: &RecordOptions) -> Result<i32> {
     let output = std::path::absolute(&opts.output)
         .with_context(|| format!("cannot resolve the output path {}", opts.output.display()))?;
     check_writable(&output)?;
+    check_inherited(opts)?;
     if opts.conf.is_none() {
         // The recorder takes its settings from PyTorch's variables then. PyTorch parses each one
         // that is set (PYTORCH_ALLOC_CONF for most keys, PYTORCH_CUDA_ALLOC_CONF for the CUDA
@@ -364,7 +366,54 @@ fn set_capacity(path: &Path, capacity: u64) -> Result<()> {
 /// Refuses a trace path that cannot be written (a missing folder, no permission) before the
 /// program starts: a job that runs for hours should not learn at its end that nothing was
 /// recorded. An existing file is left as it is; the recorder replaces it when it starts.
+/// The folder the private run folder goes in (`TMPDIR`) is one a hostile user cannot exploit:
+/// absolute (a relative one records nothing once the job changes directory), without `:` (it
+/// would split `PYTHONPATH`, where the shim's folder goes), and not writable by everyone unless
+/// sticky (others could rename or replace what is in it).
+fn check_temp_base(base: &Path) -> Result<()> {
+    let shown = base.display();
+    if !base.is_absolute() {
+        bail!("refusing TMPDIR={shown}: a relative folder; set TMPDIR to an absolute one");
+    }
+    if base.to_string_lossy().contains(':') {
+        bail!("refusing TMPDIR={shown}: it contains ':', which would split PYTHONPATH");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let m = std::fs::metadata(base).with_context(|| format!("cannot use TMPDIR={shown}"))?;
+        let mode = m.permissions().mode();
+        if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+            bail!("refusing TMPDIR={shown}: writable by everyone without the sticky bit (mode {:o})", mode & 0o7777);
+        }
+    }
+    Ok(())
+}
+
+/// Settings inherited from the environment are checked as the flags are, before the job runs.
+fn check_inherited(opts: &RecordOptions) -> Result<()> {
+    if opts.conf.is_none() {
+        if let Some(c) = std::env::var("ALLOCTRACE_CONF").ok().filter(|v| !v.is_empty()) {
+            recorder::engine::config::user_conf(&c).map_err(|e| anyhow::anyhow!("ALLOCTRACE_CONF={c}: {e}"))?;
+        }
+    }
+    if opts.capacity.is_none() {
+        if let Some(c) = std::env::var("ALLOCTRACE_CAPACITY").ok().filter(|v| !v.is_empty()) {
+            match recorder::engine::config::parse_bytes(&c) {
+                Ok(0) => bail!("ALLOCTRACE_CAPACITY={c}: a 0-byte limit fits nothing; unset it for no limit"),
+                Ok(_) => {}
+                Err(e) => bail!("ALLOCTRACE_CAPACITY={c}: {e}"),
+            }
+        }
+    }
+    Ok(())
+}
+
 fn check_writable(path: &Path) -> Result<()> {
+    // The recorder opens the trace by name: never through a link planted there.
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        bail!("refusing to write the trace {}: it is a symbolic link", path.display());
+    }
     let existed = path.exists();
     std::fs::OpenOptions::new()
         .append(true)
@@ -455,6 +504,38 @@ pub fn summary(output: &Path, recorder_status: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The three shapes of TMPDIR a hostile environment sets, refused; a sticky shared folder
+    /// (as /tmp is) and a private one accepted.
+    #[cfg(unix)]
+    #[test]
+    fn a_hostile_tmpdir_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let err = |p: &Path| check_temp_base(p).unwrap_err().to_string();
+        assert!(err(Path::new("relative/tmp")).contains("relative"));
+        let d = tempfile::tempdir().unwrap();
+        let colon = d.path().join("a:b");
+        std::fs::create_dir(&colon).unwrap();
+        assert!(err(&colon).contains("PYTHONPATH"));
+        let open = d.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(err(&open).contains("sticky"), "{}", err(&open));
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        check_temp_base(&open).unwrap();
+        check_temp_base(d.path()).unwrap();
+    }
+
+    /// `-o` at a symbolic link (dangling or not) is refused: the trace is never written through it.
+    #[cfg(unix)]
+    #[test]
+    fn the_trace_is_never_written_through_a_link() {
+        let d = tempfile::tempdir().unwrap();
+        let link = d.path().join("run.atrace");
+        std::os::unix::fs::symlink(d.path().join("elsewhere"), &link).unwrap();
+        assert!(check_writable(&link).unwrap_err().to_string().contains("symbolic link"));
+        assert!(!d.path().join("elsewhere").exists(), "the link's target was created");
+    }
 
     /// An `alloctrace` that `pip install` put in a virtualenv's `bin/` finds the recorder library
     /// the same wheel put in the package, as it finds one beside it in a build.
