@@ -175,16 +175,13 @@ pub fn settings_at_oom(
             (Decision::DoesNotFit, _) => format!("the whole job, replayed at {cap_text}, runs out of memory"),
             (_, Reach::FailsEarlier) => format!("replayed at {cap_text}, fails earlier than the recorded run"),
             (Decision::CannotTell, _) => format!(
-                "replayed at {cap_text}, runs out of memory at a request the recorded run served and the program may \
-have caught (a cuDNN workspace, or a program that catches OOMs): the trace cannot tell how far it gets"
+                "cannot tell: replayed at {cap_text}, each fails at a request the recorded run served, which the \
+program may catch (a cuDNN workspace)"
             ),
             _ => format!("replayed at {cap_text}, fails at the same request"),
         };
-        let name = match r.min_capacity_bytes {
-            Some(m) if whole_job(rows) => format!("{} (needs {})", r.policy, b(m)),
-            Some(m) => format!("{} (gets past from {})", r.policy, b(m)),
-            None => r.policy.to_string(),
-        };
+        // Each one's smallest capacity is in the what-if table.
+        let name = r.policy.to_string();
         match groups.iter_mut().find(|g| g.0 == why) {
             Some(g) => g.1.push(name),
             None => groups.push((why, vec![name])),

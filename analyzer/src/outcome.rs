@@ -411,15 +411,11 @@ pub fn predict(
             (
                 (bounds[k], bounds[k + 1]),
                 Some(format!(
-                    "{reason}: the largest whole iteration (events {}..{}) is repeated, and the figures are the least \
-the job needs (later iterations may be larger), so no setting is predicted to fit{}",
+                    "{reason}: the largest whole iteration (events {}..{}) is repeated, and the figures are the \
+least the job needs, so no setting is predicted to fit{}",
                     bounds[k],
                     bounds[k + 1],
-                    if lower {
-                        "; the iteration that failed asked for more, so later ones may need more than predicted"
-                    } else {
-                        ""
-                    }
+                    if lower { " (the iteration that failed asked for more still)" } else { "" }
                 )),
             )
         }
@@ -554,8 +550,7 @@ fn unlike_iterations(per: &[(u64, u64, u64)]) -> Option<String> {
     let close = |a: u64, b: u64| a.abs_diff(b) * 50 <= a.max(b);
     if steady.iter().any(|w| w.0 != last.0 || !close(w.1, last.1)) {
         return Some(format!(
-            "the whole iterations differ in what they ask for (largest request {} to {}: shapes vary from one \
-iteration to the next)",
+            "the whole iterations differ in size (largest request {} to {})",
             crate::units::fmt_bytes(steady.iter().map(|w| w.0).min().unwrap_or(0)),
             crate::units::fmt_bytes(steady.iter().map(|w| w.0).max().unwrap_or(0))
         ));

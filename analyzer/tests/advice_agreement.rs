@@ -124,7 +124,7 @@ fn check(name: &str, input: &str, cap: u64, with_report: bool) {
     if let Some(t) = fix["text"].as_str() {
         assert!(words(&text).contains(&words(t)), "{at}: the text does not show the fix {t:?}:\n{text}");
     }
-    assert!(text.lines().count() <= 45, "{at}: explain's text is {} lines:\n{text}", text.lines().count());
+    assert!(text.lines().count() <= 40, "{at}: explain's text is {} lines:\n{text}", text.lines().count());
     // The report's fix line is that fix.
     if with_report {
         let dir = std::env::temp_dir().join(format!("alloctrace-advice-{}-{name}-{c}", std::process::id()));

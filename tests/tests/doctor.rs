@@ -79,6 +79,11 @@ struct Score {
 impl Score {
     fn add(&mut self, at: &str, r: &ExplainReport, completed: &BTreeSet<String>, wrong: &mut Vec<String>) {
         self.cases += 1;
+        // What the user reads first fits a screen.
+        let mut text = Vec::new();
+        analyzer::cmd::explain::print_short(&mut text, r).unwrap();
+        let lines = String::from_utf8(text).unwrap().lines().count();
+        assert!(lines <= 40, "{at}: explain's text is {lines} lines");
         let (advised, worth) = named(r);
         for a in &advised {
             self.advised += 1;

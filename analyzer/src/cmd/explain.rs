@@ -115,8 +115,7 @@ pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()
             "{}",
             crate::wrap::indented(
                 &format!(
-                    "for the whole job at this limit, record it past the limit: alloctrace record --capacity {} -o \
-run.atrace -- python train.py, then explain run.atrace",
+                    "the whole job at this limit: alloctrace record --capacity {} -o run.atrace -- python train.py",
                     f.capacity_bytes.map(crate::units::fmt_capacity_arg).unwrap_or_else(|| "LIMIT".into())
                 ),
                 "",
