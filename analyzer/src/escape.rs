@@ -103,8 +103,25 @@ pub fn markdown(s: &str) -> String {
     for c in h.chars() {
         if matches!(
             c,
-            '\\' | '`' | '*' | '_' | '{' | '}' | '[' | ']' | '(' | ')' | '#' | '+' | '-' | '.' | '!' | '|' | '~' | ':'
-                | '@' | '='
+            '\\' | '`'
+                | '*'
+                | '_'
+                | '{'
+                | '}'
+                | '['
+                | ']'
+                | '('
+                | ')'
+                | '#'
+                | '+'
+                | '-'
+                | '.'
+                | '!'
+                | '|'
+                | '~'
+                | ':'
+                | '@'
+                | '='
         ) {
             out.push('\\');
         }
@@ -229,11 +246,14 @@ fn markdown_char(out: &mut String, c: char, line_start: bool) {
     let punct = matches!(c, '\\' | '`' | '[' | ']' | '|' | '_' | '~' | '*' | '-' | '+' | '=' | '@');
     // GitHub links `http://`, `https://`, `ftp://`, `mailto:` and `www.` by themselves: an
     // escaped `:` or `.` there leaves text.
-    let ends = |w: &str| out.len() >= w.len() && out.is_char_boundary(out.len() - w.len()) && {
-        let tail = &out[out.len() - w.len()..];
-        tail.eq_ignore_ascii_case(w)
+    let ends = |w: &str| {
+        out.len() >= w.len() && out.is_char_boundary(out.len() - w.len()) && {
+            let tail = &out[out.len() - w.len()..];
+            tail.eq_ignore_ascii_case(w)
+        }
     };
-    let autolink = (c == ':' && ["http", "https", "ftp", "mailto"].iter().any(|w| ends(w))) || (c == '.' && ends("www"));
+    let autolink =
+        (c == ':' && ["http", "https", "ftp", "mailto"].iter().any(|w| ends(w))) || (c == '.' && ends("www"));
     // A line that starts like a heading, list or quote is not one of ours.
     let block = line_start && c == '#';
     if t.len() == 1 && (punct || block || autolink) {
@@ -368,10 +388,7 @@ mod tests {
     #[test]
     fn links_mentions_and_dash_runs_from_a_trace_stay_text() {
         let md = report_markdown("see https://evil.example/x, www.evil.example, mailto:a@b.c and @team ----");
-        assert_eq!(
-            md,
-            "see https\\://evil.example/x, www\\.evil.example, mailto\\:a\\@b.c and \\@team \\-\\-\\-\\-"
-        );
+        assert_eq!(md, "see https\\://evil.example/x, www\\.evil.example, mailto\\:a\\@b.c and \\@team \\-\\-\\-\\-");
         assert_eq!(report_markdown("HTTPS://x WWW.y"), "HTTPS\\://x WWW\\.y");
         assert_eq!(markdown("https://x @y"), "https\\://x \\@y");
     }

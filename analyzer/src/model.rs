@@ -274,7 +274,8 @@ impl FactsFold {
                         p.oom_capacity = Some(reserved_bytes.saturating_add(device_free_bytes));
                     } else {
                         let low = self.peak_reserved.max(reserved_bytes);
-                        p.limit_range = Some((low, reserved_bytes.saturating_add(alloc_bytes).max(low.saturating_add(1))));
+                        p.limit_range =
+                            Some((low, reserved_bytes.saturating_add(alloc_bytes).max(low.saturating_add(1))));
                     }
                 }
                 p.recorded_ooms.push(RecordedOom {

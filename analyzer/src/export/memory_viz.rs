@@ -112,11 +112,16 @@ impl Frames {
     }
 }
 
-/// Writes the trace at `trace` as a snapshot pickle at `output`.
+/// Writes the trace at `trace` as a snapshot pickle at `output`, of at most
+/// [`super::MAX_EXPORT_BYTES`].
 pub fn export(trace: &Path, output: &Path) -> Result<MemoryVizStats> {
+    super::remove_on_error(output, write_export(trace, output))
+}
+
+fn write_export(trace: &Path, output: &Path) -> Result<MemoryVizStats> {
     let header = tracefile::open(trace)?.header().clone();
     let file = std::fs::File::create(output).with_context(|| format!("cannot write {}", output.display()))?;
-    let mut p = PickleWriter::new(BufWriter::with_capacity(1 << 20, file))?;
+    let mut p = PickleWriter::new(BufWriter::with_capacity(1 << 20, super::Bounded::new(file)))?;
     let mut ex = Exporter::new(&header);
     let write_err = |e: std::io::Error| anyhow::Error::new(e).context(format!("cannot write {}", output.display()));
 
@@ -144,7 +149,7 @@ pub fn export(trace: &Path, output: &Path) -> Result<MemoryVizStats> {
         ex.write_settings(&mut p, &header)?;
         ex.write_annotations(&mut p)?;
         p.end_dict()?;
-        p.finish()?.into_inner().map_err(|e| e.into_error())?.sync_all()
+        p.finish()?.into_inner().map_err(|e| e.into_error())?.into_inner().sync_all()
     })()
     .map_err(write_err)?;
     Ok(ex.stats)

@@ -93,6 +93,9 @@ fn ts_us(time_ns: u64) -> f64 {
     time_ns as f64 / 1000.0
 }
 
+/// Most streams that get tracks of their own.
+pub const MAX_STREAM_TRACKS: usize = 64;
+
 /// Writes the trace at `trace` as Chrome trace-event JSON at `output`.
 pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<PerfettoStats> {
     let header = tracefile::open(trace)?.header().clone();
@@ -108,13 +111,23 @@ pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<Per
     let mut stats = PerfettoStats::default();
 
     let mut names = crate::streams::StreamNames::default();
-    let mut stream_of = |handle: u64, streams: &mut Vec<Track>| -> usize {
-        *stream_index.entry(handle).or_insert_with(|| {
-            // The one naming of streams (crate::streams), as in every other output.
-            let name = crate::streams::stream_name(names.observe(handle));
-            streams.push(Track::new(name, handle, buckets));
-            streams.len() - 1
-        })
+    // Per-stream tracks for at most MAX_STREAM_TRACKS streams: past that (a trace that names a
+    // new stream at every allocation) only the all-streams tracks are written.
+    let mut too_many_streams = false;
+    let mut stream_of = |handle: u64, streams: &mut Vec<Track>| -> Option<usize> {
+        if let Some(&s) = stream_index.get(&handle) {
+            return (s != usize::MAX).then_some(s);
+        }
+        if streams.len() >= MAX_STREAM_TRACKS {
+            too_many_streams = true;
+            stream_index.insert(handle, usize::MAX);
+            return None;
+        }
+        // The one naming of streams (crate::streams), as in every other output.
+        let name = crate::streams::stream_name(names.observe(handle));
+        streams.push(Track::new(name, handle, buckets));
+        stream_index.insert(handle, streams.len() - 1);
+        Some(streams.len() - 1)
     };
 
     let scanned = tracefile::scan(trace, |_, r| {
@@ -125,10 +138,14 @@ pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<Per
             let s = stream_of(stream, streams);
             for &(k, d) in deltas {
                 let apply = |v: &mut u64| *v = (*v as i128 + d).clamp(0, u64::MAX as i128) as u64;
-                apply(&mut streams[s].values[k]);
+                if let Some(s) = s {
+                    apply(&mut streams[s].values[k]);
+                }
                 apply(&mut total.values[k]);
             }
-            streams[s].push(t);
+            if let Some(s) = s {
+                streams[s].push(t);
+            }
             total.push(t);
         };
         match &r.event {
@@ -208,20 +225,20 @@ pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<Per
     })?;
     stats.damage = scanned.damage_warning();
     stats.events = scanned.events;
-    stats.streams = streams.len() as u64;
+    stats.streams = stream_index.len() as u64;
 
     let stream_handles: serde_json::Map<String, Value> =
         streams.iter().map(|s| (s.name.clone(), Value::String(format!("0x{:x}", s.handle)))).collect();
-    let per_stream = streams.len() > 1;
+    let per_stream = streams.len() > 1 && !too_many_streams;
     let mut tracks = vec![total];
     if per_stream {
         tracks.append(&mut streams);
     }
 
     let file = std::fs::File::create(output).with_context(|| format!("cannot write {}", output.display()))?;
-    let mut out = BufWriter::with_capacity(1 << 20, file);
+    let mut out = BufWriter::with_capacity(1 << 20, super::Bounded::new(file));
     let mut first = true;
-    let mut emit = |out: &mut BufWriter<std::fs::File>, v: &Value| -> std::io::Result<()> {
+    let mut emit = |out: &mut BufWriter<super::Bounded<std::fs::File>>, v: &Value| -> std::io::Result<()> {
         out.write_all(if first { b"\n" } else { b",\n" })?;
         first = false;
         serde_json::to_writer(&mut *out, v).map_err(std::io::Error::from)
@@ -276,6 +293,7 @@ pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<Per
         out.write_all(b"}\n")?;
         out.flush()
     };
-    write().with_context(|| format!("cannot write {}", output.display()))?;
+    let written = write().with_context(|| format!("cannot write {}", output.display()));
+    super::remove_on_error(output, written)?;
     Ok(stats)
 }

@@ -232,7 +232,7 @@ mod tests {
         let mut d = SimDevice::new(None);
         let mut live: Vec<(u64, u64)> = Vec::new();
         for _ in 0..5000 {
-            if !live.is_empty() && rnd() % 3 == 0 {
+            if !live.is_empty() && rnd().is_multiple_of(3) {
                 let (a, b) = live.swap_remove(rnd() as usize % live.len());
                 d.free_segment(a, b);
                 continue;
@@ -246,7 +246,7 @@ mod tests {
             let want = first_fit(&d.reservations, VA_BASE, va_bytes).0;
             let va = d.reserve_address_space(va_bytes).unwrap();
             assert_eq!(va, want);
-            if rnd() % 2 == 0 {
+            if rnd().is_multiple_of(2) {
                 d.release_address_space(va, va_bytes);
             }
         }
