@@ -241,9 +241,12 @@ fn markdown_char(out: &mut String, c: char, line_start: bool) {
     let mut buf = [0u8; 4];
     // Quotes need no entity outside attributes.
     let t = if c == '"' { "\"".into() } else { html(c.encode_utf8(&mut buf)).into_owned() };
-    // `-`, `+` and `=`: prose is wrapped, and a wrapped line of them would be a list item or a
-    // heading's underline. `@`: a mention or an e-mail link.
-    let punct = matches!(c, '\\' | '`' | '[' | ']' | '|' | '_' | '~' | '*' | '-' | '+' | '=' | '@');
+    // `-` and `+`: prose is wrapped, and a wrapped line that starts with one is a list item, a
+    // line of `-` a heading's underline; so is a line of `=`, which an escaped `=` after another
+    // breaks (a lone `=`, as in `stream 1 = handle 0x1001`, stays). `@`: a mention or an e-mail
+    // link.
+    let punct = matches!(c, '\\' | '`' | '[' | ']' | '|' | '_' | '~' | '*' | '-' | '+' | '@')
+        || (c == '=' && (line_start || out.ends_with('=')));
     // GitHub links `http://`, `https://`, `ftp://`, `mailto:` and `www.` by themselves: an
     // escaped `:` or `.` there leaves text.
     let ends = |w: &str| {
@@ -379,7 +382,7 @@ mod tests {
             assert!(!out.contains("<img") && !out.contains('\n') && !out.contains('\x1b'), "{out}");
         }
         let md = report_markdown(&cmd);
-        assert_eq!(md, "`python a.py` &lt;img src\\=x onerror\\=alert(1)&gt; \\[x\\](http\\://e) `y\\n# h`");
+        assert_eq!(md, "`python a.py` &lt;img src=x onerror=alert(1)&gt; \\[x\\](http\\://e) `y\\n# h`");
         assert_eq!(report_markdown("# not a heading"), "\\# not a heading");
     }
 
@@ -390,6 +393,7 @@ mod tests {
         let md = report_markdown("see https://evil.example/x, www.evil.example, mailto:a@b.c and @team ----");
         assert_eq!(md, "see https\\://evil.example/x, www\\.evil.example, mailto\\:a\\@b.c and \\@team \\-\\-\\-\\-");
         assert_eq!(report_markdown("HTTPS://x WWW.y"), "HTTPS\\://x WWW\\.y");
+        assert_eq!(report_markdown("a = b ==="), "a = b =\\=\\=");
         assert_eq!(markdown("https://x @y"), "https\\://x \\@y");
     }
 
