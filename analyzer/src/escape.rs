@@ -241,12 +241,12 @@ fn markdown_char(out: &mut String, c: char, line_start: bool) {
     let mut buf = [0u8; 4];
     // Quotes need no entity outside attributes.
     let t = if c == '"' { "\"".into() } else { html(c.encode_utf8(&mut buf)).into_owned() };
-    // `-` and `+`: prose is wrapped, and a wrapped line that starts with one is a list item, a
-    // line of `-` a heading's underline; so is a line of `=`, which an escaped `=` after another
-    // breaks (a lone `=`, as in `stream 1 = handle 0x1001`, stays). `@`: a mention or an e-mail
-    // link.
-    let punct = matches!(c, '\\' | '`' | '[' | ']' | '|' | '_' | '~' | '*' | '-' | '+' | '@')
-        || (c == '=' && (line_start || out.ends_with('=')));
+    // Prose is wrapped, and a wrapped line of `-` or `=` is a heading's underline (of `-`, `*`
+    // or `_` a rule): a `-`, `+` or `=` after another is escaped, which breaks
+    // such a run (`out-of-memory` and `a + b` stay as written). `@`: a mention or an e-mail link.
+    let run = out.ends_with(['-', '+', '=']);
+    let punct =
+        matches!(c, '\\' | '`' | '[' | ']' | '|' | '_' | '~' | '*' | '@') || (matches!(c, '-' | '+' | '=') && run);
     // GitHub links `http://`, `https://`, `ftp://`, `mailto:` and `www.` by themselves: an
     // escaped `:` or `.` there leaves text.
     let ends = |w: &str| {
@@ -391,7 +391,7 @@ mod tests {
     #[test]
     fn links_mentions_and_dash_runs_from_a_trace_stay_text() {
         let md = report_markdown("see https://evil.example/x, www.evil.example, mailto:a@b.c and @team ----");
-        assert_eq!(md, "see https\\://evil.example/x, www\\.evil.example, mailto\\:a\\@b.c and \\@team \\-\\-\\-\\-");
+        assert_eq!(md, "see https\\://evil.example/x, www\\.evil.example, mailto\\:a\\@b.c and \\@team -\\-\\-\\-");
         assert_eq!(report_markdown("HTTPS://x WWW.y"), "HTTPS\\://x WWW\\.y");
         assert_eq!(report_markdown("a = b ==="), "a = b =\\=\\=");
         assert_eq!(markdown("https://x @y"), "https\\://x \\@y");
