@@ -263,7 +263,7 @@ impl ByCategory {
         }
     }
     pub fn total(&self) -> u64 {
-        CATEGORIES.iter().map(|&c| self.get(c)).sum()
+        CATEGORIES.iter().fold(0u64, |t, &c| t.saturating_add(self.get(c)))
     }
     /// The categories holding bytes with their share of the total, largest first (ties in the
     /// order of [`CATEGORIES`]).
@@ -449,6 +449,13 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
     // held there was never freed, and whether it would have been (an activation in the backward
     // that never came, a gradient or a temporary of the backward that failed) cannot be told.
     let cut = trace.facts.fatal_oom().is_some();
+    // The first backward and forward run after each run, found once (a search per allocation
+    // cost the runs times the allocations).
+    let (mut next_backward_after, mut next_forward_after) = (vec![None; runs.len()], vec![None; runs.len()]);
+    for k in (0..runs.len().saturating_sub(1)).rev() {
+        next_backward_after[k] = if runs[k + 1] == Phase::Backward { Some(k + 1) } else { next_backward_after[k + 1] };
+        next_forward_after[k] = if runs[k + 1] == Phase::Forward { Some(k + 1) } else { next_forward_after[k + 1] };
+    }
     let categories: Vec<Category> = allocs
         .iter()
         .map(|a| {
@@ -477,7 +484,7 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
                 Phase::Backward => {
                     // Alive until the next backward at most: the cuBLAS workspace of autograd's
                     // thread, made in the first backward and kept, is no gradient.
-                    let next_backward = (a.run + 1..runs.len()).find(|&k| runs[k] == Phase::Backward);
+                    let next_backward = next_backward_after[a.run];
                     match (freed_in, next_backward) {
                         (Some(f), Some(b)) if f <= b => Category::Gradient,
                         (Some(_), None) | (None, None) => Category::Gradient,
@@ -487,8 +494,7 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
                 Phase::Optimizer => Category::OptimizerState,
                 Phase::Forward => {
                     // Freed in the backward that follows this forward.
-                    let next_backward = (a.run + 1..runs.len()).find(|&k| runs[k] == Phase::Backward);
-                    let next_forward = (a.run + 1..runs.len()).find(|&k| runs[k] == Phase::Forward);
+                    let (next_backward, next_forward) = (next_backward_after[a.run], next_forward_after[a.run]);
                     if held && next_backward.is_none_or(|b| b == last_run) {
                         // The backward that would have freed it never ran, or failed.
                         return Category::Unknown;
@@ -511,9 +517,9 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
     let mut allocations = ByCategory::default();
     for (a, &c) in allocs.iter().zip(&categories) {
         *allocations.get_mut(c) += 1;
-        deltas.push((a.alloc_event, a.bytes as i64, c));
+        deltas.push((a.alloc_event, signed(a.bytes), c));
         if let Some(e) = a.completed {
-            deltas.push((e, -(a.bytes as i64), c));
+            deltas.push((e, -signed(a.bytes), c));
         }
     }
     deltas.sort_by_key(|d| d.0);
@@ -534,8 +540,8 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
         while k < deltas.len() && deltas[k].0 == e {
             let (_, d, c) = deltas[k];
             let v = live.get_mut(c);
-            *v = (*v as i64 + d).max(0) as u64;
-            total += d;
+            *v = v.saturating_add_signed(d);
+            total = total.saturating_add(d);
             k += 1;
         }
         for c in CATEGORIES {
@@ -580,7 +586,7 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
         .zip(&categories)
         .filter(|(_, &c)| c != Category::Activation)
         .flat_map(|(a, _)| {
-            std::iter::once((a.alloc_event, a.bytes as i64)).chain(a.completed.map(|e| (e, -(a.bytes as i64))))
+            std::iter::once((a.alloc_event, signed(a.bytes))).chain(a.completed.map(|e| (e, -signed(a.bytes))))
         })
         .collect();
     // No estimate where the moments it is about hold bytes of unknown category: they may be
@@ -605,6 +611,12 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
         at_moment,
         checkpointing,
     }))
+}
+
+/// Bytes as a signed change: a hostile trace may claim sizes past `i64::MAX`, which count as
+/// `i64::MAX`, and sums of them saturate rather than wrap.
+fn signed(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
 }
 
 /// An activation, for [`checkpoint_estimate`].
@@ -642,7 +654,7 @@ fn checkpoint_estimate(others: &[(u64, i64)], activations: &[Activation], blocks
         let f = activations[k].forward;
         let end = k + activations[k..].iter().take_while(|a| a.forward == f).count();
         let group = &activations[k..end];
-        let total = group.iter().map(|a| a.bytes).sum::<u64>().max(1) as u128;
+        let total = group.iter().map(|a| a.bytes as u128).sum::<u128>().max(1);
         let mut before = 0u128;
         let block_of: Vec<usize> = group
             .iter()
@@ -682,7 +694,7 @@ fn checkpoint_estimate(others: &[(u64, i64)], activations: &[Activation], blocks
             after = last_free[b];
         }
         for (a, &b) in group.iter().zip(&block_of) {
-            let bytes = a.bytes as i64;
+            let bytes = signed(a.bytes);
             let forward_end = block_end[b].clamp(a.alloc + 1, a.freed.max(a.alloc + 1));
             deltas.push((a.alloc, bytes));
             deltas.push((forward_end, -bytes));
@@ -698,7 +710,7 @@ fn checkpoint_estimate(others: &[(u64, i64)], activations: &[Activation], blocks
     deltas.sort_unstable();
     let (mut live, mut peak) = (0i64, 0i64);
     for (_, d) in deltas {
-        live += d;
+        live = live.saturating_add(d);
         peak = peak.max(live);
     }
     peak.max(0) as u64

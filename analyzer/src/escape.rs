@@ -28,10 +28,24 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 /// True for characters a terminal or a document must not receive raw from a trace: C0 controls
-/// but tab, DEL, C1 controls, and the bidirectional overrides and isolates (which reorder what
-/// the reader sees).
+/// but tab, DEL, C1 controls, the bidirectional overrides, isolates and marks (which reorder
+/// what the reader sees), invisible characters (zero-width ones, the soft hyphen, the BOM, tag
+/// characters), the line and paragraph separators, and U+FFFE and U+FFFF (not allowed in XML).
 fn is_unsafe(c: char) -> bool {
-    (c.is_control() && c != '\t') || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    (c.is_control() && c != '\t')
+        || matches!(
+            c,
+            '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{2029}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{061c}'
+                | '\u{00ad}'
+                | '\u{feff}'
+                | '\u{fffe}'..='\u{ffff}'
+                | '\u{e0000}'..='\u{e007f}'
+        )
 }
 
 /// `s` with every unsafe character shown as an escape: `\n`, `\r`, `\x1b`, `\u{202e}`; a
@@ -89,7 +103,25 @@ pub fn markdown(s: &str) -> String {
     for c in h.chars() {
         if matches!(
             c,
-            '\\' | '`' | '*' | '_' | '{' | '}' | '[' | ']' | '(' | ')' | '#' | '+' | '-' | '.' | '!' | '|' | '~'
+            '\\' | '`'
+                | '*'
+                | '_'
+                | '{'
+                | '}'
+                | '['
+                | ']'
+                | '('
+                | ')'
+                | '#'
+                | '+'
+                | '-'
+                | '.'
+                | '!'
+                | '|'
+                | '~'
+                | ':'
+                | '@'
+                | '='
         ) {
             out.push('\\');
         }
@@ -209,10 +241,25 @@ fn markdown_char(out: &mut String, c: char, line_start: bool) {
     let mut buf = [0u8; 4];
     // Quotes need no entity outside attributes.
     let t = if c == '"' { "\"".into() } else { html(c.encode_utf8(&mut buf)).into_owned() };
-    let punct = matches!(c, '\\' | '`' | '[' | ']' | '|' | '_' | '~' | '*');
+    // Prose is wrapped, and a wrapped line of `-` or `=` is a heading's underline (of `-`, `*`
+    // or `_` a rule): a `-`, `+` or `=` after another is escaped, which breaks
+    // such a run (`out-of-memory` and `a + b` stay as written). `@`: a mention or an e-mail link.
+    let run = out.ends_with(['-', '+', '=']);
+    let punct =
+        matches!(c, '\\' | '`' | '[' | ']' | '|' | '_' | '~' | '*' | '@') || (matches!(c, '-' | '+' | '=') && run);
+    // GitHub links `http://`, `https://`, `ftp://`, `mailto:` and `www.` by themselves: an
+    // escaped `:` or `.` there leaves text.
+    let ends = |w: &str| {
+        out.len() >= w.len() && out.is_char_boundary(out.len() - w.len()) && {
+            let tail = &out[out.len() - w.len()..];
+            tail.eq_ignore_ascii_case(w)
+        }
+    };
+    let autolink =
+        (c == ':' && ["http", "https", "ftp", "mailto"].iter().any(|w| ends(w))) || (c == '.' && ends("www"));
     // A line that starts like a heading, list or quote is not one of ours.
     let block = line_start && c == '#';
-    if t.len() == 1 && (punct || block) {
+    if t.len() == 1 && (punct || block || autolink) {
         out.push('\\');
     }
     out.push_str(&t);
@@ -321,7 +368,7 @@ mod tests {
     fn markdown_text_cannot_open_markup_or_leave_its_line() {
         let m = markdown(HOSTILE);
         assert!(!m.contains('\n') && !m.contains('<'), "{m}");
-        assert!(m.contains("a\\`b\\\\n\\# H") && m.contains("\\[l\\]\\(http://x\\)") && m.contains("\\|c\\|"), "{m}");
+        assert!(m.contains("a\\`b\\\\n\\# H") && m.contains("\\[l\\]\\(http\\://x\\)") && m.contains("\\|c\\|"), "{m}");
     }
 
     #[test]
@@ -335,8 +382,29 @@ mod tests {
             assert!(!out.contains("<img") && !out.contains('\n') && !out.contains('\x1b'), "{out}");
         }
         let md = report_markdown(&cmd);
-        assert_eq!(md, "`python a.py` &lt;img src=x onerror=alert(1)&gt; \\[x\\](http://e) `y\\n# h`");
+        assert_eq!(md, "`python a.py` &lt;img src=x onerror=alert(1)&gt; \\[x\\](http\\://e) `y\\n# h`");
         assert_eq!(report_markdown("# not a heading"), "\\# not a heading");
+    }
+
+    /// No autolink, mention, list item or setext underline of a trace's survives GitHub's
+    /// renderer: the characters that start them are escaped.
+    #[test]
+    fn links_mentions_and_dash_runs_from_a_trace_stay_text() {
+        let md = report_markdown("see https://evil.example/x, www.evil.example, mailto:a@b.c and @team ----");
+        assert_eq!(md, "see https\\://evil.example/x, www\\.evil.example, mailto\\:a\\@b.c and \\@team -\\-\\-\\-");
+        assert_eq!(report_markdown("HTTPS://x WWW.y"), "HTTPS\\://x WWW\\.y");
+        assert_eq!(report_markdown("a = b ==="), "a = b =\\=\\=");
+        assert_eq!(markdown("https://x @y"), "https\\://x \\@y");
+    }
+
+    #[test]
+    fn invisible_and_non_xml_characters_are_shown_escaped() {
+        let s = "a\u{200e}b\u{200f}c\u{2028}d\u{200b}e\u{feff}f\u{e0041}g\u{ad}h\u{fffe}\u{ffff}";
+        assert_eq!(
+            terminal(s),
+            "a\\u{200e}b\\u{200f}c\\u{2028}d\\u{200b}e\\u{feff}f\\u{e0041}g\\xadh\\u{fffe}\\u{ffff}"
+        );
+        assert!(!xml(s).chars().any(is_unsafe));
     }
 
     #[test]

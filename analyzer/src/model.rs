@@ -275,14 +275,14 @@ impl FactsFold {
             }
             Event::SegmentAlloc { addr, bytes, .. } => {
                 p.segments.push((addr, bytes));
-                self.reserved += bytes;
+                self.reserved = self.reserved.saturating_add(bytes);
                 self.peak_reserved = self.peak_reserved.max(self.reserved);
             }
             Event::SegmentMap { addr, bytes, .. } => {
                 if p.reservations.is_empty() {
                     p.reservations.push(addr);
                 }
-                self.reserved += bytes;
+                self.reserved = self.reserved.saturating_add(bytes);
                 self.peak_reserved = self.peak_reserved.max(self.reserved);
             }
             Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
@@ -303,10 +303,11 @@ impl FactsFold {
                 if p.recorded_ooms.is_empty() && limit_bytes == 0 && device_free_bytes > 0 {
                     if device_free_bytes < alloc_bytes {
                         // The device itself was full.
-                        p.oom_capacity = Some(reserved_bytes + device_free_bytes);
+                        p.oom_capacity = Some(reserved_bytes.saturating_add(device_free_bytes));
                     } else {
                         let low = self.peak_reserved.max(reserved_bytes);
-                        p.limit_range = Some((low, (reserved_bytes + alloc_bytes).max(low + 1)));
+                        p.limit_range =
+                            Some((low, reserved_bytes.saturating_add(alloc_bytes).max(low.saturating_add(1))));
                     }
                 }
                 p.last_request = Some(i);
@@ -323,6 +324,19 @@ impl FactsFold {
             _ => {}
         }
     }
+}
+
+/// The bytes a record holds in memory: itself and its text or frames (a mark of 4 KiB weighs
+/// 4 KiB, not the size of a record), which [`RECORDS_BUDGET_BYTES`] counts.
+fn record_bytes(r: &Record) -> usize {
+    let heap = match &r.event {
+        Event::Mark { text, .. } => text.capacity(),
+        Event::CallSite { frames, .. } => {
+            frames.iter().map(|f| std::mem::size_of_val(f) + f.file.capacity() + f.function.capacity()).sum()
+        }
+        _ => 0,
+    };
+    std::mem::size_of::<Record>() + heap
 }
 
 /// The records of a trace: in memory (the decoded chunks), or re-read from the file.
@@ -357,17 +371,18 @@ impl Trace {
     pub fn open_with_budget(path: &Path, budget_bytes: usize) -> Result<Trace> {
         let mut summary = SummaryFold::new();
         let mut facts = FactsFold::default();
-        let max_records = budget_bytes / std::mem::size_of::<Record>().max(1);
         let mut kept: Option<Vec<Vec<Record>>> = Some(Vec::new());
-        let mut count = 0usize;
+        let mut bytes = 0usize;
         let scanned = tracefile::scan_chunks(path, |first, chunk| {
             for (k, r) in chunk.iter().enumerate() {
                 let i = first + k as u64;
                 summary.record(i, r);
                 facts.record(i, r);
+                if kept.is_some() {
+                    bytes = bytes.saturating_add(record_bytes(r));
+                }
             }
-            count += chunk.len();
-            if count > max_records {
+            if bytes > budget_bytes {
                 kept = None;
             } else if let Some(k) = kept.as_mut() {
                 k.push(chunk.to_vec());

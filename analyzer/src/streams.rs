@@ -22,6 +22,8 @@ pub fn stream_name(n: usize) -> String {
 pub struct StreamNames {
     /// Handles other than 0, in the order of first use: `stream k` is `side[k - 1]`.
     side: Vec<u64>,
+    /// The number of each handle in `side` (a trace may name a new stream at every event).
+    index: rustc_hash::FxHashMap<u64, usize>,
 }
 
 impl StreamNames {
@@ -30,10 +32,11 @@ impl StreamNames {
         if handle == 0 {
             return 0;
         }
-        match self.side.iter().position(|&h| h == handle) {
-            Some(k) => k + 1,
+        match self.index.get(&handle) {
+            Some(&n) => n,
             None => {
                 self.side.push(handle);
+                self.index.insert(handle, self.side.len());
                 self.side.len()
             }
         }
@@ -55,7 +58,7 @@ impl StreamNames {
         if handle == 0 {
             return Some(0);
         }
-        self.side.iter().position(|&h| h == handle).map(|k| k + 1)
+        self.index.get(&handle).copied()
     }
 
     /// The name of `handle`: `stream N`; a handle the trace never used keeps its raw value.
@@ -71,8 +74,14 @@ impl StreamNames {
         if self.side.is_empty() {
             return None;
         }
-        let each: Vec<String> =
-            self.side.iter().enumerate().map(|(k, h)| format!("{} = handle {h:#x}", stream_name(k + 1))).collect();
+        // The first few: a trace may name thousands of streams.
+        const SHOWN: usize = 16;
+        let mut each: Vec<String> = (self.side.iter().enumerate().take(SHOWN))
+            .map(|(k, h)| format!("{} = handle {h:#x}", stream_name(k + 1)))
+            .collect();
+        if self.side.len() > SHOWN {
+            each.push(format!("and {} more", self.side.len() - SHOWN));
+        }
         Some(format!("streams are numbered in the order the trace first uses them: {}", each.join(", ")))
     }
 }

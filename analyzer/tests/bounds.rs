@@ -98,3 +98,37 @@ fn reading_and_importing_stay_within_the_stated_bounds() {
         assert!(peak < 16 * MIB + 128 * size, "{name}: {} MiB for {size} bytes", peak / MIB);
     }
 }
+
+/// Round two: a stream per allocation, and a record budget in bytes.
+#[test]
+fn a_stream_per_allocation_and_marks_stay_within_their_bounds() {
+    // 32,768 allocations, each on a stream of its own, each keeping a 2 MiB segment cached
+    // (197 bytes; was 761 MB): the engine holds what is live, about 300 bytes a segment, not
+    // 23 KiB of size classes a stream.
+    let path = hostile("streams1.atrace");
+    let peak = peak_of(|| {
+        analyzer::replay::replay_file(&path, &Default::default()).unwrap();
+    });
+    eprintln!("replay streams1.atrace: {:.1} MiB", peak as f64 / MIB as f64);
+    assert!(peak < 16 * MIB + 32_768 * 1024, "{} MiB", peak / MIB);
+
+    // 20,000 marks of 4 KiB (80 MiB of text in a file of a few KiB): kept in memory only while
+    // their bytes, not their count, fit in the records budget.
+    let p = std::env::temp_dir().join(format!("alloctrace-bounds-marks-{}.atrace", std::process::id()));
+    let mut w = TraceWriter::create(&p, &Header::new(Source::Recorded)).unwrap();
+    for i in 0..20_000u64 {
+        let text = format!("{i:08}{}", "m".repeat(MAX_TEXT_BYTES - 8));
+        w.write_owned(Record { time_ns: i, event: Event::Mark { kind: MarkKind::Annotation, text } }).unwrap();
+    }
+    w.finish().unwrap();
+    let budget = 16 * MIB;
+    let mut in_memory = true;
+    let peak = peak_of(|| {
+        in_memory = analyzer::model::Trace::open_with_budget(&p, budget).unwrap().in_memory();
+    });
+    std::fs::remove_file(&p).ok();
+    eprintln!("open 20,000 marks of 4 KiB under a 16 MiB budget: {:.1} MiB", peak as f64 / MIB as f64);
+    assert!(!in_memory, "80 MiB of marks do not fit a 16 MiB budget");
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
+    assert!(peak < budget + 16 * MIB + threads * 100 * MIB, "{} MiB", peak / MIB);
+}

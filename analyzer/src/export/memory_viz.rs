@@ -112,12 +112,13 @@ impl Frames {
     }
 }
 
-/// Writes the trace at `trace` as a snapshot pickle at `output`, through a temporary file renamed
-/// into place once complete (see [`crate::output`]).
+/// Writes the trace at `trace` as a snapshot pickle at `output`, of at most
+/// [`super::MAX_EXPORT_BYTES`], through a temporary file renamed into place once complete (see
+/// [`crate::output`]): an export that fails leaves nothing, and never touches a file already there.
 pub fn export(trace: &Path, output: &Path) -> Result<MemoryVizStats> {
     let header = tracefile::open(trace)?.header().clone();
     let mut pending = crate::output::Pending::new(output)?;
-    let mut p = PickleWriter::new(BufWriter::with_capacity(1 << 20, pending.file()))?;
+    let mut p = PickleWriter::new(BufWriter::with_capacity(1 << 20, super::Bounded::new(pending.file())))?;
     let mut ex = Exporter::new(&header);
     let write_err = |e: std::io::Error| anyhow::Error::new(e).context(format!("cannot write {}", output.display()));
 
@@ -145,7 +146,7 @@ pub fn export(trace: &Path, output: &Path) -> Result<MemoryVizStats> {
         ex.write_settings(&mut p, &header)?;
         ex.write_annotations(&mut p)?;
         p.end_dict()?;
-        p.finish()?.into_inner().map_err(|e| e.into_error())?.sync_all()
+        p.finish()?.into_inner().map_err(|e| e.into_error())?.into_inner().sync_all()
     })()
     .map_err(write_err)?;
     pending.commit()?;

@@ -93,8 +93,12 @@ fn ts_us(time_ns: u64) -> f64 {
     time_ns as f64 / 1000.0
 }
 
-/// Writes the trace at `trace` as Chrome trace-event JSON at `output`, through a temporary file
-/// renamed into place once complete (see [`crate::output`]).
+/// Most streams that get tracks of their own.
+pub const MAX_STREAM_TRACKS: usize = 64;
+
+/// Writes the trace at `trace` as Chrome trace-event JSON at `output`, of at most
+/// [`super::MAX_EXPORT_BYTES`], through a temporary file renamed into place once complete (see
+/// [`crate::output`]): an export that fails leaves nothing, and never touches a file already there.
 pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<PerfettoStats> {
     let header = tracefile::open(trace)?.header().clone();
     let buckets = opts.buckets.max(2);
@@ -109,13 +113,23 @@ pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<Per
     let mut stats = PerfettoStats::default();
 
     let mut names = crate::streams::StreamNames::default();
-    let mut stream_of = |handle: u64, streams: &mut Vec<Track>| -> usize {
-        *stream_index.entry(handle).or_insert_with(|| {
-            // The one naming of streams (crate::streams), as in every other output.
-            let name = crate::streams::stream_name(names.observe(handle));
-            streams.push(Track::new(name, handle, buckets));
-            streams.len() - 1
-        })
+    // Per-stream tracks for at most MAX_STREAM_TRACKS streams: past that (a trace that names a
+    // new stream at every allocation) only the all-streams tracks are written.
+    let mut too_many_streams = false;
+    let mut stream_of = |handle: u64, streams: &mut Vec<Track>| -> Option<usize> {
+        if let Some(&s) = stream_index.get(&handle) {
+            return (s != usize::MAX).then_some(s);
+        }
+        if streams.len() >= MAX_STREAM_TRACKS {
+            too_many_streams = true;
+            stream_index.insert(handle, usize::MAX);
+            return None;
+        }
+        // The one naming of streams (crate::streams), as in every other output.
+        let name = crate::streams::stream_name(names.observe(handle));
+        streams.push(Track::new(name, handle, buckets));
+        stream_index.insert(handle, streams.len() - 1);
+        Some(streams.len() - 1)
     };
 
     let scanned = tracefile::scan(trace, |_, r| {
@@ -126,10 +140,14 @@ pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<Per
             let s = stream_of(stream, streams);
             for &(k, d) in deltas {
                 let apply = |v: &mut u64| *v = (*v as i128 + d).clamp(0, u64::MAX as i128) as u64;
-                apply(&mut streams[s].values[k]);
+                if let Some(s) = s {
+                    apply(&mut streams[s].values[k]);
+                }
                 apply(&mut total.values[k]);
             }
-            streams[s].push(t);
+            if let Some(s) = s {
+                streams[s].push(t);
+            }
             total.push(t);
         };
         match &r.event {
@@ -209,20 +227,20 @@ pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<Per
     })?;
     stats.damage = scanned.damage_warning();
     stats.events = scanned.events;
-    stats.streams = streams.len() as u64;
+    stats.streams = stream_index.len() as u64;
 
     let stream_handles: serde_json::Map<String, Value> =
         streams.iter().map(|s| (s.name.clone(), Value::String(format!("0x{:x}", s.handle)))).collect();
-    let per_stream = streams.len() > 1;
+    let per_stream = streams.len() > 1 && !too_many_streams;
     let mut tracks = vec![total];
     if per_stream {
         tracks.append(&mut streams);
     }
 
     let mut pending = crate::output::Pending::new(output)?;
-    let mut out = BufWriter::with_capacity(1 << 20, pending.file());
+    let mut out = BufWriter::with_capacity(1 << 20, super::Bounded::new(pending.file()));
     let mut first = true;
-    let mut emit = |out: &mut BufWriter<&mut std::fs::File>, v: &Value| -> std::io::Result<()> {
+    let mut emit = |out: &mut BufWriter<super::Bounded<&mut std::fs::File>>, v: &Value| -> std::io::Result<()> {
         out.write_all(if first { b"\n" } else { b",\n" })?;
         first = false;
         serde_json::to_writer(&mut *out, v).map_err(std::io::Error::from)
@@ -275,7 +293,7 @@ pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<Per
         });
         serde_json::to_writer(&mut out, &other)?;
         out.write_all(b"}\n")?;
-        out.into_inner().map_err(|e| e.into_error())?.sync_all()
+        out.into_inner().map_err(|e| e.into_error())?.into_inner().sync_all()
     };
     write().with_context(|| format!("cannot write {}", output.display()))?;
     pending.commit()?;

@@ -73,8 +73,8 @@ use recorder::engine::config::{AllocatorConfig, MIB, MIN_BLOCK_SIZE, SMALL_BUFFE
 use recorder::engine::version::TorchVersion;
 use recorder::engine::{allocation_size, pool_for, round_size};
 use recorder::trace::{
-    bound_frames, bounded_text, Event, Frame, Header, MarkKind, Pool, Record, ReleaseCause, Source, MAX_TEXT_BYTES,
-    NO_CALLSITE,
+    bound_frames, bounded_text, frames_cut_marker, Event, Frame, Header, MarkKind, Pool, Record, ReleaseCause, Source,
+    MAX_CALLSITE_FRAMES, MAX_TEXT_BYTES, NO_CALLSITE,
 };
 use serde::Serialize;
 use std::borrow::Cow;
@@ -165,6 +165,20 @@ torch.cuda.memory._dump_snapshot(\"snap.pickle\") at the end (or in an except to
 /// Most warnings kept in the report; the rest are counted in a last line.
 const MAX_WARNINGS: usize = 100;
 
+/// Bytes of text an import copies out of a snapshot into annotations, and again into call
+/// sites: at most this much plus [`TEXT_BYTES_PER_INPUT_BYTE`] per byte of the snapshot.
+/// A string referenced through the memo costs a few bytes of input however long it is, so
+/// without a budget a small snapshot could make every annotation and call site a copy of the
+/// longest text it holds. A real snapshot holds its call sites' frames once each and shares
+/// them; its text stays far below the budget.
+const TEXT_BUDGET_BYTES: usize = 16 << 20;
+const TEXT_BYTES_PER_INPUT_BYTE: usize = 32;
+
+/// The text budget of a snapshot of `input_bytes`.
+fn text_budget(input_bytes: usize) -> usize {
+    TEXT_BUDGET_BYTES.saturating_add(input_bytes.saturating_mul(TEXT_BYTES_PER_INPUT_BYTE))
+}
+
 /// Reads and imports a snapshot file; errors name the file.
 pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Imported, ImportError> {
     let bytes = std::fs::read(path).map_err(|error| ImportError::Io { path: path.to_path_buf(), error })?;
@@ -180,8 +194,9 @@ pub fn import_snapshot(bytes: &[u8], opts: &ImportOptions) -> Result<Imported, I
         }
         Err(e) => return Err(e.into()),
     };
-    let snap = Snapshot::read(&pk, opts)?;
-    Ok(Importer::new(&pk, opts, &snap).run())
+    let budget = text_budget(bytes.len());
+    let snap = Snapshot::read(&pk, opts, budget)?;
+    Ok(Importer::new(&pk, opts, &snap, budget).run())
 }
 
 fn describe_start(bytes: &[u8]) -> String {
@@ -360,7 +375,7 @@ impl<'a> Snapshot<'a> {
         }
     }
 
-    fn read(pk: &Pickle<'a>, opts: &ImportOptions) -> Result<Self, ImportError> {
+    fn read(pk: &Pickle<'a>, opts: &ImportOptions, text_budget: usize) -> Result<Self, ImportError> {
         let expected = "expected a dict with `segments` and `device_traces`, or a list of segment dicts";
         let not_snapshot =
             || ImportError::NotASnapshot(format!("top-level object is {}; {expected}", describe(pk, pk.root)));
@@ -429,14 +444,18 @@ impl<'a> Snapshot<'a> {
                     snap.predicted = Some(format!("{PREDICTED_NOTE} {by}{what}"));
                 }
                 if let Some(ann) = pk.get(pk.root, "external_annotations") {
-                    snap.read_annotations(pk, ann, opts.device);
+                    snap.read_annotations(pk, ann, opts.device, text_budget);
                 }
                 segments.unwrap_or(Value::None)
             }
             Value::List(_) => {
                 // `torch.cuda.memory_snapshot()`: only the segments.
+                // Each distinct object is looked at once: one big dict referenced many times
+                // costs one walk, not one per reference.
+                let mut seen = rustc_hash::FxHashSet::default();
                 let items = pk.items(pk.root);
-                if !items.iter().all(|s| pk.get(*s, "address").is_some() && pk.get(*s, "total_size").is_some()) {
+                let segment_like = |s: Value<'a>| pk.get(s, "address").is_some() && pk.get(s, "total_size").is_some();
+                if !items.iter().all(|&s| !seen.insert(s.container_id()) || segment_like(s)) {
                     return Err(not_snapshot());
                 }
                 pk.root
@@ -451,13 +470,18 @@ impl<'a> Snapshot<'a> {
     }
 
     fn read_entries(&mut self, pk: &Pickle<'a>, trace: &[Value<'a>]) -> Result<(), ImportError> {
-        self.entries.reserve_exact(trace.len());
-        // An entry object referenced again through the memo is read once: walking one big dict
-        // at every reference cost time quadratic in the input.
-        let mut seen: FxMap<ContainerId, Entry<'a>> = FxMap::default();
+        // PyTorch writes every entry as a dict of its own. An entry object referenced again
+        // (through the memo, or `DUP`: one byte of input each) is skipped, as repeated segments
+        // and annotations are: walking one big dict at every reference cost time quadratic in
+        // the input, and keeping a copy of it at every reference memory far past the input's.
+        let mut seen: rustc_hash::FxHashSet<ContainerId> = rustc_hash::FxHashSet::default();
+        let (mut repeated, mut first_repeated) = (0u64, 0usize);
         for (i, &e) in trace.iter().enumerate() {
-            if let Some(entry) = e.container_id().and_then(|c| seen.get(&c)) {
-                self.entries.push(*entry);
+            if e.container_id().is_some_and(|c| !seen.insert(c)) {
+                if repeated == 0 {
+                    first_repeated = i;
+                }
+                repeated += 1;
                 continue;
             }
             let Some(items) = pk.dict(e) else {
@@ -502,10 +526,14 @@ impl<'a> Snapshot<'a> {
             if !have_action {
                 return Err(ImportError::NotASnapshot(format!("trace entry {i} has no `action` string")));
             }
-            if let Some(c) = e.container_id() {
-                seen.insert(c, entry);
-            }
             self.entries.push(entry);
+        }
+        if repeated > 0 {
+            self.warn(|| {
+                format!(
+                    "{repeated} trace entries (the first: trace entry {first_repeated}) repeat an earlier entry object; skipped"
+                )
+            });
         }
         Ok(())
     }
@@ -537,8 +565,9 @@ impl<'a> Snapshot<'a> {
         }
     }
 
-    fn read_annotations(&mut self, pk: &Pickle<'a>, ann: Value<'a>, device: usize) {
+    fn read_annotations(&mut self, pk: &Pickle<'a>, ann: Value<'a>, device: usize, budget: usize) {
         let (mut seen, mut repeated) = (rustc_hash::FxHashSet::default(), Vec::new());
+        let (mut text_bytes, mut over_budget) = (0usize, 0u64);
         for (i, &a) in pk.seq(ann).unwrap_or(&[]).iter().enumerate() {
             if pk.dict(a).is_none() {
                 continue;
@@ -565,6 +594,11 @@ impl<'a> Snapshot<'a> {
             if recorder::trace::bound_text(&mut text) || text.contains("...[truncated: ") {
                 self.warn(|| format!("annotation {i} is longer than {MAX_TEXT_BYTES} bytes; cut with a marker"));
             }
+            text_bytes = text_bytes.saturating_add(text.len());
+            if text_bytes > budget {
+                over_budget += 1;
+                continue;
+            }
             // A predicted stream knows its phases and iterations: its `START` annotations are
             // phase marks (`forward`, `backward`, `optimizer`) and iteration marks.
             let (kind, text) = match (self.predicted.is_some(), stage.as_ref()) {
@@ -574,6 +608,13 @@ impl<'a> Snapshot<'a> {
                 (false, _) => (MarkKind::Annotation, text),
             };
             self.annotations.push(Annotation { time_us, kind, text });
+        }
+        if over_budget > 0 {
+            self.warn(|| {
+                format!(
+                    "{over_budget} annotations left out: their text passes the import's budget of {budget} bytes for this snapshot"
+                )
+            });
         }
         if let Some(first) = repeated.first() {
             let n = repeated.len();
@@ -820,6 +861,11 @@ struct Importer<'p, 'a> {
     frame_by_content: FxMap<Frame, u32>,
     /// File and function names cut to [`MAX_TEXT_BYTES`].
     frame_strings_cut: u64,
+    /// Bytes of frame text copied into call sites, against the snapshot's text budget
+    /// ([`text_budget`]), and the call sites left out past it.
+    callsite_text_bytes: usize,
+    text_budget: usize,
+    callsites_over_budget: u64,
     next_callsite: u32,
     // Live state.
     next_id: u64,
@@ -940,7 +986,7 @@ fn release_cause(b: &Burst, next: NextEntry, config: &AllocatorConfig, facts: &L
 }
 
 impl<'p, 'a> Importer<'p, 'a> {
-    fn new(pk: &'p Pickle<'a>, opts: &ImportOptions, snap: &'p Snapshot<'a>) -> Self {
+    fn new(pk: &'p Pickle<'a>, opts: &ImportOptions, snap: &'p Snapshot<'a>, text_budget: usize) -> Self {
         let mut report = ImportReport { entries: snap.entries.len() as u64, ..ImportReport::default() };
         let (private_at_end, private_ranges_at_end) = private_segments(snap);
         report.warnings.extend(snap.warnings.iter().cloned());
@@ -1004,6 +1050,9 @@ impl<'p, 'a> Importer<'p, 'a> {
             frame_by_container: FxMap::default(),
             frame_by_content: FxMap::default(),
             frame_strings_cut: 0,
+            callsite_text_bytes: 0,
+            text_budget,
+            callsites_over_budget: 0,
             next_callsite: 1,
             next_id: 1,
             live: FxMap::with_capacity_and_hasher(1024, Default::default()),
@@ -1058,10 +1107,27 @@ impl<'p, 'a> Importer<'p, 'a> {
         let id = match self.callsite_by_content.get(&key) {
             Some(&id) => id,
             None => {
+                // Only the frames a trace keeps are copied (a list of a million references to
+                // one frame is one frame's text a million times), and only within the budget.
+                let kept = if key.len() > MAX_CALLSITE_FRAMES { MAX_CALLSITE_FRAMES - 1 } else { key.len() };
+                let text: usize = key[..kept]
+                    .iter()
+                    .map(|&f| &self.frames[f as usize])
+                    .map(|f| f.file.len() + f.function.len())
+                    .sum();
+                self.callsite_text_bytes = self.callsite_text_bytes.saturating_add(text);
+                if self.callsite_text_bytes > self.text_budget {
+                    self.callsites_over_budget += 1;
+                    self.callsite_by_container.insert(cid, NO_CALLSITE);
+                    return NO_CALLSITE;
+                }
                 let id = self.next_callsite;
                 self.next_callsite += 1;
-                let mut frames: Vec<Frame> = key.iter().map(|&f| self.frames[f as usize].clone()).collect();
-                if bound_frames(&mut frames) {
+                let mut frames: Vec<Frame> = key[..kept].iter().map(|&f| self.frames[f as usize].clone()).collect();
+                if key.len() > kept {
+                    frames.push(frames_cut_marker(key.len() - kept));
+                }
+                if bound_frames(&mut frames) || key.len() > kept {
                     self.warn(format!(
                         "call site {id} has {} frames; cut to the {} a trace keeps",
                         key.len(),
@@ -1111,6 +1177,13 @@ impl<'p, 'a> Importer<'p, 'a> {
         self.emit_start(start);
         self.emit_trace();
         self.report.callsites = self.next_callsite - 1;
+        if self.callsites_over_budget > 0 {
+            let (n, budget) = (self.callsites_over_budget, self.text_budget);
+            self.warn(format!(
+                "{n} call sites left out (their allocations have none): their frames pass the import's budget of \
+                 {budget} bytes of text for this snapshot"
+            ));
+        }
         if self.frame_strings_cut > 0 {
             let n = self.frame_strings_cut;
             self.warn(format!(

@@ -36,6 +36,13 @@ pub struct SimDevice {
     segment_hints: VecDeque<(u64, u64)>,
     reserve_hints: VecDeque<u64>,
     fallback_base: u64,
+    /// No segment fits below this address above `fallback_base`: every hole there was filled
+    /// (none has opened since), so first fit starts here. Without it, a trace that keeps a
+    /// segment per stream (one stream per allocation) paid a walk of every live segment for
+    /// each new one.
+    packed: u64,
+    /// The same for reservations, above [`VA_BASE`].
+    packed_va: u64,
     /// Segments placed at a hinted address.
     pub hints_used: u64,
     /// Segments placed by the fallback allocator while hints were given.
@@ -88,9 +95,11 @@ impl SimDevice {
     }
 }
 
-/// Lowest `ALIGN`ed address at or above `base` where `bytes` fit between the ranges of `live`.
-fn first_fit(live: &BTreeMap<u64, u64>, base: u64, bytes: u64) -> u64 {
+/// Lowest `ALIGN`ed address at or above `base` where `bytes` fit between the ranges of `live`,
+/// and the start of the first hole the walk passed (too small for `bytes`), if any.
+fn first_fit(live: &BTreeMap<u64, u64>, base: u64, bytes: u64) -> (u64, Option<u64>) {
     let mut cursor = base;
+    let mut first_hole = None;
     if let Some((&a, &b)) = live.range(..base).next_back() {
         cursor = cursor.max((a + b).div_ceil(ALIGN) * ALIGN);
     }
@@ -98,9 +107,12 @@ fn first_fit(live: &BTreeMap<u64, u64>, base: u64, bytes: u64) -> u64 {
         if a >= cursor + bytes {
             break;
         }
+        if a > cursor && first_hole.is_none() {
+            first_hole = Some(cursor);
+        }
         cursor = cursor.max((a + b).div_ceil(ALIGN) * ALIGN);
     }
-    cursor
+    (cursor, first_hole)
 }
 
 impl Device for SimDevice {
@@ -142,7 +154,9 @@ impl Device for SimDevice {
                 if !self.segment_hints.is_empty() {
                     self.hints_missed += 1;
                 }
-                first_fit(&self.segments, self.fallback_base, bytes)
+                let (addr, hole) = first_fit(&self.segments, self.fallback_base.max(self.packed), bytes);
+                self.packed = hole.unwrap_or((addr + bytes).div_ceil(ALIGN) * ALIGN);
+                addr
             }
         };
         self.segments.insert(addr, bytes);
@@ -152,6 +166,7 @@ impl Device for SimDevice {
 
     fn free_segment(&mut self, addr: u64, bytes: u64) {
         if self.segments.remove(&addr).is_some() {
+            self.packed = self.packed.min(addr);
             self.used -= bytes;
         }
     }
@@ -159,14 +174,20 @@ impl Device for SimDevice {
     fn reserve_address_space(&mut self, bytes: u64) -> Option<u64> {
         let addr = match self.reserve_hints.pop_front() {
             Some(a) if self.range_is_free(a, bytes) => a,
-            _ => first_fit(&self.reservations, VA_BASE, bytes),
+            _ => {
+                let (addr, hole) = first_fit(&self.reservations, VA_BASE.max(self.packed_va), bytes);
+                self.packed_va = hole.unwrap_or((addr + bytes).div_ceil(ALIGN) * ALIGN);
+                addr
+            }
         };
         self.reservations.insert(addr, bytes);
         Some(addr)
     }
 
     fn release_address_space(&mut self, addr: u64, _bytes: u64) {
-        self.reservations.remove(&addr);
+        if self.reservations.remove(&addr).is_some() {
+            self.packed_va = self.packed_va.min(addr);
+        }
     }
 
     fn map(&mut self, _addr: u64, bytes: u64, _stream: u64) -> bool {
@@ -202,6 +223,33 @@ mod tests {
         d.free_segment(a, 20 * MIB);
         assert_eq!(d.alloc_segment(4 * MIB, 0), Some(SEGMENT_BASE));
         assert_eq!(d.used_bytes(), 6 * MIB);
+    }
+
+    /// Starting past the filled prefix places every segment where a walk from the base would.
+    #[test]
+    fn first_fit_from_the_filled_prefix_matches_a_walk_from_the_base() {
+        let mut rnd = crate::engine::test_rng(0x9e37_79b9_7f4a_7c15);
+        let mut d = SimDevice::new(None);
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        for _ in 0..5000 {
+            if !live.is_empty() && rnd().is_multiple_of(3) {
+                let (a, b) = live.swap_remove(rnd() as usize % live.len());
+                d.free_segment(a, b);
+                continue;
+            }
+            let bytes = [2, 4, 20, 6][rnd() as usize % 4] * MIB;
+            let want = first_fit(&d.segments, SEGMENT_BASE, bytes).0;
+            let got = d.alloc_segment(bytes, 0).unwrap();
+            assert_eq!(got, want);
+            live.push((got, bytes));
+            let va_bytes = [2, 8][rnd() as usize % 2] * MIB;
+            let want = first_fit(&d.reservations, VA_BASE, va_bytes).0;
+            let va = d.reserve_address_space(va_bytes).unwrap();
+            assert_eq!(va, want);
+            if rnd().is_multiple_of(2) {
+                d.release_address_space(va, va_bytes);
+            }
+        }
     }
 
     #[test]

@@ -70,7 +70,7 @@ impl<D: Device, S: Sink> Engine<D, S> {
         for &o in owners {
             let empty = |p: Pool| {
                 let s = &self.pools[set_index(o, p)];
-                s.free.iter().next().is_none()
+                s.free.is_empty()
             };
             if empty(Pool::Small) && empty(Pool::Large) {
                 self.freeable_owners.remove(&o);

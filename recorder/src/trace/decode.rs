@@ -9,7 +9,7 @@
 //! or u64 that follows, little endian. Enum variants are a u32 varint, strings and vectors a
 //! u64 varint length then the items.
 
-use super::event::{Event, Frame, MarkKind, Pool, Record, ReleaseCause, MAX_CALLSITE_FRAMES};
+use super::event::{Event, Frame, MarkKind, Pool, Record, ReleaseCause, MAX_CALLSITE_FRAMES, MAX_TEXT_BYTES};
 use super::MAX_CHUNK_FRAMES;
 
 pub(crate) struct Decoder<'a> {
@@ -59,9 +59,14 @@ impl<'a> Decoder<'a> {
         u32::try_from(v).map_err(|_| format!("value {v} does not fit a u32"))
     }
 
-    fn string(&mut self) -> R<String> {
+    /// A text of at most [`MAX_TEXT_BYTES`], which a writer cuts longer ones to: `what` names
+    /// the field.
+    fn string(&mut self, what: &str) -> R<String> {
         let len = self.u64()?;
-        let len = usize::try_from(len).map_err(|_| "string length overflows".to_string())?;
+        if len > MAX_TEXT_BYTES as u64 {
+            return Err(format!("{what} of {len} bytes; a writer cuts texts to {MAX_TEXT_BYTES}"));
+        }
+        let len = len as usize;
         let bytes = self.take(len)?;
         String::from_utf8(bytes.to_vec()).map_err(|e| format!("invalid UTF-8 in a string: {e}"))
     }
@@ -122,7 +127,7 @@ impl<'a> Decoder<'a> {
                     2 => MarkKind::Annotation,
                     v => return Err(format!("unknown mark kind {v}")),
                 },
-                text: self.string()?,
+                text: self.string("mark text")?,
             },
             12 => {
                 let id = self.u32()?;
@@ -145,7 +150,8 @@ impl<'a> Decoder<'a> {
                 }
                 let mut frames = Vec::with_capacity(n as usize);
                 for _ in 0..n {
-                    frames.push(Frame { file: self.string()?, line: self.u32()?, function: self.string()? });
+                    let file = self.string("frame file")?;
+                    frames.push(Frame { file, line: self.u32()?, function: self.string("frame function")? });
                 }
                 Event::CallSite { id, frames }
             }

@@ -255,6 +255,11 @@ pub fn bound_text(s: &mut String) -> bool {
     }
 }
 
+/// The last frame of a call site cut to [`MAX_CALLSITE_FRAMES`]: how many frames it lost.
+pub fn frames_cut_marker(dropped: usize) -> Frame {
+    Frame { file: "...".into(), line: 0, function: format!("[truncated: {dropped} more frames]") }
+}
+
 /// Cuts `frames` to [`MAX_CALLSITE_FRAMES`] (the innermost kept, the last one a marker) and
 /// every string in them to [`MAX_TEXT_BYTES`]; returns whether anything was cut.
 pub fn bound_frames(frames: &mut Vec<Frame>) -> bool {
@@ -262,7 +267,7 @@ pub fn bound_frames(frames: &mut Vec<Frame>) -> bool {
     if frames.len() > MAX_CALLSITE_FRAMES {
         let dropped = frames.len() - (MAX_CALLSITE_FRAMES - 1);
         frames.truncate(MAX_CALLSITE_FRAMES - 1);
-        frames.push(Frame { file: "...".into(), line: 0, function: format!("[truncated: {dropped} more frames]") });
+        frames.push(frames_cut_marker(dropped));
         cut = true;
     }
     for f in frames.iter_mut() {

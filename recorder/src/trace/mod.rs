@@ -55,8 +55,8 @@
 //! | chunk body | ends a chunk at [`WRITER_CHUNK_BYTES`] (plus one record) | refuses more than [`MAX_CHUNK_RAW_BYTES`] |
 //! | frames per call site | cuts to [`MAX_CALLSITE_FRAMES`], the last a marker | refuses more |
 //! | frames per chunk | ends a chunk before [`MAX_CHUNK_FRAMES`] | refuses more |
-//! | a mark's text, a frame's file and function, header strings | cuts to [`MAX_TEXT_BYTES`] with a marker | reads any length the chunk holds |
-//! | header lists (`command_line`, `notes`) | cuts to [`MAX_HEADER_ITEMS`] | reads any length the frame holds |
+//! | a mark's text, a frame's file and function, header strings | cuts to [`MAX_TEXT_BYTES`] with a marker | refuses more |
+//! | header lists (`command_line`, `notes`) | cuts to [`MAX_HEADER_ITEMS`] | refuses more |
 //! | header `config` | must be what parsing its own configuration string gives | refuses anything else |
 //! | frame payload | refuses to write more than [`MAX_FRAME_BYTES`] | refuses more |
 //!
@@ -1021,7 +1021,8 @@ fn decode_problem(e: &bincode::error::DecodeError) -> String {
 
 /// Decodes the fields of a frame's payload one by one, so that an error names the field and its
 /// byte offset in the file. `$at` is the frame's offset. Fields after `;` were appended in a
-/// later version: a payload that ends before them gives their defaults.
+/// later version: a payload that ends before them gives their defaults. Gives the value and
+/// each decoded field's name and byte offset in the file.
 macro_rules! decode_fields {
     ($payload:expr, $at:expr, $what:literal, $ty:ident { $($field:ident),* $(,)? }) => {
         decode_fields!($payload, $at, $what, $ty { $($field),* ; })
@@ -1030,8 +1031,10 @@ macro_rules! decode_fields {
         let payload: &[u8] = $payload;
         let start = $at + FRAME_HEAD_BYTES;
         let mut pos = 0usize;
+        let mut offsets: Vec<(&'static str, u64)> = Vec::new();
         let value = $ty {
             $($field: {
+                offsets.push((stringify!($field), start + pos as u64));
                 let (v, n) = bincode::decode_from_slice(&payload[pos..], cfg()).map_err(|e| TraceError::Corrupt {
                     offset: start + pos as u64,
                     reason: format!(concat!($what, " field `", stringify!($field), "` {}"), decode_problem(&e)),
@@ -1042,6 +1045,7 @@ macro_rules! decode_fields {
             $($later: if pos == payload.len() {
                 Default::default()
             } else {
+                offsets.push((stringify!($later), start + pos as u64));
                 let (v, n) = bincode::decode_from_slice(&payload[pos..], cfg()).map_err(|e| TraceError::Corrupt {
                     offset: start + pos as u64,
                     reason: format!(concat!($what, " field `", stringify!($later), "` {}"), decode_problem(&e)),
@@ -1056,13 +1060,13 @@ macro_rules! decode_fields {
                 reason: format!(concat!("{} bytes after the ", $what, "'s last field"), payload.len() - pos),
             });
         }
-        value
+        (value, offsets)
     }};
 }
 
 /// The header frame's payload; its allocator settings are checked as a command line's are.
 fn decode_header(payload: &[u8], at: u64) -> Result<Header, TraceError> {
-    let h = decode_fields!(
+    let (h, offsets) = decode_fields!(
         payload,
         at,
         "header",
@@ -1082,6 +1086,7 @@ fn decode_header(payload: &[u8], at: u64) -> Result<Header, TraceError> {
             torch_version,
         }
     );
+    check_header_bounds(&h, &offsets)?;
     if let Err(e) = h.config.check() {
         return Err(TraceError::Corrupt {
             offset: at,
@@ -1091,8 +1096,35 @@ fn decode_header(payload: &[u8], at: u64) -> Result<Header, TraceError> {
     Ok(h)
 }
 
+/// A header holds what a writer stores ([`Header::bound`]): texts of at most [`MAX_TEXT_BYTES`]
+/// and lists of at most [`MAX_HEADER_ITEMS`]. Anything longer was not written by alloctrace, and
+/// is refused at the field's offset before an analysis carries it into every output.
+fn check_header_bounds(h: &Header, offsets: &[(&'static str, u64)]) -> Result<(), TraceError> {
+    let at = |name: &str| offsets.iter().find(|f| f.0 == name).map_or(0, |f| f.1);
+    let refuse = |name: &str, reason: String| TraceError::Corrupt {
+        offset: at(name),
+        reason: format!("header field `{name}` {reason}, more than a writer stores"),
+    };
+    for (name, text) in
+        [("tool_version", &h.tool_version), ("device_name", &h.device_name), ("alloc_conf", &h.alloc_conf)]
+    {
+        if text.len() > MAX_TEXT_BYTES {
+            return Err(refuse(name, format!("holds {} bytes (at most {MAX_TEXT_BYTES})", text.len())));
+        }
+    }
+    for (name, list) in [("command_line", &h.command_line), ("notes", &h.notes)] {
+        if list.len() > MAX_HEADER_ITEMS {
+            return Err(refuse(name, format!("holds {} items (at most {MAX_HEADER_ITEMS})", list.len())));
+        }
+        if let Some((i, s)) = list.iter().enumerate().find(|(_, s)| s.len() > MAX_TEXT_BYTES) {
+            return Err(refuse(name, format!("holds an item {i} of {} bytes (at most {MAX_TEXT_BYTES})", s.len())));
+        }
+    }
+    Ok(())
+}
+
 fn decode_trailer(payload: &[u8], at: u64) -> Result<Trailer, TraceError> {
-    Ok(decode_fields!(payload, at, "trailer", Trailer { events, chunks, dropped_events }))
+    Ok(decode_fields!(payload, at, "trailer", Trailer { events, chunks, dropped_events }).0)
 }
 
 /// Decodes chunks into records, keeping its buffers between chunks. One per thread.

@@ -519,6 +519,45 @@ fn a_call_site_of_more_frames_than_a_writer_keeps_is_corrupt() {
 }
 
 #[test]
+fn a_text_longer_than_a_writer_stores_is_corrupt() {
+    // One annotation mark of 5000 bytes: [time 0, kind 11, mark kind 2, length, text].
+    let mut body = vec![0u8, 11, 2];
+    push_varint(&mut body, 5000);
+    body.extend(std::iter::repeat_n(b'x', 5000));
+    let (_, end) = read(&hand_made(&[(1, body)])).unwrap();
+    let TraceEnd::Corrupt { reason, .. } = end else { panic!("{end:?}") };
+    assert!(reason.contains("mark text of 5000 bytes; a writer cuts texts to 4096"), "{reason}");
+}
+
+#[test]
+fn header_texts_and_lists_longer_than_a_writer_stores_are_refused() {
+    let good = write(&sample(), true);
+    // device_name ("Sim": a length byte and 3 bytes) is at payload byte 12, file byte 33.
+    let long_name = with_header_payload(&good, |p| {
+        let mut name = Vec::new();
+        push_varint(&mut name, 5000);
+        name.extend(std::iter::repeat_n(b'n', 5000));
+        p.splice(12..16, name);
+    });
+    let e = TraceReader::new(&long_name[..]).err().unwrap();
+    assert_eq!(
+        e.to_string(),
+        "corrupt trace at byte 33: header field `device_name` holds 5000 bytes (at most 4096), more than a writer stores"
+    );
+    // `notes`, the last field here (an empty list), holding 1025 empty strings.
+    let many_notes = with_header_payload(&good, |p| {
+        assert_eq!(p.pop(), Some(0));
+        push_varint(p, 1025);
+        p.extend(std::iter::repeat_n(0u8, 1025));
+    });
+    let e = TraceReader::new(&many_notes[..]).err().unwrap();
+    assert!(
+        e.to_string().contains("header field `notes` holds 1025 items (at most 1024), more than a writer stores"),
+        "{e}"
+    );
+}
+
+#[test]
 fn the_writer_cuts_huge_labels_and_stacks_and_the_reader_takes_them() {
     let label = "x".repeat(3 << 20);
     let frame = Frame { file: "f.py".into(), line: 1, function: "é".repeat(5000) };
