@@ -146,19 +146,28 @@ pub fn settings_at_oom(
             peak_reserved_bytes: r.peak_reserved_bytes,
             predicted_needs_bytes: p.and_then(|p| p.needs_bytes),
             predicted_to_fit: p.map(|p| p.fits),
-            text: format!(
-                "its replay serves the request that failed at {cap_text} (peak reserved {} up to there){}",
-                b(r.peak_reserved_bytes),
-                match p {
-                    Some(p) => match (p.fits, p.needs_bytes) {
-                        (true, Some(n)) => format!("; the rest of the job is predicted to fit (about {})", b(n)),
-                        (true, None) => "; the rest of the job is predicted to fit".into(),
-                        (false, Some(n)) => format!("; the whole job is predicted to need about {}", b(n)),
-                        (false, None) => "; the whole job is predicted to run out of memory later".into(),
-                    },
-                    None => String::new(),
-                }
-            ),
+            text: if r.scratch_failures_skipped > 0 {
+                format!(
+                    "its replay at {cap_text} goes through when the {} cuDNN workspace request(s) that fail there are \
+left out: PyTorch's cuDNN catches such a failure and tries a plan with a smaller workspace, which the trace does not \
+hold",
+                    r.scratch_failures_skipped
+                )
+            } else {
+                format!(
+                    "its replay serves the request that failed at {cap_text} (peak reserved {} up to there){}",
+                    b(r.peak_reserved_bytes),
+                    match p {
+                        Some(p) => match (p.fits, p.needs_bytes) {
+                            (true, Some(n)) => format!("; the rest of the job is predicted to fit (about {})", b(n)),
+                            (true, None) => "; the rest of the job is predicted to fit".into(),
+                            (false, Some(n)) => format!("; the whole job is predicted to need about {}", b(n)),
+                            (false, None) => "; the whole job is predicted to run out of memory later".into(),
+                        },
+                        None => String::new(),
+                    }
+                )
+            },
         });
     }
     // Would not have helped, grouped by why (one line each).

@@ -660,7 +660,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
                     capacity_bytes: policy.capacity,
                     unlimited: policy.unlimited,
                     output,
-                    stop_after: None,
+                    ..Default::default()
                 },
                 torch_version: policy.torch_version,
                 json,

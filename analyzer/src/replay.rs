@@ -22,6 +22,7 @@ use recorder::engine::version::TorchVersion;
 use recorder::engine::{Engine, NullSink, Sink, Stats};
 use recorder::trace::{Event, Header, Record, RecordedPools, ReleaseCause, Source, TraceWriter};
 use serde::Serialize;
+use std::collections::HashSet;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 
@@ -43,6 +44,13 @@ pub struct ReplayOptions {
     /// Stop after the record with this index (an observer that needs nothing later): the
     /// result then describes the run up to there.
     pub stop_after: Option<u64>,
+    /// Go on past a request that fails where the recorded run served it, when the failed block
+    /// is a scratch buffer the program frees before its next request (cuDNN's workspace):
+    /// PyTorch's cuDNN convolutions catch that error and try a plan with a smaller workspace
+    /// (`try_plans` in `aten/src/ATen/native/cudnn/Conv_v8.cpp`). The replay goes on without the
+    /// block; the smaller workspace is not in the trace. Counted in
+    /// [`ReplayResult::scratch_failures_skipped`].
+    pub past_caught_scratch: bool,
 }
 
 /// How a replay ended.
@@ -247,6 +255,14 @@ pub struct ReplayResult {
     /// The input trace was damaged; the replay covers what came before the damage.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input_damage: Option<Damage>,
+    /// Scratch buffers whose request failed and that the replay went on without
+    /// ([`ReplayOptions::past_caught_scratch`]); 0 otherwise.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub scratch_failures_skipped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl ReplayResult {
@@ -466,7 +482,7 @@ pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Obser
     match &opts.output {
         None => {
             let engine = s.engine(capacity, device, NullSink);
-            run(trace, engine, used_hints, cap.source, opts.stop_after, &mut |_, _| Ok(()), observer)
+            run(trace, engine, used_hints, cap.source, opts, &mut |_, _| Ok(()), observer)
         }
         Some(out) => {
             let mut h = header.clone();
@@ -493,7 +509,7 @@ pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Obser
                 engine,
                 used_hints,
                 cap.source,
-                opts.stop_after,
+                opts,
                 &mut |time_ns, events: &mut Vec<Event>| {
                     for event in events.drain(..) {
                         writer.write(&Record { time_ns, event })?;
@@ -529,6 +545,10 @@ struct Replaying<S: Sink> {
     failed_alloc: Option<u64>,
     /// The failed request was freed before the program's next request.
     failed_scratch: bool,
+    /// Go on past a failed scratch buffer ([`ReplayOptions::past_caught_scratch`]).
+    past_scratch: bool,
+    /// Failed scratch buffers gone on past: their frees are not requests to replay.
+    skipped_scratch: HashSet<u64>,
     /// Index of the trace's last allocation: a recorded OOM before it was caught by the program.
     /// The trace's last request ([`crate::model::Facts::survived`]'s rule).
     last_request: Option<u64>,
@@ -550,6 +570,8 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             stopped: false,
             failed_alloc: None,
             failed_scratch: false,
+            past_scratch: false,
+            skipped_scratch: HashSet::new(),
             last_request: None,
             allocated_at_peak: 0,
             peak_seen: 0,
@@ -577,6 +599,14 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             // completion alone is the free of a source that frees in one step; another block's
             // completion is another stream's work finishing, not a request.)
             match &r.event {
+                // A scratch buffer that the program catches the failure of: go on without it.
+                Event::FreeRequested { id, .. } | Event::FreeCompleted { id, .. }
+                    if *id == failed && self.past_scratch =>
+                {
+                    self.skipped_scratch.insert(failed);
+                    self.failed_alloc = None;
+                    self.outcome = Outcome::Ok;
+                }
                 Event::FreeRequested { id, .. } => {
                     self.failed_scratch = *id == failed;
                     self.stopped = true;
@@ -629,6 +659,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
                         self.anomalies += 1;
                     }
                 }
+                None if self.skipped_scratch.contains(id) => {}
                 None => self.anomalies += 1,
             },
             Event::FreeCompleted { id, .. } => match self.live.remove(id) {
@@ -638,6 +669,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
                         self.anomalies += 1;
                     }
                 }
+                None if self.skipped_scratch.contains(id) => {}
                 None => self.anomalies += 1,
             },
             Event::Oom { requested_bytes, stream, .. } => {
@@ -726,6 +758,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             },
             complete: trace.damage().is_none(),
             input_damage: trace.damage(),
+            scratch_failures_skipped: self.skipped_scratch.len() as u64,
         };
         r.reach = Reach::of(trace, &r);
         r
@@ -737,11 +770,13 @@ fn run<S: Sink + ForwardEvents>(
     engine: Engine<SimDevice, S>,
     used_hints: bool,
     capacity_source: CapacitySource,
-    stop_after: Option<u64>,
+    opts: &ReplayOptions,
     drain: &mut Drain<'_, S>,
     observer: &mut Observer<'_>,
 ) -> Result<ReplayResult> {
+    let stop_after = opts.stop_after;
     let mut rp = Replaying::new(engine).continuing(trace);
+    rp.past_scratch = opts.past_caught_scratch;
     let mut error: Option<anyhow::Error> = None;
     trace.scan_chunks(|first, chunk| {
         for (k, r) in chunk.iter().enumerate() {

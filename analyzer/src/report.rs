@@ -1071,8 +1071,8 @@ impl Report {
             }
             if !x.worth_trying.is_empty() {
                 d.push(Block::Para(
-                    "Worth trying (each gets past the request that failed; the rest of the job is not in the \
-trace, so none is said to fit):"
+                    "Worth trying (a replay shows each may get through: it gets past the request that failed, or \
+through the cuDNN workspaces that fail; none is proven to fit):"
                         .into(),
                 ));
                 d.push(Block::Table(

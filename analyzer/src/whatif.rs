@@ -58,6 +58,12 @@ pub struct PolicyRow {
     /// What alloctrace says of this setting at the capacity compared (from `reach`): the one
     /// decision that the advice, the report and the JSON render.
     pub decision: crate::outcome::Decision,
+    /// Where the replay could not tell because a scratch buffer (cuDNN's workspace) failed: the
+    /// workspace requests that fail at the capacity when the replay goes on without them, which
+    /// PyTorch's cuDNN catches before trying a plan with a smaller workspace. The setting is then
+    /// worth trying where that replay serves every request (or gets past the recorded failure).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub scratch_failures_skipped: u64,
     pub oom_event: Option<u64>,
     pub peak_reserved_bytes: u64,
     pub peak_allocated_bytes: u64,
@@ -154,6 +160,7 @@ fn row_of(
         outcome: r.outcome_kind(),
         reach: Reach::of(trace, r),
         decision: crate::outcome::Decision::of(policy, Reach::of(trace, r)),
+        scratch_failures_skipped: 0,
         oom_event: match r.outcome {
             crate::replay::Outcome::Oom { event, .. } => Some(event),
             crate::replay::Outcome::Ok => None,
@@ -320,6 +327,8 @@ fn finish<T>(
     bounds: Bounds,
     runs: Vec<(Option<T>, ReplayResult)>,
 ) -> Result<Table<T>> {
+    let mut table = table;
+    past_caught_scratch(trace, opts, list, &mut table)?;
     let past: Vec<bool> = table.iter().map(|r| r.reach.gets_past()).collect();
     let past_from: Vec<Option<u64>> = table.iter().map(|r| r.min_capacity_bytes).collect();
     let prediction = crate::outcome::predict(trace, list, &past, &past_from, opts.capacity.bytes, opts.repeats)?;
@@ -335,6 +344,43 @@ fn finish<T>(
         prediction,
     };
     Ok((w, runs))
+}
+
+/// The rows that cannot tell because a scratch buffer failed at the capacity (a cuDNN
+/// workspace, which PyTorch's cuDNN convolutions catch before trying a plan with a smaller one):
+/// each replayed again going on without such buffers ([`ReplayOptions::past_caught_scratch`]).
+/// Where that replay serves every request, or gets past the recorded failure, the setting is
+/// worth trying: the smaller workspaces cuDNN would fall back to are not in the trace, so it is
+/// never said to fit.
+fn past_caught_scratch(
+    trace: &Trace,
+    opts: &WhatifOptions,
+    list: &[(Policy, AllocatorConfig)],
+    table: &mut [PolicyRow],
+) -> Result<()> {
+    let given = opts.capacity.bytes.filter(|_| opts.capacity.source == crate::model::CapacitySource::Given);
+    table.par_iter_mut().zip(list.par_iter()).try_for_each(|(row, (policy, config))| -> Result<()> {
+        if row.decision != crate::outcome::Decision::CannotTell || policy.is_recorded() {
+            return Ok(());
+        }
+        let o = ReplayOptions {
+            config: Some(config.clone()),
+            capacity_bytes: given,
+            unlimited: opts.capacity.bytes.is_none(),
+            past_caught_scratch: true,
+            ..Default::default()
+        };
+        let r = crate::replay::replay(trace, &o)?;
+        if r.scratch_failures_skipped > 0 && matches!(r.reach, Reach::Completes | Reach::GetsPastFailure) {
+            row.decision = crate::outcome::Decision::WorthTrying;
+            row.scratch_failures_skipped = r.scratch_failures_skipped;
+        }
+        Ok(())
+    })
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Computes the two bounds and the no-caching row from the request stream.

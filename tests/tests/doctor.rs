@@ -74,6 +74,8 @@ struct Score {
     fixable: u32,
     found: u32,
     cases: u32,
+    worth: u32,
+    worth_completed: u32,
 }
 
 impl Score {
@@ -93,6 +95,8 @@ impl Score {
                 wrong.push(format!("{at}: advised {a}, which ran out of memory in PyTorch"));
             }
         }
+        self.worth += worth.len() as u32;
+        self.worth_completed += worth.iter().filter(|w| completed.contains(*w)).count() as u32;
         if !completed.is_empty() {
             self.fixable += 1;
             if advised.iter().chain(&worth).any(|s| completed.contains(s)) {
@@ -105,8 +109,14 @@ impl Score {
     fn line(&self, what: &str) -> String {
         format!(
             "{what}: precision {}/{} advised settings completed in PyTorch; recall {}/{} OOMs with a setting that \
-completed had one named ({} OOMs)",
-            self.advised_completed, self.advised, self.found, self.fixable, self.cases
+completed had one named ({} OOMs); {}/{} settings named worth trying completed",
+            self.advised_completed,
+            self.advised,
+            self.found,
+            self.fixable,
+            self.cases,
+            self.worth_completed,
+            self.worth
         )
     }
 }
@@ -193,13 +203,6 @@ fn the_doctor_on_third_party_jobs_holds_in_real_pytorch() {
     }
     assert!(wrong.is_empty(), "{} advised settings ran out of memory in real PyTorch", wrong.len());
     assert!(worst <= 0.03, "a whole-job figure is {:.1}% from PyTorch's", 100.0 * worst);
-    // Recall is printed against its targets (90% from snapshots, 100% from traces recorded past
-    // the limit). The floor held here is lower: the one OOM missed by both, the record_stream
-    // pipeline at 1196425216 bytes, is one where PyTorch itself flips from run to run (its
-    // defaults completed at 1206910976 and failed at 1219493888), and every setting's replay
-    // there runs out at a cuDNN workspace that the program would catch and shrink, which the
-    // trace cannot tell.
-    for (what, s) in [("snapshots", &snap), ("traces recorded past the limit", &past)] {
-        assert!(s.found * 5 >= s.fixable * 4, "recall from {what}: {}/{}", s.found, s.fixable);
-    }
+    assert_eq!(past.found, past.fixable, "recall from traces recorded past the limit (target 100%)");
+    assert!(snap.found * 10 >= snap.fixable * 9, "recall from snapshots: {}/{} (target 90%)", snap.found, snap.fixable);
 }

@@ -87,7 +87,7 @@ pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()
         writeln!(out, "{}", crate::wrap::indented(&a.text, "also: ", "  "))?;
     }
     if !r.worth_trying.is_empty() {
-        writeln!(out, "worth trying (each gets past the failed request; the rest of the job is not in the trace):")?;
+        writeln!(out, "worth trying (a replay shows each may get through; none is proven to fit):")?;
         for w in &r.worth_trying {
             let predicted = match (w.predicted_to_fit, w.predicted_needs_bytes) {
                 (Some(true), Some(n)) => format!("; predicted to fit, about {}", b(n)),
@@ -301,7 +301,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         }
     }
     if !r.worth_trying.is_empty() {
-        writeln!(out, "worth trying (the rest of the job is not in the trace):")?;
+        writeln!(out, "worth trying (a replay shows each may get through; none is proven to fit):")?;
         for w in &r.worth_trying {
             writeln!(out, "{}", crate::wrap::indented(&format!("{}: {}", w.setting, w.text), "  - ", "    "))?;
         }
