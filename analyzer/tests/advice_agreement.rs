@@ -6,9 +6,10 @@
 //! - where the recorded settings run out of memory at the capacity, a row decided `fits` (the
 //!   whole job is in the trace and completes there) is advised as a setting, and only such rows
 //!   are;
-//! - a row decided `worth_trying` (the trace stops at the failure and the replay serves the
-//!   request that failed) is listed as worth trying, and only such rows are; neither kind is
-//!   ever named as not advised;
+//! - there too, a row decided `worth_trying` (the trace stops at the failure and the replay
+//!   serves the request that failed, or the replay goes through once the cuDNN workspaces that
+//!   fail are left out) is listed as worth trying, and only such rows are; neither kind is ever
+//!   advised as fitting or named as not advised;
 //! - the fix is the first proven advice, else the first setting worth trying; the text and the
 //!   report's fix line show that fix.
 
@@ -93,8 +94,11 @@ fn check(name: &str, input: &str, cap: u64, with_report: bool) {
                 assert!(advised.contains(&setting), "{at}: {policy} fits but is not advised: {advised:?}");
                 assert!(!named_not_advised, "{at}: {policy} fits but is named not advised: {not_advised:?}");
             }
+            // Named worth trying where the recorded settings run out of memory at the capacity.
             "worth_trying" => {
-                assert!(worth.contains(&setting), "{at}: {policy} gets past the failure but is not worth trying");
+                if x["moment"] == "oom" {
+                    assert!(worth.contains(&setting), "{at}: {policy} may get through but is not worth trying");
+                }
                 assert!(!advised.contains(&setting), "{at}: {policy} is advised though the rest of the job is unknown");
                 assert!(!named_not_advised, "{at}: {policy} gets past the failure but is named not advised");
             }
