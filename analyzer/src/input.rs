@@ -29,6 +29,16 @@ pub fn is_pickle(path: &Path) -> bool {
     std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut b)).is_ok() && b[0] == 0x80
 }
 
+/// Opens `path` as every command does: a trace, or a PyTorch snapshot imported in memory (the
+/// user's facts left as the file has them). `budget_bytes` is the in-memory records budget of
+/// [`Trace::open_with_budget`] for a trace (a snapshot is imported whole).
+pub fn open_any(path: &Path, budget_bytes: Option<usize>) -> Result<Trace> {
+    match budget_bytes {
+        Some(b) if !is_pickle(path) => Trace::open_with_budget(path, b),
+        _ => open(path, &RunFacts::default()),
+    }
+}
+
 /// Opens `path` (a trace, or a snapshot imported in memory) with the user's facts applied.
 pub fn open(path: &Path, facts: &RunFacts) -> Result<Trace> {
     let mut trace = if is_pickle(path) {

@@ -55,6 +55,35 @@ fn foreign_file_is_refused_with_offset() {
     assert!(stderr(&o).contains("Cargo.toml") && stderr(&o).contains("byte 0"), "{}", stderr(&o));
 }
 
+/// Every analysis takes a PyTorch snapshot as it takes a trace: imported in memory, the same
+/// answer as from the imported trace.
+#[test]
+fn every_analysis_takes_a_snapshot() {
+    let pickle = root().join("analyzer/tests/fixtures/torch/frag_oom.default.pickle");
+    let imported = tmp("one-opener.atrace");
+    let o = run(&["import", "torch", pickle.to_str().unwrap(), "-o", imported.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for cmd in ["summary", "replay", "leaks"] {
+        let a = run(&[cmd, "--json", pickle.to_str().unwrap()]);
+        let b = run(&[cmd, "--json", imported.to_str().unwrap()]);
+        assert_eq!(a.status.code(), Some(0), "{cmd}: {}", stderr(&a));
+        let (mut a, mut b): (serde_json::Value, serde_json::Value) =
+            (serde_json::from_slice(&a.stdout).unwrap(), serde_json::from_slice(&b.stdout).unwrap());
+        // The file's own name differs; everything else is the same answer.
+        for v in [&mut a, &mut b] {
+            if let Some(m) = v.as_object_mut() {
+                m.remove("trace");
+            }
+        }
+        assert_eq!(a, b, "{cmd} on the snapshot and on its import");
+    }
+    let svg = tmp("one-opener.svg");
+    let o = run(&["plot", pickle.to_str().unwrap(), "--kind", "timeline", "-o", svg.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run(&["diff", pickle.to_str().unwrap(), imported.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
 #[test]
 fn newer_format_version_names_both_versions() {
     let mut bytes = std::fs::read(trace("seed_experiments.default")).unwrap();

@@ -71,7 +71,7 @@ pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
 }
 
 pub fn run(opts: &DiffCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let (a, b) = (crate::model::Trace::open(&opts.a)?, crate::model::Trace::open(&opts.b)?);
+    let (a, b) = (crate::input::open_any(&opts.a, None)?, crate::input::open_any(&opts.b, None)?);
     let d = diff(&a, &b)?;
     if let Some(dir) = &opts.output {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;

@@ -121,7 +121,7 @@ lazily built caches), not a leak",
 }
 
 pub fn run(opts: &LeaksCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let r = analyze(&crate::model::Trace::open(&opts.trace)?, &LeaksOptions { at_event: opts.at_event })?;
+    let r = analyze(&crate::input::open_any(&opts.trace, None)?, &LeaksOptions { at_event: opts.at_event })?;
     if opts.json {
         write_json(out, &r)?;
     } else {

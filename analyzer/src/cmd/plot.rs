@@ -20,7 +20,7 @@ pub struct PlotCmdOptions {
 pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let started = std::time::Instant::now();
     crate::output::refuse_input(&opts.output, &[&opts.trace])?;
-    let trace = crate::model::Trace::open(&opts.trace)?;
+    let trace = crate::input::open_any(&opts.trace, None)?;
     let (svg, drawn) = plot(&trace, opts.kind, opts.at, opts.stacked, opts.x)?;
     crate::output::write_file(&opts.output, svg.as_bytes())?;
     if opts.json {

@@ -103,7 +103,7 @@ pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()
 }
 
 pub fn run(opts: &ReplayCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let mut trace = crate::model::Trace::open(&opts.trace)?;
+    let mut trace = crate::input::open_any(&opts.trace, None)?;
     if let Some(v) = opts.torch_version {
         trace.header.torch_version = v.to_string();
     }

@@ -57,7 +57,7 @@ pub struct SummaryJson<'a> {
 
 pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
     // One streaming pass (no records kept: the summary needs none).
-    let trace = crate::model::Trace::open_with_budget(&opts.trace, 0)?;
+    let trace = crate::input::open_any(&opts.trace, Some(0))?;
     let scanned = trace.scanned();
     let capacity = trace.default_capacity();
     let s: &Summary = &trace.summary;
