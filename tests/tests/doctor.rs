@@ -150,6 +150,24 @@ fn the_doctor_on_third_party_jobs_holds_in_real_pytorch() {
                 r.advice.iter().all(|a| a.kind != "setting"),
                 "{job} at {limit}: a snapshot never advises a setting"
             );
+            if job == "hf_trainer" {
+                // Categories from the Trainer's own frames: GPT-2 small has 124,439,808
+                // parameters (wte 50257x768, wpe 1024x768, 12 layers of 7,087,872, ln_f 1,536),
+                // fp32, and AdamW keeps two moments of each.
+                let c = &r.categories.as_ref().expect("phases from the frames").bytes;
+                let params = 124_439_808u64 * 4;
+                assert!(
+                    c.parameter.abs_diff(params) * 10_000 <= params,
+                    "{job} at {limit}: parameters {}",
+                    c.parameter
+                );
+                let state = 2 * params;
+                assert!(
+                    c.optimizer_state.abs_diff(state) * 1_000 <= state,
+                    "{job} at {limit}: AdamW state {}",
+                    c.optimizer_state
+                );
+            }
             snap.add(&format!("{job} at {limit} (snapshot)"), &r, &completed, &mut wrong);
             // What the whole job is predicted to need under the defaults, against where PyTorch's
             // defaults went from running out of memory to completing.
