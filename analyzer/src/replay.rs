@@ -587,6 +587,14 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
         self
     }
 
+    /// What a copy of this state holds, in blocks: the segments, the blocks in use and the free
+    /// blocks inside segments (what [`MAX_SAVED_BLOCKS`] counts).
+    fn blocks(&self) -> usize {
+        let st = self.engine.stats();
+        let n = st.segment.all.current + st.active.all.current + st.inactive_split.all.current;
+        usize::try_from(n).unwrap_or(usize::MAX).max(self.live.len())
+    }
+
     /// True once the replay has failed (an observer sees nothing after the failed request).
     fn failed(&self) -> bool {
         self.stopped || self.failed_alloc.is_some()
@@ -903,6 +911,14 @@ pub fn read_header(path: &std::path::Path) -> Result<Header> {
 /// levels 1.5 and 2.5 GiB; the saves are taken after events 20 (peak 2 GiB) and 30 (peak
 /// 3 GiB). A replay at 2.7 GiB resumes after event 20 (it first matters at event 30, where
 /// 3 GiB > 2.7 GiB).
+/// The blocks (segments, blocks in use, free blocks inside segments) that the saves of one
+/// [`Resumable`] hold in all: a save that would pass this
+/// is not taken (probes then start from an earlier save, or from the start). A save copies the
+/// replay's state, which grows with its blocks; a small hostile trace can hold hundreds of
+/// thousands of them (one segment per stream), and each policy keeps its saves. Real traces hold
+/// far fewer: 32 saves of 30,000 blocks fit.
+pub const MAX_SAVED_BLOCKS: usize = 1 << 20;
+
 pub struct Resumable {
     config: AllocatorConfig,
     /// The unlimited run's device (probes above its size take another one: no resuming).
@@ -1019,6 +1035,10 @@ pub fn resumable_watched(
                 continue;
             }
             let line = (peak - lower) / step;
+            let held: usize = saves.iter().map(|s| s.3.blocks()).sum();
+            if held + rp.blocks() > MAX_SAVED_BLOCKS {
+                continue;
+            }
             saves.push((line, peak, index, rp.clone()));
             next_line = line + 1;
             if saves.len() as u64 > 2 * levels {
@@ -1116,17 +1136,21 @@ pub fn replay_resumed_watched(
     };
     // The latest save at or before the event where the runs differ.
     let mut k = from.saves.partition_point(|s| s.1 <= differs_at) - 1;
-    if differs_at - from.saves[k].1 > LAZY_SAVE_EVENTS {
+    let (mut rp, start) = if differs_at - from.saves[k].1 > LAZY_SAVE_EVENTS {
         let (mut rp, start) = (from.saves[k].2.clone(), from.saves[k].1);
         replay_range(trace, &mut rp, start, differs_at, &mut |_, _, _| {})?;
         // Its level: the run's peak demand before the event where the runs differ (a save with
         // a level within the limit exists, so some peak is within it).
         let level = from.peaks[within - 1].1;
-        k += 1;
-        from.saves.insert(k, (level, differs_at, rp));
-    }
-    let mut rp = from.saves[k].2.clone();
-    let start = from.saves[k].1;
+        let held: usize = from.saves.iter().map(|s| s.2.blocks()).sum();
+        if held + rp.blocks() <= MAX_SAVED_BLOCKS {
+            k += 1;
+            from.saves.insert(k, (level, differs_at, rp.clone()));
+        }
+        (rp, differs_at)
+    } else {
+        (from.saves[k].2.clone(), from.saves[k].1)
+    };
     rp.engine.set_capacity(capacity);
     replay_range(trace, &mut rp, start, u64::MAX, &mut |i, rec, view| {
         if shown(i) {
