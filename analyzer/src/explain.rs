@@ -52,7 +52,7 @@ pub struct Figures {
     pub reserved_unallocated_bytes: u64,
     /// Reserved bytes in private pools (CUDA graphs, MemPools), which serve only their own
     /// pool's requests; absent when none.
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::units::is_zero")]
     pub private_pool_bytes: u64,
     pub largest_free_bytes: u64,
     /// Whole free segments (what `empty_cache()` gives back).
@@ -557,10 +557,6 @@ the consuming stream allocate the tensors it uses, instead of record_stream on t
         complete: result.input_damage.is_none(),
         input_damage: result.input_damage.clone(),
     })
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 /// The share of the live bytes that growth over the run accounts for.

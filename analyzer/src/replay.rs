@@ -257,12 +257,8 @@ pub struct ReplayResult {
     pub input_damage: Option<Damage>,
     /// Scratch buffers whose request failed and that the replay went on without
     /// ([`ReplayOptions::past_caught_scratch`]); 0 otherwise.
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::units::is_zero")]
     pub scratch_failures_skipped: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 impl ReplayResult {

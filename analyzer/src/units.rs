@@ -21,6 +21,11 @@ pub fn fmt_bytes(bytes: u64) -> String {
 }
 
 /// Formats a signed byte difference: `+4.00 MiB`, `-512 B`.
+/// For `#[serde(skip_serializing_if)]`: a count or a byte figure of zero is left out of the JSON.
+pub fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// A capacity as `--capacity` takes it back exactly: whole GiB or MiB where it is one, else bytes.
 pub fn fmt_capacity_arg(bytes: u64) -> String {
     if bytes > 0 && bytes.is_multiple_of(1 << 30) {

@@ -62,7 +62,7 @@ pub struct PolicyRow {
     /// workspace requests that fail at the capacity when the replay goes on without them, which
     /// PyTorch's cuDNN catches before trying a plan with a smaller workspace. The setting is then
     /// worth trying where that replay serves every request (or gets past the recorded failure).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::units::is_zero")]
     pub scratch_failures_skipped: u64,
     pub oom_event: Option<u64>,
     pub peak_reserved_bytes: u64,
@@ -377,10 +377,6 @@ fn past_caught_scratch(
         }
         Ok(())
     })
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 /// Computes the two bounds and the no-caching row from the request stream.
