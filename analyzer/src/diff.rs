@@ -127,7 +127,7 @@ fn side(trace: &Trace, has_callsites: bool) -> Result<Side> {
     Ok(Side {
         trace: trace.name(),
         alloc_conf: trace.header.alloc_conf.clone(),
-        capacity_bytes: trace.header.capacity_bytes,
+        capacity_bytes: trace.stated_capacity().unwrap_or(0),
         events: s.events,
         allocations: s.events_by_kind.get("alloc").copied().unwrap_or(0),
         recorded_ooms: s.num_ooms,

@@ -63,8 +63,8 @@ pub fn open(path: &Path, facts: &RunFacts) -> Result<Trace> {
         );
         Trace::open(path)?
     };
+    // A given limit is kept beside the header, which stays as recorded (see `Trace::capacity`).
     if let Some(c) = facts.capacity_bytes {
-        trace.header.capacity_bytes = c;
         trace.given_capacity = Some(c);
     }
     if let Some(conf) = &facts.conf {
@@ -86,7 +86,6 @@ pub fn open(path: &Path, facts: &RunFacts) -> Result<Trace> {
         );
         let version = TorchVersion::from_header(&trace.header.torch_version).unwrap_or_default();
         if let Some(c) = version.fraction_cap(f, trace.header.device_total_bytes) {
-            trace.header.capacity_bytes = c;
             trace.given_capacity = Some(c);
         }
     }

@@ -89,6 +89,36 @@ impl Capacity {
     pub fn given(bytes: u64) -> Capacity {
         Capacity { bytes: Some(bytes), source: CapacitySource::Given, range: None }
     }
+
+    /// The capacity in a few words, as every command and document says it: "none", else its
+    /// bytes and where they came from ("8.00 GiB (recorded)").
+    pub fn text(&self) -> String {
+        match self.bytes {
+            None => "none".into(),
+            Some(c) => format!("{} ({})", crate::units::fmt_bytes(c), self.source.text()),
+        }
+    }
+
+    /// For an inferred capacity: what it rests on, and how to give the real one.
+    pub fn note(&self) -> Option<String> {
+        let b = crate::units::fmt_bytes;
+        match (self.source, self.bytes) {
+            (CapacitySource::InferredLimit, Some(c)) => Some(format!(
+                "no limit was recorded, but the run ran out of memory while the device still had room, so a lower \
+                 limit (a memory fraction?) was in force, at least {}{}; the figures assume {}, the least it can \
+                 have been. Give the real limit with --capacity LIMIT for answers at it.",
+                b(c),
+                self.range.map(|r| format!(" and under {}", b(r.1))).unwrap_or_default(),
+                b(c)
+            )),
+            (CapacitySource::InferredFromOom, Some(c)) => Some(format!(
+                "no limit was recorded and the device itself was full: the allocator could have had {} (reserved + \
+                 device free at the OOM); the CUDA context and other processes held the rest",
+                b(c)
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// How a replay ended, as the JSON says it: `"ok"` or `"oom"`.
@@ -345,6 +375,32 @@ enum Records {
     Restream,
 }
 
+/// What a pass over a trace's records was for: a fold (no engine) or a replay (one read of the
+/// records driving every job of [`crate::replay`]'s loop).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PassKind {
+    Fold,
+    Replay,
+}
+
+/// One pass over a trace's records, named by its kind and by the analysis that asked for it
+/// (the source file's name: `explain`, `frag`...). A command's passes are part of its design:
+/// [`Trace::passes`] lists them, and a test holds `report`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Pass {
+    pub kind: PassKind,
+    pub by: &'static str,
+}
+
+impl Pass {
+    #[track_caller]
+    fn here(kind: PassKind) -> Pass {
+        let file = std::panic::Location::caller().file();
+        let name = file.rsplit(['/', '\\']).next().unwrap_or(file);
+        Pass { kind, by: name.strip_suffix(".rs").unwrap_or(name) }
+    }
+}
+
 /// A trace, read once. See the module documentation.
 pub struct Trace {
     pub path: PathBuf,
@@ -358,6 +414,8 @@ pub struct Trace {
     /// given rather than recorded.
     pub given_capacity: Option<u64>,
     records: Records,
+    /// The passes over the records since the trace was read (the read itself not counted).
+    passes: std::sync::Mutex<Vec<Pass>>,
 }
 
 impl Trace {
@@ -400,6 +458,7 @@ impl Trace {
                 Some(chunks) => Records::InMemory(chunks),
                 None => Records::Restream,
             },
+            passes: Default::default(),
         })
     }
 
@@ -421,6 +480,7 @@ impl Trace {
             facts: facts.facts,
             given_capacity: None,
             records: Records::InMemory(vec![records]),
+            passes: Default::default(),
         }
     }
 
@@ -478,14 +538,21 @@ impl Trace {
         }
     }
 
+    /// The limit stated for this run: given (`--capacity`) or recorded, never inferred.
+    pub fn stated_capacity(&self) -> Option<u64> {
+        let c = self.default_capacity();
+        matches!(c.source, CapacitySource::Given | CapacitySource::Recorded).then_some(c.bytes).flatten()
+    }
+
     /// The trace's own capacity (recorded or inferred; see [`Trace::capacity`]).
     pub fn default_capacity(&self) -> Capacity {
         self.capacity(None, false)
     }
 
     /// Calls `fold(index, record)` for every record in order.
+    #[track_caller]
     pub fn scan(&self, mut fold: impl FnMut(u64, &Record)) -> Result<Scanned> {
-        self.scan_chunks(|first, chunk| {
+        self.pass(Pass::here(PassKind::Fold), 0, |first, chunk| {
             for (k, r) in chunk.iter().enumerate() {
                 fold(first + k as u64, r);
             }
@@ -494,20 +561,46 @@ impl Trace {
     }
 
     /// Calls `fold(first, chunk)` for every chunk of records in order, until it breaks.
-    pub fn scan_chunks(&self, mut fold: impl FnMut(u64, &[Record]) -> ControlFlow<()>) -> Result<Scanned> {
+    #[track_caller]
+    pub fn scan_chunks(&self, fold: impl FnMut(u64, &[Record]) -> ControlFlow<()>) -> Result<Scanned> {
+        self.pass(Pass::here(PassKind::Fold), 0, fold)
+    }
+
+    /// The replay loop's pass ([`crate::replay`]): [`Trace::scan_chunks`] over the chunks that
+    /// hold record `from` or later; those before are skipped (re-streamed from the file, they
+    /// are read but not decoded).
+    #[track_caller]
+    pub(crate) fn replay_pass(
+        &self,
+        from: u64,
+        fold: impl FnMut(u64, &[Record]) -> ControlFlow<()>,
+    ) -> Result<Scanned> {
+        self.pass(Pass::here(PassKind::Replay), from, fold)
+    }
+
+    /// The passes made over the records since the trace was read, in order.
+    pub fn passes(&self) -> Vec<Pass> {
+        self.passes.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    fn pass(&self, pass: Pass, from: u64, mut fold: impl FnMut(u64, &[Record]) -> ControlFlow<()>) -> Result<Scanned> {
+        if let Ok(mut p) = self.passes.lock() {
+            p.push(pass);
+        }
         match &self.records {
             Records::InMemory(chunks) => {
                 let mut first = 0u64;
                 for c in chunks {
-                    if fold(first, c).is_break() {
+                    let next = first + c.len() as u64;
+                    if next > from && fold(first, c).is_break() {
                         break;
                     }
-                    first += c.len() as u64;
+                    first = next;
                 }
                 Ok(self.scanned())
             }
             Records::Restream => {
-                tracefile::scan_chunks_until(&self.path, |first, chunk| fold(first, chunk))?;
+                tracefile::scan_chunks_from(&self.path, from, |first, chunk| fold(first, chunk))?;
                 Ok(self.scanned())
             }
         }

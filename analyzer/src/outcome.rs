@@ -14,7 +14,7 @@
 //! dropped, so the block stays live (growth is never hidden). The answer is a prediction from
 //! the repeated iteration, worded as one.
 
-use crate::model::{Policy, Trace};
+use crate::model::{CapacitySource, Policy, Trace};
 use crate::replay::{replay, ReplayOptions};
 use anyhow::Result;
 use recorder::engine::config::AllocatorConfig;
@@ -493,7 +493,8 @@ least the job needs, so no setting is predicted to fit{}",
 /// the only case in which PyTorch's `garbage_collection_threshold` acts: not when there is no
 /// limit, nor when the limit was inferred from a device that was itself full.
 pub fn memory_fraction(trace: &Trace, capacity: Option<u64>) -> bool {
-    capacity.is_some() && !(trace.header.capacity_bytes == 0 && trace.facts.oom_capacity == capacity)
+    capacity.is_some()
+        && !(trace.default_capacity().source == CapacitySource::InferredFromOom && trace.facts.oom_capacity == capacity)
 }
 
 /// Each iteration's (largest request, total requested, live bytes it added) between the first

@@ -210,7 +210,7 @@ pub fn timeline_recorded(trace: &Trace, x: XAxis, columns: usize) -> Result<Opti
         peak_allocated: peak_a,
         ooms,
         marks,
-        capacity_bytes: (header.capacity_bytes > 0).then_some(header.capacity_bytes),
+        capacity_bytes: trace.stated_capacity(),
         events: scanned.events,
     }))
 }

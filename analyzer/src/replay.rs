@@ -406,14 +406,16 @@ impl<S: Sink> EngineView for Engine<SimDevice, S> {
 
 /// Called after each record of a replay with the record's index, the record, the engine, and
 /// the live allocations (trace `id` -> address in the replay).
-pub type Observer<'a> = dyn FnMut(u64, &Record, &dyn EngineView, &LiveMap) + 'a;
+pub type Observer<'a> = dyn FnMut(u64, &Record, &dyn EngineView, &LiveMap) + Send + 'a;
 
 /// Reads the trace at `path` and replays it (for callers with one replay to make).
+#[track_caller]
 pub fn replay_file(path: &std::path::Path, opts: &ReplayOptions) -> Result<ReplayResult> {
     replay(&Trace::open(path)?, opts)
 }
 
 /// Replays `trace`.
+#[track_caller]
 pub fn replay(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayResult> {
     replay_observed(trace, opts, &mut |_, _, _, _| {})
 }
@@ -467,6 +469,7 @@ fn setup(trace: &Trace, opts: &ReplayOptions) -> Result<Setup> {
 
 /// Replays `trace`, calling `observer` after every record. The observer is not called for
 /// records after an OOM that ended the replay.
+#[track_caller]
 pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Observer<'_>) -> Result<ReplayResult> {
     let s = setup(trace, opts)?;
     let (cap, used_hints) = (s.capacity, s.used_hints);
@@ -522,7 +525,7 @@ pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Obser
 }
 
 /// Takes the engine's events after each request, stamped with the request's time.
-type Drain<'a, S> = dyn FnMut(u64, &mut S) -> Result<(), recorder::trace::TraceError> + 'a;
+type Drain<'a, S> = dyn FnMut(u64, &mut S) -> Result<(), recorder::trace::TraceError> + Send + 'a;
 
 /// One replay in progress: the engine and what it has seen of the trace.
 #[derive(Clone)]
@@ -769,7 +772,84 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
     }
 }
 
-fn run<S: Sink + ForwardEvents>(
+/// What a job does after each record the driver stepped it over. `failed` says whether the
+/// replay had failed before that record (an observer sees nothing after the failed request).
+/// `Break` ends the job there.
+type After<'a, S> = dyn FnMut(u64, &Record, &mut Replaying<S>, bool) -> ControlFlow<()> + Send + 'a;
+
+/// One replay that [`drive`] steps over the records `from..to`: its state, and its duty after
+/// each record (observe, write the simulated run, save checkpoints, stop early).
+struct Job<'r, 'a, S: Sink> {
+    rp: &'r mut Replaying<S>,
+    /// The first record replayed (a resumed replay starts after its save).
+    from: u64,
+    /// The job ends before this record (`u64::MAX`: at the end of the trace).
+    to: u64,
+    after: &'r mut After<'a, S>,
+    done: bool,
+}
+
+impl<'r, 'a, S: Sink> Job<'r, 'a, S> {
+    fn new(rp: &'r mut Replaying<S>, after: &'r mut After<'a, S>) -> Self {
+        Job { rp, from: 0, to: u64::MAX, after, done: false }
+    }
+    fn range(mut self, from: u64, to: u64) -> Self {
+        (self.from, self.to) = (from, to);
+        self
+    }
+}
+
+/// The replay loop: one read of `trace` steps every job over its records, in order (the jobs in
+/// parallel when there are several), until each has reached its end, stopped at an OOM the
+/// program did not survive, or ended itself. Records before the earliest job's start are not
+/// decoded.
+///
+/// Every replay in the analyzer is a job of this loop: a plain replay ([`replay_observed`]),
+/// several settings or capacities at once ([`replay_many`]), the unlimited run that saves
+/// checkpoints ([`resumable_watched`]) and a run resumed from one ([`replay_resumed_watched`]).
+#[track_caller]
+fn drive<S: Sink + ForwardEvents + Send>(trace: &Trace, jobs: &mut [Job<'_, '_, S>]) -> Result<()> {
+    use rayon::prelude::*;
+    let Some(from) = jobs.iter().map(|j| j.from).min() else { return Ok(()) };
+    trace.replay_pass(from, |first, chunk| {
+        let step = |job: &mut Job<'_, '_, S>| {
+            if job.done || job.rp.stopped {
+                job.done = true;
+                return;
+            }
+            let skip = usize::try_from(job.from.saturating_sub(first)).unwrap_or(usize::MAX);
+            for (k, r) in chunk.iter().enumerate().skip(skip) {
+                let index = first + k as u64;
+                if index >= job.to {
+                    job.done = true;
+                    return;
+                }
+                let failed = job.rp.failed();
+                job.rp.step(index, r);
+                if (job.after)(index, r, job.rp, failed).is_break() || job.rp.stopped {
+                    job.done = true;
+                    return;
+                }
+            }
+        };
+        if jobs.iter().filter(|j| !j.done).count() > 1 {
+            jobs.par_iter_mut().for_each(step);
+        } else {
+            jobs.iter_mut().for_each(step);
+        }
+        if jobs.iter().all(|j| j.done) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })?;
+    Ok(())
+}
+
+/// A plain replay from the start (the job of [`replay_observed`]): observes every record the
+/// replay took, hands the engine's events to `drain`, and ends after `opts.stop_after`.
+#[track_caller]
+fn run<S: Sink + ForwardEvents + Send>(
     trace: &Trace,
     engine: Engine<SimDevice, S>,
     used_hints: bool,
@@ -782,26 +862,23 @@ fn run<S: Sink + ForwardEvents>(
     let mut rp = Replaying::new(engine).continuing(trace);
     rp.past_scratch = opts.past_caught_scratch;
     let mut error: Option<anyhow::Error> = None;
-    trace.scan_chunks(|first, chunk| {
-        for (k, r) in chunk.iter().enumerate() {
-            let index = first + k as u64;
-            let failed = rp.failed();
-            rp.step(index, r);
-            if !failed {
-                observer(index, r, &rp.engine, &rp.live);
-            }
-            if error.is_none() {
-                if let Err(e) = drain(r.time_ns, rp.engine.sink_mut()) {
-                    error = Some(e.into());
-                    rp.stopped = true;
-                }
-            }
-            if rp.stopped || stop_after.is_some_and(|last| index >= last) {
-                return ControlFlow::Break(());
+    let mut after = |index: u64, r: &Record, rp: &mut Replaying<S>, failed: bool| {
+        if !failed {
+            observer(index, r, &rp.engine, &rp.live);
+        }
+        if error.is_none() {
+            if let Err(e) = drain(r.time_ns, rp.engine.sink_mut()) {
+                error = Some(e.into());
+                rp.stopped = true;
             }
         }
-        ControlFlow::Continue(())
-    })?;
+        if stop_after.is_some_and(|last| index >= last) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    };
+    drive(trace, &mut [Job::new(&mut rp, &mut after)])?;
     if let Some(e) = error {
         return Err(e.context("cannot write the simulated trace"));
     }
@@ -809,56 +886,33 @@ fn run<S: Sink + ForwardEvents>(
 }
 
 /// An observer that may run on another thread (see [`replay_many`]).
-pub type SendObserver<'a> = dyn FnMut(u64, &Record, &dyn EngineView, &LiveMap) + Send + 'a;
+pub type SendObserver<'a> = Observer<'a>;
 
 /// Several replays of one trace (different settings or capacities) driven by one read of it:
 /// each decoded chunk is fed to every replay, in parallel. The results are in the order of
 /// `runs`. Writing a replay's output (`ReplayOptions::output`) is not supported here.
+#[track_caller]
 pub fn replay_many(trace: &Trace, runs: Vec<(ReplayOptions, Box<SendObserver<'_>>)>) -> Result<Vec<ReplayResult>> {
-    use rayon::prelude::*;
-    struct One<'a> {
-        rp: Replaying<NullSink>,
-        observer: Box<SendObserver<'a>>,
-        used_hints: bool,
-        capacity_source: CapacitySource,
-    }
-    let mut all: Vec<One<'_>> = Vec::with_capacity(runs.len());
-    for (opts, observer) in runs {
+    let mut states: Vec<(Replaying<NullSink>, bool, CapacitySource)> = Vec::with_capacity(runs.len());
+    let mut duties: Vec<Box<After<'_, NullSink>>> = Vec::with_capacity(runs.len());
+    for (opts, mut observer) in runs {
         anyhow::ensure!(opts.output.is_none(), "replay_many does not write simulated traces");
         let s = setup(trace, &opts)?;
-        all.push(One {
-            rp: Replaying::new(s.engine(s.capacity.bytes, s.device.clone(), NullSink)).continuing(trace),
-            observer,
-            used_hints: s.used_hints,
-            capacity_source: s.capacity.source,
-        });
-    }
-    trace.scan_chunks(|first, chunk| {
-        let work = |one: &mut One<'_>| {
-            for (k, r) in chunk.iter().enumerate() {
-                if one.rp.stopped {
-                    break;
-                }
-                let index = first + k as u64;
-                let failed = one.rp.failed();
-                one.rp.step(index, r);
-                if !failed {
-                    (one.observer)(index, r, &one.rp.engine, &one.rp.live);
-                }
+        let mut rp = Replaying::new(s.engine(s.capacity.bytes, s.device.clone(), NullSink)).continuing(trace);
+        rp.past_scratch = opts.past_caught_scratch;
+        states.push((rp, s.used_hints, s.capacity.source));
+        duties.push(Box::new(move |index: u64, r: &Record, rp: &mut Replaying<NullSink>, failed: bool| {
+            if !failed {
+                observer(index, r, &rp.engine, &rp.live);
             }
-        };
-        if all.len() > 1 {
-            all.par_iter_mut().for_each(work);
-        } else {
-            all.iter_mut().for_each(work);
-        }
-        if all.iter().all(|one| one.rp.stopped) {
-            ControlFlow::Break(())
-        } else {
             ControlFlow::Continue(())
-        }
-    })?;
-    Ok(all.iter().map(|one| one.rp.result(one.used_hints, one.capacity_source, trace)).collect())
+        }));
+    }
+    let mut jobs: Vec<Job<'_, '_, NullSink>> =
+        states.iter_mut().zip(duties.iter_mut()).map(|((rp, _, _), after)| Job::new(rp, &mut **after)).collect();
+    drive(trace, &mut jobs)?;
+    drop(jobs);
+    Ok(states.iter().map(|(rp, used_hints, source)| rp.result(*used_hints, *source, trace)).collect())
 }
 
 fn oom_outcome(index: u64, time_ns: u64, stream: u64, oom: &recorder::engine::OutOfMemory) -> Outcome {
@@ -941,6 +995,7 @@ pub struct Resumable {
 /// A save is taken after the event at which the run's peak first reaches a level, and serves
 /// every capacity at or above that peak (up to there a run under such a capacity is the
 /// unlimited run).
+#[track_caller]
 pub fn resumable(
     trace: &Trace,
     config: &AllocatorConfig,
@@ -962,6 +1017,7 @@ pub type TailObserver<'a> = dyn FnMut(u64, &Record, &dyn EngineView) + Send + 'a
 /// long as that run is the unlimited one (its demand has not gone above the capacity). Returns
 /// the index of the last record shown (`None`: none could be, the run goes on from the start
 /// in [`replay_resumed_watched`]).
+#[track_caller]
 pub fn resumable_watched(
     trace: &Trace,
     config: &AllocatorConfig,
@@ -1004,55 +1060,48 @@ pub fn resumable_watched(
     let mut next_line = 0u64;
     let mut peak = 0u64;
     let mut peaks: Vec<(u64, u64)> = Vec::new();
-    trace.scan_chunks(|first, chunk| {
-        for (k, r) in chunk.iter().enumerate() {
-            let index = first + k as u64;
-            let failed = rp.failed();
-            rp.step(index, r);
-            // What the limit is checked against (see `Engine::demand_peak`).
-            let demand = rp.engine.demand_peak();
-            if let Some((limit, observe)) = watch.as_mut().filter(|_| !failed) {
-                if demand <= *limit {
-                    observe(index, r, &rp.engine);
-                    seen = Some(index);
-                } else {
-                    watch = None;
-                }
-            }
-            if rp.stopped {
-                return ControlFlow::Break(());
-            }
-            if demand <= peak {
-                continue;
-            }
-            peak = demand;
-            peaks.push((index, peak));
-            if peak < lower.saturating_add(next_line.saturating_mul(step)) {
-                continue;
-            }
-            let line = (peak - lower) / step;
-            let held: usize = saves.iter().map(|s| s.3.blocks()).sum();
-            if held + rp.blocks() > MAX_SAVED_BLOCKS {
-                continue;
-            }
-            saves.push((line, peak, index, rp.clone()));
-            next_line = line + 1;
-            if saves.len() as u64 > 2 * levels {
-                // Twice the spacing: keep the first save on each new line.
-                step = step.saturating_mul(2);
-                let mut kept: Vec<(u64, u64, u64, Replaying<NullSink>)> = Vec::with_capacity(levels as usize + 1);
-                for (line, peak, index, state) in saves.drain(..) {
-                    let line = line / 2;
-                    if kept.last().is_none_or(|k| k.0 < line) {
-                        kept.push((line, peak, index, state));
-                    }
-                }
-                saves = kept;
-                next_line = saves.last().map_or(0, |k| k.0 + 1);
+    let mut after = |index: u64, r: &Record, rp: &mut Replaying<NullSink>, failed: bool| {
+        // What the limit is checked against (see `Engine::demand_peak`).
+        let demand = rp.engine.demand_peak();
+        if let Some((limit, observe)) = watch.as_mut().filter(|_| !failed) {
+            if demand <= *limit {
+                observe(index, r, &rp.engine);
+                seen = Some(index);
+            } else {
+                watch = None;
             }
         }
+        if rp.stopped || demand <= peak {
+            return ControlFlow::Continue(());
+        }
+        peak = demand;
+        peaks.push((index, peak));
+        if peak < lower.saturating_add(next_line.saturating_mul(step)) {
+            return ControlFlow::Continue(());
+        }
+        let line = (peak - lower) / step;
+        let held: usize = saves.iter().map(|s| s.3.blocks()).sum();
+        if held + rp.blocks() > MAX_SAVED_BLOCKS {
+            return ControlFlow::Continue(());
+        }
+        saves.push((line, peak, index, rp.clone()));
+        next_line = line + 1;
+        if saves.len() as u64 > 2 * levels {
+            // Twice the spacing: keep the first save on each new line.
+            step = step.saturating_mul(2);
+            let mut kept: Vec<(u64, u64, u64, Replaying<NullSink>)> = Vec::with_capacity(levels as usize + 1);
+            for (line, peak, index, state) in saves.drain(..) {
+                let line = line / 2;
+                if kept.last().is_none_or(|k| k.0 < line) {
+                    kept.push((line, peak, index, state));
+                }
+            }
+            saves = kept;
+            next_line = saves.last().map_or(0, |k| k.0 + 1);
+        }
         ControlFlow::Continue(())
-    })?;
+    };
+    drive(trace, &mut [Job::new(&mut rp, &mut after)])?;
     let unlimited = rp.result(s.used_hints, CapacitySource::None, trace);
     let saves = saves.into_iter().map(|(_, peak, index, state)| (peak, index + 1, state)).collect();
     let end = Box::new(rp);
@@ -1082,6 +1131,7 @@ pub fn resumable_watched(
 /// that the next capacities near this one (a search narrowing down) start where they differ.
 /// At or above the unlimited run's peak demand the run is the unlimited one: nothing is
 /// replayed.
+#[track_caller]
 pub fn replay_resumed(
     trace: &Trace,
     from: &mut Resumable,
@@ -1093,6 +1143,7 @@ pub fn replay_resumed(
 
 /// [`replay_resumed`] at `capacity` (`None`: no limit but the device's), showing `observer`
 /// the records after `after` (those [`resumable_watched`] has shown it already).
+#[track_caller]
 pub fn replay_resumed_watched(
     trace: &Trace,
     from: &mut Resumable,
@@ -1161,34 +1212,20 @@ pub fn replay_resumed_watched(
 const LAZY_SAVE_EVENTS: u64 = 2048;
 
 /// Steps `rp` over the records `start..end` (or until it stops), showing each to `observer`.
+#[track_caller]
 fn replay_range(
     trace: &Trace,
     rp: &mut Replaying<NullSink>,
     start: u64,
     end: u64,
-    observer: &mut dyn FnMut(u64, &Record, &dyn EngineView),
+    observer: &mut (dyn FnMut(u64, &Record, &dyn EngineView) + Send),
 ) -> Result<()> {
-    trace.scan_chunks(|first, chunk| {
-        let chunk_end = first + chunk.len() as u64;
-        if chunk_end <= start {
-            return ControlFlow::Continue(());
-        }
-        let skip = start.saturating_sub(first) as usize;
-        for (k, r) in chunk.iter().enumerate().skip(skip) {
-            let index = first + k as u64;
-            if index >= end {
-                return ControlFlow::Break(());
-            }
-            let failed = rp.failed();
-            rp.step(index, r);
-            if !failed {
-                observer(index, r, &rp.engine);
-            }
-            if rp.stopped {
-                return ControlFlow::Break(());
-            }
+    let mut after = |index: u64, r: &Record, rp: &mut Replaying<NullSink>, failed: bool| {
+        if !failed {
+            observer(index, r, &rp.engine);
         }
         ControlFlow::Continue(())
-    })?;
+    };
+    drive(trace, &mut [Job::new(rp, &mut after).range(start, end)])?;
     Ok(())
 }

@@ -100,7 +100,17 @@ pub fn scan_chunks(path: &Path, mut fold: impl FnMut(u64, &[Record])) -> Result<
 
 /// Like [`scan_chunks`], until `fold` breaks (the rest of the file is then not read; the
 /// returned event count is of the records folded).
-pub fn scan_chunks_until(path: &Path, mut fold: impl FnMut(u64, &[Record]) -> ControlFlow<()>) -> Result<Scanned> {
+pub fn scan_chunks_until(path: &Path, fold: impl FnMut(u64, &[Record]) -> ControlFlow<()>) -> Result<Scanned> {
+    scan_chunks_from(path, 0, fold)
+}
+
+/// Like [`scan_chunks_until`], from the chunk that holds record `from`: the chunks before it are
+/// read but not decoded (a replay resumed from a checkpoint).
+pub fn scan_chunks_from(
+    path: &Path,
+    from: u64,
+    mut fold: impl FnMut(u64, &[Record]) -> ControlFlow<()>,
+) -> Result<Scanned> {
     let file = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     let count = Arc::new(AtomicU64::new(0));
@@ -115,21 +125,26 @@ pub fn scan_chunks_until(path: &Path, mut fold: impl FnMut(u64, &[Record]) -> Co
     } else {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8)
     };
-    let (work_tx, work_rx) = sync_channel::<(u64, RawChunk)>(workers);
+    let (work_tx, work_rx) = sync_channel::<(u64, (u64, RawChunk))>(workers);
     let work_rx = Mutex::new(work_rx);
-    let (done_tx, done_rx) = sync_channel::<(u64, Result<Vec<Record>, TraceError>)>(workers);
+    let (done_tx, done_rx) = sync_channel::<(u64, (u64, Result<Vec<Record>, TraceError>))>(workers);
     let (recycle_tx, recycle_rx) = channel::<Vec<Record>>();
     let recycle_rx = Mutex::new(recycle_rx);
     let stop = AtomicBool::new(false);
     let (events, end) = std::thread::scope(|s| {
         let reader_thread = s.spawn(|| {
-            let mut seq = 0u64;
+            let (mut seq, mut first) = (0u64, 0u64);
             while !stop.load(Ordering::Relaxed) {
                 let Some(chunk) = reader.next_raw_chunk() else { break };
-                if work_tx.send((seq, chunk)).is_err() {
+                let next = first.saturating_add(chunk.count);
+                if next <= from {
+                    first = next;
+                    continue;
+                }
+                if work_tx.send((seq, (first, chunk))).is_err() {
                     break;
                 }
-                seq += 1;
+                (seq, first) = (seq + 1, next);
             }
             drop(work_tx);
             reader.end().clone()
@@ -144,11 +159,11 @@ pub fn scan_chunks_until(path: &Path, mut fold: impl FnMut(u64, &[Record]) -> Co
                         Ok(rx) => rx.recv(),
                         Err(_) => break,
                     };
-                    let Ok((seq, chunk)) = job else { break };
+                    let Ok((seq, (first, chunk))) = job else { break };
                     let mut buf = recycle_rx.lock().ok().and_then(|rx| rx.try_recv().ok()).unwrap_or_default();
                     buf.clear();
                     let result = decoder.decode(&chunk, &mut buf).map(|()| buf);
-                    if done_tx.send((seq, result)).is_err() {
+                    if done_tx.send((seq, (first, result))).is_err() {
                         break;
                     }
                 }
@@ -156,17 +171,17 @@ pub fn scan_chunks_until(path: &Path, mut fold: impl FnMut(u64, &[Record]) -> Co
         }
         drop(done_tx);
         // Fold in order; after the first damaged chunk, drain without folding.
-        let mut waiting: BTreeMap<u64, Result<Vec<Record>, TraceError>> = BTreeMap::new();
+        let mut waiting: BTreeMap<u64, (u64, Result<Vec<Record>, TraceError>)> = BTreeMap::new();
         let (mut next, mut events) = (0u64, 0u64);
         let mut failure: Option<TraceError> = None;
         for (seq, result) in done_rx {
             waiting.insert(seq, result);
-            while let Some(result) = waiting.remove(&next) {
+            while let Some((first, result)) = waiting.remove(&next) {
                 next += 1;
                 match result {
                     Ok(chunk) if failure.is_none() && !stop.load(Ordering::Relaxed) => {
-                        let flow = fold(events, &chunk);
-                        events += chunk.len() as u64;
+                        let flow = fold(first, &chunk);
+                        events = first + chunk.len() as u64;
                         if flow.is_break() {
                             stop.store(true, Ordering::Relaxed);
                         }

@@ -309,3 +309,45 @@ fn iterations_have_one_rule() {
         assert!(leaks["growth"]["source"].as_str().unwrap().starts_with("the annotation \"optimizer step\""), "{t}");
     }
 }
+
+/// A capacity the user gives (`--capacity`) is one decision, stored once beside the trace's
+/// header (which stays as recorded): every command replays under it and says it was given, at
+/// the same bytes; the outcome and the failed request agree; the plot and `summary` keep the
+/// recorded facts.
+#[test]
+fn commands_agree_with_a_given_capacity() {
+    let dir = std::env::temp_dir().join(format!("alloctrace-agree-cap-{}", std::process::id()));
+    for t in shipped_traces() {
+        let name = t.file_name().unwrap().to_string_lossy().into_owned();
+        let p = t.to_str().unwrap();
+        let unlimited = json(&["replay", "--json", "--unlimited", p]);
+        // Below the unlimited peak: most traces fail there, some go on by releasing the cache.
+        let cap = (unlimited["peak_reserved_bytes"].as_u64().unwrap() * 9 / 10).to_string();
+        let c = cap.as_str();
+        let replay = json(&["replay", "--json", "--capacity", c, p]);
+        let whatif = json(&["whatif", "--json", "--capacity", c, p]);
+        let explain = json(&["explain", "--json", "--capacity", c, p]);
+        let frag = json(&["frag", "--json", "--capacity", c, p]);
+        let out = dir.join(&name);
+        let report = json(&["report", "--json", "--capacity", c, p, "-o", out.to_str().unwrap()]);
+        let cap_value = Value::from(cap.parse::<u64>().unwrap());
+        assert_eq!(replay["capacity_bytes"], cap_value, "{name}: replay");
+        assert_eq!(replay["capacity_source"], "given", "{name}: replay");
+        for (what, v) in [
+            ("whatif", &whatif),
+            ("explain", &explain),
+            ("report replay", &report["replay"]),
+            ("report environment", &report["environment"]),
+        ] {
+            assert_eq!(v["capacity_bytes"], cap_value, "{name}: {what} capacity");
+            assert_eq!(v["capacity_source"], "given", "{name}: {what} capacity source");
+        }
+        let recorded = whatif["rows"].as_array().unwrap().iter().find(|r| r["policy"] == "recorded").unwrap();
+        for (what, v) in [("whatif", recorded), ("explain", &explain), ("frag", &frag), ("report", &report["replay"])] {
+            assert_eq!(v["outcome"], replay["outcome"], "{name}: outcome of {what}");
+            assert_eq!(v["oom_event"], replay["oom_event"], "{name}: oom_event of {what}");
+        }
+        assert_eq!(report["explain"]["verdict"], explain["verdict"], "{name}: verdict");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -387,3 +387,30 @@ fn imports_are_read_from_code_only() {
     two.insert("r".to_string(), "use crate::p;".to_string());
     assert_eq!(cycles(&imports(&two)), vec![vec!["p".to_string(), "q".to_string()]]);
 }
+
+/// One replay loop in the analyzer: a replay steps its engine over the records in one place
+/// (`drive` in `replay.rs`), the only code that makes a replay's pass over the records; every
+/// other replay (what-if settings, capacity probes, checkpoints, analyses' observers) is a job
+/// of it. Folds without an engine (`Trace::scan`) are not replays.
+#[test]
+fn one_replay_loop() {
+    let mods = modules();
+    let mut steps = Vec::new();
+    let mut passes = Vec::new();
+    let mut engines = Vec::new();
+    for (name, src) in &mods {
+        let code = code_only(src);
+        steps.extend(std::iter::repeat_n(name.clone(), code.matches(".step(").count()));
+        passes.extend(std::iter::repeat_n(name.clone(), code.matches(".replay_pass(").count()));
+        // An engine built to replay a trace's records outside `replay` would be a second loop
+        // (`synth` builds one to generate a trace, not to replay one).
+        if code.contains("Engine::new(") && name != "replay" && name != "synth" {
+            engines.push(name.clone());
+        }
+    }
+    assert_eq!(steps, ["replay"], "records are stepped in one place");
+    assert_eq!(passes, ["replay"], "one pass of the replay loop");
+    assert!(engines.is_empty(), "engines built outside the replay: {engines:?}");
+    let replay = code_only(&mods["replay"]);
+    assert_eq!(replay.matches("scan_chunks").count(), 0, "the replay reads records through its pass only");
+}

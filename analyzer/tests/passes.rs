@@ -1,0 +1,65 @@
+//! The passes one `report` makes over a trace's records, named: the report's design is one read,
+//! folds, and replays driven by the one replay loop. A change that adds a pass changes this list
+//! on purpose.
+
+use analyzer::model::{Pass, PassKind, Trace};
+use analyzer::report::{build, ReportOptions};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+fn report_passes(trace: &str) -> (BTreeMap<(PassKind, &'static str), usize>, usize) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let t = Trace::open(&root.join("traces").join(trace)).unwrap();
+    build(&t, &ReportOptions { search_capacity: true, search_long_traces: false }).unwrap();
+    let passes: Vec<Pass> = t.passes();
+    let mut named = BTreeMap::new();
+    for p in &passes {
+        *named.entry((p.kind, p.by)).or_insert(0) += 1;
+    }
+    println!("{trace}: {} passes after the read", passes.len());
+    for ((kind, by), n) in &named {
+        println!("  {kind:?} {by}: {n}");
+    }
+    (named, passes.len())
+}
+
+/// `report` on GPT-2's training trace: one read, then these passes. The capacity search's
+/// replays are probes resumed from checkpoints of the unlimited run (each replays the records
+/// after its checkpoint, not the whole trace); every other replay pass drives the settings of
+/// the what-if table, or one analysis's observers.
+#[test]
+fn report_makes_the_passes_it_names() {
+    use PassKind::{Fold, Replay};
+    let (named, total) = report_passes("gpt2_train.default.atrace");
+    let held: BTreeMap<(PassKind, &str), usize> = [
+        ((Fold, "category"), 2),
+        ((Fold, "leaks"), 2),
+        ((Fold, "outcome"), 1),
+        ((Fold, "patterns"), 2),
+        ((Fold, "plot"), 3),
+        ((Fold, "whatif"), 1),
+        ((Replay, "capacity_search"), 70),
+        ((Replay, "explain"), 2),
+        ((Replay, "frag"), 2),
+        ((Replay, "leaks"), 1),
+        ((Replay, "plot"), 2),
+        ((Replay, "whatif"), 7),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(named, held);
+    assert_eq!(total, 95);
+    // On other shipped traces: the same analyses, and at most as many passes outside the
+    // capacity search (one what-if replay pass per setting with an OOM to probe).
+    for trace in ["frag_oom.default.atrace", "recorded_gpt2_train.atrace", "seed_experiments.default.atrace"] {
+        let (named, _) = report_passes(trace);
+        for ((kind, by), _) in &named {
+            assert!(held.keys().any(|(_, h)| h == by) || *by == "explain", "{trace}: {kind:?} pass by {by}");
+        }
+        let folds: usize = named.iter().filter(|((k, _), _)| *k == Fold).map(|(_, n)| n).sum();
+        let replays: usize =
+            named.iter().filter(|((k, by), _)| *k == Replay && *by != "capacity_search").map(|(_, n)| n).sum();
+        assert!(folds <= 12, "{trace}: {folds} folds");
+        assert!(replays <= 24, "{trace}: {replays} replay passes besides the capacity search");
+    }
+}
