@@ -26,7 +26,7 @@ use crate::leaks::{self, Growth, Held, SitePin};
 use crate::model::layout::LayoutMeasures;
 use crate::model::sites::Sites;
 pub use crate::model::RecordedOom;
-use crate::model::{Capacity, CapacitySource, Damage, Trace};
+use crate::model::{CapacitySource, Damage, Trace};
 use crate::outcome::JobPrediction;
 use crate::replay::{replay, replay_observed, EngineView, Outcome, ReplayOptions, ReplayResult};
 use crate::units::fmt_bytes;
@@ -535,7 +535,7 @@ the consuming stream allocate the tensors it uses, instead of record_stream on t
         recorded_ooms,
         pytorch_message: message.as_ref().map(|m| m.0.clone()),
         pytorch_message_note: message.and_then(|m| m.1).map(str::to_string),
-        capacity_note: capacity_note(&trace.default_capacity()),
+        capacity_note: trace.default_capacity().note(),
         categories: crate::category::at_moment(trace, figures.event)?,
         figures,
         verdict,
@@ -762,31 +762,6 @@ pub fn limits_text(v: &[LimitVerdict]) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// What an inferred capacity rests on, and how to give the real one.
-fn capacity_note(capacity: &Capacity) -> Option<String> {
-    let b = fmt_bytes;
-    match (capacity.source, capacity.bytes) {
-        (CapacitySource::InferredLimit, Some(c)) => {
-            let high = capacity.range.map(|r| r.1).unwrap_or(c);
-            Some(format!(
-                "no limit was recorded, but the run ran out of memory while the device still had room, so a lower \
-                 limit (a memory fraction?) was in force, at least {} and under {}; the figures assume {}, the \
-                 least it can have been. Import the snapshot again with --capacity LIMIT for answers at the real \
-                 limit.",
-                b(c),
-                b(high),
-                b(c)
-            ))
-        }
-        (CapacitySource::InferredFromOom, Some(c)) => Some(format!(
-            "no limit was recorded and the device itself was full: the allocator could have had {} (reserved + \
-             device free at the OOM); the CUDA context and other processes held the rest",
-            b(c)
-        )),
-        _ => None,
-    }
 }
 
 /// Sizes as PyTorch's `c10::CachingAllocator::format_size` writes them in its messages: up to

@@ -770,23 +770,7 @@ impl Report {
             ],
             vec![
                 "capacity limit".into(),
-                match (e.capacity_bytes, e.capacity_source) {
-                    (None, _) => "none".into(),
-                    (Some(c), crate::model::CapacitySource::Recorded | crate::model::CapacitySource::Given) => {
-                        fmt_bytes(c)
-                    }
-                    (Some(c), crate::model::CapacitySource::InferredFromOom) => format!(
-                        "{} (none recorded; inferred from the OOM: the device was full, reserved + device free)",
-                        fmt_bytes(c)
-                    ),
-                    (Some(c), crate::model::CapacitySource::InferredLimit | crate::model::CapacitySource::None) => {
-                        format!(
-                            "{} (none recorded; inferred from the OOM: the device had room, so a lower limit was in \
-                             force, at least this)",
-                            fmt_bytes(c)
-                        )
-                    }
-                },
+                crate::model::Capacity { bytes: e.capacity_bytes, source: e.capacity_source, range: None }.text(),
             ],
             vec!["trace source".into(), e.source.into()],
             vec!["written by".into(), format!("alloctrace {}", e.trace_tool_version)],

@@ -23,7 +23,7 @@ fn markdown_has_every_section_and_the_oom_explained() {
         "# Memory report: `frag_oom.default.atrace`",
         "## Environment",
         "| device | NVIDIA H100 80GB HBM3 |",
-        "| capacity limit | 2.00 GiB |",
+        "| capacity limit | 2.00 GiB (recorded) |",
         "## Summary",
         "## Findings",
         "### Out of memory (problem)",

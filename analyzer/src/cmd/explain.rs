@@ -31,7 +31,11 @@ pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()
         crate::wrap::indented(
             &match r.capacity_source {
                 crate::model::CapacitySource::None => format!("explain {} (settings: {settings}; no limit)", r.trace),
-                source => format!("explain {} (settings: {settings}; limit: {cap}, {})", r.trace, source.text()),
+                source => format!(
+                    "explain {} (settings: {settings}; limit: {})",
+                    r.trace,
+                    crate::model::Capacity { bytes: f.capacity_bytes, source, range: None }.text()
+                ),
             },
             "",
             "  "

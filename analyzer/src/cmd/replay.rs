@@ -1,7 +1,7 @@
 //! `alloctrace replay TRACE [--conf ...] [--capacity ...] [--json] [-o SIM.atrace]`.
 
 use super::{exit, write_json};
-use crate::replay::{replay, CapacitySource, Outcome, ReplayOptions, ReplayResult};
+use crate::replay::{replay, Outcome, ReplayOptions, ReplayResult};
 use crate::units::fmt_bytes;
 use anyhow::Result;
 use std::io::Write;
@@ -24,18 +24,11 @@ pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()
         "  (the trace's release, or --torch-version)"
     };
     writeln!(out, "pytorch         {}'s allocator{release}", r.torch_version)?;
-    let source = match r.capacity_source {
-        CapacitySource::None | CapacitySource::Given => "",
-        CapacitySource::Recorded => "  (the limit recorded in the trace)",
-        CapacitySource::InferredFromOom => {
-            "  (inferred: the trace ran out of device memory with no limit; reserved + device free at its OOM)"
-        }
-        CapacitySource::InferredLimit => {
-            "  (inferred: the trace ran out of memory while the device had room, so a lower limit such as a memory \
-             fraction was in force; this is the least it can have been: give the real one with --capacity)"
-        }
-    };
-    writeln!(out, "capacity        {}{source}", r.capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "unlimited".into()))?;
+    let capacity = crate::model::Capacity { bytes: r.capacity_bytes, source: r.capacity_source, range: None };
+    writeln!(out, "capacity        {}", capacity.text())?;
+    if let Some(n) = capacity.note() {
+        writeln!(out, "{}", crate::wrap::indented(&format!("note: {n}"), "                ", "                "))?;
+    }
     match &r.outcome {
         Outcome::Ok => writeln!(out, "outcome         ok ({} requests replayed)", r.requests)?,
         Outcome::Oom { event, requested_bytes, alloc_bytes, reserved_bytes, allocated_bytes, .. } => writeln!(

@@ -111,12 +111,8 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
         if !h.torch_version.is_empty() {
             writeln!(out, "pytorch      {}", crate::escape::terminal(&h.torch_version))?;
         }
-        match (capacity.bytes, capacity.source) {
-            (Some(c), crate::model::CapacitySource::Recorded) => writeln!(out, "capacity     {}", fmt_bytes(c))?,
-            (Some(c), _) => {
-                writeln!(out, "capacity     {} (none recorded; inferred from the first OOM)", fmt_bytes(c))?
-            }
-            (None, _) => {}
+        if capacity.bytes.is_some() {
+            writeln!(out, "capacity     {}", capacity.text())?;
         }
         writeln!(out, "events       {} over {}", s.events, fmt_ns(s.duration_ns))?;
         let kinds: Vec<String> = s.events_by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
