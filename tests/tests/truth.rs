@@ -1,16 +1,18 @@
 //! Ground truth from real PyTorch 2.11 runs on an H100 (`tests/fixtures/truth/`, made by
 //! `scripts/gpu/truth_run.py`; see the README there).
 //!
-//! Six workloads, each run in a fresh process under five allocator settings and six limits (or
+//! Ten workloads, each run in a fresh process under five allocator settings and six limits (or
 //! five), twice (`truth.tsv`, `truth.rerun.tsv`). Two questions:
 //! 1. The replay a user gets: each workload's recorded default run (`WORKLOAD.default.atrace`)
 //!    replayed under the setting and limit of every row, against what PyTorch did there.
 //! 2. The engine alone: every real run's own snapshot (`own/WORKLOAD.SETTING.LEVEL.atrace`, from
-//!    the second pass) replayed under its own setting and limit, against that same run.
+//!    the pass in `truth.rerun.tsv`) replayed under its own setting and limit, against that same
+//!    run.
 //!
 //! Where the replay of the default run misses, the cause is shown from the real runs' own
 //! snapshots: the program made other requests (a caught OOM, an order that depends on the
-//! cache), the driver placed segments elsewhere, or two real runs of the same row disagreed.
+//! cache), the driver placed segments elsewhere (asserted: with the run's own addresses the
+//! engine gives PyTorch's answer), or two real runs of the same row disagreed.
 
 use analyzer::replay::{replay_file, Outcome, ReplayOptions, ReplayResult};
 use analyzer::tracefile;
