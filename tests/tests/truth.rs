@@ -358,7 +358,7 @@ fn every_real_run_replayed_under_its_own_setting() {
         println!("not exact: {o}");
     }
     assert_eq!(outcome, rows);
-    assert!(exact as f64 >= 0.99 * rows as f64, "{exact}/{rows}");
+    assert_eq!(exact, rows);
 }
 
 /// `garbage_collection_threshold` acts only when a memory fraction is set
