@@ -556,6 +556,30 @@ struct Replaying<S: Sink> {
     peak_seen: u64,
     /// The recording's private pools (CUDA graphs, `MemPool`s): where each request goes.
     pools: RecordedPools,
+    /// Stream-ordered frees the recorded run completed in a row (trace ids), not applied yet:
+    /// when segment releases and an out-of-memory retry's release follow them, they were the
+    /// work of that release's `synchronize_and_free_events`, inside the next `malloc` after its
+    /// cache search and its first device allocation had failed (PyTorch's `malloc` runs
+    /// `process_events` first, which found their events not done). They are applied after that
+    /// request (the replay's own release completes them if it gets there too), any other
+    /// completions at the next record.
+    held: Vec<u64>,
+    held_state: Held,
+    /// The trace id of the previous record when it was a `FreeRequested`: a completion right
+    /// after its own request is a free without stream uses, never held.
+    just_requested: Option<u64>,
+}
+
+/// Where the held completions stand ([`Replaying::held`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+enum Held {
+    /// Completions in a row.
+    #[default]
+    Completions,
+    /// Segment releases followed them.
+    Released,
+    /// The release was an out-of-memory retry: they wait for the request it served.
+    UntilRequest,
 }
 
 impl<S: Sink + ForwardEvents> Replaying<S> {
@@ -575,7 +599,85 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             allocated_at_peak: 0,
             peak_seen: 0,
             pools: RecordedPools::default(),
+            held: Vec::new(),
+            held_state: Held::Completions,
+            just_requested: None,
         }
+    }
+
+    /// Applies a stream-ordered free's completion (trace id).
+    fn complete(&mut self, id: u64) {
+        match self.live.remove(&id) {
+            Some(addr) => {
+                // A completion without a request: the source freed in one step.
+                if self.engine.free_completed(addr).is_err() && self.engine.free(addr).is_err() {
+                    self.anomalies += 1;
+                }
+            }
+            None if self.skipped_scratch.contains(&id) => {}
+            None => self.anomalies += 1,
+        }
+    }
+
+    fn release_held(&mut self) {
+        for id in std::mem::take(&mut self.held) {
+            self.complete(id);
+        }
+        self.held_state = Held::Completions;
+    }
+
+    /// Routes a record through the held completions: true when the record was held (a
+    /// completion) and is done with; the completions that this record shows were not a
+    /// release's synchronization are applied first.
+    fn hold(&mut self, event: &Event) -> bool {
+        let just_requested = std::mem::replace(
+            &mut self.just_requested,
+            match event {
+                Event::FreeRequested { id, .. } => Some(*id),
+                _ => None,
+            },
+        );
+        if let Event::FreeCompleted { id, .. } = event {
+            if self.held_state != Held::Completions || just_requested == Some(*id) {
+                self.release_held();
+            }
+            if just_requested == Some(*id) {
+                return false;
+            }
+            self.held.push(*id);
+            return true;
+        }
+        if self.held.is_empty() {
+            return false;
+        }
+        let keep = match (self.held_state, event) {
+            (Held::Completions | Held::Released, Event::SegmentFree { .. } | Event::SegmentUnmap { .. }) => {
+                self.held_state = Held::Released;
+                true
+            }
+            (Held::Released, Event::CacheRelease { cause: ReleaseCause::OomRetry, .. }) => {
+                self.held_state = Held::UntilRequest;
+                true
+            }
+            // The request's own segment, and what the recording says of it, before its alloc.
+            (
+                Held::UntilRequest,
+                Event::SegmentAlloc { .. }
+                | Event::SegmentMap { .. }
+                | Event::SegmentPool { .. }
+                | Event::Split { .. }
+                | Event::Merge { .. }
+                | Event::CallSite { .. }
+                | Event::DeviceMemInfo { .. },
+            ) => true,
+            // The request: replayed, then the completions (in `step`).
+            (Held::UntilRequest, Event::Alloc { .. } | Event::Oom { .. }) => true,
+            _ => false,
+        };
+        if !keep {
+            self.release_held();
+        }
+        false
     }
 
     /// Goes on past the recorded OOMs that the program survived (see [`Facts::survived`]).
@@ -640,6 +742,24 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             }
             return;
         }
+        if self.hold(&r.event) {
+            return;
+        }
+        let syncs = self.engine.stats().num_sync_all_streams;
+        self.step_record(index, r);
+        if self.held_state == Held::UntilRequest && matches!(r.event, Event::Alloc { .. } | Event::Oom { .. }) {
+            if self.engine.stats().num_sync_all_streams != syncs {
+                // The replay's own release completed them (its address may serve this request
+                // now): nothing is left to complete.
+                for id in std::mem::take(&mut self.held) {
+                    self.live.remove(&id);
+                }
+            }
+            self.release_held();
+        }
+    }
+
+    fn step_record(&mut self, index: u64, r: &Record) {
         let engine = &mut self.engine;
         let pools_only = self.pools.follow(&r.event, engine);
         match &r.event {
@@ -669,16 +789,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
                 None if self.skipped_scratch.contains(id) => {}
                 None => self.anomalies += 1,
             },
-            Event::FreeCompleted { id, .. } => match self.live.remove(id) {
-                Some(addr) => {
-                    // A completion without a request: the source freed in one step.
-                    if engine.free_completed(addr).is_err() && engine.free(addr).is_err() {
-                        self.anomalies += 1;
-                    }
-                }
-                None if self.skipped_scratch.contains(id) => {}
-                None => self.anomalies += 1,
-            },
+            Event::FreeCompleted { id, .. } => self.complete(*id),
             Event::Oom { requested_bytes, stream, .. } => {
                 // The request that failed in the recorded run: does it fail here too?
                 self.requests += 1;
@@ -1228,4 +1339,82 @@ fn replay_range(
     };
     drive(trace, &mut [Job::new(rp, &mut after).range(start, end)])?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recorder::trace::Pool;
+
+    const MIB: u64 = 1 << 20;
+
+    /// A recorded run (capacity 60 MiB): a 40 MiB block freed with a stream use (`record_stream`)
+    /// and not yet done; the next 30 MiB request misses the cache (the block is still pending),
+    /// its segment does not fit beside the 40 MiB one, and PyTorch's `release_cached_blocks`
+    /// synchronizes (completing the block), frees its segment and retries.
+    fn release_after_completion(cause: ReleaseCause) -> ReplayResult {
+        let (s, a, b, c) = (7, 0x7f00_0000_0000, 0x7f00_0400_0000, 0x7f00_0800_0000);
+        let mut h = Header::new(Source::Recorded);
+        h.capacity_bytes = 60 * MIB;
+        let events = [
+            Event::SegmentAlloc { addr: a, bytes: 40 * MIB, stream: s, pool: Pool::Large },
+            Event::Alloc {
+                id: 1,
+                addr: a,
+                requested_bytes: 40 * MIB,
+                block_bytes: 40 * MIB,
+                stream: s,
+                pool: Pool::Large,
+                callsite: 0,
+            },
+            Event::FreeRequested { id: 1, addr: a, callsite: 0 },
+            // Another stream's small tensor, while the block waits for its stream.
+            Event::SegmentAlloc { addr: c, bytes: 2 * MIB, stream: s + 1, pool: Pool::Small },
+            Event::Alloc {
+                id: 3,
+                addr: c,
+                requested_bytes: 512,
+                block_bytes: 512,
+                stream: s + 1,
+                pool: Pool::Small,
+                callsite: 0,
+            },
+            Event::FreeCompleted { id: 1, addr: a },
+            Event::SegmentFree { addr: a, bytes: 40 * MIB, stream: s, pool: Pool::Large },
+            Event::CacheRelease { cause, bytes: 40 * MIB, segments: 1 },
+            Event::SegmentAlloc { addr: b, bytes: 30 * MIB, stream: s, pool: Pool::Large },
+            Event::Alloc {
+                id: 2,
+                addr: b,
+                requested_bytes: 30 * MIB,
+                block_bytes: 30 * MIB,
+                stream: s,
+                pool: Pool::Large,
+                callsite: 0,
+            },
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.atrace");
+        let mut w = TraceWriter::create(&path, &h).unwrap();
+        for (i, event) in events.into_iter().enumerate() {
+            w.write(&Record { time_ns: i as u64, event }).unwrap();
+        }
+        w.finish().unwrap();
+        replay(&Trace::open(&path).unwrap(), &ReplayOptions::default()).unwrap()
+    }
+
+    /// The completion right before PyTorch's out-of-memory release was that release's
+    /// synchronization, inside the next request after its cache search missed: the replay
+    /// misses too, retries after its own release, and ends with PyTorch's 30 MiB segment.
+    #[test]
+    fn completions_of_an_out_of_memory_release_come_after_the_miss() {
+        let r = release_after_completion(ReleaseCause::OomRetry);
+        assert!(!r.is_oom());
+        assert_eq!((r.num_alloc_retries, r.end_reserved_bytes, r.peak_reserved_bytes), (1, 32 * MIB, 42 * MIB));
+        assert_eq!((r.end_allocated_bytes, r.anomalies), (30 * MIB + 512, 0));
+        // The program's empty_cache(): the completion came first, then the release; the
+        // request finds nothing cached and gets a new segment, with no retry.
+        let r = release_after_completion(ReleaseCause::EmptyCache);
+        assert_eq!((r.num_alloc_retries, r.end_reserved_bytes, r.end_allocated_bytes), (0, 32 * MIB, 30 * MIB + 512));
+    }
 }

@@ -13,8 +13,14 @@ Usage (on the GPU machine, from the directory holding truth_workloads.py or with
 3. Every (workload, setting, limit or none) in a fresh process; runs of the default setting
    under a limit also record a snapshot (kept when they end in an out-of-memory error).
 
+With --workloads A,B only those workloads run (default: the first six of truth_workloads.py).
+With --gpu-gib G (default 64) runs start only while the GPU memory they may take (their limit,
+or 1.3 x the recorded run's peak reserved when unlimited) sums to at most G GiB, so that no
+unlimited run meets the device's own limit.
+
 With --levels-from TRUTH.tsv, step 1 is skipped: the limits are those of an earlier truth.tsv,
-and every run of step 3 records a snapshot (--snapshot-all does the same without it); they go to
+and every run of step 3 records a snapshot (--snapshot-all does the same without it;
+--no-snapshots records none); they go to
 OUTDIR/snapshots_all.tar.gz, to compare each row's own request sequence with the default run's.
 
 Writes OUTDIR/truth.tsv (one row per run, the columns of the shipped truth.tsv), runs.jsonl (all
@@ -32,6 +38,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WL = os.path.join(HERE, "truth_workloads.py")
 sys.path.insert(0, HERE)
 WORKLOADS = ["amp_adamw", "varlen_train", "two_streams", "empty_cache_loop", "val_no_grad", "oom_catch"]
+if "--workloads" in sys.argv:
+    WORKLOADS = sys.argv[sys.argv.index("--workloads") + 1].split(",")
 POLICIES = {
     "default": "",
     "expandable": "expandable_segments:True",
@@ -55,7 +63,27 @@ def align(x):
     return int(x) // (2 * MIB) * (2 * MIB) + MIB
 
 
+gpu_budget = float(sys.argv[sys.argv.index("--gpu-gib") + 1]) if "--gpu-gib" in sys.argv else 64.0
+gpu_lock = __import__("threading").Condition()
+gpu_used = [0.0]
+footprint_of = {}  # workload -> GiB an unlimited run may take
+
+
 def run(workload, policy, level, limit, snapshot):
+    need = (limit / GIB if limit is not None else footprint_of.get(workload, 0.0)) + 0.6
+    with gpu_lock:
+        while gpu_used[0] > 0 and gpu_used[0] + need > gpu_budget:
+            gpu_lock.wait()
+        gpu_used[0] += need
+    try:
+        return run_admitted(workload, policy, level, limit, snapshot)
+    finally:
+        with gpu_lock:
+            gpu_used[0] -= need
+            gpu_lock.notify_all()
+
+
+def run_admitted(workload, policy, level, limit, snapshot):
     if time.time() - t_start > deadline:
         print(f"SKIPPED (out of time) {workload} {policy} {level}", flush=True)
         return {"workload": workload, "policy": policy, "level": level, "limit_bytes": limit, "skipped": True}
@@ -85,7 +113,7 @@ def run(workload, policy, level, limit, snapshot):
 
 deadline = 460
 levels_from = sys.argv[sys.argv.index("--levels-from") + 1] if "--levels-from" in sys.argv else None
-snapshot_all = "--snapshot-all" in sys.argv or levels_from is not None
+snapshot_all = ("--snapshot-all" in sys.argv or levels_from is not None) and "--no-snapshots" not in sys.argv
 if "--deadline" in sys.argv:
     deadline = float(sys.argv[sys.argv.index("--deadline") + 1])
 
@@ -106,23 +134,26 @@ if levels_from:
             limit = None if lim == "None" else round(float(lim) * GIB)
             levels_of.setdefault(w, {})[level] = limit
     for w, lv in levels_of.items():
+        footprint_of[w] = 1.3 * max(x for x in lv.values() if x is not None) / GIB
         for policy in POLICIES:
             for level, limit in lv.items():
-                plan.append((w, policy, level, limit, True))
+                plan.append((w, policy, level, limit, snapshot_all))
 else:
     with cf.ThreadPoolExecutor(jobs) as ex:
         rec = dict(zip(WORKLOADS, ex.map(lambda w: run(w, "default", "snap", None, True), WORKLOADS)))
     for w, r in rec.items():
         print(f"snapshot run {w}: {r.get('outcome')} peaks {peaks(r) if 'stats' in r else None} wall {r.get('wall')}s", flush=True)
     # oom_catch: its own snapshot under a limit where its first batch does not fit.
-    oc_unlimited = rec["oom_catch"]
-    oc_limit = align(0.7 * peaks(oc_unlimited)[0]) if "stats" in oc_unlimited else 2 * GIB + MIB
-    rec["oom_catch"] = run("oom_catch", "default", "snaprec", oc_limit, True)
-    print(f"oom_catch at its own limit {oc_limit}: {rec['oom_catch'].get('outcome')} extra {rec['oom_catch'].get('extra')}", flush=True)
+    if "oom_catch" in rec:
+        oc_unlimited = rec["oom_catch"]
+        oc_limit = align(0.7 * peaks(oc_unlimited)[0]) if "stats" in oc_unlimited else 2 * GIB + MIB
+        rec["oom_catch"] = run("oom_catch", "default", "snaprec", oc_limit, True)
+        print(f"oom_catch at its own limit {oc_limit}: {rec['oom_catch'].get('outcome')} extra {rec['oom_catch'].get('extra')}", flush=True)
     for w in WORKLOADS:
         if "stats" not in rec[w]:
             continue
         pa, pr = peaks(rec[w])
+        footprint_of[w] = 1.3 * pr / GIB
         lv = {"unlimited": None, "0.90": align(0.90 * pa), "1.00": align(pa), "1.10": align(1.10 * pa),
               "mid": align((pa + pr) / 2)}
         if w == "oom_catch":
@@ -161,7 +192,7 @@ with tarfile.open(os.path.join(out, "snapshots.tar.gz"), "w:gz") as tar:
     if oc_unlimited and oc_unlimited.get("snapshot") and os.path.exists(oc_unlimited["snapshot"]):
         tar.add(oc_unlimited["snapshot"], arcname="oom_catch.default.unlimited.pickle")
     for r in results:
-        if r.get("snapshot") and r.get("outcome") == "oom" and os.path.exists(r["snapshot"]):
+        if r["policy"] == "default" and r.get("snapshot") and r.get("outcome") == "oom" and os.path.exists(r["snapshot"]):
             tar.add(r["snapshot"], arcname=f"{r['workload']}.default.{r['level']}.pickle")
             tar.add(r["snapshot"][:-len(".pickle")] + ".json", arcname=f"{r['workload']}.default.{r['level']}.json")
 
@@ -172,10 +203,12 @@ for r in results:
               f"alloc={s['allocated_bytes.all.peak']:>11} retries={s['num_alloc_retries']} ooms={s['num_ooms']} "
               f"extra={r.get('extra')} {r['wall']}s")
 if snapshot_all:
-    with tarfile.open(os.path.join(out, "snapshots_all.tar.gz"), "w:gz") as tar:
-        for r in results:
-            if r.get("snapshot") and os.path.exists(r["snapshot"]):
-                tar.add(r["snapshot"], arcname=os.path.basename(r["snapshot"]))
+    # One archive per workload (each must stay small enough to fetch).
+    for w in WORKLOADS:
+        with tarfile.open(os.path.join(out, f"snapshots_all.{w}.tar.xz"), "w:xz") as tar:
+            for r in results:
+                if r["workload"] == w and r.get("snapshot") and os.path.exists(r["snapshot"]):
+                    tar.add(r["snapshot"], arcname=os.path.basename(r["snapshot"]))
 for w, r in rec.items():
     if r.get("snapshot") and os.path.exists(r["snapshot"]):
         print(f"snapshot {w}: {os.path.getsize(r['snapshot'])} bytes")

@@ -181,7 +181,100 @@ def oom_catch():
     return {"caught": caught, "final_batch": bs}
 
 
-WORKLOADS = ["amp_adamw", "varlen_train", "two_streams", "empty_cache_loop", "val_no_grad", "oom_catch"]
+
+def rs_pipeline():
+    """A producer stream fills buffers (1.5 to 7 MiB, and a small header tensor) that the
+    consumer (the current stream) reads after `record_stream`; the consumer is kept busy
+    (`torch.cuda._sleep`), so each buffer waits for its consumer event before it can be reused.
+    The host synchronizes every 8 batches, 48 batches."""
+    rng = random.Random(4)
+    prod = torch.cuda.Stream()
+    cons = torch.cuda.current_stream()
+    acc = torch.zeros(1024, device=dev)
+    for i in range(48):
+        rows = rng.choice([384, 768, 1280, 1792])
+        with torch.cuda.stream(prod):
+            buf = torch.randn(rows, 1024, device=dev)
+            hdr = torch.randn(rng.choice([300, 3000, 30000]), device=dev)
+        cons.wait_stream(prod)
+        buf.record_stream(cons)
+        hdr.record_stream(cons)
+        torch.cuda._sleep(200_000)
+        out = torch.relu(buf) * hdr.mean()
+        acc += out.sum(0)
+        del buf, hdr, out
+        if i % 8 == 7:
+            acc.sum().item()
+    torch.cuda.synchronize()
+
+
+def ec_batches():
+    """A data loader copies each batch on a side stream (`record_stream` onto the compute
+    stream), an MLP trains on it (batches of 900 to 3,700 rows), a few outputs are kept across
+    batches, and `gc.collect(); torch.cuda.empty_cache()` runs after every batch, 14 batches."""
+    rng = random.Random(5)
+    side = torch.cuda.Stream()
+    main = torch.cuda.current_stream()
+    m = nn.Sequential(nn.Linear(2500, 7000), nn.ReLU(), nn.Linear(7000, 5000), nn.ReLU(), nn.Linear(5000, 1000)).to(dev)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-4)
+    kept = []
+    for i in range(14):
+        b = rng.choice([900, 1700, 2300, 3100, 3700])
+        with torch.cuda.stream(side):
+            x = torch.randn(b, 2500, device=dev)
+            y = torch.randint(0, 1000, (b,), device=dev)
+        main.wait_stream(side)
+        x.record_stream(main)
+        y.record_stream(main)
+        out = m(x)
+        loss = F.cross_entropy(out, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        kept.append(out.detach()[: rng.choice([100, 700])].clone())
+        if len(kept) > 3:
+            kept.pop(0)
+        del x, y, out, loss
+        gc.collect()
+        torch.cuda.empty_cache()
+    torch.cuda.synchronize()
+
+
+def mixed_sizes(n=20000):
+    """Random allocations and frees of sizes from 1 byte to 64 MiB (a third each up to 4 KiB,
+    up to 1 MiB, up to 64 MiB), a fifth of them on a second stream; 20,000 steps, each freeing a
+    random live tensor with probability 0.48, so that the live set grows to about 8 GB."""
+    s2 = torch.cuda.Stream()
+    live = []
+    for _ in range(n):
+        if live and random.random() < 0.48:
+            live.pop(random.randrange(len(live)))
+        else:
+            k = random.choice([random.randint(1, 4096), random.randint(4096, 1 << 20), random.randint(1 << 20, 64 << 20)])
+            if random.random() < 0.2:
+                with torch.cuda.stream(s2):
+                    live.append(torch.empty(k, dtype=torch.uint8, device=dev))
+            else:
+                live.append(torch.empty(k, dtype=torch.uint8, device=dev))
+    torch.cuda.synchronize()
+
+
+def mixed_gc():
+    """A bounded working set of tensors of many sizes (4 KiB..1 MiB, 1..20 MiB, 20..400 MiB),
+    4,000 steps: each step frees a random live tensor once 48 are live (or with probability 0.3)
+    and allocates one, so cached segments of every size are freed and reused for years of
+    allocator time, as under `garbage_collection_threshold`."""
+    rng = random.Random(6)
+    live = []
+    for _ in range(4000):
+        if live and (len(live) >= 48 or rng.random() < 0.3):
+            live.pop(rng.randrange(len(live)))
+        k = rng.choice([rng.randint(4 << 10, 1 << 20), rng.randint(1 << 20, 20 << 20), rng.randint(20 << 20, 400 << 20)])
+        live.append(torch.empty(k, dtype=torch.uint8, device=dev))
+    torch.cuda.synchronize()
+
+WORKLOADS = ["amp_adamw", "varlen_train", "two_streams", "empty_cache_loop", "val_no_grad", "oom_catch",
+             "rs_pipeline", "ec_batches", "mixed_sizes", "mixed_gc"]
 
 
 def main():

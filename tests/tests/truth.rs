@@ -1,16 +1,18 @@
 //! Ground truth from real PyTorch 2.11 runs on an H100 (`tests/fixtures/truth/`, made by
 //! `scripts/gpu/truth_run.py`; see the README there).
 //!
-//! Six workloads, each run in a fresh process under five allocator settings and six limits (or
+//! Ten workloads, each run in a fresh process under five allocator settings and six limits (or
 //! five), twice (`truth.tsv`, `truth.rerun.tsv`). Two questions:
 //! 1. The replay a user gets: each workload's recorded default run (`WORKLOAD.default.atrace`)
 //!    replayed under the setting and limit of every row, against what PyTorch did there.
 //! 2. The engine alone: every real run's own snapshot (`own/WORKLOAD.SETTING.LEVEL.atrace`, from
-//!    the second pass) replayed under its own setting and limit, against that same run.
+//!    the pass in `truth.rerun.tsv`) replayed under its own setting and limit, against that same
+//!    run.
 //!
 //! Where the replay of the default run misses, the cause is shown from the real runs' own
 //! snapshots: the program made other requests (a caught OOM, an order that depends on the
-//! cache), the driver placed segments elsewhere, or two real runs of the same row disagreed.
+//! cache), the driver placed segments elsewhere (asserted: with the run's own addresses the
+//! engine gives PyTorch's answer), or two real runs of the same row disagreed.
 
 use analyzer::replay::{replay_file, Outcome, ReplayOptions, ReplayResult};
 use analyzer::tracefile;
@@ -76,7 +78,7 @@ fn read_truth(file: &str) -> Vec<Row> {
 /// The two passes, row by row (same rows, same limits, same order).
 fn truth() -> Vec<(Row, Row)> {
     let (a, b) = (read_truth("truth.tsv"), read_truth("truth.rerun.tsv"));
-    assert_eq!(a.len(), 155);
+    assert_eq!(a.len(), 255);
     assert_eq!(a.len(), b.len());
     a.into_iter()
         .zip(b)
@@ -174,6 +176,8 @@ fn default_run_replayed_under_every_row() {
     let (mut plain_rows, mut plain_agree) = (0, 0);
     let mut differing_runs = 0;
     let mut misses = Vec::new();
+    // Misses the engine cannot blame on anything but itself.
+    let mut unexplained: Vec<String> = Vec::new();
     let mut peak_errors = Vec::new();
     // Rows under a limit where the replay and PyTorch both completed: relative error of peak
     // reserved against the nearer of the two real runs.
@@ -220,7 +224,18 @@ fn default_run_replayed_under_every_row() {
                     .entry(first.workload.clone())
                     .or_insert_with(|| requests(&default_trace(&first.workload)));
                 if same_requests(&own, default) {
-                    "the same requests as the default run: segment addresses (see `addresses_decide_...`)".into()
+                    // The same requests: replayed with the real run's own segment addresses
+                    // (its snapshot), the engine must give PyTorch's outcome, or the miss is
+                    // the engine's.
+                    let with_own_addresses = replay(&own_trace(second), &first.policy, first.limit);
+                    if with_own_addresses.is_oom() != second.oom {
+                        unexplained.push(first.name());
+                    }
+                    format!(
+                        "the same requests as the default run; with the real run's segment addresses {}: segment \
+addresses",
+                        describe(&with_own_addresses)
+                    )
                 } else {
                     "this run's own requests differ from the default run's".into()
                 }
@@ -283,20 +298,25 @@ may have caught; PyTorch caught an OOM on {cannot_tell_caught} of them)"
     // What holds: the replay says "cannot tell" only where a real run of the row caught an
     // OOM (and so went on with requests the default run never made)...
     assert_eq!(cannot_tell_caught, cannot_tell);
-    // ...where it answers, it agrees with a real run's outcome in at least 99% of rows...
-    assert!(agree_either as f64 >= 0.99 * told as f64, "{agree_either}/{told}");
-    // ...and so it does on rows whose real runs made the default run's requests.
-    assert!(plain_agree as f64 >= 0.99 * plain_rows as f64, "{plain_agree}/{plain_rows}");
+    // ...where it answers and misses, the real run made other requests, or made the same ones
+    // and the engine gives PyTorch's outcome once it has that run's segment addresses (the
+    // driver's placement decides the lowest-address tie-breaks of best fit)...
+    assert!(unexplained.is_empty(), "misses with the real run's own addresses too: {unexplained:?}");
     // ...and its unlimited peak reserved is within 0.5% wherever the real run's own requests
-    // were the default run's.
+    // were the default run's, or is PyTorch's, byte for byte, with that run's addresses.
     for (name, err, ..) in &peak_errors {
         let row = rows.iter().find(|(a, _)| &a.name() == name).unwrap();
         let own = requests(&own_trace(&row.1));
         let same = same_requests(&own, &requests(&default_trace(&row.0.workload)));
-        if same {
-            assert!(*err <= 0.005, "{name}: {:.3}%", err * 100.0);
-        } else {
+        if !same {
             println!("{name}: the real run's requests differ from the default run's (not asserted)");
+        } else if *err > 0.005 {
+            let with_own = replay(&own_trace(&row.1), &row.1.policy, None);
+            println!(
+                "{name}: the same requests; with the real run's segment addresses peak reserved {} vs PyTorch {}",
+                with_own.peak_reserved_bytes, row.1.peak_reserved
+            );
+            assert_eq!(with_own.peak_reserved_bytes, row.1.peak_reserved, "{name}: {:.3}%", err * 100.0);
         }
     }
 }
@@ -338,20 +358,28 @@ fn every_real_run_replayed_under_its_own_setting() {
         println!("not exact: {o}");
     }
     assert_eq!(outcome, rows);
-    assert!(exact as f64 >= 0.99 * rows as f64, "{exact}/{rows}");
+    assert_eq!(exact, rows);
 }
 
 /// `garbage_collection_threshold` acts only when a memory fraction is set
 /// (`garbage_collect_cached_blocks` is called only when `set_fraction`): with no limit PyTorch's
-/// gc06 runs are the default runs, counter for counter; under a limit it changes the run.
+/// gc06 runs are the default runs, counter for counter (on workloads whose two passes agree on
+/// every row: where `record_stream` frees complete follows the GPU's progress, two runs of one
+/// setting already differ); under a limit it changes the run.
 #[test]
 fn gc_threshold_acts_only_with_a_memory_fraction() {
     let rows = truth();
     let find = |w: &str, p: &str, l: &str| rows.iter().find(|(a, _)| a.workload == w && a.policy == p && a.level == l);
+    let timing_dependent: std::collections::HashSet<&str> = rows
+        .iter()
+        .filter(|(a, b)| (a.oom, a.peak_reserved, a.peak_allocated) != (b.oom, b.peak_reserved, b.peak_allocated))
+        .map(|(a, _)| a.workload.as_str())
+        .collect();
+    println!("workloads whose two passes differ: {timing_dependent:?}");
     let mut changed_under_a_limit = 0;
     for (gc, _) in rows.iter().filter(|(a, _)| a.policy == "gc06") {
         let (default, _) = find(&gc.workload, "default", &gc.level).unwrap();
-        if gc.limit.is_none() {
+        if gc.limit.is_none() && !timing_dependent.contains(gc.workload.as_str()) {
             assert_eq!(
                 (gc.peak_reserved, gc.peak_allocated, gc.retries, gc.ooms),
                 (default.peak_reserved, default.peak_allocated, default.retries, default.ooms),
@@ -361,7 +389,7 @@ fn gc_threshold_acts_only_with_a_memory_fraction() {
             let a = replay(&default_trace(&gc.workload), "gc06", None);
             let b = replay(&default_trace(&gc.workload), "default", None);
             assert_eq!((a.peak_reserved_bytes, a.num_device_free), (b.peak_reserved_bytes, b.num_device_free));
-        } else {
+        } else if gc.limit.is_some() {
             changed_under_a_limit += (gc.peak_reserved != default.peak_reserved) as u32;
         }
     }

@@ -899,16 +899,33 @@ struct Burst {
     /// release only whole segments of at least `max_split_size`).
     not_gc: bool,
     not_oversize: bool,
-    /// Freed segments `(bytes, stream, pool)` that were free before the burst began (no block
-    /// in them completed a stream-ordered free since the last allocation-related entry, which
-    /// the release's own synchronization may have done).
+    /// The largest free block `(bytes, stream, pool)` of each freed range that was free before
+    /// the burst began: the range less the blocks that completed a stream-ordered free since
+    /// the last allocation-related entry (the release's own synchronization may have done it).
     servable: Vec<(u64, u64, Pool)>,
 }
 
+/// The longest piece of `[addr, addr + size)` that none of `blocks` (`(addr, bytes)`) covers.
+fn largest_uncovered(addr: u64, size: u64, blocks: &[(u64, u64)]) -> u64 {
+    let end = addr.saturating_add(size);
+    let mut inside: Vec<(u64, u64)> = blocks
+        .iter()
+        .filter(|&&(a, b)| a < end && a.saturating_add(b) > addr)
+        .map(|&(a, b)| (a.max(addr), a.saturating_add(b).min(end)))
+        .collect();
+    inside.sort_unstable();
+    let (mut cursor, mut largest) = (addr, 0);
+    for (a, b) in inside {
+        largest = largest.max(a.saturating_sub(cursor));
+        cursor = cursor.max(b);
+    }
+    largest.max(end.saturating_sub(cursor))
+}
+
 impl Burst {
-    fn add(&mut self, e: &Entry<'_>, max_split_size: Option<u64>, pool: Pool, free_before: bool) {
-        if free_before {
-            self.servable.push((e.size, e.stream, pool));
+    fn add(&mut self, e: &Entry<'_>, max_split_size: Option<u64>, pool: Pool, free_before: u64) {
+        if free_before > 0 {
+            self.servable.push((free_before, e.stream, pool));
         }
         self.bytes = self.bytes.saturating_add(e.size);
         self.segments = self.segments.saturating_add(1);
@@ -966,6 +983,10 @@ fn release_cause(b: &Burst, next: NextEntry, config: &AllocatorConfig, facts: &L
             return ReleaseCause::EmptyCache;
         }
     }
+    // The fraction check of `alloc_block` counts the request's whole allocation size
+    // (`p.alloc_size`), also where expandable segments then map only the pages missing; the map
+    // after the release (which unmapped the free pages) is no measure of it.
+    let segment = request.map_or(segment, |(rounded, _)| allocation_size(config, rounded));
     let wanted = b.reserved_before.saturating_add(segment);
     if let (Some(limit), Some(t)) = (facts.limit, config.garbage_collection_threshold) {
         if t > 0.0 && !b.not_gc && b.reserved_before as f64 > t * limit as f64 {
@@ -1388,9 +1409,10 @@ impl<'p, 'a> Importer<'p, 'a> {
             next_alloc[i] = if entries[i].action == Action::Alloc { Some(i) } else { next_alloc[i + 1] };
         }
         let trace_has_oom = entries.iter().any(|e| e.action == Action::Oom);
-        // Blocks whose stream-ordered free completed (not right after its request) since the
-        // last allocation-related entry: a release's synchronization may have completed them.
-        let mut deferred: Vec<u64> = Vec::new();
+        // Blocks `(addr, rounded bytes)` whose stream-ordered free completed (not right after
+        // its request) since the last allocation-related entry: a release's synchronization may
+        // have completed them.
+        let mut deferred: Vec<(u64, u64)> = Vec::new();
         let mut ann = snap.annotations.iter().peekable();
         let mut clamped_annotations = 0u64;
         let mut burst = Burst::default();
@@ -1417,14 +1439,13 @@ impl<'p, 'a> Importer<'p, 'a> {
                 Action::FreeCompleted
                     if !(i > 0 && entries[i - 1].action == Action::FreeRequested && entries[i - 1].addr == e.addr) =>
                 {
-                    deferred.push(e.addr)
+                    deferred.push((e.addr, round_size(&self.config, e.size)))
                 }
                 a if a.is_alloc_related() => deferred.clear(),
                 _ => {}
             }
             if e.action.is_release() {
-                let end = e.addr.saturating_add(e.size);
-                let free_before = !deferred.iter().any(|&a| a >= e.addr && a < end);
+                let free_before = largest_uncovered(e.addr, e.size, &deferred);
                 let pool =
                     if e.action == Action::SegmentUnmap { self.map_pool(e) } else { segment_pool_by_size(e.size) };
                 burst.add(e, self.config.max_split_size, pool, free_before);
@@ -1585,9 +1606,42 @@ mod tests {
         // Another stream's segment, or one too small, could not have served it.
         assert_eq!(release_cause(&b, next(128 * MIB, 8), &c, &limited), ReleaseCause::OomRetry);
         assert_eq!(release_cause(&b, next(300 * MIB, 7), &c, &limited), ReleaseCause::OomRetry);
-        // With max_split_size_mb:64 a 256 MiB block does not serve a 32 MiB request.
+        // With max_split_size_mb:64 a 256 MiB block does not serve a 32 MiB request (which,
+        // with 990 MiB reserved, did not fit either).
         let msplit = AllocatorConfig::parse("max_split_size_mb:64").unwrap();
-        assert_eq!(release_cause(&b, next(32 * MIB, 7), &msplit, &limited), ReleaseCause::OomRetry);
+        let mut tight = burst(990 * MIB, 990 * MIB, false, true);
+        tight.servable.push((256 * MIB, 7, Pool::Large));
+        assert_eq!(release_cause(&tight, next(32 * MIB, 7), &msplit, &limited), ReleaseCause::OomRetry);
+        assert_eq!(release_cause(&tight, next(32 * MIB, 7), &c, &limited), ReleaseCause::EmptyCache);
+    }
+
+    /// A block whose stream-ordered free the release's synchronization may have completed was
+    /// not free at the miss; the rest of its range was: its largest free piece could serve.
+    #[test]
+    fn free_before_the_release_is_the_range_less_the_blocks_it_completed() {
+        let (a, b) = (0x1000 * MIB, 31 * MIB);
+        assert_eq!(largest_uncovered(a, 40 * MIB, &[]), 40 * MIB);
+        assert_eq!(largest_uncovered(a, 40 * MIB, &[(a, b)]), 9 * MIB);
+        assert_eq!(largest_uncovered(a, 40 * MIB, &[(a + 4 * MIB, 2 * MIB), (a + 30 * MIB, 10 * MIB)]), 24 * MIB);
+        assert_eq!(largest_uncovered(a, 40 * MIB, &[(a - MIB, 50 * MIB)]), 0);
+        // Blocks of other ranges do not count.
+        assert_eq!(largest_uncovered(a, 40 * MIB, &[(a + 40 * MIB, 8 * MIB)]), 40 * MIB);
+    }
+
+    /// With expandable segments a request that missed the cache is checked against the memory
+    /// fraction with its whole allocation size (`alloc_block`'s `p.alloc_size`), not with the
+    /// pages mapped after the release (the release unmapped the free ones it would have grown).
+    #[test]
+    fn release_cause_with_expandable_segments_checks_the_allocation_size() {
+        let c = AllocatorConfig::parse("expandable_segments:True").unwrap();
+        let limited = LimitFacts { limit: Some(1000 * MIB), trace_has_oom: false, device_total: None };
+        let b = burst(965 * MIB, 965 * MIB, true, true);
+        // A 29.6 MiB request (30 MiB allocation size) mapped two 20 MiB pages after the release:
+        // 965 + 30 fits in 1000, so nothing was failing; the program called empty_cache().
+        let next = |rounded: u64| NextEntry::Segment { bytes: 40 * MIB, request: Some((rounded, 7)) };
+        assert_eq!(release_cause(&b, next(31_000_064), &c, &limited), ReleaseCause::EmptyCache);
+        // A 37 MiB one (38 MiB) would not have fit: PyTorch's retry.
+        assert_eq!(release_cause(&b, next(37 * MIB), &c, &limited), ReleaseCause::OomRetry);
     }
 
     fn burst(reserved_before: u64, peak_before: u64, not_gc: bool, not_oversize: bool) -> Burst {
