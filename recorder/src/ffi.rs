@@ -751,7 +751,8 @@ pub extern "C" fn alloctrace_torch_event_at(
 }
 
 /// Defines call site `id`: `n` frames, innermost first, each a file, a line and a function
-/// (NUL-terminated strings; null reads as empty). Called by the helper's resolver, which holds
+/// (NUL-terminated strings; null reads as empty). `n` = 0: `id` could not be resolved and
+/// names no call site. Called by the helper's resolver, which holds
 /// the GIL and never PyTorch's allocator lock; it takes only the call-site table's lock. The
 /// recorder's own frames (its Python shim) are left out.
 #[no_mangle]
@@ -762,27 +763,31 @@ pub extern "C" fn alloctrace_define_callsite(
     lines: *const u32,
     functions: *const *const c_char,
 ) {
-    if files.is_null() || lines.is_null() || functions.is_null() {
+    let _ = catch_unwind(|| define_callsite(id, n, files, lines, functions));
+}
+
+fn define_callsite(id: u32, n: u64, files: *const *const c_char, lines: *const u32, functions: *const *const c_char) {
+    if n == 0 || files.is_null() || lines.is_null() || functions.is_null() {
+        // Nothing to name it with: writers stop waiting for it.
+        sites().define(id, Vec::new());
         return;
     }
-    let _ = catch_unwind(|| {
-        let text = |p: *const c_char| {
-            if p.is_null() {
-                String::new()
-            } else {
-                // SAFETY: the caller passes NUL-terminated strings.
-                unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-            }
-        };
-        let frames = (0..n as usize)
-            .map(|k| {
-                // SAFETY: the caller passes `n` elements in each array.
-                let (file, line, function) = unsafe { (*files.add(k), *lines.add(k), *functions.add(k)) };
-                Frame { file: text(file), line, function: text(function) }
-            })
-            .collect();
-        sites().define(id, frames);
-    });
+    let text = |p: *const c_char| {
+        if p.is_null() {
+            String::new()
+        } else {
+            // SAFETY: the caller passes NUL-terminated strings.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    };
+    let frames = (0..n as usize)
+        .map(|k| {
+            // SAFETY: the caller passes `n` elements in each array.
+            let (file, line, function) = unsafe { (*files.add(k), *lines.add(k), *functions.add(k)) };
+            Frame { file: text(file), line, function: text(function) }
+        })
+        .collect();
+    sites().define(id, frames);
 }
 
 /// [`alloctrace_torch_event`] without PyTorch's time and pool (the first helper's entry).
@@ -817,15 +822,7 @@ fn torch_entry(
             st.live.insert(addr, (id, rounded));
             st.allocated = st.allocated.saturating_add(rounded);
             let pool = request_pool(size);
-            out.event(Event::Alloc {
-                id,
-                addr,
-                requested_bytes: size,
-                block_bytes: 0,
-                stream,
-                pool,
-                callsite,
-            });
+            out.event(Event::Alloc { id, addr, requested_bytes: size, block_bytes: 0, stream, pool, callsite });
         }
         FREE_REQUESTED => {
             if let Some(&(id, rounded)) = st.live.get(&addr) {

@@ -33,10 +33,8 @@ const MLP: &[(&str, u32, &str)] = &[
     ("model.py", 20, "forward"),
     ("train.py", 57, "main"),
 ];
-const BACKWARD: &[(&str, u32, &str)] = &[
-    ("/tmp/alloctrace-Xy/alloctrace_hook.py", 135, "backward"),
-    ("train.py", 58, "main"),
-];
+const BACKWARD: &[(&str, u32, &str)] =
+    &[("/tmp/alloctrace-Xy/alloctrace_hook.py", 135, "backward"), ("train.py", 58, "main")];
 
 #[test]
 fn child_sites() {

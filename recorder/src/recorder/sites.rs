@@ -50,17 +50,16 @@ impl SiteTable {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Defines call site `id` (innermost frame first). The recorder's own frames are left out;
-    /// a stack of nothing else defines nothing. A second definition of an id is ignored.
+    /// Defines call site `id` (innermost frame first). The recorder's own frames are left out.
+    /// A stack of nothing else (or none: a resolver that could not resolve `id` says so) names
+    /// no call site, and writers stop waiting for it. A second definition of an id is ignored.
     pub fn define(&self, id: u32, frames: Vec<Frame>) {
         if id == NO_CALLSITE {
             return;
         }
         let frames: Vec<Frame> = frames.into_iter().filter(|f| !is_recorder_frame(&f.file)).collect();
         let mut g = self.lock();
-        if !frames.is_empty() {
-            g.frames.entry(id).or_insert_with(|| Arc::new(frames));
-        }
+        g.frames.entry(id).or_insert_with(|| Arc::new(frames));
         drop(g);
         self.defined.notify_all();
     }
@@ -142,10 +141,12 @@ impl SiteGate {
         }
         let wait = if bit(&self.late, id) { Duration::ZERO } else { Self::WAIT };
         match self.table.frames(id, wait) {
-            Some(f) => {
+            Some(f) if !f.is_empty() => {
                 set_bit(&mut self.defined, id);
                 (Some(f), id)
             }
+            // Resolved to nothing of the program's.
+            Some(_) => (None, NO_CALLSITE),
             None => {
                 set_bit(&mut self.late, id);
                 self.unresolved += 1;
@@ -176,9 +177,14 @@ mod tests {
         );
         let f = t.frames(3, Duration::ZERO).unwrap();
         assert_eq!(f.iter().map(|f| f.line).collect::<Vec<_>>(), vec![625, 9]);
-        // A stack of the shim alone defines nothing; a second definition changes nothing.
+        // A stack of the shim alone names nothing; a second definition changes nothing.
         t.define(4, vec![frame("alloctrace_hook.py", 1, "f")]);
-        assert!(t.frames(4, Duration::ZERO).is_none());
+        assert!(t.frames(4, Duration::ZERO).unwrap().is_empty());
+        assert_eq!(SiteGate::new(Arc::new(SiteTable::new())).admit(0).1, NO_CALLSITE);
+        let mut gate = SiteGate::new(Arc::new(t));
+        assert_eq!(gate.admit(4), (None, NO_CALLSITE));
+        assert_eq!(gate.unresolved, 0);
+        let t = gate.table.clone();
         t.define(3, vec![frame("other.py", 1, "g")]);
         assert_eq!(t.frames(3, Duration::ZERO).unwrap().len(), 2);
     }
