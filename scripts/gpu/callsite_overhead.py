@@ -64,7 +64,6 @@ rounds([("native", lambda: history(False)), ("history", lambda: history(True))])
 history(False)
 
 t = time.time()
-hook._install_phase_hooks = lambda torch: None
 hook._start_pytorch(torch)  # as the shim does at CUDA start, with --stacks
 print(f"shim set up in {time.time() - t:.1f} s (helper build or load included); installed: {hook._installed}")
 helper = hook._sites.helper
