@@ -8,9 +8,14 @@ import torch pay nothing), then sets up the back-end ALLOCTRACE_ALLOCATOR names:
   CUDA starts (torch.cuda's lazy-init queue, so CUDA is never started early), a small helper
   built against this torch (cached) attaches a trace tracker that forwards every allocator event
   to the recorder library; where this PyTorch calls trackers only while its history recording
-  is on, that is turned on with a ring buffer of one entry. Without a compiler, with --stacks,
-  or when the helper cannot attach, PyTorch's history itself is kept and dumped at exit, at an OOM and on
-  SIGTERM for `alloctrace record` to convert (a kill -9 loses it).
+  is on, that is turned on with a ring buffer of one entry. With --stacks, history records
+  context (`context="alloc"`, Python stacks, a ring of one entry): PyTorch gathers each
+  allocation's stack before it takes its lock, the helper gives it an id under the lock, and a
+  background thread (`_Sites`) takes the GIL and resolves new stacks in batches; the trace
+  writer writes each call site before its first use, so a kill -9 loses only the last flush.
+  Without a compiler, or when the helper cannot attach, PyTorch's history itself is kept and
+  dumped at exit, at an OOM and on SIGTERM for `alloctrace record` to convert (a kill -9 loses
+  it).
 - `alloctrace`: alloctrace's engine runs the job through CUDAPluggableAllocator, with
   record_stream honoured; CUDA graph capture is refused with a clear message.
 
@@ -51,6 +56,7 @@ import sys
 _lib = None
 _installed = False
 _history = False
+_sites = None
 
 
 def _say(msg):
@@ -85,6 +91,8 @@ def mark_iteration(label):
 def shutdown():
     """Writes the last events and the trailer (also done at exit)."""
     if _installed:
+        if _sites is not None:
+            _sites.close()
         return _library().alloctrace_shutdown()
     return 2
 
@@ -441,19 +449,57 @@ def _reserved(torch):
         return None
 
 
+class _Sites:
+    """The call sites of --stacks: a background thread that takes the GIL and resolves the
+    stacks PyTorch gathered (the helper gave each an id under PyTorch's lock) in batches, and
+    hands their frames to the recorder. PyTorch's allocator lock is never held here, and the
+    helper never takes the GIL under it."""
+
+    def __init__(self, helper):
+        import threading
+
+        self.helper = helper
+        self.pid = os.getpid()
+        self.stopping = False
+        self.failed = False
+        self.thread = threading.Thread(target=self._run, name="alloctrace-callsites", daemon=True)
+        self.thread.start()
+
+    def _resolve(self):
+        try:
+            self.helper.resolve_sites()
+        except Exception as e:  # never break the program; those sites are recorded as none
+            if not self.failed:
+                self.failed = True
+                _say(f"could not resolve some call sites: {e}")
+
+    def _run(self):
+        while not self.stopping:
+            # Waits without the GIL; a batch builds up while this thread waits for it.
+            if self.helper.wait_sites(0.5) and not self.stopping:
+                self._resolve()
+
+    def close(self):
+        """Stops the thread and resolves what is left, in this thread (which holds the GIL),
+        before the recorder closes its traces. A forked child has no thread to stop."""
+        if os.getpid() != self.pid or self.stopping:
+            return
+        import threading
+
+        self.stopping = True
+        self.helper.stop_sites()
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout=5)
+        self._resolve()
+
+
 def _start_pytorch(torch):
-    global _installed
+    global _installed, _sites
     try:
         cap = _capacity_bytes()
         if cap and not _past.limits:
             _past.set(torch, torch.cuda.current_device(), cap, "--capacity")
-        if os.environ.get("ALLOCTRACE_STACKS") == "1":
-            # Not through the tracker: PyTorch calls trackers while it holds its allocator's lock,
-            # and reading Python frames there means taking the GIL, which another thread may hold
-            # while it waits for that lock to free a tensor (a deadlock). PyTorch gathers its own
-            # stacks before it takes the lock, so call sites come from its history.
-            _start_history(torch, "--stacks with PyTorch's allocator takes Python call sites from its history")
-            return
+        stacks = os.environ.get("ALLOCTRACE_STACKS") == "1"
         try:
             helper = _build_helper(torch)
         except Exception as e:
@@ -461,10 +507,20 @@ def _start_pytorch(torch):
             _start_history(torch, f"cannot build alloctrace's PyTorch helper ({first})")
             return
         lib = _library()
-        history = _trackers_need_history(torch, helper)
+        # --stacks: PyTorch gathers the stacks (before its lock) only while its history records
+        # context.
+        history = stacks or _trackers_need_history(torch, helper)
         helper.attach(ctypes.cast(lib.alloctrace_torch_event, ctypes.c_void_p).value)
+        if stacks:
+            helper.attach_sites(
+                ctypes.cast(lib.alloctrace_torch_event_at, ctypes.c_void_p).value,
+                ctypes.cast(lib.alloctrace_define_callsite, ctypes.c_void_p).value,
+            )
+            _sites = _Sites(helper)
         if history:
-            torch.cuda.memory._record_memory_history(max_entries=1, context=None, stacks="python")
+            torch.cuda.memory._record_memory_history(
+                max_entries=1, context="alloc" if stacks else None, stacks="python"
+            )
         _installed = True
         for dev, limit in _past.limits.items():
             lib.alloctrace_set_capacity(dev, limit)

@@ -14,6 +14,13 @@
 //!                              uint64_t ticks, uint64_t pool_a, uint64_t pool_b);
 //! void  alloctrace_torch_entry(int action, int device, uint64_t addr, uint64_t size, uint64_t stream);
 //!                                             // the same without time and pool (first helper)
+//! void  alloctrace_torch_event_at(int action, int device, uint64_t addr, uint64_t size, uint64_t stream,
+//!                                 uint64_t ticks, uint64_t pool_a, uint64_t pool_b, uint32_t callsite);
+//!                                             // with the allocation's call site (0: none), defined
+//!                                             // later by alloctrace_define_callsite
+//! void  alloctrace_define_callsite(uint32_t id, uint64_t n, const char* const* files,
+//!                                  const uint32_t* lines, const char* const* functions);
+//!                                             // n frames, innermost first (see recorder::sites)
 //! // Both:
 //! void  alloctrace_mark(const char* label);   // a phase
 //! void  alloctrace_mark_iteration(const char* label);
@@ -33,7 +40,7 @@
 //! | `ALLOCTRACE_CONF` | allocator settings, `PYTORCH_CUDA_ALLOC_CONF` syntax (default: what PyTorch reads from `PYTORCH_ALLOC_CONF` and `PYTORCH_CUDA_ALLOC_CONF`, see [`resolve_conf_env`]); settings that cannot be parsed are replaced by the defaults, with a warning; `per_process_memory_fraction` becomes the capacity |
 //! | `ALLOCTRACE_TORCH_VERSION` | the program's `torch.__version__`: kept in the header; the engine follows that release's allocator (default 2.11) |
 //! | `ALLOCTRACE_CAPACITY` | cap on reserved memory: bytes, or with a `KiB`/`MiB`/`GiB` suffix (0 or a bad value: ignored, with a warning). The engine back-end enforces it; the default back-end records it as the trace's capacity and PyTorch serves past it |
-//! | `ALLOCTRACE_STACKS=1` | record Python call sites (interned stacks) of each allocation (engine back-end) |
+//! | `ALLOCTRACE_STACKS=1` | record Python call sites (interned stacks) of each allocation (engine back-end; the default back-end's helper passes PyTorch's own stacks) |
 //! | `ALLOCTRACE_STATUS` | a folder: `alloctrace_shutdown` writes `status.<pid>.<device>` there, a `key=value` summary for the CLI (created new, never through a link) |
 //! | `ALLOCTRACE_DEVICE=sim` | use the simulated device (tests without a GPU; pointers are fake) |
 //! | `ALLOCTRACE_CLOCK=monotonic` | timestamps from `CLOCK_MONOTONIC`, not the time stamp counter |
@@ -56,14 +63,15 @@ use crate::device::{Device, SimDevice};
 use crate::engine::config::AllocatorConfig;
 use crate::engine::version::{resolve_conf_env, TorchVersion};
 use crate::recorder::lock::Lock;
+use crate::recorder::sites::SiteTable;
 use crate::recorder::{CallSite, Emit, RecordSummary, Recorder, RecorderOptions};
-use crate::trace::{Event, MarkKind, Placement, Pool, ReleaseCause, NO_CALLSITE};
+use crate::trace::{Event, Frame, MarkKind, Placement, Pool, ReleaseCause, NO_CALLSITE};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, Once, OnceLock};
+use std::sync::{Arc, Mutex, Once, OnceLock};
 
 /// The device behind the C ABI: CUDA, or simulated for tests.
 pub enum AnyDevice {
@@ -147,6 +155,13 @@ struct Global {
     /// ([`alloctrace_set_capacity`]); 0 = none. Reported in the status file, from which
     /// `alloctrace record` puts it in the header.
     late_capacity: AtomicU64,
+}
+
+/// The default back-end's call sites, resolved after their events by the helper's resolver
+/// ([`alloctrace_define_callsite`]); shared by the traces of every device.
+fn sites() -> &'static Arc<SiteTable> {
+    static SITES: OnceLock<Arc<SiteTable>> = OnceLock::new();
+    SITES.get_or_init(|| Arc::new(SiteTable::new()))
 }
 
 /// Capacities set through [`alloctrace_set_capacity`] before their device's recorder started.
@@ -275,6 +290,9 @@ fn start(device: c_int, backend: Backend) -> Option<Global> {
     opts.command_line = std::env::args().collect();
     opts.use_tsc = env("ALLOCTRACE_CLOCK").as_deref() != Some("monotonic");
     opts.placement = place;
+    if backend == Backend::Torch {
+        opts.sites = Some(sites().clone());
+    }
     opts.notes.push(match backend {
         Backend::Engine => format!("recorded through the C ABI (CUDAPluggableAllocator), device {device}"),
         Backend::Torch => format!(
@@ -702,13 +720,74 @@ pub extern "C" fn alloctrace_torch_event(
     pool_a: u64,
     pool_b: u64,
 ) {
+    alloctrace_torch_event_at(action, device, addr, size, stream, ticks, pool_a, pool_b, NO_CALLSITE);
+}
+
+/// [`alloctrace_torch_event`] with the allocation's call site: an id the helper gave PyTorch's
+/// stack of this allocation (the same stack, the same id; 0 = none), which
+/// [`alloctrace_define_callsite`] defines once resolved, outside PyTorch's lock. The trace
+/// writer writes each definition before the first event that uses it
+/// ([`crate::recorder::sites`]).
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn alloctrace_torch_event_at(
+    action: c_int,
+    device: c_int,
+    addr: u64,
+    size: u64,
+    stream: u64,
+    ticks: u64,
+    pool_a: u64,
+    pool_b: u64,
+    callsite: u32,
+) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let Some(g) = global(device, Backend::Torch) else { return };
         let ticks = (g.tsc && ticks != 0).then_some(ticks);
         g.rec.with_state(ticks, |st: &mut TorchState, out| {
-            torch_entry(st, out, action, addr, size, stream, [pool_a, pool_b]);
+            torch_entry(st, out, action, addr, size, stream, [pool_a, pool_b], callsite);
         });
     }));
+}
+
+/// Defines call site `id`: `n` frames, innermost first, each a file, a line and a function
+/// (NUL-terminated strings; null reads as empty). `n` = 0: `id` could not be resolved and
+/// names no call site. Called by the helper's resolver, which holds
+/// the GIL and never PyTorch's allocator lock; it takes only the call-site table's lock. The
+/// recorder's own frames (its Python shim) are left out.
+#[no_mangle]
+pub extern "C" fn alloctrace_define_callsite(
+    id: u32,
+    n: u64,
+    files: *const *const c_char,
+    lines: *const u32,
+    functions: *const *const c_char,
+) {
+    let _ = catch_unwind(|| define_callsite(id, n, files, lines, functions));
+}
+
+fn define_callsite(id: u32, n: u64, files: *const *const c_char, lines: *const u32, functions: *const *const c_char) {
+    if n == 0 || files.is_null() || lines.is_null() || functions.is_null() {
+        // Nothing to name it with: writers stop waiting for it.
+        sites().define(id, Vec::new());
+        return;
+    }
+    let text = |p: *const c_char| {
+        if p.is_null() {
+            String::new()
+        } else {
+            // SAFETY: the caller passes NUL-terminated strings.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    };
+    let frames = (0..n as usize)
+        .map(|k| {
+            // SAFETY: the caller passes `n` elements in each array.
+            let (file, line, function) = unsafe { (*files.add(k), *lines.add(k), *functions.add(k)) };
+            Frame { file: text(file), line, function: text(function) }
+        })
+        .collect();
+    sites().define(id, frames);
 }
 
 /// [`alloctrace_torch_event`] without PyTorch's time and pool (the first helper's entry).
@@ -717,6 +796,7 @@ pub extern "C" fn alloctrace_torch_entry(action: c_int, device: c_int, addr: u64
     alloctrace_torch_event(action, device, addr, size, stream, 0, 0, 0);
 }
 
+#[allow(clippy::too_many_arguments)]
 fn torch_entry(
     st: &mut TorchState,
     out: &mut Emit<'_>,
@@ -725,6 +805,7 @@ fn torch_entry(
     size: u64,
     stream: u64,
     pool_id: [u64; 2],
+    callsite: u32,
 ) {
     use torch_action::*;
     if !matches!(action, SEGMENT_FREE | SEGMENT_UNMAP) {
@@ -741,15 +822,7 @@ fn torch_entry(
             st.live.insert(addr, (id, rounded));
             st.allocated = st.allocated.saturating_add(rounded);
             let pool = request_pool(size);
-            out.event(Event::Alloc {
-                id,
-                addr,
-                requested_bytes: size,
-                block_bytes: 0,
-                stream,
-                pool,
-                callsite: NO_CALLSITE,
-            });
+            out.event(Event::Alloc { id, addr, requested_bytes: size, block_bytes: 0, stream, pool, callsite });
         }
         FREE_REQUESTED => {
             if let Some(&(id, rounded)) = st.live.get(&addr) {
@@ -878,6 +951,8 @@ pub extern "C" fn alloctrace_dropped() -> u64 {
 #[no_mangle]
 pub extern "C" fn alloctrace_shutdown() -> c_int {
     catch_unwind(|| {
+        // No call site comes after this: the writers stop waiting for them.
+        sites().close();
         let mut result = 2;
         for g in started() {
             if g.pid != std::process::id() {
@@ -936,7 +1011,7 @@ fn status_text(s: &RecordSummary, g: &Global) -> String {
     let p = placement(g.device);
     let opt = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or_default();
     format!(
-        "path={}\ndevice={}\nrank={}\nevents={}\nevents_written={}\nevents_dropped={}\ntrace_bytes={}\ncomplete={}\nerror={}\nfree_errors={}\ndevice_errors={}\nwaited_ns={}\nlate_capacity={}\n",
+        "path={}\ndevice={}\nrank={}\nevents={}\nevents_written={}\nevents_dropped={}\ntrace_bytes={}\ncomplete={}\nerror={}\nfree_errors={}\ndevice_errors={}\nwaited_ns={}\nlate_capacity={}\ncallsites_unresolved={}\n",
         s.path.display(),
         g.device,
         opt(p.rank),
@@ -949,7 +1024,8 @@ fn status_text(s: &RecordSummary, g: &Global) -> String {
         s.free_errors,
         device_errors,
         s.waited_ns,
-        g.late_capacity.load(Ordering::Relaxed)
+        g.late_capacity.load(Ordering::Relaxed),
+        w.callsites_unresolved
     )
 }
 

@@ -29,6 +29,7 @@ mod clock;
 pub(crate) mod lock;
 pub mod replay;
 pub mod shim;
+pub mod sites;
 mod writer;
 
 pub use clock::ClockSource;
@@ -81,6 +82,9 @@ pub struct RecorderOptions {
     /// The PyTorch release of the traced program (`torch.__version__`), when known: the header
     /// keeps it and the engine follows that release's allocator.
     pub torch_version: Option<crate::engine::version::TorchVersion>,
+    /// Call sites resolved after their events (the default back-end's Python stacks): the
+    /// writer writes each one's definition before its first use ([`sites`]).
+    pub sites: Option<Arc<sites::SiteTable>>,
 }
 
 impl RecorderOptions {
@@ -100,6 +104,7 @@ impl RecorderOptions {
             use_tsc: true,
             placement: crate::trace::Placement::default(),
             torch_version: None,
+            sites: None,
         }
     }
 }
@@ -187,6 +192,8 @@ pub(crate) struct Shared {
     /// The trace writer's count of events whose chunk never reached the file (set once the
     /// file is open).
     pub lost: std::sync::OnceLock<Arc<AtomicU64>>,
+    /// Records the writer added (call-site definitions written before their first use).
+    pub added: AtomicU64,
 }
 
 /// How long an allocating thread yields to a starved writer before dropping a batch (default).
@@ -346,6 +353,7 @@ impl<D: Device + Send + 'static> Recorder<D> {
             waited_ns: AtomicU64::new(0),
             clock,
             lost: std::sync::OnceLock::new(),
+            added: AtomicU64::new(0),
         });
         let (tx, rx) = mpsc::sync_channel(opts.queue_batches.max(1));
         let (spare_tx, spare_rx) = mpsc::sync_channel(opts.queue_batches.max(1));
@@ -375,6 +383,7 @@ impl<D: Device + Send + 'static> Recorder<D> {
             spare: spare_tx,
             shared: shared.clone(),
             flush_interval: opts.flush_interval,
+            sites: opts.sites.clone(),
             pull: Box::new(move |rx: &Receiver<Msg>| match pull_from.upgrade() {
                 // `try_lock`: a thread that holds the lock may be waiting for room in the queue
                 // (soft backpressure); then only drain the queue, which frees that room. The
@@ -658,6 +667,7 @@ impl<D: Device + Send + 'static> Recorder<D> {
             None => WriterOutcome { error: Some("already finished".into()), ..Default::default() },
         };
         let mut writer = writer;
+        let produced = produced + self.shared.added.load(Ordering::Relaxed);
         if writer.error.is_some() && handle_was_running {
             writer.count_what_the_file_holds(&self.path, produced);
         }

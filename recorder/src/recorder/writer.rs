@@ -8,8 +8,9 @@
 
 use super::batch::{Batch, Decoded};
 use super::clock::TickConverter;
+use super::sites::{SiteGate, SiteTable};
 use super::Shared;
-use crate::trace::{Event, Header, Record, TraceWriter};
+use crate::trace::{Event, Header, HotEvent, Record, TraceWriter};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::PathBuf;
@@ -37,6 +38,9 @@ pub struct WriterOutcome {
     pub error: Option<String>,
     /// True when the trailer was written (the trace is complete).
     pub complete: bool,
+    /// Events written with no call site because their call site's definition did not come in
+    /// time (call sites resolved after their events; see `sites.rs`).
+    pub callsites_unresolved: u64,
 }
 
 impl WriterOutcome {
@@ -75,6 +79,9 @@ pub(crate) struct Writer {
     /// meanwhile), takes the partly filled batch. Writing the drained messages first, then the
     /// partial batch, keeps the trace in the order the events happened.
     pub pull: Pull,
+    /// Call sites resolved after their events ([`super::sites`]): each is written before its
+    /// first use in this trace.
+    pub sites: Option<Arc<SiteTable>>,
 }
 
 struct State {
@@ -89,6 +96,7 @@ struct State {
     bytes: u64,
     /// Events counted in `written` whose chunk never reached the file (the trace writer counts).
     lost: Option<Arc<AtomicU64>>,
+    gate: Option<SiteGate>,
 }
 
 impl State {
@@ -113,6 +121,7 @@ impl Writer {
             dirty: false,
             bytes: 0,
             lost: None,
+            gate: self.sites.clone().map(SiteGate::new),
         };
         match TraceWriter::create(&self.path, &self.header) {
             Ok(mut w) => {
@@ -186,6 +195,7 @@ impl Writer {
             trace_bytes: st.bytes,
             error: st.error,
             complete,
+            callsites_unresolved: st.gate.as_ref().map_or(0, |g| g.unresolved),
         }
     }
 
@@ -196,14 +206,30 @@ impl Writer {
         match st.out.as_mut() {
             Some(w) => {
                 st.ticks.calibrate();
-                let (ticks, n) = (&mut st.ticks, v.len() as u64);
-                let (mut written, mut failed) = (0u64, None);
+                let (ticks, n, gate) = (&mut st.ticks, v.len() as u64, &mut st.gate);
+                let (mut written, mut failed, mut defined) = (0u64, None, 0u64);
                 v.decode(
                     |t| ticks.convert(t),
                     |time_ns, e| {
                         if failed.is_none() {
                             let r = match e {
-                                Decoded::Hot(h) => w.write_hot(time_ns, h),
+                                Decoded::Hot(mut h) => {
+                                    // A call site resolved after the event: its definition
+                                    // first, at the event's time.
+                                    if let (Some(g), Some(site)) = (gate.as_mut(), hot_site(&mut h)) {
+                                        let (def, id) = g.admit(*site);
+                                        *site = id;
+                                        if let Some(frames) = def {
+                                            let event = Event::CallSite { id, frames: frames.to_vec() };
+                                            if let Err(e) = w.write_owned(Record { time_ns, event }) {
+                                                failed = Some(e);
+                                                return;
+                                            }
+                                            defined += 1;
+                                        }
+                                    }
+                                    w.write_hot(time_ns, h)
+                                }
                                 Decoded::Other(event) => w.write_owned(Record { time_ns, event }),
                             };
                             // A failing record is already in the chunk that failed, and counted
@@ -215,7 +241,10 @@ impl Writer {
                         }
                     },
                 );
-                st.written += written;
+                // Definitions the writer added are records of the trace too: counted as made,
+                // so that written and dropped still add up to every event.
+                self.shared.added.fetch_add(defined, Ordering::Relaxed);
+                st.written += written + defined;
                 if let Some(e) = failed {
                     self.shared.dropped.fetch_add(n - written, Ordering::Relaxed);
                     st.fail(e);
@@ -260,5 +289,13 @@ impl Writer {
             }
         }
         st.dirty = false;
+    }
+}
+
+/// The call site an event names, where it names one.
+fn hot_site(h: &mut HotEvent) -> Option<&mut u32> {
+    match h {
+        HotEvent::Alloc { callsite, .. } | HotEvent::FreeRequested { callsite, .. } => Some(callsite),
+        _ => None,
     }
 }

@@ -84,7 +84,11 @@
 //! ## Units and conventions
 //! Sizes are bytes, times nanoseconds since [`Header::clock_origin_unix_ns`], streams the CUDA
 //! stream handle as an integer. Call sites ([`Event::CallSite`]) are defined once, before their
-//! first use, and referenced by id; id 0 means none.
+//! first use, and referenced by id; id 0 means none. Ids need not be defined in increasing
+//! order, nor every id used: a recorder that learns a call site's frames after the event that
+//! uses it (the default back-end's stacks, resolved off PyTorch's allocator lock) writes the
+//! definition just before the first event that uses it, at that event's time, in the same
+//! chunk.
 //!
 //! ## Compatibility
 //! Header fields are appended after `notes`, each written only when it (or a later one) is
