@@ -1,4 +1,5 @@
-//! One module per subcommand. Each takes a plain options struct (the library never sees clap)
+//! One module per subcommand. Each takes a plain options struct (the library never sees clap;
+//! the binary's `cli/` turns each command's arguments into it)
 //! and writes its output to the given writer; it returns the process exit code.
 
 pub mod diff;

@@ -1,0 +1,99 @@
+//! `alloctrace plot`: its arguments, handed to the library's command.
+
+use analyzer::cmd;
+use anyhow::Result;
+use clap::{Args as ClapArgs, ValueEnum};
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Draw a picture of a trace as SVG: memory over time, the segment map, policies, fragmentation.
+#[derive(ClapArgs)]
+#[command(
+    long_about = "Draw one picture of the trace as a deterministic SVG (same trace, same bytes).\n\n\
+timeline: allocated, reserved, active and requested bytes over time, replayed under the recorded \
+settings, with the peak, OOMs, marks (phases, iterations, annotations) and the capacity limit. \
+Reserved is what the device gave the allocator; allocated is what tensors hold; the gap between \
+them is cached memory. With --stacked: live requested bytes by call site (the top 8, the rest as \
+\"other\").\n\n\
+segments: the segment map at a moment (--at peak, oom, end or an event index): one row per \
+segment, allocated blocks in blue, free ones in grey, the largest free block in orange, and at \
+an OOM the failed request in red to the same scale: \"out of memory although memory is free\" \
+means no free block is as large as the red bar.\n\n\
+whatif: reserved bytes over time under each policy of `alloctrace whatif`, against the live \
+requested bytes (no allocator needs less).\n\n\
+frag: two fragmentation measures over time: 1 - allocated / reserved (cached memory no tensor \
+uses) and 1 - largest free block / total free (how broken up the free memory is).\n\n\
+Long traces are folded into one column per pixel keeping each column's minimum and maximum, \
+so the true peak always shows.",
+    after_help = "Examples:\n  alloctrace plot traces/gpt2_train.default.atrace --kind timeline -o gpt2.svg\n  \
+alloctrace plot traces/gpt2_train.default.atrace --kind timeline --stacked -o gpt2-sites.svg\n  \
+alloctrace plot traces/frag_oom.default.atrace --kind segments --at oom -o oom.svg"
+)]
+pub struct Args {
+    pub trace: PathBuf,
+    #[arg(long, value_enum, default_value = "timeline")]
+    pub kind: PlotKind,
+    /// Where to write the SVG.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// The moment of a segment map: peak (reserved), oom, end, or an event index.
+    #[arg(long, default_value = "peak", value_parser = parse_plot_at)]
+    pub at: analyzer::plot::At,
+    /// Timeline: live bytes by call site, stacked.
+    #[arg(long)]
+    pub stacked: bool,
+    /// What the x axis counts.
+    #[arg(long, value_enum, default_value = "time")]
+    pub x: PlotX,
+    #[command(flatten)]
+    pub json: super::args::Json,
+}
+
+impl Args {
+    pub fn run(self, out: &mut dyn Write) -> Result<i32> {
+        cmd::plot::run(
+            &cmd::plot::PlotCmdOptions {
+                trace: self.trace,
+                kind: match self.kind {
+                    PlotKind::Timeline => analyzer::plot::Kind::Timeline,
+                    PlotKind::Segments => analyzer::plot::Kind::Segments,
+                    PlotKind::Whatif => analyzer::plot::Kind::Whatif,
+                    PlotKind::Frag => analyzer::plot::Kind::Frag,
+                },
+                output: self.output,
+                at: self.at,
+                stacked: self.stacked,
+                x: match self.x {
+                    PlotX::Time => analyzer::plot::XAxis::Time,
+                    PlotX::Event => analyzer::plot::XAxis::Event,
+                },
+                json: self.json.json,
+            },
+            out,
+        )
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum PlotKind {
+    /// Memory over time.
+    Timeline,
+    /// The segment map at a moment.
+    Segments,
+    /// Reserved bytes per what-if policy over time.
+    Whatif,
+    /// Fragmentation measures over time.
+    Frag,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum PlotX {
+    /// Time since the trace's start.
+    Time,
+    /// Event index.
+    Event,
+}
+
+fn parse_plot_at(s: &str) -> Result<analyzer::plot::At, String> {
+    s.parse()
+}
