@@ -392,7 +392,7 @@ pub fn report_blocks(rep: &RanksReport) -> Vec<Block> {
         .map(|r| {
             vec![
                 r.rank.to_string(),
-                format!("`{}`", r.trace),
+                crate::escape::report_code(&r.trace),
                 format!(
                     "{} at event {} ({})",
                     fmt_bytes(r.peak_reserved.bytes),
@@ -444,7 +444,7 @@ pub fn report_blocks(rep: &RanksReport) -> Vec<Block> {
             .differing_sites
             .iter()
             .map(|s| {
-                let mut row = vec![format!("`{}`", s.site)];
+                let mut row = vec![crate::escape::report_code(&s.site)];
                 row.extend(s.bytes.iter().map(|b| fmt_bytes(*b)));
                 row.push(fmt_bytes(s.spread_bytes));
                 row
