@@ -486,3 +486,180 @@ fn noncharacters_and_invisible_characters_are_shown_escaped() {
     let (o, _) = run(&["summary", path(&f)]);
     assert!(!text(&o.stdout).contains(['\u{fffe}', '\u{ffff}', '\u{200e}', '\u{feff}']), "{}", text(&o.stdout));
 }
+
+/// Every string a trace holds: header texts, call-site files and functions, marks.
+fn trace_strings(p: &Path) -> Vec<String> {
+    use recorder::trace::{Event, TraceReader};
+    let Ok(mut r) = TraceReader::open(p) else { return Vec::new() };
+    let h = r.header().clone();
+    let mut out = vec![h.device_name, h.alloc_conf, h.torch_version];
+    out.extend(h.command_line);
+    out.extend(h.notes);
+    let mut records = Vec::new();
+    while r.next_chunk(&mut records) {
+        for rec in &records {
+            match &rec.event {
+                Event::CallSite { frames, .. } => {
+                    out.extend(frames.iter().flat_map(|f| [f.file.clone(), f.function.clone()]))
+                }
+                Event::Mark { text, .. } => out.push(text.clone()),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// The words of `strings` (runs of letters and digits, 4 or more) that the report of a benign
+/// trace does not use: what only the trace can have put into a report.
+fn trace_words(strings: &[String]) -> std::collections::BTreeSet<String> {
+    let benign =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../reports/frag_oom.default/report.md"))
+            .unwrap();
+    let ours: std::collections::BTreeSet<&str> = benign.split(|c: char| !c.is_alphanumeric()).collect();
+    strings
+        .iter()
+        .flat_map(|s| s.split(|c: char| !c.is_alphanumeric()))
+        .filter(|w| w.len() >= 4 && !ours.contains(w))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The text of `node` outside code spans, as a renderer shows it.
+fn rendered_text<'a>(node: &'a comrak::nodes::AstNode<'a>) -> String {
+    use comrak::nodes::NodeValue;
+    node.descendants()
+        .filter_map(|n| match &n.data.borrow().value {
+            NodeValue::Text(t) => Some(t.to_string()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `report.md` rendered as GitHub renders it (CommonMark with the GFM extensions autolink,
+/// strikethrough, table and tagfilter): no link but the report's own pictures, no raw HTML,
+/// no setext heading or rule, no mention, and no word of the trace's in a heading, bold,
+/// emphasis or strikethrough; in `report.html`, no link and no word of the trace's in bold or
+/// emphasis. Returns the number of nodes checked.
+fn assert_trace_text_is_text(dir: &Path, words: &std::collections::BTreeSet<String>, what: &str) -> usize {
+    use comrak::nodes::NodeValue;
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let arena = comrak::Arena::new();
+    let mut options = comrak::Options::default();
+    options.extension.autolink = true;
+    options.extension.strikethrough = true;
+    options.extension.table = true;
+    options.extension.tagfilter = true;
+    let root = comrak::parse_document(&arena, &md, &options);
+    let own_file = |url: &str, ext: &str| {
+        url.strip_suffix(ext).is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+    };
+    let has_trace_word =
+        |text: &str| words.iter().find(|w| text.split(|c: char| !c.is_alphanumeric()).any(|t| t == *w));
+    let mut checked = 0;
+    for node in root.descendants() {
+        checked += 1;
+        let value = node.data.borrow().value.clone();
+        match value {
+            NodeValue::Link(l) => assert!(own_file(&l.url, ".svg"), "{what}: a link to {:?} in report.md", l.url),
+            NodeValue::Image(l) => assert!(own_file(&l.url, ".png"), "{what}: an image {:?} in report.md", l.url),
+            NodeValue::HtmlInline(h) => panic!("{what}: raw HTML {h:?} in report.md"),
+            NodeValue::HtmlBlock(h) => panic!("{what}: an HTML block {:?} in report.md", h.literal),
+            NodeValue::ThematicBreak => panic!("{what}: a rule in report.md"),
+            NodeValue::Heading(h) => {
+                assert!(!h.setext, "{what}: a setext heading {:?} in report.md", rendered_text(node));
+                if let Some(w) = has_trace_word(&rendered_text(node)) {
+                    panic!("{what}: the trace's `{w}` in a heading: {:?}", rendered_text(node));
+                }
+            }
+            NodeValue::Strong | NodeValue::Emph | NodeValue::Strikethrough => {
+                if let Some(w) = has_trace_word(&rendered_text(node)) {
+                    panic!("{what}: the trace's `{w}` in {:?}: {:?}", value, rendered_text(node));
+                }
+            }
+            NodeValue::Text(t) => {
+                let mention = t.match_indices('@').any(|(i, _)| t[i + 1..].starts_with(|c: char| c.is_alphanumeric()));
+                assert!(!mention, "{what}: a mention outside code in report.md: {t:?}");
+            }
+            _ => {}
+        }
+    }
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(!html.contains("<a "), "{what}: a link in report.html");
+    for tag in ["strong", "em"] {
+        for part in html.split(&format!("<{tag}>")).skip(1) {
+            let inner = part.split(&format!("</{tag}>")).next().unwrap();
+            // Code inside bold is literal: only the text around it counts.
+            let text: String = inner.split("<code>").map(|p| p.split_once("</code>").map_or(p, |x| x.1)).collect();
+            if let Some(w) = has_trace_word(&text) {
+                panic!("{what}: the trace's `{w}` in <{tag}> in report.html: {inner:?}");
+            }
+        }
+    }
+    checked
+}
+
+#[test]
+fn trace_text_is_text_under_a_gfm_renderer() {
+    // Was: `**` right after a backtick that closed the report's own code span around a trace
+    // string became bold (and `*` emphasis) in report.md and report.html; a trace's own `**`
+    // in a note or a call-site function did too.
+    use recorder::trace::{Event, Frame, Header, MarkKind, Pool, Record, Source, TraceWriter};
+    let payload = "f` **BOLD-PAYLOAD** *EM-PAYLOAD* ~~STRIKE-PAYLOAD~~ `g <b>HTML-PAYLOAD</b> @MENTIONPAYLOAD \
+                   https://LINKPAYLOAD.example www.WWWPAYLOAD.example";
+    let all = tmp("payload-everywhere.atrace");
+    let mut h = Header::new(Source::Recorded);
+    h.capacity_bytes = 1 << 30;
+    h.device_name = payload.replace("PAYLOAD", "DEVICE");
+    h.command_line = vec!["python".into(), payload.replace("PAYLOAD", "COMMAND")];
+    h.notes = vec![payload.replace("PAYLOAD", "NOTE"), "**BOLDNOTE**".into(), "----------".into()];
+    let mut w = TraceWriter::create(&all, &h).unwrap();
+    let frame =
+        Frame { file: payload.replace("PAYLOAD", "FILE"), line: 7, function: payload.replace("PAYLOAD", "FUNC") };
+    let mut events = vec![Event::CallSite { id: 1, frames: vec![frame] }];
+    for i in 0..40u64 {
+        events.push(Event::Mark { kind: MarkKind::Iteration, text: payload.replace("PAYLOAD", "MARK") });
+        events.push(Event::Alloc {
+            id: i + 1,
+            addr: 0x1000_0000 + i * (1 << 20),
+            requested_bytes: 1 << 20,
+            block_bytes: 0,
+            stream: 0,
+            pool: Pool::Large,
+            callsite: 1,
+        });
+    }
+    for (i, event) in events.into_iter().enumerate() {
+        w.write_owned(Record { time_ns: i as u64, event }).unwrap();
+    }
+    w.finish().unwrap();
+    let mut inputs: Vec<PathBuf> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hostile"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "atrace"))
+            .collect();
+    inputs.sort();
+    inputs.push(all);
+    let mut reports = 0;
+    for f in &inputs {
+        let name = f.file_name().unwrap().to_str().unwrap();
+        let words = trace_words(&trace_strings(f));
+        if words.is_empty() {
+            // Nothing of the trace's own could be live (the streams, live and time inputs).
+            println!("{name}: no text of its own");
+            continue;
+        }
+        let dir = tmp(&format!("gfm-{name}"));
+        let (o, _) = run(&["report", path(f), "-o", path(&dir), "--force"]);
+        if o.status.code() != Some(0) {
+            println!("{name}: report exits {:?}: {}", o.status.code(), text(&o.stderr).trim());
+            continue;
+        }
+        let checked = assert_trace_text_is_text(&dir, &words, name);
+        println!("{name}: {checked} nodes of report.md checked against {} words of the trace", words.len());
+        reports += 1;
+    }
+    assert!(reports >= 6, "only {reports} reports were checked");
+}
