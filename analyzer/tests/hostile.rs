@@ -95,17 +95,31 @@ fn large_segment_size_zero_in_a_header_is_refused_not_a_panic() {
 }
 
 /// The text of a Markdown line outside its code spans (whose content is literal): what a
-/// Markdown renderer interprets. Backslash-escaped characters are dropped with their backslash.
+/// Markdown renderer interprets. A run of N backticks opens a span that the next run of exactly
+/// N closes (CommonMark). Backslash-escaped characters are dropped with their backslash.
 fn markdown_outside_code(line: &str) -> String {
-    let (mut out, mut in_code, mut chars) = (String::new(), false, line.chars());
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' if !in_code => {
-                chars.next();
+    let chars: Vec<char> = line.chars().collect();
+    let run_at = |i: usize| chars[i..].iter().take_while(|&&c| c == '`').count();
+    let (mut out, mut i) = (String::new(), 0);
+    while i < chars.len() {
+        match chars[i] {
+            '\\' => i += 2,
+            '`' => {
+                let n = run_at(i);
+                let mut j = i + n;
+                let close = loop {
+                    match chars[j.min(chars.len())..].iter().position(|&c| c == '`') {
+                        None => break None,
+                        Some(k) if run_at(j + k) == n => break Some(j + k),
+                        Some(k) => j += k + run_at(j + k),
+                    }
+                };
+                i = close.map_or(i + n, |c| c + n);
             }
-            '`' => in_code = !in_code,
-            c if !in_code => out.push(c),
-            _ => {}
+            c => {
+                out.push(c);
+                i += 1;
+            }
         }
     }
     out
