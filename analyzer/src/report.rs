@@ -1320,28 +1320,31 @@ through the cuDNN workspaces that fail; none is proven to fit):"
     /// [`Report::write`], with `report.md`'s pictures as files or inline. The PNGs are written
     /// either way.
     pub fn write_with(&self, dir: &Path, inputs: &[&Path], links: PictureLinks) -> Result<Vec<std::path::PathBuf>> {
+        let (md, html, json) = (self.markdown_with(links), self.html(), self.json()?);
+        let mut bodies: Vec<(&str, &[u8])> =
+            vec![("report.md", md.as_bytes()), ("report.html", html.as_bytes()), ("summary.json", json.as_bytes())];
+        for p in &self.pictures {
+            bodies.push((&p.file, p.svg.as_bytes()));
+            bodies.push((&p.png_file, &p.png));
+        }
+        // Whatever the trace holds, a report writes a bounded amount (see the README): all of it
+        // or, where one file would pass the bound, none of it.
+        if let Some((name, body)) = bodies.iter().find(|(_, b)| b.len() > MAX_REPORT_FILE_BYTES) {
+            return Err(crate::output::TooLarge(format!(
+                "{} would be {} bytes, more than the {MAX_REPORT_FILE_BYTES} a report file may hold; no file of \
+                 the report was written",
+                dir.join(name).display(),
+                body.len()
+            ))
+            .into());
+        }
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let mut files = Vec::new();
-        let mut put = |name: &str, body: &[u8]| -> Result<()> {
+        for (name, body) in bodies {
             let p = dir.join(name);
-            // Whatever the trace holds, a report writes a bounded amount (see the README).
-            anyhow::ensure!(
-                body.len() <= MAX_REPORT_FILE_BYTES,
-                "{} would be {} bytes, more than the {MAX_REPORT_FILE_BYTES} a report file may hold; nothing more was written",
-                p.display(),
-                body.len()
-            );
             crate::output::refuse_input(&p, inputs)?;
             crate::output::write_file(&p, body)?;
             files.push(p);
-            Ok(())
-        };
-        put("report.md", self.markdown_with(links).as_bytes())?;
-        put("report.html", self.html().as_bytes())?;
-        put("summary.json", self.json()?.as_bytes())?;
-        for p in &self.pictures {
-            put(&p.file, p.svg.as_bytes())?;
-            put(&p.png_file, &p.png)?;
         }
         Ok(files)
     }

@@ -290,6 +290,32 @@ fn reports_stay_within_their_output_bound() {
     }
 }
 
+#[test]
+fn outputs_past_their_bound_are_refused_with_exit_3() {
+    // 6.5 M events in 12 KB: its memory_viz export would pass 256 MiB (it wrote 282 MB), and
+    // then exited 2 like a bad input. Now exit 3, the reason, and no file.
+    let out = tmp("time100.pickle");
+    let f = fixture("time100.atrace");
+    expect(
+        &["export", path(&f), "--format", "memory-viz", "-o", path(&out)],
+        3,
+        "the export would pass 268435456 bytes, the most an export writes; nothing was written",
+        240,
+    );
+    assert!(!out.exists(), "no export is left");
+    // 655,360 live allocations: report.html would pass 16 MiB. Once report.md was written
+    // before the refusal; now no file of the report is.
+    let dir = tmp("live10-report");
+    expect(
+        &["report", path(&fixture("live10.atrace")), "-o", path(&dir)],
+        3,
+        "report.html would be 56591827 bytes, more than the 16777216 a report file may hold; no file of the report \
+         was written",
+        240,
+    );
+    assert!(!dir.exists(), "no file of the report is left");
+}
+
 /// Writes a trace of `events` (times 0, 1, 2, ...) with a 1 GiB limit.
 fn write_trace(name: &str, events: Vec<recorder::trace::Event>) -> PathBuf {
     use recorder::trace::{Header, Record, Source, TraceWriter};
