@@ -288,7 +288,11 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
             device_frees,
             iterations: anchor_events.len(),
             iterations_from,
-            categories_at_peak: crate::category::analyze(trace)?.map(|c| c.at_peak),
+            // As `summary` and `report` do: categories keep every allocation of the trace.
+            categories_at_peak: match crate::category::by_default(trace) {
+                true => crate::category::analyze(trace)?.map(|c| c.at_peak),
+                false => None,
+            },
         },
         sites_at_peak,
         timeline,
