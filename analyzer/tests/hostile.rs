@@ -703,3 +703,247 @@ fn trace_text_is_text_under_a_gfm_renderer() {
     }
     assert!(reports >= 6, "only {reports} reports were checked");
 }
+
+/// What one command cost: exit code (`None`: killed by a signal), peak resident memory in bytes,
+/// wall time, and the last line it wrote on stderr.
+struct Cost {
+    code: Option<i32>,
+    peak_rss: u64,
+    took: Duration,
+    stderr: String,
+}
+
+/// Runs `bin` with `args`, its output discarded, and measures it with `wait4`; killed past
+/// `limit` (then `code` is `None`).
+fn measure(bin: &Path, args: &[String], limit: Duration) -> Cost {
+    let err = tmp(&format!("stderr-{}", args.len()));
+    let start = Instant::now();
+    let child = Command::new(bin)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("run alloctrace");
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: `rusage` is plain data that `wait4` fills in; `pid` is our own child, reaped here
+    // (std's `Child` is dropped without waiting).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        assert!(r >= 0, "wait4: {}", std::io::Error::last_os_error());
+        if r == pid {
+            break;
+        }
+        if start.elapsed() > limit {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = start.elapsed();
+    drop(child);
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    let stderr = std::fs::read_to_string(&err).unwrap_or_default();
+    Cost { code, peak_rss: usage.ru_maxrss as u64 * 1024, took, stderr: stderr.lines().last().unwrap_or("").into() }
+}
+
+/// `f` ten times larger: its records ten times over (later copies shifted in time, with fresh
+/// allocation ids, and on fresh streams where the original left the default stream; call sites
+/// are defined once), or, where its first chunk is already damaged, its chunks ten times over
+/// (the reader stops at the first damage whatever follows). Streamed a chunk at a time: the
+/// memory of this process is the floor of every figure `wait4` gives for its children.
+fn ten_times(f: &Path, out: &Path) {
+    use recorder::trace::{Event, Record, TraceReader, TraceWriter};
+    let (mut span, mut ids, mut streams, mut any) = (0u64, 0u64, 0u64, false);
+    let mut chunk = Vec::new();
+    let mut r = TraceReader::open(f).unwrap();
+    let header = r.header().clone();
+    let body_at = r.offset() as usize;
+    while r.next_chunk(&mut chunk) {
+        for r in &chunk {
+            any = true;
+            span = span.max(r.time_ns.saturating_add(1));
+            match r.event {
+                Event::Alloc { id, stream, .. } => (ids, streams) = (ids.max(id), streams.max(stream)),
+                Event::FreeRequested { id, .. } | Event::FreeCompleted { id, .. } => ids = ids.max(id),
+                _ => {}
+            }
+        }
+    }
+    if !any {
+        let bytes = std::fs::read(f).unwrap();
+        let mut big = bytes[..body_at].to_vec();
+        for _ in 0..10 {
+            big.extend_from_slice(&bytes[body_at..]);
+        }
+        std::fs::write(out, big).unwrap();
+        return;
+    }
+    let mut w = TraceWriter::create(out, &header).unwrap();
+    for k in 0..10u64 {
+        let mut r = TraceReader::open(f).unwrap();
+        while r.next_chunk(&mut chunk) {
+            for r in chunk.drain(..) {
+                let mut event = r.event;
+                match &mut event {
+                    Event::CallSite { .. } if k > 0 => continue,
+                    Event::Alloc { id, stream, .. } => {
+                        *id = id.wrapping_add(k.wrapping_mul(ids));
+                        if *stream != 0 {
+                            *stream = stream.wrapping_add(k.wrapping_mul(streams));
+                        }
+                    }
+                    Event::FreeRequested { id, .. } | Event::FreeCompleted { id, .. } => {
+                        *id = id.wrapping_add(k.wrapping_mul(ids))
+                    }
+                    Event::SegmentAlloc { stream, .. }
+                    | Event::SegmentFree { stream, .. }
+                    | Event::SegmentMap { stream, .. }
+                    | Event::SegmentUnmap { stream, .. }
+                    | Event::Oom { stream, .. }
+                        if *stream != 0 =>
+                    {
+                        *stream = stream.wrapping_add(k.wrapping_mul(streams))
+                    }
+                    _ => {}
+                }
+                w.write_owned(Record { time_ns: r.time_ns.saturating_add(k.saturating_mul(span)), event }).unwrap();
+            }
+        }
+    }
+    w.finish().unwrap();
+}
+
+/// This process's peak resident memory (`VmHWM`), in bytes.
+fn own_peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Every command over every input of the second hostile round and over its variant ten times
+/// larger, within 1.5 GB and with exit 0, 2 or 3. Prints the peak memory and the time of each
+/// run (times are the machine's, not asserted). Minutes even in a release build; run it with
+/// that binary (a path from the workspace's root, or absolute):
+///
+/// ```text
+/// cargo build --release -p alloctrace
+/// ALLOCTRACE_BIN=target/release/alloctrace \
+///     cargo test -p alloctrace --test hostile every_command -- --ignored --nocapture
+/// ```
+///
+/// `ALLOCTRACE_LIMIT_S=60` kills a run past 60 s (listed, not failed); `ALLOCTRACE_ONLY=live10`
+/// runs the inputs whose name holds `live10`.
+#[test]
+#[ignore = "minutes: run with ALLOCTRACE_BIN=target/release/alloctrace and --ignored"]
+fn every_command_over_ten_times_larger_inputs_within_1_5_gb() {
+    const BOUND: u64 = 1_500_000_000;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let bin =
+        std::env::var_os("ALLOCTRACE_BIN").map_or(PathBuf::from(env!("CARGO_BIN_EXE_alloctrace")), |b| root.join(b));
+    // A limit on each run (killed past it), to bound the harness's own time; none by default.
+    let limit = Duration::from_secs(std::env::var("ALLOCTRACE_LIMIT_S").map_or(u64::MAX >> 2, |s| s.parse().unwrap()));
+    let only = std::env::var("ALLOCTRACE_ONLY").ok();
+    let dir = tmp("ten-times");
+    std::fs::create_dir_all(&dir).unwrap();
+    let names = [
+        "streams1.atrace",
+        "streams8.atrace",
+        "mark32M_x10.atrace",
+        "longcs1M.atrace",
+        "live10.atrace",
+        "time100.atrace",
+        "cat_panic.atrace",
+        "inject.atrace",
+        "inject_dash.atrace",
+        "inject_url.atrace",
+        "xmlbad.atrace",
+        "cat_panic.pickle",
+        "pk_edges.pickle",
+    ];
+    let mut inputs = Vec::new();
+    for name in names {
+        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
+        let f = fixture(name);
+        inputs.push((name.to_string(), f.clone()));
+        // A snapshot is made ten times larger as the trace it imports to.
+        let trace = if name.ends_with(".pickle") {
+            let t = dir.join(format!("{name}.atrace"));
+            let (o, _) = run(&["import", "torch", path(&f), "-o", path(&t)]);
+            assert_eq!(o.status.code(), Some(0), "{name}: {}", text(&o.stderr));
+            t
+        } else {
+            f
+        };
+        let big = dir.join(format!("x10-{name}.atrace"));
+        ten_times(&trace, &big);
+        inputs.push((format!("x10 {name}"), big));
+    }
+    let (mut failures, mut unfinished) = (Vec::new(), Vec::new());
+    // A child started with vfork and exec inherits this process's peak as its own floor.
+    println!("this process's peak: {:.1} MB (the floor of every figure below)", own_peak_rss() as f64 / 1e6);
+    println!("{:<26} {:<20} {:>4} {:>9} {:>8}", "input", "command", "exit", "peak MB", "time s");
+    for (name, f) in &inputs {
+        let size = std::fs::metadata(f).unwrap().len();
+        println!("{name} ({size} bytes)");
+        let f = path(f).to_string();
+        let out = |n: &str| dir.join(n).to_str().unwrap().to_string();
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+        let mut commands: Vec<(&str, Vec<String>)> = vec![
+            ("summary", s(&["summary", &f])),
+            ("dump", s(&["dump", &f])),
+            ("replay", s(&["replay", &f])),
+            ("whatif", s(&["whatif", &f])),
+            ("explain", s(&["explain", &f])),
+            ("frag", s(&["frag", &f])),
+            ("leaks", s(&["leaks", &f])),
+            ("plot", s(&["plot", &f, "-o", &out("plot.svg")])),
+            ("report", s(&["report", &f, "-o", &out("report"), "--force"])),
+            ("export perfetto", s(&["export", &f, "--format", "perfetto", "-o", &out("export.json")])),
+            ("export memory-viz", s(&["export", &f, "--format", "memory-viz", "-o", &out("export.pickle")])),
+            ("diff", s(&["diff", &f, &f])),
+            ("ranks", s(&["ranks", &f, &f])),
+        ];
+        if f.ends_with(".pickle") {
+            commands.push(("import", s(&["import", "torch", &f, "-o", &out("import.atrace")])));
+        }
+        for (what, args) in commands {
+            for p in ["export.json", "export.pickle", "plot.svg", "import.atrace"] {
+                let _ = std::fs::remove_file(dir.join(p));
+            }
+            let c = measure(&bin, &args, limit);
+            let code = c.code.map_or("kill".into(), |c| c.to_string());
+            println!(
+                "{:<26} {:<20} {:>4} {:>9.1} {:>8.2}  {}",
+                "",
+                what,
+                code,
+                c.peak_rss as f64 / 1e6,
+                c.took.as_secs_f64(),
+                if c.code == Some(0) { "" } else { c.stderr.as_str() }
+            );
+            if c.code.is_none() && c.took >= limit {
+                // Past the harness's own limit: a time, which is printed, not asserted.
+                unfinished.push(format!(
+                    "{name} {what}: over {} s, {} MB then",
+                    limit.as_secs(),
+                    c.peak_rss / 1_000_000
+                ));
+            } else if !matches!(c.code, Some(0 | 2 | 3)) {
+                failures.push(format!("{name} {what}: exit {code}"));
+            }
+            if c.peak_rss > BOUND {
+                failures.push(format!("{name} {what}: {} MB", c.peak_rss / 1_000_000));
+            }
+        }
+    }
+    if !unfinished.is_empty() {
+        println!("not finished within ALLOCTRACE_LIMIT_S:\n{}", unfinished.join("\n"));
+    }
+    assert!(failures.is_empty(), "past the bound:\n{}", failures.join("\n"));
+}
