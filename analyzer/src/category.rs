@@ -716,9 +716,9 @@ fn checkpoint_estimate(others: &[(u64, i64)], activations: &[Activation], blocks
     peak.max(0) as u64
 }
 
-/// Above this many events, `summary`, `explain` and `report` leave categories out (`summary
-/// --categories` computes them): they take another pass over the trace and memory per
-/// allocation.
+/// Above this many events, `summary`, `explain`, `report` and `ranks` leave categories out
+/// (`summary --categories` computes them): they take another pass over the trace and memory
+/// per allocation.
 pub const SUMMARY_MAX_EVENTS: u64 = 2_000_000;
 
 /// Live bytes by category at one moment (explain's OOM or peak), with the checkpointing estimate.

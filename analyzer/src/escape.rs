@@ -135,24 +135,14 @@ pub fn markdown_code(s: &str) -> String {
     if s.is_empty() {
         return "` `".into();
     }
-    let t = terminal(s);
-    let t = t.replace('|', "\\|");
-    let mut longest = 0;
-    let mut run = 0;
-    for c in t.chars() {
-        run = if c == '`' { run + 1 } else { 0 };
-        longest = longest.max(run);
-    }
-    let fence = "`".repeat(longest + 1);
-    // A span that starts or ends with a backtick needs a space inside the fence (CommonMark
-    // strips one space on each side).
-    let pad = if t.starts_with('`') || t.ends_with('`') { " " } else { "" };
-    format!("{fence}{pad}{t}{pad}{fence}")
+    code_span(&terminal(s).replace('|', "\\|"))
 }
 
-/// The pieces of the report's inline markup: code spans (between single backticks, paired in
-/// order), `**` and `*` toggles, and text. Both renderings read it the same way, so a backtick
-/// from a trace can end a code span early but never lets its text out unescaped.
+/// The pieces of the report's inline markup: code spans (read as CommonMark reads them: a run
+/// of backticks opens one, which the next run of exactly as many closes), `**` and `*` toggles,
+/// backslash-escaped markup characters (`` \` ``, `\*`, `\\`: text), and text. Both renderings
+/// read it the same way. A string from a trace enters the markup only through [`report_code`]
+/// or [`report_text`], so it can neither close the span it sits in nor open bold or emphasis.
 enum Piece<'a> {
     Code(&'a str),
     Bold,
@@ -162,13 +152,43 @@ enum Piece<'a> {
 
 fn pieces(s: &str) -> impl Iterator<Item = Piece<'_>> {
     let mut rest = s;
+    // Backticks of a run that closes no span: text.
+    let mut literal = 0;
     std::iter::from_fn(move || {
+        if literal > 0 {
+            literal -= 1;
+            return Some(Piece::Char('`'));
+        }
         let c = rest.chars().next()?;
         if c == '`' {
-            if let Some(end) = rest[1..].find('`') {
-                let code = &rest[1..1 + end];
-                rest = &rest[end + 2..];
-                return Some(Piece::Code(code));
+            let n = rest.len() - rest.trim_start_matches('`').len();
+            let body = &rest[n..];
+            // The next run of exactly `n` backticks.
+            let mut at = 0;
+            while let Some(i) = body[at..].find('`') {
+                let start = at + i;
+                let len = body[start..].len() - body[start..].trim_start_matches('`').len();
+                if len == n {
+                    let code = &body[..start];
+                    rest = &body[start + n..];
+                    // CommonMark strips one space from each side when both have one.
+                    let code = match code.strip_prefix(' ').and_then(|c| c.strip_suffix(' ')) {
+                        Some(inner) if !code.trim().is_empty() => inner,
+                        _ => code,
+                    };
+                    return Some(Piece::Code(code));
+                }
+                at = start + len;
+            }
+            // No closing run: the whole run is text.
+            rest = body;
+            literal = n - 1;
+            return Some(Piece::Char('`'));
+        }
+        if c == '\\' {
+            if let Some(e @ ('`' | '*' | '\\')) = rest[1..].chars().next() {
+                rest = &rest[2..];
+                return Some(Piece::Char(e));
             }
         }
         if let Some(r) = rest.strip_prefix("**") {
@@ -178,6 +198,42 @@ fn pieces(s: &str) -> impl Iterator<Item = Piece<'_>> {
         rest = &rest[c.len_utf8()..];
         Some(if c == '*' { Piece::Em } else { Piece::Char(c) })
     })
+}
+
+/// A string from a trace as a code span of the report's inline markup, which nothing in it can
+/// close: its fence is longer than any run of backticks inside.
+pub fn report_code(s: &str) -> String {
+    if s.is_empty() {
+        return "` `".into();
+    }
+    code_span(s)
+}
+
+/// A string from a trace as text of the report's inline markup: its backticks, stars and
+/// backslashes are escaped, so it opens no code span, bold or emphasis.
+pub fn report_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 4);
+    for c in s.chars() {
+        if matches!(c, '`' | '*' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `s` between backtick fences longer than any backtick run inside (padded with a space where
+/// it starts or ends with a backtick, or with a space).
+fn code_span(s: &str) -> String {
+    let mut longest = 0;
+    let mut run = 0;
+    for c in s.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let fence = "`".repeat(longest + 1);
+    let pad = if s.starts_with(['`', ' ']) || s.ends_with(['`', ' ']) { " " } else { "" };
+    format!("{fence}{pad}{s}{pad}{fence}")
 }
 
 /// The report's inline markup as HTML: code spans as `<code>`, `**`/`*` as `<strong>`/`<em>`,
@@ -214,16 +270,16 @@ pub fn report_markdown(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 16);
     for p in pieces(s) {
         match p {
-            // A code span's content is literal in Markdown, and holds no backtick (spans end at
-            // the next one); every backtick outside spans is escaped, so a Markdown renderer
-            // pairs exactly these spans. Adjacent or empty spans would make longer backtick
-            // runs, which pair differently: a space keeps them apart, an empty one is left out.
+            // A code span's content is literal in Markdown, and its fence is longer than any
+            // backtick run inside; every backtick outside spans is escaped, so a Markdown
+            // renderer pairs exactly these spans. Adjacent spans would make longer backtick
+            // runs, which pair differently: a space keeps them apart; an empty one is left out.
             Piece::Code("") => {}
             Piece::Code(c) => {
                 if out.ends_with('`') {
                     out.push(' ');
                 }
-                let _ = write!(out, "`{}`", terminal(c).replace('|', "\\|"));
+                out.push_str(&code_span(&terminal(c).replace('|', "\\|")));
             }
             Piece::Bold => out.push_str("**"),
             Piece::Em => out.push('*'),
@@ -243,10 +299,18 @@ fn markdown_char(out: &mut String, c: char, line_start: bool) {
     let t = if c == '"' { "\"".into() } else { html(c.encode_utf8(&mut buf)).into_owned() };
     // Prose is wrapped, and a wrapped line of `-` or `=` is a heading's underline (of `-`, `*`
     // or `_` a rule): a `-`, `+` or `=` after another is escaped, which breaks
-    // such a run (`out-of-memory` and `a + b` stay as written). `@`: a mention or an e-mail link.
+    // such a run (`out-of-memory` and `a + b` stay as written).
     let run = out.ends_with(['-', '+', '=']);
-    let punct =
-        matches!(c, '\\' | '`' | '[' | ']' | '|' | '_' | '~' | '*' | '@') || (matches!(c, '-' | '+' | '=') && run);
+    let punct = matches!(c, '\\' | '`' | '[' | ']' | '|' | '_' | '~' | '*') || (matches!(c, '-' | '+' | '=') && run);
+    // `@` starts a mention or an e-mail link. GitHub finds mentions in the rendered text, where a
+    // backslash escape is gone; in a code span of its own it is not text.
+    if c == '@' {
+        if out.ends_with('`') {
+            out.push(' ');
+        }
+        out.push_str("`@`");
+        return;
+    }
     // GitHub links `http://`, `https://`, `ftp://`, `mailto:` and `www.` by themselves: an
     // escaped `:` or `.` there leaves text.
     let ends = |w: &str| {
@@ -375,7 +439,9 @@ mod tests {
     fn report_markup_keeps_ours_and_escapes_theirs() {
         assert_eq!(report_html("**a** `x<y` *b* c&d"), "<strong>a</strong> <code>x&lt;y</code> <em>b</em> c&amp;d");
         assert_eq!(report_markdown("**a** `x<y|z*` *b* c&d_e"), "**a** `x<y\\|z*` *b* c&amp;d\\_e");
-        assert_eq!(report_markdown("`a``b` ``"), "`a` `b` ");
+        // Code spans pair as CommonMark pairs them; a run that closes nothing is text.
+        assert_eq!(report_markdown("`a``b` ``"), "```a``b``` \\`\\`");
+        assert_eq!(report_html("`a``b` ``"), "<code>a``b</code> ``");
         // A command line from a trace that closes the span it was put in.
         let cmd = format!("`{}`", "python a.py` <img src=x onerror=alert(1)> [x](http://e) `y\n# h");
         for out in [report_markdown(&cmd), report_html(&cmd)] {
@@ -386,12 +452,33 @@ mod tests {
         assert_eq!(report_markdown("# not a heading"), "\\# not a heading");
     }
 
+    /// A trace string that closes the span the report put it in, then opens bold and
+    /// emphasis: it stays inside its span; as text, its stars and backticks are escaped.
+    #[test]
+    fn a_trace_string_closes_no_span_and_opens_no_emphasis() {
+        let name = "f` **BOLD** *em* `g";
+        let line = format!("**Fix:** try {} or {}. *Evidence:* x.", report_code(name), report_text(name));
+        assert_eq!(
+            report_markdown(&line),
+            "**Fix:** try ``f` **BOLD** *em* `g`` or f\\` \\*\\*BOLD\\*\\* \\*em\\* \\`g. *Evidence:* x."
+        );
+        assert_eq!(
+            report_html(&line),
+            "<strong>Fix:</strong> try <code>f` **BOLD** *em* `g</code> or f` **BOLD** *em* `g. <em>Evidence:</em> x."
+        );
+        assert_eq!(report_code("`x"), "`` `x ``");
+        assert_eq!(report_html(&report_code(" `x` ")), "<code> `x` </code>");
+        assert_eq!(report_code(""), "` `");
+        assert_eq!(report_html(&report_text("a\\b\\*")), "a\\b\\*");
+    }
+
     /// No autolink, mention, list item or setext underline of a trace's survives GitHub's
     /// renderer: the characters that start them are escaped.
     #[test]
     fn links_mentions_and_dash_runs_from_a_trace_stay_text() {
         let md = report_markdown("see https://evil.example/x, www.evil.example, mailto:a@b.c and @team ----");
-        assert_eq!(md, "see https\\://evil.example/x, www\\.evil.example, mailto\\:a\\@b.c and \\@team -\\-\\-\\-");
+        assert_eq!(md, "see https\\://evil.example/x, www\\.evil.example, mailto\\:a`@`b.c and `@`team -\\-\\-\\-");
+        assert_eq!(report_markdown("`x`@y"), "`x` `@`y");
         assert_eq!(report_markdown("HTTPS://x WWW.y"), "HTTPS\\://x WWW\\.y");
         assert_eq!(report_markdown("a = b ==="), "a = b =\\=\\=");
         assert_eq!(markdown("https://x @y"), "https\\://x \\@y");

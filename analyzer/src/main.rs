@@ -1,6 +1,6 @@
 //! `alloctrace`: find out what happened to GPU memory. Thin: parses arguments (each command's
 //! in `cli/`), calls the library, maps errors to exit codes (2 = bad input, 3 = damaged trace
-//! analyzed up to the damage; a broken pipe exits 0).
+//! analyzed up to the damage, or an output past its bound; a broken pipe exits 0).
 
 mod cli;
 
@@ -22,7 +22,8 @@ gigabytes are \"free\", because those bytes sit in pieces inside partly used seg
 alloctrace summary traces/frag_oom.default.atrace      what happened, in one screen\n  \
 alloctrace whatif traces/gpt2_train.default.atrace --capacity 5.5GiB   which settings fit?\n  \
 alloctrace leaks traces/leak_list_append.default.atrace                what keeps growing?\n\n\
-Exit codes: 0 success, 2 bad input or usage, 3 the trace is damaged (results cover what came before the damage)."
+Exit codes: 0 success, 2 bad input or usage, 3 the trace is damaged (results cover what came before the damage)\n\
+or an output would pass its bound (a report's file 16 MiB, an export 256 MiB; nothing is written)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -82,7 +83,11 @@ fn main() {
         Err(e) => {
             let _ = out.flush();
             eprintln!("alloctrace: error: {}", analyzer::escape::terminal(&format!("{e:#}")));
-            exit::ERROR
+            if analyzer::output::TooLarge::is_cause_of(&e) {
+                exit::TOO_LARGE
+            } else {
+                exit::ERROR
+            }
         }
     };
     std::process::exit(code);

@@ -99,6 +99,23 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
 /// and ranks), each as SVG and PNG, a report is at most 17 times this.
 pub const MAX_REPORT_FILE_BYTES: usize = 16 << 20;
 
+/// An output that would pass its stated bound ([`MAX_REPORT_FILE_BYTES`] for a report's file,
+/// `export::MAX_EXPORT_BYTES` for an export): refused, with exit code 3, and nothing is left at
+/// its path. The message says which output, how large it would be and the bound.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TooLarge(pub String);
+
+impl TooLarge {
+    /// Whether `e` (or what caused it, through an I/O error) is an output past its bound.
+    pub fn is_cause_of(e: &anyhow::Error) -> bool {
+        e.chain().any(|c| {
+            c.is::<TooLarge>()
+                || c.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).is_some_and(|i| i.is::<TooLarge>())
+        })
+    }
+}
+
 /// The files `report` writes into its folder, besides the pictures (`*.svg`, `*.png`).
 pub const REPORT_FILES: [&str; 3] = ["report.md", "report.html", "summary.json"];
 

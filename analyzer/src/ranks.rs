@@ -288,7 +288,11 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
             device_frees,
             iterations: anchor_events.len(),
             iterations_from,
-            categories_at_peak: crate::category::analyze(trace)?.map(|c| c.at_peak),
+            // As `summary` and `report` do: categories keep every allocation of the trace.
+            categories_at_peak: match crate::category::by_default(trace) {
+                true => crate::category::analyze(trace)?.map(|c| c.at_peak),
+                false => None,
+            },
         },
         sites_at_peak,
         timeline,
@@ -392,7 +396,7 @@ pub fn report_blocks(rep: &RanksReport) -> Vec<Block> {
         .map(|r| {
             vec![
                 r.rank.to_string(),
-                format!("`{}`", r.trace),
+                crate::escape::report_code(&r.trace),
                 format!(
                     "{} at event {} ({})",
                     fmt_bytes(r.peak_reserved.bytes),
@@ -444,7 +448,7 @@ pub fn report_blocks(rep: &RanksReport) -> Vec<Block> {
             .differing_sites
             .iter()
             .map(|s| {
-                let mut row = vec![format!("`{}`", s.site)];
+                let mut row = vec![crate::escape::report_code(&s.site)];
                 row.extend(s.bytes.iter().map(|b| fmt_bytes(*b)));
                 row.push(fmt_bytes(s.spread_bytes));
                 row

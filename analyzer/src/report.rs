@@ -443,7 +443,7 @@ fn refine_live_at_end(findings: &mut [Finding], l: &LeaksReport) {
     let top = l.live_at_end.first().map(|s| {
         format!(
             " The most bytes still live come from {} ({} blocks, {}).",
-            s.site.label,
+            crate::escape::report_text(&s.site.label),
             s.count,
             fmt_bytes(s.requested_bytes)
         )
@@ -529,7 +529,7 @@ pub fn findings(
             // What would have helped, from the what-if table at the same limit.
             let fits: Vec<String> = crate::whatif::completing(&w.rows)
                 .filter(|row| !row.alloc_conf.is_empty())
-                .map(|row| format!("`{}`", row.alloc_conf))
+                .map(|row| code(&row.alloc_conf))
                 .collect();
             let remedy = if why.is_empty() {
                 String::new()
@@ -671,8 +671,8 @@ pub fn findings(
         };
         let advice = if best.policy != rec.policy && need(best) < need(rec) {
             format!(
-                " Of the policies tried, `{}` needs the least: {} ({} less).",
-                best.alloc_conf,
+                " Of the policies tried, {} needs the least: {} ({} less).",
+                if best.alloc_conf.is_empty() { "the default policy".into() } else { code(&best.alloc_conf) },
                 fmt_bytes(need(best)),
                 fmt_bytes(need(rec) - need(best))
             )
@@ -735,7 +735,7 @@ impl Report {
         let e = &self.environment;
         let s = &self.summary;
         let r = &self.replay;
-        let mut d = vec![Block::Heading(1, format!("Memory report: `{}`", self.trace))];
+        let mut d = vec![Block::Heading(1, format!("Memory report: {}", code(&self.trace)))];
         // First screen: the verdict and the fix, the picture that shows it, then the findings.
         self.verdict_blocks(&mut d);
         let lead = self.lead_picture();
@@ -759,14 +759,14 @@ impl Report {
         d.push(Block::Heading(2, "Environment".into()));
         let or_unknown = |v: &str| if v.is_empty() { "unknown".to_string() } else { v.to_string() };
         let mut env = vec![
-            vec!["device".into(), or_unknown(&e.device_name)],
+            vec!["device".into(), crate::escape::report_text(&or_unknown(&e.device_name))],
             vec![
                 "device memory".into(),
                 if e.device_total_bytes > 0 { fmt_bytes(e.device_total_bytes) } else { "unknown".into() },
             ],
             vec![
                 "allocator settings".into(),
-                if e.alloc_conf.is_empty() { "(defaults)".into() } else { format!("`{}`", e.alloc_conf) },
+                if e.alloc_conf.is_empty() { "(defaults)".into() } else { code(&e.alloc_conf) },
             ],
             vec![
                 "capacity limit".into(),
@@ -777,10 +777,10 @@ impl Report {
             vec!["report by".into(), format!("alloctrace {}", e.report_tool_version)],
         ];
         if !e.command_line.is_empty() {
-            env.push(vec!["command".into(), format!("`{}`", e.command_line.join(" "))]);
+            env.push(vec!["command".into(), code(&e.command_line.join(" "))]);
         }
         for n in &e.notes {
-            env.push(vec!["note".into(), n.clone()]);
+            env.push(vec!["note".into(), crate::escape::report_text(n)]);
         }
         d.push(Block::Table(vec!["".into(), "".into()], env));
 
@@ -848,7 +848,7 @@ impl Report {
             .iter()
             .map(|row| {
                 vec![
-                    format!("`{}`", row.policy),
+                    code(&row.policy.to_string()),
                     row.reach.to_string(),
                     fmt_bytes(row.peak_reserved_bytes),
                     pct(row.fragmentation),
@@ -981,7 +981,7 @@ impl Report {
                     .setting
                     .as_ref()
                     .filter(|s| !fix.text.contains(s.as_str()))
-                    .map(|s| format!(" (`{s}`)"))
+                    .map(|s| format!(" ({})", code(s)))
                     .unwrap_or_default();
                 let label = match fix.strength {
                     "proven" => "Fix",
@@ -1030,7 +1030,7 @@ impl Report {
                         .iter()
                         .map(|a| {
                             let text = match &a.setting {
-                                Some(s) if !a.text.contains(s.as_str()) => format!("{} (`{s}`)", a.text),
+                                Some(s) if !a.text.contains(s.as_str()) => format!("{} ({})", a.text, code(s)),
                                 _ => a.text.clone(),
                             };
                             vec![text, a.evidence.clone()]
@@ -1122,7 +1122,7 @@ through the cuDNN workspaces that fail; none is proven to fit):"
                     l.live_at_end
                         .iter()
                         .take(8)
-                        .map(|s| vec![format!("`{}`", s.site.label), s.count.to_string(), fmt_bytes(s.requested_bytes)])
+                        .map(|s| vec![code(&s.site.label), s.count.to_string(), fmt_bytes(s.requested_bytes)])
                         .collect(),
                 ));
             }
@@ -1141,7 +1141,7 @@ through the cuDNN workspaces that fail; none is proven to fit):"
                         .take(5)
                         .map(|s| {
                             vec![
-                                format!("`{}`", s.site.label),
+                                code(&s.site.label),
                                 crate::units::fmt_delta(s.per_iteration_bytes.round() as i64),
                                 format!("{} of {}", s.rising_intervals, s.intervals),
                             ]
@@ -1304,34 +1304,42 @@ through the cuDNN workspaces that fail; none is proven to fit):"
     /// [`Report::write`], with `report.md`'s pictures as files or inline. The PNGs are written
     /// either way.
     pub fn write_with(&self, dir: &Path, inputs: &[&Path], links: PictureLinks) -> Result<Vec<std::path::PathBuf>> {
+        let (md, html, json) = (self.markdown_with(links), self.html(), self.json()?);
+        let mut bodies: Vec<(&str, &[u8])> =
+            vec![("report.md", md.as_bytes()), ("report.html", html.as_bytes()), ("summary.json", json.as_bytes())];
+        for p in &self.pictures {
+            bodies.push((&p.file, p.svg.as_bytes()));
+            bodies.push((&p.png_file, &p.png));
+        }
+        // Whatever the trace holds, a report writes a bounded amount (see the README): all of it
+        // or, where one file would pass the bound, none of it.
+        if let Some((name, body)) = bodies.iter().find(|(_, b)| b.len() > MAX_REPORT_FILE_BYTES) {
+            return Err(crate::output::TooLarge(format!(
+                "{} would be {} bytes, more than the {MAX_REPORT_FILE_BYTES} a report file may hold; no file of \
+                 the report was written",
+                dir.join(name).display(),
+                body.len()
+            ))
+            .into());
+        }
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let mut files = Vec::new();
-        let mut put = |name: &str, body: &[u8]| -> Result<()> {
+        for (name, body) in bodies {
             let p = dir.join(name);
-            // Whatever the trace holds, a report writes a bounded amount (see the README).
-            anyhow::ensure!(
-                body.len() <= MAX_REPORT_FILE_BYTES,
-                "{} would be {} bytes, more than the {MAX_REPORT_FILE_BYTES} a report file may hold; nothing more was written",
-                p.display(),
-                body.len()
-            );
             crate::output::refuse_input(&p, inputs)?;
             crate::output::write_file(&p, body)?;
             files.push(p);
-            Ok(())
-        };
-        put("report.md", self.markdown_with(links).as_bytes())?;
-        put("report.html", self.html().as_bytes())?;
-        put("summary.json", self.json()?.as_bytes())?;
-        for p in &self.pictures {
-            put(&p.file, p.svg.as_bytes())?;
-            put(&p.png_file, &p.png)?;
         }
         Ok(files)
     }
 }
 
 pub use crate::output::MAX_REPORT_FILE_BYTES;
+
+/// A string from a trace as a code span of the report's text (see [`crate::escape::report_code`]).
+fn code(s: &str) -> String {
+    crate::escape::report_code(s)
+}
 
 /// Escapes text for HTML (see [`crate::escape`]).
 pub fn escape(s: &str) -> String {

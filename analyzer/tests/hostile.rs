@@ -95,17 +95,31 @@ fn large_segment_size_zero_in_a_header_is_refused_not_a_panic() {
 }
 
 /// The text of a Markdown line outside its code spans (whose content is literal): what a
-/// Markdown renderer interprets. Backslash-escaped characters are dropped with their backslash.
+/// Markdown renderer interprets. A run of N backticks opens a span that the next run of exactly
+/// N closes (CommonMark). Backslash-escaped characters are dropped with their backslash.
 fn markdown_outside_code(line: &str) -> String {
-    let (mut out, mut in_code, mut chars) = (String::new(), false, line.chars());
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' if !in_code => {
-                chars.next();
+    let chars: Vec<char> = line.chars().collect();
+    let run_at = |i: usize| chars[i..].iter().take_while(|&&c| c == '`').count();
+    let (mut out, mut i) = (String::new(), 0);
+    while i < chars.len() {
+        match chars[i] {
+            '\\' => i += 2,
+            '`' => {
+                let n = run_at(i);
+                let mut j = i + n;
+                let close = loop {
+                    match chars[j.min(chars.len())..].iter().position(|&c| c == '`') {
+                        None => break None,
+                        Some(k) if run_at(j + k) == n => break Some(j + k),
+                        Some(k) => j += k + run_at(j + k),
+                    }
+                };
+                i = close.map_or(i + n, |c| c + n);
             }
-            '`' => in_code = !in_code,
-            c if !in_code => out.push(c),
-            _ => {}
+            c => {
+                out.push(c);
+                i += 1;
+            }
         }
     }
     out
@@ -274,6 +288,32 @@ fn reports_stay_within_their_output_bound() {
         let total: u64 = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
         assert!(total < bound / 8, "{} holds {total} bytes", dir.display());
     }
+}
+
+#[test]
+fn outputs_past_their_bound_are_refused_with_exit_3() {
+    // 6.5 M events in 12 KB: its memory_viz export would pass 256 MiB (it wrote 282 MB), and
+    // then exited 2 like a bad input. Now exit 3, the reason, and no file.
+    let out = tmp("time100.pickle");
+    let f = fixture("time100.atrace");
+    expect(
+        &["export", path(&f), "--format", "memory-viz", "-o", path(&out)],
+        3,
+        "the export would pass 268435456 bytes, the most an export writes; nothing was written",
+        240,
+    );
+    assert!(!out.exists(), "no export is left");
+    // 655,360 live allocations: report.html would pass 16 MiB. Once report.md was written
+    // before the refusal; now no file of the report is.
+    let dir = tmp("live10-report");
+    expect(
+        &["report", path(&fixture("live10.atrace")), "-o", path(&dir)],
+        3,
+        "report.html would be 56591827 bytes, more than the 16777216 a report file may hold; no file of the report \
+         was written",
+        240,
+    );
+    assert!(!dir.exists(), "no file of the report is left");
 }
 
 /// Writes a trace of `events` (times 0, 1, 2, ...) with a 1 GiB limit.
@@ -485,4 +525,425 @@ fn noncharacters_and_invisible_characters_are_shown_escaped() {
     assert!(!s.contains(['\u{fffe}', '\u{ffff}']), "raw noncharacters in the SVG");
     let (o, _) = run(&["summary", path(&f)]);
     assert!(!text(&o.stdout).contains(['\u{fffe}', '\u{ffff}', '\u{200e}', '\u{feff}']), "{}", text(&o.stdout));
+}
+
+/// Every string a trace holds: header texts, call-site files and functions, marks.
+fn trace_strings(p: &Path) -> Vec<String> {
+    use recorder::trace::{Event, TraceReader};
+    let Ok(mut r) = TraceReader::open(p) else { return Vec::new() };
+    let h = r.header().clone();
+    let mut out = vec![h.device_name, h.alloc_conf, h.torch_version];
+    out.extend(h.command_line);
+    out.extend(h.notes);
+    let mut records = Vec::new();
+    while r.next_chunk(&mut records) {
+        for rec in &records {
+            match &rec.event {
+                Event::CallSite { frames, .. } => {
+                    out.extend(frames.iter().flat_map(|f| [f.file.clone(), f.function.clone()]))
+                }
+                Event::Mark { text, .. } => out.push(text.clone()),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// The words of `strings` (runs of letters and digits, 4 or more) that the report of a benign
+/// trace does not use: what only the trace can have put into a report.
+fn trace_words(strings: &[String]) -> std::collections::BTreeSet<String> {
+    let benign =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../reports/frag_oom.default/report.md"))
+            .unwrap();
+    let ours: std::collections::BTreeSet<&str> = benign.split(|c: char| !c.is_alphanumeric()).collect();
+    strings
+        .iter()
+        .flat_map(|s| s.split(|c: char| !c.is_alphanumeric()))
+        .filter(|w| w.len() >= 4 && !ours.contains(w))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The text of `node` outside code spans, as a renderer shows it.
+fn rendered_text<'a>(node: &'a comrak::nodes::AstNode<'a>) -> String {
+    use comrak::nodes::NodeValue;
+    node.descendants()
+        .filter_map(|n| match &n.data.borrow().value {
+            NodeValue::Text(t) => Some(t.to_string()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `report.md` rendered as GitHub renders it (CommonMark with the GFM extensions autolink,
+/// strikethrough, table and tagfilter): no link but the report's own pictures, no raw HTML,
+/// no setext heading or rule, no mention, and no word of the trace's in a heading, bold,
+/// emphasis or strikethrough; in `report.html`, no link and no word of the trace's in bold or
+/// emphasis. Returns the number of nodes checked.
+fn assert_trace_text_is_text(dir: &Path, words: &std::collections::BTreeSet<String>, what: &str) -> usize {
+    use comrak::nodes::NodeValue;
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let arena = comrak::Arena::new();
+    let mut options = comrak::Options::default();
+    options.extension.autolink = true;
+    options.extension.strikethrough = true;
+    options.extension.table = true;
+    options.extension.tagfilter = true;
+    let root = comrak::parse_document(&arena, &md, &options);
+    let own_file = |url: &str, ext: &str| {
+        url.strip_suffix(ext).is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+    };
+    let has_trace_word =
+        |text: &str| words.iter().find(|w| text.split(|c: char| !c.is_alphanumeric()).any(|t| t == *w));
+    let mut checked = 0;
+    for node in root.descendants() {
+        checked += 1;
+        let value = node.data.borrow().value.clone();
+        match value {
+            NodeValue::Link(l) => assert!(own_file(&l.url, ".svg"), "{what}: a link to {:?} in report.md", l.url),
+            NodeValue::Image(l) => assert!(own_file(&l.url, ".png"), "{what}: an image {:?} in report.md", l.url),
+            NodeValue::HtmlInline(h) => panic!("{what}: raw HTML {h:?} in report.md"),
+            NodeValue::HtmlBlock(h) => panic!("{what}: an HTML block {:?} in report.md", h.literal),
+            NodeValue::ThematicBreak => panic!("{what}: a rule in report.md"),
+            NodeValue::Heading(h) => {
+                assert!(!h.setext, "{what}: a setext heading {:?} in report.md", rendered_text(node));
+                if let Some(w) = has_trace_word(&rendered_text(node)) {
+                    panic!("{what}: the trace's `{w}` in a heading: {:?}", rendered_text(node));
+                }
+            }
+            NodeValue::Strong | NodeValue::Emph | NodeValue::Strikethrough => {
+                if let Some(w) = has_trace_word(&rendered_text(node)) {
+                    panic!("{what}: the trace's `{w}` in {:?}: {:?}", value, rendered_text(node));
+                }
+            }
+            NodeValue::Text(t) => {
+                let mention = t.match_indices('@').any(|(i, _)| t[i + 1..].starts_with(|c: char| c.is_alphanumeric()));
+                assert!(!mention, "{what}: a mention outside code in report.md: {t:?}");
+            }
+            _ => {}
+        }
+    }
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(!html.contains("<a "), "{what}: a link in report.html");
+    for tag in ["strong", "em"] {
+        for part in html.split(&format!("<{tag}>")).skip(1) {
+            let inner = part.split(&format!("</{tag}>")).next().unwrap();
+            // Code inside bold is literal: only the text around it counts.
+            let text: String = inner.split("<code>").map(|p| p.split_once("</code>").map_or(p, |x| x.1)).collect();
+            if let Some(w) = has_trace_word(&text) {
+                panic!("{what}: the trace's `{w}` in <{tag}> in report.html: {inner:?}");
+            }
+        }
+    }
+    checked
+}
+
+#[test]
+fn trace_text_is_text_under_a_gfm_renderer() {
+    // Was: `**` right after a backtick that closed the report's own code span around a trace
+    // string became bold (and `*` emphasis) in report.md and report.html; a trace's own `**`
+    // in a note or a call-site function did too.
+    use recorder::trace::{Event, Frame, Header, MarkKind, Pool, Record, Source, TraceWriter};
+    let payload = "f` **BOLD-PAYLOAD** *EM-PAYLOAD* ~~STRIKE-PAYLOAD~~ `g <b>HTML-PAYLOAD</b> @MENTIONPAYLOAD \
+                   https://LINKPAYLOAD.example www.WWWPAYLOAD.example";
+    let all = tmp("payload-everywhere.atrace");
+    let mut h = Header::new(Source::Recorded);
+    h.capacity_bytes = 1 << 30;
+    h.device_name = payload.replace("PAYLOAD", "DEVICE");
+    h.command_line = vec!["python".into(), payload.replace("PAYLOAD", "COMMAND")];
+    h.notes = vec![payload.replace("PAYLOAD", "NOTE"), "**BOLDNOTE**".into(), "----------".into()];
+    let mut w = TraceWriter::create(&all, &h).unwrap();
+    let frame =
+        Frame { file: payload.replace("PAYLOAD", "FILE"), line: 7, function: payload.replace("PAYLOAD", "FUNC") };
+    let mut events = vec![Event::CallSite { id: 1, frames: vec![frame] }];
+    for i in 0..40u64 {
+        events.push(Event::Mark { kind: MarkKind::Iteration, text: payload.replace("PAYLOAD", "MARK") });
+        events.push(Event::Alloc {
+            id: i + 1,
+            addr: 0x1000_0000 + i * (1 << 20),
+            requested_bytes: 1 << 20,
+            block_bytes: 0,
+            stream: 0,
+            pool: Pool::Large,
+            callsite: 1,
+        });
+    }
+    for (i, event) in events.into_iter().enumerate() {
+        w.write_owned(Record { time_ns: i as u64, event }).unwrap();
+    }
+    w.finish().unwrap();
+    let mut inputs: Vec<PathBuf> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hostile"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "atrace"))
+            .collect();
+    inputs.sort();
+    inputs.push(all);
+    let mut reports = 0;
+    for f in &inputs {
+        let name = f.file_name().unwrap().to_str().unwrap();
+        let words = trace_words(&trace_strings(f));
+        if words.is_empty() {
+            // Nothing of the trace's own could be live (the streams, live and time inputs).
+            println!("{name}: no text of its own");
+            continue;
+        }
+        let dir = tmp(&format!("gfm-{name}"));
+        let (o, _) = run(&["report", path(f), "-o", path(&dir), "--force"]);
+        if o.status.code() != Some(0) {
+            println!("{name}: report exits {:?}: {}", o.status.code(), text(&o.stderr).trim());
+            continue;
+        }
+        let checked = assert_trace_text_is_text(&dir, &words, name);
+        println!("{name}: {checked} nodes of report.md checked against {} words of the trace", words.len());
+        reports += 1;
+    }
+    assert!(reports >= 6, "only {reports} reports were checked");
+}
+
+/// What one command cost: exit code (`None`: killed by a signal), peak resident memory in bytes,
+/// wall time, and the last line it wrote on stderr.
+struct Cost {
+    code: Option<i32>,
+    peak_rss: u64,
+    took: Duration,
+    stderr: String,
+}
+
+/// Runs `bin` with `args`, its output discarded, and measures it with `wait4`; killed past
+/// `limit` (then `code` is `None`).
+fn measure(bin: &Path, args: &[String], limit: Duration) -> Cost {
+    let err = tmp(&format!("stderr-{}", args.len()));
+    let start = Instant::now();
+    let child = Command::new(bin)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("run alloctrace");
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: `rusage` is plain data that `wait4` fills in; `pid` is our own child, reaped here
+    // (std's `Child` is dropped without waiting).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        assert!(r >= 0, "wait4: {}", std::io::Error::last_os_error());
+        if r == pid {
+            break;
+        }
+        if start.elapsed() > limit {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = start.elapsed();
+    drop(child);
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    let stderr = std::fs::read_to_string(&err).unwrap_or_default();
+    Cost { code, peak_rss: usage.ru_maxrss as u64 * 1024, took, stderr: stderr.lines().last().unwrap_or("").into() }
+}
+
+/// `f` ten times larger: its records ten times over (later copies shifted in time, with fresh
+/// allocation ids, and on fresh streams where the original left the default stream; call sites
+/// are defined once), or, where its first chunk is already damaged, its chunks ten times over
+/// (the reader stops at the first damage whatever follows). Streamed a chunk at a time: the
+/// memory of this process is the floor of every figure `wait4` gives for its children.
+fn ten_times(f: &Path, out: &Path) {
+    use recorder::trace::{Event, Record, TraceReader, TraceWriter};
+    let (mut span, mut ids, mut streams, mut any) = (0u64, 0u64, 0u64, false);
+    let mut chunk = Vec::new();
+    let mut r = TraceReader::open(f).unwrap();
+    let header = r.header().clone();
+    let body_at = r.offset() as usize;
+    while r.next_chunk(&mut chunk) {
+        for r in &chunk {
+            any = true;
+            span = span.max(r.time_ns.saturating_add(1));
+            match r.event {
+                Event::Alloc { id, stream, .. } => (ids, streams) = (ids.max(id), streams.max(stream)),
+                Event::FreeRequested { id, .. } | Event::FreeCompleted { id, .. } => ids = ids.max(id),
+                _ => {}
+            }
+        }
+    }
+    if !any {
+        let bytes = std::fs::read(f).unwrap();
+        let mut big = bytes[..body_at].to_vec();
+        for _ in 0..10 {
+            big.extend_from_slice(&bytes[body_at..]);
+        }
+        std::fs::write(out, big).unwrap();
+        return;
+    }
+    let mut w = TraceWriter::create(out, &header).unwrap();
+    for k in 0..10u64 {
+        let mut r = TraceReader::open(f).unwrap();
+        while r.next_chunk(&mut chunk) {
+            for r in chunk.drain(..) {
+                let mut event = r.event;
+                match &mut event {
+                    Event::CallSite { .. } if k > 0 => continue,
+                    Event::Alloc { id, stream, .. } => {
+                        *id = id.wrapping_add(k.wrapping_mul(ids));
+                        if *stream != 0 {
+                            *stream = stream.wrapping_add(k.wrapping_mul(streams));
+                        }
+                    }
+                    Event::FreeRequested { id, .. } | Event::FreeCompleted { id, .. } => {
+                        *id = id.wrapping_add(k.wrapping_mul(ids))
+                    }
+                    Event::SegmentAlloc { stream, .. }
+                    | Event::SegmentFree { stream, .. }
+                    | Event::SegmentMap { stream, .. }
+                    | Event::SegmentUnmap { stream, .. }
+                    | Event::Oom { stream, .. }
+                        if *stream != 0 =>
+                    {
+                        *stream = stream.wrapping_add(k.wrapping_mul(streams))
+                    }
+                    _ => {}
+                }
+                w.write_owned(Record { time_ns: r.time_ns.saturating_add(k.saturating_mul(span)), event }).unwrap();
+            }
+        }
+    }
+    w.finish().unwrap();
+}
+
+/// This process's peak resident memory (`VmHWM`), in bytes.
+fn own_peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Every command over every input of the second hostile round and over its variant ten times
+/// larger, within 1.5 GB and with exit 0, 2 or 3. Prints the peak memory and the time of each
+/// run (times are the machine's, not asserted). Minutes even in a release build; run it with
+/// that binary (a path from the workspace's root, or absolute):
+///
+/// ```text
+/// cargo build --release -p alloctrace
+/// ALLOCTRACE_BIN=target/release/alloctrace \
+///     cargo test -p alloctrace --test hostile every_command -- --ignored --nocapture
+/// ```
+///
+/// `ALLOCTRACE_LIMIT_S=60` kills a run past 60 s (listed, not failed); `ALLOCTRACE_ONLY=live10`
+/// runs the inputs whose name holds `live10`.
+#[test]
+#[ignore = "minutes: run with ALLOCTRACE_BIN=target/release/alloctrace and --ignored"]
+fn every_command_over_ten_times_larger_inputs_within_1_5_gb() {
+    const BOUND: u64 = 1_500_000_000;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let bin =
+        std::env::var_os("ALLOCTRACE_BIN").map_or(PathBuf::from(env!("CARGO_BIN_EXE_alloctrace")), |b| root.join(b));
+    // A limit on each run (killed past it), to bound the harness's own time; none by default.
+    let limit = Duration::from_secs(std::env::var("ALLOCTRACE_LIMIT_S").map_or(u64::MAX >> 2, |s| s.parse().unwrap()));
+    let only = std::env::var("ALLOCTRACE_ONLY").ok();
+    let dir = tmp("ten-times");
+    std::fs::create_dir_all(&dir).unwrap();
+    let names = [
+        "streams1.atrace",
+        "streams8.atrace",
+        "mark32M_x10.atrace",
+        "longcs1M.atrace",
+        "live10.atrace",
+        "time100.atrace",
+        "cat_panic.atrace",
+        "inject.atrace",
+        "inject_dash.atrace",
+        "inject_url.atrace",
+        "xmlbad.atrace",
+        "cat_panic.pickle",
+        "pk_edges.pickle",
+    ];
+    let mut inputs = Vec::new();
+    for name in names {
+        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
+        let f = fixture(name);
+        inputs.push((name.to_string(), f.clone()));
+        // A snapshot is made ten times larger as the trace it imports to.
+        let trace = if name.ends_with(".pickle") {
+            let t = dir.join(format!("{name}.atrace"));
+            let (o, _) = run(&["import", "torch", path(&f), "-o", path(&t)]);
+            assert_eq!(o.status.code(), Some(0), "{name}: {}", text(&o.stderr));
+            t
+        } else {
+            f
+        };
+        let big = dir.join(format!("x10-{name}.atrace"));
+        ten_times(&trace, &big);
+        inputs.push((format!("x10 {name}"), big));
+    }
+    let (mut failures, mut unfinished) = (Vec::new(), Vec::new());
+    // A child started with vfork and exec inherits this process's peak as its own floor.
+    println!("this process's peak: {:.1} MB (the floor of every figure below)", own_peak_rss() as f64 / 1e6);
+    println!("{:<26} {:<20} {:>4} {:>9} {:>8}", "input", "command", "exit", "peak MB", "time s");
+    for (name, f) in &inputs {
+        let size = std::fs::metadata(f).unwrap().len();
+        println!("{name} ({size} bytes)");
+        let f = path(f).to_string();
+        let out = |n: &str| dir.join(n).to_str().unwrap().to_string();
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+        let mut commands: Vec<(&str, Vec<String>)> = vec![
+            ("summary", s(&["summary", &f])),
+            ("dump", s(&["dump", &f])),
+            ("replay", s(&["replay", &f])),
+            ("whatif", s(&["whatif", &f])),
+            ("explain", s(&["explain", &f])),
+            ("frag", s(&["frag", &f])),
+            ("leaks", s(&["leaks", &f])),
+            ("plot", s(&["plot", &f, "-o", &out("plot.svg")])),
+            ("report", s(&["report", &f, "-o", &out("report"), "--force"])),
+            ("export perfetto", s(&["export", &f, "--format", "perfetto", "-o", &out("export.json")])),
+            ("export memory-viz", s(&["export", &f, "--format", "memory-viz", "-o", &out("export.pickle")])),
+            ("diff", s(&["diff", &f, &f])),
+            ("ranks", s(&["ranks", &f, &f])),
+        ];
+        if f.ends_with(".pickle") {
+            commands.push(("import", s(&["import", "torch", &f, "-o", &out("import.atrace")])));
+        }
+        for (what, args) in commands {
+            for p in ["export.json", "export.pickle", "plot.svg", "import.atrace"] {
+                let _ = std::fs::remove_file(dir.join(p));
+            }
+            let c = measure(&bin, &args, limit);
+            let code = c.code.map_or("kill".into(), |c| c.to_string());
+            println!(
+                "{:<26} {:<20} {:>4} {:>9.1} {:>8.2}  {}",
+                "",
+                what,
+                code,
+                c.peak_rss as f64 / 1e6,
+                c.took.as_secs_f64(),
+                if c.code == Some(0) { "" } else { c.stderr.as_str() }
+            );
+            if c.code.is_none() && c.took >= limit {
+                // Past the harness's own limit: a time, which is printed, not asserted.
+                unfinished.push(format!(
+                    "{name} {what}: over {} s, {} MB then",
+                    limit.as_secs(),
+                    c.peak_rss / 1_000_000
+                ));
+            } else if !matches!(c.code, Some(0 | 2 | 3)) {
+                failures.push(format!("{name} {what}: exit {code}"));
+            }
+            if c.peak_rss > BOUND {
+                failures.push(format!("{name} {what}: {} MB", c.peak_rss / 1_000_000));
+            }
+        }
+    }
+    if !unfinished.is_empty() {
+        println!("not finished within ALLOCTRACE_LIMIT_S:\n{}", unfinished.join("\n"));
+    }
+    assert!(failures.is_empty(), "past the bound:\n{}", failures.join("\n"));
 }

@@ -27,6 +27,9 @@ pub mod exit {
     pub const ERROR: i32 = 2;
     /// The trace was damaged (truncated or corrupt): results cover what came before the damage.
     pub const PARTIAL: i32 = 3;
+    /// An output would pass its stated bound (a report's file, an export): refused, nothing
+    /// left at its path ([`crate::output::TooLarge`]).
+    pub const TOO_LARGE: i32 = 3;
 }
 
 /// The exit code after a command's output about these traces: `PARTIAL`, with the warning on

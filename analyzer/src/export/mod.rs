@@ -29,9 +29,9 @@ impl<W: std::io::Write> Bounded<W> {
 impl<W: std::io::Write> std::io::Write for Bounded<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         if self.written + buf.len() as u64 > MAX_EXPORT_BYTES {
-            return Err(std::io::Error::other(format!(
+            return Err(std::io::Error::other(crate::output::TooLarge(format!(
                 "the export would pass {MAX_EXPORT_BYTES} bytes, the most an export writes; nothing was written"
-            )));
+            ))));
         }
         let n = self.inner.write(buf)?;
         self.written += n as u64;
