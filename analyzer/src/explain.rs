@@ -386,7 +386,15 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
                         Some(g) => g,
                         None => leaks::growth_only(trace)?.0,
                     };
-                    let verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
+                    let mut verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
+                    if !is_oom && trace.predicted_lower_bound() {
+                        // Completing is not fitting when the prediction leaves memory out.
+                        verdict.reason = format!(
+                            "the predicted requests complete, but the prediction is a lower bound (it leaves out \
+memory its note names), so this does not say the step fits; {}",
+                            verdict.reason.replacen("the run completed. At", "at", 1)
+                        );
+                    }
                     // The reordering experiment answers fragmentation at an OOM only.
                     let grouped = if is_oom && verdict.kind == VerdictKind::Fragmentation {
                         group_long_lived(trace, cap.event)?

@@ -502,6 +502,13 @@ impl Trace {
         self.header.notes.iter().find(|n| n.starts_with(prefix)).map(String::as_str)
     }
 
+    /// True for a predicted trace whose step used something whose memory is not predicted
+    /// (its note says so, see [`crate::import::torch::PREDICTED_LOWER_BOUND`]): its requests
+    /// are a lower bound on the real ones, so a replay that completes does not say it fits.
+    pub fn predicted_lower_bound(&self) -> bool {
+        self.predicted().is_some_and(|n| n.contains(crate::import::torch::PREDICTED_LOWER_BOUND))
+    }
+
     /// True when every pass runs over records in memory.
     pub fn in_memory(&self) -> bool {
         matches!(self.records, Records::InMemory(_))

@@ -103,6 +103,9 @@ pub struct Whatif {
     pub trace: String,
     /// Set when the trace's requests were predicted rather than recorded: what made them.
     pub predicted: Option<String>,
+    /// True for a predicted trace whose note names memory it does not predict (cuDNN
+    /// workspaces): its peaks are lower bounds, and no row is said to fit (`cannot_tell`).
+    pub lower_bound: bool,
     pub capacity_bytes: Option<u64>,
     pub capacity_source: crate::model::CapacitySource,
     pub rows: Vec<PolicyRow>,
@@ -159,7 +162,12 @@ fn row_of(
         alloc_conf: r.alloc_conf.clone(),
         outcome: r.outcome_kind(),
         reach: Reach::of(trace, r),
-        decision: crate::outcome::Decision::of(policy, Reach::of(trace, r)),
+        // A predicted stream that leaves out what its note names is a lower bound: completing
+        // at the capacity does not say the step fits.
+        decision: match crate::outcome::Decision::of(policy, Reach::of(trace, r)) {
+            crate::outcome::Decision::Fits if trace.predicted_lower_bound() => crate::outcome::Decision::CannotTell,
+            d => d,
+        },
         scratch_failures_skipped: 0,
         oom_event: match r.outcome {
             crate::replay::Outcome::Oom { event, .. } => Some(event),
@@ -335,6 +343,7 @@ fn finish<T>(
     let w = Whatif {
         trace: trace.path.display().to_string(),
         predicted: trace.predicted().map(str::to_string),
+        lower_bound: trace.predicted_lower_bound(),
         capacity_bytes: opts.capacity.bytes,
         capacity_source: opts.capacity.source,
         rows: table,

@@ -53,7 +53,9 @@ MODELLED = (
     "cuBLASLt workspace per handle and stream at the first addmm with a bias (CUBLASLT_WORKSPACE_SIZE, 1 MiB)",
 )
 NOT_MODELLED = (
-    "cuDNN workspaces (convolutions): cuDNN picks the algorithm and its workspace at run time",
+    "cuDNN workspaces (convolutions, cuDNN attention): cuDNN picks the plan and its workspace at run time; "
+    "PyTorch allocates each plan's workspace and, if that runs out of memory, tries the next plan "
+    "(try_configs in Conv_v8.cpp), so a prediction that meets them is a lower bound",
     "temporaries kernels allocate inside themselves (reduction/sort scratch, fused attention backward)",
     "NCCL and other communication buffers, and memory outside PyTorch's caching allocator",
     "data-dependent shapes and values (.item(), nonzero, masked indexing): the step cannot run",
@@ -339,7 +341,9 @@ def _why(e):
                 "a CUDA device (no GPU memory is used; forward-only steps run anywhere); or "
                 + _RECORD_HINT)
     if "local_scalar_dense" in low or "item()" in low:
-        cause = "a value read back from the device (.item(), bool() or int() of a tensor)"
+        cause = ("a value read back from a tensor (.item(), bool() or int()); one read while the model is built "
+                 "on CPU (timm's drop-path rates) can be computed outside fake tensors with "
+                 "torch._subclasses.fake_tensor.unset_fake_temporarily()")
     elif "dynamicoutputshape" in low or "data-dependent" in low or "datadependent" in low:
         cause = "a data-dependent output shape (nonzero, masked indexing, unique)"
     elif "unsupportedoperatorexception" in low or "no fake" in low or "meta" in low:
@@ -375,7 +379,7 @@ def _run(make_step, make_inputs, steps, compute_capability):
         register_optimizer_step_pre_hook(rec.optimizer_pre),
         register_optimizer_step_post_hook(rec.optimizer_post),
     ]
-    lazy_init, swap = torch.cuda._lazy_init, torch.utils.swap_tensors
+    lazy_init, swap, bf16 = torch.cuda._lazy_init, torch.utils.swap_tensors, torch.cuda.is_bf16_supported
     mode = FakeTensorMode(allow_non_fake_inputs=True)
 
     def swap_tensors(t1, t2):
@@ -385,8 +389,12 @@ def _run(make_step, make_inputs, steps, compute_capability):
         return swap(t1, t2)
 
     try:
-        # No GPU here: PyTorch's CUDA initialisation would fail; fake tensors need none.
-        torch.cuda._lazy_init = lambda: None
+        # Without a visible GPU, PyTorch's CUDA initialisation would fail and fake tensors need
+        # none; where PyTorch sees one, CUDA initialises as usual (device queries need it).
+        if not torch.cuda.is_available():
+            torch.cuda._lazy_init = lambda: None
+            # autocast(dtype=bfloat16) asks; PyTorch's answer for the device predicted for.
+            torch.cuda.is_bf16_supported = lambda *a, **k: tuple(compute_capability) >= (8, 0)
         torch.utils.swap_tensors = swap_tensors
         with mode, _mode_class(torch)(rec):
             rec.set_phase("setup")
@@ -412,7 +420,7 @@ def _run(make_step, make_inputs, steps, compute_capability):
     except Exception as e:  # noqa: BLE001 -- every failure under fake tensors is reported so
         raise PredictionError(_why(e)) from e
     finally:
-        torch.cuda._lazy_init, torch.utils.swap_tensors = lazy_init, swap
+        torch.cuda._lazy_init, torch.utils.swap_tensors, torch.cuda.is_bf16_supported = lazy_init, swap, bf16
         for h in hooks:
             h.remove()
     return rec
@@ -492,18 +500,23 @@ def predict(make_step, *example_inputs, steps=3, capacity="80GiB", conf=None, ou
 def settings(whatif):
     """From `alloctrace whatif --json`: {setting: {fits, peak_allocated_bytes,
     peak_reserved_bytes, fragmentation, headroom_bytes}} (headroom: the capacity less the peak
-    reserved, None without a capacity), and the fitting setting with the lowest peak reserved."""
+    reserved, None without a capacity), and the fitting setting with the lowest peak reserved.
+    `fits` is None (cannot tell) where the replay completes but the prediction is a lower bound
+    (whatif's `lower_bound`: the step used memory that is not predicted, such as cuDNN
+    workspaces); then no setting is said to fit."""
     cap = whatif.get("capacity_bytes")
+    lower = whatif.get("lower_bound", False)
     table = {}
     for r in whatif["rows"]:
+        completes = r["reach"] == "completes"
         table[r["policy"]] = {
-            "fits": r["reach"] == "completes",
+            "fits": None if completes and lower else completes,
             "peak_allocated_bytes": r["peak_allocated_bytes"],
             "peak_reserved_bytes": r["peak_reserved_bytes"],
             "fragmentation": r["fragmentation"],
             "headroom_bytes": cap - r["peak_reserved_bytes"] if cap else None,
         }
-    fitting = [k for k, v in table.items() if v["fits"]]
+    fitting = [k for k, v in table.items() if v["fits"] is True]
     best = min(fitting, key=lambda k: (table[k]["peak_reserved_bytes"], k != "recorded")) if fitting else None
     return table, best
 
@@ -531,12 +544,12 @@ def _args(path, capacity, conf):
     return args
 
 
-def _whatif(path, capacity, conf):
+def _whatif(path, capacity, conf, search=True):
     import json
 
     from . import run
 
-    return json.loads(run("whatif", *_args(path, capacity, conf)))
+    return json.loads(run("whatif", *_args(path, capacity, conf), *([] if search else ["--no-search"])))
 
 
 def _explain(path, capacity, conf):
@@ -554,14 +567,19 @@ def largest_batch(make_step, make_inputs, capacity="80GiB", lo=1, hi=1024, steps
     (probes are shared between settings), each replayed by `whatif --json --capacity`.
     `make_inputs(batch)` returns the inputs of one step (built on "cuda" under fake tensors).
 
-    Returns {setting: largest batch or None (not even `lo` fits)}, and the probes under the
-    key "probes" ({batch: {setting: fits}}). A batch at which the step cannot run under fake
-    tensors raises PredictionError. Assumes that what fits at a batch fits at every smaller one.
+    Returns {setting: largest batch or None (not even `lo` fits)}, the probes under the key
+    "probes" ({batch: {setting: fits}}), and under "not_modelled" what the probes met that is
+    not predicted (cuDNN convolution workspaces, say). Where that list is not empty the
+    predicted demand is a lower bound, so each batch is an upper bound: the real largest batch
+    is at most that, never "fits" (the key "upper_bound" is then True). A batch at which the
+    step cannot run under fake tensors raises PredictionError. Assumes that what fits at a
+    batch fits at every smaller one.
     """
     import tempfile
 
     capacity = _bytes(capacity)
     probes = {}
+    unmodelled = set()
     d = workdir or tempfile.mkdtemp(prefix="alloctrace-batch-")
 
     def fits(batch):
@@ -571,9 +589,10 @@ def largest_batch(make_step, make_inputs, capacity="80GiB", lo=1, hi=1024, steps
                 return tuple(got) if isinstance(got, (list, tuple)) else (got,)
 
             rec = _run(make_step, inputs, steps, compute_capability)
+            unmodelled.update(rec.unmodelled)
             path = _write(rec, os.path.join(d, "batch-%d.pickle" % batch), capacity, conf,
                           "batch %d, " % batch + _describe(make_step, steps, rec))
-            w = _whatif(path, capacity, conf)
+            w = _whatif(path, capacity, conf, search=False)  # a probe needs the outcomes only
             probes[batch] = {r["policy"]: r["reach"] == "completes" for r in w["rows"]}
             if log:
                 log("batch %d: %s" % (batch, ", ".join("%s %s" % (k, "fits" if v else "does not fit")
@@ -599,6 +618,8 @@ def largest_batch(make_step, make_inputs, capacity="80GiB", lo=1, hi=1024, steps
                 bad = mid
         answer[s] = good
     answer["probes"] = probes
+    answer["not_modelled"] = sorted(unmodelled)
+    answer["upper_bound"] = bool(unmodelled)
     return answer
 
 
@@ -649,9 +670,17 @@ def main(argv=None):
             got = largest_batch(make_step, make_inputs, capacity=a.capacity, lo=a.batch, hi=a.largest_batch,
                                 steps=a.steps, conf=a.conf, log=lambda s: print(s, file=sys.stderr))
             got.pop("probes")
+            missing, bound = got.pop("not_modelled"), got.pop("upper_bound")
             print("predicted largest batch at %s (fake tensors, no GPU):" % a.capacity)
             for s, b in got.items():
-                print("  %-40s %s" % (s, b if b is not None else "none fits (not even %d)" % a.batch))
+                if b is None:
+                    said = "none fits (not even %d)" % a.batch
+                else:
+                    said = "at most %d" % b if bound else str(b)
+                print("  %-40s %s" % (s, said))
+            if bound:
+                print("not modelled: %s; the demand predicted is a lower bound, so these batches are upper "
+                      "bounds: try each for real" % ", ".join(missing))
             return 0
         if os.path.exists(a.output) and os.path.samefile(a.output, script):
             p.error("the output would overwrite the script")
@@ -665,11 +694,17 @@ def main(argv=None):
     print("%-34s %-12s %11s %11s %6s %11s" % ("setting", "at " + a.capacity, "peak alloc", "peak reserv", "frag.",
                                                "headroom"))
     gib = lambda b: "%.2f GiB" % (b / 2**30) if b is not None else "-"  # noqa: E731
+    said = {True: "fits", False: "out of memory", None: "cannot tell"}
     for name, v in r["settings"].items():
-        print("%-34s %-12s %11s %11s %5.1f%% %11s" % (name, "fits" if v["fits"] else "out of memory",
+        print("%-34s %-12s %11s %11s %5.1f%% %11s" % (name, said[v["fits"]],
                                                      gib(v["peak_allocated_bytes"]), gib(v["peak_reserved_bytes"]),
                                                      100 * v["fragmentation"], gib(v["headroom_bytes"])))
-    print("most headroom: %s" % (r["most_headroom"] or "none fits"))
+    if r["whatif"].get("lower_bound"):
+        note = r["whatif"]["predicted"].split("not modelled here, ")[-1]
+        print("cannot tell: %s; the peaks are lower bounds, so no setting is said to fit: run the step for real "
+              "at the limit" % (note[:-1] if note.endswith(")") else note))
+    else:
+        print("most headroom: %s" % (r["most_headroom"] or "none fits"))
     print("next: alloctrace explain %s --capacity %s; alloctrace whatif %s --capacity %s"
           % (r["path"], a.capacity, r["path"], a.capacity))
     return 0

@@ -105,11 +105,37 @@ def test_largest_batch_bisects_each_setting(tmp_path):
     got = alloctrace.largest_batch(make_step, lambda b: (torch.empty(b, 4096, device="cuda"),),
                                    capacity="256MiB", lo=1, hi=8192, steps=1, workdir=str(tmp_path))
     probes = got.pop("probes")
+    # Nothing the step used is left out of the prediction: the answers are not bounds.
+    assert got.pop("not_modelled") == [] and got.pop("upper_bound") is False
     assert "recorded" in got and "expandable_segments:True" in got
     for setting, best in got.items():
         assert best is not None and 1 <= best < 8192
         assert probes[best][setting] is True
         assert probes[best + 1][setting] is False
+
+
+def test_a_convolution_makes_the_prediction_a_lower_bound(tmp_path):
+    # cuDNN picks a convolution's workspace at run time: the prediction leaves it out, so its
+    # replay completing is not said to fit, and the largest batch is an upper bound.
+    def make_step():
+        conv = torch.nn.Conv2d(3, 8, 3).cuda()
+
+        def step(x):
+            with torch.no_grad():
+                return conv(x)
+
+        return step
+
+    r = alloctrace.predict(make_step, torch.empty(4, 3, 32, 32), out=tmp_path / "p.pickle", capacity="1GiB")
+    assert r["whatif"]["lower_bound"] is True
+    assert "cuDNN convolution workspaces" in r["whatif"]["predicted"]
+    rows = {row["policy"]: row for row in r["whatif"]["rows"]}
+    assert rows["recorded"]["reach"] == "completes"
+    assert all(v["fits"] is None for v in r["settings"].values()) and r["most_headroom"] is None
+    assert all(row["decision"] != "fits" for row in rows.values())
+    got = alloctrace.largest_batch(make_step, lambda b: (torch.empty(b, 3, 32, 32, device="cuda"),),
+                                   capacity="256MiB", lo=1, hi=64, steps=1, workdir=str(tmp_path))
+    assert got["upper_bound"] is True and got["not_modelled"] == ["cuDNN convolution workspaces"]
 
 
 def test_the_command_line_form(tmp_path):

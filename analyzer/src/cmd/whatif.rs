@@ -25,6 +25,18 @@ pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
     if let Some(p) = &w.predicted {
         writeln!(out, "{}", crate::wrap::indented(p, "", "  "))?;
     }
+    if w.lower_bound {
+        writeln!(
+            out,
+            "{}",
+            crate::wrap::indented(
+                "lower bound: the prediction leaves out memory named above, so its peaks are lower bounds and a setting \
+whose replay completes is not said to fit (cannot tell); run the step for real at the limit to know",
+                "",
+                "  "
+            )
+        )?;
+    }
     if let Some(d) = &w.input_damage {
         writeln!(out, "partial input: {d}; the rows cover only what was read")?;
     }

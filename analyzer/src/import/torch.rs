@@ -85,6 +85,10 @@ use std::borrow::Cow;
 pub const PREDICTED_KEY: &str = "alloctrace_predicted";
 /// How the header note of a predicted trace starts ([`crate::model::Trace::predicted`]).
 pub const PREDICTED_NOTE: &str = "predicted, not recorded: made by";
+/// What a predicted trace's note says when the step used something whose memory is not
+/// predicted (cuDNN convolution workspaces, chosen by cuDNN at run time): its requests are then
+/// a lower bound on the real ones ([`crate::model::Trace::predicted_lower_bound`]).
+pub const PREDICTED_LOWER_BOUND: &str = "not modelled here, so reserved memory may be under-predicted";
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
