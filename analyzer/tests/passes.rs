@@ -53,7 +53,7 @@ fn report_makes_the_passes_it_names() {
     // capacity search (one what-if replay pass per setting with an OOM to probe).
     for trace in ["frag_oom.default.atrace", "recorded_gpt2_train.atrace", "seed_experiments.default.atrace"] {
         let (named, _) = report_passes(trace);
-        for ((kind, by), _) in &named {
+        for (kind, by) in named.keys() {
             assert!(held.keys().any(|(_, h)| h == by) || *by == "explain", "{trace}: {kind:?} pass by {by}");
         }
         let folds: usize = named.iter().filter(|((k, _), _)| *k == Fold).map(|(_, n)| n).sum();
