@@ -11,4 +11,6 @@ out="${1:-dist}"
 cargo build --release -p alloctrace-recorder --features cuda --lib
 mkdir -p python/alloctrace/lib
 cp target/release/librecorder.so python/alloctrace/lib/librecorder.so
+# Bytecode left by a local run is not part of the package.
+find python/alloctrace -name __pycache__ -prune -exec rm -rf {} +
 python3 -m pip wheel --no-deps ./python -w "$out"

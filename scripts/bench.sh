@@ -61,10 +61,10 @@ ratios() { # trace label -> each command's time as a multiple of one replay of t
   echo "commands against one replay of $label ($n events; the fastest of ${RUNS:-1} run(s) each):"
   read -r base rss < <(secs "$BIN" replay "$t")
   printf "  %-26s %7.2f s  %5s x  %-10s %6s MB\n" "replay" "$base" "1.0" "" "$rss"
-  for spec in "whatif:8" "explain:10" "frag:3"; do
+  for spec in "whatif:4" "explain:5" "frag:1.5"; do
     local c=${spec%%:*} target=${spec##*:}
     read -r s rss < <(secs "$BIN" "$c" "$t")
-    printf "  %-26s %7.2f s  %5.1f x  (<= %2s x) %6s MB\n" "$c" "$s" "$(awk "BEGIN{print $s / ($base > 0 ? $base : 0.01)}")" "$target" "$rss"
+    printf "  %-26s %7.2f s  %5.1f x  (<= %3s x) %6s MB\n" "$c" "$s" "$(awk "BEGIN{print $s / ($base > 0 ? $base : 0.01)}")" "$target" "$rss"
   done
   rm -rf "$TMP/rep"
   read -r s rss < <(secs "$BIN" report "$t" -o "$TMP/rep")
@@ -73,7 +73,7 @@ ratios() { # trace label -> each command's time as a multiple of one replay of t
     rm -rf "$TMP/rep"
     opens=$(strace -f -e trace=openat -o "$TMP/strace" "$BIN" report "$t" -o "$TMP/rep" > /dev/null 2>&1; grep -c "$(basename "$t")" "$TMP/strace" || true)
   fi
-  printf "  %-26s %7.2f s  %5.1f x  (<= 15 x) %6s MB; opens of the trace: %s (<= 3)\n" "report" "$s" "$(awk "BEGIN{print $s / ($base > 0 ? $base : 0.01)}")" "$rss" "$opens"
+  printf "  %-26s %7.2f s  %5.1f x  (<=   5 x) %6s MB; opens of the trace: %s (<= 3)\n" "report" "$s" "$(awk "BEGIN{print $s / ($base > 0 ? $base : 0.01)}")" "$rss" "$opens"
 }
 
 echo "machine: $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"

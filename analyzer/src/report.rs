@@ -462,7 +462,7 @@ fn refine_live_at_end(findings: &mut [Finding], l: &LeaksReport) {
             let site = g.sites.first().map(|s| {
                 format!(
                     " The growth comes mostly from {} ({} per iteration).",
-                    s.site.label,
+                    code(&s.site.label),
                     crate::units::fmt_delta(s.per_iteration_bytes.round() as i64)
                 )
             });
@@ -493,7 +493,7 @@ fn refine_live_at_end(findings: &mut [Finding], l: &LeaksReport) {
         _ if l.live_at_end_count > 0 => {
             f.explanation = format!(
                 "{}{}",
-                l.growth_note.clone().unwrap_or_else(|| "No iterations found to measure growth.".into()),
+                l.growth_note.as_deref().map(prose).unwrap_or_else(|| "No iterations found to measure growth.".into()),
                 top.unwrap_or_default()
             );
         }
@@ -522,7 +522,7 @@ pub fn findings(
             // The one diagnosis (explain's verdict), not a second classification.
             let why = match verdict {
                 Some(v) if v.kind != crate::explain::VerdictKind::NoOom => {
-                    format!(" Diagnosis: {}: {}.", v.kind.as_str(), v.reason)
+                    format!(" Diagnosis: {}: {}.", v.kind.as_str(), prose(&v.reason))
                 }
                 _ => String::new(),
             };
@@ -974,7 +974,7 @@ impl Report {
             }));
             return;
         };
-        d.push(Block::Para(format!("**Verdict: {}.** {}.", x.verdict.kind.as_str(), x.verdict.reason)));
+        d.push(Block::Para(format!("**Verdict: {}.** {}.", x.verdict.kind.as_str(), prose(&x.verdict.reason))));
         match &x.fix {
             Some(fix) => {
                 let setting = fix
@@ -988,7 +988,11 @@ impl Report {
                     "worth_trying" => "Worth trying first",
                     _ => "Suggestion",
                 };
-                d.push(Block::Para(format!("**{label}:** {}{setting}. *Evidence:* {}.", fix.text, fix.evidence)));
+                d.push(Block::Para(format!(
+                    "**{label}:** {}{setting}. *Evidence:* {}.",
+                    prose(&fix.text),
+                    prose(&fix.evidence)
+                )));
                 if x.advice.len() + x.worth_trying.len() > 1 {
                     d.push(Block::Para(
                         "More advice, what is worth trying, what was not advised and why: see *Why* below.".into(),
@@ -1018,7 +1022,7 @@ impl Report {
         }
         if let Some(x) = &self.explain {
             d.push(Block::Heading(3, format!("Diagnosis: {}", x.verdict.kind.as_str())));
-            d.push(Block::Para(x.verdict.reason.clone()));
+            d.push(Block::Para(prose(&x.verdict.reason)));
             if let Some(m) = &x.pytorch_message {
                 d.push(Block::Para("What PyTorch's out-of-memory message would have said:".into()));
                 d.push(Block::Code(m.clone()));
@@ -1030,10 +1034,10 @@ impl Report {
                         .iter()
                         .map(|a| {
                             let text = match &a.setting {
-                                Some(s) if !a.text.contains(s.as_str()) => format!("{} ({})", a.text, code(s)),
-                                _ => a.text.clone(),
+                                Some(s) if !a.text.contains(s.as_str()) => format!("{} ({})", prose(&a.text), code(s)),
+                                _ => prose(&a.text),
                             };
-                            vec![text, a.evidence.clone()]
+                            vec![text, prose(&a.evidence)]
                         })
                         .collect(),
                 ));
@@ -1065,7 +1069,7 @@ through the cuDNN workspaces that fail; none is proven to fit):"
                         .iter()
                         .map(|w| {
                             vec![
-                                w.setting.clone(),
+                                code(&w.setting),
                                 fmt_bytes(w.peak_reserved_bytes),
                                 w.predicted_needs_bytes
                                     .map(|n| format!("about {}", fmt_bytes(n)))
@@ -1076,14 +1080,14 @@ through the cuDNN workspaces that fail; none is proven to fit):"
                 ));
             }
             for n in &x.not_advised {
-                d.push(Block::Para(format!("Not advised: {n}")));
+                d.push(Block::Para(format!("Not advised: {}", prose(n))));
             }
             // The patterns explain found, where its advice does not already state them.
             let patterns =
                 [x.empty_cache_calls.as_ref().map(|e| e.text()), x.held_for_streams.as_ref().map(|h| h.text())];
             for p in patterns.into_iter().flatten() {
                 if !x.advice.iter().any(|a| a.evidence.contains(&p)) {
-                    d.push(Block::Para(format!("Pattern: {p}.")));
+                    d.push(Block::Para(format!("Pattern: {}.", prose(&p))));
                 }
             }
         }
@@ -1156,7 +1160,7 @@ through the cuDNN workspaces that fail; none is proven to fit):"
                 }
                 None => {
                     if let Some(n) = &l.growth_note {
-                        d.push(Block::Para(format!("Growth: {n}")));
+                        d.push(Block::Para(format!("Growth: {}", prose(n))));
                     }
                 }
             }
@@ -1335,6 +1339,13 @@ through the cuDNN workspaces that fail; none is proven to fit):"
 }
 
 pub use crate::output::MAX_REPORT_FILE_BYTES;
+
+/// A sentence of an analysis (a verdict's reason, advice and its evidence, a growth note) as
+/// text of the report: it quotes call sites and settings from the trace as they are, so none of
+/// its characters is the report's markup (see [`crate::escape::report_text`]).
+fn prose(s: &str) -> String {
+    crate::escape::report_text(s)
+}
 
 /// A string from a trace as a code span of the report's text (see [`crate::escape::report_code`]).
 fn code(s: &str) -> String {

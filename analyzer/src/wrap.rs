@@ -11,21 +11,8 @@ pub fn lines(text: &str, width: usize, markdown: bool) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let mut line = String::new();
     // Words, where a word inside a code span takes the spaces up to its end with it.
-    let mut words: Vec<String> = Vec::new();
-    let mut in_code = false;
-    for w in text.split(' ') {
-        let opens_or_closes = w.matches('`').count() % 2 == 1;
-        match words.last_mut() {
-            Some(last) if markdown && in_code => {
-                last.push(' ');
-                last.push_str(w);
-            }
-            _ => words.push(w.to_string()),
-        }
-        if markdown && opens_or_closes {
-            in_code = !in_code;
-        }
-    }
+    let words: Vec<String> =
+        if markdown { markdown_words(text) } else { text.split(' ').map(str::to_string).collect() };
     for w in words {
         let fits = line.chars().count() + 1 + w.chars().count() <= width;
         if line.is_empty() || fits || (markdown && starts_block(&w)) {
@@ -40,6 +27,56 @@ pub fn lines(text: &str, width: usize, markdown: bool) -> Vec<String> {
     }
     out.push(line);
     out
+}
+
+/// `text` split at the spaces a Markdown renderer reads as spaces between words: not those inside
+/// a code span (a run of N backticks up to the next run of exactly N, as CommonMark pairs them),
+/// and a backslash-escaped backtick opens none.
+fn markdown_words(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let run_at = |i: usize| chars[i..].iter().take_while(|&&c| c == '`').count();
+    let (mut words, mut word) = (Vec::new(), String::new());
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            ' ' => {
+                words.push(std::mem::take(&mut word));
+                i += 1;
+            }
+            '\\' => {
+                let end = (i + 2).min(chars.len());
+                word.extend(&chars[i..end]);
+                i = end;
+            }
+            '`' => {
+                let n = run_at(i);
+                // The next run of exactly `n` backticks closes the span; without one the run is text.
+                let mut j = i + n;
+                let mut close = None;
+                while j < chars.len() {
+                    if chars[j] == '`' {
+                        let m = run_at(j);
+                        if m == n {
+                            close = Some(j);
+                            break;
+                        }
+                        j += m;
+                    } else {
+                        j += 1;
+                    }
+                }
+                let end = close.map_or(i + n, |c| c + n);
+                word.extend(&chars[i..end]);
+                i = end;
+            }
+            c => {
+                word.push(c);
+                i += 1;
+            }
+        }
+    }
+    words.push(word);
+    words
 }
 
 /// Whether a line starting with `word` would be read as Markdown structure.
@@ -74,6 +111,15 @@ mod tests {
         assert!(l.iter().all(|l| l.chars().count() <= 40), "{l:?}");
         assert_eq!(l.join(" "), text);
         assert_eq!(lines("a-very-long-word-without-spaces", 5, false), vec!["a-very-long-word-without-spaces"]);
+    }
+
+    #[test]
+    fn markdown_keeps_fenced_spans_whole_and_escaped_backticks_open_none() {
+        // A span fenced by two backticks holds a single one; an escaped backtick is text.
+        let l = lines("from ``u.py:4 (x` # INJECTED HEADING `y)`` and \\` # not code \\` here", 12, true);
+        assert!(l.iter().any(|l| l.contains("``u.py:4 (x` # INJECTED HEADING `y)``")), "{l:?}");
+        assert!(l.iter().all(|l| !l.starts_with('#')), "{l:?}");
+        assert_eq!(l.join(" "), "from ``u.py:4 (x` # INJECTED HEADING `y)`` and \\` # not code \\` here");
     }
 
     #[test]

@@ -646,34 +646,46 @@ fn trace_text_is_text_under_a_gfm_renderer() {
     // string became bold (and `*` emphasis) in report.md and report.html; a trace's own `**`
     // in a note or a call-site function did too.
     use recorder::trace::{Event, Frame, Header, MarkKind, Pool, Record, Source, TraceWriter};
-    let payload = "f` **BOLD-PAYLOAD** *EM-PAYLOAD* ~~STRIKE-PAYLOAD~~ `g <b>HTML-PAYLOAD</b> @MENTIONPAYLOAD \
-                   https://LINKPAYLOAD.example www.WWWPAYLOAD.example";
-    let all = tmp("payload-everywhere.atrace");
-    let mut h = Header::new(Source::Recorded);
-    h.capacity_bytes = 1 << 30;
-    h.device_name = payload.replace("PAYLOAD", "DEVICE");
-    h.command_line = vec!["python".into(), payload.replace("PAYLOAD", "COMMAND")];
-    h.notes = vec![payload.replace("PAYLOAD", "NOTE"), "**BOLDNOTE**".into(), "----------".into()];
-    let mut w = TraceWriter::create(&all, &h).unwrap();
-    let frame =
-        Frame { file: payload.replace("PAYLOAD", "FILE"), line: 7, function: payload.replace("PAYLOAD", "FUNC") };
-    let mut events = vec![Event::CallSite { id: 1, frames: vec![frame] }];
-    for i in 0..40u64 {
-        events.push(Event::Mark { kind: MarkKind::Iteration, text: payload.replace("PAYLOAD", "MARK") });
-        events.push(Event::Alloc {
-            id: i + 1,
-            addr: 0x1000_0000 + i * (1 << 20),
-            requested_bytes: 1 << 20,
-            block_bytes: 0,
-            stream: 0,
-            pool: Pool::Large,
-            callsite: 1,
-        });
+    // With backticks that pair among themselves, and without any (then a call site's `**` in a
+    // sentence of the analyses, the advice or the growth note, was bold in report.md).
+    let payloads = [
+        (
+            "payload-everywhere.atrace",
+            "f` **BOLD-PAYLOAD** *EM-PAYLOAD* ~~STRIKE-PAYLOAD~~ `g <b>HTML-PAYLOAD</b> @MENTIONPAYLOAD \
+                   https://LINKPAYLOAD.example www.WWWPAYLOAD.example",
+        ),
+        ("payload-plain.atrace", "**BOLD-PAYLOAD** *EM-PAYLOAD* _UNDER-PAYLOAD_ ~~STRIKE-PAYLOAD~~"),
+    ];
+    let mut generated = Vec::new();
+    for (file, payload) in payloads {
+        let all = tmp(file);
+        let mut h = Header::new(Source::Recorded);
+        h.capacity_bytes = 1 << 30;
+        h.device_name = payload.replace("PAYLOAD", "DEVICE");
+        h.command_line = vec!["python".into(), payload.replace("PAYLOAD", "COMMAND")];
+        h.notes = vec![payload.replace("PAYLOAD", "NOTE"), "**BOLDNOTE**".into(), "----------".into()];
+        let mut w = TraceWriter::create(&all, &h).unwrap();
+        let frame =
+            Frame { file: payload.replace("PAYLOAD", "FILE"), line: 7, function: payload.replace("PAYLOAD", "FUNC") };
+        let mut events = vec![Event::CallSite { id: 1, frames: vec![frame] }];
+        for i in 0..40u64 {
+            events.push(Event::Mark { kind: MarkKind::Iteration, text: payload.replace("PAYLOAD", "MARK") });
+            events.push(Event::Alloc {
+                id: i + 1,
+                addr: 0x1000_0000 + i * (1 << 20),
+                requested_bytes: 1 << 20,
+                block_bytes: 0,
+                stream: 0,
+                pool: Pool::Large,
+                callsite: 1,
+            });
+        }
+        for (i, event) in events.into_iter().enumerate() {
+            w.write_owned(Record { time_ns: i as u64, event }).unwrap();
+        }
+        w.finish().unwrap();
+        generated.push(all);
     }
-    for (i, event) in events.into_iter().enumerate() {
-        w.write_owned(Record { time_ns: i as u64, event }).unwrap();
-    }
-    w.finish().unwrap();
     let mut inputs: Vec<PathBuf> =
         std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hostile"))
             .unwrap()
@@ -681,7 +693,7 @@ fn trace_text_is_text_under_a_gfm_renderer() {
             .filter(|p| p.extension().is_some_and(|e| e == "atrace"))
             .collect();
     inputs.sort();
-    inputs.push(all);
+    inputs.extend(generated);
     let mut reports = 0;
     for f in &inputs {
         let name = f.file_name().unwrap().to_str().unwrap();
