@@ -79,6 +79,17 @@ pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()
     writeln!(out, "verdict: {}", r.verdict.kind.as_str())?;
     writeln!(out, "{}", crate::wrap::indented(&r.verdict.reason, "  ", "  "))?;
     print_categories(out, r)?;
+    // Where the memory of the moment was allocated, where the trace has call sites.
+    let named: Vec<String> = r
+        .top_sites
+        .iter()
+        .filter(|s| !s.site.label.starts_with('('))
+        .take(3)
+        .map(|s| format!("{} from {}", b(s.block_bytes), s.site.label))
+        .collect();
+    if !named.is_empty() {
+        writeln!(out, "{}", crate::wrap::indented(&named.join("; "), "  most held: ", "    "))?;
+    }
     match &r.fix {
         Some(fix) => {
             writeln!(out, "{}", crate::wrap::indented(&fix.text, &format!("{}: ", fix.label()), "  "))?;
@@ -135,7 +146,8 @@ pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()
 fn print_categories(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()> {
     if let Some(c) = &r.categories {
         let at = if r.moment == "oom" { "at the OOM" } else { "at that peak" };
-        writeln!(out, "  {at}: {} (phases from {})", c.bytes.shares_text(), c.phases_from)?;
+        let text = format!("{at}: {} (phases from {})", c.bytes.shares_text(), c.phases_from);
+        writeln!(out, "{}", crate::wrap::indented(&text, "  ", "    "))?;
         if let Some(k) = &c.checkpointing {
             let text = format!("checkpointing (an estimate): {}", crate::category::checkpoint_text(k));
             writeln!(out, "{}", crate::wrap::indented(&text, "  ", "    "))?;
