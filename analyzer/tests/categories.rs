@@ -129,7 +129,10 @@ fn explain_says_what_the_memory_at_its_moment_is_for() {
     // The text says it in the verdict, largest share first, and gives the checkpointing estimate.
     let o = Command::new(env!("CARGO_BIN_EXE_alloctrace")).args(["explain", out.to_str().unwrap()]).output().unwrap();
     let text = String::from_utf8(o.stdout).unwrap();
-    let line = text.lines().find(|l| l.starts_with("  at that peak: ")).expect(&text);
+    // (wrapped at 100 columns: the line and its continuation lines)
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("  at that peak: "));
+    let first = lines.next().expect(&text).to_string();
+    let line = lines.take_while(|l| l.starts_with("    ")).fold(first, |a, l| a + " " + l.trim());
     assert!(line.contains("optimizer state 15%") && line.ends_with("(phases from frames)"), "{line}");
     assert!(text.contains("  checkpointing (an estimate): activations hold "), "{text}");
 }
