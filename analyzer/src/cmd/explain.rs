@@ -20,7 +20,22 @@ pub struct ExplainCmdOptions {
 
 /// The default text: the verdict, the fix and its evidence, what is worth trying, in one screen
 /// (at most 40 lines of 100 columns on the shipped traces; a test holds it).
+/// Lines of `explain`'s text without `--verbose`: what fits a screen.
+pub const SHORT_LINES: usize = 40;
+
 pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()> {
+    // The call sites holding most of the memory, and where the phases came from, are said where
+    // the screen has room for them.
+    let mut full = Vec::new();
+    print_short_with(&mut full, r, true)?;
+    if String::from_utf8_lossy(&full).lines().count() <= SHORT_LINES {
+        return out.write_all(&full);
+    }
+    print_short_with(out, r, false)
+}
+
+/// The text without `--verbose`; `full`: with the lines that go first when it would not fit.
+fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::io::Result<()> {
     let b = fmt_bytes;
     let f = &r.figures;
     let cap = f.capacity_bytes.map(b).unwrap_or_else(|| "none".into());
@@ -78,14 +93,15 @@ pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()
     }
     writeln!(out, "verdict: {}", r.verdict.kind.as_str())?;
     writeln!(out, "{}", crate::wrap::indented(&r.verdict.reason, "  ", "  "))?;
-    print_categories(out, r)?;
-    // Where the memory of the moment was allocated, where the trace has call sites.
+    print_categories(out, r, full)?;
+    // Where the memory of the moment was allocated, where the trace has call sites (the two
+    // sites holding most; --verbose lists them with the user's line).
     let named: Vec<String> = r
         .top_sites
         .iter()
-        .filter(|s| !s.site.label.starts_with('('))
-        .take(3)
-        .map(|s| format!("{} from {}", b(s.block_bytes), s.site.label))
+        .filter(|s| full && !s.site.label.starts_with('('))
+        .take(2)
+        .map(|s| format!("{} from {}", b(s.block_bytes), s.site.frame_label()))
         .collect();
     if !named.is_empty() {
         writeln!(out, "{}", crate::wrap::indented(&named.join("; "), "  most held: ", "    "))?;
@@ -143,10 +159,12 @@ pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()
 }
 
 /// What the memory at the moment is for, and the checkpointing estimate, under the verdict.
-fn print_categories(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()> {
+/// `source`: with where the phases came from.
+fn print_categories(out: &mut dyn Write, r: &ExplainReport, source: bool) -> std::io::Result<()> {
     if let Some(c) = &r.categories {
         let at = if r.moment == "oom" { "at the OOM" } else { "at that peak" };
-        let text = format!("{at}: {} (phases from {})", c.bytes.shares_text(), c.phases_from);
+        let from = if source { format!(" (phases from {})", c.phases_from) } else { String::new() };
+        let text = format!("{at}: {}{from}", c.bytes.shares_text());
         writeln!(out, "{}", crate::wrap::indented(&text, "  ", "    "))?;
         if let Some(k) = &c.checkpointing {
             let text = format!("checkpointing (an estimate): {}", crate::category::checkpoint_text(k));
@@ -240,7 +258,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         _ => writeln!(out, "verdict: {}", r.verdict.kind.as_str())?,
     }
     writeln!(out, "{}", crate::wrap::indented(&r.verdict.reason, "  ", "  "))?;
-    print_categories(out, r)?;
+    print_categories(out, r, true)?;
     writeln!(out)?;
     writeln!(out, "call sites holding memory at that moment:")?;
     for s in r.top_sites.iter().take(5) {

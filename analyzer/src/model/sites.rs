@@ -30,6 +30,15 @@ impl Site {
     pub fn unknown() -> Self {
         Site { label: "(no call site recorded)".into(), file: String::new(), line: 0, function: String::new() }
     }
+
+    /// The named frame alone, without the user's line beside it (for a line that lists several
+    /// sites): `transformers/activations.py:56 (forward)`.
+    pub fn frame_label(&self) -> String {
+        if self.file.is_empty() {
+            return self.label.clone();
+        }
+        crate::escape::terminal(&format!("{}:{} ({})", short_file(&self.file), self.line, self.function)).into_owned()
+    }
 }
 
 /// Frames of the recorder's own Python shim: never the program's.
