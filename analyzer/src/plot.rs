@@ -539,12 +539,12 @@ pub fn whatif_data(trace: &Trace, x: XAxis, columns: usize) -> Result<WhatifData
     let capacity = trace.default_capacity().bytes;
     let list = policies(&trace.header.config, capacity.is_some());
     let mut tracks: Vec<WhatifTrack> = list.iter().map(|_| WhatifTrack::new(columns)).collect();
-    let runs: Vec<(ReplayOptions, Box<crate::replay::SendObserver<'_>>)> = list
+    let runs: Vec<(ReplayOptions, Box<crate::replay::Observer<'_>>)> = list
         .iter()
         .zip(tracks.iter_mut())
         .map(|((_, config), t)| {
             let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: capacity, ..Default::default() };
-            let observer: Box<crate::replay::SendObserver<'_>> =
+            let observer: Box<crate::replay::Observer<'_>> =
                 Box::new(move |i, rec, view, _| t.observe(x, i, rec, view));
             (o, observer)
         })

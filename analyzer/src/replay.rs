@@ -404,7 +404,8 @@ impl<S: Sink> EngineView for Engine<SimDevice, S> {
     }
 }
 
-/// Called after each record of a replay with the record's index, the record, the engine, and
+/// Called after each record of a replay (on the replay loop's threads: several jobs run in
+/// parallel) with the record's index, the record, the engine, and
 /// the live allocations (trace `id` -> address in the replay).
 pub type Observer<'a> = dyn FnMut(u64, &Record, &dyn EngineView, &LiveMap) + Send + 'a;
 
@@ -996,14 +997,11 @@ fn run<S: Sink + ForwardEvents + Send>(
     Ok(rp.result(used_hints, capacity_source, trace))
 }
 
-/// An observer that may run on another thread (see [`replay_many`]).
-pub type SendObserver<'a> = Observer<'a>;
-
 /// Several replays of one trace (different settings or capacities) driven by one read of it:
 /// each decoded chunk is fed to every replay, in parallel. The results are in the order of
 /// `runs`. Writing a replay's output (`ReplayOptions::output`) is not supported here.
 #[track_caller]
-pub fn replay_many(trace: &Trace, runs: Vec<(ReplayOptions, Box<SendObserver<'_>>)>) -> Result<Vec<ReplayResult>> {
+pub fn replay_many(trace: &Trace, runs: Vec<(ReplayOptions, Box<Observer<'_>>)>) -> Result<Vec<ReplayResult>> {
     let mut states: Vec<(Replaying<NullSink>, bool, CapacitySource)> = Vec::with_capacity(runs.len());
     let mut duties: Vec<Box<After<'_, NullSink>>> = Vec::with_capacity(runs.len());
     for (opts, mut observer) in runs {

@@ -243,11 +243,11 @@ fn whatif_inner<T: Send>(
     // Without a search: every policy at the capacity, from one read of the trace.
     if !opts.search_capacity {
         let mut states: Vec<Option<T>> = (0..list.len()).map(|k| observing.map(|o| o.0(k))).collect();
-        let runs: Vec<(ReplayOptions, Box<crate::replay::SendObserver<'_>>)> = list
+        let runs: Vec<(ReplayOptions, Box<crate::replay::Observer<'_>>)> = list
             .iter()
             .zip(states.iter_mut())
             .map(|((_, config), st)| {
-                let observer: Box<crate::replay::SendObserver<'_>> = match observing {
+                let observer: Box<crate::replay::Observer<'_>> = match observing {
                     Some((_, observe)) => Box::new(move |i, rec, view, _| {
                         if let Some(st) = st.as_mut() {
                             observe(st, i, rec, view)
