@@ -37,7 +37,7 @@ impl Site {
         if self.file.is_empty() {
             return self.label.clone();
         }
-        crate::escape::terminal(&format!("{}:{} ({})", short_file(&self.file), self.line, self.function)).into_owned()
+        crate::escape::terminal(&frame_text(&self.file, self.line, &self.function)).into_owned()
     }
 }
 
@@ -94,11 +94,16 @@ fn short_file(file: &str) -> &str {
         .unwrap_or(file)
 }
 
+/// One frame as a label names it: `transformers/activations.py:56 (forward)`.
+fn frame_text(file: &str, line: u32, function: &str) -> String {
+    format!("{}:{line} ({function})", short_file(file))
+}
+
 pub fn site_of(frames: &[Frame]) -> Site {
     let user = frames.iter().find(|f| !is_library_frame(&f.file));
     let fallback = frames.iter().find(|f| !is_recorder_frame(&f.file));
     let Some(named) = model_frame(frames).or(user).or(fallback) else { return Site::unknown() };
-    let mut label = format!("{}:{} ({})", short_file(&named.file), named.line, named.function);
+    let mut label = frame_text(&named.file, named.line, &named.function);
     if let Some(u) = user.filter(|u| *u != named) {
         label.push_str(&format!(" via {}:{} ({})", u.file, u.line, u.function));
     }
