@@ -278,6 +278,7 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
     let mut peak: Option<(u64, u64)> = None;
     let mut moment: Option<Captured> = None;
     let mut last_seen: Option<(u64, u64)> = None;
+    let mut peak_m = LayoutMeasures::default();
     let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, _| {
         last_seen = Some((i, r.time_ns));
         let reserved = view.stats().reserved_bytes.all.current;
@@ -292,6 +293,9 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
         if reserved > peak_reserved {
             peak_reserved = reserved;
             peak = Some((i, r.time_ns));
+            // The four measures at the peak need only the figures the engine keeps (constant
+            // time); the segments themselves only where the peak is the moment drawn.
+            peak_m = LayoutMeasures::of_occupancy(&view.occupancy());
         }
         if is_request(&r.event) {
             // The measures over time, at every request, from the figures the engine keeps.
@@ -307,20 +311,15 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
             moment = Some(Captured { event: i, time_ns: r.time_ns, segments: view.segments() });
         }
     })?;
-    // The layout at the peak, from a second replay that stops there (copying the layout at
-    // every new peak of the first one cost more than the replay).
+    // The segments at the peak, where the peak is the moment: from a second replay that stops
+    // there (copying the segments at every new peak of the first one cost more than the replay).
     let (peak_event, peak_time_ns) = peak.unwrap_or((0, 0));
-    let mut peak_m = LayoutMeasures::default();
     let mut peak_segments = Vec::new();
-    if peak.is_some() {
-        let keep = opts.at == At::Peak;
+    if peak.is_some() && opts.at == At::Peak {
         let o = ReplayOptions { stop_after: Some(peak_event), ..Default::default() };
         replay_observed(trace, &o, &mut |i, _, view: &dyn EngineView, _| {
             if i == peak_event {
-                peak_m = view.layout();
-                if keep {
-                    peak_segments = view.segments();
-                }
+                peak_segments = view.segments();
             }
         })?;
     }

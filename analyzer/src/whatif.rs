@@ -76,6 +76,11 @@ pub struct PolicyRow {
     pub min_capacity_bytes: Option<u64>,
     /// How close the search came to the boundary: 2 MiB, or coarser on long traces.
     pub min_capacity_resolution_bytes: Option<u64>,
+    /// Set when this setting is the same run as an earlier row's on this trace (a split size
+    /// that no block of the trace can reach, [`AllocatorConfig::same_run_as`]): that row's
+    /// policy. The figures are that row's replay, made once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub same_as: Option<String>,
 }
 
 /// What the request stream itself needs: the bound no allocator can beat, and references.
@@ -96,6 +101,9 @@ pub struct Bounds {
     pub offline_plan_note: Option<String>,
     /// Events in the trace.
     pub events: u64,
+    /// The largest request of the trace, a failed one included: it decides which settings
+    /// are the same run as another ([`AllocatorConfig::same_run_as`]).
+    pub largest_request_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -181,6 +189,7 @@ fn row_of(
         num_alloc_retries: r.num_alloc_retries,
         min_capacity_bytes: min_capacity,
         min_capacity_resolution_bytes: resolution,
+        same_as: None,
     }
 }
 
@@ -214,6 +223,10 @@ pub fn whatif_observed<T: Send>(
 /// The table, and each row's observer state (where observed) and replay at the capacity.
 type Table<T> = (Whatif, Vec<(Option<T>, ReplayResult)>);
 
+/// One group's run: each member row's observer state, the replay, and the smallest capacity
+/// (with the resolution reached) where searched.
+type GroupRun<T> = (Vec<(usize, Option<T>)>, ReplayResult, Option<(u64, u64)>);
+
 /// A state per row and the observer that draws it (see [`whatif_observed`]).
 type Observing<'a, T> = (&'a (dyn Fn(usize) -> T + Sync), &'a (dyn Fn(&mut T, u64, &Record, &dyn EngineView) + Sync));
 
@@ -240,90 +253,120 @@ fn whatif_inner<T: Send>(
         unlimited: opts.capacity.bytes.is_none(),
         ..Default::default()
     };
+    // Settings that are one run on this trace (a split size no block reaches) are replayed once:
+    // each row names the row it is replayed with, and that replay observes every state of its
+    // group.
+    let same_as = same_runs(&list, bounds.largest_request_bytes);
+    let groups: Vec<(usize, Vec<usize>)> = (0..list.len())
+        .filter(|&k| same_as[k].is_none())
+        .map(|k| (k, (0..list.len()).filter(|&m| m == k || same_as[m] == Some(k)).collect()))
+        .collect();
+    let states_of = |members: &[usize]| -> Vec<(usize, Option<T>)> {
+        members.iter().map(|&m| (m, observing.map(|o| o.0(m)))).collect()
+    };
+    let observe_all = |sts: &mut [(usize, Option<T>)], i: u64, rec: &Record, view: &dyn EngineView| {
+        if let Some((_, observe)) = observing {
+            for st in sts.iter_mut().filter_map(|(_, st)| st.as_mut()) {
+                observe(st, i, rec, view)
+            }
+        }
+    };
     // Without a search: every policy at the capacity, from one read of the trace.
-    if !opts.search_capacity {
-        let mut states: Vec<Option<T>> = (0..list.len()).map(|k| observing.map(|o| o.0(k))).collect();
-        let runs: Vec<(ReplayOptions, Box<crate::replay::Observer<'_>>)> = list
+    let done: Vec<GroupRun<T>> = if !opts.search_capacity {
+        let mut states: Vec<Vec<(usize, Option<T>)>> = groups.iter().map(|(_, members)| states_of(members)).collect();
+        let runs: Vec<(ReplayOptions, Box<crate::replay::Observer<'_>>)> = groups
             .iter()
             .zip(states.iter_mut())
-            .map(|((_, config), st)| {
-                let observer: Box<crate::replay::Observer<'_>> = match observing {
-                    Some((_, observe)) => Box::new(move |i, rec, view, _| {
-                        if let Some(st) = st.as_mut() {
-                            observe(st, i, rec, view)
-                        }
-                    }),
-                    None => Box::new(|_, _, _, _| {}),
-                };
-                (at_cap_options(config), observer)
+            .map(|((k, _), sts)| {
+                let observe_all = &observe_all;
+                let observer: Box<crate::replay::Observer<'_>> =
+                    Box::new(move |i, rec, view, _| observe_all(sts, i, rec, view));
+                (at_cap_options(&list[*k].1), observer)
             })
             .collect();
         let results = crate::replay::replay_many(trace, runs)?;
-        bar.inc(results.len() as u64);
-        let mut table = Vec::new();
-        let mut runs = Vec::new();
-        for (((name, _), st), r) in list.iter().zip(states).zip(results) {
-            table.push(row_of(trace, name, &r, None, None));
-            runs.push((st, r));
-        }
-        return finish(trace, opts, &list, table, bounds, runs);
-    }
-    // With a search, the policies in parallel: each policy's unlimited run, saved at a few
-    // levels for the probes to resume from, shows the observer the run at the capacity for as
-    // long as the two are the same run; the run at the capacity goes on from there (see
-    // `crate::replay::Resumable`), then the probes.
-    let rows: Result<Vec<(PolicyRow, Option<T>, ReplayResult)>> = list
-        .par_iter()
-        .enumerate()
-        .map(|(k, (name, config))| {
-            bar.inc(1);
-            let mut st: Option<T> = observing.map(|o| o.0(k));
-            let mut observe = |i: u64, rec: &Record, view: &dyn EngineView| {
-                if let (Some(st), Some((_, observe))) = (st.as_mut(), observing) {
-                    observe(st, i, rec, view)
-                }
-            };
-            let (unlimited, mut from, seen) = crate::replay::resumable_watched(
-                trace,
-                config,
-                bounds.live_requested_peak_bytes,
-                RESUME_LEVELS,
-                Some((opts.capacity.bytes, &mut observe)),
-            )?;
-            let r = match from.as_mut() {
-                Some(from) => crate::replay::replay_resumed_watched(
+        bar.inc(list.len() as u64);
+        states.into_iter().zip(results).map(|(sts, r)| (sts, r, None)).collect()
+    } else {
+        // With a search, the policies in parallel: each policy's unlimited run, saved at a few
+        // levels for the probes to resume from, shows the observer the run at the capacity for
+        // as long as the two are the same run; the run at the capacity goes on from there (see
+        // `crate::replay::Resumable`), then the probes.
+        let done: Result<Vec<_>> = groups
+            .par_iter()
+            .map(|(k, members)| {
+                let config = &list[*k].1;
+                bar.inc(members.len() as u64);
+                let mut sts = states_of(members);
+                let mut observe = |i: u64, rec: &Record, view: &dyn EngineView| observe_all(&mut sts, i, rec, view);
+                let (unlimited, mut from, seen) = crate::replay::resumable_watched(
                     trace,
-                    from,
-                    opts.capacity.bytes,
-                    opts.capacity.source,
-                    &mut observe,
-                    seen,
-                )?,
-                // Garbage collection reads the limit all along: a whole replay.
-                None => crate::replay::replay_observed(trace, &at_cap_options(config), &mut |i, rec, view, _| {
-                    observe(i, rec, view)
-                })?,
-            };
-            let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
-            let min = min_capacity(
-                trace,
-                config,
-                from.as_mut(),
-                bounds.live_requested_peak_bytes,
-                unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
-                max_probes,
-                &|| bar.inc(1),
-            )?;
-            Ok((row_of(trace, name, &r, min.map(|m| m.0), min.map(|m| m.1)), st, r))
-        })
-        .collect();
+                    config,
+                    bounds.live_requested_peak_bytes,
+                    RESUME_LEVELS,
+                    Some((opts.capacity.bytes, &mut observe)),
+                )?;
+                let r = match from.as_mut() {
+                    Some(from) => crate::replay::replay_resumed_watched(
+                        trace,
+                        from,
+                        opts.capacity.bytes,
+                        opts.capacity.source,
+                        &mut observe,
+                        seen,
+                    )?,
+                    // Garbage collection reads the limit all along: a whole replay.
+                    None => crate::replay::replay_observed(trace, &at_cap_options(config), &mut |i, rec, view, _| {
+                        observe(i, rec, view)
+                    })?,
+                };
+                let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
+                let min = min_capacity(
+                    trace,
+                    config,
+                    from.as_mut(),
+                    bounds.live_requested_peak_bytes,
+                    unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
+                    max_probes,
+                    &|| bar.inc(members.len() as u64),
+                )?;
+                Ok((sts, r, min))
+            })
+            .collect();
+        done?
+    };
+    let mut rows: Vec<Option<(PolicyRow, Option<T>, ReplayResult)>> = (0..list.len()).map(|_| None).collect();
+    for (sts, r, min) in done {
+        for (m, st) in sts {
+            let mut row = row_of(trace, &list[m].0, &r, min.map(|m| m.0), min.map(|m| m.1));
+            let mut r = r.clone();
+            if let Some(k) = same_as[m] {
+                // The figures are the group's run; the setting is the row's own.
+                row.same_as = Some(list[k].0.name().to_string());
+                row.alloc_conf = list[m].1.to_string();
+                r.alloc_conf = row.alloc_conf.clone();
+            }
+            rows[m] = Some((row, st, r));
+        }
+    }
     let mut table = Vec::new();
     let mut runs = Vec::new();
-    for (row, st, r) in rows? {
+    for (row, st, r) in rows.into_iter().map(|x| x.expect("every row is in one group")) {
         table.push(row);
         runs.push((st, r));
     }
     finish(trace, opts, &list, table, bounds, runs)
+}
+
+/// For each policy, the first earlier one that is the same run on a trace whose largest request
+/// is `largest_request` bytes ([`AllocatorConfig::same_run_as`]), if any.
+pub fn same_runs(list: &[(Policy, AllocatorConfig)], largest_request: u64) -> Vec<Option<usize>> {
+    let mut same: Vec<Option<usize>> = Vec::with_capacity(list.len());
+    for (k, (_, config)) in list.iter().enumerate() {
+        let first = (0..k).find(|&j| same[j].is_none() && list[j].1.same_run_as(config, largest_request));
+        same.push(first);
+    }
+    same
 }
 
 /// The table from its rows: the prediction of the whole job, and the trace's figures.
@@ -401,7 +444,11 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
     let mut peak_live_blocks = 0u64;
     // The failed request of a recorded OOM is a request too (it has no id and is never freed).
     let mut next_oom_id = u64::MAX;
+    let mut largest = 0u64;
     let scanned = trace.scan(|i, r| {
+        if let Event::Alloc { requested_bytes, .. } | Event::Oom { requested_bytes, .. } = &r.event {
+            largest = largest.max(*requested_bytes);
+        }
         let request = match &r.event {
             Event::Alloc { id, requested_bytes, .. } => Some((*id, *requested_bytes)),
             // A recorded OOM the program caught gave it nothing: not a request it held.
@@ -468,6 +515,7 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
         offline_plan_bytes,
         offline_plan_note,
         events: scanned.events,
+        largest_request_bytes: largest,
     })
 }
 

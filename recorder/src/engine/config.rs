@@ -90,6 +90,31 @@ pub const UNMODELLED_KEYS: [&str; 10] = [
 ];
 
 impl AllocatorConfig {
+    /// True when `self` and `other` serve a request stream whose largest request is
+    /// `largest_request` bytes in exactly the same way, under any capacity: they differ in
+    /// `max_split_size` (and `max_non_split_rounding`) only, neither maps expandable segments,
+    /// and no block of such a stream can reach either split size.
+    ///
+    /// From PyTorch's `CUDACachingAllocator.cpp`: `max_split_size` acts only on blocks and
+    /// requests at least that large (`should_split` and `get_free_block` compare them with it,
+    /// `release_available_cached_blocks` frees only such blocks and frees nothing without one,
+    /// `max_non_split_rounding` applies to such requests, and the oversize statistics count
+    /// them). Without expandable segments a block is a piece of one segment, and the largest
+    /// segment is the one made for the largest request (`get_allocation_size(round_size(...))`),
+    /// whatever the capacity. So where that segment is below both split sizes, no decision
+    /// differs: the two settings are one run, at every capacity.
+    pub fn same_run_as(&self, other: &AllocatorConfig, largest_request: u64) -> bool {
+        let knobs_off =
+            |c: &AllocatorConfig| AllocatorConfig { max_split_size: None, max_non_split_rounding: 0, ..c.clone() };
+        if knobs_off(self) != knobs_off(other) || self.expandable_segments {
+            return false;
+        }
+        let largest_segment =
+            super::rounding::allocation_size(self, super::rounding::round_size(self, largest_request));
+        let below = |split: Option<u64>| split.is_none_or(|m| largest_segment < m);
+        below(self.max_split_size) && below(other.max_split_size)
+    }
+
     /// The first key that is no PyTorch allocator setting (PyTorch refuses such a string; the
     /// parser keeps it so that foreign traces still load, and a user's own setting should be
     /// checked with this).
@@ -430,6 +455,27 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `max_split_size_mb:512` changes nothing where every segment is below 512 MiB (a 400 MiB
+    /// request gets a 400 MiB segment), and does where a request's segment reaches it; other
+    /// knobs, and expandable segments (one segment grows past any request), are never the same.
+    #[test]
+    fn a_split_size_above_every_segment_is_the_same_run() {
+        let cfg = |s: &str| AllocatorConfig::parse(s).unwrap();
+        let (default, m512, m64) = (cfg(""), cfg("max_split_size_mb:512"), cfg("max_split_size_mb:64"));
+        assert!(default.same_run_as(&m512, 400 * MIB));
+        assert!(m512.same_run_as(&default, 400 * MIB));
+        assert!(!default.same_run_as(&m512, 512 * MIB));
+        assert!(!default.same_run_as(&m512, 511 * MIB + 1));
+        assert!(!default.same_run_as(&m64, 400 * MIB));
+        assert!(m512.same_run_as(&cfg("max_split_size_mb:512,max_non_split_rounding_mb:64"), 100 * MIB));
+        assert!(!default.same_run_as(&cfg("roundup_power2_divisions:4"), MIB));
+        assert!(!default.same_run_as(&cfg("garbage_collection_threshold:0.6"), MIB));
+        let e = cfg("expandable_segments:True");
+        assert!(!e.same_run_as(&cfg("expandable_segments:True,max_split_size_mb:512"), MIB));
+        // Requests near 2^64 saturate: never below a split size.
+        assert!(!default.same_run_as(&m512, u64::MAX));
+    }
 
     #[test]
     fn default_is_empty_string() {

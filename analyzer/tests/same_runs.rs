@@ -1,0 +1,99 @@
+//! Settings that are one run on a trace are replayed once by the what-if table
+//! (`AllocatorConfig::same_run_as`: a `max_split_size_mb` that no segment of the trace reaches).
+//! Here each such row is checked against replays of its own setting: at the table's capacity,
+//! with no limit, and at its smallest capacity and 2 MiB below it, on every shipped trace.
+
+use analyzer::capacity_search::CAPACITY_RESOLUTION;
+use analyzer::model::Trace;
+use analyzer::replay::{replay, ReplayOptions, ReplayResult};
+use analyzer::whatif::{whatif, WhatifOptions};
+use recorder::engine::config::AllocatorConfig;
+use std::path::Path;
+
+fn figures(r: &ReplayResult) -> (bool, Option<u64>, u64, u64, u64, u64, u64) {
+    (
+        r.is_oom(),
+        r.oom_event(),
+        r.peak_reserved_bytes,
+        r.peak_allocated_bytes,
+        r.num_device_alloc,
+        r.num_device_free,
+        r.num_alloc_retries,
+    )
+}
+
+#[test]
+fn rows_replayed_with_another_are_what_their_own_setting_replays() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
+    let mut traces: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .chain(std::fs::read_dir(root.join("large")).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "atrace"))
+        .collect();
+    traces.sort();
+    let mut checked = 0;
+    for path in &traces {
+        let trace = Trace::open(path).unwrap();
+        let capacity = trace.default_capacity();
+        let w = whatif(&trace, &WhatifOptions { capacity, search_capacity: true, repeats: 1 }).unwrap();
+        for row in w.rows.iter().filter(|r| r.same_as.is_some()) {
+            let config = AllocatorConfig::parse(&row.alloc_conf).unwrap();
+            let twin = w.rows.iter().find(|r| Some(r.policy.name()) == row.same_as.as_deref()).unwrap();
+            assert!(
+                twin.same_as.is_none() && twin.alloc_conf != row.alloc_conf,
+                "{}: {}",
+                path.display(),
+                row.alloc_conf
+            );
+            let at = |cap: Option<u64>| {
+                let o = ReplayOptions {
+                    config: Some(config.clone()),
+                    capacity_bytes: cap,
+                    unlimited: cap.is_none(),
+                    ..Default::default()
+                };
+                replay(&trace, &o).unwrap()
+            };
+            let twin_at = |cap: Option<u64>| {
+                let o = ReplayOptions {
+                    config: Some(AllocatorConfig::parse(&twin.alloc_conf).unwrap()),
+                    capacity_bytes: cap,
+                    unlimited: cap.is_none(),
+                    ..Default::default()
+                };
+                replay(&trace, &o).unwrap()
+            };
+            // The row's figures at the table's capacity are its own setting's.
+            let own_at_cap = at(capacity.bytes);
+            assert_eq!(
+                (own_at_cap.peak_reserved_bytes, own_at_cap.peak_allocated_bytes, own_at_cap.num_device_alloc),
+                (row.peak_reserved_bytes, row.peak_allocated_bytes, row.num_device_alloc),
+                "{}: {}",
+                path.display(),
+                row.alloc_conf
+            );
+            // And the two settings replay alike with no limit and around the smallest capacity.
+            let mut caps = vec![None];
+            if let Some(m) = row.min_capacity_bytes {
+                caps.push(Some(m));
+                caps.push(Some(m.saturating_sub(CAPACITY_RESOLUTION)));
+            }
+            for cap in caps {
+                assert_eq!(
+                    figures(&at(cap)),
+                    figures(&twin_at(cap)),
+                    "{}: {} at {cap:?}",
+                    path.display(),
+                    row.alloc_conf
+                );
+            }
+            if let Some(m) = row.min_capacity_bytes {
+                assert!(!at(Some(m)).is_oom(), "{}: {} at its smallest capacity", path.display(), row.alloc_conf);
+            }
+            checked += 1;
+        }
+    }
+    println!("{checked} rows replayed with another setting's run, each checked against its own");
+    assert!(checked >= 3, "the shipped traces have rows whose split size no segment reaches");
+}
