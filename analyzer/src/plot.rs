@@ -1024,9 +1024,8 @@ pub fn render_stacked(d: &StackedData) -> Result<String> {
     // Call-site names as the trace holds them: their control characters shown escaped (not
     // allowed in XML, even as entities); plotters' SVG backend writes `<`, `&` and quotes as
     // entities itself, so `escape::xml` here would show `&lt;` for `<`.
-    let legend: Vec<LegendEntry> = (0..nb)
-        .map(|b| (Swatch::Block(color_of(b)), crate::escape::terminal(&d.bands[b]).into_owned()))
-        .collect();
+    let legend: Vec<LegendEntry> =
+        (0..nb).map(|b| (Swatch::Block(color_of(b)), crate::escape::terminal(&d.bands[b]).into_owned())).collect();
     let mut svg = String::new();
     {
         let root =

@@ -729,8 +729,10 @@ fn a_function_name_is_raw_in_json_and_escaped_once_in_text() {
     // As a text output shows it: once escaped.
     const SHOWN: &str = "step\\nINJECTED\\t`tick`**bold**";
     let label = format!("train.py:7 ({NAME})");
-    let mut events =
-        vec![Event::CallSite { id: 1, frames: vec![Frame { file: "train.py".into(), line: 7, function: NAME.into() }] }];
+    let mut events = vec![Event::CallSite {
+        id: 1,
+        frames: vec![Frame { file: "train.py".into(), line: 7, function: NAME.into() }],
+    }];
     for i in 0..40u64 {
         events.push(Event::Mark { kind: MarkKind::Iteration, text: format!("iteration {i}") });
         events.push(Event::Alloc {

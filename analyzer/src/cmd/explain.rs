@@ -1,8 +1,8 @@
 //! `alloctrace explain TRACE [--json]`: the OOM doctor.
 
 use super::{exit, write_json};
-use crate::explain::{explain_with, ExplainOptions, ExplainReport};
 use crate::escape::terminal;
+use crate::explain::{explain_with, ExplainOptions, ExplainReport};
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::Result;
 use std::io::Write;

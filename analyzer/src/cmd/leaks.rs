@@ -83,7 +83,9 @@ lazily built caches), not a leak",
                 )?;
             }
         }
-        None => writeln!(out, "growth per iteration: not measured: {}", terminal(r.growth_note.as_deref().unwrap_or("")))?,
+        None => {
+            writeln!(out, "growth per iteration: not measured: {}", terminal(r.growth_note.as_deref().unwrap_or("")))?
+        }
     }
     writeln!(out)?;
     let t = &r.retention;

@@ -110,12 +110,7 @@ pub fn site_of(frames: &[Frame]) -> Site {
     if let Some(u) = user.filter(|u| *u != named) {
         label.push_str(&format!(" via {}:{} ({})", u.file, u.line, u.function));
     }
-    Site {
-        label,
-        file: named.file.clone(),
-        line: named.line,
-        function: named.function.clone(),
-    }
+    Site { label, file: named.file.clone(), line: named.line, function: named.function.clone() }
 }
 
 /// Call sites of a trace, deduplicated by their name ([`site_of`]). Index 0 is "no call site".
