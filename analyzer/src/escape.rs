@@ -9,15 +9,18 @@
 //!
 //! | output | function | what it does |
 //! |---|---|---|
-//! | terminal (text output, warnings) | [`terminal`] | control characters (C0 but tab, DEL, C1) and bidirectional overrides become visible escapes (`\n`, `\x1b`, `\u{202e}`) |
+//! | terminal (text output, warnings) | [`terminal`] | control characters (C0, tab included, DEL, C1) and bidirectional overrides become visible escapes (`\n`, `\t`, `\x1b`, `\u{202e}`): the string stays on its line and in its column |
 //! | Markdown text and table cells | [`markdown`] | as [`terminal`], then HTML-escaped and Markdown punctuation backslash-escaped |
 //! | Markdown code span | [`markdown_code`] | as [`terminal`], a fence longer than any backtick run inside, `\|` for table pipes |
 //! | the report's text (inline `code`, `**bold**`, `*em*` around interpolated strings) | [`report_markdown`], [`report_html`] | code spans kept literal; everything else escaped as text |
+//! | the report's text in `summary.json` | [`report_plain`] | the markup dropped: code spans give their content, escaped characters themselves |
 //! | HTML text and attributes | [`html`] | as [`terminal`], then `& < > "` as entities |
 //! | SVG / XML text and attributes | [`xml`] | as [`html`] (control characters are invalid XML even as entities, so they are shown escaped) |
 //!
 //! JSON output goes through `serde_json`, which escapes quotes, backslashes and every control
-//! character, so a string there needs nothing more.
+//! character, so a string there needs nothing more: `--json` and `summary.json` carry a trace's
+//! strings as the trace holds them. The model (call-site labels, the analyses' sentences) keeps
+//! them raw too; only the writer of an output escapes, once.
 //!
 //! ```text
 //! "a`b\n# x<img>"  markdown_code -> ``a`b\n# x<img>``   (the newline is the two characters `\` `n`)
@@ -48,16 +51,18 @@ fn is_unsafe(c: char) -> bool {
         )
 }
 
-/// `s` with every unsafe character shown as an escape: `\n`, `\r`, `\x1b`, `\u{202e}`; a
-/// backslash stays one backslash (the escapes are for a person to read, not to be undone).
+/// `s` with every unsafe character, and tab, shown as an escape: `\n`, `\t`, `\r`, `\x1b`,
+/// `\u{202e}`; a backslash stays one backslash (the escapes are for a person to read, not to be
+/// undone). The result holds no character this escapes, so escaping it again changes nothing.
 pub fn terminal(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(is_unsafe) {
+    if !s.chars().any(|c| c == '\t' || is_unsafe(c)) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         match c {
             '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
             c if is_unsafe(c) && (c as u32) < 0x100 => {
                 let _ = write!(out, "\\x{:02x}", c as u32);
@@ -261,6 +266,27 @@ pub fn report_html(s: &str) -> String {
     out
 }
 
+/// The report's inline markup as plain text, for `summary.json`: a code span gives its content
+/// literally, the `**`/`*` toggles are dropped, a backslash-escaped character is the character.
+/// Nothing is escaped for any output (JSON escapes what it must): a string from a trace comes
+/// out as the trace holds it.
+pub fn report_plain(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for p in pieces(s) {
+        match p {
+            Piece::Code(c) => out.push_str(c),
+            Piece::Bold | Piece::Em => {}
+            Piece::Char(c) => out.push(c),
+        }
+    }
+    out
+}
+
+/// [`report_plain`] for `#[serde(serialize_with)]`: a field of the report's markup as plain text.
+pub fn serialize_report_plain<S: serde::Serializer>(s: &str, ser: S) -> Result<S::Ok, S::Error> {
+    ser.serialize_str(&report_plain(s))
+}
+
 /// The report's inline markup as one line of GitHub Markdown, safe in a paragraph, heading,
 /// quote or table cell: code spans stay code spans (their content is literal in Markdown), and
 /// a backtick from a trace cannot make a Markdown renderer pair them differently than here,
@@ -412,7 +438,11 @@ mod tests {
 
     #[test]
     fn terminal_shows_controls_as_escapes() {
-        assert_eq!(terminal("plain text\tok"), "plain text\tok");
+        assert_eq!(terminal("plain text ok"), "plain text ok");
+        // A tab would move what follows to another column.
+        assert_eq!(terminal("a\tb"), "a\\tb");
+        // Escaping twice is escaping once.
+        assert_eq!(terminal(&terminal(HOSTILE)), terminal(HOSTILE));
         let t = terminal(HOSTILE);
         assert!(!t.chars().any(is_unsafe), "{t}");
         assert!(t.contains("a`b\\n# H\\r\\x1b[31mred\\x1b[0m") && t.contains("\\u{202e}rev\\x07"), "{t}");
@@ -470,6 +500,24 @@ mod tests {
         assert_eq!(report_html(&report_code(" `x` ")), "<code> `x` </code>");
         assert_eq!(report_code(""), "` `");
         assert_eq!(report_html(&report_text("a\\b\\*")), "a\\b\\*");
+    }
+
+    /// The report's markup as plain text: what the markup holds, as a person reads it rendered.
+    #[test]
+    fn report_plain_drops_the_markup_and_keeps_the_text() {
+        assert_eq!(report_plain("**Fix:** set `max_split_size_mb:128` *now*"), "Fix: set max_split_size_mb:128 now");
+        assert_eq!(report_plain("a \\` b \\* c \\\\ d"), "a ` b * c \\ d");
+        // A run of backticks that closes nothing is text; CommonMark's one space of padding goes.
+        assert_eq!(report_plain("`a``b` ``"), "a``b ``");
+        assert_eq!(report_plain("`` `x ``"), "`x");
+        // A string from a trace, put in as code or as text, comes out as it was, whatever it holds.
+        let name = "f`\n\t**B** *e* \\x `g";
+        assert_eq!(report_plain(&report_code(name)), name);
+        assert_eq!(report_plain(&report_text(name)), name);
+        let line = format!("**In this run.** from {} and {}.", report_code(name), report_text(name));
+        assert_eq!(report_plain(&line), format!("In this run. from {name} and {name}."));
+        // A backslash that escapes nothing stays.
+        assert_eq!(report_plain("C:\\dir"), "C:\\dir");
     }
 
     /// No autolink, mention, list item or setext underline of a trace's survives GitHub's

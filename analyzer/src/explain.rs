@@ -214,7 +214,7 @@ fn request_context(trace: &Trace, event: u64) -> Result<Option<String>> {
                 // A predicted call site is one frame with no line: the module or autograd node,
                 // and the operator.
                 let label = match frames.as_slice() {
-                    [f] if f.line == 0 => crate::escape::terminal(&format!("{} ({})", f.file, f.function)).into_owned(),
+                    [f] if f.line == 0 => format!("{} ({})", f.file, f.function),
                     _ => crate::model::sites::site_of(frames).label,
                 };
                 sites.insert(*id, label);

@@ -277,8 +277,8 @@ pub fn timeline_replayed(trace: &Trace, x: XAxis, columns: usize) -> Result<Time
 }
 
 /// The name of a call site: the one naming rule of every output (text, SVG, JSON), the user's
-/// innermost frame as `file:line (function)` ([`crate::model::sites::site_of`]), with control
-/// characters shown escaped (plotters escapes `<` and `&` itself).
+/// innermost frame as `file:line (function)` ([`crate::model::sites::site_of`]), raw: a picture
+/// escapes it where it draws it.
 pub fn callsite_label(frames: &[Frame]) -> String {
     site_of(frames).label
 }
@@ -1021,7 +1021,11 @@ pub fn render_stacked(d: &StackedData) -> Result<String> {
     let per_band: Vec<Vec<(u64, f64)>> = (1..=nb).map(|b| s.at_max_of_first(b)).collect();
     // The last band, "other", in grey: the call sites take the palette.
     let color_of = |b: usize| if b + 1 == nb { GREY } else { PALETTE[b % PALETTE.len()] };
-    let legend: Vec<LegendEntry> = (0..nb).map(|b| (Swatch::Block(color_of(b)), d.bands[b].clone())).collect();
+    // Call-site names as the trace holds them: their control characters shown escaped (not
+    // allowed in XML, even as entities); plotters' SVG backend writes `<`, `&` and quotes as
+    // entities itself, so `escape::xml` here would show `&lt;` for `<`.
+    let legend: Vec<LegendEntry> =
+        (0..nb).map(|b| (Swatch::Block(color_of(b)), crate::escape::terminal(&d.bands[b]).into_owned())).collect();
     let mut svg = String::new();
     {
         let root =

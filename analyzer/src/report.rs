@@ -60,17 +60,23 @@ impl Verdict {
     }
 }
 
-/// One finding: a named measure, its value, what it means, and a verdict.
+/// One finding: a named measure, its value, what it means, and a verdict. Its texts are the
+/// report's inline markup (code spans, `**bold**`, backslash escapes, see [`crate::escape`]);
+/// `summary.json` carries them as plain text ([`crate::escape::report_plain`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
     pub id: &'static str,
+    #[serde(serialize_with = "crate::escape::serialize_report_plain")]
     pub title: String,
     pub verdict: Verdict,
     /// The measure, e.g. "14.3%".
+    #[serde(serialize_with = "crate::escape::serialize_report_plain")]
     pub value: String,
     /// What the measure is, in plain words.
+    #[serde(serialize_with = "crate::escape::serialize_report_plain")]
     pub definition: String,
     /// What it says about this run.
+    #[serde(serialize_with = "crate::escape::serialize_report_plain")]
     pub explanation: String,
 }
 
@@ -93,7 +99,10 @@ pub struct Picture {
     pub file: String,
     /// The PNG's file name, e.g. `timeline.png`.
     pub png_file: String,
+    /// The title and the caption are the report's markup; `summary.json` has them as plain text.
+    #[serde(serialize_with = "crate::escape::serialize_report_plain")]
     pub title: String,
+    #[serde(serialize_with = "crate::escape::serialize_report_plain")]
     pub caption: String,
     #[serde(skip)]
     pub svg: String,
@@ -131,8 +140,9 @@ pub struct Report {
     pub layout: Option<LayoutAt>,
     pub findings: Vec<Finding>,
     pub whatif: Whatif,
-    /// Why the what-if table has no smallest capacities (a long trace), if so.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Why the what-if table has no smallest capacities (a long trace), if so: the report's
+    /// markup, plain text in `summary.json`.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "plain_option")]
     pub capacity_search_note: Option<String>,
     pub pictures: Vec<Picture>,
     /// `alloctrace explain`: the OOM (or peak) diagnosed, with advice backed by replays.
@@ -189,8 +199,9 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     let capacity_search_note = (opts.search_capacity && !search).then(|| {
         format!(
             "The trace is long ({} events): the smallest capacity of each policy was not searched (it takes several \
-             replays per policy); `alloctrace whatif {}` searches it.",
-            trace.events, name
+             replays per policy); {} searches it.",
+            trace.events,
+            code(&format!("alloctrace whatif {name}"))
         )
     });
 
@@ -898,8 +909,8 @@ impl Report {
             d.push(Block::Para(p.caption.clone()));
         }
         d.push(Block::Para(format!(
-            "Made with `alloctrace report {}`; regenerate any picture with `alloctrace plot`.",
-            self.trace
+            "Made with {}; regenerate any picture with `alloctrace plot`.",
+            code(&format!("alloctrace report {}", self.trace))
         )));
         d
     }
@@ -1018,7 +1029,7 @@ impl Report {
     fn deeper_blocks(&self, d: &mut Vec<Block>) {
         d.push(Block::Heading(2, "Why: explain, fragmentation, leaks".into()));
         for e in &self.analysis_errors {
-            d.push(Block::Note(format!("**Not analysed.** {e}")));
+            d.push(Block::Note(format!("**Not analysed.** {}", prose(e))));
         }
         if let Some(x) = &self.explain {
             d.push(Block::Heading(3, format!("Diagnosis: {}", x.verdict.kind.as_str())));
@@ -1350,6 +1361,14 @@ fn prose(s: &str) -> String {
 /// A string from a trace as a code span of the report's text (see [`crate::escape::report_code`]).
 fn code(s: &str) -> String {
     crate::escape::report_code(s)
+}
+
+/// An optional text of the report's markup as plain text (see [`Finding`]).
+fn plain_option<S: serde::Serializer>(s: &Option<String>, ser: S) -> std::result::Result<S::Ok, S::Error> {
+    match s {
+        Some(s) => crate::escape::serialize_report_plain(s, ser),
+        None => ser.serialize_none(),
+    }
 }
 
 /// Escapes text for HTML (see [`crate::escape`]).

@@ -88,10 +88,13 @@ fn starts_block(word: &str) -> bool {
         || (digits.len() < word.len() && (digits == "." || digits == ")"))
 }
 
-/// `text` wrapped for a terminal: the first line after `first`, the others after `rest`.
+/// `text` wrapped for a terminal: the first line after `first`, the others after `rest`. For
+/// terminal output only: `text` is escaped with [`crate::escape::terminal`] first (a sentence
+/// that quotes a call site or a mark from the trace stays one paragraph, and a newline or tab of
+/// the trace's shows as `\n`, `\t`), so it is given raw, never escaped already.
 pub fn indented(text: &str, first: &str, rest: &str) -> String {
     let width = WIDTH.saturating_sub(first.chars().count().max(rest.chars().count())).max(20);
-    lines(text, width, false)
+    lines(&crate::escape::terminal(text), width, false)
         .iter()
         .enumerate()
         .map(|(i, l)| format!("{}{l}", if i == 0 { first } else { rest }))
@@ -137,5 +140,8 @@ mod tests {
         let s = indented(&"word ".repeat(40), "  - ", "    ");
         assert!(s.lines().all(|l| l.chars().count() <= WIDTH));
         assert!(s.starts_with("  - word") && s.lines().nth(1).unwrap().starts_with("    word"));
+        // A function name of the trace's with a newline and a tab stays on its line, escaped.
+        let s = indented("free the blocks from a.py:5 (f\n\tg)", "also: ", "  ");
+        assert_eq!(s, "also: free the blocks from a.py:5 (f\\n\\tg)");
     }
 }

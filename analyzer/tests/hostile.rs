@@ -716,6 +716,90 @@ fn trace_text_is_text_under_a_gfm_renderer() {
     assert!(reports >= 6, "only {reports} reports were checked");
 }
 
+/// A call site whose function name holds a newline, a tab, a backtick and `**`: `--json` (and
+/// the analyses inside `summary.json`) carries it as the trace holds it; the text outputs show it
+/// escaped once, on its line; the report's findings in `summary.json` hold none of the report's
+/// markup, and `report.md` still escapes the name.
+#[test]
+fn a_function_name_is_raw_in_json_and_escaped_once_in_text() {
+    // Was: `\n` (a backslash and an `n`) in every `--json`, a raw tab on the terminal, and code
+    // spans and backslash escapes of the report's markup in `summary.json`'s findings.
+    use recorder::trace::{Event, Frame, MarkKind, Pool};
+    const NAME: &str = "step\nINJECTED\t`tick`**bold**";
+    // As a text output shows it: once escaped.
+    const SHOWN: &str = "step\\nINJECTED\\t`tick`**bold**";
+    let label = format!("train.py:7 ({NAME})");
+    let mut events = vec![Event::CallSite {
+        id: 1,
+        frames: vec![Frame { file: "train.py".into(), line: 7, function: NAME.into() }],
+    }];
+    for i in 0..40u64 {
+        events.push(Event::Mark { kind: MarkKind::Iteration, text: format!("iteration {i}") });
+        events.push(Event::Alloc {
+            id: i + 1,
+            addr: 0x1000_0000 + i * (2 << 20),
+            requested_bytes: 2 << 20,
+            block_bytes: 0,
+            stream: 0,
+            pool: Pool::Large,
+            callsite: 1,
+        });
+    }
+    let t = write_trace("raw-name.atrace", events);
+    let json = |args: &[&str]| -> serde_json::Value {
+        let (o, _) = run(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
+        serde_json::from_slice(&o.stdout).expect("valid JSON")
+    };
+    // (a) JSON: the name as the trace holds it.
+    let explain = json(&["explain", "--json", path(&t)]);
+    let site = &explain["top_sites"][0]["site"];
+    assert_eq!(site["function"], NAME, "{site}");
+    assert_eq!(site["label"], label.as_str(), "{site}");
+    assert!(explain["verdict"]["reason"].as_str().unwrap().contains(&label), "{}", explain["verdict"]);
+    let leaks = json(&["leaks", "--json", path(&t)]);
+    assert_eq!(leaks["live_at_end"][0]["site"]["label"], label.as_str(), "{}", leaks["live_at_end"]);
+    assert_eq!(leaks["growth"]["sites"][0]["site"]["function"], NAME, "{}", leaks["growth"]);
+    // (b) Text: on its line, escaped once.
+    for args in [vec!["explain"], vec!["explain", "--verbose"], vec!["leaks"]] {
+        let mut args = args;
+        args.push(path(&t));
+        let (o, _) = run(&args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
+        let out = text(&o.stdout);
+        assert!(out.contains(SHOWN), "{args:?} does not show the name escaped once:\n{out}");
+        assert!(!out.contains('\t') && !out.contains("\\\\"), "{args:?}: a raw tab or an escape escaped:\n{out}");
+        for line in out.lines().filter(|l| l.contains("INJECTED")) {
+            assert!(line.contains(SHOWN), "{args:?}: the name is cut: {line:?}\n{out}");
+        }
+    }
+    // (c) The report: its findings in summary.json are plain text; report.md escapes the name.
+    let dir = tmp("raw-name-report");
+    let (o, _) = run(&["report", path(&t), "-o", path(&dir), "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let mut named = 0;
+    for f in summary["findings"].as_array().unwrap() {
+        for key in ["title", "value", "definition", "explanation"] {
+            let s = f[key].as_str().unwrap();
+            named += s.matches(&label).count();
+            // What is left once the trace's own name is taken out is the report's: no markup.
+            let ours = s.replace(&label, "");
+            assert!(!ours.contains(['`', '\\']) && !ours.contains("**"), "{}.{key} holds markup: {s:?}", f["id"]);
+        }
+    }
+    assert!(named >= 2, "the findings name the call site (as code and as text): {}", summary["findings"]);
+    assert_eq!(summary["leaks"]["live_at_end"][0]["site"]["label"], label.as_str());
+    assert_eq!(summary["explain"]["top_sites"][0]["site"]["label"], label.as_str());
+    assert_report_is_inert(&dir);
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(!md.lines().any(|l| l.starts_with("INJECTED")), "the name broke its line in report.md");
+    assert!(md.contains("step\\nINJECTED\\t"), "report.md shows the name escaped:\n{md}");
+    assert!(!md.contains("\\\\nINJECTED"), "report.md escapes the name twice:\n{md}");
+    assert!(!md.contains('\t'), "a raw tab in report.md");
+}
+
 /// What one command cost: exit code (`None`: killed by a signal), peak resident memory in bytes,
 /// wall time, and the last line it wrote on stderr.
 struct Cost {

@@ -2,6 +2,7 @@
 
 use super::{damage_exit, write_json};
 use crate::diff::{diff, Diff};
+use crate::escape::terminal;
 use crate::plot::{render_overlay, timeline_data, XAxis, COLUMNS};
 use crate::units::{fmt_bytes, fmt_delta};
 use anyhow::{Context, Result};
@@ -20,10 +21,11 @@ pub struct DiffCmdOptions {
 pub const SHOWN_CALLSITES: usize = 15;
 
 pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
-    let conf = |c: &str| if c.is_empty() { "(defaults)".to_string() } else { c.to_string() };
+    // Strings of the traces' (settings, call sites) stay on their line.
+    let conf = |c: &str| if c.is_empty() { "(defaults)".to_string() } else { terminal(c).into_owned() };
     let cap = |c: u64| if c > 0 { format!(", capacity {}", fmt_bytes(c)) } else { String::new() };
-    writeln!(out, "A  {}  {}{}", d.a.trace, conf(&d.a.alloc_conf), cap(d.a.capacity_bytes))?;
-    writeln!(out, "B  {}  {}{}", d.b.trace, conf(&d.b.alloc_conf), cap(d.b.capacity_bytes))?;
+    writeln!(out, "A  {}  {}{}", terminal(&d.a.trace), conf(&d.a.alloc_conf), cap(d.a.capacity_bytes))?;
+    writeln!(out, "B  {}  {}{}", terminal(&d.b.trace), conf(&d.b.alloc_conf), cap(d.b.capacity_bytes))?;
     writeln!(out, "{:<28} {:>14} {:>14} {:>14}", "", "A", "B", "B - A")?;
     let bytes = |out: &mut dyn Write, name: &str, a: u64, b: u64| {
         writeln!(out, "{name:<28} {:>14} {:>14} {:>14}", fmt_bytes(a), fmt_bytes(b), fmt_delta(b as i64 - a as i64))
@@ -60,7 +62,7 @@ pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
                 fmt_bytes(c.a_bytes_at_peak),
                 fmt_bytes(c.b_bytes_at_peak),
                 c.delta_allocations,
-                c.callsite
+                terminal(&c.callsite)
             )?;
         }
         if changed.len() > SHOWN_CALLSITES {

@@ -1,6 +1,7 @@
 //! `alloctrace explain TRACE [--json]`: the OOM doctor.
 
 use super::{exit, write_json};
+use crate::escape::terminal;
 use crate::explain::{explain_with, ExplainOptions, ExplainReport};
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::Result;
@@ -35,6 +36,8 @@ pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()
 }
 
 /// The text without `--verbose`; `full`: with the lines that go first when it would not fit.
+/// Strings of the trace's (call sites, settings, marks) are escaped where a line is formatted:
+/// sentences by [`crate::wrap::indented`], anything else with [`terminal`].
 fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::io::Result<()> {
     let b = fmt_bytes;
     let f = &r.figures;
@@ -126,7 +129,7 @@ fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::
                 (Some(false), None) => "; predicted to run out of memory later".into(),
                 _ => String::new(),
             };
-            writeln!(out, "  {}{predicted}", w.setting)?;
+            writeln!(out, "  {}{predicted}", terminal(&w.setting))?;
         }
     }
     for n in &r.not_advised {
@@ -177,8 +180,8 @@ fn print_categories(out: &mut dyn Write, r: &ExplainReport, source: bool) -> std
 pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()> {
     let b = fmt_bytes;
     let f = &r.figures;
-    writeln!(out, "explain {}", r.trace)?;
-    writeln!(out, "settings {}", if r.alloc_conf.is_empty() { "(defaults)" } else { &r.alloc_conf })?;
+    writeln!(out, "explain {}", terminal(&r.trace))?;
+    writeln!(out, "settings {}", if r.alloc_conf.is_empty() { "(defaults)".into() } else { terminal(&r.alloc_conf) })?;
     if let Some(d) = &r.input_damage {
         writeln!(out, "partial input: {d}; everything below covers only what was read")?;
     }
@@ -269,7 +272,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
             s.blocks,
             s.segments_pinned,
             b(s.pinned_segment_bytes),
-            s.site.label
+            terminal(&s.site.label)
         )?;
     }
     if let Some(g) = &r.growth {
@@ -279,7 +282,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
             if g.per_iteration_bytes < 0.0 { "-" } else { "+" },
             b(g.per_iteration_bytes.abs() as u64),
             g.live_bytes.len(),
-            g.source
+            terminal(&g.source)
         )?;
     }
     writeln!(out)?;
@@ -293,7 +296,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         writeln!(
             out,
             "  {:<33} {:>12} {:>12}  peak reserved {:>10}  {to} from {}",
-            w.policy,
+            terminal(&w.policy.to_string()),
             w.reach,
             w.decision.short(),
             b(w.peak_reserved_bytes),

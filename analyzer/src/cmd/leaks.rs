@@ -2,6 +2,7 @@
 //! what live blocks keep reserved.
 
 use super::{exit, write_json};
+use crate::escape::terminal;
 use crate::leaks::{analyze, LeaksOptions, LeaksReport};
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::Result;
@@ -24,7 +25,8 @@ fn fmt_rate(bytes: f64) -> String {
 }
 
 pub fn print_report(out: &mut dyn Write, r: &LeaksReport, top: usize) -> std::io::Result<()> {
-    writeln!(out, "leaks in {}", r.trace)?;
+    // Strings of the trace's (call sites, an annotation naming the iterations) stay on their line.
+    writeln!(out, "leaks in {}", terminal(&r.trace))?;
     writeln!(out)?;
     writeln!(
         out,
@@ -40,13 +42,13 @@ pub fn print_report(out: &mut dyn Write, r: &LeaksReport, top: usize) -> std::io
             fmt_bytes(s.requested_bytes),
             s.oldest_age_events,
             fmt_ns(s.oldest_age_ns),
-            s.site.label
+            terminal(&s.site.label)
         )?;
     }
     writeln!(out)?;
     match &r.growth {
         Some(g) => {
-            writeln!(out, "growth per iteration: iterations from {}", g.source)?;
+            writeln!(out, "growth per iteration: iterations from {}", terminal(&g.source))?;
             let (first, last) = (g.live_bytes.first().copied().unwrap_or(0), g.live_bytes.last().copied().unwrap_or(0));
             writeln!(
                 out,
@@ -75,13 +77,15 @@ lazily built caches), not a leak",
                     s.per_iteration_count,
                     if s.per_iteration_count == 1.0 { "" } else { "s" },
                     fmt_rate(s.per_iteration_bytes),
-                    s.site.label,
+                    terminal(&s.site.label),
                     s.rising_intervals,
                     s.intervals
                 )?;
             }
         }
-        None => writeln!(out, "growth per iteration: not measured: {}", r.growth_note.as_deref().unwrap_or(""))?,
+        None => {
+            writeln!(out, "growth per iteration: not measured: {}", terminal(r.growth_note.as_deref().unwrap_or("")))?
+        }
     }
     writeln!(out)?;
     let t = &r.retention;
@@ -98,7 +102,7 @@ lazily built caches), not a leak",
         writeln!(
             out,
             "  if {} released its {} block(s) ({}), empty_cache() would free {} ({} segment(s) it alone pins)",
-            s.site.label,
+            terminal(&s.site.label),
             s.blocks,
             fmt_bytes(s.block_bytes),
             fmt_bytes(s.empty_cache_if_released_bytes),
@@ -110,7 +114,7 @@ lazily built caches), not a leak",
             out,
             "  a {} block from {} keeps a {} segment from being released",
             fmt_bytes(b.block_bytes),
-            b.site.label,
+            terminal(&b.site.label),
             fmt_bytes(b.segment_bytes)
         )?;
     }

@@ -109,7 +109,8 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
             writeln!(out, "  {} {:>11}  site", heads.join(" "), "spread")?;
             for s in &rep.differing_sites {
                 let cols: Vec<String> = s.bytes.iter().map(|b| format!("{:>11}", fmt_bytes(*b))).collect();
-                writeln!(out, "  {} {:>11}  {}", cols.join(" "), fmt_bytes(s.spread_bytes), s.site)?;
+                let site = crate::escape::terminal(&s.site);
+                writeln!(out, "  {} {:>11}  {site}", cols.join(" "), fmt_bytes(s.spread_bytes))?;
             }
         }
         if let Some(path) = &opts.output {

@@ -11,6 +11,9 @@
 //! model is the user's own code, to `train.py:NNN (forward)`. The name is what every output shows
 //! (text, SVG, JSON), and two call-site ids with the same name are one site. The recorder's own
 //! files (its Python shim) are never named.
+//!
+//! A name holds the trace's strings as they are (a function name may hold a newline): JSON
+//! carries it so, and each writer of another output escapes it there ([`crate::escape`]).
 
 use recorder::trace::Frame;
 use serde::Serialize;
@@ -19,7 +22,7 @@ use std::collections::HashMap;
 /// A place in the program, named by its innermost user frame.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Site {
-    /// `FILE:LINE (function)`, or `(no call site recorded)`.
+    /// `FILE:LINE (function)`, or `(no call site recorded)`; raw (see the module documentation).
     pub label: String,
     pub file: String,
     pub line: u32,
@@ -37,7 +40,7 @@ impl Site {
         if self.file.is_empty() {
             return self.label.clone();
         }
-        crate::escape::terminal(&frame_text(&self.file, self.line, &self.function)).into_owned()
+        frame_text(&self.file, self.line, &self.function)
     }
 }
 
@@ -107,13 +110,7 @@ pub fn site_of(frames: &[Frame]) -> Site {
     if let Some(u) = user.filter(|u| *u != named) {
         label.push_str(&format!(" via {}:{} ({})", u.file, u.line, u.function));
     }
-    Site {
-        // One line whatever the trace holds: the label is printed and put in reports.
-        label: crate::escape::terminal(&label).into_owned(),
-        file: named.file.clone(),
-        line: named.line,
-        function: named.function.clone(),
-    }
+    Site { label, file: named.file.clone(), line: named.line, function: named.function.clone() }
 }
 
 /// Call sites of a trace, deduplicated by their name ([`site_of`]). Index 0 is "no call site".
@@ -226,5 +223,17 @@ mod tests {
         assert_eq!(s.of(99), 0);
         assert_eq!(s.label(s.of(3)), "a.py:5 (f)");
         assert_eq!(s.len(), 2);
+    }
+
+    /// The name keeps the trace's characters (the writer of each output escapes them), and two
+    /// functions that differ only where an escape would look alike stay two sites.
+    #[test]
+    fn names_are_raw_and_distinct() {
+        let mut s = Sites::default();
+        s.define(1, &[frame("a.py", 5, "f\ng\t`**")]);
+        s.define(2, &[frame("a.py", 5, "f\\ng\\t`**")]);
+        assert_eq!(s.label(s.of(1)), "a.py:5 (f\ng\t`**)");
+        assert_eq!(s.sites[s.of(1)].frame_label(), "a.py:5 (f\ng\t`**)");
+        assert_ne!(s.of(1), s.of(2));
     }
 }
