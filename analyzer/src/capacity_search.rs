@@ -4,9 +4,11 @@
 //! prediction of a whole job; it depends on the replay alone.
 
 use crate::model::Trace;
-use crate::replay::{replay, ReplayOptions};
+use crate::replay::{replay, ReplayOptions, Save};
 use anyhow::Result;
+use rayon::prelude::*;
 use recorder::engine::config::AllocatorConfig;
+use std::collections::HashMap;
 
 /// Capacities are searched to this resolution.
 pub const CAPACITY_RESOLUTION: u64 = 2 << 20;
@@ -22,6 +24,12 @@ pub const RESUME_LEVELS: u64 = 16;
 /// result is then a capacity known to complete, within the returned resolution of the boundary.
 /// `None` when no capacity completes (a request near 2^64 bytes fails under any limit): that
 /// is a finding about the trace, not an error.
+///
+/// `ahead` levels of the bisection are replayed at once (1: one probe at a time; 2: the middle
+/// and both capacities that could come next, 3 probes; ...), for threads that would otherwise
+/// wait: the probes the bisection then takes are the ones it would have made one at a time,
+/// so the answer does not depend on `ahead`.
+#[allow(clippy::too_many_arguments)]
 pub fn min_capacity(
     trace: &Trace,
     config: &AllocatorConfig,
@@ -29,19 +37,26 @@ pub fn min_capacity(
     lower: u64,
     upper: u64,
     max_probes: u32,
+    ahead: u32,
     probed: &(dyn Fn() + Sync),
 ) -> Result<Option<(u64, u64)>> {
     let r = CAPACITY_RESOLUTION;
-    let mut completes = |cap: u64| -> Result<bool> {
-        probed();
-        let r = match from.as_deref_mut() {
-            Some(from) => crate::replay::replay_resumed(trace, from, cap, crate::model::CapacitySource::Given)?,
+    let completes = |from: Option<&crate::replay::Resumable>, cap: u64| -> Result<(bool, Option<Save>)> {
+        let (r, save) = match from {
+            Some(from) => crate::replay::replay_resumed_shared(
+                trace,
+                from,
+                Some(cap),
+                crate::model::CapacitySource::Given,
+                &mut |_, _, _| {},
+                None,
+            )?,
             None => {
                 let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: Some(cap), ..Default::default() };
-                replay(trace, &o)?
+                (replay(trace, &o)?, None)
             }
         };
-        Ok(!r.is_oom())
+        Ok((!r.is_oom(), save))
     };
     // Invariant: `hi` completes; `lo` fails (or is the lower bound). `upper` is the peak reserved
     // of an unlimited run, which usually completes as a limit too, but a limit can change the run
@@ -51,21 +66,82 @@ pub fn min_capacity(
     let mut lo = (lower / r * r).min(hi);
     let mut probes = 0;
     let mut step = r;
-    while !completes(hi)? {
+    loop {
+        probed();
+        let (ok, save) = completes(from.as_deref(), hi)?;
+        keep(&mut from, save);
+        if ok {
+            break;
+        }
         probes += 1;
         lo = hi;
         let Some(next) = hi.checked_add(step) else { return Ok(None) };
         hi = next;
         step = step.saturating_mul(2);
     }
+    let mid = |lo: u64, hi: u64| (lo + (hi - lo) / 2) / r * r;
     while hi - lo > r && probes < max_probes {
-        probes += 1;
-        let mid = (lo + (hi - lo) / 2) / r * r;
-        if completes(mid)? {
-            hi = mid;
-        } else {
-            lo = mid;
+        // The next `ahead` levels of the bisection from (lo, hi): every capacity it could probe.
+        let mut tree: Vec<u64> = Vec::new();
+        let mut level = vec![(lo, hi)];
+        for _ in 0..ahead.max(1) {
+            let mut next = Vec::new();
+            for &(l, h) in &level {
+                if h - l > r {
+                    let m = mid(l, h);
+                    tree.push(m);
+                    next.push((l, m));
+                    next.push((m, h));
+                }
+            }
+            level = next;
+        }
+        tree.sort_unstable();
+        tree.dedup();
+        let shared = from.as_deref();
+        let results: Vec<(u64, bool, Option<Save>)> = tree
+            .par_iter()
+            .map(|&cap| completes(shared, cap).map(|(ok, save)| (cap, ok, save)))
+            .collect::<Result<_>>()?;
+        let mut saves = Vec::new();
+        let mut outcome: HashMap<u64, bool> = HashMap::new();
+        for (cap, ok, save) in results {
+            outcome.insert(cap, ok);
+            saves.extend(save);
+        }
+        for save in saves {
+            keep(&mut from, Some(save));
+        }
+        // The bisection, one probe at a time, over the results at hand.
+        while hi - lo > r && probes < max_probes {
+            let Some(&ok) = outcome.get(&mid(lo, hi)) else { break };
+            probed();
+            probes += 1;
+            if ok {
+                hi = mid(lo, hi);
+            } else {
+                lo = mid(lo, hi);
+            }
         }
     }
     Ok(Some((hi, (hi - lo).max(r))))
+}
+
+/// Keeps a save a probe made, for the next probes.
+fn keep(from: &mut Option<&mut crate::replay::Resumable>, save: Option<Save>) {
+    if let (Some(from), Some(save)) = (from.as_deref_mut(), save) {
+        from.keep(save);
+    }
+}
+
+/// How many levels of a capacity search to replay at once when `searches` run side by side on
+/// this many threads: enough probes to use the threads that would otherwise wait.
+pub fn levels_ahead(searches: usize) -> u32 {
+    let spare = rayon::current_num_threads() / searches.max(1);
+    // Levels d take 2^d - 1 probes.
+    let mut d = 1;
+    while (1usize << (d + 1)) - 1 <= spare && d < 4 {
+        d += 1;
+    }
+    d
 }

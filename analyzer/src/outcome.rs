@@ -372,6 +372,7 @@ pub fn predict(
     policies: &[(Policy, AllocatorConfig)],
     past: &[bool],
     past_from: &[Option<u64>],
+    same_as: &[Option<usize>],
     capacity: Option<u64>,
     repeats: u32,
 ) -> Result<Option<JobPrediction>> {
@@ -431,10 +432,16 @@ least the job needs, so no setting is predicted to fit{}",
     // Each policy on the extended job, in parallel: its unlimited run, saved for the run at the
     // capacity and the capacity search to resume from (see `crate::replay::Resumable`).
     use rayon::prelude::*;
-    let out: Vec<PolicyPrediction> = policies
+    // A setting that is the same run as another on the trace ([`crate::whatif::same_runs`]) is
+    // on the extended job too (the same requests, repeated): predicted once.
+    let ahead = crate::capacity_search::levels_ahead(same_as.iter().filter(|s| s.is_none()).count());
+    let mut out: Vec<Option<PolicyPrediction>> = policies
         .par_iter()
         .enumerate()
-        .map(|(k, (policy, config))| -> Result<PolicyPrediction> {
+        .map(|(k, (policy, config))| -> Result<Option<PolicyPrediction>> {
+            if same_as.get(k).copied().flatten().is_some() {
+                return Ok(None);
+            }
             let gets_past = past.get(k).copied().unwrap_or(false);
             let (unlimited, mut from) =
                 crate::replay::resumable(&extended, config, 0, crate::capacity_search::RESUME_LEVELS)?;
@@ -469,14 +476,21 @@ least the job needs, so no setting is predicted to fit{}",
                     0,
                     unlimited.peak_reserved_bytes,
                     12,
+                    ahead,
                     &|| (),
                 )?
                 .map(|m| m.0)
             };
             let needs = needs.map(|n| n.max(past_from.get(k).copied().flatten().unwrap_or(0)));
-            Ok(PolicyPrediction { policy: policy.clone(), fits: fits && note.is_none(), needs_bytes: needs })
+            Ok(Some(PolicyPrediction { policy: policy.clone(), fits: fits && note.is_none(), needs_bytes: needs }))
         })
         .collect::<Result<_>>()?;
+    for k in 0..out.len() {
+        if let Some(j) = same_as.get(k).copied().flatten() {
+            out[k] = out[j].clone().map(|p| PolicyPrediction { policy: policies[k].0.clone(), ..p });
+        }
+    }
+    let out: Vec<PolicyPrediction> = out.into_iter().map(|p| p.expect("every setting is predicted")).collect();
     Ok(Some(JobPrediction::FromRepeatedIteration {
         iterations_from: from,
         iteration_events: repeated,

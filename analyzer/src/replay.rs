@@ -1231,8 +1231,6 @@ pub fn resumable_watched(
 
 /// The replay of the [`Resumable`] configuration at `capacity`, resumed from the latest save
 /// that is valid for it (see [`Resumable`]); from the start when none is.
-/// The replay of the [`Resumable`] configuration at `capacity`, resumed from the latest save
-/// that is valid for it (see [`Resumable`]); from the start when none is.
 ///
 /// The run first differs from the unlimited one at the first event where the unlimited run's
 /// demand goes above `capacity` (known from its peaks). Where the latest save lies far
@@ -1250,6 +1248,22 @@ pub fn replay_resumed(
     replay_resumed_watched(trace, from, Some(capacity), source, &mut |_, _, _| {}, None)
 }
 
+/// A save that a resumed replay made on its way (see [`replay_resumed`]), for
+/// [`Resumable::keep`]: its level, the event it was taken before, and the state.
+pub struct Save(u64, u64, Replaying<NullSink>);
+
+impl Resumable {
+    /// Keeps `save` for the replays to come, unless the saves held would pass
+    /// [`MAX_SAVED_BLOCKS`] or one is held at that event already.
+    pub fn keep(&mut self, save: Save) {
+        let held: usize = self.saves.iter().map(|s| s.2.blocks()).sum();
+        let at = self.saves.partition_point(|s| s.1 < save.1);
+        if held + save.2.blocks() <= MAX_SAVED_BLOCKS && self.saves.get(at).is_none_or(|s| s.1 != save.1) {
+            self.saves.insert(at, (save.0, save.1, save.2));
+        }
+    }
+}
+
 /// [`replay_resumed`] at `capacity` (`None`: no limit but the device's), showing `observer`
 /// the records after `after` (those [`resumable_watched`] has shown it already).
 #[track_caller]
@@ -1261,6 +1275,24 @@ pub fn replay_resumed_watched(
     observer: &mut TailObserver<'_>,
     after: Option<u64>,
 ) -> Result<ReplayResult> {
+    let (r, save) = replay_resumed_shared(trace, from, capacity, source, observer, after)?;
+    if let Some(save) = save {
+        from.keep(save);
+    }
+    Ok(r)
+}
+
+/// [`replay_resumed_watched`] reading `from` only, so that several capacities can be replayed
+/// from it at once: the save it made on its way, if any, is returned for [`Resumable::keep`].
+#[track_caller]
+pub fn replay_resumed_shared(
+    trace: &Trace,
+    from: &Resumable,
+    capacity: Option<u64>,
+    source: CapacitySource,
+    observer: &mut TailObserver<'_>,
+    after: Option<u64>,
+) -> Result<(ReplayResult, Option<Save>)> {
     let shown = |i: u64| after.is_none_or(|a| i > a);
     let limit = capacity.unwrap_or(u64::MAX).min(from.device_total);
     // The peaks within the limit, then the first above it: where the runs differ.
@@ -1283,29 +1315,25 @@ pub fn replay_resumed_watched(
             }
         })?;
         r.capacity_source = source;
-        return Ok(r);
+        return Ok((r, None));
     }
     let Some(differs_at) = differs_at else {
         let mut end = (*from.end).clone();
         end.engine.set_capacity(capacity);
-        return Ok(end.result(from.used_hints, source, trace));
+        return Ok((end.result(from.used_hints, source, trace), None));
     };
     // The latest save at or before the event where the runs differ.
-    let mut k = from.saves.partition_point(|s| s.1 <= differs_at) - 1;
-    let (mut rp, start) = if differs_at - from.saves[k].1 > LAZY_SAVE_EVENTS {
+    let k = from.saves.partition_point(|s| s.1 <= differs_at) - 1;
+    let (mut rp, start, save) = if differs_at - from.saves[k].1 > LAZY_SAVE_EVENTS {
         let (mut rp, start) = (from.saves[k].2.clone(), from.saves[k].1);
         replay_range(trace, &mut rp, start, differs_at, &mut |_, _, _| {})?;
         // Its level: the run's peak demand before the event where the runs differ (a save with
         // a level within the limit exists, so some peak is within it).
         let level = from.peaks[within - 1].1;
-        let held: usize = from.saves.iter().map(|s| s.2.blocks()).sum();
-        if held + rp.blocks() <= MAX_SAVED_BLOCKS {
-            k += 1;
-            from.saves.insert(k, (level, differs_at, rp.clone()));
-        }
-        (rp, differs_at)
+        let save = Save(level, differs_at, rp.clone());
+        (rp, differs_at, Some(save))
     } else {
-        (from.saves[k].2.clone(), from.saves[k].1)
+        (from.saves[k].2.clone(), from.saves[k].1, None)
     };
     rp.engine.set_capacity(capacity);
     replay_range(trace, &mut rp, start, u64::MAX, &mut |i, rec, view| {
@@ -1313,7 +1341,7 @@ pub fn replay_resumed_watched(
             observer(i, rec, view)
         }
     })?;
-    Ok(rp.result(from.used_hints, source, trace))
+    Ok((rp.result(from.used_hints, source, trace), save))
 }
 
 /// A resumed replay makes a save of its own when the latest one lies more than this many events

@@ -292,6 +292,7 @@ fn whatif_inner<T: Send>(
         // levels for the probes to resume from, shows the observer the run at the capacity for
         // as long as the two are the same run; the run at the capacity goes on from there (see
         // `crate::replay::Resumable`), then the probes.
+        let ahead = crate::capacity_search::levels_ahead(groups.len());
         let done: Result<Vec<_>> = groups
             .par_iter()
             .map(|(k, members)| {
@@ -328,6 +329,7 @@ fn whatif_inner<T: Send>(
                     bounds.live_requested_peak_bytes,
                     unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
                     max_probes,
+                    ahead,
                     &|| bar.inc(members.len() as u64),
                 )?;
                 Ok((sts, r, min))
@@ -382,7 +384,10 @@ fn finish<T>(
     past_caught_scratch(trace, opts, list, &mut table)?;
     let past: Vec<bool> = table.iter().map(|r| r.reach.gets_past()).collect();
     let past_from: Vec<Option<u64>> = table.iter().map(|r| r.min_capacity_bytes).collect();
-    let prediction = crate::outcome::predict(trace, list, &past, &past_from, opts.capacity.bytes, opts.repeats)?;
+    let same_as: Vec<Option<usize>> =
+        table.iter().map(|r| r.same_as.as_deref().and_then(|n| list.iter().position(|(p, _)| p.name() == n))).collect();
+    let prediction =
+        crate::outcome::predict(trace, list, &past, &past_from, &same_as, opts.capacity.bytes, opts.repeats)?;
     let w = Whatif {
         trace: trace.path.display().to_string(),
         predicted: trace.predicted().map(str::to_string),

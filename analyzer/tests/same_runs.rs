@@ -97,3 +97,41 @@ fn rows_replayed_with_another_are_what_their_own_setting_replays() {
     println!("{checked} rows replayed with another setting's run, each checked against its own");
     assert!(checked >= 3, "the shipped traces have rows whose split size no segment reaches");
 }
+
+/// The capacity search replays several levels of its bisection at once where threads would
+/// otherwise wait; the probes it then takes are those it would have made one at a time, so the
+/// smallest capacity is the same however many levels go at once (and so on any machine).
+#[test]
+fn the_smallest_capacity_does_not_depend_on_the_levels_searched_at_once() {
+    use analyzer::capacity_search::{min_capacity, RESUME_LEVELS};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
+    let mut searched = 0;
+    for name in ["gpt2_train.default", "resnet50_train.default", "frag_oom.default", "recorded_graph_pools"] {
+        let trace = Trace::open(&root.join(format!("{name}.atrace"))).unwrap();
+        for conf in ["", "expandable_segments:True", "max_split_size_mb:64", "roundup_power2_divisions:4"] {
+            let config = AllocatorConfig::parse(conf).unwrap();
+            let answers: Vec<_> = [1, 2, 3]
+                .into_iter()
+                .map(|ahead| {
+                    let (unlimited, mut from) = analyzer::replay::resumable(&trace, &config, 0, RESUME_LEVELS).unwrap();
+                    min_capacity(
+                        &trace,
+                        &config,
+                        from.as_mut(),
+                        0,
+                        unlimited.peak_reserved_bytes,
+                        u32::MAX,
+                        ahead,
+                        &|| (),
+                    )
+                    .unwrap()
+                })
+                .collect();
+            assert!(answers[0].is_some(), "{name} {conf}");
+            assert_eq!(answers[0], answers[1], "{name} {conf}");
+            assert_eq!(answers[0], answers[2], "{name} {conf}");
+            searched += 1;
+        }
+    }
+    assert_eq!(searched, 16);
+}
