@@ -1055,21 +1055,6 @@ pub fn read_header(path: &std::path::Path) -> Result<Header> {
     Ok(tracefile::open(path)?.header().clone())
 }
 
-/// Replays of one configuration at many capacities that share the unlimited run's prefix.
-///
-/// Under a limit `C`, the engine makes the same choices as with no limit until the first
-/// request for which the unlimited run's device allocation asks for more than `C` (reserved
-/// bytes plus the size asked for: [`Engine::demand_peak`]; the limit is only read there and by
-/// the garbage collector, which is excluded). So the unlimited run is replayed once, saved
-/// after the events where its peak demand first reaches each of a few levels, and a replay at `C` resumes from the latest save whose
-/// peak is at or below `C` instead of starting over: the capacity search, and the run at the
-/// capacity compared, then cost little more than the events after the run first needs more
-/// than `C`.
-///
-/// Worked example: the unlimited run asks for 1, 2, 3, 4 GiB in all at events 10, 20, 30, 40, with
-/// levels 1.5 and 2.5 GiB; the saves are taken after events 20 (peak 2 GiB) and 30 (peak
-/// 3 GiB). A replay at 2.7 GiB resumes after event 20 (it first matters at event 30, where
-/// 3 GiB > 2.7 GiB).
 /// The blocks (segments, blocks in use, free blocks inside segments) that the saves of one
 /// [`Resumable`] hold in all: a save that would pass this
 /// is not taken (probes then start from an earlier save, or from the start). A save copies the
@@ -1078,6 +1063,22 @@ pub fn read_header(path: &std::path::Path) -> Result<Header> {
 /// far fewer: 32 saves of 30,000 blocks fit.
 pub const MAX_SAVED_BLOCKS: usize = 1 << 20;
 
+/// Replays of one configuration at many capacities that share the unlimited run's prefix.
+///
+/// Under a limit `C`, the engine makes the same choices as with no limit until the first
+/// request for which the unlimited run's device allocation asks for more than `C` (reserved
+/// bytes plus the size asked for: [`Engine::demand_peak`]; the limit is only read there and by
+/// the garbage collector, which frees nothing while reserved memory is below its trigger,
+/// [`AllocatorConfig::gc_trigger_bytes`]). So the unlimited run is replayed once, saved after
+/// the events where its peak demand first reaches each of a few levels, and a replay at `C`
+/// resumes from the latest save whose peak is at or below `C` (and the trigger) instead of
+/// starting over: the capacity search, and the run at the capacity compared, then cost little
+/// more than the events after the run first needs more than `C`.
+///
+/// Worked example: the unlimited run asks for 1, 2, 3, 4 GiB in all at events 10, 20, 30, 40, with
+/// levels 1.5 and 2.5 GiB; the saves are taken after events 20 (peak 2 GiB) and 30 (peak
+/// 3 GiB). A replay at 2.7 GiB resumes after event 20 (it first matters at event 30, where
+/// 3 GiB > 2.7 GiB).
 pub struct Resumable {
     config: AllocatorConfig,
     /// The unlimited run's device (probes above its size take another one: no resuming).
@@ -1135,7 +1136,13 @@ pub fn resumable_watched(
     watch: Option<Watch<'_>>,
 ) -> Result<(ReplayResult, Option<Resumable>, Option<u64>)> {
     let opts = ReplayOptions { config: Some(config.clone()), unlimited: true, ..Default::default() };
-    if config.garbage_collection_threshold.is_some_and(|t| t > 0.0) || levels == 0 {
+    // Garbage collection acts under a limit only, and ages cached blocks by counting cache
+    // lookups while it is on: the saved run counts them as under a limit that nothing reaches,
+    // so that it is the run under a limit `C` for as long as reserved memory stays below the
+    // collection's trigger (`threshold * C`). Expandable segments size their reservations from
+    // the limit where the device does not say its size: there every limit is replayed whole.
+    let gc = config.gc_trigger_bytes(u64::MAX).is_some();
+    if (gc && config.expandable_segments) || levels == 0 {
         return Ok((replay(trace, &opts)?, None, None));
     }
     // Without expandable segments the device's size only matters once the limit is passed
@@ -1158,10 +1165,10 @@ pub fn resumable_watched(
     // The watched run is the unlimited one while its demand stays within this limit (above the
     // device of this run, another device: not the same run at all).
     let mut watch = watch.and_then(|(cap, observe)| {
-        cap.is_none_or(|c| c <= device_bytes).then(|| (cap.unwrap_or(u64::MAX).min(device_total), observe))
+        cap.is_none_or(|c| c <= device_bytes).then(|| (same_run_until(config, cap, device_total), observe))
     });
     let mut seen: Option<u64> = None;
-    let mut rp = Replaying::new(s.engine(None, device, NullSink)).continuing(trace);
+    let mut rp = Replaying::new(s.engine(gc.then_some(u64::MAX), device, NullSink)).continuing(trace);
     let estimate = trace.summary.peak_reserved.bytes.max(lower);
     let mut step = (estimate.saturating_sub(lower) / levels).max(2 << 20);
     // (level line index, peak demand, event index, state after that event)
@@ -1211,7 +1218,11 @@ pub fn resumable_watched(
         ControlFlow::Continue(())
     };
     drive(trace, &mut [Job::new(&mut rp, &mut after)])?;
-    let unlimited = rp.result(s.used_hints, CapacitySource::None, trace);
+    let unlimited = {
+        let mut end = rp.clone();
+        end.engine.set_capacity(None);
+        end.result(s.used_hints, CapacitySource::None, trace)
+    };
     let saves = saves.into_iter().map(|(_, peak, index, state)| (peak, index + 1, state)).collect();
     let end = Box::new(rp);
     Ok((
@@ -1246,6 +1257,18 @@ pub fn replay_resumed(
     source: CapacitySource,
 ) -> Result<ReplayResult> {
     replay_resumed_watched(trace, from, Some(capacity), source, &mut |_, _, _| {}, None)
+}
+
+/// The demand up to which the run of `config` under `capacity` (`None`: no limit but the
+/// device's) is the saved unlimited run of [`resumable_watched`]: the limit, or the device's size,
+/// and with garbage collection its trigger under that limit
+/// ([`AllocatorConfig::gc_trigger_bytes`]): below it no collection frees anything.
+fn same_run_until(config: &AllocatorConfig, capacity: Option<u64>, device_total: u64) -> u64 {
+    let limit = capacity.unwrap_or(u64::MAX).min(device_total);
+    match capacity.and_then(|c| config.gc_trigger_bytes(c)) {
+        Some(trigger) => limit.min(trigger),
+        None => limit,
+    }
 }
 
 /// A save that a resumed replay made on its way (see [`replay_resumed`]), for
@@ -1294,7 +1317,7 @@ pub fn replay_resumed_shared(
     after: Option<u64>,
 ) -> Result<(ReplayResult, Option<Save>)> {
     let shown = |i: u64| after.is_none_or(|a| i > a);
-    let limit = capacity.unwrap_or(u64::MAX).min(from.device_total);
+    let limit = same_run_until(&from.config, capacity, from.device_total);
     // The peaks within the limit, then the first above it: where the runs differ.
     let within = from.peaks.partition_point(|&(_, bytes)| bytes <= limit);
     let differs_at = from.peaks.get(within).map(|&(event, _)| event);

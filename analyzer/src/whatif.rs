@@ -316,7 +316,7 @@ fn whatif_inner<T: Send>(
                         &mut observe,
                         seen,
                     )?,
-                    // Garbage collection reads the limit all along: a whole replay.
+                    // Nothing saved (garbage collection with expandable segments): a whole replay.
                     None => crate::replay::replay_observed(trace, &at_cap_options(config), &mut |i, rec, view, _| {
                         observe(i, rec, view)
                     })?,

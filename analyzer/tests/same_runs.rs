@@ -100,7 +100,8 @@ fn rows_replayed_with_another_are_what_their_own_setting_replays() {
 
 /// The capacity search replays several levels of its bisection at once where threads would
 /// otherwise wait; the probes it then takes are those it would have made one at a time, so the
-/// smallest capacity is the same however many levels go at once (and so on any machine).
+/// smallest capacity is the same however many levels go at once (and so on any machine), and the
+/// same as a search whose every probe replays the trace from its start.
 #[test]
 fn the_smallest_capacity_does_not_depend_on_the_levels_searched_at_once() {
     use analyzer::capacity_search::{min_capacity, RESUME_LEVELS};
@@ -108,30 +109,33 @@ fn the_smallest_capacity_does_not_depend_on_the_levels_searched_at_once() {
     let mut searched = 0;
     for name in ["gpt2_train.default", "resnet50_train.default", "frag_oom.default", "recorded_graph_pools"] {
         let trace = Trace::open(&root.join(format!("{name}.atrace"))).unwrap();
-        for conf in ["", "expandable_segments:True", "max_split_size_mb:64", "roundup_power2_divisions:4"] {
+        for conf in [
+            "",
+            "expandable_segments:True",
+            "max_split_size_mb:64",
+            "roundup_power2_divisions:4",
+            "garbage_collection_threshold:0.6",
+        ] {
             let config = AllocatorConfig::parse(conf).unwrap();
+            let (unlimited, _) = analyzer::replay::resumable(&trace, &config, 0, RESUME_LEVELS).unwrap();
+            let upper = unlimited.peak_reserved_bytes;
             let answers: Vec<_> = [1, 2, 3]
                 .into_iter()
                 .map(|ahead| {
-                    let (unlimited, mut from) = analyzer::replay::resumable(&trace, &config, 0, RESUME_LEVELS).unwrap();
-                    min_capacity(
-                        &trace,
-                        &config,
-                        from.as_mut(),
-                        0,
-                        unlimited.peak_reserved_bytes,
-                        u32::MAX,
-                        ahead,
-                        &|| (),
-                    )
-                    .unwrap()
+                    let (_, mut from) = analyzer::replay::resumable(&trace, &config, 0, RESUME_LEVELS).unwrap();
+                    // Garbage collection too: its saved run counts cache lookups as under a limit.
+                    assert!(from.is_some(), "{name} {conf}: no saves");
+                    min_capacity(&trace, &config, from.as_mut(), 0, upper, u32::MAX, ahead, &|| ()).unwrap()
                 })
                 .collect();
+            // Every probe a whole replay from the start, one at a time.
+            let whole = min_capacity(&trace, &config, None, 0, upper, u32::MAX, 1, &|| ()).unwrap();
             assert!(answers[0].is_some(), "{name} {conf}");
+            assert_eq!(answers[0], whole, "{name} {conf}: resumed and whole replays differ");
             assert_eq!(answers[0], answers[1], "{name} {conf}");
             assert_eq!(answers[0], answers[2], "{name} {conf}");
             searched += 1;
         }
     }
-    assert_eq!(searched, 16);
+    assert_eq!(searched, 20);
 }

@@ -90,6 +90,14 @@ pub const UNMODELLED_KEYS: [&str; 10] = [
 ];
 
 impl AllocatorConfig {
+    /// `garbage_collection_threshold`'s trigger under a limit of `capacity` bytes: reserved
+    /// memory above it makes a request that misses the cache free old cached segments first
+    /// (PyTorch `garbage_collect_cached_blocks`: `threshold * allowed_memory_maximum`). `None`
+    /// without the setting.
+    pub fn gc_trigger_bytes(&self, capacity: u64) -> Option<u64> {
+        self.garbage_collection_threshold.filter(|t| *t > 0.0).map(|t| (t * capacity as f64) as u64)
+    }
+
     /// True when `self` and `other` serve a request stream whose largest request is
     /// `largest_request` bytes in exactly the same way, under any capacity: they differ in
     /// `max_split_size` (and `max_non_split_rounding`) only, neither maps expandable segments,

@@ -160,10 +160,9 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// free whole large-pool segments at least as old as the average, repeatedly, until the
     /// excess is reclaimed or nothing more can be freed.
     pub(crate) fn garbage_collect(&mut self) {
-        let (Some(cap), Some(threshold)) = (self.capacity, self.config.garbage_collection_threshold) else {
+        let Some(gc_threshold) = self.capacity.and_then(|cap| self.config.gc_trigger_bytes(cap)) else {
             return;
         };
-        let gc_threshold = (threshold * cap as f64) as u64;
         let total = self.stats.reserved_bytes.all.current;
         if total <= gc_threshold {
             return;
