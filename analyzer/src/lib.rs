@@ -21,7 +21,6 @@ pub mod plot;
 pub mod progress;
 pub mod ranks;
 pub mod raster;
-pub mod render;
 pub mod replay;
 pub mod report;
 pub mod streams;

@@ -13,8 +13,8 @@ use crate::explain::{explain_with, ExplainOptions, ExplainReport};
 use crate::frag::{FragOptions, FragReport};
 use crate::leaks::{LeaksOptions, LeaksReport};
 use crate::model::Trace;
+use crate::output::document::Block;
 use crate::plot::{self, At, XAxis};
-use crate::render::document::Block;
 use crate::replay::{Outcome, ReplayResult};
 use crate::summary::Summary;
 use crate::units::{fmt_bytes, fmt_ns};
@@ -420,7 +420,7 @@ fn category_section(
              allocated bytes. Each point is the highest total in its stretch of events.",
             c.phases_from
         ),
-        crate::category::render(&c, "Live bytes by category")?,
+        crate::plot::render_categories(&c, "Live bytes by category")?,
     ));
     Ok(Some(c))
 }
@@ -921,7 +921,7 @@ impl Report {
             "ranks.svg",
             "Across the ranks".into(),
             crate::ranks::caption(&ranks),
-            crate::ranks::render(&ranks)?,
+            crate::plot::render_ranks(&ranks)?,
         );
         picture.png = crate::raster::png_of_svg(&picture.svg).context("cannot draw ranks.svg as a PNG")?;
         self.pictures.push(picture);
@@ -1305,7 +1305,7 @@ through the cuDNN workspaces that fail; none is proven to fit):"
 
     /// `summary.json`.
     pub fn json(&self) -> Result<String> {
-        let mut s = serde_json::to_string_pretty(&crate::render::json::V1::of(self))?;
+        let mut s = serde_json::to_string_pretty(&crate::output::json::V1::of(self))?;
         s.push('\n');
         Ok(s)
     }

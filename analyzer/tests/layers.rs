@@ -361,6 +361,64 @@ fn no_import_cycle_but_the_listed_ones() {
     assert!(gone.is_empty(), "these cycles are open now: remove them from ALLOWED_CYCLES: {gone:?}");
 }
 
+/// The analyzer's layers, lowest first: each top-level module (with the modules inside it) in
+/// one of them. `source`/`model`: reading traces and snapshots, the trace and its facts, call
+/// sites, layout measures, units and text escaping, outputs (the safe path, the JSON envelope, a
+/// report's document blocks); `replay`: the one replay loop and its results; `analysis`: what-if, capacity search,
+/// fragmentation, leaks, the diagnosis, categories, ranks, diff and picture data; `render`:
+/// pictures and the report; `cli`: the commands.
+const LAYERS: &[(&str, &[&str])] = &[
+    (
+        "source/model",
+        &["escape", "import", "input", "model", "output", "streams", "summary", "synth", "tracefile", "units", "wrap"],
+    ),
+    ("replay", &["progress", "replay"]),
+    (
+        "analysis",
+        &[
+            "advice",
+            "capacity_search",
+            "category",
+            "diff",
+            "explain",
+            "frag",
+            "leaks",
+            "outcome",
+            "patterns",
+            "ranks",
+            "timeline",
+            "whatif",
+        ],
+    ),
+    ("render", &["export", "plot", "raster", "report"]),
+    ("cli", &["cli", "cmd"]),
+];
+
+/// No import points up the layers ([`LAYERS`]): a module imports modules of its own layer or
+/// below. Every module is in a layer (a new one must be placed).
+#[test]
+fn no_import_points_up_a_layer() {
+    let mods = modules();
+    let layer_of = |m: &str| -> Option<usize> {
+        let top = m.split("::").next().unwrap();
+        LAYERS.iter().position(|(_, ms)| ms.contains(&top))
+    };
+    let unplaced: Vec<&String> = mods.keys().filter(|m| layer_of(m).is_none()).collect();
+    assert!(unplaced.is_empty(), "modules in no layer: {unplaced:?}");
+    let edges = imports(&mods);
+    let mut upward = Vec::new();
+    for (from, tos) in &edges {
+        for to in tos {
+            let (a, b) = (layer_of(from).unwrap(), layer_of(to).unwrap());
+            if b > a {
+                upward.push(format!("{from} ({}) -> {to} ({})", LAYERS[a].0, LAYERS[b].0));
+            }
+        }
+    }
+    println!("{} modules in {} layers; imports pointing up: {}", mods.len(), LAYERS.len(), upward.len());
+    assert!(upward.is_empty(), "imports pointing up a layer:\n  {}", upward.join("\n  "));
+}
+
 /// The reader of imports sees what it must: `use` trees with groups and nesting, paths in
 /// expressions, `super::`, and nothing in comments or strings.
 #[test]

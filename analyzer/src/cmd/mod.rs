@@ -45,7 +45,7 @@ pub fn damage_exit(traces: &[&crate::model::Trace]) -> anyhow::Result<i32> {
     Ok(code)
 }
 
-pub use crate::render::json::{write_json, SCHEMA_VERSION, V1};
+pub use crate::output::json::{write_json, SCHEMA_VERSION, V1};
 
 /// Opens the trace (or snapshot) an analysis reads, with what the user said about the run.
 /// `Err(code)` when there is nothing to analyse: the reason, and any damage, went to `out`, and

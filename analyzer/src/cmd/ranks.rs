@@ -2,7 +2,8 @@
 //! distributed job (see [`crate::ranks`]).
 
 use super::{damage_exit, write_json};
-use crate::ranks::{analyze, open_any, render};
+use crate::plot::render_ranks as render;
+use crate::ranks::{analyze, open_any};
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::{bail, Result};
 use std::io::Write;

@@ -8,6 +8,11 @@
 //! `<text>`, sized by an estimate, no font is loaded), pixel coordinates are integers, no clock,
 //! no map iteration order reaches the output (call sites are ordered by bytes, then label).
 
+mod categories;
+mod ranks;
+pub use categories::render_categories;
+pub use ranks::render_ranks;
+
 use crate::model::layout::LayoutMeasures;
 use crate::model::sites::{site_of, Sites};
 use crate::model::{trace_name, Trace};

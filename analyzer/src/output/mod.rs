@@ -1,5 +1,8 @@
-//! Writing outputs without destroying inputs.
+//! Writing outputs without destroying inputs, and the shapes every output shares: the JSON
+//! envelope of every `--json` output and of `summary.json` ([`json`]), and the blocks of a
+//! report's document ([`document`]), below every analysis.
 //!
+//! Writing:
 //! - An output that is one of the command's inputs (the same file by device and inode, so also
 //!   through a symlink or a hard link) is refused before anything is read or written.
 //! - Every file is written to a temporary file in its own folder and renamed into place: an
@@ -7,6 +10,9 @@
 //!   replaces a symlink planted at the output path instead of writing through it.
 //! - A report goes into an empty folder, a new one, or a previous report's; anything else needs
 //!   `--force`.
+
+pub mod document;
+pub mod json;
 
 use anyhow::{bail, Context, Result};
 use std::io::Write;
