@@ -21,7 +21,6 @@ use crate::units::{fmt_bytes, fmt_ns};
 use crate::whatif::{whatif_observed, Whatif, WhatifOptions};
 use anyhow::{Context, Result};
 use serde::Serialize;
-use std::path::Path;
 
 /// Where the trace came from and under which settings it ran.
 #[derive(Debug, Clone, Serialize)]
@@ -176,7 +175,6 @@ pub struct ReportOptions {
 /// report's replay; the analyses (`explain`, `frag`, `leaks`) and the pictures run
 /// concurrently, and `explain` reuses the what-if table and `leaks`' growth.
 pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
-    let path = &trace.path;
     let name = trace.name();
     let summary = trace.summary.clone();
     let h = &trace.header;
@@ -245,10 +243,10 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     let (mut tracks, results): (Vec<ReportTrack>, Vec<ReplayResult>) = runs.into_iter().unzip();
     let replay = results[0].clone();
     let (frag_track, moment) = tracks[0].recorded.take().expect("row 0 is the recorded configuration");
-    let fd = frag_track.finish(path);
+    let fd = frag_track.finish(name.clone());
     let (tl, st) = pictures_run?;
     let wd = plot::whatif_data_of(
-        path,
+        name.clone(),
         XAxis::Time,
         capacity,
         wi.rows
@@ -1310,40 +1308,27 @@ through the cuDNN workspaces that fail; none is proven to fit):"
         Ok(s)
     }
 
-    /// Writes `report.md`, `report.html`, `summary.json` and the SVGs into `dir` (each through a
-    /// temporary file and a rename; never onto one of `inputs`).
-    pub fn write(&self, dir: &Path, inputs: &[&Path]) -> Result<Vec<std::path::PathBuf>> {
-        self.write_with(dir, inputs, PictureLinks::Files)
-    }
-
-    /// [`Report::write`], with `report.md`'s pictures as files or inline. The PNGs are written
-    /// either way.
-    pub fn write_with(&self, dir: &Path, inputs: &[&Path], links: PictureLinks) -> Result<Vec<std::path::PathBuf>> {
-        let (md, html, json) = (self.markdown_with(links), self.html(), self.json()?);
-        let mut bodies: Vec<(&str, &[u8])> =
-            vec![("report.md", md.as_bytes()), ("report.html", html.as_bytes()), ("summary.json", json.as_bytes())];
+    /// The report's files, by name: `report.md` (its pictures as files or inline), `report.html`,
+    /// `summary.json`, and each picture as SVG and PNG. Whatever the trace holds, a report is a
+    /// bounded amount (see the README): all of it or, where one file would pass the bound, an
+    /// error ([`crate::output::TooLarge`]) and no file. [`crate::output::write_files`] writes them.
+    pub fn files(&self, links: PictureLinks) -> Result<Vec<(String, Vec<u8>)>> {
+        let mut files: Vec<(String, Vec<u8>)> = vec![
+            ("report.md".into(), self.markdown_with(links).into_bytes()),
+            ("report.html".into(), self.html().into_bytes()),
+            ("summary.json".into(), self.json()?.into_bytes()),
+        ];
         for p in &self.pictures {
-            bodies.push((&p.file, p.svg.as_bytes()));
-            bodies.push((&p.png_file, &p.png));
+            files.push((p.file.clone(), p.svg.clone().into_bytes()));
+            files.push((p.png_file.clone(), p.png.clone()));
         }
-        // Whatever the trace holds, a report writes a bounded amount (see the README): all of it
-        // or, where one file would pass the bound, none of it.
-        if let Some((name, body)) = bodies.iter().find(|(_, b)| b.len() > MAX_REPORT_FILE_BYTES) {
+        if let Some((name, body)) = files.iter().find(|(_, b)| b.len() > MAX_REPORT_FILE_BYTES) {
             return Err(crate::output::TooLarge(format!(
-                "{} would be {} bytes, more than the {MAX_REPORT_FILE_BYTES} a report file may hold; no file of \
+                "{name} would be {} bytes, more than the {MAX_REPORT_FILE_BYTES} a report file may hold; no file of \
                  the report was written",
-                dir.join(name).display(),
                 body.len()
             ))
             .into());
-        }
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let mut files = Vec::new();
-        for (name, body) in bodies {
-            let p = dir.join(name);
-            crate::output::refuse_input(&p, inputs)?;
-            crate::output::write_file(&p, body)?;
-            files.push(p);
         }
         Ok(files)
     }

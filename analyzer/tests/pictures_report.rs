@@ -3,7 +3,7 @@
 
 mod pictures_gen;
 
-use analyzer::report::{build, ReportOptions};
+use analyzer::report::{build, PictureLinks, ReportOptions};
 use pictures_gen::*;
 use std::process::Command;
 
@@ -111,7 +111,7 @@ fn html_is_self_contained() {
 fn pictures_as_png_files_or_inline() {
     let r = frag_oom_report();
     let dir = temp_dir("png");
-    let files = r.write(&dir, &[]).unwrap();
+    let files = analyzer::output::write_files(&dir, &[], &r.files(PictureLinks::Files).unwrap()).unwrap();
     for p in &r.pictures {
         let png = std::fs::read(dir.join(&p.png_file)).expect("PNG beside the SVG");
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{}", p.png_file);
@@ -147,7 +147,8 @@ fn shipped_reports_are_current() {
             &ReportOptions { search_capacity: true, search_long_traces: false },
         )
         .unwrap()
-        .write(&fresh, &[])
+        .files(PictureLinks::Files)
+        .and_then(|files| analyzer::output::write_files(&fresh, &[], &files))
         .unwrap();
         let shipped_dir = workspace().join("reports").join(&name);
         let mut files: Vec<_> = std::fs::read_dir(&fresh).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -199,7 +200,8 @@ fn html_renders_in_a_headless_browser() {
         return;
     };
     let dir = temp_dir("browser");
-    frag_oom_report().write(&dir.join("report"), &[]).unwrap();
+    let files = frag_oom_report().files(PictureLinks::Files).unwrap();
+    analyzer::output::write_files(&dir.join("report"), &[], &files).unwrap();
     std::fs::write(dir.join("blank.html"), "<!DOCTYPE html><html><body></body></html>").unwrap();
     let page = dir.join("report/report.html");
     let log = screenshot(browser, &format!("file://{}", page.display()), &dir.join("report.png"), &dir.join("p1"));

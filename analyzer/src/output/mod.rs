@@ -144,6 +144,20 @@ fn is_report_summary(path: &Path) -> bool {
         && v.get("environment").and_then(|e| e.get("report_tool_version")).is_some_and(|s| s.is_string())
 }
 
+/// Writes `files` (name, bytes) into the folder `dir`, creating it, each through a temporary
+/// file and a rename ([`write_file`]), never onto one of `inputs`. Returns the paths written.
+pub fn write_files(dir: &Path, inputs: &[&Path], files: &[(String, Vec<u8>)]) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut written = Vec::new();
+    for (name, body) in files {
+        let p = dir.join(name);
+        refuse_input(&p, inputs)?;
+        write_file(&p, body)?;
+        written.push(p);
+    }
+    Ok(written)
+}
+
 /// Checks that `dir` may receive a report: missing, empty, a previous report, or `force`. A
 /// previous report is a folder whose `summary.json` is a report's and which holds nothing but a
 /// report's files; a folder holding only files with a report's names, without that mark, is

@@ -26,7 +26,6 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use recorder::engine::SegmentView;
 use recorder::trace::{Event, Frame, MarkKind, Record};
 use std::collections::HashMap;
-use std::path::Path;
 
 /// Picture size in pixels.
 pub const WIDTH: u32 = 1200;
@@ -524,7 +523,7 @@ impl WhatifTrack {
 /// The picture's data from the policies' tracks and replays, in the table's order (the
 /// recorded configuration first).
 pub fn whatif_data_of(
-    path: &Path,
+    trace_name: String,
     x: XAxis,
     capacity_bytes: Option<u64>,
     runs: Vec<(String, WhatifTrack, &ReplayResult)>,
@@ -537,7 +536,7 @@ pub fn whatif_data_of(
         })
         .collect();
     let requested = policies[0].1.clone();
-    WhatifData { trace: trace_name(path), x, policies, requested, capacity_bytes }
+    WhatifData { trace: trace_name, x, policies, requested, capacity_bytes }
 }
 
 pub fn whatif_data(trace: &Trace, x: XAxis, columns: usize) -> Result<WhatifData> {
@@ -556,7 +555,7 @@ pub fn whatif_data(trace: &Trace, x: XAxis, columns: usize) -> Result<WhatifData
         .collect();
     let results = crate::replay::replay_many(trace, runs)?;
     Ok(whatif_data_of(
-        &trace.path,
+        trace.name(),
         x,
         capacity,
         list.iter().zip(tracks).zip(&results).map(|(((p, _), t), r)| (p.name().to_string(), t, r)).collect(),
@@ -602,9 +601,10 @@ impl FragTrack {
         self.samples += 1;
     }
 
-    pub fn finish(self, path: &Path) -> FragData {
+    /// The picture's data, titled with the trace's name ([`Trace::name`]).
+    pub fn finish(self, trace_name: String) -> FragData {
         FragData {
-            trace: trace_name(path),
+            trace: trace_name,
             x: self.x,
             unallocated: self.un.finish(),
             contiguity: self.co.finish(),
@@ -617,7 +617,7 @@ impl FragTrack {
 pub fn frag_data(trace: &Trace, x: XAxis, columns: usize) -> Result<FragData> {
     let mut t = FragTrack::new(x, columns);
     replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, _| t.observe(i, r, view))?;
-    Ok(t.finish(&trace.path))
+    Ok(t.finish(trace.name()))
 }
 
 // ---------------------------------------------------------------------------------------------
