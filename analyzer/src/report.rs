@@ -888,6 +888,9 @@ impl Report {
                 .collect(),
             rows,
         ));
+        for note in w.same_run_notes() {
+            d.push(Block::Para(prose(&note)));
+        }
         d.push(Block::Para(format!(
             "No allocator needs less than the peak of live requested bytes, {}{}. For reference, an offline plan \
              that knows every lifetime in advance (greedy by size; a heuristic, not a bound) needs {}.",

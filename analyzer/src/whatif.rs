@@ -360,6 +360,33 @@ fn whatif_inner<T: Send>(
     finish(trace, opts, &list, table, bounds, runs)
 }
 
+impl Whatif {
+    /// One sentence per row that other rows are the same run as ([`PolicyRow::same_as`]): which
+    /// rows, and why they cannot differ on this trace. Every output says it in these words.
+    pub fn same_run_notes(&self) -> Vec<String> {
+        let mut twins: Vec<(&str, Vec<&str>)> = Vec::new();
+        for r in &self.rows {
+            if let Some(t) = &r.same_as {
+                match twins.iter_mut().find(|(name, _)| name == t) {
+                    Some((_, rows)) => rows.push(r.policy.name()),
+                    None => twins.push((t, vec![r.policy.name()])),
+                }
+            }
+        }
+        twins
+            .into_iter()
+            .map(|(twin, rows)| {
+                format!(
+                    "{}: the same run as {twin} on this trace (no segment reaches the split size: the largest \
+                     request is {}), replayed once.",
+                    rows.join(", "),
+                    crate::units::fmt_bytes(self.bounds.largest_request_bytes)
+                )
+            })
+            .collect()
+    }
+}
+
 /// For each policy, the first earlier one that is the same run on a trace whose largest request
 /// is `largest_request` bytes ([`AllocatorConfig::same_run_as`]), if any.
 pub fn same_runs(list: &[(Policy, AllocatorConfig)], largest_request: u64) -> Vec<Option<usize>> {

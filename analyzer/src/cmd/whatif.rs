@@ -110,31 +110,8 @@ worth trying = gets past the failure, the rest of the job not in the trace."
         out,
         "a limit above the min capacity can still fail: other limits mean other segments and other pieces; replay the exact limit to check it."
     )?;
-    // Rows replayed with another: say which, and why they cannot differ here.
-    let mut twins: Vec<(&str, Vec<&str>)> = Vec::new();
-    for r in &w.rows {
-        if let Some(t) = &r.same_as {
-            match twins.iter_mut().find(|(name, _)| name == t) {
-                Some((_, rows)) => rows.push(r.policy.name()),
-                None => twins.push((t, vec![r.policy.name()])),
-            }
-        }
-    }
-    for (twin, rows) in twins {
-        writeln!(
-            out,
-            "{}",
-            crate::wrap::indented(
-                &format!(
-                    "{}: the same run as {twin} on this trace (no segment reaches the split size: the largest request \
-                     is {}), replayed once.",
-                    rows.join(", "),
-                    fmt_bytes(b.largest_request_bytes)
-                ),
-                "",
-                "  "
-            )
-        )?;
+    for note in w.same_run_notes() {
+        writeln!(out, "{}", crate::wrap::indented(&note, "", "  "))?;
     }
     if let Some(res) = w.rows.iter().filter_map(|r| r.min_capacity_resolution_bytes).max().filter(|&r| r > (2 << 20)) {
         writeln!(
