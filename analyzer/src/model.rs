@@ -396,7 +396,10 @@ impl Pass {
     #[track_caller]
     fn here(kind: PassKind) -> Pass {
         let file = std::panic::Location::caller().file();
-        let name = file.rsplit(['/', '\\']).next().unwrap_or(file);
+        let mut parts = file.rsplit(['/', '\\']);
+        let name = parts.next().unwrap_or(file);
+        // A module in a folder (`plot/mod.rs`) is named by its folder.
+        let name = if name == "mod.rs" { parts.next().unwrap_or(name) } else { name };
         Pass { kind, by: name.strip_suffix(".rs").unwrap_or(name) }
     }
 }

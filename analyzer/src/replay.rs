@@ -1091,8 +1091,8 @@ pub struct Resumable {
     saves: Vec<(u64, u64, Replaying<NullSink>)>,
     /// Each new peak of the unlimited run's demand: (event index, bytes), ascending.
     peaks: Vec<(u64, u64)>,
-    /// The unlimited run's state at its end: the run under any capacity above its peak.
-    end: Box<Replaying<NullSink>>,
+    /// The unlimited run's result: the run under any capacity above its peak.
+    end: Box<ReplayResult>,
     used_hints: bool,
 }
 
@@ -1218,13 +1218,13 @@ pub fn resumable_watched(
         ControlFlow::Continue(())
     };
     drive(trace, &mut [Job::new(&mut rp, &mut after)])?;
-    let unlimited = {
-        let mut end = rp.clone();
-        end.engine.set_capacity(None);
-        end.result(s.used_hints, CapacitySource::None, trace)
-    };
+    // The run counted garbage collection's lookups as under a limit: its result is unlimited.
+    rp.engine.set_capacity(None);
+    let unlimited = rp.result(s.used_hints, CapacitySource::None, trace);
     let saves = saves.into_iter().map(|(_, peak, index, state)| (peak, index + 1, state)).collect();
-    let end = Box::new(rp);
+    // The state at the end is not kept: a run under a capacity above every peak is this run.
+    drop(rp);
+    let end = Box::new(unlimited.clone());
     Ok((
         unlimited,
         Some(Resumable {
@@ -1341,9 +1341,10 @@ pub fn replay_resumed_shared(
         return Ok((r, None));
     }
     let Some(differs_at) = differs_at else {
-        let mut end = (*from.end).clone();
-        end.engine.set_capacity(capacity);
-        return Ok((end.result(from.used_hints, source, trace), None));
+        let mut r = (*from.end).clone();
+        r.capacity_bytes = capacity;
+        r.capacity_source = source;
+        return Ok((r, None));
     };
     // The latest save at or before the event where the runs differ.
     let k = from.saves.partition_point(|s| s.1 <= differs_at) - 1;
