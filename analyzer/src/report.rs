@@ -1312,9 +1312,7 @@ through the cuDNN workspaces that fail; none is proven to fit):"
     }
 
     /// The report's files, by name: `report.md` (its pictures as files or inline), `report.html`,
-    /// `summary.json`, and each picture as SVG and PNG. Whatever the trace holds, a report is a
-    /// bounded amount (see the README): all of it or, where one file would pass the bound, an
-    /// error ([`crate::output::TooLarge`]) and no file. [`crate::output::write_files`] writes them.
+    /// `summary.json`, and each picture as SVG and PNG, for [`crate::output::write_report`].
     pub fn files(&self, links: PictureLinks) -> Result<Vec<(String, Vec<u8>)>> {
         let mut files: Vec<(String, Vec<u8>)> = vec![
             ("report.md".into(), self.markdown_with(links).into_bytes()),
@@ -1324,14 +1322,6 @@ through the cuDNN workspaces that fail; none is proven to fit):"
         for p in &self.pictures {
             files.push((p.file.clone(), p.svg.clone().into_bytes()));
             files.push((p.png_file.clone(), p.png.clone()));
-        }
-        if let Some((name, body)) = files.iter().find(|(_, b)| b.len() > MAX_REPORT_FILE_BYTES) {
-            return Err(crate::output::TooLarge(format!(
-                "{name} would be {} bytes, more than the {MAX_REPORT_FILE_BYTES} a report file may hold; no file of \
-                 the report was written",
-                body.len()
-            ))
-            .into());
         }
         Ok(files)
     }

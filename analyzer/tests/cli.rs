@@ -82,6 +82,22 @@ fn every_analysis_takes_a_snapshot() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let o = run(&["diff", pickle.to_str().unwrap(), imported.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // dump and export too: the events of the import, and the same export as from it.
+    let (a, b) = (run(&["dump", pickle.to_str().unwrap()]), run(&["dump", imported.to_str().unwrap()]));
+    assert_eq!(a.status.code(), Some(0), "{}", stderr(&a));
+    let events = |o: &std::process::Output| -> Vec<String> {
+        String::from_utf8_lossy(&o.stdout).lines().filter(|l| !l.starts_with('#')).map(String::from).collect()
+    };
+    assert!(events(&a).len() > 100 && events(&a) == events(&b), "dump of the snapshot and of its import");
+    for format in ["perfetto", "memory-viz"] {
+        let (x, y) = (tmp(&format!("one-opener-{format}.a")), tmp(&format!("one-opener-{format}.b")));
+        let o = run(&["export", pickle.to_str().unwrap(), "--format", format, "-o", x.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{format}: {}", stderr(&o));
+        let o = run(&["export", imported.to_str().unwrap(), "--format", format, "-o", y.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{format}: {}", stderr(&o));
+        let (x, y) = (std::fs::read(&x).unwrap(), std::fs::read(&y).unwrap());
+        assert!(!x.is_empty() && x.len().abs_diff(y.len()) < 256, "{format}: {} vs {} bytes", x.len(), y.len());
+    }
 }
 
 #[test]

@@ -111,7 +111,7 @@ fn html_is_self_contained() {
 fn pictures_as_png_files_or_inline() {
     let r = frag_oom_report();
     let dir = temp_dir("png");
-    let files = analyzer::output::write_files(&dir, &[], &r.files(PictureLinks::Files).unwrap()).unwrap();
+    let files = analyzer::output::write_report(&dir, &[], &r.files(PictureLinks::Files).unwrap()).unwrap();
     for p in &r.pictures {
         let png = std::fs::read(dir.join(&p.png_file)).expect("PNG beside the SVG");
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{}", p.png_file);
@@ -148,7 +148,7 @@ fn shipped_reports_are_current() {
         )
         .unwrap()
         .files(PictureLinks::Files)
-        .and_then(|files| analyzer::output::write_files(&fresh, &[], &files))
+        .and_then(|files| analyzer::output::write_report(&fresh, &[], &files))
         .unwrap();
         let shipped_dir = workspace().join("reports").join(&name);
         let mut files: Vec<_> = std::fs::read_dir(&fresh).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -201,7 +201,7 @@ fn html_renders_in_a_headless_browser() {
     };
     let dir = temp_dir("browser");
     let files = frag_oom_report().files(PictureLinks::Files).unwrap();
-    analyzer::output::write_files(&dir.join("report"), &[], &files).unwrap();
+    analyzer::output::write_report(&dir.join("report"), &[], &files).unwrap();
     std::fs::write(dir.join("blank.html"), "<!DOCTYPE html><html><body></body></html>").unwrap();
     let page = dir.join("report/report.html");
     let log = screenshot(browser, &format!("file://{}", page.display()), &dir.join("report.png"), &dir.join("p1"));

@@ -8,9 +8,11 @@ use std::path::PathBuf;
 
 /// Print every event, one line each (stable, greppable).
 #[derive(ClapArgs)]
-#[command(after_help = "Columns: index, time in ns, kind, key=value fields.\n\
+#[command(after_help = "Columns: index, time in ns, kind, key=value fields. A PyTorch memory snapshot \
+(.pickle) is dumped as the events alloctrace imports from it.\n\
 Example:\n  alloctrace dump traces/seed_experiments.default.atrace | grep segment_")]
 pub struct Args {
+    /// A trace (.atrace) or a PyTorch memory snapshot (.pickle).
     pub trace: PathBuf,
 }
 

@@ -24,6 +24,7 @@ every peak is kept and the file stays small on any number of events.",
 alloctrace export traces/gpt2_train.default.atrace --format perfetto -o gpt2.json"
 )]
 pub struct Args {
+    /// A trace (.atrace) or a PyTorch memory snapshot (.pickle).
     pub trace: PathBuf,
     #[arg(long, value_enum)]
     pub format: ExportFormat,

@@ -105,12 +105,40 @@ pub fn format_record(index: u64, r: &Record, s: &mut String) {
 }
 
 pub fn run(opts: &DumpOptions, out: &mut dyn Write) -> Result<i32> {
+    if crate::input::is_pickle(&opts.trace) {
+        return run_snapshot(opts, out);
+    }
     let reader = tracefile::open(&opts.trace)?;
     write_header(out, reader.header(), reader.version())?;
     drop(reader);
+    let scanned = write_records(out, |fold| tracefile::scan(&opts.trace, fold))?;
+    writeln!(out, "# end: {} ({} events)", scanned.end.describe(), scanned.events)?;
+    if let Some(w) = scanned.damage_warning() {
+        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w));
+        return Ok(exit::PARTIAL);
+    }
+    Ok(exit::OK)
+}
+
+/// `dump` of a PyTorch snapshot: the events alloctrace imports from it (as `alloctrace import
+/// torch` would write them), after a header saying so.
+fn run_snapshot(opts: &DumpOptions, out: &mut dyn Write) -> Result<i32> {
+    let trace = crate::input::open_any(&opts.trace, None)?;
+    writeln!(out, "# imported from a PyTorch memory snapshot (as `alloctrace import torch` writes it)")?;
+    write_header(out, &trace.header, recorder::trace::FORMAT_VERSION)?;
+    let scanned = write_records(out, |fold| trace.scan(fold))?;
+    writeln!(out, "# end: {} events imported", scanned.events)?;
+    Ok(exit::OK)
+}
+
+/// Writes one line per record that `scan` hands its fold, stopping at the first write error.
+fn write_records(
+    out: &mut dyn Write,
+    scan: impl FnOnce(&mut dyn FnMut(u64, &recorder::trace::Record)) -> Result<tracefile::Scanned>,
+) -> Result<tracefile::Scanned> {
     let mut line = String::with_capacity(256);
     let mut io_err: Option<std::io::Error> = None;
-    let scanned = tracefile::scan(&opts.trace, |i, r| {
+    let scanned = scan(&mut |i, r| {
         if io_err.is_some() {
             return;
         }
@@ -119,13 +147,8 @@ pub fn run(opts: &DumpOptions, out: &mut dyn Write) -> Result<i32> {
             io_err = Some(e);
         }
     })?;
-    if let Some(e) = io_err {
-        return Err(e.into());
+    match io_err {
+        Some(e) => Err(e.into()),
+        None => Ok(scanned),
     }
-    writeln!(out, "# end: {} ({} events)", scanned.end.describe(), scanned.events)?;
-    if let Some(w) = scanned.damage_warning() {
-        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w));
-        return Ok(exit::PARTIAL);
-    }
-    Ok(exit::OK)
 }

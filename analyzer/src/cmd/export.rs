@@ -28,10 +28,12 @@ pub struct ExportCmdOptions {
 
 pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     crate::output::refuse_input(&opts.output, &[&opts.trace])?;
+    // Any input every command takes: a trace, or a PyTorch snapshot imported in memory.
+    let trace = crate::input::open_any(&opts.trace, None)?;
     let bytes = |p: &PathBuf| file_bytes(p);
     let damage = match opts.format {
         Format::MemoryViz => {
-            let s = memory_viz::export(&opts.trace, &opts.output)?;
+            let s = memory_viz::export(&trace, &opts.output)?;
             if opts.json {
                 write_json(out, &Written::of(&opts.output, &s))?;
             } else {
@@ -53,7 +55,7 @@ pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
             s.damage
         }
         Format::Perfetto => {
-            let s = perfetto::export(&opts.trace, &opts.output, &perfetto::PerfettoOptions { buckets: opts.buckets })?;
+            let s = perfetto::export(&trace, &opts.output, &perfetto::PerfettoOptions { buckets: opts.buckets })?;
             if opts.json {
                 write_json(out, &Written::of(&opts.output, &s))?;
             } else {

@@ -47,7 +47,7 @@ pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
         report.add_ranks(r)?;
     }
     let links = if opts.inline_pictures { PictureLinks::Inline } else { PictureLinks::Files };
-    let files = crate::output::write_files(&opts.output, &inputs, &report.files(links)?)?;
+    let files = crate::output::write_report(&opts.output, &inputs, &report.files(links)?)?;
     if opts.json {
         write_json(out, &report)?;
     } else {

@@ -28,7 +28,7 @@
 //! `--capacity`.
 
 use super::pickle::PickleWriter;
-use crate::tracefile;
+use crate::model::Trace;
 use anyhow::Result;
 use recorder::engine::round_size;
 use recorder::trace::{Event, Frame, Header, MarkKind, Pool, NO_CALLSITE};
@@ -112,11 +112,11 @@ impl Frames {
     }
 }
 
-/// Writes the trace at `trace` as a snapshot pickle at `output`, of at most
+/// Writes `trace` (read by the one opener: a trace or a snapshot) as a snapshot pickle at `output`, of at most
 /// [`super::MAX_EXPORT_BYTES`], through a temporary file renamed into place once complete (see
 /// [`crate::output`]): an export that fails leaves nothing, and never touches a file already there.
-pub fn export(trace: &Path, output: &Path) -> Result<MemoryVizStats> {
-    let header = tracefile::open(trace)?.header().clone();
+pub fn export(trace: &Trace, output: &Path) -> Result<MemoryVizStats> {
+    let header = trace.header.clone();
     let mut pending = crate::output::Pending::new(output)?;
     let mut p = PickleWriter::new(BufWriter::with_capacity(1 << 20, super::Bounded::new(pending.file())))?;
     let mut ex = Exporter::new(&header);
@@ -127,7 +127,7 @@ pub fn export(trace: &Path, output: &Path) -> Result<MemoryVizStats> {
     p.begin_list()?;
     p.begin_list()?;
     let mut failed: Option<std::io::Error> = None;
-    let scanned = tracefile::scan(trace, |_, r| {
+    let scanned = trace.scan(|_, r| {
         if failed.is_none() {
             if let Err(e) = ex.event(&mut p, r.time_ns, &r.event) {
                 failed = Some(e);

@@ -19,8 +19,8 @@
 //! peak is kept exactly, and the file's size depends on the number of buckets, not of events
 //! (at most 4 counter events per bucket and track).
 
+use crate::model::Trace;
 use crate::timeline::{Mode, Timeline};
-use crate::tracefile;
 use crate::units::fmt_bytes;
 use anyhow::{Context, Result};
 use recorder::engine::round_size;
@@ -96,11 +96,11 @@ fn ts_us(time_ns: u64) -> f64 {
 /// Most streams that get tracks of their own.
 pub const MAX_STREAM_TRACKS: usize = 64;
 
-/// Writes the trace at `trace` as Chrome trace-event JSON at `output`, of at most
+/// Writes `trace` (read by the one opener: a trace or a snapshot) as Chrome trace-event JSON at `output`, of at most
 /// [`super::MAX_EXPORT_BYTES`], through a temporary file renamed into place once complete (see
 /// [`crate::output`]): an export that fails leaves nothing, and never touches a file already there.
-pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<PerfettoStats> {
-    let header = tracefile::open(trace)?.header().clone();
+pub fn export(trace: &Trace, output: &Path, opts: &PerfettoOptions) -> Result<PerfettoStats> {
+    let header = trace.header.clone();
     let buckets = opts.buckets.max(2);
     let mut total = Track::new(String::new(), 0, buckets);
     let mut streams: Vec<Track> = Vec::new();
@@ -132,7 +132,7 @@ pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<Per
         Some(streams.len() - 1)
     };
 
-    let scanned = tracefile::scan(trace, |_, r| {
+    let scanned = trace.scan(|_, r| {
         let t = r.time_ns;
         last_t = last_t.max(t);
         // (stream, series, +bytes or -bytes)
@@ -247,7 +247,7 @@ pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<Per
     };
     let write = || -> std::io::Result<()> {
         out.write_all(b"{\"traceEvents\":[")?;
-        let name = format!("alloctrace: {}", trace.file_name().unwrap_or_default().to_string_lossy());
+        let name = format!("alloctrace: {}", trace.path.file_name().unwrap_or_default().to_string_lossy());
         emit(&mut out, &json!({"name": "process_name", "ph": "M", "pid": PID, "args": {"name": name}}))?;
         for (tid, n) in [(TID_EVENTS, "events"), (TID_ITERATIONS, "iterations")] {
             emit(&mut out, &json!({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": n}}))?;
@@ -282,7 +282,7 @@ pub fn export(trace: &Path, output: &Path, opts: &PerfettoOptions) -> Result<Per
         }
         out.write_all(b"\n],\"displayTimeUnit\":\"ms\",\"otherData\":")?;
         let other = json!({
-            "trace": trace.display().to_string(),
+            "trace": trace.path.display().to_string(),
             "source": header.source.as_str(),
             "device_name": header.device_name,
             "alloc_conf": header.alloc_conf,

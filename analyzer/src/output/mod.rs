@@ -144,9 +144,20 @@ fn is_report_summary(path: &Path) -> bool {
         && v.get("environment").and_then(|e| e.get("report_tool_version")).is_some_and(|s| s.is_string())
 }
 
-/// Writes `files` (name, bytes) into the folder `dir`, creating it, each through a temporary
-/// file and a rename ([`write_file`]), never onto one of `inputs`. Returns the paths written.
-pub fn write_files(dir: &Path, inputs: &[&Path], files: &[(String, Vec<u8>)]) -> Result<Vec<PathBuf>> {
+/// Writes a report's `files` (name, bytes) into the folder `dir`, creating it, each through a
+/// temporary file and a rename ([`write_file`]), never onto one of `inputs`. Whatever the trace
+/// holds, a report is a bounded amount (see the README): all of it or, where one file would pass
+/// [`MAX_REPORT_FILE_BYTES`], an error ([`TooLarge`]) and no file. Returns the paths written.
+pub fn write_report(dir: &Path, inputs: &[&Path], files: &[(String, Vec<u8>)]) -> Result<Vec<PathBuf>> {
+    if let Some((name, body)) = files.iter().find(|(_, b)| b.len() > MAX_REPORT_FILE_BYTES) {
+        return Err(TooLarge(format!(
+            "{} would be {} bytes, more than the {MAX_REPORT_FILE_BYTES} a report file may hold; no file of the \
+             report was written",
+            dir.join(name).display(),
+            body.len()
+        ))
+        .into());
+    }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut written = Vec::new();
     for (name, body) in files {
