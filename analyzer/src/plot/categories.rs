@@ -12,13 +12,7 @@ pub fn render_categories(c: &Categories, title: &str) -> Result<String> {
     let palette = crate::plot::PALETTE;
     let (w, h) = (crate::plot::WIDTH, crate::plot::HEIGHT);
     let max = c.over_time.iter().map(|s| s.bytes.total()).max().unwrap_or(0).max(1);
-    let (ys, unit) = if max >= 1 << 30 {
-        ((1u64 << 30) as f64, "GiB")
-    } else if max >= 1 << 20 {
-        ((1u64 << 20) as f64, "MiB")
-    } else {
-        (1024.0, "KiB")
-    };
+    let (ys, unit) = super::byte_unit(max as f64);
     let x_max = c.over_time.last().map(|s| s.event + 1).unwrap_or(1) as f64;
     let mut svg = String::new();
     {

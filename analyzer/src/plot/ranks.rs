@@ -1,19 +1,9 @@
 //! The picture of several ranks of one job ([`crate::ranks`]), in the style of every picture
 //! ([`crate::plot`]).
 
+use super::byte_unit;
 use crate::ranks::RanksReport;
 use anyhow::Result;
-
-/// A binary unit for bytes up to `max`.
-fn byte_unit(max: f64) -> (f64, &'static str) {
-    if max >= (1u64 << 30) as f64 {
-        ((1u64 << 30) as f64, "GiB")
-    } else if max >= (1u64 << 20) as f64 {
-        ((1u64 << 20) as f64, "MiB")
-    } else {
-        (1024.0, "KiB")
-    }
-}
 
 /// The picture: per-rank peak bars (reserved, allocated) above the ranks' allocated bytes on
 /// the aligned iteration axis. Same deterministic, font-free style as [`crate::plot`].
