@@ -357,7 +357,7 @@ fn whatif_inner<T: Send>(
         table.push(row);
         runs.push((st, r));
     }
-    finish(trace, opts, &list, table, bounds, runs)
+    finish(trace, opts, (&list, &same_as), table, bounds, runs)
 }
 
 impl Whatif {
@@ -402,7 +402,7 @@ pub fn same_runs(list: &[(Policy, AllocatorConfig)], largest_request: u64) -> Ve
 fn finish<T>(
     trace: &Trace,
     opts: &WhatifOptions,
-    list: &[(Policy, AllocatorConfig)],
+    (list, same_as): (&[(Policy, AllocatorConfig)], &[Option<usize>]),
     table: Vec<PolicyRow>,
     bounds: Bounds,
     runs: Vec<(Option<T>, ReplayResult)>,
@@ -411,10 +411,8 @@ fn finish<T>(
     past_caught_scratch(trace, opts, list, &mut table)?;
     let past: Vec<bool> = table.iter().map(|r| r.reach.gets_past()).collect();
     let past_from: Vec<Option<u64>> = table.iter().map(|r| r.min_capacity_bytes).collect();
-    let same_as: Vec<Option<usize>> =
-        table.iter().map(|r| r.same_as.as_deref().and_then(|n| list.iter().position(|(p, _)| p.name() == n))).collect();
     let prediction =
-        crate::outcome::predict(trace, list, &past, &past_from, &same_as, opts.capacity.bytes, opts.repeats)?;
+        crate::outcome::predict(trace, list, &past, &past_from, same_as, opts.capacity.bytes, opts.repeats)?;
     let w = Whatif {
         trace: trace.path.display().to_string(),
         predicted: trace.predicted().map(str::to_string),
