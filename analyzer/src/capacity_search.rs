@@ -103,14 +103,10 @@ pub fn min_capacity(
             .par_iter()
             .map(|&cap| completes(shared, cap).map(|(ok, save)| (cap, ok, save)))
             .collect::<Result<_>>()?;
-        let mut saves = Vec::new();
         let mut outcome: HashMap<u64, bool> = HashMap::new();
         for (cap, ok, save) in results {
             outcome.insert(cap, ok);
-            saves.extend(save);
-        }
-        for save in saves {
-            keep(&mut from, Some(save));
+            keep(&mut from, save);
         }
         // The bisection, one probe at a time, over the results at hand.
         while hi - lo > r && probes < max_probes {
