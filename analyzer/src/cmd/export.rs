@@ -33,7 +33,7 @@ pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let bytes = |p: &PathBuf| file_bytes(p);
     let damage = match opts.format {
         Format::MemoryViz => {
-            let s = memory_viz::export(&trace, &opts.output)?;
+            let s = crate::export::to_file(&opts.output, |w| memory_viz::export(&trace, w))?;
             if opts.json {
                 write_json(out, &Written::of(&opts.output, &s))?;
             } else {
@@ -55,7 +55,9 @@ pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
             s.damage
         }
         Format::Perfetto => {
-            let s = perfetto::export(&trace, &opts.output, &perfetto::PerfettoOptions { buckets: opts.buckets })?;
+            let s = crate::export::to_file(&opts.output, |w| {
+                perfetto::export(&trace, w, &perfetto::PerfettoOptions { buckets: opts.buckets })
+            })?;
             if opts.json {
                 write_json(out, &Written::of(&opts.output, &s))?;
             } else {

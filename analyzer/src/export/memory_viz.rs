@@ -35,8 +35,7 @@ use recorder::trace::{Event, Frame, Header, MarkKind, Pool, NO_CALLSITE};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::io::Write;
 
 /// What an export wrote.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
@@ -112,15 +111,12 @@ impl Frames {
     }
 }
 
-/// Writes `trace` (read by the one opener: a trace or a snapshot) as a snapshot pickle at `output`, of at most
-/// [`super::MAX_EXPORT_BYTES`], through a temporary file renamed into place once complete (see
-/// [`crate::output`]): an export that fails leaves nothing, and never touches a file already there.
-pub fn export(trace: &Trace, output: &Path) -> Result<MemoryVizStats> {
+/// Writes `trace` (read by the one opener: a trace or a snapshot) into `out` as a snapshot
+/// pickle ([`super::to_file`] puts it in a file).
+pub fn export(trace: &Trace, out: &mut dyn Write) -> Result<MemoryVizStats> {
     let header = trace.header.clone();
-    let mut pending = crate::output::Pending::new(output)?;
-    let mut p = PickleWriter::new(BufWriter::with_capacity(1 << 20, super::Bounded::new(pending.file())))?;
+    let mut p = PickleWriter::new(out)?;
     let mut ex = Exporter::new(&header);
-    let write_err = |e: std::io::Error| anyhow::Error::new(e).context(format!("cannot write {}", output.display()));
 
     p.begin_dict()?;
     p.str("device_traces")?;
@@ -135,21 +131,17 @@ pub fn export(trace: &Trace, output: &Path) -> Result<MemoryVizStats> {
         }
     })?;
     if let Some(e) = failed {
-        return Err(write_err(e));
+        return Err(e.into());
     }
     ex.stats.damage = scanned.damage_warning();
     ex.stats.events = scanned.events;
-    (|| {
-        p.end_list()?;
-        p.end_list()?;
-        ex.write_segments(&mut p)?;
-        ex.write_settings(&mut p, &header)?;
-        ex.write_annotations(&mut p)?;
-        p.end_dict()?;
-        p.finish()?.into_inner().map_err(|e| e.into_error())?.into_inner().sync_all()
-    })()
-    .map_err(write_err)?;
-    pending.commit()?;
+    p.end_list()?;
+    p.end_list()?;
+    ex.write_segments(&mut p)?;
+    ex.write_settings(&mut p, &header)?;
+    ex.write_annotations(&mut p)?;
+    p.end_dict()?;
+    p.finish()?;
     Ok(ex.stats)
 }
 

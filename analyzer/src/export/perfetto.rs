@@ -22,14 +22,13 @@
 use crate::model::Trace;
 use crate::timeline::{Mode, Timeline};
 use crate::units::fmt_bytes;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use recorder::engine::round_size;
 use recorder::trace::{Event, MarkKind};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use serde_json::{json, Value};
-use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::io::Write;
 
 /// The export's options.
 #[derive(Debug, Clone)]
@@ -96,10 +95,9 @@ fn ts_us(time_ns: u64) -> f64 {
 /// Most streams that get tracks of their own.
 pub const MAX_STREAM_TRACKS: usize = 64;
 
-/// Writes `trace` (read by the one opener: a trace or a snapshot) as Chrome trace-event JSON at `output`, of at most
-/// [`super::MAX_EXPORT_BYTES`], through a temporary file renamed into place once complete (see
-/// [`crate::output`]): an export that fails leaves nothing, and never touches a file already there.
-pub fn export(trace: &Trace, output: &Path, opts: &PerfettoOptions) -> Result<PerfettoStats> {
+/// Writes `trace` (read by the one opener: a trace or a snapshot) into `out` as Chrome
+/// trace-event JSON ([`super::to_file`] puts it in a file).
+pub fn export(trace: &Trace, out: &mut dyn Write, opts: &PerfettoOptions) -> Result<PerfettoStats> {
     let header = trace.header.clone();
     let buckets = opts.buckets.max(2);
     let mut total = Track::new(String::new(), 0, buckets);
@@ -237,10 +235,8 @@ pub fn export(trace: &Trace, output: &Path, opts: &PerfettoOptions) -> Result<Pe
         tracks.append(&mut streams);
     }
 
-    let mut pending = crate::output::Pending::new(output)?;
-    let mut out = BufWriter::with_capacity(1 << 20, super::Bounded::new(pending.file()));
     let mut first = true;
-    let mut emit = |out: &mut BufWriter<super::Bounded<&mut std::fs::File>>, v: &Value| -> std::io::Result<()> {
+    let mut emit = |out: &mut dyn Write, v: &Value| -> std::io::Result<()> {
         out.write_all(if first { b"\n" } else { b",\n" })?;
         first = false;
         serde_json::to_writer(&mut *out, v).map_err(std::io::Error::from)
@@ -248,9 +244,9 @@ pub fn export(trace: &Trace, output: &Path, opts: &PerfettoOptions) -> Result<Pe
     let write = || -> std::io::Result<()> {
         out.write_all(b"{\"traceEvents\":[")?;
         let name = format!("alloctrace: {}", trace.path.file_name().unwrap_or_default().to_string_lossy());
-        emit(&mut out, &json!({"name": "process_name", "ph": "M", "pid": PID, "args": {"name": name}}))?;
+        emit(out, &json!({"name": "process_name", "ph": "M", "pid": PID, "args": {"name": name}}))?;
         for (tid, n) in [(TID_EVENTS, "events"), (TID_ITERATIONS, "iterations")] {
-            emit(&mut out, &json!({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": n}}))?;
+            emit(out, &json!({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": n}}))?;
         }
         for (i, track) in tracks.into_iter().enumerate() {
             let d = track.fold.finish();
@@ -264,20 +260,20 @@ pub fn export(trace: &Trace, output: &Path, opts: &PerfettoOptions) -> Result<Pe
                 }
                 for (x, v) in points {
                     let e = json!({"name": name, "ph": "C", "ts": ts_us(x), "pid": PID, "args": {"bytes": v as u64}});
-                    emit(&mut out, &e)?;
+                    emit(out, &e)?;
                     stats.counter_events += 1;
                 }
             }
         }
         for e in &instants {
-            emit(&mut out, e)?;
+            emit(out, e)?;
         }
         stats.instant_events = instants.len() as u64;
         for (i, (start, text)) in iterations.iter().enumerate() {
             let end = iterations.get(i + 1).map(|n| n.0).unwrap_or(last_t).max(*start);
             let e = json!({"name": text, "cat": "iteration", "ph": "X", "ts": ts_us(*start),
                            "dur": ts_us(end - start), "pid": PID, "tid": TID_ITERATIONS});
-            emit(&mut out, &e)?;
+            emit(out, &e)?;
             stats.slices += 1;
         }
         out.write_all(b"\n],\"displayTimeUnit\":\"ms\",\"otherData\":")?;
@@ -291,11 +287,9 @@ pub fn export(trace: &Trace, output: &Path, opts: &PerfettoOptions) -> Result<Pe
             "block_sizes": if sizes_known { "recorded" } else { "estimated: requests rounded as the allocator rounds them" },
             "counter_buckets": buckets,
         });
-        serde_json::to_writer(&mut out, &other)?;
-        out.write_all(b"}\n")?;
-        out.into_inner().map_err(|e| e.into_error())?.into_inner().sync_all()
+        serde_json::to_writer(&mut *out, &other)?;
+        out.write_all(b"}\n")
     };
-    write().with_context(|| format!("cannot write {}", output.display()))?;
-    pending.commit()?;
+    write()?;
     Ok(stats)
 }
