@@ -48,7 +48,7 @@ pub fn min_capacity(
                 from,
                 Some(cap),
                 crate::model::CapacitySource::Given,
-                &mut |_, _, _| {},
+                &mut |_, _, _, _| {},
                 None,
             )?,
             None => {

@@ -28,7 +28,7 @@ use crate::model::sites::Sites;
 pub use crate::model::RecordedOom;
 use crate::model::{CapacitySource, Damage, Trace};
 use crate::outcome::JobPrediction;
-use crate::replay::{replay, replay_observed, EngineView, Outcome, ReplayOptions, ReplayResult};
+use crate::replay::{replay, replay_observed, EngineView, LiveMap, Outcome, ReplayOptions, ReplayResult};
 use crate::units::fmt_bytes;
 use crate::whatif::{self, PolicyRow, Whatif, WhatifOptions};
 use anyhow::{Context, Result};
@@ -230,89 +230,141 @@ fn request_context(trace: &Trace, event: u64) -> Result<Option<String>> {
 }
 
 pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainReport> {
+    let first_iteration = first_iteration(trace)?;
+    // The layout is copied once, at the moment: pass 1 takes the OOM and finds the peak's
+    // event; only a run without an OOM replays again, up to its peak, to take the layout there.
+    let mut first = ExplainWatch::new(first_iteration, None);
+    let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, live| {
+        first.observe(trace, i, r, view, live)
+    })?;
+    let second = match first.peak_to_take() {
+        Some(peak) => {
+            let mut second = ExplainWatch::new(first_iteration, Some(peak));
+            let o = ReplayOptions { stop_after: Some(peak), ..Default::default() };
+            replay_observed(trace, &o, &mut |i, r, view, live| second.observe(trace, i, r, view, live))?;
+            Some(second)
+        }
+        None => None,
+    };
+    explain_from(trace, opts, result, first, second)
+}
+
+/// Where the first iteration starts (marks or a repeated annotation): blocks made before it and
+/// still live are the model's weights and buffers, never advised to be freed.
+pub fn first_iteration(trace: &Trace) -> Result<Option<u64>> {
+    Ok(crate::outcome::iteration_bounds(trace, u64::MAX)?.and_then(|(_, b)| b.first().copied()))
+}
+
+/// What `explain` watches in the replay under the recorded settings and capacity: the OOM (the
+/// replay's own failure, or the recorded one that ended the run), else the peak of reserved
+/// memory, and the layout with the live blocks' sites at that moment. The layout at the peak is
+/// taken by a second watch, given the peak the first found ([`ExplainWatch::peak_to_take`]), on
+/// a replay that may stop there.
+pub struct ExplainWatch {
+    first_iteration: Option<u64>,
+    peak_at: Option<u64>,
+    sites: Sites,
+    callsite_of: HashMap<u64, u32>,
+    early: HashSet<u64>,
+    at_oom: Option<Capture>,
+    at_peak: Option<Capture>,
+    peak_event: Option<u64>,
+    peak_reserved: u64,
+    ooms_seen: u64,
+}
+
+impl ExplainWatch {
+    /// `peak_at`: the event whose layout to take (the peak a first watch found).
+    pub fn new(first_iteration: Option<u64>, peak_at: Option<u64>) -> Self {
+        ExplainWatch {
+            first_iteration,
+            peak_at,
+            sites: Sites::default(),
+            callsite_of: HashMap::new(),
+            early: HashSet::new(),
+            at_oom: None,
+            at_peak: None,
+            peak_event: None,
+            peak_reserved: 0,
+            ooms_seen: 0,
+        }
+    }
+
+    /// The event whose layout a second watch must take: the peak, where the run had no OOM.
+    pub fn peak_to_take(&self) -> Option<u64> {
+        self.peak_event.filter(|_| self.at_oom.is_none())
+    }
+
+    pub fn observe(&mut self, trace: &Trace, i: u64, r: &Record, view: &dyn EngineView, live: &LiveMap) {
+        match &r.event {
+            Event::CallSite { id, frames } => self.sites.define(*id, frames),
+            Event::Alloc { id, callsite, .. } => {
+                self.callsite_of.insert(*id, *callsite);
+                if self.first_iteration.is_some_and(|f| i < f) {
+                    self.early.insert(*id);
+                }
+            }
+            Event::FreeCompleted { id, .. } => {
+                self.callsite_of.remove(id);
+                self.early.remove(id);
+            }
+            _ => {}
+        }
+        // The replay's own failure of a request (which ends it) or the recorded fatal one;
+        // not a recorded OOM that the program caught.
+        let failed_here = view.stats().num_ooms > self.ooms_seen;
+        self.ooms_seen = view.stats().num_ooms;
+        let caught = matches!(r.event, Event::Oom { .. }) && trace.facts.survived(i);
+        let fatal_recorded = trace.facts.fatal_oom().map(|o| o.event);
+        if self.at_oom.is_none() && ((failed_here && !caught) || fatal_recorded == Some(i)) {
+            self.at_oom = Some(self.capture(i, r, view, live));
+        }
+        let reserved = view.stats().reserved_bytes.all.current;
+        if self.at_oom.is_none() && reserved > self.peak_reserved {
+            self.peak_reserved = reserved;
+            self.peak_event = Some(i);
+        }
+        if self.peak_at == Some(i) {
+            self.at_peak = Some(self.capture(i, r, view, live));
+        }
+    }
+
+    fn capture(&self, i: u64, r: &Record, view: &dyn EngineView, live: &LiveMap) -> Capture {
+        let site = |id: &u64| self.sites.of(self.callsite_of.get(id).copied().unwrap_or(0));
+        let mut from_before_iterations: HashMap<String, u64> = HashMap::new();
+        for id in live.keys().filter(|id| self.early.contains(id)) {
+            *from_before_iterations.entry(self.sites.sites[site(id)].label.clone()).or_default() += 1;
+        }
+        Capture {
+            from_before_iterations,
+            event: i,
+            time_ns: r.time_ns,
+            held: Held {
+                event: i,
+                segments: view.segments(),
+                site_of_block: live.iter().map(|(id, addr)| (*addr, site(id))).collect(),
+            },
+        }
+    }
+}
+
+/// [`explain_with`] from its watches of the replay under the recorded settings: `first` over the
+/// whole run (`result`), `second` up to the peak where `first` found no OOM.
+pub fn explain_from(
+    trace: &Trace,
+    opts: &ExplainOptions<'_>,
+    result: ReplayResult,
+    first: ExplainWatch,
+    second: Option<ExplainWatch>,
+) -> Result<ExplainReport> {
     let header = &trace.header;
     let recorded_ooms = trace.facts.recorded_ooms.clone();
     let mem_info = trace.facts.mem_info; // the last DeviceMemInfo before the first recorded OOM
-                                         // The recorded OOM that ended the run (those the program caught are replayed past).
-    let fatal_recorded = trace.facts.fatal_oom().map(|o| o.event);
-
-    // Replay under the recorded settings and capacity; capture the OOM (or the recorded OOM's
-    // index), else the peak of reserved.
-    // Where the first iteration starts (marks or a repeated annotation): blocks made before it
-    // and still live are the model's weights and buffers, never advised to be freed.
-    let first_iteration = crate::outcome::iteration_bounds(trace, u64::MAX)?.and_then(|(_, b)| b.first().copied());
-    // The layout is copied once, at the moment: pass 1 takes the OOM and finds the peak's
-    // event; only a run without an OOM replays again to take the layout at its peak.
-    type Pass = (ReplayResult, Sites, Option<Capture>, Option<Capture>, Option<u64>);
-    let pass = |peak_at: Option<u64>| -> Result<Pass> {
-        let mut sites = Sites::default();
-        let mut callsite_of: HashMap<u64, u32> = HashMap::new();
-        let mut early: HashSet<u64> = HashSet::new();
-        let mut at_oom: Option<Capture> = None;
-        let mut at_peak: Option<Capture> = None;
-        let mut peak_event: Option<u64> = None;
-        let mut peak_reserved = 0u64;
-        let mut ooms_seen = 0u64;
-        let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, live| {
-            match &r.event {
-                Event::CallSite { id, frames } => sites.define(*id, frames),
-                Event::Alloc { id, callsite, .. } => {
-                    callsite_of.insert(*id, *callsite);
-                    if first_iteration.is_some_and(|f| i < f) {
-                        early.insert(*id);
-                    }
-                }
-                Event::FreeCompleted { id, .. } => {
-                    callsite_of.remove(id);
-                    early.remove(id);
-                }
-                _ => {}
-            }
-            let capture = |sites: &Sites| Capture {
-                from_before_iterations: {
-                    let mut m: HashMap<String, u64> = HashMap::new();
-                    for id in live.keys().filter(|id| early.contains(id)) {
-                        let s = sites.of(callsite_of.get(id).copied().unwrap_or(0));
-                        *m.entry(sites.sites[s].label.clone()).or_default() += 1;
-                    }
-                    m
-                },
-                event: i,
-                time_ns: r.time_ns,
-                held: Held {
-                    event: i,
-                    segments: view.segments(),
-                    site_of_block: live
-                        .iter()
-                        .map(|(id, addr)| (*addr, sites.of(callsite_of.get(id).copied().unwrap_or(0))))
-                        .collect(),
-                },
-            };
-            // The replay's own failure of a request (which ends it) or the recorded fatal one;
-            // not a recorded OOM that the program caught.
-            let failed_here = view.stats().num_ooms > ooms_seen;
-            ooms_seen = view.stats().num_ooms;
-            let caught = matches!(r.event, Event::Oom { .. }) && trace.facts.survived(i);
-            if at_oom.is_none() && ((failed_here && !caught) || fatal_recorded == Some(i)) {
-                at_oom = Some(capture(&sites));
-            }
-            let reserved = view.stats().reserved_bytes.all.current;
-            if at_oom.is_none() && reserved > peak_reserved {
-                peak_reserved = reserved;
-                peak_event = Some(i);
-            }
-            if peak_at == Some(i) {
-                at_peak = Some(capture(&sites));
-            }
-        })?;
-        Ok((result, sites, at_oom, at_peak, peak_event))
+    let at_oom = first.at_oom;
+    let (sites, at_peak) = match second {
+        Some(s) => (s.sites, s.at_peak),
+        None => (first.sites, None),
     };
-    let (mut result, mut sites, at_oom, _, peak_event) = pass(None)?;
-    let mut at_peak = None;
-    if at_oom.is_none() && peak_event.is_some() {
-        let (r, s, _, p, _) = pass(peak_event)?;
-        (result, sites, at_peak) = (r, s, p);
-    }
     let is_oom = at_oom.is_some();
     let cap = at_oom.or(at_peak).unwrap_or(Capture {
         event: 0,

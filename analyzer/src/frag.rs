@@ -26,11 +26,11 @@
 
 use crate::model::layout::{ratio_complement, LayoutMeasures};
 use crate::model::Trace;
-use crate::replay::{replay_observed, EngineView, OomMoment, Outcome, ReplayOptions};
+use crate::replay::{replay_observed, EngineView, OomMoment, Outcome, ReplayOptions, ReplayResult};
 use crate::whatif;
 use anyhow::{bail, Result};
 use recorder::engine::SegmentView;
-use recorder::trace::{Event, Pool, ReleaseCause};
+use recorder::trace::{Event, Pool, Record, ReleaseCause};
 use serde::Serialize;
 
 /// The moment to show in detail.
@@ -260,70 +260,143 @@ pub fn analyze(trace: &Trace, opts: &FragOptions) -> Result<FragReport> {
 
 /// [`analyze`], with the trace's [`whatif::Bounds`] when they are already computed.
 pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::Bounds>) -> Result<FragReport> {
-    let header = &trace.header;
-    let path = &trace.path;
-    // The recorded OOM that ended the run; those the program caught are replayed past.
-    let first_oom = trace.facts.fatal_oom().map(|o| o.event);
-    let mut oom = OomMoment::default();
-    let events = trace.events;
-    if let At::Event(e) = opts.at {
-        if e >= events {
-            bail!("{}: event {e} is past the end (the trace has {} events)", path.display(), events);
+    let mut watch = FragWatch::new(trace, opts)?;
+    let result =
+        replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, _| watch.observe(trace, i, r, view))?;
+    // The segments at the peak, where the peak is the moment: from a second replay that stops
+    // there (copying the segments at every new peak of the first one cost more than the replay).
+    let peak_segments = match watch.peak_to_take() {
+        Some(peak_event) => {
+            let o = ReplayOptions { stop_after: Some(peak_event), ..Default::default() };
+            let mut taken = Vec::new();
+            replay_observed(trace, &o, &mut |i, _, view: &dyn EngineView, _| {
+                if i == peak_event {
+                    taken = view.segments();
+                }
+            })?;
+            taken
         }
+        None => Vec::new(),
+    };
+    watch.finish(trace, result, peak_segments, bounds)
+}
+
+/// What `frag` watches in the replay under the recorded settings: the four measures at every
+/// request, the peak of reserved memory (with the measures there) and the layout at the moment
+/// asked for. The layout at the peak is taken by a replay that stops there
+/// ([`FragWatch::peak_to_take`]) and handed to [`FragWatch::finish`].
+pub struct FragWatch {
+    at: At,
+    last: u64,
+    oom: OomMoment,
+    runs: [Running; 4],
+    samples: u64,
+    peak_reserved: u64,
+    peak: Option<(u64, u64)>,
+    moment: Option<Captured>,
+    last_seen: Option<(u64, u64)>,
+    peak_m: LayoutMeasures,
+}
+
+impl FragWatch {
+    pub fn new(trace: &Trace, opts: &FragOptions) -> Result<Self> {
+        let events = trace.events;
+        if let At::Event(e) = opts.at {
+            if e >= events {
+                bail!("{}: event {e} is past the end (the trace has {} events)", trace.path.display(), events);
+            }
+        }
+        Ok(FragWatch {
+            at: opts.at,
+            last: events.saturating_sub(1),
+            oom: OomMoment::default(),
+            runs: [Running::default(); 4],
+            samples: 0,
+            peak_reserved: 0,
+            peak: None,
+            moment: None,
+            last_seen: None,
+            peak_m: LayoutMeasures::default(),
+        })
     }
-    let last = events.saturating_sub(1);
-    let mut runs = [Running::default(); 4];
-    let mut samples = 0u64;
-    let mut peak_reserved = 0u64;
-    let mut peak: Option<(u64, u64)> = None;
-    let mut moment: Option<Captured> = None;
-    let mut last_seen: Option<(u64, u64)> = None;
-    let mut peak_m = LayoutMeasures::default();
-    let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, _| {
-        last_seen = Some((i, r.time_ns));
+
+    /// A watch made for the OOM serves the peak too (the peak's layout is taken afterwards):
+    /// for a caller that learns only after the replay which moment it wants.
+    pub fn at_peak(mut self) -> Self {
+        if self.at == At::Oom {
+            self.at = At::Peak;
+            self.moment = None;
+        }
+        self
+    }
+
+    /// The event whose layout [`FragWatch::finish`] needs, where the moment is the peak.
+    pub fn peak_to_take(&self) -> Option<u64> {
+        self.peak.filter(|_| self.at == At::Peak).map(|p| p.0)
+    }
+
+    pub fn observe(&mut self, trace: &Trace, i: u64, r: &Record, view: &dyn EngineView) {
+        self.last_seen = Some((i, r.time_ns));
         let reserved = view.stats().reserved_bytes.all.current;
-        let oom_at = oom.observe(trace, i, r, view);
-        let want_moment = moment.is_none()
-            && match opts.at {
+        let oom_at = self.oom.observe(trace, i, r, view);
+        let want_moment = self.moment.is_none()
+            && match self.at {
                 At::Peak => false,
                 At::Oom => oom_at.moment,
-                At::End => i == last || oom_at.stopped,
+                At::End => i == self.last || oom_at.stopped,
                 At::Event(e) => i == e,
             };
-        if reserved > peak_reserved {
-            peak_reserved = reserved;
-            peak = Some((i, r.time_ns));
+        if reserved > self.peak_reserved {
+            self.peak_reserved = reserved;
+            self.peak = Some((i, r.time_ns));
             // The four measures at the peak need only the figures the engine keeps (constant
             // time); the segments themselves only where the peak is the moment drawn.
-            peak_m = LayoutMeasures::of_occupancy(&view.occupancy());
+            self.peak_m = LayoutMeasures::of_occupancy(&view.occupancy());
         }
         if is_request(&r.event) {
             // The measures over time, at every request, from the figures the engine keeps.
             let m = LayoutMeasures::of_occupancy(&view.occupancy());
-            samples += 1;
+            self.samples += 1;
             for (k, v) in
                 [m.reserved_vs_allocated(), m.contiguity(), m.internal(), m.external()].into_iter().enumerate()
             {
-                runs[k].offer(v, i);
+                self.runs[k].offer(v, i);
             }
         }
         if want_moment {
-            moment = Some(Captured { event: i, time_ns: r.time_ns, segments: view.segments() });
+            self.moment = Some(Captured { event: i, time_ns: r.time_ns, segments: view.segments() });
         }
-    })?;
-    // The segments at the peak, where the peak is the moment: from a second replay that stops
-    // there (copying the segments at every new peak of the first one cost more than the replay).
-    let (peak_event, peak_time_ns) = peak.unwrap_or((0, 0));
-    let mut peak_segments = Vec::new();
-    if peak.is_some() && opts.at == At::Peak {
-        let o = ReplayOptions { stop_after: Some(peak_event), ..Default::default() };
-        replay_observed(trace, &o, &mut |i, _, view: &dyn EngineView, _| {
-            if i == peak_event {
-                peak_segments = view.segments();
-            }
-        })?;
     }
-    let moment = match (opts.at, moment) {
+
+    /// The report, from the replay this watched (`result`) and the segments at the peak where
+    /// the peak is the moment.
+    pub fn finish(
+        self,
+        trace: &Trace,
+        result: ReplayResult,
+        peak_segments: Vec<SegmentView>,
+        bounds: Option<&whatif::Bounds>,
+    ) -> Result<FragReport> {
+        let FragWatch { at, runs, samples, peak, moment, last_seen, peak_m, .. } = self;
+        finish(trace, at, result, (runs, samples, peak, moment, last_seen, peak_m), peak_segments, bounds)
+    }
+}
+
+type Watched = ([Running; 4], u64, Option<(u64, u64)>, Option<Captured>, Option<(u64, u64)>, LayoutMeasures);
+
+fn finish(
+    trace: &Trace,
+    at: At,
+    result: ReplayResult,
+    (runs, samples, peak, moment, last_seen, peak_m): Watched,
+    peak_segments: Vec<SegmentView>,
+    bounds: Option<&whatif::Bounds>,
+) -> Result<FragReport> {
+    let header = &trace.header;
+    let path = &trace.path;
+    let first_oom = trace.facts.fatal_oom().map(|o| o.event);
+    let (peak_event, peak_time_ns) = peak.unwrap_or((0, 0));
+    let moment = match (at, moment) {
         (At::Peak, _) => Captured { event: peak_event, time_ns: peak_time_ns, segments: peak_segments },
         (_, Some(m)) => m,
         (At::Oom, None) => bail!("{}", OomMoment::missing(trace)),
@@ -338,11 +411,11 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
         }
     };
     let mm = LayoutMeasures::of(&moment.segments);
-    let failed_request = match &result.outcome {
-        Outcome::Oom { event, requested_bytes, alloc_bytes, .. } if *event == moment.event => Some(FailedRequest {
-            event: *event,
-            requested_bytes: *requested_bytes,
-            alloc_bytes: *alloc_bytes,
+    let failed_request = match result.outcome {
+        Outcome::Oom { event, requested_bytes, alloc_bytes, .. } if event == moment.event => Some(FailedRequest {
+            event,
+            requested_bytes,
+            alloc_bytes,
             largest_free_bytes: mm.largest_free_bytes,
             headroom_bytes: result.capacity_bytes.map(|c| c.saturating_sub(mm.reserved_bytes)),
         }),
@@ -424,7 +497,7 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
         measures,
         plan,
         moment: Moment {
-            at: opts.at,
+            at,
             event: moment.event,
             time_ns: moment.time_ns,
             measures: mm,

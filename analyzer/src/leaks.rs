@@ -26,12 +26,12 @@ use crate::model::iterations::{IterationFold, IterationSource, Iterations};
 use crate::model::layout::LayoutMeasures;
 use crate::model::sites::{Site, Sites};
 use crate::model::{Damage, Trace};
-use crate::replay::{replay_observed, EngineView, OomMoment, ReplayOptions};
+use crate::replay::{replay_observed, EngineView, LiveMap, OomMoment, ReplayOptions};
 use anyhow::{bail, Result};
 use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::Direction;
 use recorder::engine::SegmentView;
-use recorder::trace::Event;
+use recorder::trace::{Event, Record};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -426,35 +426,64 @@ pub struct Held {
 /// Replays under the recorded settings and captures the layout after `at` (or at the end, or at
 /// the replay's OOM).
 pub fn held_at(trace: &Trace, sites: &Sites, at: Option<u64>, events: u64) -> Result<Held> {
-    let path = &trace.path;
-    let last = events.saturating_sub(1);
-    let target = at.unwrap_or(last);
-    let mut callsite_of: HashMap<u64, u32> = HashMap::new();
-    let mut held: Option<Held> = None;
-    let mut oom = OomMoment::default();
-    replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view: &dyn EngineView, live| {
+    let mut watch = HeldWatch::new(at, events);
+    replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, live| watch.observe(trace, i, r, view, live))?;
+    watch.finish(trace, sites)
+}
+
+/// What [`held_at`] watches in the replay under the recorded settings: the layout and the live
+/// blocks' call sites after `at` (without one: at the OOM the program did not survive, else at
+/// the end).
+pub struct HeldWatch {
+    at: Option<u64>,
+    events: u64,
+    callsite_of: HashMap<u64, u32>,
+    oom: OomMoment,
+    /// The event, the segments, and each live block's address and call site id.
+    held: Option<(u64, Vec<SegmentView>, Vec<(u64, u32)>)>,
+}
+
+impl HeldWatch {
+    pub fn new(at: Option<u64>, events: u64) -> Self {
+        HeldWatch { at, events, callsite_of: HashMap::new(), oom: OomMoment::default(), held: None }
+    }
+
+    pub fn observe(&mut self, trace: &Trace, i: u64, r: &Record, view: &dyn EngineView, live: &LiveMap) {
         match &r.event {
             Event::Alloc { id, callsite, .. } => {
-                callsite_of.insert(*id, *callsite);
+                self.callsite_of.insert(*id, *callsite);
             }
             Event::FreeCompleted { id, .. } => {
-                callsite_of.remove(id);
+                self.callsite_of.remove(id);
             }
             _ => {}
         }
         // Without a given event: at the OOM (not one the program caught), else at the end.
-        let oom_stop = oom.observe(trace, i, r, view).moment && at.is_none();
-        if held.is_none() && (i == target || oom_stop) {
-            let site_of_block =
-                live.iter().map(|(id, addr)| (*addr, sites.of(callsite_of.get(id).copied().unwrap_or(0)))).collect();
-            held = Some(Held { event: i, segments: view.segments(), site_of_block });
+        let oom_stop = self.oom.observe(trace, i, r, view).moment && self.at.is_none();
+        let target = self.at.unwrap_or(self.events.saturating_sub(1));
+        if self.held.is_none() && (i == target || oom_stop) {
+            let blocks =
+                live.iter().map(|(id, addr)| (*addr, self.callsite_of.get(id).copied().unwrap_or(0))).collect();
+            self.held = Some((i, view.segments(), blocks));
         }
-    })?;
-    match held {
-        Some(h) => Ok(h),
-        // A trace with no events (one damaged before its first frame ended): nothing is held.
-        None if events == 0 => Ok(Held { event: 0, segments: Vec::new(), site_of_block: HashMap::new() }),
-        None => bail!("{}: the replay stopped (out of memory) before event {target}", path.display()),
+    }
+
+    /// The layout taken, its blocks named by `sites` (the trace's sites).
+    pub fn finish(self, trace: &Trace, sites: &Sites) -> Result<Held> {
+        match self.held {
+            Some((event, segments, blocks)) => Ok(Held {
+                event,
+                segments,
+                site_of_block: blocks.into_iter().map(|(addr, cs)| (addr, sites.of(cs))).collect(),
+            }),
+            // A trace with no events (one damaged before its first frame ended): nothing is held.
+            None if self.events == 0 => Ok(Held { event: 0, segments: Vec::new(), site_of_block: HashMap::new() }),
+            None => bail!(
+                "{}: the replay stopped (out of memory) before event {}",
+                trace.path.display(),
+                self.at.unwrap_or(self.events.saturating_sub(1))
+            ),
+        }
     }
 }
 
@@ -620,6 +649,13 @@ pub fn growth_only(trace: &Trace) -> Result<(Option<Growth>, Option<String>)> {
 }
 
 pub fn analyze(trace: &Trace, opts: &LeaksOptions) -> Result<LeaksReport> {
+    analyze_watched(trace, opts, None)
+}
+
+/// [`analyze`], with the layout already watched in a replay under the recorded settings (a
+/// [`HeldWatch`] made for `opts.at_event` and the trace's events), as `report` does; `None`
+/// replays for it.
+pub fn analyze_watched(trace: &Trace, opts: &LeaksOptions, watched: Option<HeldWatch>) -> Result<LeaksReport> {
     let path = &trace.path;
     let p = pass1(trace)?;
     if let Some(e) = opts.at_event {
@@ -631,7 +667,10 @@ pub fn analyze(trace: &Trace, opts: &LeaksOptions) -> Result<LeaksReport> {
         (Some((source, b)), _) => (Some(growth(trace, &p, source, b)?), None),
         (None, note) => (None, note),
     };
-    let held = held_at(trace, &p.sites, opts.at_event, p.events)?;
+    let held = match watched {
+        Some(w) => w.finish(trace, &p.sites)?,
+        None => held_at(trace, &p.sites, opts.at_event, p.events)?,
+    };
     let live_at_end = live_by_site(&p);
     Ok(LeaksReport {
         trace: path.display().to_string(),

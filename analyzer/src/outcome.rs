@@ -452,7 +452,7 @@ least the job needs, so no setting is predicted to fit{}",
                         from,
                         capacity,
                         crate::model::CapacitySource::Given,
-                        &mut |_, _, _| {},
+                        &mut |_, _, _, _| {},
                         None,
                     )?
                     .is_oom(),

@@ -1120,8 +1120,9 @@ pub fn resumable(
 /// limit but the device's), for as long as it is the unlimited run.
 pub type Watch<'a> = (Option<u64>, &'a mut TailObserver<'a>);
 
-/// An observer of a replay that may start part way ([`replay_resumed_watched`]).
-pub type TailObserver<'a> = dyn FnMut(u64, &Record, &dyn EngineView) + Send + 'a;
+/// An observer of a replay that may start part way ([`replay_resumed_watched`]): an
+/// [`Observer`], shown the records from where it starts.
+pub type TailObserver<'a> = Observer<'a>;
 
 /// [`resumable`], showing `watch`'s observer the records of the run under its capacity for as
 /// long as that run is the unlimited one (its demand has not gone above the capacity). Returns
@@ -1181,7 +1182,7 @@ pub fn resumable_watched(
         let demand = rp.engine.demand_peak();
         if let Some((limit, observe)) = watch.as_mut().filter(|_| !failed) {
             if demand <= *limit {
-                observe(index, r, &rp.engine);
+                observe(index, r, &rp.engine, &rp.live);
                 seen = Some(index);
             } else {
                 watch = None;
@@ -1256,7 +1257,7 @@ pub fn replay_resumed(
     capacity: u64,
     source: CapacitySource,
 ) -> Result<ReplayResult> {
-    replay_resumed_watched(trace, from, Some(capacity), source, &mut |_, _, _| {}, None)
+    replay_resumed_watched(trace, from, Some(capacity), source, &mut |_, _, _, _| {}, None)
 }
 
 /// The demand up to which the run of `config` under `capacity` (`None`: no limit but the
@@ -1332,9 +1333,9 @@ pub fn replay_resumed_shared(
             unlimited: capacity.is_none(),
             ..Default::default()
         };
-        let mut r = replay_observed(trace, &opts, &mut |i, rec, view, _| {
+        let mut r = replay_observed(trace, &opts, &mut |i, rec, view, live| {
             if shown(i) {
-                observer(i, rec, view)
+                observer(i, rec, view, live)
             }
         })?;
         r.capacity_source = source;
@@ -1350,7 +1351,7 @@ pub fn replay_resumed_shared(
     let k = from.saves.partition_point(|s| s.1 <= differs_at) - 1;
     let (mut rp, start, save) = if differs_at - from.saves[k].1 > LAZY_SAVE_EVENTS {
         let (mut rp, start) = (from.saves[k].2.clone(), from.saves[k].1);
-        replay_range(trace, &mut rp, start, differs_at, &mut |_, _, _| {})?;
+        replay_range(trace, &mut rp, start, differs_at, &mut |_, _, _, _| {})?;
         // Its level: the run's peak demand before the event where the runs differ (a save with
         // a level within the limit exists, so some peak is within it).
         let level = from.peaks[within - 1].1;
@@ -1360,9 +1361,9 @@ pub fn replay_resumed_shared(
         (from.saves[k].2.clone(), from.saves[k].1, None)
     };
     rp.engine.set_capacity(capacity);
-    replay_range(trace, &mut rp, start, u64::MAX, &mut |i, rec, view| {
+    replay_range(trace, &mut rp, start, u64::MAX, &mut |i, rec, view, live| {
         if shown(i) {
-            observer(i, rec, view)
+            observer(i, rec, view, live)
         }
     })?;
     Ok((rp.result(from.used_hints, source, trace), save))
@@ -1379,11 +1380,11 @@ fn replay_range(
     rp: &mut Replaying<NullSink>,
     start: u64,
     end: u64,
-    observer: &mut (dyn FnMut(u64, &Record, &dyn EngineView) + Send),
+    observer: &mut Observer<'_>,
 ) -> Result<()> {
     let mut after = |index: u64, r: &Record, rp: &mut Replaying<NullSink>, failed: bool| {
         if !failed {
-            observer(index, r, &rp.engine);
+            observer(index, r, &rp.engine, &rp.live);
         }
         ControlFlow::Continue(())
     };

@@ -9,7 +9,7 @@
 //! against a fresh run by the test suite.
 
 use crate::capacity_search::LONG_TRACE_EVENTS;
-use crate::explain::{explain_with, ExplainOptions, ExplainReport};
+use crate::explain::{ExplainOptions, ExplainReport};
 use crate::frag::{FragOptions, FragReport};
 use crate::leaks::{LeaksOptions, LeaksReport};
 use crate::model::Trace;
@@ -203,48 +203,63 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         )
     });
 
-    // The what-if replays (which also give the replay under the recorded settings and the
-    // what-if picture) alongside the pictures of the recorded run and the frag and leaks analyses.
-    let ((whatif_run, leaks), pictures_run) = rayon::join(
+    // The plan: one read, the folds, then one replay of the recorded run that carries every
+    // analysis watching it (the what-if table's row under the recorded settings), beside the
+    // other what-if replays; then one replay up to the moments those found, to take the layout
+    // there; then the interpreters. Each analysis keeps the same watch as its own command.
+    let first_iteration = crate::explain::first_iteration(trace)?;
+    let leaks_opts = LeaksOptions::default();
+    // The moment of `frag` is the OOM where the run has one, else the peak: a watch made for
+    // the OOM serves both, and the run's outcome picks one.
+    let frag_opts = FragOptions { at: crate::frag::At::Oom };
+    // Taken by the recorded settings' row (row 0) of the what-if table.
+    let recorded = std::sync::Mutex::new(Some(RecordedWatch {
+        frag_track: plot::FragTrack::new(XAxis::Time, plot::COLUMNS),
+        moment: plot::MomentTrack::default(),
+        timeline: plot::TimelineTrack::new(XAxis::Time, plot::COLUMNS),
+        held: crate::leaks::HeldWatch::new(leaks_opts.at_event, trace.events),
+        explain: crate::explain::ExplainWatch::new(first_iteration, None),
+        frag: crate::frag::FragWatch::new(trace, &frag_opts)?,
+    }));
+    let (whatif_run, folded) = rayon::join(
         || {
-            rayon::join(
-                || {
-                    whatif_observed(
-                        trace,
-                        &WhatifOptions {
-                            capacity: trace.default_capacity(),
-                            search_capacity: search,
-                            repeats: crate::outcome::DEFAULT_REPEATS,
-                        },
-                        &|k| ReportTrack {
-                            whatif: plot::WhatifTrack::new(plot::COLUMNS),
-                            // The recorded configuration's replay also draws the fragmentation
-                            // picture and finds the segment map's moment.
-                            recorded: (k == 0).then(|| {
-                                (plot::FragTrack::new(XAxis::Time, plot::COLUMNS), plot::MomentTrack::default())
-                            }),
-                        },
-                        &|t, i, rec, view| {
-                            t.whatif.observe(XAxis::Time, i, rec, view);
-                            if let Some((f, m)) = t.recorded.as_mut() {
-                                f.observe(i, rec, view);
-                                m.observe(trace, i, rec, view);
-                            }
-                        },
-                    )
+            whatif_observed(
+                trace,
+                &WhatifOptions {
+                    capacity: trace.default_capacity(),
+                    search_capacity: search,
+                    repeats: crate::outcome::DEFAULT_REPEATS,
                 },
-                || crate::leaks::analyze(trace, &LeaksOptions::default()),
+                &|k| ReportTrack {
+                    whatif: plot::WhatifTrack::new(plot::COLUMNS),
+                    recorded: if k == 0 { recorded.lock().ok().and_then(|mut w| w.take()) } else { None },
+                },
+                &|t, i, rec, view, live| {
+                    t.whatif.observe(XAxis::Time, i, rec, view);
+                    if let Some(w) = t.recorded.as_mut() {
+                        w.observe(trace, i, rec, view, live);
+                    }
+                },
             )
         },
-        || recorded_pictures(trace),
+        || -> Result<(Option<plot::TimelineData>, plot::StackedData)> {
+            Ok((
+                plot::timeline_recorded(trace, XAxis::Time, plot::COLUMNS)?,
+                plot::stacked_data(trace, XAxis::Time, plot::COLUMNS)?,
+            ))
+        },
     );
     let (mut wi, runs) = whatif_run?;
     wi.trace = name.clone();
     let (mut tracks, results): (Vec<ReportTrack>, Vec<ReplayResult>) = runs.into_iter().unzip();
     let replay = results[0].clone();
-    let (frag_track, moment) = tracks[0].recorded.take().expect("row 0 is the recorded configuration");
-    let fd = frag_track.finish(name.clone());
-    let (tl, st) = pictures_run?;
+    let recorded = tracks[0].recorded.take().expect("row 0 is the recorded configuration");
+    let (timeline_folded, st) = folded?;
+    let fd = recorded.frag_track.finish(name.clone());
+    let tl = match timeline_folded {
+        Some(tl) => tl,
+        None => recorded.timeline.finish(trace, &replay),
+    };
     let wd = plot::whatif_data_of(
         name.clone(),
         XAxis::Time,
@@ -263,24 +278,49 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
             analysis_errors.push(format!("{what}: {e:#}"));
         }
     };
+    let at = if replay.is_oom() { At::Oom } else { At::Peak };
+    let frag_watch = if replay.is_oom() { recorded.frag } else { recorded.frag.at_peak() };
+    // The second replay: up to the latest of the moments whose layout is taken (the segment
+    // map's, and the peak's for explain and frag where the run has no OOM).
+    let mut seg = recorded.moment.moment(trace, at).map(plot::SegmentsWatch::new);
+    let mut explain_second =
+        recorded.explain.peak_to_take().map(|p| crate::explain::ExplainWatch::new(first_iteration, Some(p)));
+    let frag_peak = frag_watch.peak_to_take();
+    let mut frag_segments: Vec<recorder::engine::SegmentView> = Vec::new();
+    let stop =
+        [seg.as_ref().ok().map(|s| s.target()), recorded.explain.peak_to_take(), frag_peak].into_iter().flatten().max();
+    let (leaks, second) = rayon::join(
+        || crate::leaks::analyze_watched(trace, &leaks_opts, Some(recorded.held)),
+        || -> Result<()> {
+            let Some(stop) = stop else { return Ok(()) };
+            let o = crate::replay::ReplayOptions { stop_after: Some(stop), ..Default::default() };
+            crate::replay::replay_observed(trace, &o, &mut |i, r, view, live| {
+                if let Ok(s) = seg.as_mut() {
+                    s.observe(i, r, view);
+                }
+                if let Some(e) = explain_second.as_mut() {
+                    e.observe(trace, i, r, view, live);
+                }
+                if frag_peak == Some(i) {
+                    frag_segments = view.segments();
+                }
+            })?;
+            Ok(())
+        },
+    );
+    second?;
+    let seg = seg.and_then(|s| s.finish(trace));
     let (mut explained, mut frag, mut leaks_report) = (None, None, None);
     keep("leaks", leaks.map(|x| leaks_report = Some(x)));
-    let at = if replay.is_oom() { At::Oom } else { At::Peak };
-    let frag_at = if replay.is_oom() { crate::frag::At::Oom } else { crate::frag::At::Peak };
-    let (seg, (ex, fr)) = rayon::join(
-        || moment.moment(trace, at).and_then(|m| plot::segments_data_at(trace, m)),
+    let (ex, fr) = rayon::join(
         || {
-            rayon::join(
-                || {
-                    // `explain` searches capacities exactly when the report did, so that it reuses the
-                    // report's what-if table (and `--no-search` searches nowhere).
-                    let growth = leaks_report.as_ref().map(|l: &LeaksReport| l.growth.clone());
-                    let o = ExplainOptions { search_capacity: Some(search), whatif: Some(&wi), growth, repeats: None };
-                    explain_with(trace, &o)
-                },
-                || crate::frag::analyze_with(trace, &FragOptions { at: frag_at }, Some(&wi.bounds)),
-            )
+            // `explain` searches capacities exactly when the report did, so that it reuses the
+            // report's what-if table (and `--no-search` searches nowhere).
+            let growth = leaks_report.as_ref().map(|l: &LeaksReport| l.growth.clone());
+            let o = ExplainOptions { search_capacity: Some(search), whatif: Some(&wi), growth, repeats: None };
+            crate::explain::explain_from(trace, &o, replay.clone(), recorded.explain, explain_second)
         },
+        || frag_watch.finish(trace, replay.clone(), frag_segments, Some(&wi.bounds)),
     );
     keep("explain", ex.map(|x| explained = Some(x)));
     keep("frag", fr.map(|x| frag = Some(x)));
@@ -427,14 +467,38 @@ fn category_section(
 struct ReportTrack {
     whatif: plot::WhatifTrack,
     /// Only in the recorded configuration's replay.
-    recorded: Option<(plot::FragTrack, plot::MomentTrack)>,
+    recorded: Option<RecordedWatch>,
 }
 
-/// The pictures of the recorded run: memory over time, live bytes by call site.
-fn recorded_pictures(trace: &Trace) -> Result<(plot::TimelineData, plot::StackedData)> {
-    let tl = plot::timeline_data(trace, XAxis::Time, plot::COLUMNS)?;
-    let st = plot::stacked_data(trace, XAxis::Time, plot::COLUMNS)?;
-    Ok((tl, st))
+/// Every analysis of the report that watches the replay under the recorded settings: the
+/// pictures of fragmentation and memory over time, the segment map's moment, and the watches of
+/// `leaks`, `explain` and `frag`.
+struct RecordedWatch {
+    frag_track: plot::FragTrack,
+    moment: plot::MomentTrack,
+    /// Used where the trace's own figures cannot be folded ([`plot::timeline_recorded`]).
+    timeline: plot::TimelineTrack,
+    held: crate::leaks::HeldWatch,
+    explain: crate::explain::ExplainWatch,
+    frag: crate::frag::FragWatch,
+}
+
+impl RecordedWatch {
+    fn observe(
+        &mut self,
+        trace: &Trace,
+        i: u64,
+        r: &recorder::trace::Record,
+        view: &dyn crate::replay::EngineView,
+        live: &crate::replay::LiveMap,
+    ) {
+        self.frag_track.observe(i, r, view);
+        self.moment.observe(trace, i, r, view);
+        self.timeline.observe(i, r, view);
+        self.held.observe(trace, i, r, view, live);
+        self.explain.observe(trace, i, r, view, live);
+        self.frag.observe(trace, i, r, view);
+    }
 }
 
 /// Live iterations rising: the share of successive iterations whose live bytes went up.

@@ -209,7 +209,7 @@ pub fn whatif_observed<T: Send>(
     trace: &Trace,
     opts: &WhatifOptions,
     state: &(dyn Fn(usize) -> T + Sync),
-    observe: &(dyn Fn(&mut T, u64, &Record, &dyn EngineView) + Sync),
+    observe: &(dyn Fn(&mut T, u64, &Record, &dyn EngineView, &crate::replay::LiveMap) + Sync),
 ) -> Result<(Whatif, Vec<(T, ReplayResult)>)> {
     // One bar for the whole comparison: its total is the replays planned (each policy at the
     // capacity, then its capacity search), and it moves with each one.
@@ -228,7 +228,10 @@ type Table<T> = (Whatif, Vec<(Option<T>, ReplayResult)>);
 type GroupRun<T> = (Vec<(usize, Option<T>)>, ReplayResult, Option<(u64, u64)>);
 
 /// A state per row and the observer that draws it (see [`whatif_observed`]).
-type Observing<'a, T> = (&'a (dyn Fn(usize) -> T + Sync), &'a (dyn Fn(&mut T, u64, &Record, &dyn EngineView) + Sync));
+type Observing<'a, T> = (
+    &'a (dyn Fn(usize) -> T + Sync),
+    &'a (dyn Fn(&mut T, u64, &Record, &dyn EngineView, &crate::replay::LiveMap) + Sync),
+);
 
 /// The table, with each policy's run at the capacity observed from the start (`observing`: a
 /// whole replay each, all from one read of the trace) or, with nothing to observe, resumed from
@@ -264,13 +267,14 @@ fn whatif_inner<T: Send>(
     let states_of = |members: &[usize]| -> Vec<(usize, Option<T>)> {
         members.iter().map(|&m| (m, observing.map(|o| o.0(m)))).collect()
     };
-    let observe_all = |sts: &mut [(usize, Option<T>)], i: u64, rec: &Record, view: &dyn EngineView| {
-        if let Some((_, observe)) = observing {
-            for st in sts.iter_mut().filter_map(|(_, st)| st.as_mut()) {
-                observe(st, i, rec, view)
+    let observe_all =
+        |sts: &mut [(usize, Option<T>)], i: u64, rec: &Record, view: &dyn EngineView, live: &crate::replay::LiveMap| {
+            if let Some((_, observe)) = observing {
+                for st in sts.iter_mut().filter_map(|(_, st)| st.as_mut()) {
+                    observe(st, i, rec, view, live)
+                }
             }
-        }
-    };
+        };
     // Without a search: every policy at the capacity, from one read of the trace.
     let done: Vec<GroupRun<T>> = if !opts.search_capacity {
         let mut states: Vec<Vec<(usize, Option<T>)>> = groups.iter().map(|(_, members)| states_of(members)).collect();
@@ -280,7 +284,7 @@ fn whatif_inner<T: Send>(
             .map(|((k, _), sts)| {
                 let observe_all = &observe_all;
                 let observer: Box<crate::replay::Observer<'_>> =
-                    Box::new(move |i, rec, view, _| observe_all(sts, i, rec, view));
+                    Box::new(move |i, rec, view, live| observe_all(sts, i, rec, view, live));
                 (at_cap_options(&list[*k].1), observer)
             })
             .collect();
@@ -299,7 +303,9 @@ fn whatif_inner<T: Send>(
                 let config = &list[*k].1;
                 bar.inc(members.len() as u64);
                 let mut sts = states_of(members);
-                let mut observe = |i: u64, rec: &Record, view: &dyn EngineView| observe_all(&mut sts, i, rec, view);
+                let mut observe = |i: u64, rec: &Record, view: &dyn EngineView, live: &crate::replay::LiveMap| {
+                    observe_all(&mut sts, i, rec, view, live)
+                };
                 let (unlimited, mut from, seen) = crate::replay::resumable_watched(
                     trace,
                     config,
@@ -317,9 +323,7 @@ fn whatif_inner<T: Send>(
                         seen,
                     )?,
                     // Nothing saved (garbage collection with expandable segments): a whole replay.
-                    None => crate::replay::replay_observed(trace, &at_cap_options(config), &mut |i, rec, view, _| {
-                        observe(i, rec, view)
-                    })?,
+                    None => crate::replay::replay_observed(trace, &at_cap_options(config), &mut observe)?,
                 };
                 let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
                 let min = min_capacity(
@@ -707,7 +711,7 @@ mod tests {
             let trace = Trace::open(p).unwrap();
             let opts = WhatifOptions { capacity: trace.default_capacity(), search_capacity: true, repeats: 1 };
             let (w, runs) =
-                whatif_observed(&trace, &opts, &|_| Seen::new(), &|seen, i, _, view| seen.push(figures(i, view)))
+                whatif_observed(&trace, &opts, &|_| Seen::new(), &|seen, i, _, view, _| seen.push(figures(i, view)))
                     .unwrap();
             let list = policies(&trace.header.config, crate::outcome::memory_fraction(&trace, opts.capacity.bytes));
             assert_eq!(list.len(), runs.len());

@@ -231,53 +231,83 @@ fn mark_label(kind: MarkKind, text: &str) -> Option<String> {
 
 /// Replays the trace under its recorded settings and folds the engine's four byte counters.
 pub fn timeline_replayed(trace: &Trace, x: XAxis, columns: usize) -> Result<TimelineData> {
-    let header = &trace.header;
-    let path = &trace.path;
-    let mut tl = Timeline::new(&["allocated", "reserved", "active", "requested"], columns, Mode::Envelope);
-    let (mut peak_r, mut peak_a) = ((0u64, 0u64), (0u64, 0u64));
-    let mut ooms: Vec<(u64, u64)> = Vec::new();
-    let mut marks = Vec::new();
-    let mut seen_ooms = 0u64;
-    let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, _| {
-        let xv = x_of(x, i, r.time_ns);
+    let mut track = TimelineTrack::new(x, columns);
+    let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, _| track.observe(i, r, view))?;
+    Ok(track.finish(trace, &result))
+}
+
+/// The timeline of a replay ([`timeline_replayed`]): the engine's four byte counters after each
+/// record, the peaks, the OOMs and the marks.
+pub struct TimelineTrack {
+    x: XAxis,
+    tl: Timeline,
+    peak_r: (u64, u64),
+    peak_a: (u64, u64),
+    ooms: Vec<(u64, u64)>,
+    marks: Vec<(u64, String)>,
+    seen_ooms: u64,
+}
+
+impl TimelineTrack {
+    pub fn new(x: XAxis, columns: usize) -> Self {
+        TimelineTrack {
+            x,
+            tl: Timeline::new(&["allocated", "reserved", "active", "requested"], columns, Mode::Envelope),
+            peak_r: (0, 0),
+            peak_a: (0, 0),
+            ooms: Vec::new(),
+            marks: Vec::new(),
+            seen_ooms: 0,
+        }
+    }
+
+    pub fn observe(&mut self, i: u64, r: &Record, view: &dyn EngineView) {
+        let xv = x_of(self.x, i, r.time_ns);
         let st = view.stats();
         let (a, res) = (st.allocated_bytes.all.current, st.reserved_bytes.all.current);
-        tl.push(xv, &[a as f64, res as f64, st.active_bytes.all.current as f64, st.requested_bytes.all.current as f64]);
-        if res > peak_r.1 {
-            peak_r = (xv, res);
+        self.tl.push(
+            xv,
+            &[a as f64, res as f64, st.active_bytes.all.current as f64, st.requested_bytes.all.current as f64],
+        );
+        if res > self.peak_r.1 {
+            self.peak_r = (xv, res);
         }
-        if a > peak_a.1 {
-            peak_a = (xv, a);
+        if a > self.peak_a.1 {
+            self.peak_a = (xv, a);
         }
-        let failed = st.num_ooms > seen_ooms;
-        seen_ooms = st.num_ooms;
+        let failed = st.num_ooms > self.seen_ooms;
+        self.seen_ooms = st.num_ooms;
         match &r.event {
             Event::Oom { requested_bytes, .. } => {
-                ooms.push((xv, *requested_bytes));
+                self.ooms.push((xv, *requested_bytes));
             }
             Event::Alloc { requested_bytes, .. } if failed => {
-                ooms.push((xv, *requested_bytes));
+                self.ooms.push((xv, *requested_bytes));
             }
             Event::Mark { kind, text } => {
                 if let Some(label) = mark_label(*kind, text) {
-                    marks.push((xv, label));
+                    self.marks.push((xv, label));
                 }
             }
             _ => {}
         }
-    })?;
-    Ok(TimelineData {
-        trace: trace_name(path),
-        device: device_text(header),
-        x,
-        series: tl.finish(),
-        peak_reserved: peak_r,
-        peak_allocated: peak_a,
-        ooms,
-        marks,
-        capacity_bytes: result.capacity_bytes,
-        events: result.events,
-    })
+    }
+
+    /// The picture's data, from the replay this watched.
+    pub fn finish(self, trace: &Trace, result: &ReplayResult) -> TimelineData {
+        TimelineData {
+            trace: trace.name(),
+            device: device_text(&trace.header),
+            x: self.x,
+            series: self.tl.finish(),
+            peak_reserved: self.peak_r,
+            peak_allocated: self.peak_a,
+            ooms: self.ooms,
+            marks: self.marks,
+            capacity_bytes: result.capacity_bytes,
+            events: result.events,
+        }
+    }
 }
 
 /// The name of a call site: the one naming rule of every output (text, SVG, JSON), the user's
@@ -462,31 +492,59 @@ pub fn segments_data(trace: &Trace, at: At) -> Result<SegmentsData> {
 }
 
 /// Pass 2 of [`segments_data`]: replays up to the moment and takes the layout there.
-pub fn segments_data_at(trace: &Trace, (target, moment, failed): (u64, String, Option<u64>)) -> Result<SegmentsData> {
-    let opts = ReplayOptions::default();
-    let mut taken: Option<(u64, Vec<SegmentView>)> = None;
-    let mut streams = crate::streams::StreamNames::default();
-    replay_observed(trace, &opts, &mut |i, r, view, _| {
-        if i <= target {
+pub fn segments_data_at(trace: &Trace, moment: (u64, String, Option<u64>)) -> Result<SegmentsData> {
+    let mut watch = SegmentsWatch::new(moment);
+    let opts = ReplayOptions { stop_after: Some(watch.target), ..Default::default() };
+    replay_observed(trace, &opts, &mut |i, r, view, _| watch.observe(i, r, view))?;
+    watch.finish(trace)
+}
+
+/// What [`segments_data_at`] watches in a replay under the recorded settings: the layout at the
+/// moment, and the streams the trace used up to it.
+pub struct SegmentsWatch {
+    target: u64,
+    moment: String,
+    failed: Option<u64>,
+    taken: Option<(u64, Vec<SegmentView>)>,
+    streams: crate::streams::StreamNames,
+}
+
+impl SegmentsWatch {
+    /// The moment as [`MomentTrack::moment`] gives it: its event, its words, the failed request.
+    pub fn new((target, moment, failed): (u64, String, Option<u64>)) -> Self {
+        SegmentsWatch { target, moment, failed, taken: None, streams: Default::default() }
+    }
+
+    /// The event whose layout this takes: a replay carrying it may stop there.
+    pub fn target(&self) -> u64 {
+        self.target
+    }
+
+    pub fn observe(&mut self, i: u64, r: &Record, view: &dyn EngineView) {
+        if i <= self.target {
             if let Some(s) = crate::streams::stream_of(&r.event) {
-                streams.observe(s);
+                self.streams.observe(s);
             }
         }
-        if i == target {
-            taken = Some((r.time_ns, view.segments()));
+        if i == self.target {
+            self.taken = Some((r.time_ns, view.segments()));
         }
-    })?;
-    let (time_ns, segments) =
-        taken.ok_or_else(|| anyhow!("{}: the replay did not reach event {target}", trace.path.display()))?;
-    Ok(SegmentsData {
-        trace: trace.name(),
-        moment,
-        event: target,
-        time_ns,
-        segments,
-        failed_request_bytes: failed,
-        streams,
-    })
+    }
+
+    pub fn finish(self, trace: &Trace) -> Result<SegmentsData> {
+        let target = self.target;
+        let (time_ns, segments) =
+            self.taken.ok_or_else(|| anyhow!("{}: the replay did not reach event {target}", trace.path.display()))?;
+        Ok(SegmentsData {
+            trace: trace.name(),
+            moment: self.moment,
+            event: target,
+            time_ns,
+            segments,
+            failed_request_bytes: self.failed,
+            streams: self.streams,
+        })
+    }
 }
 
 /// Reserved bytes over time under each what-if policy.
