@@ -439,9 +439,11 @@ pub struct HeldWatch {
     events: u64,
     callsite_of: HashMap<u64, u32>,
     oom: OomMoment,
-    /// The event, the segments, and each live block's address and call site id.
-    held: Option<(u64, Vec<SegmentView>, Vec<(u64, u32)>)>,
+    held: Option<Taken>,
 }
+
+/// The event, the segments, and each live block's address and call site id.
+type Taken = (u64, Vec<SegmentView>, Vec<(u64, u32)>);
 
 impl HeldWatch {
     pub fn new(at: Option<u64>, events: u64) -> Self {

@@ -209,7 +209,7 @@ pub fn whatif_observed<T: Send>(
     trace: &Trace,
     opts: &WhatifOptions,
     state: &(dyn Fn(usize) -> T + Sync),
-    observe: &(dyn Fn(&mut T, u64, &Record, &dyn EngineView, &crate::replay::LiveMap) + Sync),
+    observe: &RowObserver<'_, T>,
 ) -> Result<(Whatif, Vec<(T, ReplayResult)>)> {
     // One bar for the whole comparison: its total is the replays planned (each policy at the
     // capacity, then its capacity search), and it moves with each one.
@@ -227,11 +227,11 @@ type Table<T> = (Whatif, Vec<(Option<T>, ReplayResult)>);
 /// (with the resolution reached) where searched.
 type GroupRun<T> = (Vec<(usize, Option<T>)>, ReplayResult, Option<(u64, u64)>);
 
+/// What a row's observer is shown: its state, then what a [`crate::replay::Observer`] is shown.
+pub type RowObserver<'a, T> = dyn Fn(&mut T, u64, &Record, &dyn EngineView, &crate::replay::LiveMap) + Sync + 'a;
+
 /// A state per row and the observer that draws it (see [`whatif_observed`]).
-type Observing<'a, T> = (
-    &'a (dyn Fn(usize) -> T + Sync),
-    &'a (dyn Fn(&mut T, u64, &Record, &dyn EngineView, &crate::replay::LiveMap) + Sync),
-);
+type Observing<'a, T> = (&'a (dyn Fn(usize) -> T + Sync), &'a RowObserver<'a, T>);
 
 /// The table, with each policy's run at the capacity observed from the start (`observing`: a
 /// whole replay each, all from one read of the trace) or, with nothing to observe, resumed from
