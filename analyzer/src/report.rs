@@ -272,60 +272,8 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
             .collect(),
     );
 
-    let mut analysis_errors = Vec::new();
-    let mut keep = |what: &str, r: Result<()>| {
-        if let Err(e) = r {
-            analysis_errors.push(format!("{what}: {e:#}"));
-        }
-    };
-    let at = if replay.is_oom() { At::Oom } else { At::Peak };
-    let frag_watch = if replay.is_oom() { recorded.frag } else { recorded.frag.at_peak() };
-    // The second replay: up to the latest of the moments whose layout is taken (the segment
-    // map's, and the peak's for explain and frag where the run has no OOM).
-    let mut seg = recorded.moment.moment(trace, at).map(plot::SegmentsWatch::new);
-    let mut explain_second =
-        recorded.explain.peak_to_take().map(|p| crate::explain::ExplainWatch::new(first_iteration, Some(p)));
-    let frag_peak = frag_watch.peak_to_take();
-    let mut frag_segments: Vec<recorder::engine::SegmentView> = Vec::new();
-    let stop =
-        [seg.as_ref().ok().map(|s| s.target()), recorded.explain.peak_to_take(), frag_peak].into_iter().flatten().max();
-    let (leaks, second) = rayon::join(
-        || crate::leaks::analyze_watched(trace, &leaks_opts, Some(recorded.held)),
-        || -> Result<()> {
-            let Some(stop) = stop else { return Ok(()) };
-            let o = crate::replay::ReplayOptions { stop_after: Some(stop), ..Default::default() };
-            crate::replay::replay_observed(trace, &o, &mut |i, r, view, live| {
-                if let Ok(s) = seg.as_mut() {
-                    s.observe(i, r, view);
-                }
-                if let Some(e) = explain_second.as_mut() {
-                    e.observe(trace, i, r, view, live);
-                }
-                if frag_peak == Some(i) {
-                    frag_segments = view.segments();
-                }
-            })?;
-            Ok(())
-        },
-    );
-    second?;
-    let seg = seg.and_then(|s| s.finish(trace));
-    let (mut explained, mut frag, mut leaks_report) = (None, None, None);
-    keep("leaks", leaks.map(|x| leaks_report = Some(x)));
-    let (ex, fr) = rayon::join(
-        || {
-            // `explain` searches capacities exactly when the report did, so that it reuses the
-            // report's what-if table (and `--no-search` searches nowhere).
-            let growth = leaks_report.as_ref().map(|l: &LeaksReport| l.growth.clone());
-            let o = ExplainOptions { search_capacity: Some(search), whatif: Some(&wi), growth, repeats: None };
-            crate::explain::explain_from(trace, &o, replay.clone(), recorded.explain, explain_second)
-        },
-        || frag_watch.finish(trace, replay.clone(), frag_segments, Some(&wi.bounds)),
-    );
-    keep("explain", ex.map(|x| explained = Some(x)));
-    keep("frag", fr.map(|x| frag = Some(x)));
-    let mut leaks = leaks_report;
-
+    // The pictures drawn from the what-if replays are rasterized while the analyses that follow
+    // them run (the second replay, leaks, explain, frag).
     let mut pictures = Vec::new();
     pictures.push(Picture::new(
         "timeline.svg",
@@ -348,9 +296,103 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
             plot::render_stacked(&st)?,
         ));
     }
+    pictures.push(Picture::new(
+        "whatif.svg",
+        "Reserved bytes under each policy".into(),
+        "The same requests replayed under each what-if policy; the grey line is the live requested bytes, which \
+         no allocator can go below, and the dashed line the capacity limit."
+            .into(),
+        plot::render_whatif(&wd)?,
+    ));
+    pictures.push(Picture::new(
+        "frag.svg",
+        "Fragmentation over time".into(),
+        "Blue: the share of reserved memory no tensor holds. Orange: how broken up the free memory is (0% = all \
+         free memory in one block)."
+            .into(),
+        plot::render_frag(&fd)?,
+    ));
+    let mut analysis_errors = Vec::new();
+    let categories = category_section(trace, &mut pictures, &mut analysis_errors)?;
+    let rasterize = |pictures: &mut [Picture]| -> Result<()> {
+        use rayon::prelude::*;
+        pictures.par_iter_mut().try_for_each(|p| -> Result<()> {
+            p.png = crate::raster::png_of_svg(&p.svg).with_context(|| format!("cannot draw {} as a PNG", p.file))?;
+            Ok(())
+        })
+    };
+    type Analyses =
+        (Result<plot::SegmentsData>, Option<ExplainReport>, Option<FragReport>, Option<LeaksReport>, Vec<String>);
+    let (drawn, analyses) = rayon::join(
+        || rasterize(&mut pictures),
+        || -> Result<Analyses> {
+            let mut errors = Vec::new();
+            let mut keep = |what: &str, r: Result<()>| {
+                if let Err(e) = r {
+                    errors.push(format!("{what}: {e:#}"));
+                }
+            };
+            let at = if replay.is_oom() { At::Oom } else { At::Peak };
+            let frag_watch = if replay.is_oom() { recorded.frag } else { recorded.frag.at_peak() };
+            // The second replay: up to the latest of the moments whose layout is taken (the segment
+            // map's, and the peak's for explain and frag where the run has no OOM).
+            let mut seg = recorded.moment.moment(trace, at).map(plot::SegmentsWatch::new);
+            let mut explain_second =
+                recorded.explain.peak_to_take().map(|p| crate::explain::ExplainWatch::new(first_iteration, Some(p)));
+            let frag_peak = frag_watch.peak_to_take();
+            let mut frag_segments: Vec<recorder::engine::SegmentView> = Vec::new();
+            let stop = [seg.as_ref().ok().map(|s| s.target()), recorded.explain.peak_to_take(), frag_peak]
+                .into_iter()
+                .flatten()
+                .max();
+            let (leaks, second) = rayon::join(
+                || crate::leaks::analyze_watched(trace, &leaks_opts, Some(recorded.held)),
+                || -> Result<()> {
+                    let Some(stop) = stop else { return Ok(()) };
+                    let o = crate::replay::ReplayOptions { stop_after: Some(stop), ..Default::default() };
+                    crate::replay::replay_observed(trace, &o, &mut |i, r, view, live| {
+                        if let Ok(s) = seg.as_mut() {
+                            s.observe(i, r, view);
+                        }
+                        if let Some(e) = explain_second.as_mut() {
+                            e.observe(trace, i, r, view, live);
+                        }
+                        if frag_peak == Some(i) {
+                            frag_segments = view.segments();
+                        }
+                    })?;
+                    Ok(())
+                },
+            );
+            second?;
+            let seg = seg.and_then(|s| s.finish(trace));
+            let (mut explained, mut frag, mut leaks_report) = (None, None, None);
+            keep("leaks", leaks.map(|x| leaks_report = Some(x)));
+            let (ex, fr) = rayon::join(
+                || {
+                    // `explain` searches capacities exactly when the report did, so that it reuses the
+                    // report's what-if table (and `--no-search` searches nowhere).
+                    let growth = leaks_report.as_ref().map(|l: &LeaksReport| l.growth.clone());
+                    let o = ExplainOptions { search_capacity: Some(search), whatif: Some(&wi), growth, repeats: None };
+                    crate::explain::explain_from(trace, &o, replay.clone(), recorded.explain, explain_second)
+                },
+                || frag_watch.finish(trace, replay.clone(), frag_segments, Some(&wi.bounds)),
+            );
+            keep("explain", ex.map(|x| explained = Some(x)));
+            keep("frag", fr.map(|x| frag = Some(x)));
+
+            Ok((seg, explained, frag, leaks_report, errors))
+        },
+    );
+    drawn?;
+    let (seg, mut explained, mut frag, mut leaks, mut errors) = analyses?;
+    // The analyses' errors first, then the categories'.
+    errors.append(&mut analysis_errors);
+    let analysis_errors = errors;
+    let mut segments_picture = None;
     let layout = match seg {
         Ok(seg) => {
-            pictures.push(Picture::new(
+            segments_picture = Some(Picture::new(
                 "segments.svg",
                 format!("Segments at {}", seg.moment),
                 format!(
@@ -374,29 +416,11 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         // A trace that never reserves anything has no map to draw.
         Err(_) => None,
     };
-    pictures.push(Picture::new(
-        "whatif.svg",
-        "Reserved bytes under each policy".into(),
-        "The same requests replayed under each what-if policy; the grey line is the live requested bytes, which \
-         no allocator can go below, and the dashed line the capacity limit."
-            .into(),
-        plot::render_whatif(&wd)?,
-    ));
-    pictures.push(Picture::new(
-        "frag.svg",
-        "Fragmentation over time".into(),
-        "Blue: the share of reserved memory no tensor holds. Orange: how broken up the free memory is (0% = all \
-         free memory in one block)."
-            .into(),
-        plot::render_frag(&fd)?,
-    ));
-    let categories = category_section(trace, &mut pictures, &mut analysis_errors)?;
-    {
-        use rayon::prelude::*;
-        pictures.par_iter_mut().try_for_each(|p| -> Result<()> {
-            p.png = crate::raster::png_of_svg(&p.svg).with_context(|| format!("cannot draw {} as a PNG", p.file))?;
-            Ok(())
-        })?;
+    if let Some(mut p) = segments_picture {
+        rasterize(std::slice::from_mut(&mut p))?;
+        // After memory over time (and live bytes by call site), before the what-if picture.
+        let at = pictures.iter().position(|p| p.file == "whatif.svg").unwrap_or(pictures.len());
+        pictures.insert(at, p);
     }
 
     if let Some(x) = explained.as_mut() {
