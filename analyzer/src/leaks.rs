@@ -489,6 +489,9 @@ impl HeldWatch {
     }
 }
 
+/// How many of the blocks pinning segments [`retention`] lists.
+const PINNING_BLOCKS: usize = 20;
+
 #[derive(Debug, Clone)]
 enum Node {
     Site(usize),
@@ -572,34 +575,48 @@ pub fn retention(held: &Held, sites: &Sites) -> Retention {
         .collect();
     site_pins
         .sort_by(|a, b| b.pinned_segment_bytes.cmp(&a.pinned_segment_bytes).then(b.block_bytes.cmp(&a.block_bytes)));
-    let mut blocks: Vec<PinningBlock> = Vec::new();
+    // The most striking blocks first: a block alone in a big segment, small blocks before large
+    // ones (then by segment address, then in the layout's order). Only the first
+    // `PINNING_BLOCKS` are kept as the layout is walked: a layout of millions of live blocks
+    // costs no more than that list.
+    type Key = (std::cmp::Reverse<bool>, std::cmp::Reverse<u64>, u64, usize);
+    let mut top: std::collections::BinaryHeap<(Key, NodeIndex, NodeIndex)> = std::collections::BinaryHeap::new();
+    let mut order = 0usize;
     for &sn in &seg_nodes {
         let (addr, bytes) = match g[sn] {
             Node::Segment { addr, bytes } => (addr, bytes),
             _ => continue,
         };
-        let in_seg: Vec<NodeIndex> = g.neighbors_directed(sn, Direction::Incoming).collect();
-        for &bn in &in_seg {
-            if let Node::Block { bytes: block_bytes, requested } = g[bn] {
-                blocks.push(PinningBlock {
-                    site: sites.sites[site_of_block(&g, bn)].clone(),
-                    block_bytes,
-                    requested_bytes: requested,
-                    segment_addr: addr,
-                    segment_bytes: bytes,
-                    alone: in_seg.len() == 1,
-                });
+        let in_seg = g.neighbors_directed(sn, Direction::Incoming).count();
+        for bn in g.neighbors_directed(sn, Direction::Incoming) {
+            if let Node::Block { bytes: block_bytes, .. } = g[bn] {
+                let key =
+                    (std::cmp::Reverse(in_seg == 1), std::cmp::Reverse(bytes.saturating_sub(block_bytes)), addr, order);
+                order += 1;
+                if top.len() < PINNING_BLOCKS {
+                    top.push((key, sn, bn));
+                } else if top.peek().is_some_and(|t| key < t.0) {
+                    top.pop();
+                    top.push((key, sn, bn));
+                }
             }
         }
     }
-    // Most striking first: a block alone in a big segment, small blocks before large ones.
-    blocks.sort_by(|a, b| {
-        b.alone
-            .cmp(&a.alone)
-            .then((b.segment_bytes - b.block_bytes).cmp(&(a.segment_bytes - a.block_bytes)))
-            .then(a.segment_addr.cmp(&b.segment_addr))
-    });
-    blocks.truncate(20);
+    let blocks: Vec<PinningBlock> = top
+        .into_sorted_vec()
+        .into_iter()
+        .filter_map(|((alone, ..), sn, bn)| match (g[sn].clone(), g[bn].clone()) {
+            (Node::Segment { addr, bytes }, Node::Block { bytes: block_bytes, requested }) => Some(PinningBlock {
+                site: sites.sites[site_of_block(&g, bn)].clone(),
+                block_bytes,
+                requested_bytes: requested,
+                segment_addr: addr,
+                segment_bytes: bytes,
+                alone: alone.0,
+            }),
+            _ => None,
+        })
+        .collect();
     let lm = LayoutMeasures::of(&held.segments);
     let expandable = held.segments.iter().any(|s| s.is_expandable);
     let mut notes = Vec::new();
@@ -659,20 +676,28 @@ pub fn analyze(trace: &Trace, opts: &LeaksOptions) -> Result<LeaksReport> {
 /// replays for it.
 pub fn analyze_watched(trace: &Trace, opts: &LeaksOptions, watched: Option<HeldWatch>) -> Result<LeaksReport> {
     let path = &trace.path;
-    let p = pass1(trace)?;
     if let Some(e) = opts.at_event {
-        if e >= p.events {
-            bail!("{}: event {e} is past the end (the trace has {} events)", path.display(), p.events);
+        if e >= trace.events {
+            bail!("{}: event {e} is past the end (the trace has {} events)", path.display(), trace.events);
         }
     }
+    // The replay first: its engine is gone before the folds below keep their own live blocks.
+    let watched = match watched {
+        Some(w) => w,
+        None => {
+            let mut w = HeldWatch::new(opts.at_event, trace.events);
+            replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, live| {
+                w.observe(trace, i, r, view, live)
+            })?;
+            w
+        }
+    };
+    let p = pass1(trace)?;
     let (g, growth_note) = match boundaries(&p) {
         (Some((source, b)), _) => (Some(growth(trace, &p, source, b)?), None),
         (None, note) => (None, note),
     };
-    let held = match watched {
-        Some(w) => w.finish(trace, &p.sites)?,
-        None => held_at(trace, &p.sites, opts.at_event, p.events)?,
-    };
+    let held = watched.finish(trace, &p.sites)?;
     let live_at_end = live_by_site(&p);
     Ok(LeaksReport {
         trace: path.display().to_string(),
