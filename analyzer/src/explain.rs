@@ -231,12 +231,55 @@ fn request_context(trace: &Trace, event: u64) -> Result<Option<String>> {
 
 pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainReport> {
     let first_iteration = first_iteration(trace)?;
-    // The layout is copied once, at the moment: pass 1 takes the OOM and finds the peak's
-    // event; only a run without an OOM replays again, up to its peak, to take the layout there.
-    let mut first = ExplainWatch::new(first_iteration, None);
-    let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, live| {
-        first.observe(trace, i, r, view, live)
-    })?;
+    let long = trace.events > crate::capacity_search::LONG_TRACE_EVENTS;
+    let search = opts.search_capacity.unwrap_or(!long);
+    let searched = |w: &Whatif| w.rows.iter().all(|r| r.min_capacity_bytes.is_some());
+    let capacity = trace.default_capacity();
+    let given = opts.whatif.filter(|w| w.capacity_bytes == capacity.bytes && searched(w) == search);
+    // The layout is copied once, at the moment: the replay under the recorded settings takes
+    // the OOM and finds the peak's event; only a run without an OOM replays again, up to its
+    // peak, to take the layout there. Without a what-if table given, that replay is the table's
+    // own row under the recorded settings (one replay fewer), beside the growth's folds.
+    let (first, result, computed, growth) = match given {
+        Some(_) => {
+            let mut first = ExplainWatch::new(first_iteration, None);
+            let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, live| {
+                first.observe(trace, i, r, view, live)
+            })?;
+            (first, result, None, opts.growth.clone())
+        }
+        None => {
+            let row0 = std::sync::Mutex::new(Some(ExplainWatch::new(first_iteration, None)));
+            let (table, growth) = rayon::join(
+                || {
+                    whatif::whatif_observed(
+                        trace,
+                        &WhatifOptions {
+                            capacity,
+                            search_capacity: search,
+                            repeats: opts.repeats.unwrap_or(crate::outcome::DEFAULT_REPEATS),
+                        },
+                        &|k| if k == 0 { row0.lock().ok().and_then(|mut w| w.take()) } else { None },
+                        &|w: &mut Option<ExplainWatch>, i, r, view, live| {
+                            if let Some(w) = w.as_mut() {
+                                w.observe(trace, i, r, view, live)
+                            }
+                        },
+                    )
+                },
+                || -> Result<Option<Growth>> {
+                    match opts.growth.clone() {
+                        Some(g) => Ok(g),
+                        None => Ok(leaks::growth_only(trace)?.0),
+                    }
+                },
+            );
+            let (table, mut runs) = table?;
+            let (watch, result) = runs.swap_remove(0);
+            let first = watch.expect("row 0 is the recorded configuration, and it is watched");
+            (first, result, Some(table), Some(growth?))
+        }
+    };
     let second = match first.peak_to_take() {
         Some(peak) => {
             let mut second = ExplainWatch::new(first_iteration, Some(peak));
@@ -246,7 +289,8 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
         }
         None => None,
     };
-    explain_from(trace, opts, result, first, second)
+    let o = ExplainOptions { whatif: computed.as_ref().or(given), growth, ..opts.clone() };
+    explain_from(trace, &o, result, first, second)
 }
 
 /// Where the first iteration starts (marks or a repeated annotation): blocks made before it and
@@ -264,8 +308,10 @@ pub struct ExplainWatch {
     first_iteration: Option<u64>,
     peak_at: Option<u64>,
     sites: Sites,
-    callsite_of: HashMap<u64, u32>,
-    early: HashSet<u64>,
+    /// Live trace ids -> call site id, and those made before the first iteration (hashed by
+    /// the engine's fast hasher: one insert per allocation).
+    callsite_of: rustc_hash::FxHashMap<u64, u32>,
+    early: rustc_hash::FxHashSet<u64>,
     at_oom: Option<Capture>,
     at_peak: Option<Capture>,
     peak_event: Option<u64>,
@@ -280,8 +326,8 @@ impl ExplainWatch {
             first_iteration,
             peak_at,
             sites: Sites::default(),
-            callsite_of: HashMap::new(),
-            early: HashSet::new(),
+            callsite_of: Default::default(),
+            early: Default::default(),
             at_oom: None,
             at_peak: None,
             peak_event: None,
