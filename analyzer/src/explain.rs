@@ -250,30 +250,31 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
         }
         None => {
             let row0 = std::sync::Mutex::new(Some(ExplainWatch::new(first_iteration, None)));
-            let (table, growth) = rayon::join(
-                || {
-                    whatif::whatif_observed(
-                        trace,
-                        &WhatifOptions {
-                            capacity,
-                            search_capacity: search,
-                            repeats: opts.repeats.unwrap_or(crate::outcome::DEFAULT_REPEATS),
-                        },
-                        &|k| if k == 0 { row0.lock().ok().and_then(|mut w| w.take()) } else { None },
-                        &|w: &mut Option<ExplainWatch>, i, r, view, live| {
-                            if let Some(w) = w.as_mut() {
-                                w.observe(trace, i, r, view, live)
-                            }
-                        },
-                    )
-                },
-                || -> Result<Option<Growth>> {
-                    match opts.growth.clone() {
-                        Some(g) => Ok(g),
-                        None => Ok(leaks::growth_only(trace)?.0),
-                    }
-                },
-            );
+            let table = || {
+                whatif::whatif_observed(
+                    trace,
+                    &WhatifOptions {
+                        capacity,
+                        search_capacity: search,
+                        repeats: opts.repeats.unwrap_or(crate::outcome::DEFAULT_REPEATS),
+                    },
+                    &|k| if k == 0 { row0.lock().ok().and_then(|mut w| w.take()) } else { None },
+                    &|w: &mut Option<ExplainWatch>, i, r, view, live| {
+                        if let Some(w) = w.as_mut() {
+                            w.observe(trace, i, r, view, live)
+                        }
+                    },
+                )
+            };
+            let growth = || -> Result<Option<Growth>> {
+                match opts.growth.clone() {
+                    Some(g) => Ok(g),
+                    None => Ok(leaks::growth_only(trace)?.0),
+                }
+            };
+            // Side by side, unless one replay's state is all the memory replays may keep: the
+            // growth's folds keep their own live allocations.
+            let (table, growth) = crate::replay::join_within(trace, table, growth);
             let (table, mut runs) = table?;
             let (watch, result) = runs.swap_remove(0);
             let first = watch.expect("row 0 is the recorded configuration, and it is watched");

@@ -221,7 +221,8 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         explain: crate::explain::ExplainWatch::new(first_iteration, None),
         frag: crate::frag::FragWatch::new(trace, &frag_opts)?,
     }));
-    let (whatif_run, folded) = rayon::join(
+    let (whatif_run, folded) = crate::replay::join_within(
+        trace,
         || {
             whatif_observed(
                 trace,
@@ -323,7 +324,8 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     };
     type Analyses =
         (Result<plot::SegmentsData>, Option<ExplainReport>, Option<FragReport>, Option<LeaksReport>, Vec<String>);
-    let (drawn, analyses) = rayon::join(
+    let (drawn, analyses) = crate::replay::join_within(
+        trace,
         || rasterize(&mut pictures),
         || -> Result<Analyses> {
             let mut errors = Vec::new();
@@ -345,7 +347,8 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                 .into_iter()
                 .flatten()
                 .max();
-            let (leaks, second) = rayon::join(
+            let (leaks, second) = crate::replay::join_within(
+                trace,
                 || crate::leaks::analyze_watched(trace, &leaks_opts, Some(recorded.held)),
                 || -> Result<()> {
                     let Some(stop) = stop else { return Ok(()) };
@@ -368,7 +371,8 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
             let seg = seg.and_then(|s| s.finish(trace));
             let (mut explained, mut frag, mut leaks_report) = (None, None, None);
             keep("leaks", leaks.map(|x| leaks_report = Some(x)));
-            let (ex, fr) = rayon::join(
+            let (ex, fr) = crate::replay::join_within(
+                trace,
                 || {
                     // `explain` searches capacities exactly when the report did, so that it reuses the
                     // report's what-if table (and `--no-search` searches nowhere).

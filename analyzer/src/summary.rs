@@ -37,6 +37,7 @@ pub struct SummaryFold {
     block_sizes_known: bool,
     any_alloc: bool,
     live_blocks: u64,
+    peak_live: u64,
     peak_reserved: Peak,
     peak_requested: Peak,
     peak_allocated: Peak,
@@ -85,6 +86,10 @@ pub struct Summary {
     pub anomalies: u64,
     /// `None` when the trace names no private pool.
     pub private_pools: Option<PrivatePools>,
+    /// The most allocations not yet completely freed at once: what a replay's state grows
+    /// with ([`crate::replay::concurrent_replays`]). Not part of the JSON.
+    #[serde(skip)]
+    pub peak_live_allocations: u64,
 }
 
 impl SummaryFold {
@@ -136,6 +141,7 @@ impl SummaryFold {
                 self.requested = self.requested.saturating_add(*requested_bytes);
                 self.allocated = self.allocated.saturating_add(*block_bytes);
                 self.live_blocks += 1;
+                self.peak_live = self.peak_live.max(self.live.len() as u64);
                 self.peak_requested.offer(self.requested, index, t);
                 self.peak_allocated.offer(self.allocated, index, t);
             }
@@ -201,6 +207,7 @@ impl SummaryFold {
             peak_allocated: (self.block_sizes_known && self.any_alloc).then_some(self.peak_allocated),
             end_reserved_bytes: self.reserved,
             end_live_blocks: self.live_blocks,
+            peak_live_allocations: self.peak_live,
             end_requested_bytes: self.requested,
             dropped_events: self.dropped_events,
             anomalies: self.anomalies,

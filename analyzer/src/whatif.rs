@@ -288,7 +288,14 @@ fn whatif_inner<T: Send>(
                 (at_cap_options(&list[*k].1), observer)
             })
             .collect();
-        let results = crate::replay::replay_many(trace, runs)?;
+        // Within the memory the replays may keep together: in turns of as many as fit.
+        let at_once = crate::replay::concurrent_replays(trace);
+        let mut runs = runs.into_iter().peekable();
+        let mut results = Vec::with_capacity(groups.len());
+        while runs.peek().is_some() {
+            results.extend(crate::replay::replay_many(trace, runs.by_ref().take(at_once).collect())?);
+        }
+        drop(runs);
         bar.inc(list.len() as u64);
         states.into_iter().zip(results).map(|(sts, r)| (sts, r, None)).collect()
     } else {
@@ -296,50 +303,55 @@ fn whatif_inner<T: Send>(
         // levels for the probes to resume from, shows the observer the run at the capacity for
         // as long as the two are the same run; the run at the capacity goes on from there (see
         // `crate::replay::Resumable`), then the probes.
-        let ahead = crate::capacity_search::levels_ahead(groups.len());
-        let done: Result<Vec<_>> = groups
-            .par_iter()
-            .map(|(k, members)| {
-                let config = &list[*k].1;
-                bar.inc(members.len() as u64);
-                let mut sts = states_of(members);
-                let mut observe = |i: u64, rec: &Record, view: &dyn EngineView, live: &crate::replay::LiveMap| {
-                    observe_all(&mut sts, i, rec, view, live)
-                };
-                let (unlimited, mut from, seen) = crate::replay::resumable_watched(
+        // Within the memory the replays may keep together: the policies in turns of as many
+        // as fit, each probing one capacity at a time when they do not all fit at once.
+        let at_once = crate::replay::concurrent_replays(trace);
+        let ahead = if at_once < groups.len() { 1 } else { crate::capacity_search::levels_ahead(groups.len()) };
+        let run_group = |(k, members): &(usize, Vec<usize>)| {
+            let config = &list[*k].1;
+            bar.inc(members.len() as u64);
+            let mut sts = states_of(members);
+            let mut observe = |i: u64, rec: &Record, view: &dyn EngineView, live: &crate::replay::LiveMap| {
+                observe_all(&mut sts, i, rec, view, live)
+            };
+            let (unlimited, mut from, seen) = crate::replay::resumable_watched(
+                trace,
+                config,
+                bounds.live_requested_peak_bytes,
+                RESUME_LEVELS,
+                Some((opts.capacity.bytes, &mut observe)),
+            )?;
+            let r = match from.as_mut() {
+                Some(from) => crate::replay::replay_resumed_watched(
                     trace,
-                    config,
-                    bounds.live_requested_peak_bytes,
-                    RESUME_LEVELS,
-                    Some((opts.capacity.bytes, &mut observe)),
-                )?;
-                let r = match from.as_mut() {
-                    Some(from) => crate::replay::replay_resumed_watched(
-                        trace,
-                        from,
-                        opts.capacity.bytes,
-                        opts.capacity.source,
-                        &mut observe,
-                        seen,
-                    )?,
-                    // Nothing saved (garbage collection with expandable segments): a whole replay.
-                    None => crate::replay::replay_observed(trace, &at_cap_options(config), &mut observe)?,
-                };
-                let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
-                let min = min_capacity(
-                    trace,
-                    config,
-                    from.as_mut(),
-                    bounds.live_requested_peak_bytes,
-                    unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
-                    max_probes,
-                    ahead,
-                    &|| bar.inc(members.len() as u64),
-                )?;
-                Ok((sts, r, min))
-            })
-            .collect();
-        done?
+                    from,
+                    opts.capacity.bytes,
+                    opts.capacity.source,
+                    &mut observe,
+                    seen,
+                )?,
+                // Nothing saved (garbage collection with expandable segments): a whole replay.
+                None => crate::replay::replay_observed(trace, &at_cap_options(config), &mut observe)?,
+            };
+            let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
+            let min = min_capacity(
+                trace,
+                config,
+                from.as_mut(),
+                bounds.live_requested_peak_bytes,
+                unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
+                max_probes,
+                ahead,
+                &|| bar.inc(members.len() as u64),
+            )?;
+            Ok((sts, r, min))
+        };
+        let mut done = Vec::with_capacity(groups.len());
+        for turn in groups.chunks(at_once) {
+            let ran: Result<Vec<GroupRun<T>>> = turn.par_iter().map(run_group).collect();
+            done.extend(ran?);
+        }
+        done
     };
     let mut rows: Vec<Option<(PolicyRow, Option<T>, ReplayResult)>> = (0..list.len()).map(|_| None).collect();
     for (sts, r, min) in done {
