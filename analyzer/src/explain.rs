@@ -281,12 +281,13 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
             (first, result, Some(table), Some(growth?))
         }
     };
+    let first = first.replayed();
     let second = match first.peak_to_take() {
         Some(peak) => {
             let mut second = ExplainWatch::new(first_iteration, Some(peak));
             let o = ReplayOptions { stop_after: Some(peak), ..Default::default() };
             replay_observed(trace, &o, &mut |i, r, view, live| second.observe(trace, i, r, view, live))?;
-            Some(second)
+            Some(second.replayed())
         }
         None => None,
     };
@@ -335,6 +336,13 @@ impl ExplainWatch {
             peak_reserved: 0,
             ooms_seen: 0,
         }
+    }
+
+    /// The replay is over: what was kept per live allocation is let go (the captures stay).
+    pub fn replayed(mut self) -> Self {
+        self.callsite_of = Default::default();
+        self.early = Default::default();
+        self
     }
 
     /// The event whose layout a second watch must take: the peak, where the run had no OOM.

@@ -278,7 +278,7 @@ pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::B
         }
         None => Vec::new(),
     };
-    watch.finish(trace, result, peak_segments, bounds)
+    watch.finish(trace, result, &peak_segments, bounds)
 }
 
 /// What `frag` watches in the replay under the recorded settings: the four measures at every
@@ -374,7 +374,7 @@ impl FragWatch {
         self,
         trace: &Trace,
         result: ReplayResult,
-        peak_segments: Vec<SegmentView>,
+        peak_segments: &[SegmentView],
         bounds: Option<&whatif::Bounds>,
     ) -> Result<FragReport> {
         let FragWatch { at, runs, samples, peak, moment, last_seen, peak_m, .. } = self;
@@ -389,30 +389,32 @@ fn finish(
     at: At,
     result: ReplayResult,
     (runs, samples, peak, moment, last_seen, peak_m): Watched,
-    peak_segments: Vec<SegmentView>,
+    peak_segments: &[SegmentView],
     bounds: Option<&whatif::Bounds>,
 ) -> Result<FragReport> {
     let header = &trace.header;
     let path = &trace.path;
     let first_oom = trace.facts.fatal_oom().map(|o| o.event);
     let (peak_event, peak_time_ns) = peak.unwrap_or((0, 0));
-    let moment = match (at, moment) {
-        (At::Peak, _) => Captured { event: peak_event, time_ns: peak_time_ns, segments: peak_segments },
-        (_, Some(m)) => m,
-        (At::Oom, None) => bail!("{}", OomMoment::missing(trace)),
-        (At::End, None) | (At::Event(_), None) => {
-            // The replay stopped (at an OOM) before the requested event.
-            let (e, t) = last_seen.unwrap_or((0, 0));
-            bail!(
-                "{}: the replay stopped at event {e} ({} ns) before the requested moment; try --at oom",
-                path.display(),
-                t
-            )
-        }
-    };
-    let mm = LayoutMeasures::of(&moment.segments);
+    // The layout at the peak is borrowed (a caller may hold it for other uses too).
+    let (moment_event, moment_time_ns, moment_segments): (u64, u64, std::borrow::Cow<'_, [SegmentView]>) =
+        match (at, moment) {
+            (At::Peak, _) => (peak_event, peak_time_ns, std::borrow::Cow::Borrowed(peak_segments)),
+            (_, Some(m)) => (m.event, m.time_ns, std::borrow::Cow::Owned(m.segments)),
+            (At::Oom, None) => bail!("{}", OomMoment::missing(trace)),
+            (At::End, None) | (At::Event(_), None) => {
+                // The replay stopped (at an OOM) before the requested event.
+                let (e, t) = last_seen.unwrap_or((0, 0));
+                bail!(
+                    "{}: the replay stopped at event {e} ({} ns) before the requested moment; try --at oom",
+                    path.display(),
+                    t
+                )
+            }
+        };
+    let mm = LayoutMeasures::of(&moment_segments);
     let failed_request = match result.outcome {
-        Outcome::Oom { event, requested_bytes, alloc_bytes, .. } if event == moment.event => Some(FailedRequest {
+        Outcome::Oom { event, requested_bytes, alloc_bytes, .. } if event == moment_event => Some(FailedRequest {
             event,
             requested_bytes,
             alloc_bytes,
@@ -498,11 +500,11 @@ fn finish(
         plan,
         moment: Moment {
             at,
-            event: moment.event,
-            time_ns: moment.time_ns,
+            event: moment_event,
+            time_ns: moment_time_ns,
             measures: mm,
             failed_request,
-            segments: moment.segments.iter().map(SegmentMap::of).collect(),
+            segments: moment_segments.iter().map(SegmentMap::of).collect(),
         },
         peak_event,
         anomalies: result.anomalies,

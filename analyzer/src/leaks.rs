@@ -480,6 +480,13 @@ impl HeldWatch {
         }
     }
 
+    /// The replay is over: the map of live allocations' call sites is let go (the layout taken
+    /// keeps its blocks' own).
+    pub fn replayed(mut self) -> Self {
+        self.callsite_of = Default::default();
+        self
+    }
+
     /// The layout taken, its blocks named by `sites` (the trace's sites).
     pub fn finish(self, trace: &Trace, sites: &Sites) -> Result<Held> {
         match self.held {

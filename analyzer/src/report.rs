@@ -254,7 +254,10 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     wi.trace = name.clone();
     let (mut tracks, results): (Vec<ReportTrack>, Vec<ReplayResult>) = runs.into_iter().unzip();
     let replay = results[0].clone();
-    let recorded = tracks[0].recorded.take().expect("row 0 is the recorded configuration");
+    let mut recorded = tracks[0].recorded.take().expect("row 0 is the recorded configuration");
+    // What the watches kept per live allocation is let go before the second replay.
+    recorded.explain = recorded.explain.replayed();
+    recorded.held = recorded.held.replayed();
     let (timeline_folded, st) = folded?;
     let fd = recorded.frag_track.finish(name.clone());
     let tl = match timeline_folded {
@@ -343,10 +346,8 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                 recorded.explain.peak_to_take().map(|p| crate::explain::ExplainWatch::new(first_iteration, Some(p)));
             let frag_peak = frag_watch.peak_to_take();
             let mut frag_segments: Vec<recorder::engine::SegmentView> = Vec::new();
-            let stop = [seg.as_ref().ok().map(|s| s.target()), recorded.explain.peak_to_take(), frag_peak]
-                .into_iter()
-                .flatten()
-                .max();
+            let seg_target = seg.as_ref().ok().map(|s| s.target());
+            let stop = [seg_target, recorded.explain.peak_to_take(), frag_peak].into_iter().flatten().max();
             let (leaks, second) = crate::replay::join_within(
                 trace,
                 || crate::leaks::analyze_watched(trace, &leaks_opts, Some(recorded.held)),
@@ -360,7 +361,8 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                         if let Some(e) = explain_second.as_mut() {
                             e.observe(trace, i, r, view, live);
                         }
-                        if frag_peak == Some(i) {
+                        // The segment map's layout serves frag too where they are one moment.
+                        if frag_peak == Some(i) && frag_peak != seg_target {
                             frag_segments = view.segments();
                         }
                     })?;
@@ -378,9 +380,21 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                     // report's what-if table (and `--no-search` searches nowhere).
                     let growth = leaks_report.as_ref().map(|l: &LeaksReport| l.growth.clone());
                     let o = ExplainOptions { search_capacity: Some(search), whatif: Some(&wi), growth, repeats: None };
-                    crate::explain::explain_from(trace, &o, replay.clone(), recorded.explain, explain_second)
+                    crate::explain::explain_from(
+                        trace,
+                        &o,
+                        replay.clone(),
+                        recorded.explain,
+                        explain_second.map(|e| e.replayed()),
+                    )
                 },
-                || frag_watch.finish(trace, replay.clone(), frag_segments, Some(&wi.bounds)),
+                || {
+                    let peak_layout: &[recorder::engine::SegmentView] = match (&seg, frag_peak) {
+                        (Ok(s), Some(p)) if s.event == p => &s.segments,
+                        _ => &frag_segments,
+                    };
+                    frag_watch.finish(trace, replay.clone(), peak_layout, Some(&wi.bounds))
+                },
             );
             keep("explain", ex.map(|x| explained = Some(x)));
             keep("frag", fr.map(|x| frag = Some(x)));
