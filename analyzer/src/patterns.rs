@@ -83,6 +83,10 @@ pub fn empty_cache_calls(trace: &Trace, capacity: Option<u64>, with: &ReplayResu
             false
         }
     };
+    // Each call is a cache release: a trace with too few releases of any cause is not read.
+    if trace.summary.events_by_kind.get("cache_release").copied().unwrap_or(0) < MIN_EMPTY_CACHE_CALLS {
+        return Ok(None);
+    }
     let mut calls = 0u64;
     let mut pools = RecordedPools::default();
     trace.scan(|_, r| {
@@ -160,6 +164,11 @@ at event {} ({}), while {} was live and {} reserved; held over the trace: {}{}",
 /// they do not reach [`MIN_HELD_SHARE`] of reserved both at their peak and when reserved memory
 /// peaks).
 pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
+    // A block is held between the program's free and its completion: a trace with no
+    // `free_requested` holds nothing, and is not read.
+    if trace.summary.events_by_kind.get("free_requested").copied().unwrap_or(0) == 0 {
+        return Ok(None);
+    }
     let mut streams: Vec<u64> = Vec::new();
     let mut stream_names = crate::streams::StreamNames::default();
     trace.scan(|_, r| {
