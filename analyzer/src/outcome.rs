@@ -172,6 +172,10 @@ iterations from {iterations_from}; {whole_iterations} whole before the failure) 
 /// marks, else the annotation that repeats most often (PyTorch's `Optimizer.zero_grad` ...).
 /// Never single allocations.
 pub fn iteration_bounds(trace: &Trace, before: u64) -> Result<Option<(String, Vec<u64>)>> {
+    // Marks and annotations are `mark` records: a trace without any is not read.
+    if trace.summary.events_by_kind.get("mark").copied().unwrap_or(0) == 0 {
+        return Ok(None);
+    }
     let mut marks = Vec::new();
     let mut annotations: HashMap<String, Vec<u64>> = HashMap::new();
     trace.scan(|i, r| {
