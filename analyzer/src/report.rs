@@ -243,10 +243,12 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                 },
             )
         },
-        || -> Result<(Option<plot::TimelineData>, plot::StackedData)> {
+        || -> Result<(Option<plot::TimelineData>, Option<plot::StackedData>)> {
+            // Live bytes by call site are drawn only where the trace names call sites.
+            let callsites = trace.summary.events_by_kind.get("callsite").copied().unwrap_or(0) > 0;
             Ok((
                 plot::timeline_recorded(trace, XAxis::Time, plot::COLUMNS)?,
-                plot::stacked_data(trace, XAxis::Time, plot::COLUMNS)?,
+                if callsites { Some(plot::stacked_data(trace, XAxis::Time, plot::COLUMNS)?) } else { None },
             ))
         },
     );
@@ -288,7 +290,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
             .into(),
         plot::render_timeline(&tl)?,
     ));
-    if st.has_callsites {
+    if let Some(st) = st.filter(|st| st.has_callsites) {
         pictures.push(Picture::new(
             "timeline-callsites.svg",
             "Live bytes by call site".into(),
