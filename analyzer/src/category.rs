@@ -747,7 +747,7 @@ pub fn at_moment(trace: &Trace, event: u64) -> Result<Option<AtMoment>> {
 
 /// Whether a trace can have categories: it has call sites or marks.
 pub fn possible(trace: &Trace) -> bool {
-    let has = |k: &str| trace.summary.events_by_kind.get(k).copied().unwrap_or(0) > 0;
+    let has = |k: &str| trace.summary.count(k) > 0;
     has("callsite") || has("mark")
 }
 

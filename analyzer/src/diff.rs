@@ -129,7 +129,7 @@ fn side(trace: &Trace, has_callsites: bool) -> Result<Side> {
         alloc_conf: trace.header.alloc_conf.clone(),
         capacity_bytes: trace.stated_capacity().unwrap_or(0),
         events: s.events,
-        allocations: s.events_by_kind.get("alloc").copied().unwrap_or(0),
+        allocations: s.count("alloc"),
         recorded_ooms: s.num_ooms,
         recorded_peak_reserved_bytes: s.peak_reserved.bytes,
         peak_requested_bytes: s.peak_requested.bytes,

@@ -233,9 +233,8 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     let first_iteration = first_iteration(trace)?;
     let long = trace.events > crate::capacity_search::LONG_TRACE_EVENTS;
     let search = opts.search_capacity.unwrap_or(!long);
-    let searched = |w: &Whatif| w.rows.iter().all(|r| r.min_capacity_bytes.is_some());
     let capacity = trace.default_capacity();
-    let given = opts.whatif.filter(|w| w.capacity_bytes == capacity.bytes && searched(w) == search);
+    let given = reusable(opts.whatif, capacity.bytes, search);
     // The layout is copied once, at the moment: the replay under the recorded settings takes
     // the OOM and finds the peak's event; only a run without an OOM replays again, up to its
     // peak, to take the layout there. Without a what-if table given, that replay is the table's
@@ -293,6 +292,13 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     };
     let o = ExplainOptions { whatif: computed.as_ref().or(given), growth, ..opts.clone() };
     explain_from(trace, &o, result, first, second)
+}
+
+/// A what-if table given to `explain` ([`ExplainOptions::whatif`]), where it answers what
+/// `explain` would compute: at the same capacity, and searched exactly when `search` asks.
+fn reusable(w: Option<&Whatif>, capacity: Option<u64>, search: bool) -> Option<&Whatif> {
+    let searched = |w: &Whatif| w.rows.iter().all(|r| r.min_capacity_bytes.is_some());
+    w.filter(|w| w.capacity_bytes == capacity && searched(w) == search)
 }
 
 /// Where the first iteration starts (marks or a repeated annotation): blocks made before it and
@@ -469,8 +475,7 @@ pub fn explain_from(
     // what-if table, the longest, uses every core it is given).
     let long = trace.events > crate::capacity_search::LONG_TRACE_EVENTS;
     let search = opts.search_capacity.unwrap_or(!long);
-    let searched = |w: &Whatif| w.rows.iter().all(|r| r.min_capacity_bytes.is_some());
-    let given_whatif = opts.whatif.filter(|w| w.capacity_bytes == capacity && searched(w) == search);
+    let given_whatif = reusable(opts.whatif, capacity, search);
     let (computed, (judged, patterns)) = rayon::join(
         || -> Result<Option<Whatif>> {
             if given_whatif.is_some() {

@@ -173,7 +173,7 @@ iterations from {iterations_from}; {whole_iterations} whole before the failure) 
 /// Never single allocations.
 pub fn iteration_bounds(trace: &Trace, before: u64) -> Result<Option<(String, Vec<u64>)>> {
     // Marks and annotations are `mark` records: a trace without any is not read.
-    if trace.summary.events_by_kind.get("mark").copied().unwrap_or(0) == 0 {
+    if trace.summary.count("mark") == 0 {
         return Ok(None);
     }
     let mut marks = Vec::new();

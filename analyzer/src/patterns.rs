@@ -84,7 +84,7 @@ pub fn empty_cache_calls(trace: &Trace, capacity: Option<u64>, with: &ReplayResu
         }
     };
     // Each call is a cache release: a trace with too few releases of any cause is not read.
-    if trace.summary.events_by_kind.get("cache_release").copied().unwrap_or(0) < MIN_EMPTY_CACHE_CALLS {
+    if trace.summary.count("cache_release") < MIN_EMPTY_CACHE_CALLS {
         return Ok(None);
     }
     let mut calls = 0u64;
@@ -166,7 +166,7 @@ at event {} ({}), while {} was live and {} reserved; held over the trace: {}{}",
 pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
     // A block is held between the program's free and its completion: a trace with no
     // `free_requested` holds nothing, and is not read.
-    if trace.summary.events_by_kind.get("free_requested").copied().unwrap_or(0) == 0 {
+    if trace.summary.count("free_requested") == 0 {
         return Ok(None);
     }
     let mut streams: Vec<u64> = Vec::new();

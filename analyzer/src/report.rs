@@ -245,7 +245,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         },
         || -> Result<(Option<plot::TimelineData>, Option<plot::StackedData>)> {
             // Live bytes by call site are drawn only where the trace names call sites.
-            let callsites = trace.summary.events_by_kind.get("callsite").copied().unwrap_or(0) > 0;
+            let callsites = trace.summary.count("callsite") > 0;
             Ok((
                 plot::timeline_recorded(trace, XAxis::Time, plot::COLUMNS)?,
                 if callsites { Some(plot::stacked_data(trace, XAxis::Time, plot::COLUMNS)?) } else { None },

@@ -92,6 +92,14 @@ pub struct Summary {
     pub peak_live_allocations: u64,
 }
 
+impl Summary {
+    /// How many records of `kind` ([`recorder::trace::EVENT_KIND_NAMES`]) the trace holds: an
+    /// analysis that needs a kind the trace lacks can answer without reading it.
+    pub fn count(&self, kind: &str) -> u64 {
+        self.events_by_kind.get(kind).copied().unwrap_or(0)
+    }
+}
+
 impl SummaryFold {
     pub fn new() -> Self {
         SummaryFold { block_sizes_known: true, ..Default::default() }
