@@ -9,16 +9,7 @@ set -u
 cd "$(dirname "$0")/../.."
 for b in old new; do xz -dc carry/$b.xz > /tmp/at-$b; chmod +x /tmp/at-$b; done
 T=traces/large/mixed_sizes_big.default.atrace
-best() { # threads bin args... -> fastest of 7 wall seconds
-  local th=$1; shift; local b=""
-  for _ in 1 2 3 4 5 6 7; do
-    rm -rf /tmp/rep
-    local t0=$(date +%s.%N); RAYON_NUM_THREADS=$th "$@" > /dev/null 2>&1; local t1=$(date +%s.%N)
-    local s=$(awk -v a=$t0 -v b=$t1 'BEGIN{print b-a}')
-    if [ -z "$b" ] || awk "BEGIN{exit !($s < $b)}"; then b=$s; fi
-  done
-  echo "$b"
-}
+. scripts/gpu/fastest.sh
 nproc
 for round in 1 2; do
   for th in 16 2; do
