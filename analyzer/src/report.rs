@@ -216,7 +216,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     let recorded = std::sync::Mutex::new(Some(RecordedWatch {
         frag_track: plot::FragTrack::new(XAxis::Time, plot::COLUMNS),
         moment: plot::MomentTrack::default(),
-        timeline: plot::TimelineTrack::new(XAxis::Time, plot::COLUMNS),
+        timeline: (!plot::timeline_foldable(trace)).then(|| plot::TimelineTrack::new(XAxis::Time, plot::COLUMNS)),
         held: crate::leaks::HeldWatch::new(leaks_opts.at_event, trace.events),
         explain: crate::explain::ExplainWatch::new(first_iteration, None),
         frag: crate::frag::FragWatch::new(trace, &frag_opts)?,
@@ -262,9 +262,10 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     recorded.held = recorded.held.replayed();
     let (timeline_folded, st) = folded?;
     let fd = recorded.frag_track.finish(name.clone());
-    let tl = match timeline_folded {
-        Some(tl) => tl,
-        None => recorded.timeline.finish(trace, &replay),
+    let tl = match (timeline_folded, recorded.timeline.take()) {
+        (Some(tl), _) => tl,
+        (None, Some(track)) => track.finish(trace, &replay),
+        (None, None) => anyhow::bail!("{}: the timeline was neither folded nor watched", trace.path.display()),
     };
     let wd = plot::whatif_data_of(
         name.clone(),
@@ -520,8 +521,8 @@ struct ReportTrack {
 struct RecordedWatch {
     frag_track: plot::FragTrack,
     moment: plot::MomentTrack,
-    /// Used where the trace's own figures cannot be folded ([`plot::timeline_recorded`]).
-    timeline: plot::TimelineTrack,
+    /// Only where the trace's own figures cannot be folded ([`plot::timeline_foldable`]).
+    timeline: Option<plot::TimelineTrack>,
     held: crate::leaks::HeldWatch,
     explain: crate::explain::ExplainWatch,
     frag: crate::frag::FragWatch,
@@ -538,7 +539,9 @@ impl RecordedWatch {
     ) {
         self.frag_track.observe(i, r, view);
         self.moment.observe(trace, i, r, view);
-        self.timeline.observe(i, r, view);
+        if let Some(t) = self.timeline.as_mut() {
+            t.observe(i, r, view);
+        }
         self.held.observe(trace, i, r, view, live);
         self.explain.observe(trace, i, r, view, live);
         self.frag.observe(trace, i, r, view);

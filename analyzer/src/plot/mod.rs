@@ -120,9 +120,19 @@ pub fn timeline_data(trace: &Trace, x: XAxis, columns: usize) -> Result<Timeline
     }
 }
 
-/// Folds the counters the trace records; `None` as soon as an allocation without a block size
-/// shows that it cannot (or when it records allocations but no segments).
+/// Whether the trace's own records hold the four counters ([`timeline_recorded`]): every
+/// allocation with its block size, and segments where there are allocations. The summary's
+/// counts say so before any read (PyTorch snapshots record requests only: they are replayed).
+pub fn timeline_foldable(trace: &Trace) -> bool {
+    let s = &trace.summary;
+    s.count("alloc") == 0 || (s.peak_allocated.is_some() && s.count("segment_alloc") + s.count("segment_map") > 0)
+}
+
+/// Folds the counters the trace records; `None` where it cannot ([`timeline_foldable`]).
 pub fn timeline_recorded(trace: &Trace, x: XAxis, columns: usize) -> Result<Option<TimelineData>> {
+    if !timeline_foldable(trace) {
+        return Ok(None);
+    }
     let header = &trace.header;
     let path = &trace.path;
     let mut tl = Timeline::new(&["allocated", "reserved", "active", "requested"], columns, Mode::Envelope);
@@ -132,21 +142,12 @@ pub fn timeline_recorded(trace: &Trace, x: XAxis, columns: usize) -> Result<Opti
     let (mut peak_r, mut peak_a) = ((0u64, 0u64), (0u64, 0u64));
     let mut ooms = Vec::new();
     let mut marks = Vec::new();
-    let (mut unknown_sizes, mut any_alloc, mut any_segment) = (false, false, false);
     let scanned = trace.scan_chunks(|first, chunk| {
-        if unknown_sizes {
-            return std::ops::ControlFlow::Break(());
-        }
         for (k, r) in chunk.iter().enumerate() {
             let i = first + k as u64;
             let xv = x_of(x, i, r.time_ns);
             match &r.event {
                 Event::Alloc { id, requested_bytes, block_bytes, .. } => {
-                    if *block_bytes == 0 {
-                        unknown_sizes = true;
-                        return std::ops::ControlFlow::Break(());
-                    }
-                    any_alloc = true;
                     live.insert(*id, (*block_bytes, *requested_bytes, false));
                     // Saturating: hostile sizes near 2^64 must not wrap.
                     allocated = allocated.saturating_add(*block_bytes);
@@ -171,7 +172,6 @@ pub fn timeline_recorded(trace: &Trace, x: XAxis, columns: usize) -> Result<Opti
                     }
                 }
                 Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
-                    any_segment = true;
                     reserved = reserved.saturating_add(*bytes);
                 }
                 Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
@@ -202,9 +202,6 @@ pub fn timeline_recorded(trace: &Trace, x: XAxis, columns: usize) -> Result<Opti
         }
         std::ops::ControlFlow::Continue(())
     })?;
-    if unknown_sizes || (any_alloc && !any_segment) {
-        return Ok(None);
-    }
     Ok(Some(TimelineData {
         trace: trace_name(path),
         device: device_text(header),
