@@ -231,8 +231,7 @@ fn request_context(trace: &Trace, event: u64) -> Result<Option<String>> {
 
 pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainReport> {
     let first_iteration = first_iteration(trace)?;
-    let long = trace.events > crate::capacity_search::LONG_TRACE_EVENTS;
-    let search = opts.search_capacity.unwrap_or(!long);
+    let search = searches(trace, opts);
     let capacity = trace.default_capacity();
     let given = reusable(opts.whatif, capacity.bytes, search);
     // The layout is copied once, at the moment: the replay under the recorded settings takes
@@ -241,14 +240,14 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     // own row under the recorded settings (one replay fewer), beside the growth's folds.
     let (first, result, computed, growth) = match given {
         Some(_) => {
-            let mut first = ExplainWatch::new(first_iteration, None);
+            let mut first = ExplainWatch::new(trace, first_iteration, None);
             let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, live| {
                 first.observe(trace, i, r, view, live)
             })?;
             (first, result, None, opts.growth.clone())
         }
         None => {
-            let row0 = std::sync::Mutex::new(Some(ExplainWatch::new(first_iteration, None)));
+            let row0 = std::sync::Mutex::new(Some(ExplainWatch::new(trace, first_iteration, None)));
             let table = || {
                 whatif::whatif_observed(
                     trace,
@@ -283,7 +282,7 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     let first = first.replayed();
     let second = match first.peak_to_take() {
         Some(peak) => {
-            let mut second = ExplainWatch::new(first_iteration, Some(peak));
+            let mut second = ExplainWatch::new(trace, first_iteration, Some(peak));
             let o = ReplayOptions { stop_after: Some(peak), ..Default::default() };
             replay_observed(trace, &o, &mut |i, r, view, live| second.observe(trace, i, r, view, live))?;
             Some(second.replayed())
@@ -292,6 +291,12 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     };
     let o = ExplainOptions { whatif: computed.as_ref().or(given), growth, ..opts.clone() };
     explain_from(trace, &o, result, first, second)
+}
+
+/// Whether `explain` searches each setting's smallest capacity: as asked, else on traces of at
+/// most [`crate::capacity_search::LONG_TRACE_EVENTS`] events.
+fn searches(trace: &Trace, opts: &ExplainOptions<'_>) -> bool {
+    opts.search_capacity.unwrap_or(trace.events <= crate::capacity_search::LONG_TRACE_EVENTS)
 }
 
 /// A what-if table given to `explain` ([`ExplainOptions::whatif`]), where it answers what
@@ -314,6 +319,8 @@ pub fn first_iteration(trace: &Trace) -> Result<Option<u64>> {
 /// a replay that may stop there.
 pub struct ExplainWatch {
     first_iteration: Option<u64>,
+    /// The recorded OOM that ended the run (those the program caught are replayed past).
+    fatal_recorded: Option<u64>,
     peak_at: Option<u64>,
     sites: Sites,
     /// Live trace ids -> call site id, and those made before the first iteration (hashed by
@@ -329,9 +336,10 @@ pub struct ExplainWatch {
 
 impl ExplainWatch {
     /// `peak_at`: the event whose layout to take (the peak a first watch found).
-    pub fn new(first_iteration: Option<u64>, peak_at: Option<u64>) -> Self {
+    pub fn new(trace: &Trace, first_iteration: Option<u64>, peak_at: Option<u64>) -> Self {
         ExplainWatch {
             first_iteration,
+            fatal_recorded: trace.facts.fatal_oom().map(|o| o.event),
             peak_at,
             sites: Sites::default(),
             callsite_of: Default::default(),
@@ -376,8 +384,7 @@ impl ExplainWatch {
         let failed_here = view.stats().num_ooms > self.ooms_seen;
         self.ooms_seen = view.stats().num_ooms;
         let caught = matches!(r.event, Event::Oom { .. }) && trace.facts.survived(i);
-        let fatal_recorded = trace.facts.fatal_oom().map(|o| o.event);
-        if self.at_oom.is_none() && ((failed_here && !caught) || fatal_recorded == Some(i)) {
+        if self.at_oom.is_none() && ((failed_here && !caught) || self.fatal_recorded == Some(i)) {
             self.at_oom = Some(self.capture(i, r, view, live));
         }
         let reserved = view.stats().reserved_bytes.all.current;
@@ -473,8 +480,7 @@ pub fn explain_from(
     // What-if, growth with the verdict (and the reordering experiment where it is
     // fragmentation) and the patterns need only the replay above: they run side by side (the
     // what-if table, the longest, uses every core it is given).
-    let long = trace.events > crate::capacity_search::LONG_TRACE_EVENTS;
-    let search = opts.search_capacity.unwrap_or(!long);
+    let search = searches(trace, opts);
     let given_whatif = reusable(opts.whatif, capacity, search);
     let (computed, (judged, patterns)) = rayon::join(
         || -> Result<Option<Whatif>> {

@@ -999,29 +999,37 @@ fn run<S: Sink + ForwardEvents + Send>(
 
 /// Several replays of one trace (different settings or capacities) driven by one read of it:
 /// each decoded chunk is fed to every replay, in parallel. The results are in the order of
-/// `runs`. Writing a replay's output (`ReplayOptions::output`) is not supported here.
+/// `runs`. Writing a replay's output (`ReplayOptions::output`) is not supported here. Where
+/// they do not all fit in the memory replays may keep together ([`concurrent_replays`]), they
+/// run in turns of as many as fit, one read each, each turn's states let go before the next.
 #[track_caller]
 pub fn replay_many(trace: &Trace, runs: Vec<(ReplayOptions, Box<Observer<'_>>)>) -> Result<Vec<ReplayResult>> {
-    let mut states: Vec<(Replaying<NullSink>, bool, CapacitySource)> = Vec::with_capacity(runs.len());
-    let mut duties: Vec<Box<After<'_, NullSink>>> = Vec::with_capacity(runs.len());
-    for (opts, mut observer) in runs {
-        anyhow::ensure!(opts.output.is_none(), "replay_many does not write simulated traces");
-        let s = setup(trace, &opts)?;
-        let mut rp = Replaying::new(s.engine(s.capacity.bytes, s.device.clone(), NullSink)).continuing(trace);
-        rp.past_scratch = opts.past_caught_scratch;
-        states.push((rp, s.used_hints, s.capacity.source));
-        duties.push(Box::new(move |index: u64, r: &Record, rp: &mut Replaying<NullSink>, failed: bool| {
-            if !failed {
-                observer(index, r, &rp.engine, &rp.live);
-            }
-            ControlFlow::Continue(())
-        }));
+    let at_once = concurrent_replays(trace);
+    let mut results = Vec::with_capacity(runs.len());
+    let mut runs = runs.into_iter().peekable();
+    while runs.peek().is_some() {
+        let mut states: Vec<(Replaying<NullSink>, bool, CapacitySource)> = Vec::with_capacity(at_once);
+        let mut duties: Vec<Box<After<'_, NullSink>>> = Vec::with_capacity(at_once);
+        for (opts, mut observer) in runs.by_ref().take(at_once) {
+            anyhow::ensure!(opts.output.is_none(), "replay_many does not write simulated traces");
+            let s = setup(trace, &opts)?;
+            let mut rp = Replaying::new(s.engine(s.capacity.bytes, s.device.clone(), NullSink)).continuing(trace);
+            rp.past_scratch = opts.past_caught_scratch;
+            states.push((rp, s.used_hints, s.capacity.source));
+            duties.push(Box::new(move |index: u64, r: &Record, rp: &mut Replaying<NullSink>, failed: bool| {
+                if !failed {
+                    observer(index, r, &rp.engine, &rp.live);
+                }
+                ControlFlow::Continue(())
+            }));
+        }
+        let mut jobs: Vec<Job<'_, '_, NullSink>> =
+            states.iter_mut().zip(duties.iter_mut()).map(|((rp, _, _), after)| Job::new(rp, &mut **after)).collect();
+        drive(trace, &mut jobs)?;
+        drop(jobs);
+        results.extend(states.iter().map(|(rp, used_hints, source)| rp.result(*used_hints, *source, trace)));
     }
-    let mut jobs: Vec<Job<'_, '_, NullSink>> =
-        states.iter_mut().zip(duties.iter_mut()).map(|((rp, _, _), after)| Job::new(rp, &mut **after)).collect();
-    drive(trace, &mut jobs)?;
-    drop(jobs);
-    Ok(states.iter().map(|(rp, used_hints, source)| rp.result(*used_hints, *source, trace)).collect())
+    Ok(results)
 }
 
 fn oom_outcome(index: u64, time_ns: u64, stream: u64, oom: &recorder::engine::OutOfMemory) -> Outcome {

@@ -218,7 +218,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         moment: plot::MomentTrack::default(),
         timeline: (!plot::timeline_foldable(trace)).then(|| plot::TimelineTrack::new(XAxis::Time, plot::COLUMNS)),
         held: crate::leaks::HeldWatch::new(leaks_opts.at_event, trace.events),
-        explain: crate::explain::ExplainWatch::new(first_iteration, None),
+        explain: crate::explain::ExplainWatch::new(trace, first_iteration, None),
         frag: crate::frag::FragWatch::new(trace, &frag_opts)?,
     }));
     let (whatif_run, folded) = crate::replay::join_within(
@@ -345,8 +345,10 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
             // The second replay: up to the latest of the moments whose layout is taken (the segment
             // map's, and the peak's for explain and frag where the run has no OOM).
             let mut seg = recorded.moment.moment(trace, at).map(plot::SegmentsWatch::new);
-            let mut explain_second =
-                recorded.explain.peak_to_take().map(|p| crate::explain::ExplainWatch::new(first_iteration, Some(p)));
+            let mut explain_second = recorded
+                .explain
+                .peak_to_take()
+                .map(|p| crate::explain::ExplainWatch::new(trace, first_iteration, Some(p)));
             let frag_peak = frag_watch.peak_to_take();
             let mut frag_segments: Vec<recorder::engine::SegmentView> = Vec::new();
             let seg_target = seg.as_ref().ok().map(|s| s.target());

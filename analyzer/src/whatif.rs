@@ -288,14 +288,7 @@ fn whatif_inner<T: Send>(
                 (at_cap_options(&list[*k].1), observer)
             })
             .collect();
-        // Within the memory the replays may keep together: in turns of as many as fit.
-        let at_once = crate::replay::concurrent_replays(trace);
-        let mut runs = runs.into_iter().peekable();
-        let mut results = Vec::with_capacity(groups.len());
-        while runs.peek().is_some() {
-            results.extend(crate::replay::replay_many(trace, runs.by_ref().take(at_once).collect())?);
-        }
-        drop(runs);
+        let results = crate::replay::replay_many(trace, runs)?;
         bar.inc(list.len() as u64);
         states.into_iter().zip(results).map(|(sts, r)| (sts, r, None)).collect()
     } else {
