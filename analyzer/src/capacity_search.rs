@@ -28,7 +28,8 @@ pub const RESUME_LEVELS: u64 = 16;
 /// `ahead` levels of the bisection are replayed at once (1: one probe at a time; 2: the middle
 /// and both capacities that could come next, 3 probes; ...), for threads that would otherwise
 /// wait: the probes the bisection then takes are the ones it would have made one at a time,
-/// so the answer does not depend on `ahead`.
+/// so the answer does not depend on `ahead`. `ahead` is asked before each round: threads that
+/// other searches have let go of serve the rounds of those still running.
 #[allow(clippy::too_many_arguments)]
 pub fn min_capacity(
     trace: &Trace,
@@ -37,7 +38,7 @@ pub fn min_capacity(
     lower: u64,
     upper: u64,
     max_probes: u32,
-    ahead: u32,
+    ahead: &(dyn Fn() -> u32 + Sync),
     probed: &(dyn Fn() + Sync),
 ) -> Result<Option<(u64, u64)>> {
     let r = CAPACITY_RESOLUTION;
@@ -84,7 +85,8 @@ pub fn min_capacity(
         // The next `ahead` levels of the bisection from (lo, hi): every capacity it could probe.
         let mut tree: Vec<u64> = Vec::new();
         let mut level = vec![(lo, hi)];
-        for _ in 0..ahead.max(1) {
+        // No deeper than the probes left to take: the levels below would go unused.
+        for _ in 0..ahead().max(1).min(max_probes - probes) {
             let mut next = Vec::new();
             for &(l, h) in &level {
                 if h - l > r {

@@ -233,64 +233,88 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     let first_iteration = first_iteration(trace)?;
     let search = searches(trace, opts);
     let capacity = trace.default_capacity();
-    let given = reusable(opts.whatif, capacity.bytes, search);
     // The layout is copied once, at the moment: the replay under the recorded settings takes
     // the OOM and finds the peak's event; only a run without an OOM replays again, up to its
-    // peak, to take the layout there. Without a what-if table given, that replay is the table's
-    // own row under the recorded settings (one replay fewer), beside the growth's folds.
-    let (first, result, computed, growth) = match given {
-        Some(_) => {
-            let mut first = ExplainWatch::new(trace, first_iteration, None);
-            let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, live| {
-                first.observe(trace, i, r, view, live)
-            })?;
-            (first, result, None, opts.growth.clone())
-        }
-        None => {
-            let row0 = std::sync::Mutex::new(Some(ExplainWatch::new(trace, first_iteration, None)));
-            let table = || {
-                whatif::whatif_observed(
-                    trace,
-                    &WhatifOptions {
-                        capacity,
-                        search_capacity: search,
-                        repeats: opts.repeats.unwrap_or(crate::outcome::DEFAULT_REPEATS),
-                    },
-                    &|k| if k == 0 { row0.lock().ok().and_then(|mut w| w.take()) } else { None },
-                    &|w: &mut Option<ExplainWatch>, i, r, view, live| {
-                        if let Some(w) = w.as_mut() {
-                            w.observe(trace, i, r, view, live)
-                        }
-                    },
-                )
-            };
-            let growth = || -> Result<Option<Growth>> {
-                match opts.growth.clone() {
-                    Some(g) => Ok(g),
-                    None => Ok(leaks::growth_only(trace)?.0),
+    // peak, to take the layout there.
+    let second_of = |first: &ExplainWatch| -> Result<Option<ExplainWatch>> {
+        let Some(peak) = first.peak_to_take() else { return Ok(None) };
+        let mut second = ExplainWatch::new(trace, first_iteration, Some(peak));
+        let o = ReplayOptions { stop_after: Some(peak), ..Default::default() };
+        replay_observed(trace, &o, &mut |i, r, view, live| second.observe(trace, i, r, view, live))?;
+        Ok(Some(second.replayed()))
+    };
+    if let Some(given) = reusable(opts.whatif, capacity.bytes, search) {
+        let mut first = ExplainWatch::new(trace, first_iteration, None);
+        let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, live| {
+            first.observe(trace, i, r, view, live)
+        })?;
+        let first = first.replayed();
+        let second = second_of(&first)?;
+        let o = ExplainOptions { whatif: Some(given), ..opts.clone() };
+        return explain_from(trace, &o, result, first, second);
+    }
+    // Without a what-if table given, the replay under the recorded settings is the table's own
+    // row (one replay fewer). What needs only that replay (the second replay, the growth, the
+    // verdict and the experiments) runs beside the table's capacity searches where the table
+    // calls it there; else after the table, with the growth's folds beside the table.
+    enum Row0 {
+        Watching(ExplainWatch),
+        Found(Result<ExplainPrelude>),
+    }
+    let prelude_of = |first: ExplainWatch, result: &ReplayResult, growth: Option<Option<Growth>>| {
+        let first = first.replayed();
+        second_of(&first).and_then(|second| explain_prelude(trace, growth, result.clone(), first, second))
+    };
+    let row0 = std::sync::Mutex::new(Some(Row0::Watching(ExplainWatch::new(trace, first_iteration, None))));
+    let table = || {
+        whatif::whatif_observed(
+            trace,
+            &WhatifOptions {
+                capacity,
+                search_capacity: search,
+                repeats: opts.repeats.unwrap_or(crate::outcome::DEFAULT_REPEATS),
+            },
+            &|k| if k == 0 { row0.lock().ok().and_then(|mut w| w.take()) } else { None },
+            &|w: &mut Option<Row0>, i, r, view, live| {
+                if let Some(Row0::Watching(w)) = w.as_mut() {
+                    w.observe(trace, i, r, view, live)
                 }
+            },
+            &|_, w, result, _| {
+                if let Some(Row0::Watching(first)) = w.take() {
+                    *w = Some(Row0::Found(prelude_of(first, result, opts.growth.clone())));
+                }
+            },
+        )
+    };
+    let growth = || -> Result<Option<Growth>> {
+        match opts.growth.clone() {
+            Some(g) => Ok(g),
+            None => Ok(leaks::growth_only(trace)?.0),
+        }
+    };
+    // The growth's folds go beside a table that does not search (its rows' watches then finish
+    // with the table); side by side unless one replay's state is all the memory replays may keep.
+    let (table, growth) = if search {
+        (table(), None)
+    } else {
+        let (t, g) = crate::replay::join_within(trace, table, growth);
+        (t, Some(g))
+    };
+    let (table, mut runs) = table?;
+    let (row, result) = runs.swap_remove(0);
+    let prelude = match row {
+        Some(Row0::Found(prelude)) => prelude,
+        Some(Row0::Watching(first)) => {
+            let growth = match growth {
+                Some(g) => Some(g?),
+                None => opts.growth.clone(),
             };
-            // Side by side, unless one replay's state is all the memory replays may keep: the
-            // growth's folds keep their own live allocations.
-            let (table, growth) = crate::replay::join_within(trace, table, growth);
-            let (table, mut runs) = table?;
-            let (watch, result) = runs.swap_remove(0);
-            let first = watch.expect("row 0 is the recorded configuration, and it is watched");
-            (first, result, Some(table), Some(growth?))
+            prelude_of(first, &result, growth)
         }
+        None => unreachable!("row 0 is the recorded configuration, and it is watched"),
     };
-    let first = first.replayed();
-    let second = match first.peak_to_take() {
-        Some(peak) => {
-            let mut second = ExplainWatch::new(trace, first_iteration, Some(peak));
-            let o = ReplayOptions { stop_after: Some(peak), ..Default::default() };
-            replay_observed(trace, &o, &mut |i, r, view, live| second.observe(trace, i, r, view, live))?;
-            Some(second.replayed())
-        }
-        None => None,
-    };
-    let o = ExplainOptions { whatif: computed.as_ref().or(given), growth, ..opts.clone() };
-    explain_from(trace, &o, result, first, second)
+    finish(trace, prelude?, &table, search)
 }
 
 /// Whether `explain` searches each setting's smallest capacity: as asked, else on traces of at
@@ -416,6 +440,27 @@ impl ExplainWatch {
     }
 }
 
+/// What `explain` finds from the replay under the recorded settings alone, before the what-if
+/// table: the figures at the moment, the verdict, the call sites pinning memory, the growth, and
+/// the experiments (each a replay of its own). [`explain_finish`] adds the advice, which rests on
+/// the table. Made apart so that it can run while the table's capacity searches do.
+pub struct ExplainPrelude {
+    result: ReplayResult,
+    recorded_ooms: Vec<crate::model::RecordedOom>,
+    is_oom: bool,
+    figures: Figures,
+    from_before_iterations: HashMap<String, u64>,
+    top_sites: Vec<SitePin>,
+    growth: Option<Growth>,
+    verdict: Verdict,
+    verdict_by_limit: Option<Vec<LimitVerdict>>,
+    grouped: Option<Experiment>,
+    empty_cache_calls: Option<crate::patterns::EmptyCacheCalls>,
+    held_for_streams: Option<crate::patterns::HeldForStreams>,
+    predicted_where: Option<String>,
+    categories: Option<crate::category::AtMoment>,
+}
+
 /// [`explain_with`] from its watches of the replay under the recorded settings: `first` over the
 /// whole run (`result`), `second` up to the peak where `first` found no OOM.
 pub fn explain_from(
@@ -425,6 +470,65 @@ pub fn explain_from(
     first: ExplainWatch,
     second: Option<ExplainWatch>,
 ) -> Result<ExplainReport> {
+    // The what-if table (the longest part, using every core it is given) and what needs only
+    // the replay above run side by side.
+    let search = searches(trace, opts);
+    let given_whatif = reusable(opts.whatif, result.capacity_bytes, search);
+    let (computed, prelude) = rayon::join(
+        || -> Result<Option<Whatif>> {
+            match given_whatif {
+                Some(_) => Ok(None),
+                None => table_for(trace, opts, &result, search).map(Some),
+            }
+        },
+        || explain_prelude(trace, opts.growth.clone(), result.clone(), first, second),
+    );
+    let computed = computed?;
+    let w = match (given_whatif, computed.as_ref()) {
+        (Some(w), _) => w,
+        (None, Some(w)) => w,
+        (None, None) => unreachable!("the table is computed where none was given"),
+    };
+    finish(trace, prelude?, w, search)
+}
+
+/// The report of `explain` from its [`ExplainPrelude`]: the advice, from the what-if table
+/// given in `opts` where it was made at the same capacity and with the same search (else one is
+/// made).
+pub fn explain_finish(trace: &Trace, p: ExplainPrelude, opts: &ExplainOptions<'_>) -> Result<ExplainReport> {
+    let search = searches(trace, opts);
+    match reusable(opts.whatif, p.result.capacity_bytes, search) {
+        Some(w) => finish(trace, p, w, search),
+        None => {
+            let w = table_for(trace, opts, &p.result, search)?;
+            finish(trace, p, &w, search)
+        }
+    }
+}
+
+/// The what-if table `explain` advises from, at the capacity of the replay `result`.
+fn table_for(trace: &Trace, opts: &ExplainOptions<'_>, result: &ReplayResult, search: bool) -> Result<Whatif> {
+    let source = result.capacity_source;
+    let capacity = trace.capacity(result.capacity_bytes.filter(|_| source == CapacitySource::Given), false);
+    whatif::whatif(
+        trace,
+        &WhatifOptions {
+            capacity,
+            search_capacity: search,
+            repeats: opts.repeats.unwrap_or(crate::outcome::DEFAULT_REPEATS),
+        },
+    )
+}
+
+/// [`ExplainPrelude`] from the watches of the replay under the recorded settings (see
+/// [`explain_from`]); `growth`: the growth per iteration where already computed.
+pub fn explain_prelude(
+    trace: &Trace,
+    growth: Option<Option<Growth>>,
+    result: ReplayResult,
+    first: ExplainWatch,
+    second: Option<ExplainWatch>,
+) -> Result<ExplainPrelude> {
     let header = &trace.header;
     let recorded_ooms = trace.facts.recorded_ooms.clone();
     let mem_info = trace.facts.mem_info; // the last DeviceMemInfo before the first recorded OOM
@@ -477,57 +581,36 @@ pub fn explain_from(
     let mut retention = leaks::retention(&cap.held, &sites);
     retention.sites.sort_by(|a, b| b.block_bytes.cmp(&a.block_bytes).then(a.site.cmp(&b.site)));
     let top_sites: Vec<SitePin> = retention.sites.iter().take(10).cloned().collect();
-    // What-if, growth with the verdict (and the reordering experiment where it is
-    // fragmentation) and the patterns need only the replay above: they run side by side (the
-    // what-if table, the longest, uses every core it is given).
-    let search = searches(trace, opts);
-    let given_whatif = reusable(opts.whatif, capacity, search);
-    let (computed, (judged, patterns)) = rayon::join(
-        || -> Result<Option<Whatif>> {
-            if given_whatif.is_some() {
-                return Ok(None);
-            }
-            let capacity = trace.capacity(capacity.filter(|_| result.capacity_source == CapacitySource::Given), false);
-            Ok(Some(whatif::whatif(
-                trace,
-                &WhatifOptions {
-                    capacity,
-                    search_capacity: search,
-                    repeats: opts.repeats.unwrap_or(crate::outcome::DEFAULT_REPEATS),
-                },
-            )?))
-        },
-        || {
-            rayon::join(
-                || -> Result<(Option<Growth>, Verdict, Option<Experiment>)> {
-                    let growth = match opts.growth.clone() {
-                        Some(g) => g,
-                        None => leaks::growth_only(trace)?.0,
-                    };
-                    let mut verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
-                    if !is_oom && trace.predicted_lower_bound() {
-                        // Completing is not fitting when the prediction leaves memory out.
-                        verdict.reason = format!(
-                            "the predicted requests complete, but the prediction is a lower bound (it leaves out \
+    // Growth with the verdict (and the reordering experiment where it is fragmentation) and
+    // the patterns need only the replay above: they run side by side.
+    let (judged, patterns) = rayon::join(
+        || -> Result<(Option<Growth>, Verdict, Option<Experiment>)> {
+            let growth = match growth {
+                Some(g) => g,
+                None => leaks::growth_only(trace)?.0,
+            };
+            let mut verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
+            if !is_oom && trace.predicted_lower_bound() {
+                // Completing is not fitting when the prediction leaves memory out.
+                verdict.reason = format!(
+                    "the predicted requests complete, but the prediction is a lower bound (it leaves out \
 memory its note names), so this does not say the step fits; {}",
-                            verdict.reason.replacen("the run completed. At", "at", 1)
-                        );
-                    }
-                    // The reordering experiment answers fragmentation at an OOM only.
-                    let grouped = if is_oom && verdict.kind == VerdictKind::Fragmentation {
-                        group_long_lived(trace, cap.event)?
-                    } else {
-                        None
-                    };
-                    Ok((growth, verdict, grouped))
-                },
-                || -> Result<_> {
-                    Ok((
-                        crate::patterns::empty_cache_calls(trace, capacity, &result)?,
-                        crate::patterns::held_for_streams(trace)?,
-                    ))
-                },
-            )
+                    verdict.reason.replacen("the run completed. At", "at", 1)
+                );
+            }
+            // The reordering experiment answers fragmentation at an OOM only.
+            let grouped = if is_oom && verdict.kind == VerdictKind::Fragmentation {
+                group_long_lived(trace, cap.event)?
+            } else {
+                None
+            };
+            Ok((growth, verdict, grouped))
+        },
+        || -> Result<_> {
+            Ok((
+                crate::patterns::empty_cache_calls(trace, capacity, &result)?,
+                crate::patterns::held_for_streams(trace)?,
+            ))
         },
     );
     let (growth, mut verdict, grouped) = judged?;
@@ -578,12 +661,48 @@ real one): {}",
             );
         }
     }
-    let computed = computed?;
-    let w = match (given_whatif, computed.as_ref()) {
-        (Some(w), _) => w,
-        (None, Some(w)) => w,
-        (None, None) => unreachable!("the table is computed where none was given"),
+    let predicted_where = match (trace.predicted(), is_oom) {
+        (Some(_), true) => request_context(trace, figures.event)?,
+        _ => None,
     };
+    let categories = crate::category::at_moment(trace, figures.event)?;
+    Ok(ExplainPrelude {
+        result,
+        recorded_ooms,
+        is_oom,
+        figures,
+        from_before_iterations: cap.from_before_iterations,
+        top_sites,
+        growth,
+        verdict,
+        verdict_by_limit,
+        grouped,
+        empty_cache_calls,
+        held_for_streams,
+        predicted_where,
+        categories,
+    })
+}
+
+/// The report of `explain`: the prelude's findings and the advice, which rests on the what-if
+/// table `w` (searched for the smallest capacities where `search`).
+fn finish(trace: &Trace, p: ExplainPrelude, w: &Whatif, search: bool) -> Result<ExplainReport> {
+    let ExplainPrelude {
+        result,
+        recorded_ooms,
+        is_oom,
+        figures,
+        from_before_iterations,
+        top_sites,
+        growth,
+        verdict,
+        verdict_by_limit,
+        grouped,
+        empty_cache_calls,
+        held_for_streams,
+        predicted_where,
+        categories,
+    } = p;
     let capacity_search_note = (!search).then(|| {
         format!(
             "smallest capacities not searched: the trace is long ({} events), and the search replays each policy \
@@ -598,7 +717,7 @@ several times; `alloctrace whatif` searches them",
         advise(&figures, &verdict, &w.rows, w.prediction.as_ref(), &experiments, &top_sites, growth.as_ref(), is_oom);
     // Never "free the weights": blocks alive from before the first iteration.
     if let Some(top) = top_sites.first() {
-        let early = cap.from_before_iterations.get(&top.site.label).copied().unwrap_or(0);
+        let early = from_before_iterations.get(&top.site.label).copied().unwrap_or(0);
         let before = advice.len();
         advice.retain(|a| !(early > 0 && a.kind == "code" && a.text.starts_with("free the ")));
         if advice.len() < before {
@@ -649,10 +768,7 @@ the consuming stream allocate the tensors it uses, instead of record_stream on t
     Ok(ExplainReport {
         trace: trace.path.display().to_string(),
         predicted: trace.predicted().map(str::to_string),
-        predicted_where: match (trace.predicted(), is_oom) {
-            (Some(_), true) => request_context(trace, figures.event)?,
-            _ => None,
-        },
+        predicted_where,
         alloc_conf: result.alloc_conf.clone(),
         capacity_bytes: result.capacity_bytes,
         capacity_source: result.capacity_source,
@@ -662,7 +778,7 @@ the consuming stream allocate the tensors it uses, instead of record_stream on t
         pytorch_message: message.as_ref().map(|m| m.0.clone()),
         pytorch_message_note: message.and_then(|m| m.1).map(str::to_string),
         capacity_note: trace.default_capacity().note(),
-        categories: crate::category::at_moment(trace, figures.event)?,
+        categories,
         figures,
         verdict,
         verdict_by_limit,

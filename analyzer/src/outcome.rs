@@ -480,7 +480,7 @@ least the job needs, so no setting is predicted to fit{}",
                     0,
                     unlimited.peak_reserved_bytes,
                     12,
-                    ahead,
+                    &|| ahead,
                     &|| (),
                 )?
                 .map(|m| m.0)

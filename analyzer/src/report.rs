@@ -213,14 +213,18 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     // the OOM serves both, and the run's outcome picks one.
     let frag_opts = FragOptions { at: crate::frag::At::Oom };
     // Taken by the recorded settings' row (row 0) of the what-if table.
-    let recorded = std::sync::Mutex::new(Some(RecordedWatch {
-        frag_track: plot::FragTrack::new(XAxis::Time, plot::COLUMNS),
-        moment: plot::MomentTrack::default(),
-        timeline: (!plot::timeline_foldable(trace)).then(|| plot::TimelineTrack::new(XAxis::Time, plot::COLUMNS)),
-        held: crate::leaks::HeldWatch::new(leaks_opts.at_event, trace.events),
-        explain: crate::explain::ExplainWatch::new(trace, first_iteration, None),
-        frag: crate::frag::FragWatch::new(trace, &frag_opts)?,
-    }));
+    let recorded = std::sync::Mutex::new(Some((
+        Drawing {
+            frag_track: plot::FragTrack::new(XAxis::Time, plot::COLUMNS),
+            timeline: (!plot::timeline_foldable(trace)).then(|| plot::TimelineTrack::new(XAxis::Time, plot::COLUMNS)),
+        },
+        Watches {
+            moment: plot::MomentTrack::default(),
+            held: crate::leaks::HeldWatch::new(leaks_opts.at_event, trace.events),
+            explain: crate::explain::ExplainWatch::new(trace, first_iteration, None),
+            frag: crate::frag::FragWatch::new(trace, &frag_opts)?,
+        },
+    )));
     let (whatif_run, folded) = crate::replay::join_within(
         trace,
         || {
@@ -231,14 +235,27 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                     search_capacity: search,
                     repeats: crate::outcome::DEFAULT_REPEATS,
                 },
-                &|k| ReportTrack {
-                    whatif: plot::WhatifTrack::new(plot::COLUMNS),
-                    recorded: if k == 0 { recorded.lock().ok().and_then(|mut w| w.take()) } else { None },
+                &|k| {
+                    let (drawing, watches) = match k {
+                        0 => recorded.lock().ok().and_then(|mut w| w.take()).unzip(),
+                        _ => (None, None),
+                    };
+                    ReportTrack { whatif: plot::WhatifTrack::new(plot::COLUMNS), drawing, watches, found: None }
                 },
                 &|t, i, rec, view, live| {
                     t.whatif.observe(XAxis::Time, i, rec, view);
-                    if let Some(w) = t.recorded.as_mut() {
+                    if let Some(d) = t.drawing.as_mut() {
+                        d.observe(i, rec, view);
+                    }
+                    if let Some(w) = t.watches.as_mut() {
                         w.observe(trace, i, rec, view, live);
+                    }
+                },
+                // The analyses that need only the recorded run go on beside the capacity searches
+                // where the table calls them there.
+                &|_, t, replay, bounds| {
+                    if let Some(w) = t.watches.take() {
+                        t.found = Some(analyse_recorded(trace, w, replay, bounds, first_iteration, &leaks_opts));
                     }
                 },
             )
@@ -256,13 +273,11 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     wi.trace = name.clone();
     let (mut tracks, results): (Vec<ReportTrack>, Vec<ReplayResult>) = runs.into_iter().unzip();
     let replay = results[0].clone();
-    let mut recorded = tracks[0].recorded.take().expect("row 0 is the recorded configuration");
-    // What the watches kept per live allocation is let go before the second replay.
-    recorded.explain = recorded.explain.replayed();
-    recorded.held = recorded.held.replayed();
+    let drawing = tracks[0].drawing.take().expect("row 0 is the recorded configuration");
+    let (beside, watches) = (tracks[0].found.take(), tracks[0].watches.take());
     let (timeline_folded, st) = folded?;
-    let fd = recorded.frag_track.finish(name.clone());
-    let tl = match (timeline_folded, recorded.timeline.take()) {
+    let fd = drawing.frag_track.finish(name.clone());
+    let tl = match (timeline_folded, drawing.timeline) {
         (Some(tl), _) => tl,
         (None, Some(track)) => track.finish(trace, &replay),
         (None, None) => anyhow::bail!("{}: the timeline was neither folded nor watched", trace.path.display()),
@@ -279,8 +294,6 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
             .collect(),
     );
 
-    // The pictures drawn from the what-if replays are rasterized while the analyses that follow
-    // them run (the second replay, leaks, explain, frag).
     let mut pictures = Vec::new();
     pictures.push(Picture::new(
         "timeline.svg",
@@ -328,87 +341,34 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
             Ok(())
         })
     };
-    type Analyses =
-        (Result<plot::SegmentsData>, Option<ExplainReport>, Option<FragReport>, Option<LeaksReport>, Vec<String>);
-    let (drawn, analyses) = crate::replay::join_within(
+    // While the pictures drawn so far are rasterized: the analyses of the recorded run where
+    // the table did not make them beside its searches, then `explain`'s advice, which rests on
+    // the table.
+    let (drawn, found) = crate::replay::join_within(
         trace,
         || rasterize(&mut pictures),
-        || -> Result<Analyses> {
-            let mut errors = Vec::new();
-            let mut keep = |what: &str, r: Result<()>| {
-                if let Err(e) = r {
-                    errors.push(format!("{what}: {e:#}"));
-                }
+        || -> Result<(Found, Result<Option<ExplainReport>>)> {
+            let mut found = match (beside, watches) {
+                (Some(found), _) => found?,
+                (None, Some(w)) => analyse_recorded(trace, w, &replay, &wi.bounds, first_iteration, &leaks_opts)?,
+                (None, None) => unreachable!("row 0 is the recorded configuration, and it is watched"),
             };
-            let at = if replay.is_oom() { At::Oom } else { At::Peak };
-            let frag_watch = if replay.is_oom() { recorded.frag } else { recorded.frag.at_peak() };
-            // The second replay: up to the latest of the moments whose layout is taken (the segment
-            // map's, and the peak's for explain and frag where the run has no OOM).
-            let mut seg = recorded.moment.moment(trace, at).map(plot::SegmentsWatch::new);
-            let mut explain_second = recorded
-                .explain
-                .peak_to_take()
-                .map(|p| crate::explain::ExplainWatch::new(trace, first_iteration, Some(p)));
-            let frag_peak = frag_watch.peak_to_take();
-            let mut frag_segments: Vec<recorder::engine::SegmentView> = Vec::new();
-            let seg_target = seg.as_ref().ok().map(|s| s.target());
-            let stop = [seg_target, recorded.explain.peak_to_take(), frag_peak].into_iter().flatten().max();
-            let (leaks, second) = crate::replay::join_within(
-                trace,
-                || crate::leaks::analyze_watched(trace, &leaks_opts, Some(recorded.held)),
-                || -> Result<()> {
-                    let Some(stop) = stop else { return Ok(()) };
-                    let o = crate::replay::ReplayOptions { stop_after: Some(stop), ..Default::default() };
-                    crate::replay::replay_observed(trace, &o, &mut |i, r, view, live| {
-                        if let Ok(s) = seg.as_mut() {
-                            s.observe(i, r, view);
-                        }
-                        if let Some(e) = explain_second.as_mut() {
-                            e.observe(trace, i, r, view, live);
-                        }
-                        // The segment map's layout serves frag too where they are one moment.
-                        if frag_peak == Some(i) && frag_peak != seg_target {
-                            frag_segments = view.segments();
-                        }
-                    })?;
-                    Ok(())
-                },
-            );
-            second?;
-            let seg = seg.and_then(|s| s.finish(trace));
-            let (mut explained, mut frag, mut leaks_report) = (None, None, None);
-            keep("leaks", leaks.map(|x| leaks_report = Some(x)));
-            let (ex, fr) = crate::replay::join_within(
-                trace,
-                || {
-                    // `explain` searches capacities exactly when the report did, so that it reuses the
-                    // report's what-if table (and `--no-search` searches nowhere).
-                    let growth = leaks_report.as_ref().map(|l: &LeaksReport| l.growth.clone());
-                    let o = ExplainOptions { search_capacity: Some(search), whatif: Some(&wi), growth, repeats: None };
-                    crate::explain::explain_from(
-                        trace,
-                        &o,
-                        replay.clone(),
-                        recorded.explain,
-                        explain_second.map(|e| e.replayed()),
-                    )
-                },
-                || {
-                    let peak_layout: &[recorder::engine::SegmentView] = match (&seg, frag_peak) {
-                        (Ok(s), Some(p)) if s.event == p => &s.segments,
-                        _ => &frag_segments,
-                    };
-                    frag_watch.finish(trace, replay.clone(), peak_layout, Some(&wi.bounds))
-                },
-            );
-            keep("explain", ex.map(|x| explained = Some(x)));
-            keep("frag", fr.map(|x| frag = Some(x)));
-
-            Ok((seg, explained, frag, leaks_report, errors))
+            // `explain` searches capacities exactly when the report did, so that it reuses the
+            // report's what-if table (and `--no-search` searches nowhere).
+            let o = ExplainOptions { search_capacity: Some(search), whatif: Some(&wi), ..Default::default() };
+            let finished = found.explained.take().map(|p| crate::explain::explain_finish(trace, p, &o)).transpose();
+            Ok((found, finished))
         },
     );
     drawn?;
-    let (seg, mut explained, mut frag, mut leaks, mut errors) = analyses?;
+    let (Found { seg, mut frag, mut leaks, mut errors, .. }, finished) = found?;
+    let mut explained = match finished {
+        Ok(x) => x,
+        Err(e) => {
+            errors.push(format!("explain: {e:#}"));
+            None
+        }
+    };
     // The analyses' errors first, then the categories'.
     errors.append(&mut analysis_errors);
     let analysis_errors = errors;
@@ -513,24 +473,133 @@ fn category_section(
 /// What [`build`] observes in each what-if replay.
 struct ReportTrack {
     whatif: plot::WhatifTrack,
-    /// Only in the recorded configuration's replay.
-    recorded: Option<RecordedWatch>,
+    /// Only in the recorded configuration's replay: what the pictures draw from it.
+    drawing: Option<Drawing>,
+    /// Only in the recorded configuration's replay, until its analyses take them.
+    watches: Option<Watches>,
+    /// What the analyses found from the recorded configuration's replay ([`analyse_recorded`]).
+    found: Option<Result<Found>>,
 }
 
-/// Every analysis of the report that watches the replay under the recorded settings: the
-/// pictures of fragmentation and memory over time, the segment map's moment, and the watches of
-/// `leaks`, `explain` and `frag`.
-struct RecordedWatch {
+/// What [`analyse_recorded`] finds from the recorded run's watches: the segment map's data and
+/// the analyses (`explain` up to its advice, which needs the table), with the errors of those
+/// that failed.
+struct Found {
+    seg: Result<plot::SegmentsData>,
+    explained: Option<crate::explain::ExplainPrelude>,
+    frag: Option<FragReport>,
+    leaks: Option<LeaksReport>,
+    errors: Vec<String>,
+}
+
+/// The analyses that need only the replay under the recorded settings (`replay`, watched by
+/// `w`): one more replay up to the latest moment whose layout they take (the segment map's, and
+/// the peak's for explain and frag where the run has no OOM), then leaks, explain's findings
+/// before its advice, and frag.
+fn analyse_recorded(
+    trace: &Trace,
+    mut w: Watches,
+    replay: &ReplayResult,
+    bounds: &crate::whatif::Bounds,
+    first_iteration: Option<u64>,
+    leaks_opts: &LeaksOptions,
+) -> Result<Found> {
+    // What the watches kept per live allocation is let go before the second replay.
+    w.explain = w.explain.replayed();
+    w.held = w.held.replayed();
+    let mut errors = Vec::new();
+    let mut keep = |what: &str, r: Result<()>| {
+        if let Err(e) = r {
+            errors.push(format!("{what}: {e:#}"));
+        }
+    };
+    let at = if replay.is_oom() { At::Oom } else { At::Peak };
+    let frag_watch = if replay.is_oom() { w.frag } else { w.frag.at_peak() };
+    let mut seg = w.moment.moment(trace, at).map(plot::SegmentsWatch::new);
+    let mut explain_second =
+        w.explain.peak_to_take().map(|p| crate::explain::ExplainWatch::new(trace, first_iteration, Some(p)));
+    let frag_peak = frag_watch.peak_to_take();
+    let mut frag_segments: Vec<recorder::engine::SegmentView> = Vec::new();
+    let seg_target = seg.as_ref().ok().map(|s| s.target());
+    let stop = [seg_target, w.explain.peak_to_take(), frag_peak].into_iter().flatten().max();
+    let held = w.held;
+    let (leaks, second) = crate::replay::join_within(
+        trace,
+        || crate::leaks::analyze_watched(trace, leaks_opts, Some(held)),
+        || -> Result<()> {
+            let Some(stop) = stop else { return Ok(()) };
+            let o = crate::replay::ReplayOptions { stop_after: Some(stop), ..Default::default() };
+            crate::replay::replay_observed(trace, &o, &mut |i, r, view, live| {
+                if let Ok(s) = seg.as_mut() {
+                    s.observe(i, r, view);
+                }
+                if let Some(e) = explain_second.as_mut() {
+                    e.observe(trace, i, r, view, live);
+                }
+                // The segment map's layout serves frag too where they are one moment.
+                if frag_peak == Some(i) && frag_peak != seg_target {
+                    frag_segments = view.segments();
+                }
+            })?;
+            Ok(())
+        },
+    );
+    second?;
+    let (mut explained, mut frag, mut leaks_report) = (None, None, None);
+    let seg = seg.and_then(|s| s.finish(trace));
+    keep("leaks", leaks.map(|x| leaks_report = Some(x)));
+    let (ex, fr) = crate::replay::join_within(
+        trace,
+        || {
+            let growth = leaks_report.as_ref().map(|l: &LeaksReport| l.growth.clone());
+            crate::explain::explain_prelude(
+                trace,
+                growth,
+                replay.clone(),
+                w.explain,
+                explain_second.map(|e| e.replayed()),
+            )
+        },
+        || {
+            let peak_layout: &[recorder::engine::SegmentView] = match (&seg, frag_peak) {
+                (Ok(s), Some(p)) if s.event == p => &s.segments,
+                _ => &frag_segments,
+            };
+            frag_watch.finish(trace, replay.clone(), peak_layout, Some(bounds))
+        },
+    );
+    keep("explain", ex.map(|x| explained = Some(x)));
+    keep("frag", fr.map(|x| frag = Some(x)));
+    Ok(Found { seg, explained, frag, leaks: leaks_report, errors })
+}
+
+/// What the pictures of fragmentation and memory over time draw from the replay under the
+/// recorded settings.
+struct Drawing {
     frag_track: plot::FragTrack,
-    moment: plot::MomentTrack,
     /// Only where the trace's own figures cannot be folded ([`plot::timeline_foldable`]).
     timeline: Option<plot::TimelineTrack>,
+}
+
+impl Drawing {
+    fn observe(&mut self, i: u64, r: &recorder::trace::Record, view: &dyn crate::replay::EngineView) {
+        self.frag_track.observe(i, r, view);
+        if let Some(t) = self.timeline.as_mut() {
+            t.observe(i, r, view);
+        }
+    }
+}
+
+/// The analyses' watches of the replay under the recorded settings: the segment map's moment,
+/// and the watches of `leaks`, `explain` and `frag`.
+struct Watches {
+    moment: plot::MomentTrack,
     held: crate::leaks::HeldWatch,
     explain: crate::explain::ExplainWatch,
     frag: crate::frag::FragWatch,
 }
 
-impl RecordedWatch {
+impl Watches {
     fn observe(
         &mut self,
         trace: &Trace,
@@ -539,11 +608,7 @@ impl RecordedWatch {
         view: &dyn crate::replay::EngineView,
         live: &crate::replay::LiveMap,
     ) {
-        self.frag_track.observe(i, r, view);
         self.moment.observe(trace, i, r, view);
-        if let Some(t) = self.timeline.as_mut() {
-            t.observe(i, r, view);
-        }
         self.held.observe(trace, i, r, view, live);
         self.explain.observe(trace, i, r, view, live);
         self.frag.observe(trace, i, r, view);

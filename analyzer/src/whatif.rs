@@ -205,16 +205,23 @@ pub fn whatif(trace: &Trace, opts: &WhatifOptions) -> Result<Whatif> {
 /// given capacity (one state per policy, made by `state`), so that a caller can draw the
 /// policies over time from the same replays. Returns the table and, per row, the state and the
 /// replay's result (row 0 is the recorded configuration; `state` is given the row).
+///
+/// `ready` is called with a row's state once its run at the capacity is over, with the run's
+/// result and the table's bounds, beside the row's capacity search, so that what a caller does
+/// there runs meanwhile. It is called only there: not without a search, nor where the replays
+/// must take turns for memory ([`crate::replay::concurrent_replays`]). The caller then does
+/// that work after the table.
 pub fn whatif_observed<T: Send>(
     trace: &Trace,
     opts: &WhatifOptions,
     state: &(dyn Fn(usize) -> T + Sync),
     observe: &RowObserver<'_, T>,
+    ready: &RowReady<'_, T>,
 ) -> Result<(Whatif, Vec<(T, ReplayResult)>)> {
     // One bar for the whole comparison: its total is the replays planned (each policy at the
     // capacity, then its capacity search), and it moves with each one.
     let bar = crate::progress::replays(trace);
-    let result = whatif_inner(trace, opts, &bar, Some((state, observe)));
+    let result = whatif_inner(trace, opts, &bar, Some((state, observe, ready)));
     bar.finish_and_clear();
     let (w, runs) = result?;
     Ok((w, runs.into_iter().map(|(st, r)| (st.expect("observed rows have a state"), r)).collect()))
@@ -230,8 +237,12 @@ type GroupRun<T> = (Vec<(usize, Option<T>)>, ReplayResult, Option<(u64, u64)>);
 /// What a row's observer is shown: its state, then what a [`crate::replay::Observer`] is shown.
 pub type RowObserver<'a, T> = dyn Fn(&mut T, u64, &Record, &dyn EngineView, &crate::replay::LiveMap) + Sync + 'a;
 
-/// A state per row and the observer that draws it (see [`whatif_observed`]).
-type Observing<'a, T> = (&'a (dyn Fn(usize) -> T + Sync), &'a RowObserver<'a, T>);
+/// What is done with a row's state once its run at the capacity is over (see [`whatif_observed`]).
+pub type RowReady<'a, T> = dyn Fn(usize, &mut T, &ReplayResult, &Bounds) + Sync + 'a;
+
+/// A state per row, the observer that draws it and what is done once the row's run is over
+/// (see [`whatif_observed`]).
+type Observing<'a, T> = (&'a (dyn Fn(usize) -> T + Sync), &'a RowObserver<'a, T>, &'a RowReady<'a, T>);
 
 /// The table, with each policy's run at the capacity observed from the start (`observing`: a
 /// whole replay each, all from one read of the trace) or, with nothing to observe, resumed from
@@ -267,9 +278,18 @@ fn whatif_inner<T: Send>(
     let states_of = |members: &[usize]| -> Vec<(usize, Option<T>)> {
         members.iter().map(|&m| (m, observing.map(|o| o.0(m)))).collect()
     };
+    let ready_all = |sts: &mut [(usize, Option<T>)], r: &ReplayResult| {
+        if let Some((_, _, ready)) = observing {
+            for (m, st) in sts.iter_mut() {
+                if let Some(st) = st.as_mut() {
+                    ready(*m, st, r, &bounds)
+                }
+            }
+        }
+    };
     let observe_all =
         |sts: &mut [(usize, Option<T>)], i: u64, rec: &Record, view: &dyn EngineView, live: &crate::replay::LiveMap| {
-            if let Some((_, observe)) = observing {
+            if let Some((_, observe, _)) = observing {
                 for st in sts.iter_mut().filter_map(|(_, st)| st.as_mut()) {
                     observe(st, i, rec, view, live)
                 }
@@ -299,7 +319,19 @@ fn whatif_inner<T: Send>(
         // Within the memory the replays may keep together: the policies in turns of as many
         // as fit, each probing one capacity at a time when they do not all fit at once.
         let at_once = crate::replay::concurrent_replays(trace);
-        let ahead = if at_once < groups.len() { 1 } else { crate::capacity_search::levels_ahead(groups.len()) };
+        // The searches still running share the threads: each round of one takes as many levels
+        // as its share allows, more as others end.
+        let searching = std::sync::atomic::AtomicUsize::new(0);
+        // What is done with a row once its run at the capacity is over runs beside its search
+        // where one more replay fits beside the table's.
+        let ready_beside = at_once > groups.len();
+        let ahead = || {
+            if at_once < groups.len() {
+                1
+            } else {
+                crate::capacity_search::levels_ahead(searching.load(std::sync::atomic::Ordering::Relaxed))
+            }
+        };
         let run_group = |(k, members): &(usize, Vec<usize>)| {
             let config = &list[*k].1;
             bar.inc(members.len() as u64);
@@ -327,20 +359,26 @@ fn whatif_inner<T: Send>(
                 None => crate::replay::replay_observed(trace, &at_cap_options(config), &mut observe)?,
             };
             let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
-            let min = min_capacity(
-                trace,
-                config,
-                from.as_mut(),
-                bounds.live_requested_peak_bytes,
-                unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
-                max_probes,
-                ahead,
-                &|| bar.inc(members.len() as u64),
-            )?;
+            let mut search = || {
+                let min = min_capacity(
+                    trace,
+                    config,
+                    from.as_mut(),
+                    bounds.live_requested_peak_bytes,
+                    unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
+                    max_probes,
+                    &ahead,
+                    &|| bar.inc(members.len() as u64),
+                );
+                searching.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                min
+            };
+            let min = if ready_beside { rayon::join(search, || ready_all(&mut sts, &r)).0? } else { search()? };
             Ok((sts, r, min))
         };
         let mut done = Vec::with_capacity(groups.len());
         for turn in groups.chunks(at_once) {
+            searching.store(turn.len(), std::sync::atomic::Ordering::Relaxed);
             let ran: Result<Vec<GroupRun<T>>> = turn.par_iter().map(run_group).collect();
             done.extend(ran?);
         }
@@ -715,9 +753,14 @@ mod tests {
         for p in &paths {
             let trace = Trace::open(p).unwrap();
             let opts = WhatifOptions { capacity: trace.default_capacity(), search_capacity: true, repeats: 1 };
-            let (w, runs) =
-                whatif_observed(&trace, &opts, &|_| Seen::new(), &|seen, i, _, view, _| seen.push(figures(i, view)))
-                    .unwrap();
+            let (w, runs) = whatif_observed(
+                &trace,
+                &opts,
+                &|_| Seen::new(),
+                &|seen, i, _, view, _| seen.push(figures(i, view)),
+                &|_, _, _, _| {},
+            )
+            .unwrap();
             let list = policies(&trace.header.config, crate::outcome::memory_fraction(&trace, opts.capacity.bytes));
             assert_eq!(list.len(), runs.len());
             for (((policy, config), (seen, r)), row) in list.iter().zip(&runs).zip(&w.rows) {
