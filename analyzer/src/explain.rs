@@ -257,15 +257,19 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     // row (one replay fewer). What needs only that replay (the second replay, the growth, the
     // verdict and the experiments) runs beside the table's capacity searches where the table
     // calls it there; else after the table, with the growth's folds beside the table.
-    enum Row0 {
-        Watching(ExplainWatch),
-        Found(Result<ExplainPrelude>),
+    /// Row 0's watch, until the prelude is made from it.
+    struct Row0 {
+        watching: Option<ExplainWatch>,
+        found: Option<Result<ExplainPrelude>>,
     }
     let prelude_of = |first: ExplainWatch, result: &ReplayResult, growth: Option<Option<Growth>>| {
         let first = first.replayed();
         second_of(&first).and_then(|second| explain_prelude(trace, growth, result.clone(), first, second))
     };
-    let row0 = std::sync::Mutex::new(Some(Row0::Watching(ExplainWatch::new(trace, first_iteration, None))));
+    let row0 = std::sync::Mutex::new(Some(Row0 {
+        watching: Some(ExplainWatch::new(trace, first_iteration, None)),
+        found: None,
+    }));
     let table = || {
         whatif::whatif_observed(
             trace,
@@ -276,13 +280,13 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
             },
             &|k| if k == 0 { row0.lock().ok().and_then(|mut w| w.take()) } else { None },
             &|w: &mut Option<Row0>, i, r, view, live| {
-                if let Some(Row0::Watching(w)) = w.as_mut() {
+                if let Some(w) = w.as_mut().and_then(|w| w.watching.as_mut()) {
                     w.observe(trace, i, r, view, live)
                 }
             },
             &|_, w, result, _| {
-                if let Some(Row0::Watching(first)) = w.take() {
-                    *w = Some(Row0::Found(prelude_of(first, result, opts.growth.clone())));
+                if let Some(w) = w.as_mut() {
+                    w.found = w.watching.take().map(|first| prelude_of(first, result, opts.growth.clone()));
                 }
             },
         )
@@ -303,16 +307,17 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     };
     let (table, mut runs) = table?;
     let (row, result) = runs.swap_remove(0);
-    let prelude = match row {
-        Some(Row0::Found(prelude)) => prelude,
-        Some(Row0::Watching(first)) => {
+    let row = row.expect("row 0 is the recorded configuration, and it is watched");
+    let prelude = match (row.found, row.watching) {
+        (Some(prelude), _) => prelude,
+        (None, Some(first)) => {
             let growth = match growth {
                 Some(g) => Some(g?),
                 None => opts.growth.clone(),
             };
             prelude_of(first, &result, growth)
         }
-        None => unreachable!("row 0 is the recorded configuration, and it is watched"),
+        (None, None) => unreachable!("row 0's watch makes its prelude once"),
     };
     finish(trace, prelude?, &table, search)
 }
