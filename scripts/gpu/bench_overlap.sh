@@ -5,7 +5,8 @@
 # builds, compressed with xz -9 to fit the call's transfer. Large real trace: fastest of 7 runs,
 # 16 threads twice and 2 threads once; the 10M-event realistic synthetic trace; the ten-times
 # live10 and time100 hostile inputs (made by hostile.rs's every_command test), 60 s limit.
-# Log: scripts/gpu/results/bench_overlap_h100.log.
+# Log: scripts/gpu/results/bench_overlap_h100.log (the first binary of this change), and
+# bench_overlap_final_h100.log (the binary at the change's last commit).
 set -u
 cd "$(dirname "$0")/../.."
 for b in old new; do xz -dc carry/$b.xz > /tmp/at-$b; chmod +x /tmp/at-$b; done
