@@ -6,13 +6,12 @@
 //! ids, which each trace numbers on its own. "Bytes at the peak" are the live requested bytes
 //! of a call site at the moment the trace's total of live requested bytes first peaked.
 
-use crate::model::sites::Sites;
+use crate::model::sites::LiveBySite;
 use crate::model::Trace;
 use crate::replay::{replay, ReplayOptions};
 use anyhow::Result;
-use recorder::trace::Event;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// One side of a diff.
 #[derive(Debug, Clone, Serialize)]
@@ -78,47 +77,24 @@ struct SiteFigures {
 }
 
 fn sites(trace: &Trace) -> Result<SiteFigures> {
-    let mut sites = Sites::default();
-    let mut live: HashMap<u64, (usize, u64)> = HashMap::new();
-    let mut cur: Vec<u64> = vec![0];
-    let mut allocs: Vec<u64> = vec![0];
-    let mut at_peak: Vec<u64> = vec![0];
-    let (mut total, mut peak) = (0u64, 0u64);
-    let mut has_callsites = false;
-    trace.scan(|_, r| match &r.event {
-        Event::CallSite { id, frames } => {
-            has_callsites = true;
-            sites.define(*id, frames);
-            cur.resize(sites.len(), 0);
-            allocs.resize(sites.len(), 0);
+    let mut f = LiveBySite::default();
+    let mut at_peak: Vec<u64> = Vec::new();
+    let mut peak = 0u64;
+    trace.scan(|_, r| {
+        f.observe(&r.event);
+        if f.total > peak {
+            peak = f.total;
+            at_peak.clone_from(&f.current);
         }
-        Event::Alloc { id, requested_bytes, callsite, .. } => {
-            let l = sites.of(*callsite);
-            live.insert(*id, (l, *requested_bytes));
-            cur[l] = cur[l].saturating_add(*requested_bytes);
-            allocs[l] += 1;
-            total = total.saturating_add(*requested_bytes);
-            if total > peak {
-                peak = total;
-                at_peak.clone_from(&cur);
-            }
-        }
-        Event::FreeCompleted { id, .. } => {
-            if let Some((l, b)) = live.remove(id) {
-                cur[l] = cur[l].saturating_sub(b);
-                total = total.saturating_sub(b);
-            }
-        }
-        _ => {}
     })?;
-    at_peak.resize(sites.len(), 0);
+    at_peak.resize(f.sites.len(), 0);
     let mut by_label = BTreeMap::new();
-    for (l, label) in sites.sites.into_iter().map(|s| s.label).enumerate() {
-        if allocs[l] > 0 {
-            by_label.insert(label, (at_peak[l], allocs[l]));
+    for (l, label) in f.sites.sites.into_iter().map(|s| s.label).enumerate() {
+        if f.allocations.get(l).is_some_and(|&n| n > 0) {
+            by_label.insert(label, (at_peak[l], f.allocations[l]));
         }
     }
-    Ok(SiteFigures { by_label, has_callsites })
+    Ok(SiteFigures { by_label, has_callsites: f.has_callsites })
 }
 
 fn side(trace: &Trace, has_callsites: bool) -> Result<Side> {

@@ -15,7 +15,7 @@
 //! A name holds the trace's strings as they are (a function name may hold a newline): JSON
 //! carries it so, and each writer of another output escapes it there ([`crate::escape`]).
 
-use recorder::trace::Frame;
+use recorder::trace::{Event, Frame};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -158,6 +158,64 @@ impl Sites {
     /// The name of site `idx`.
     pub fn label(&self, idx: usize) -> &str {
         &self.sites[idx].label
+    }
+}
+
+/// Live requested bytes per call site, folded over a trace's records in order: the fold that
+/// `plot`'s live bytes by call site and `diff`'s per-site figures share. Vectors are indexed
+/// by site ([`Sites::of`]).
+#[derive(Debug, Default)]
+pub struct LiveBySite {
+    pub sites: Sites,
+    /// Each live allocation's site and requested bytes.
+    live: HashMap<u64, (usize, u64)>,
+    /// Live requested bytes now.
+    pub current: Vec<u64>,
+    /// The most live requested bytes at once.
+    pub most: Vec<u64>,
+    /// Allocations made.
+    pub allocations: Vec<u64>,
+    /// Live requested bytes now, over every site.
+    pub total: u64,
+    /// Whether the trace named any call site.
+    pub has_callsites: bool,
+}
+
+impl LiveBySite {
+    /// Takes one record's event.
+    pub fn observe(&mut self, e: &Event) {
+        match e {
+            Event::CallSite { id, frames } => {
+                self.has_callsites = true;
+                self.sites.define(*id, frames);
+                self.grow();
+            }
+            Event::Alloc { id, requested_bytes, callsite, .. } => {
+                self.grow();
+                let l = self.sites.of(*callsite);
+                self.live.insert(*id, (l, *requested_bytes));
+                self.current[l] = self.current[l].saturating_add(*requested_bytes);
+                self.most[l] = self.most[l].max(self.current[l]);
+                self.allocations[l] += 1;
+                self.total = self.total.saturating_add(*requested_bytes);
+            }
+            Event::FreeCompleted { id, .. } => {
+                if let Some((l, b)) = self.live.remove(id) {
+                    self.current[l] = self.current[l].saturating_sub(b);
+                    self.total = self.total.saturating_sub(b);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn grow(&mut self) {
+        let n = self.sites.len();
+        if self.current.len() < n {
+            self.current.resize(n, 0);
+            self.most.resize(n, 0);
+            self.allocations.resize(n, 0);
+        }
     }
 }
 

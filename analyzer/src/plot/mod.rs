@@ -14,7 +14,7 @@ pub use categories::render_categories;
 pub use ranks::render_ranks;
 
 use crate::model::layout::LayoutMeasures;
-use crate::model::sites::{site_of, Sites};
+use crate::model::sites::site_of;
 use crate::model::{trace_name, Trace};
 use crate::replay::{replay_observed, EngineView, OomMoment, ReplayOptions, ReplayResult};
 use crate::timeline::{Downsampled, Mode, Timeline};
@@ -329,31 +329,10 @@ pub struct StackedData {
 /// [`TOP_CALLSITES`] of them (and the rest as "other").
 pub fn stacked_data(trace: &Trace, x: XAxis, columns: usize) -> Result<StackedData> {
     // Pass 1: sites, and each site's peak of live requested bytes.
-    let mut sites = Sites::default();
-    let mut live: HashMap<u64, (usize, u64)> = HashMap::new();
-    let mut cur: Vec<u64> = vec![0];
-    let mut max: Vec<u64> = vec![0];
-    let mut has_callsites = false;
-    trace.scan(|_, r| match &r.event {
-        Event::CallSite { id, frames } => {
-            has_callsites = true;
-            sites.define(*id, frames);
-            cur.resize(sites.len(), 0);
-            max.resize(sites.len(), 0);
-        }
-        Event::Alloc { id, requested_bytes, callsite, .. } => {
-            let l = sites.of(*callsite);
-            live.insert(*id, (l, *requested_bytes));
-            cur[l] = cur[l].saturating_add(*requested_bytes);
-            max[l] = max[l].max(cur[l]);
-        }
-        Event::FreeCompleted { id, .. } => {
-            if let Some((l, b)) = live.remove(id) {
-                cur[l] = cur[l].saturating_sub(b);
-            }
-        }
-        _ => {}
-    })?;
+    let mut fold = crate::model::sites::LiveBySite::default();
+    trace.scan(|_, r| fold.observe(&r.event))?;
+    let crate::model::sites::LiveBySite { sites, most: mut max, has_callsites, .. } = fold;
+    max.resize(sites.len(), 0);
     let labels: Vec<&str> = sites.sites.iter().map(|s| s.label.as_str()).collect();
     let mut order: Vec<usize> = (0..labels.len()).filter(|&l| max[l] > 0).collect();
     order.sort_by(|&a, &b| max[b].cmp(&max[a]).then_with(|| labels[a].cmp(labels[b])));
