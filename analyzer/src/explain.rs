@@ -753,7 +753,7 @@ reuses its cached segments without them"
             });
         }
     }
-    if let Some(h) = &held_for_streams {
+    if let Some(h) = held_for_streams.as_ref().filter(|h| h.raised_the_peak()) {
         advice.push(Advice {
             kind: "code",
             setting: None,
