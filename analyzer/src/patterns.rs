@@ -215,32 +215,32 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
             if !matches!(r.event, Event::FreeCompleted { id: done, .. } if done == id) {
                 if let Some(&(stream, b, _)) = size.get(&id) {
                     held.insert(id, (stream, b));
-                    held_bytes += b;
+                    held_bytes = held_bytes.saturating_add(b);
                 }
             }
         }
         match r.event {
             Event::Alloc { id, requested_bytes, stream, .. } => {
                 size.insert(id, (stream, requested_bytes, false));
-                live += requested_bytes;
+                live = live.saturating_add(requested_bytes);
             }
             Event::FreeRequested { id, .. } => {
                 if let Some((_, b, freed)) = size.get_mut(&id).filter(|s| !s.2) {
                     *freed = true;
                     asked = Some(id);
-                    live -= *b;
+                    live = live.saturating_sub(*b);
                 }
             }
             Event::FreeCompleted { id, .. } => {
                 if let Some((_, b)) = held.remove(&id) {
-                    held_bytes -= b;
+                    held_bytes = held_bytes.saturating_sub(b);
                 } else if let Some(&(_, b, false)) = size.get(&id) {
-                    live -= b;
+                    live = live.saturating_sub(b);
                 }
                 size.remove(&id);
             }
             Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
-                reserved += bytes;
+                reserved = reserved.saturating_add(bytes);
                 if reserved > peak_reserved {
                     peak_reserved = reserved;
                     held_at_peak_reserved = held_bytes;
@@ -255,7 +255,8 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
         if held_bytes > best.as_ref().map_or(0, |b| b.peak_held_bytes) {
             let mut by: HashMap<u64, u64> = HashMap::new();
             for (s, b) in held.values() {
-                *by.entry(*s).or_default() += b;
+                let e = by.entry(*s).or_default();
+                *e = e.saturating_add(*b);
             }
             let mut by: Vec<(u64, u64)> = by.into_iter().collect();
             by.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
