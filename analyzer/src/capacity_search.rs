@@ -67,26 +67,12 @@ pub fn min_capacity(
     let mut lo = (lower / r * r).min(hi);
     let mut probes = 0;
     let mut step = r;
-    loop {
-        probed();
-        let (ok, save) = completes(from.as_deref(), hi)?;
-        keep(&mut from, save);
-        if ok {
-            break;
-        }
-        probes += 1;
-        lo = hi;
-        let Some(next) = hi.checked_add(step) else { return Ok(None) };
-        hi = next;
-        step = step.saturating_mul(2);
-    }
     let mid = |lo: u64, hi: u64| (lo + (hi - lo) / 2) / r * r;
-    while hi - lo > r && probes < max_probes {
-        // The next `ahead` levels of the bisection from (lo, hi): every capacity it could probe.
+    // The next `depth` levels of the bisection from (lo, hi): every capacity it could probe.
+    let tree = |lo: u64, hi: u64, depth: u32| -> Vec<u64> {
         let mut tree: Vec<u64> = Vec::new();
         let mut level = vec![(lo, hi)];
-        // No deeper than the probes left to take: the levels below would go unused.
-        for _ in 0..ahead().max(1).min(max_probes - probes) {
+        for _ in 0..depth {
             let mut next = Vec::new();
             for &(l, h) in &level {
                 if h - l > r {
@@ -100,16 +86,53 @@ pub fn min_capacity(
         }
         tree.sort_unstable();
         tree.dedup();
+        tree
+    };
+    // Whether each capacity replayed so far completes (a replay at a capacity is one run, from
+    // a save or not): the bisection takes its probes from here.
+    let mut outcome: HashMap<u64, bool> = HashMap::new();
+    let probe_all = |caps: Vec<u64>,
+                     from: &mut Option<&mut crate::replay::Resumable>,
+                     outcome: &mut HashMap<u64, bool>|
+     -> Result<()> {
         let shared = from.as_deref();
-        let results: Vec<(u64, bool, Option<Save>)> = tree
+        let results: Vec<(u64, bool, Option<Save>)> = caps
             .par_iter()
             .map(|&cap| completes(shared, cap).map(|(ok, save)| (cap, ok, save)))
             .collect::<Result<_>>()?;
-        let mut outcome: HashMap<u64, bool> = HashMap::new();
         for (cap, ok, save) in results {
             outcome.insert(cap, ok);
-            keep(&mut from, save);
+            keep(from, save);
         }
+        Ok(())
+    };
+    // The first levels of the bisection are replayed beside `upper`, which nearly always
+    // completes: they are the probes that come next.
+    let mut first = true;
+    loop {
+        probed();
+        let mut caps = vec![hi];
+        if first {
+            // No deeper than the probes left to take: the levels below would go unused.
+            caps.extend(tree(lo, hi, ahead().max(1).min(max_probes)));
+            first = false;
+        }
+        probe_all(caps, &mut from, &mut outcome)?;
+        if outcome[&hi] {
+            break;
+        }
+        probes += 1;
+        lo = hi;
+        let Some(next) = hi.checked_add(step) else { return Ok(None) };
+        hi = next;
+        step = step.saturating_mul(2);
+    }
+    while hi - lo > r && probes < max_probes {
+        let caps: Vec<u64> = tree(lo, hi, ahead().max(1).min(max_probes - probes))
+            .into_iter()
+            .filter(|c| !outcome.contains_key(c))
+            .collect();
+        probe_all(caps, &mut from, &mut outcome)?;
         // The bisection, one probe at a time, over the results at hand.
         while hi - lo > r && probes < max_probes {
             let Some(&ok) = outcome.get(&mid(lo, hi)) else { break };
