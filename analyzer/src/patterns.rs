@@ -194,11 +194,6 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
         return Ok(None);
     }
     let mut stream_names = crate::streams::StreamNames::default();
-    trace.scan(|_, r| {
-        if let Some(s) = crate::streams::stream_of(&r.event) {
-            stream_names.observe(s);
-        }
-    })?;
     let mut size: HashMap<u64, (u64, u64, bool)> = HashMap::new(); // id -> (stream, bytes, free asked)
     let mut held: HashMap<u64, (u64, u64)> = HashMap::new();
     let (mut held_bytes, mut live, mut reserved) = (0u64, 0u64, 0u64);
@@ -211,6 +206,9 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
     // record comes between.
     let mut asked: Option<u64> = None;
     trace.scan(|i, r| {
+        if let Some(s) = crate::streams::stream_of(&r.event) {
+            stream_names.observe(s);
+        }
         if let Some(id) = asked.take() {
             if !matches!(r.event, Event::FreeCompleted { id: done, .. } if done == id) {
                 if let Some(&(stream, b, _)) = size.get(&id) {
@@ -269,7 +267,7 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
                 held_at_peak_reserved_bytes: 0,
                 by_stream_at_peak: by,
                 over_time: Vec::new(),
-                stream_names: stream_names.clone(),
+                stream_names: crate::streams::StreamNames::default(),
             });
         }
     })?;
@@ -280,6 +278,8 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
     }) else {
         return Ok(None);
     };
+    // Every stream the trace names, numbered in the order it first uses them.
+    best.stream_names = stream_names;
     best.peak_reserved_bytes = peak_reserved;
     best.held_at_peak_reserved_bytes = held_at_peak_reserved;
     let n = series.len().max(1);
