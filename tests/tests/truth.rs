@@ -643,7 +643,8 @@ trying); {worth_completed}/{worth_named} settings named worth trying completed"
 
 /// The two patterns `explain` diagnoses with figures, on the truth workloads that have them:
 /// `empty_cache_loop` (`gc.collect(); torch.cuda.empty_cache()` after every batch) replayed
-/// without its calls, and `two_streams` (`record_stream`) with the bytes held per stream.
+/// without its calls, and `two_streams` (`record_stream`) with the bytes held, by the stream
+/// that allocated them.
 #[test]
 fn empty_cache_in_the_loop_and_record_stream_are_diagnosed() {
     use analyzer::explain::explain;
@@ -655,11 +656,24 @@ fn empty_cache_in_the_loop_and_record_stream_are_diagnosed() {
     assert!(e.device_calls_without < e.device_calls_with);
     assert!(r.advice.iter().any(|a| a.text.contains("empty_cache") && a.evidence.contains("device calls")));
     assert!(r.held_for_streams.is_none(), "one stream: nothing waits for another");
-    let r = explain(&Trace::open(&default_trace("two_streams")).unwrap()).unwrap();
+    let trace = Trace::open(&default_trace("two_streams")).unwrap();
+    let r = explain(&trace).unwrap();
     let h = r.held_for_streams.as_ref().expect("blocks held for another stream are diagnosed");
     println!("two_streams: {}", h.text());
     assert!(h.peak_held_bytes > h.live_at_peak_bytes, "held back more than is live");
-    assert!(h.by_stream_at_peak.len() >= 2);
+    // Only the side stream's tensors are marked with record_stream: every held block was
+    // allocated there, none on the main stream, which allocated the weights first.
+    let mut main = None;
+    trace
+        .scan(|_, r| {
+            if let Event::Alloc { stream, .. } = r.event {
+                main.get_or_insert(stream);
+            }
+        })
+        .unwrap();
+    assert_eq!(h.by_stream_at_peak.len(), 1, "{:?}", h.by_stream_at_peak);
+    assert_ne!(Some(h.by_stream_at_peak[0].0), main);
+    assert!(h.raised_the_peak());
     assert!(r.empty_cache_calls.is_none());
 }
 
