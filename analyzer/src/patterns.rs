@@ -200,7 +200,15 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
     // Held bytes when reserved memory reached its peak: what the holding cost in capacity.
     let (mut peak_reserved, mut held_at_peak_reserved) = (0u64, 0u64);
     let mut best: Option<HeldForStreams> = None;
-    let mut series: Vec<(u64, u64)> = Vec::new();
+    // Each hold and each completion of a held block, (stream, bytes, held), in order: the held
+    // bytes by stream at the peak are folded from its prefix once the peak is known, instead of
+    // from every held block at each new peak (quadratic where held bytes keep growing).
+    let mut log: Vec<(u64, u64, bool)> = Vec::new();
+    let mut log_at_best = 0;
+    // Held bytes after eight records evenly spread over the trace (its first and last included).
+    let n = trace.events.max(1);
+    let sample_at = |k: u64| (k * (n - 1)) / 7;
+    let mut over_time: Vec<(u64, u64)> = Vec::with_capacity(8);
     // A free asked for and completed by the next record never waited (PyTorch records both
     // under one lock when no other stream used the block): it is held only once another
     // record comes between.
@@ -213,6 +221,7 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
             if !matches!(r.event, Event::FreeCompleted { id: done, .. } if done == id) {
                 if let Some(&(stream, b, _)) = size.get(&id) {
                     held.insert(id, (stream, b));
+                    log.push((stream, b, true));
                     held_bytes = held_bytes.saturating_add(b);
                 }
             }
@@ -230,7 +239,8 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
                 }
             }
             Event::FreeCompleted { id, .. } => {
-                if let Some((_, b)) = held.remove(&id) {
+                if let Some((stream, b)) = held.remove(&id) {
+                    log.push((stream, b, false));
                     held_bytes = held_bytes.saturating_sub(b);
                 } else if let Some(&(_, b, false)) = size.get(&id) {
                     live = live.saturating_sub(b);
@@ -249,15 +259,11 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
             }
             _ => {}
         }
-        series.push((i, held_bytes));
+        while over_time.len() < 8 && sample_at(over_time.len() as u64) == i {
+            over_time.push((i, held_bytes));
+        }
         if held_bytes > best.as_ref().map_or(0, |b| b.peak_held_bytes) {
-            let mut by: HashMap<u64, u64> = HashMap::new();
-            for (s, b) in held.values() {
-                let e = by.entry(*s).or_default();
-                *e = e.saturating_add(*b);
-            }
-            let mut by: Vec<(u64, u64)> = by.into_iter().collect();
-            by.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            log_at_best = log.len();
             best = Some(HeldForStreams {
                 peak_held_bytes: held_bytes,
                 peak_event: i,
@@ -265,7 +271,7 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
                 live_at_peak_bytes: live,
                 peak_reserved_bytes: 0,
                 held_at_peak_reserved_bytes: 0,
-                by_stream_at_peak: by,
+                by_stream_at_peak: Vec::new(),
                 over_time: Vec::new(),
                 stream_names: crate::streams::StreamNames::default(),
             });
@@ -282,8 +288,30 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
     best.stream_names = stream_names;
     best.peak_reserved_bytes = peak_reserved;
     best.held_at_peak_reserved_bytes = held_at_peak_reserved;
-    let n = series.len().max(1);
-    best.over_time = (0..8).map(|k| series[(k * (n - 1)) / 7]).collect();
+    // The blocks held at the peak, by the stream that allocated them (summed exactly, then
+    // capped as a sum of byte counts is).
+    let mut by: HashMap<u64, (u64, u128)> = HashMap::new(); // stream -> (blocks, bytes)
+    for &(stream, b, held) in &log[..log_at_best] {
+        let (blocks, bytes) = by.entry(stream).or_default();
+        if held {
+            (*blocks, *bytes) = (*blocks + 1, *bytes + b as u128);
+        } else {
+            (*blocks, *bytes) = (*blocks - 1, *bytes - b as u128);
+        }
+    }
+    let mut by: Vec<(u64, u64)> = by
+        .into_iter()
+        .filter(|&(_, (blocks, _))| blocks > 0)
+        .map(|(s, (_, b))| (s, u64::try_from(b).unwrap_or(u64::MAX)))
+        .collect();
+    by.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    best.by_stream_at_peak = by;
+    // A trace read again is the same records; were it shorter, its last figure stands for the
+    // samples past its end.
+    while over_time.len() < 8 {
+        over_time.push(over_time.last().copied().unwrap_or((0, held_bytes)));
+    }
+    best.over_time = over_time;
     Ok(Some(best))
 }
 
