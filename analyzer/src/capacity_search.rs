@@ -107,17 +107,13 @@ pub fn min_capacity(
         Ok(())
     };
     // The first levels of the bisection are replayed beside `upper`, which nearly always
-    // completes: they are the probes that come next.
-    let mut first = true;
+    // completes: they are the probes that come next (no deeper than the probes left to take:
+    // the levels below would go unused).
+    let mut caps = vec![hi];
+    caps.extend(tree(lo, hi, ahead().max(1).min(max_probes)));
     loop {
         probed();
-        let mut caps = vec![hi];
-        if first {
-            // No deeper than the probes left to take: the levels below would go unused.
-            caps.extend(tree(lo, hi, ahead().max(1).min(max_probes)));
-            first = false;
-        }
-        probe_all(caps, &mut from, &mut outcome)?;
+        probe_all(std::mem::take(&mut caps), &mut from, &mut outcome)?;
         if outcome[&hi] {
             break;
         }
@@ -126,6 +122,7 @@ pub fn min_capacity(
         let Some(next) = hi.checked_add(step) else { return Ok(None) };
         hi = next;
         step = step.saturating_mul(2);
+        caps.push(hi);
     }
     while hi - lo > r && probes < max_probes {
         let caps: Vec<u64> = tree(lo, hi, ahead().max(1).min(max_probes - probes))

@@ -251,7 +251,7 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
         let first = first.replayed();
         let second = second_of(&first)?;
         let o = ExplainOptions { whatif: Some(given), ..opts.clone() };
-        return explain_from(trace, &o, result, first, second);
+        return explain_finish(trace, explain_prelude(trace, opts.growth.clone(), result, first, second)?, &o);
     }
     // Without a what-if table given, the replay under the recorded settings is the table's own
     // row (one replay fewer). What needs only that replay (the second replay, the growth, the
@@ -466,37 +466,6 @@ pub struct ExplainPrelude {
     categories: Option<crate::category::AtMoment>,
 }
 
-/// [`explain_with`] from its watches of the replay under the recorded settings: `first` over the
-/// whole run (`result`), `second` up to the peak where `first` found no OOM.
-pub fn explain_from(
-    trace: &Trace,
-    opts: &ExplainOptions<'_>,
-    result: ReplayResult,
-    first: ExplainWatch,
-    second: Option<ExplainWatch>,
-) -> Result<ExplainReport> {
-    // The what-if table (the longest part, using every core it is given) and what needs only
-    // the replay above run side by side.
-    let search = searches(trace, opts);
-    let given_whatif = reusable(opts.whatif, result.capacity_bytes, search);
-    let (computed, prelude) = rayon::join(
-        || -> Result<Option<Whatif>> {
-            match given_whatif {
-                Some(_) => Ok(None),
-                None => table_for(trace, opts, &result, search).map(Some),
-            }
-        },
-        || explain_prelude(trace, opts.growth.clone(), result.clone(), first, second),
-    );
-    let computed = computed?;
-    let w = match (given_whatif, computed.as_ref()) {
-        (Some(w), _) => w,
-        (None, Some(w)) => w,
-        (None, None) => unreachable!("the table is computed where none was given"),
-    };
-    finish(trace, prelude?, w, search)
-}
-
 /// The report of `explain` from its [`ExplainPrelude`]: the advice, from the what-if table
 /// given in `opts` where it was made at the same capacity and with the same search (else one is
 /// made).
@@ -525,8 +494,9 @@ fn table_for(trace: &Trace, opts: &ExplainOptions<'_>, result: &ReplayResult, se
     )
 }
 
-/// [`ExplainPrelude`] from the watches of the replay under the recorded settings (see
-/// [`explain_from`]); `growth`: the growth per iteration where already computed.
+/// [`ExplainPrelude`] from the watches of the replay under the recorded settings: `first` over
+/// the whole run (`result`), `second` up to the peak where `first` found no OOM; `growth`: the
+/// growth per iteration where already computed.
 pub fn explain_prelude(
     trace: &Trace,
     growth: Option<Option<Growth>>,
