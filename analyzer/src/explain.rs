@@ -354,8 +354,8 @@ pub struct ExplainWatch {
     sites: Sites,
     /// Live trace ids -> call site id, and those made before the first iteration (hashed by
     /// the engine's fast hasher: one insert per allocation).
-    callsite_of: rustc_hash::FxHashMap<u64, u32>,
-    early: rustc_hash::FxHashSet<u64>,
+    callsite_of: crate::model::ids::IdMap<u32>,
+    early: crate::model::ids::IdSet,
     at_oom: Option<Capture>,
     at_peak: Option<Capture>,
     peak_event: Option<u64>,

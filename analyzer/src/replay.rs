@@ -361,9 +361,9 @@ pub struct OomAt {
     pub moment: bool,
 }
 
-/// The live allocations of a replay: trace `id` -> address in the replay. (Fx hashing: ids
-/// are small integers, and SipHash cost more than the engine's own work per request.)
-pub type LiveMap = rustc_hash::FxHashMap<u64, u64>;
+/// The live allocations of a replay: trace `id` -> address in the replay. (Hashed as ids are
+/// everywhere, [`crate::model::ids`]: SipHash cost more than the engine's own work per request.)
+pub type LiveMap = crate::model::ids::IdMap<u64>;
 
 /// What an observer of a replay can see of the engine after each record.
 pub trait EngineView {

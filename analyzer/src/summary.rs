@@ -2,7 +2,6 @@
 //! calls, and the peaks of reserved, requested and allocated bytes with when they happened.
 
 use recorder::trace::{Event, Observed, Record, RecordedPools, EVENT_KIND_NAMES, NUM_EVENT_KINDS};
-use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 /// A peak and the moment it was first reached.
@@ -33,7 +32,7 @@ pub struct SummaryFold {
     requested: u64,
     allocated: u64,
     /// Blocks not yet completely freed: id -> (requested bytes, block bytes, free requested).
-    live: FxHashMap<u64, (u64, u64, bool)>,
+    live: crate::model::ids::IdMap<(u64, u64, bool)>,
     block_sizes_known: bool,
     any_alloc: bool,
     live_blocks: u64,

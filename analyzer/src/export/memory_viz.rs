@@ -148,7 +148,7 @@ pub fn export(trace: &Trace, out: &mut dyn Write) -> Result<MemoryVizStats> {
 struct Exporter {
     config: recorder::engine::config::AllocatorConfig,
     origin_ns: u64,
-    live: FxHashMap<u64, Live>,
+    live: crate::model::ids::IdMap<Live>,
     segments: BTreeMap<u64, Seg>,
     frames: Frames,
     annotations: Vec<(u64, String, &'static str)>,
@@ -160,7 +160,7 @@ impl Exporter {
         Exporter {
             config: header.config.clone(),
             origin_ns: header.clock_origin_unix_ns,
-            live: FxHashMap::default(),
+            live: Default::default(),
             segments: BTreeMap::new(),
             frames: Frames::default(),
             annotations: Vec::new(),
