@@ -76,10 +76,14 @@ pub struct PolicyRow {
     /// How close the search came to the boundary: 2 MiB, or coarser on long traces.
     pub min_capacity_resolution_bytes: Option<u64>,
     /// Set when this setting is the same run as an earlier row's on this trace (a split size
-    /// that no block of the trace can reach, [`AllocatorConfig::same_run_as`]): that row's
+    /// that no block of the trace can reach, or power-of-two divisions that no request does:
+    /// [`AllocatorConfig::same_run`]): that row's
     /// policy. The figures are that row's replay, made once.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub same_as: Option<String>,
+    /// Why, where [`PolicyRow::same_as`] is set.
+    #[serde(skip)]
+    pub same_because: Option<recorder::engine::config::SameRun>,
 }
 
 /// What the request stream itself needs: the bound no allocator can beat, and references.
@@ -189,6 +193,7 @@ fn row_of(
         min_capacity_bytes: min_capacity,
         min_capacity_resolution_bytes: resolution,
         same_as: None,
+        same_because: None,
     }
 }
 
@@ -266,7 +271,8 @@ fn whatif_inner<T: Send>(
         unlimited: opts.capacity.bytes.is_none(),
         ..Default::default()
     };
-    // Settings that are one run on this trace (a split size no block reaches) are replayed once:
+    // Settings that are one run on this trace (a split size no block reaches, divisions no
+    // request reaches) are replayed once:
     // each row names the row it is replayed with, and that replay observes every state of its
     // group.
     let same_as = same_runs(&list, bounds.largest_request_bytes);
@@ -391,6 +397,7 @@ fn whatif_inner<T: Send>(
             if let Some(k) = same_as[m] {
                 // The figures are the group's run; the setting is the row's own.
                 row.same_as = Some(list[k].0.name().to_string());
+                row.same_because = list[k].1.same_run(&list[m].1, bounds.largest_request_bytes);
                 row.alloc_conf = list[m].1.to_string();
                 r.alloc_conf = row.alloc_conf.clone();
             }
@@ -410,21 +417,21 @@ impl Whatif {
     /// One sentence per row that other rows are the same run as ([`PolicyRow::same_as`]): which
     /// rows, and why they cannot differ on this trace. Every output says it in these words.
     pub fn same_run_notes(&self) -> Vec<String> {
-        let mut twins: Vec<(&str, Vec<&str>)> = Vec::new();
+        let mut twins: Vec<(&str, &str, Vec<&str>)> = Vec::new();
         for r in &self.rows {
             if let Some(t) = &r.same_as {
-                match twins.iter_mut().find(|(name, _)| name == t) {
-                    Some((_, rows)) => rows.push(r.policy.name()),
-                    None => twins.push((t, vec![r.policy.name()])),
+                let why = r.same_because.map_or("", |w| w.why());
+                match twins.iter_mut().find(|(name, w, _)| name == t && *w == why) {
+                    Some((_, _, rows)) => rows.push(r.policy.name()),
+                    None => twins.push((t, why, vec![r.policy.name()])),
                 }
             }
         }
         twins
             .into_iter()
-            .map(|(twin, rows)| {
+            .map(|(twin, why, rows)| {
                 format!(
-                    "{}: the same run as {twin} on this trace (no segment reaches the split size: the largest \
-                     request is {}), replayed once.",
+                    "{}: the same run as {twin} on this trace ({why}: the largest request is {}), replayed once.",
                     rows.join(", "),
                     crate::units::fmt_bytes(self.bounds.largest_request_bytes)
                 )

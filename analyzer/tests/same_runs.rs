@@ -1,7 +1,8 @@
 //! Settings that are one run on a trace are replayed once by the what-if table
-//! (`AllocatorConfig::same_run_as`: a `max_split_size_mb` that no segment of the trace reaches).
-//! Here each such row is checked against replays of its own setting: at the table's capacity,
-//! with no limit, and at its smallest capacity and 2 MiB below it, on every shipped trace.
+//! (`AllocatorConfig::same_run`: a `max_split_size_mb` that no segment of the trace reaches, a
+//! `roundup_power2_divisions` that no request reaches). Here each such row is checked against
+//! replays of its own setting: at the table's capacity, with no limit, and at its smallest
+//! capacity and 2 MiB below it, on every shipped trace and on a trace of small requests.
 
 use analyzer::capacity_search::CAPACITY_RESOLUTION;
 use analyzer::model::Trace;
@@ -32,11 +33,84 @@ fn rows_replayed_with_another_are_what_their_own_setting_replays() {
         .filter(|p| p.extension().is_some_and(|e| e == "atrace"))
         .collect();
     traces.sort();
+    let checked: usize = traces
+        .iter()
+        .map(|path| {
+            let trace = Trace::open(path).unwrap();
+            check_rows(path, &trace, trace.default_capacity())
+        })
+        .sum();
+    println!("{checked} rows replayed with another setting's run, each checked against its own");
+    assert!(checked >= 3, "the shipped traces have rows whose split size no segment reaches");
+}
+
+/// A job of small requests (1 B to 2 KiB on two streams, freed in random order, a few kept):
+/// `roundup_power2_divisions:4` and `:8` round none of them other than the default does, so
+/// both are the recorded run. Checked with no limit, and under a limit the job runs out of
+/// (after releasing its cache and retrying), with each row's smallest capacity.
+#[test]
+fn divisions_no_request_reaches_are_the_recorded_run() {
+    use recorder::trace::{Event, Header, Pool, Record, Source, TraceWriter};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("small.atrace");
+    let mut w = TraceWriter::create(&path, &Header::new(Source::Recorded)).unwrap();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let (mut live, mut t) = (Vec::new(), 0u64);
+    let mut put = |w: &mut TraceWriter<_>, event: Event| {
+        t += 1;
+        w.write_owned(Record { time_ns: t, event }).unwrap();
+    };
+    for id in 1..=40_000u64 {
+        let requested_bytes = 1 + rnd() % 2048;
+        let stream = if rnd() % 4 == 0 { 7 } else { 0 };
+        let block_bytes = requested_bytes.div_ceil(512) * 512;
+        let event = Event::Alloc { id, addr: 0, requested_bytes, block_bytes, stream, pool: Pool::Small, callsite: 0 };
+        put(&mut w, event);
+        live.push(id);
+        while live.len() > 3000 || (live.len() > 1 && rnd() % 3 == 0) {
+            let k = (rnd() % live.len() as u64) as usize;
+            let id = live.swap_remove(k);
+            put(&mut w, Event::FreeRequested { id, addr: 0, callsite: 0 });
+            put(&mut w, Event::FreeCompleted { id, addr: 0 });
+        }
+    }
+    w.finish().unwrap();
+    let trace = Trace::open(&path).unwrap();
     let mut checked = 0;
-    for path in &traces {
-        let trace = Trace::open(path).unwrap();
-        let capacity = trace.default_capacity();
-        let w = whatif(&trace, &WhatifOptions { capacity, search_capacity: true, repeats: 1 }).unwrap();
+    for capacity in [analyzer::model::Capacity::NONE, analyzer::model::Capacity::given(5 << 20)] {
+        checked += check_rows(&path, &trace, capacity);
+        let w = whatif(&trace, &WhatifOptions { capacity, search_capacity: false, repeats: 1 }).unwrap();
+        let recorded = &w.rows[0];
+        if capacity.bytes.is_some() {
+            assert!(recorded.num_alloc_retries > 0 && recorded.reach == analyzer::outcome::Reach::RunsOutOfMemory);
+        }
+        for divisions in ["roundup_power2_divisions:4", "roundup_power2_divisions:8"] {
+            let row = w.rows.iter().find(|r| r.policy.name() == divisions).unwrap();
+            assert_eq!(row.same_as.as_deref(), Some("recorded"), "{divisions}");
+        }
+        let notes = w.same_run_notes();
+        assert!(
+            notes.iter().any(|n| n
+                .starts_with("roundup_power2_divisions:4, roundup_power2_divisions:8: the same run as recorded")
+                && n.contains("no request is large enough for the power-of-two divisions to round it")),
+            "{notes:?}"
+        );
+    }
+    assert_eq!(checked, 2 * 5, "three split sizes and two divisions, at each capacity");
+}
+
+/// Checks every row of `trace`'s what-if table at `capacity` that is replayed with another's
+/// run against replays of its own setting; returns how many there were.
+fn check_rows(path: &Path, trace: &Trace, capacity: analyzer::model::Capacity) -> usize {
+    let mut checked = 0;
+    {
+        let w = whatif(trace, &WhatifOptions { capacity, search_capacity: true, repeats: 1 }).unwrap();
         for row in w.rows.iter().filter(|r| r.same_as.is_some()) {
             let config = AllocatorConfig::parse(&row.alloc_conf).unwrap();
             let twin = w.rows.iter().find(|r| Some(r.policy.name()) == row.same_as.as_deref()).unwrap();
@@ -53,7 +127,7 @@ fn rows_replayed_with_another_are_what_their_own_setting_replays() {
                     unlimited: cap.is_none(),
                     ..Default::default()
                 };
-                replay(&trace, &o).unwrap()
+                replay(trace, &o).unwrap()
             };
             let twin_at = |cap: Option<u64>| {
                 let o = ReplayOptions {
@@ -62,7 +136,7 @@ fn rows_replayed_with_another_are_what_their_own_setting_replays() {
                     unlimited: cap.is_none(),
                     ..Default::default()
                 };
-                replay(&trace, &o).unwrap()
+                replay(trace, &o).unwrap()
             };
             // The row's figures at the table's capacity are its own setting's.
             let own_at_cap = at(capacity.bytes);
@@ -94,8 +168,7 @@ fn rows_replayed_with_another_are_what_their_own_setting_replays() {
             checked += 1;
         }
     }
-    println!("{checked} rows replayed with another setting's run, each checked against its own");
-    assert!(checked >= 3, "the shipped traces have rows whose split size no segment reaches");
+    checked
 }
 
 /// The capacity search replays several levels of its bisection at once where threads would

@@ -99,28 +99,79 @@ impl AllocatorConfig {
     }
 
     /// True when `self` and `other` serve a request stream whose largest request is
-    /// `largest_request` bytes in exactly the same way, under any capacity: they differ in
-    /// `max_split_size` (and `max_non_split_rounding`) only, neither maps expandable segments,
-    /// and no block of such a stream can reach either split size.
-    ///
-    /// From PyTorch's `CUDACachingAllocator.cpp`: `max_split_size` acts only on blocks and
-    /// requests at least that large (`should_split` and `get_free_block` compare them with it,
-    /// `release_available_cached_blocks` frees only such blocks and frees nothing without one,
-    /// `max_non_split_rounding` applies to such requests, and the oversize statistics count
-    /// them). Without expandable segments a block is a piece of one segment, and the largest
-    /// segment is the one made for the largest request (`get_allocation_size(round_size(...))`),
-    /// whatever the capacity. So where that segment is below both split sizes, no decision
-    /// differs: the two settings are one run, at every capacity.
+    /// `largest_request` bytes in exactly the same way, under any capacity
+    /// ([`AllocatorConfig::same_run`] says why).
     pub fn same_run_as(&self, other: &AllocatorConfig, largest_request: u64) -> bool {
-        let knobs_off =
-            |c: &AllocatorConfig| AllocatorConfig { max_split_size: None, max_non_split_rounding: 0, ..c.clone() };
-        if knobs_off(self) != knobs_off(other) || self.expandable_segments {
-            return false;
+        self.same_run(other, largest_request).is_some()
+    }
+
+    /// Why two different settings, `self` and `other`, serve a request stream whose largest
+    /// request is `largest_request` bytes in exactly the same way, under any capacity, if they
+    /// do (`None` for equal settings: there is nothing to explain). They may differ in two
+    /// things only, each where the stream cannot tell:
+    ///
+    /// - **`max_split_size` (and `max_non_split_rounding`)**, where neither maps expandable
+    ///   segments and no block of such a stream can reach either split size. From PyTorch's
+    ///   `CUDACachingAllocator.cpp`: `max_split_size` acts only on blocks and requests at least
+    ///   that large (`should_split` and `get_free_block` compare them with it,
+    ///   `release_available_cached_blocks` frees only such blocks and frees nothing without one,
+    ///   `max_non_split_rounding` applies to such requests, and the oversize statistics count
+    ///   them). Without expandable segments a block is a piece of one segment, and the largest
+    ///   segment is the one made for the largest request (`get_allocation_size(round_size(...))`),
+    ///   whatever the capacity.
+    /// - **`roundup_power2_divisions`**, where both round every request of at most
+    ///   `largest_request` bytes to the next multiple of 512. It is read in `round_size` alone,
+    ///   which rounds to a power-of-two division only a request above `512 * divisions` bytes
+    ///   whose interval has more than one division ([`AllocatorConfig::rounds_plainly_up_to`]).
+    ///   Every block, segment and decision follows from the rounded sizes.
+    pub fn same_run(&self, other: &AllocatorConfig, largest_request: u64) -> Option<SameRun> {
+        let knobs_off = |c: &AllocatorConfig| AllocatorConfig {
+            max_split_size: None,
+            max_non_split_rounding: 0,
+            roundup_power2_divisions: [0; ROUNDUP_INTERVALS],
+            ..c.clone()
+        };
+        if knobs_off(self) != knobs_off(other) || self == other {
+            return None;
         }
-        let largest_segment =
-            super::rounding::allocation_size(self, super::rounding::round_size(self, largest_request));
-        let below = |split: Option<u64>| split.is_none_or(|m| largest_segment < m);
-        below(self.max_split_size) && below(other.max_split_size)
+        let split_differs =
+            (self.max_split_size, self.max_non_split_rounding) != (other.max_split_size, other.max_non_split_rounding);
+        let rounding_differs = self.roundup_power2_divisions != other.roundup_power2_divisions;
+        if rounding_differs
+            && !(self.rounds_plainly_up_to(largest_request) && other.rounds_plainly_up_to(largest_request))
+        {
+            return None;
+        }
+        if split_differs {
+            // Both round the stream's requests alike here, so their largest segment is one.
+            let largest_segment =
+                super::rounding::allocation_size(self, super::rounding::round_size(self, largest_request));
+            let below = |split: Option<u64>| split.is_none_or(|m| largest_segment < m);
+            if self.expandable_segments || !(below(self.max_split_size) && below(other.max_split_size)) {
+                return None;
+            }
+        }
+        Some(match (split_differs, rounding_differs) {
+            (true, true) => SameRun::Both,
+            (true, false) => SameRun::SplitUnreached,
+            _ => SameRun::RoundedAlike,
+        })
+    }
+
+    /// True when `round_size` rounds every request of at most `largest` bytes to the next
+    /// multiple of 512 under these settings: in each interval of `roundup_power2_divisions`
+    /// that such a request can fall in, the divisions are at most 1, or no such request of the
+    /// interval is above `512 * divisions` bytes.
+    pub fn rounds_plainly_up_to(&self, largest: u64) -> bool {
+        (0..ROUNDUP_INTERVALS).all(|idx| {
+            let d = u64::from(self.roundup_power2_divisions[idx]);
+            // Interval `idx` holds the sizes whose `floor(log2)` is `idx + 20`; the first holds
+            // every smaller size too, the last every larger one.
+            let low = if idx == 0 { 1 } else { 1u64 << (idx + 20) };
+            let high = if idx == ROUNDUP_INTERVALS - 1 { u64::MAX } else { (1u64 << (idx + 21)) - 1 };
+            let top = high.min(largest);
+            d <= 1 || top < low || top <= MIN_BLOCK_SIZE.saturating_mul(d)
+        })
     }
 
     /// The first key that is no PyTorch allocator setting (PyTorch refuses such a string; the
@@ -311,6 +362,32 @@ impl AllocatorConfig {
     }
 }
 
+/// Why two settings are one run on a request stream ([`AllocatorConfig::same_run`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SameRun {
+    /// They differ in the split size, and no segment of the stream reaches it.
+    SplitUnreached,
+    /// They differ in `roundup_power2_divisions`, and both round every request to a multiple of
+    /// 512 bytes.
+    RoundedAlike,
+    /// Both of the above.
+    Both,
+}
+
+impl SameRun {
+    /// Why, in the words every output uses.
+    pub fn why(self) -> &'static str {
+        match self {
+            SameRun::SplitUnreached => "no segment reaches the split size",
+            SameRun::RoundedAlike => "no request is large enough for the power-of-two divisions to round it",
+            SameRun::Both => {
+                "no segment reaches the split size, and no request is large enough for the \
+                 power-of-two divisions to round it"
+            }
+        }
+    }
+}
+
 /// Splits on commas that are not inside `[...]`.
 pub(crate) fn split_top_level(s: &str) -> Vec<&str> {
     let mut out = Vec::new();
@@ -483,6 +560,42 @@ mod tests {
         assert!(!e.same_run_as(&cfg("expandable_segments:True,max_split_size_mb:512"), MIB));
         // Requests near 2^64 saturate: never below a split size.
         assert!(!default.same_run_as(&m512, u64::MAX));
+    }
+
+    /// `roundup_power2_divisions:N` rounds a request above `512 * N` bytes to a division of
+    /// its power-of-two interval, and below that to a multiple of 512, as the default does; the
+    /// table form applies each interval's own divisions.
+    #[test]
+    fn divisions_no_request_reaches_are_the_same_run() {
+        let cfg = |s: &str| AllocatorConfig::parse(s).unwrap();
+        let (default, r4, r8) = (cfg(""), cfg("roundup_power2_divisions:4"), cfg("roundup_power2_divisions:8"));
+        assert_eq!(default.same_run(&r4, 2048), Some(SameRun::RoundedAlike));
+        assert_eq!(r4.same_run(&r8, 2048), Some(SameRun::RoundedAlike));
+        assert_eq!(default.same_run(&r4, 2049), None);
+        assert_eq!(default.same_run(&r8, 4096), Some(SameRun::RoundedAlike));
+        assert_eq!(default.same_run(&r8, 4097), None);
+        // What the rule stands on: every request up to the bound rounds alike.
+        for bytes in (1..=4096u64).chain([2049, 3000, 4097, 5000]) {
+            let alike =
+                super::super::rounding::round_size(&default, bytes) == super::super::rounding::round_size(&r8, bytes);
+            assert!(bytes > 4096 || alike, "{bytes}");
+        }
+        // The rule is enough, not necessary: 4097 B rounds to 4608 B both ways (a division of
+        // 4 KiB in 8 is 512 B), and 8193 B is the first request that rounds otherwise.
+        assert_eq!(super::super::rounding::round_size(&r8, 4097), 4608);
+        assert_ne!(super::super::rounding::round_size(&default, 8193), super::super::rounding::round_size(&r8, 8193));
+        // Divisions only from 2 MiB up: every request below 2 MiB is rounded plainly.
+        let t = cfg("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]");
+        assert!(t.rounds_plainly_up_to(MIB) && t.rounds_plainly_up_to(2 * MIB - 1));
+        assert!(!t.rounds_plainly_up_to(1024 * MIB));
+        assert!(cfg("roundup_power2_divisions:[>:1]").rounds_plainly_up_to(u64::MAX));
+        // A split size and the divisions at once.
+        assert_eq!(
+            default.same_run(&cfg("max_split_size_mb:512,roundup_power2_divisions:4"), 2048),
+            Some(SameRun::Both)
+        );
+        // Another knob is never the same run.
+        assert_eq!(r4.same_run(&cfg("roundup_power2_divisions:4,garbage_collection_threshold:0.6"), 512), None);
     }
 
     #[test]
