@@ -1109,6 +1109,57 @@ pub fn render_stacked(d: &StackedData) -> Result<String> {
     Ok(svg)
 }
 
+/// The rectangles of one segment's row, as (start, end) offsets in the segment and a colour:
+/// adjacent blocks of one colour are one rectangle, the same picture in one element. A row
+/// with more such runs than the picture has pixels across (millions of small blocks, freed
+/// every other one) is drawn a pixel column at a time instead, each column in the colour that
+/// covers most of its bytes: at that scale nothing finer can show, and the picture stays small
+/// whatever the number of blocks. `widest` is the width of the scale in bytes.
+fn segment_runs(
+    s: &SegmentView,
+    color_of: &dyn Fn(&recorder::engine::BlockView) -> RGBColor,
+    widest: u64,
+) -> Vec<(u64, u64, RGBColor)> {
+    let mut runs: Vec<(u64, u64, RGBColor)> = Vec::new();
+    for b in &s.blocks {
+        let (start, end, color) = (b.addr - s.addr, b.addr - s.addr + b.bytes, color_of(b));
+        match runs.last_mut() {
+            Some(last) if last.2 == color && last.1 == start => last.1 = end,
+            _ => runs.push((start, end, color)),
+        }
+    }
+    let columns = WIDTH as u64;
+    if runs.len() as u64 <= 2 * columns {
+        return runs;
+    }
+    // Bytes per column, so that the columns tile the whole scale; this row spans fewer.
+    let per = widest.div_ceil(columns).max(1);
+    let mut cols: Vec<Vec<(RGBColor, u64)>> = vec![Vec::new(); s.bytes.div_ceil(per) as usize];
+    for &(start, end, color) in &runs {
+        let mut at = start;
+        while at < end {
+            let c = at / per;
+            let upto = ((c + 1) * per).min(end);
+            let col = &mut cols[c as usize];
+            match col.iter_mut().find(|(k, _)| *k == color) {
+                Some((_, bytes)) => *bytes += upto - at,
+                None => col.push((color, upto - at)),
+            }
+            at = upto;
+        }
+    }
+    let mut out: Vec<(u64, u64, RGBColor)> = Vec::new();
+    for (c, col) in cols.iter().enumerate() {
+        let Some(&(color, _)) = col.iter().max_by_key(|(_, bytes)| *bytes) else { continue };
+        let (start, end) = (c as u64 * per, ((c as u64 + 1) * per).min(s.bytes));
+        match out.last_mut() {
+            Some(last) if last.2 == color && last.1 == start => last.1 = end,
+            _ => out.push((start, end, color)),
+        }
+    }
+    out
+}
+
 /// The segment map: one row per segment, allocated and free blocks, the largest free block
 /// highlighted, and at an OOM the failed request drawn to the same scale.
 pub fn render_segments(d: &SegmentsData) -> Result<String> {
@@ -1228,19 +1279,21 @@ pub fn render_segments(d: &SegmentsData) -> Result<String> {
         let y_of = |row: usize| (n - 1 - row) as f64;
         let mut rects = Vec::new();
         let pad = 0.12;
+        let color_of = |b: &recorder::engine::BlockView| {
+            if b.allocated {
+                BLUE
+            } else if b.pending_free {
+                PURPLE
+            } else if Some(b.addr) == largest {
+                ORANGE
+            } else {
+                LIGHT
+            }
+        };
         for (r, s) in segs.iter().enumerate() {
             let y = y_of(r + extra);
-            for b in &s.blocks {
-                let (x0, x1) = ((b.addr - s.addr) as f64 / xs, (b.addr - s.addr + b.bytes) as f64 / xs);
-                let color = if b.allocated {
-                    BLUE
-                } else if b.pending_free {
-                    PURPLE
-                } else if Some(b.addr) == largest {
-                    ORANGE
-                } else {
-                    LIGHT
-                };
+            for (start, end, color) in segment_runs(s, &color_of, widest.max(1)) {
+                let (x0, x1) = (start as f64 / xs, end as f64 / xs);
                 rects.push(Rectangle::new([(x0, y + pad), (x1, y + 1.0 - pad)], color.filled()));
             }
         }
@@ -1430,4 +1483,80 @@ pub fn plot(trace: &Trace, kind: Kind, at: At, stacked: bool, x: XAxis) -> Resul
     };
     let drawn = Drawn { kind: name, svg_bytes: svg.len() as u64, events, columns };
     Ok((svg, drawn))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recorder::engine::BlockView;
+
+    fn segment(blocks: &[(u64, bool)]) -> SegmentView {
+        let mut at = 1 << 30;
+        let blocks: Vec<BlockView> = blocks
+            .iter()
+            .map(|&(bytes, allocated)| {
+                let b = BlockView {
+                    addr: at,
+                    bytes,
+                    allocated,
+                    requested_bytes: if allocated { bytes } else { 0 },
+                    pending_free: false,
+                    in_private_pool: false,
+                };
+                at += bytes;
+                b
+            })
+            .collect();
+        SegmentView {
+            addr: 1 << 30,
+            bytes: at - (1 << 30),
+            pool: recorder::trace::Pool::Large,
+            pool_id: [0, 0],
+            stream: 0,
+            is_expandable: false,
+            blocks,
+        }
+    }
+
+    fn color_of(b: &BlockView) -> RGBColor {
+        if b.allocated {
+            BLUE
+        } else {
+            LIGHT
+        }
+    }
+
+    /// Adjacent blocks of one colour are one rectangle; the runs tile the segment.
+    #[test]
+    fn blocks_of_one_colour_side_by_side_are_one_rectangle() {
+        let s = segment(&[(512, true), (512, true), (1024, false), (512, false), (2048, true)]);
+        assert_eq!(
+            segment_runs(&s, &color_of, s.bytes),
+            vec![(0, 1024, BLUE), (1024, 2560, LIGHT), (2560, 4608, BLUE)]
+        );
+        let all = segment(&vec![(512, true); 100_000]);
+        assert_eq!(segment_runs(&all, &color_of, all.bytes), vec![(0, 512 * 100_000, BLUE)]);
+    }
+
+    /// A million blocks freed every other one: a pixel column at a time, each in the colour of
+    /// most of its bytes, and the columns tile the segment.
+    #[test]
+    fn more_runs_than_pixels_are_drawn_a_column_at_a_time() {
+        // Every fourth block free: three quarters of each column allocated.
+        let s = segment(&(0..1_000_000u64).map(|k| (512, k % 4 != 0)).collect::<Vec<_>>());
+        let runs = segment_runs(&s, &color_of, s.bytes);
+        assert_eq!(runs, vec![(0, s.bytes, BLUE)]);
+        // Alternate halves of 100 KiB: blue and light columns, at most one run per column.
+        let halves: Vec<(u64, bool)> = (0..20u64)
+            .flat_map(|h| (0..200).map(move |_| (512, h % 2 == 0)))
+            .chain((0..5000).map(|k| (512, k % 2 == 0)))
+            .collect();
+        let s = segment(&halves);
+        let runs = segment_runs(&s, &color_of, s.bytes);
+        assert!(runs.len() <= WIDTH as usize, "{}", runs.len());
+        assert_eq!(runs.first().map(|r| r.0), Some(0));
+        assert_eq!(runs.last().map(|r| r.1), Some(s.bytes));
+        assert!(runs.windows(2).all(|w| w[0].1 == w[1].0 && w[0].2 != w[1].2));
+        assert!(runs.iter().any(|r| r.2 == LIGHT) && runs.iter().any(|r| r.2 == BLUE));
+    }
 }
