@@ -352,15 +352,18 @@ pub struct ExplainWatch {
     fatal_recorded: Option<u64>,
     peak_at: Option<u64>,
     sites: Sites,
-    /// Live trace ids -> call site id, and those made before the first iteration (hashed by
-    /// the engine's fast hasher: one insert per allocation).
-    callsite_of: crate::model::ids::IdMap<u32>,
+    /// Live trace ids -> call site id, and those made before the first iteration.
+    callsite_of: crate::model::ids::CallsiteOf,
     early: crate::model::ids::IdSet,
     at_oom: Option<Capture>,
     at_peak: Option<Capture>,
     peak_event: Option<u64>,
     peak_reserved: u64,
     ooms_seen: u64,
+    /// Another watch on the same replay takes the layout at [`ExplainWatch::peak_at`]: the
+    /// capture leaves it out, and [`ExplainWatch::give_layout`] hands it over after the replay,
+    /// so that a layout of millions of blocks is not held twice while the engine's state is.
+    layout_elsewhere: bool,
 }
 
 impl ExplainWatch {
@@ -378,6 +381,21 @@ impl ExplainWatch {
             peak_event: None,
             peak_reserved: 0,
             ooms_seen: 0,
+            layout_elsewhere: false,
+        }
+    }
+
+    /// Another watch on the same replay takes the layout at the peak this one takes
+    /// ([`ExplainWatch::give_layout`] hands it over).
+    pub fn layout_taken_elsewhere(mut self) -> Self {
+        self.layout_elsewhere = true;
+        self
+    }
+
+    /// The layout at the peak, taken by another watch on the same replay.
+    pub fn give_layout(&mut self, segments: Vec<recorder::engine::SegmentView>) {
+        if let Some(c) = self.at_peak.as_mut().filter(|_| self.layout_elsewhere) {
+            c.held.segments = segments;
         }
     }
 
@@ -397,13 +415,13 @@ impl ExplainWatch {
         match &r.event {
             Event::CallSite { id, frames } => self.sites.define(*id, frames),
             Event::Alloc { id, callsite, .. } => {
-                self.callsite_of.insert(*id, *callsite);
+                self.callsite_of.alloc(*id, *callsite);
                 if self.first_iteration.is_some_and(|f| i < f) {
                     self.early.insert(*id);
                 }
             }
             Event::FreeCompleted { id, .. } => {
-                self.callsite_of.remove(id);
+                self.callsite_of.free(*id);
                 self.early.remove(id);
             }
             _ => {}
@@ -427,7 +445,7 @@ impl ExplainWatch {
     }
 
     fn capture(&self, i: u64, r: &Record, view: &dyn EngineView, live: &LiveMap) -> Capture {
-        let site = |id: &u64| self.sites.of(self.callsite_of.get(id).copied().unwrap_or(0));
+        let site = |id: &u64| self.sites.of(self.callsite_of.get(*id));
         let mut from_before_iterations: HashMap<String, u64> = HashMap::new();
         for id in live.keys().filter(|id| self.early.contains(id)) {
             *from_before_iterations.entry(self.sites.sites[site(id)].label.clone()).or_default() += 1;
@@ -438,7 +456,7 @@ impl ExplainWatch {
             time_ns: r.time_ns,
             held: Held {
                 event: i,
-                segments: view.segments(),
+                segments: if self.layout_elsewhere { Vec::new() } else { view.segments() },
                 site_of_block: live.iter().map(|(id, addr)| (*addr, site(id))).collect(),
             },
         }

@@ -447,7 +447,7 @@ pub fn held_at(trace: &Trace, sites: &Sites, at: Option<u64>, events: u64) -> Re
 pub struct HeldWatch {
     at: Option<u64>,
     events: u64,
-    callsite_of: crate::model::ids::IdMap<u32>,
+    callsite_of: crate::model::ids::CallsiteOf,
     oom: OomMoment,
     held: Option<Taken>,
 }
@@ -463,10 +463,10 @@ impl HeldWatch {
     pub fn observe(&mut self, trace: &Trace, i: u64, r: &Record, view: &dyn EngineView, live: &LiveMap) {
         match &r.event {
             Event::Alloc { id, callsite, .. } => {
-                self.callsite_of.insert(*id, *callsite);
+                self.callsite_of.alloc(*id, *callsite);
             }
             Event::FreeCompleted { id, .. } => {
-                self.callsite_of.remove(id);
+                self.callsite_of.free(*id);
             }
             _ => {}
         }
@@ -474,8 +474,7 @@ impl HeldWatch {
         let oom_stop = self.oom.observe(trace, i, r, view).moment && self.at.is_none();
         let target = self.at.unwrap_or(self.events.saturating_sub(1));
         if self.held.is_none() && (i == target || oom_stop) {
-            let blocks =
-                live.iter().map(|(id, addr)| (*addr, self.callsite_of.get(id).copied().unwrap_or(0))).collect();
+            let blocks = live.iter().map(|(id, addr)| (*addr, self.callsite_of.get(*id))).collect();
             self.held = Some((i, view.segments(), blocks));
         }
     }

@@ -516,11 +516,19 @@ fn analyse_recorded(
     let at = if replay.is_oom() { At::Oom } else { At::Peak };
     let frag_watch = if replay.is_oom() { w.frag } else { w.frag.at_peak() };
     let mut seg = w.moment.moment(trace, at).map(plot::SegmentsWatch::new);
-    let mut explain_second =
-        w.explain.peak_to_take().map(|p| crate::explain::ExplainWatch::new(trace, first_iteration, Some(p)));
+    let seg_target = seg.as_ref().ok().map(|s| s.target());
+    // Where the segment map and `explain` take the layout at one moment, the map's copy
+    // serves both.
+    let mut explain_second = w.explain.peak_to_take().map(|p| {
+        let e = crate::explain::ExplainWatch::new(trace, first_iteration, Some(p));
+        if seg_target == Some(p) {
+            e.layout_taken_elsewhere()
+        } else {
+            e
+        }
+    });
     let frag_peak = frag_watch.peak_to_take();
     let mut frag_segments: Vec<recorder::engine::SegmentView> = Vec::new();
-    let seg_target = seg.as_ref().ok().map(|s| s.target());
     let stop = [seg_target, w.explain.peak_to_take(), frag_peak].into_iter().flatten().max();
     let held = w.held;
     let (leaks, second) = crate::replay::join_within(
@@ -547,6 +555,9 @@ fn analyse_recorded(
     second?;
     let (mut explained, mut frag, mut leaks_report) = (None, None, None);
     let seg = seg.and_then(|s| s.finish(trace));
+    if let (Some(e), Ok(s)) = (explain_second.as_mut(), seg.as_ref()) {
+        e.give_layout(s.segments.clone());
+    }
     keep("leaks", leaks.map(|x| leaks_report = Some(x)));
     let (ex, fr) = crate::replay::join_within(
         trace,

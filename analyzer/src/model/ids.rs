@@ -46,6 +46,35 @@ impl Hasher for IdHasher {
     }
 }
 
+/// The call site of each live allocation, by id. Call site 0 (none recorded) is not kept, so a
+/// trace without call sites keeps nothing per allocation.
+#[derive(Default, Debug, Clone)]
+pub struct CallsiteOf(IdMap<u32>);
+
+impl CallsiteOf {
+    #[inline]
+    pub fn alloc(&mut self, id: u64, callsite: u32) {
+        if callsite != 0 {
+            self.0.insert(id, callsite);
+        } else {
+            self.free(id);
+        }
+    }
+
+    #[inline]
+    pub fn free(&mut self, id: u64) {
+        if !self.0.is_empty() {
+            self.0.remove(&id);
+        }
+    }
+
+    /// The call site of live allocation `id`, 0 where none was recorded.
+    #[inline]
+    pub fn get(&self, id: u64) -> u32 {
+        self.0.get(&id).copied().unwrap_or(0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,6 +102,22 @@ mod tests {
         top.sort_unstable();
         top.dedup();
         assert_eq!(top.len(), 128);
+    }
+
+    #[test]
+    fn call_sites_of_live_allocations() {
+        let mut c = CallsiteOf::default();
+        c.alloc(1, 0);
+        assert!(c.0.is_empty(), "nothing kept for an allocation without a call site");
+        c.alloc(2, 7);
+        c.alloc(3, 0);
+        assert_eq!((c.get(1), c.get(2), c.get(3)), (0, 7, 0));
+        // An id written again (a trace that reuses one) takes its latest call site.
+        c.alloc(2, 0);
+        assert_eq!(c.get(2), 0);
+        c.alloc(4, 9);
+        c.free(4);
+        assert_eq!(c.get(4), 0);
     }
 
     #[test]
