@@ -691,12 +691,7 @@ pub fn analyze(trace: &Trace, opts: &LeaksOptions) -> Result<LeaksReport> {
 /// [`HeldWatch`] made for `opts.at_event` and the trace's events), as `report` does; `None`
 /// replays for it.
 pub fn analyze_watched(trace: &Trace, opts: &LeaksOptions, watched: Option<HeldWatch>) -> Result<LeaksReport> {
-    let path = &trace.path;
-    if let Some(e) = opts.at_event {
-        if e >= trace.events {
-            bail!("{}: event {e} is past the end (the trace has {} events)", path.display(), trace.events);
-        }
-    }
+    check_at_event(trace, opts)?;
     // The replay first: its engine is gone before the folds below keep their own live blocks.
     let watched = match watched {
         Some(w) => w,
@@ -708,23 +703,64 @@ pub fn analyze_watched(trace: &Trace, opts: &LeaksOptions, watched: Option<HeldW
             w
         }
     };
+    finish(trace, fold(trace)?, watched)
+}
+
+/// An event to analyse retention after must be in the trace.
+pub fn check_at_event(trace: &Trace, opts: &LeaksOptions) -> Result<()> {
+    match opts.at_event {
+        Some(e) if e >= trace.events => {
+            bail!("{}: event {e} is past the end (the trace has {} events)", trace.path.display(), trace.events)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// What `leaks` folds from the trace's records alone: the live allocations at the end by site,
+/// and the growth. What it kept per live allocation is let go here, so that the folds can be
+/// made before or beside the replay the retention watch rides on ([`finish`] joins the two).
+pub struct LeaksFolds {
+    events: u64,
+    live_at_end_count: u64,
+    live_at_end_bytes: u64,
+    live_at_end: Vec<SiteLive>,
+    growth: Option<Growth>,
+    growth_note: Option<String>,
+    sites: Sites,
+    damage: Option<Damage>,
+}
+
+pub fn fold(trace: &Trace) -> Result<LeaksFolds> {
     let p = pass1(trace)?;
-    let (g, growth_note) = match boundaries(&p) {
-        (Some((source, b)), _) => (Some(growth(trace, &p, source, b)?), None),
+    let (growth, growth_note) = match boundaries(&p) {
+        (Some((source, b)), _) => (Some(self::growth(trace, &p, source, b)?), None),
         (None, note) => (None, note),
     };
-    let held = watched.finish(trace, &p.sites)?;
-    let live_at_end = live_by_site(&p);
-    Ok(LeaksReport {
-        trace: path.display().to_string(),
+    Ok(LeaksFolds {
         events: p.events,
         live_at_end_count: p.live.len() as u64,
         live_at_end_bytes: p.live.values().fold(0u64, |a, v| a.saturating_add(v.1)),
-        live_at_end,
-        growth: g,
+        live_at_end: live_by_site(&p),
+        growth,
         growth_note,
-        retention: retention(&held, &p.sites),
-        input_damage: p.damage.clone(),
+        damage: p.damage.clone(),
+        sites: p.sites,
+    })
+}
+
+/// The report from the folds and the retention watch of a replay.
+pub fn finish(trace: &Trace, f: LeaksFolds, watched: HeldWatch) -> Result<LeaksReport> {
+    let held = watched.finish(trace, &f.sites)?;
+    Ok(LeaksReport {
+        trace: trace.path.display().to_string(),
+        events: f.events,
+        live_at_end_count: f.live_at_end_count,
+        live_at_end_bytes: f.live_at_end_bytes,
+        live_at_end: f.live_at_end,
+        growth: f.growth,
+        growth_note: f.growth_note,
+        retention: retention(&held, &f.sites),
+        input_damage: f.damage,
     })
 }
 

@@ -255,17 +255,20 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                 // where the table calls them there.
                 &|_, t, replay, bounds| {
                     if let Some(w) = t.watches.take() {
-                        t.found = Some(analyse_recorded(trace, w, replay, bounds, first_iteration, &leaks_opts));
+                        t.found = Some(analyse_recorded(trace, w, replay, bounds, first_iteration, &leaks_opts, None));
                     }
                 },
             )
         },
-        || -> Result<(Option<plot::TimelineData>, Option<plot::StackedData>)> {
+        || -> Result<Folded> {
             // Live bytes by call site are drawn only where the trace names call sites.
             let callsites = trace.summary.count("callsite") > 0;
             Ok((
                 plot::timeline_recorded(trace, XAxis::Time, plot::COLUMNS)?,
                 if callsites { Some(plot::stacked_data(trace, XAxis::Time, plot::COLUMNS)?) } else { None },
+                // `leaks`' folds of the records, where the table does not call the analyses of
+                // the recorded run beside its searches (which make them there).
+                (!search).then(|| crate::leaks::fold(trace)),
             ))
         },
     );
@@ -275,7 +278,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     let replay = results[0].clone();
     let drawing = tracks[0].drawing.take().expect("row 0 is the recorded configuration");
     let (beside, watches) = (tracks[0].found.take(), tracks[0].watches.take());
-    let (timeline_folded, st) = folded?;
+    let (timeline_folded, st, leaks_folds) = folded?;
     let fd = drawing.frag_track.finish(name.clone());
     let tl = match (timeline_folded, drawing.timeline) {
         (Some(tl), _) => tl,
@@ -350,7 +353,9 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         || -> Result<(Found, Result<Option<ExplainReport>>)> {
             let mut found = match (beside, watches) {
                 (Some(found), _) => found?,
-                (None, Some(w)) => analyse_recorded(trace, w, &replay, &wi.bounds, first_iteration, &leaks_opts)?,
+                (None, Some(w)) => {
+                    analyse_recorded(trace, w, &replay, &wi.bounds, first_iteration, &leaks_opts, leaks_folds)?
+                }
                 (None, None) => unreachable!("row 0 is the recorded configuration, and it is watched"),
             };
             // `explain` searches capacities exactly when the report did, so that it reuses the
@@ -492,10 +497,14 @@ struct Found {
     errors: Vec<String>,
 }
 
+/// What the report folds from the records beside the what-if table: the timeline (where the
+/// trace's own counters give it), live bytes by call site, and `leaks`' folds.
+type Folded = (Option<plot::TimelineData>, Option<plot::StackedData>, Option<Result<crate::leaks::LeaksFolds>>);
+
 /// The analyses that need only the replay under the recorded settings (`replay`, watched by
 /// `w`): one more replay up to the latest moment whose layout they take (the segment map's, and
-/// the peak's for explain and frag where the run has no OOM), then leaks, explain's findings
-/// before its advice, and frag.
+/// the peak's for explain and frag where the run has no OOM), then leaks (from `leaks_folds`
+/// where they were made beside the table), explain's findings before its advice, and frag.
 fn analyse_recorded(
     trace: &Trace,
     mut w: Watches,
@@ -503,6 +512,7 @@ fn analyse_recorded(
     bounds: &crate::whatif::Bounds,
     first_iteration: Option<u64>,
     leaks_opts: &LeaksOptions,
+    leaks_folds: Option<Result<crate::leaks::LeaksFolds>>,
 ) -> Result<Found> {
     // What the watches kept per live allocation is let go before the second replay.
     w.explain = w.explain.replayed();
@@ -533,7 +543,13 @@ fn analyse_recorded(
     let held = w.held;
     let (leaks, second) = crate::replay::join_within(
         trace,
-        || crate::leaks::analyze_watched(trace, leaks_opts, Some(held)),
+        || match leaks_folds {
+            Some(folds) => {
+                crate::leaks::check_at_event(trace, leaks_opts)?;
+                crate::leaks::finish(trace, folds?, held)
+            }
+            None => crate::leaks::analyze_watched(trace, leaks_opts, Some(held)),
+        },
         || -> Result<()> {
             let Some(stop) = stop else { return Ok(()) };
             let o = crate::replay::ReplayOptions { stop_after: Some(stop), ..Default::default() };
