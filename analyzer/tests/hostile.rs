@@ -303,19 +303,28 @@ fn outputs_past_their_bound_are_refused_with_exit_3() {
         240,
     );
     assert!(!out.exists(), "no export is left");
-    // 655,360 live allocations: report.html would pass 16 MiB. Once report.md was written
-    // before the refusal; now no file of the report is.
+    // 655,360 live allocations: the segment map drew one rectangle per block, and report.html
+    // would have passed 16 MiB (56 MB). Blocks of one colour side by side are one rectangle
+    // now: the report is written, its pictures small.
     let dir = tmp("live10-report");
+    expect(&["report", path(&fixture("live10.atrace")), "-o", path(&dir)], 0, "", 240);
+    for (file, most) in [("segments.svg", 1 << 20), ("report.html", 4 << 20)] {
+        let bytes = std::fs::metadata(dir.join(file)).unwrap().len();
+        assert!(bytes < most, "{file}: {bytes} bytes");
+    }
+    // 262,144 streams, one segment each: summary.json would pass 16 MiB (the fragmentation
+    // moment lists 40,960 segments). Once report.md was written before the refusal; no file
+    // of the report is.
+    let dir = tmp("streams8-report");
     let o = expect(
-        &["report", path(&fixture("live10.atrace")), "-o", path(&dir)],
+        &["report", path(&fixture("streams8.atrace")), "-o", path(&dir)],
         3,
-        "live10-report/report.html would be ",
+        "streams8-report/summary.json would be ",
         240,
     );
     let err = text(&o.stderr);
-    // About 86 bytes of report.html per live allocation.
     let bytes: u64 = err.split("would be ").nth(1).and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
-    assert!((50_000_000..70_000_000).contains(&bytes), "{err}");
+    assert!((16_777_217..20_000_000).contains(&bytes), "{err}");
     assert!(err.contains("more than the 16777216 a report file may hold; no file of the report was written"), "{err}");
     assert!(!dir.exists(), "no file of the report is left");
 }
