@@ -366,7 +366,7 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
     // The event at which each run starts.
     let mut run_starts: Vec<u64> = Vec::new();
     let mut allocs: Vec<Alloc> = Vec::new();
-    let mut by_id: crate::model::ids::IdMap<usize> = Default::default();
+    let mut by_id: crate::ids::IdMap<usize> = Default::default();
     let mut current: Option<Phase> = None;
     let mut marked = false;
     let mut any_frames = false;

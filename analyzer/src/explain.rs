@@ -353,8 +353,8 @@ pub struct ExplainWatch {
     peak_at: Option<u64>,
     sites: Sites,
     /// Live trace ids -> call site id, and those made before the first iteration.
-    callsite_of: crate::model::ids::CallsiteOf,
-    early: crate::model::ids::IdSet,
+    callsite_of: crate::ids::CallsiteOf,
+    early: crate::ids::IdSet,
     at_oom: Option<Capture>,
     at_peak: Option<Capture>,
     peak_event: Option<u64>,

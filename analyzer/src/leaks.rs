@@ -155,7 +155,7 @@ pub struct LeaksOptions {
 struct Pass1 {
     sites: Sites,
     /// id -> (site, requested, event, time)
-    live: crate::model::ids::IdMap<(usize, u64, u64, u64)>,
+    live: crate::ids::IdMap<(usize, u64, u64, u64)>,
     /// (event index, call site, requested bytes) per allocation, capped.
     signatures: Vec<(u64, u32, u64)>,
     iterations: IterationFold,
@@ -344,7 +344,7 @@ model); no iteration marks",
 
 /// Samples live requested bytes per site before each boundary event.
 fn growth(trace: &Trace, p: &Pass1, source: String, bounds: Vec<u64>) -> Result<Growth> {
-    let mut live: crate::model::ids::IdMap<(usize, u64)> = Default::default();
+    let mut live: crate::ids::IdMap<(usize, u64)> = Default::default();
     let mut per_site: Vec<(i64, i64)> = vec![(0, 0); p.sites.sites.len()];
     let mut samples: Vec<Vec<(i64, i64)>> = Vec::with_capacity(bounds.len());
     let mut next = 0usize;
@@ -447,7 +447,7 @@ pub fn held_at(trace: &Trace, sites: &Sites, at: Option<u64>, events: u64) -> Re
 pub struct HeldWatch {
     at: Option<u64>,
     events: u64,
-    callsite_of: crate::model::ids::CallsiteOf,
+    callsite_of: crate::ids::CallsiteOf,
     oom: OomMoment,
     held: Option<Taken>,
 }

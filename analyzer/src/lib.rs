@@ -10,6 +10,7 @@ pub mod escape;
 pub mod explain;
 pub mod export;
 pub mod frag;
+pub mod ids;
 pub mod import;
 pub mod input;
 pub mod leaks;

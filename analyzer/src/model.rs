@@ -9,7 +9,6 @@
 //! memory; above the budget a pass streams the file again, so memory stays bounded whatever
 //! the trace's size.
 
-pub mod ids;
 pub mod iterations;
 pub mod layout;
 pub mod sites;

@@ -226,7 +226,7 @@ pub fn extend(
 ) -> Result<(Trace, u64, u64)> {
     let mut prefix: Vec<Record> = Vec::new();
     let mut iteration: Vec<Record> = Vec::new();
-    let mut size_of: crate::model::ids::IdMap<u64> = Default::default();
+    let mut size_of: crate::ids::IdMap<u64> = Default::default();
     let mut max_id = 0u64;
     // Blocks the last whole iteration made and left live at its end, in order.
     let mut last_made: Vec<u64> = Vec::new();
@@ -524,7 +524,7 @@ fn iteration_sizes(trace: &Trace, bounds: &[u64], fatal: u64) -> Result<Vec<(u64
     let mut per: Vec<(u64, u64, u64)> = vec![(0, 0, 0); n];
     let mut live: i64 = 0;
     let mut at_bound: Vec<i64> = vec![0; n];
-    let mut size_of: crate::model::ids::IdMap<u64> = Default::default();
+    let mut size_of: crate::ids::IdMap<u64> = Default::default();
     let mut next = 0;
     trace.scan(|i, r| {
         while next < n && i >= bounds[next] {

@@ -194,8 +194,8 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
         return Ok(None);
     }
     let mut stream_names = crate::streams::StreamNames::default();
-    let mut size: crate::model::ids::IdMap<(u64, u64, bool)> = Default::default(); // id -> (stream, bytes, free asked)
-    let mut held: crate::model::ids::IdMap<(u64, u64)> = Default::default();
+    let mut size: crate::ids::IdMap<(u64, u64, bool)> = Default::default(); // id -> (stream, bytes, free asked)
+    let mut held: crate::ids::IdMap<(u64, u64)> = Default::default();
     let (mut held_bytes, mut live, mut reserved) = (0u64, 0u64, 0u64);
     // Held bytes when reserved memory reached its peak: what the holding cost in capacity.
     let (mut peak_reserved, mut held_at_peak_reserved) = (0u64, 0u64);

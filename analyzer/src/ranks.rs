@@ -189,7 +189,7 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
     let run = events.div_ceil(TIMELINE_POINTS as u64).max(1);
     let mut runs: Vec<(u64, u64)> = Vec::new();
     let (mut reserved, mut allocated) = (0u64, 0u64);
-    let mut live: crate::model::ids::IdMap<(u64, u32)> = Default::default();
+    let mut live: crate::ids::IdMap<(u64, u32)> = Default::default();
     let mut peak_reserved = Peak::default();
     let mut peak_allocated = Peak::default();
     let mut frag = 0.0;
@@ -240,7 +240,7 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
     let (anchor_events, iterations_from) = anchors(&iterations);
     // Pass 2: live bytes per call site at the peak of allocated bytes.
     let mut sites = Sites::default();
-    let mut live_sites: crate::model::ids::IdMap<(u64, usize)> = Default::default();
+    let mut live_sites: crate::ids::IdMap<(u64, usize)> = Default::default();
     trace.scan_chunks(|first, chunk| {
         for (k, r) in chunk.iter().enumerate() {
             if first + k as u64 > peak_allocated.event {

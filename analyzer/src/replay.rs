@@ -362,8 +362,8 @@ pub struct OomAt {
 }
 
 /// The live allocations of a replay: trace `id` -> address in the replay. (Hashed as ids are
-/// everywhere, [`crate::model::ids`]: SipHash cost more than the engine's own work per request.)
-pub type LiveMap = crate::model::ids::IdMap<u64>;
+/// everywhere, [`crate::ids`]: SipHash cost more than the engine's own work per request.)
+pub type LiveMap = crate::ids::IdMap<u64>;
 
 /// What an observer of a replay can see of the engine after each record.
 pub trait EngineView {

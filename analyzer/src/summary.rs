@@ -32,7 +32,7 @@ pub struct SummaryFold {
     requested: u64,
     allocated: u64,
     /// Blocks not yet completely freed: id -> (requested bytes, block bytes, free requested).
-    live: crate::model::ids::IdMap<(u64, u64, bool)>,
+    live: crate::ids::IdMap<(u64, u64, bool)>,
     block_sizes_known: bool,
     any_alloc: bool,
     live_blocks: u64,

@@ -517,11 +517,11 @@ fn past_caught_scratch(
 /// Computes the two bounds and the no-caching row from the request stream.
 pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
     // id -> (index into lifetimes)
-    let mut open: crate::model::ids::IdMap<usize> = Default::default();
+    let mut open: crate::ids::IdMap<usize> = Default::default();
     let mut lifetimes: Vec<(u64, u64, u64)> = Vec::new(); // (start, end, rounded bytes)
     let (mut live_req, mut peak_req) = (0u64, 0u64);
     let (mut live_rounded, mut peak_rounded) = (0u64, 0u64);
-    let mut req_of: crate::model::ids::IdMap<u64> = Default::default();
+    let mut req_of: crate::ids::IdMap<u64> = Default::default();
     let mut allocs = 0u64;
     let mut too_many = false;
     let mut peak_live_blocks = 0u64;

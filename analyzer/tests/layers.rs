@@ -370,7 +370,20 @@ fn no_import_cycle_but_the_listed_ones() {
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "source/model",
-        &["escape", "import", "input", "model", "output", "streams", "summary", "synth", "tracefile", "units", "wrap"],
+        &[
+            "escape",
+            "ids",
+            "import",
+            "input",
+            "model",
+            "output",
+            "streams",
+            "summary",
+            "synth",
+            "tracefile",
+            "units",
+            "wrap",
+        ],
     ),
     ("replay", &["progress", "replay"]),
     (

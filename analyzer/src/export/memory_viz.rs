@@ -148,7 +148,7 @@ pub fn export(trace: &Trace, out: &mut dyn Write) -> Result<MemoryVizStats> {
 struct Exporter {
     config: recorder::engine::config::AllocatorConfig,
     origin_ns: u64,
-    live: crate::model::ids::IdMap<Live>,
+    live: crate::ids::IdMap<Live>,
     segments: BTreeMap<u64, Seg>,
     frames: Frames,
     annotations: Vec<(u64, String, &'static str)>,

@@ -103,7 +103,7 @@ pub fn export(trace: &Trace, out: &mut dyn Write, opts: &PerfettoOptions) -> Res
     let mut total = Track::new(String::new(), 0, buckets);
     let mut streams: Vec<Track> = Vec::new();
     let mut stream_index: FxHashMap<u64, usize> = FxHashMap::default();
-    let mut live: crate::model::ids::IdMap<LiveBlock> = Default::default();
+    let mut live: crate::ids::IdMap<LiveBlock> = Default::default();
     let mut sizes_known = true;
     let mut instants: Vec<Value> = Vec::new();
     let mut iterations: Vec<(u64, String)> = Vec::new();

@@ -168,7 +168,7 @@ impl Sites {
 pub struct LiveBySite {
     pub sites: Sites,
     /// Each live allocation's site and requested bytes.
-    live: super::ids::IdMap<(usize, u64)>,
+    live: crate::ids::IdMap<(usize, u64)>,
     /// Live requested bytes now.
     pub current: Vec<u64>,
     /// The most live requested bytes at once.

@@ -138,7 +138,7 @@ pub fn timeline_recorded(trace: &Trace, x: XAxis, columns: usize) -> Result<Opti
     let mut tl = Timeline::new(&["allocated", "reserved", "active", "requested"], columns, Mode::Envelope);
     let (mut allocated, mut reserved, mut active, mut requested) = (0u64, 0u64, 0u64, 0u64);
     // id -> (block bytes, requested bytes, free requested)
-    let mut live: crate::model::ids::IdMap<(u64, u64, bool)> = Default::default();
+    let mut live: crate::ids::IdMap<(u64, u64, bool)> = Default::default();
     let (mut peak_r, mut peak_a) = ((0u64, 0u64), (0u64, 0u64));
     let mut ooms = Vec::new();
     let mut marks = Vec::new();
