@@ -161,6 +161,15 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    /// `map` holds exactly the entries of `reference`.
+    fn assert_holds(map: &LiveMap, reference: HashMap<u64, u32>) {
+        let mut all: Vec<_> = map.iter().collect();
+        all.sort_unstable();
+        let mut want: Vec<_> = reference.into_iter().collect();
+        want.sort_unstable();
+        assert_eq!(all, want);
+    }
+
     /// Random inserts, removes and lookups agree with a `HashMap`, through growth and with
     /// addresses that collide on their home slot.
     #[test]
@@ -183,11 +192,7 @@ mod tests {
             assert_eq!(map.remove(EMPTY), None, "the empty-slot marker is never a key");
             assert_eq!(map.len(), reference.len());
         }
-        let mut all: Vec<_> = map.iter().collect();
-        all.sort_unstable();
-        let mut want: Vec<_> = reference.into_iter().collect();
-        want.sort_unstable();
-        assert_eq!(all, want);
+        assert_holds(&map, reference);
     }
 
     /// Addresses side by side (blocks carved in turn from segments) and addresses that share
@@ -214,10 +219,6 @@ mod tests {
             assert_eq!(map.get(addrs[n / 2]), reference.get(&addrs[n / 2]).copied());
         }
         assert_eq!(map.len(), reference.len());
-        let mut all: Vec<_> = map.iter().collect();
-        all.sort_unstable();
-        let mut want: Vec<_> = reference.into_iter().collect();
-        want.sort_unstable();
-        assert_eq!(all, want);
+        assert_holds(&map, reference);
     }
 }
