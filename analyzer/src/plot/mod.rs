@@ -1120,13 +1120,14 @@ fn segment_runs(
     color_of: &dyn Fn(&recorder::engine::BlockView) -> RGBColor,
     widest: u64,
 ) -> Vec<(u64, u64, RGBColor)> {
+    // Extends the last run where it ends at `start` in the same colour, else starts one.
+    let extend = |runs: &mut Vec<(u64, u64, RGBColor)>, start: u64, end: u64, color: RGBColor| match runs.last_mut() {
+        Some(last) if last.2 == color && last.1 == start => last.1 = end,
+        _ => runs.push((start, end, color)),
+    };
     let mut runs: Vec<(u64, u64, RGBColor)> = Vec::new();
     for b in &s.blocks {
-        let (start, end, color) = (b.addr - s.addr, b.addr - s.addr + b.bytes, color_of(b));
-        match runs.last_mut() {
-            Some(last) if last.2 == color && last.1 == start => last.1 = end,
-            _ => runs.push((start, end, color)),
-        }
+        extend(&mut runs, b.addr - s.addr, b.addr - s.addr + b.bytes, color_of(b));
     }
     let columns = WIDTH as u64;
     if runs.len() as u64 <= 2 * columns {
@@ -1151,11 +1152,7 @@ fn segment_runs(
     let mut out: Vec<(u64, u64, RGBColor)> = Vec::new();
     for (c, col) in cols.iter().enumerate() {
         let Some(&(color, _)) = col.iter().max_by_key(|(_, bytes)| *bytes) else { continue };
-        let (start, end) = (c as u64 * per, ((c as u64 + 1) * per).min(s.bytes));
-        match out.last_mut() {
-            Some(last) if last.2 == color && last.1 == start => last.1 = end,
-            _ => out.push((start, end, color)),
-        }
+        extend(&mut out, c as u64 * per, ((c as u64 + 1) * per).min(s.bytes), color);
     }
     out
 }
