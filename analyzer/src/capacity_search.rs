@@ -25,6 +25,13 @@ pub const RESUME_LEVELS: u64 = 16;
 /// `None` when no capacity completes (a request near 2^64 bytes fails under any limit): that
 /// is a finding about the trace, not an error.
 ///
+/// `floor`, where given, is a capacity below which no replay can complete (the blocks live at
+/// once need more: [`crate::whatif::Bounds::held_floor_bytes`]). The bisection takes those
+/// capacities as failed without replaying them, and the floor itself is replayed first: where
+/// it completes it is the answer, to the resolution, which on a trace that keeps a segment per
+/// stream the bisection would reach only after replaying nearly the whole trace at each of some
+/// twenty capacities.
+///
 /// `ahead` levels of the bisection are replayed at once (1: one probe at a time; 2: the middle
 /// and both capacities that could come next, 3 probes; ...), for threads that would otherwise
 /// wait: the probes the bisection then takes are the ones it would have made one at a time,
@@ -36,6 +43,7 @@ pub fn min_capacity(
     config: &AllocatorConfig,
     mut from: Option<&mut crate::replay::Resumable>,
     lower: u64,
+    floor: Option<u64>,
     upper: u64,
     max_probes: u32,
     ahead: &(dyn Fn() -> u32 + Sync),
@@ -91,6 +99,10 @@ pub fn min_capacity(
     // Whether each capacity replayed so far completes (a replay at a capacity is one run, from
     // a save or not): the bisection takes its probes from here.
     let mut outcome: HashMap<u64, bool> = HashMap::new();
+    // Below the floor every capacity fails: known without a replay. (A floor above `hi`, the
+    // unlimited run's peak, would be wrong: it is then not used.)
+    let floor = floor.map(|f| f.div_ceil(r) * r).filter(|&f| f > lo && f <= hi);
+    let known_to_fail = |cap: u64| floor.is_some_and(|f| cap < f);
     let probe_all = |caps: Vec<u64>,
                      from: &mut Option<&mut crate::replay::Resumable>,
                      outcome: &mut HashMap<u64, bool>|
@@ -106,11 +118,24 @@ pub fn min_capacity(
         }
         Ok(())
     };
+    if let Some(f) = floor {
+        // The floor first, alone: where it completes, every other probe would be wasted (on a
+        // trace with a segment per stream, each a replay of millions of segments). Where it
+        // fails, it fails at the first request that needs more, which comes early: a replay
+        // resumed near the floor.
+        probe_all(vec![f], &mut from, &mut outcome)?;
+        if outcome[&f] {
+            // The floor completes and nothing below it can: the smallest capacity.
+            return Ok(Some((f, r)));
+        }
+    }
     // The first levels of the bisection are replayed beside `upper`, which nearly always
     // completes: they are the probes that come next (no deeper than the probes left to take:
     // the levels below would go unused).
     let mut caps = vec![hi];
-    caps.extend(tree(lo, hi, ahead().max(1).min(max_probes)));
+    caps.extend(tree(lo, hi, ahead().max(1).min(max_probes)).into_iter().filter(|&c| !known_to_fail(c)));
+    caps.retain(|c| !outcome.contains_key(c));
+    caps.dedup();
     loop {
         probed();
         probe_all(std::mem::take(&mut caps), &mut from, &mut outcome)?;
@@ -127,12 +152,13 @@ pub fn min_capacity(
     while hi - lo > r && probes < max_probes {
         let caps: Vec<u64> = tree(lo, hi, ahead().max(1).min(max_probes - probes))
             .into_iter()
-            .filter(|c| !outcome.contains_key(c))
+            .filter(|&c| !outcome.contains_key(&c) && !known_to_fail(c))
             .collect();
         probe_all(caps, &mut from, &mut outcome)?;
         // The bisection, one probe at a time, over the results at hand.
         while hi - lo > r && probes < max_probes {
-            let Some(&ok) = outcome.get(&mid(lo, hi)) else { break };
+            let m = mid(lo, hi);
+            let Some(ok) = outcome.get(&m).copied().or_else(|| known_to_fail(m).then_some(false)) else { break };
             probed();
             probes += 1;
             if ok {

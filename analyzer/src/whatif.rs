@@ -107,6 +107,11 @@ pub struct Bounds {
     /// The largest request of the trace, a failed one included: it decides which settings
     /// are the same run as another ([`AllocatorConfig::same_run_as`]).
     pub largest_request_bytes: u64,
+    /// No capacity below this completes the trace, under any setting: the blocks live at once
+    /// need that much in segments (`HeldFloor`). `None` where the trace records an OOM (a
+    /// replay may then go on past a failed request).
+    #[serde(skip)]
+    pub held_floor_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -370,6 +375,7 @@ fn whatif_inner<T: Send>(
                     config,
                     from.as_mut(),
                     bounds.live_requested_peak_bytes,
+                    bounds.held_floor_bytes,
                     unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
                     max_probes,
                     &ahead,
@@ -528,10 +534,12 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
     // The failed request of a recorded OOM is a request too (it has no id and is never freed).
     let mut next_oom_id = u64::MAX;
     let mut largest = 0u64;
+    let mut floor = HeldFloor::default();
     let scanned = trace.scan(|i, r| {
         if let Event::Alloc { requested_bytes, .. } | Event::Oom { requested_bytes, .. } = &r.event {
             largest = largest.max(*requested_bytes);
         }
+        floor.step(&r.event);
         let request = match &r.event {
             Event::Alloc { id, requested_bytes, .. } => Some((*id, *requested_bytes)),
             // A recorded OOM the program caught gave it nothing: not a request it held.
@@ -599,7 +607,79 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
         offline_plan_note,
         events: scanned.events,
         largest_request_bytes: largest,
+        held_floor_bytes: floor.peak(),
     })
+}
+
+/// The least a device must hold for the blocks a trace keeps live, under any setting: PyTorch
+/// serves a block from a segment of its own stream and pool (small: at most 1 MiB after
+/// rounding), and every segment, or mapped part of an expandable one, is a whole number of
+/// 2 MiB ([`SEGMENT_GRANULE`]). So at each moment reserved memory is at least, summed over the
+/// (stream, pool) pairs, the live blocks' rounded bytes rounded up to 2 MiB. A block counts
+/// from its allocation to its free request (a replay may complete the free then, never
+/// sooner); sizes take the plain 512-byte rounding, which no setting rounds below.
+///
+/// Worked example: two 512-byte blocks live on streams 1 and 2 need two small segments: 4 MiB,
+/// though 1 KiB is allocated; a 3 MiB block beside them on stream 1 adds 4 MiB (a large
+/// segment of its own): the floor is 8 MiB.
+///
+/// A replay under a capacity below the floor fails at the latest where the floor peaks, so a
+/// capacity search need not replay those capacities ([`crate::capacity_search::min_capacity`]).
+/// On a trace that gives every allocation its own stream the floor is the answer: each probe
+/// below it would have replayed the whole trace to learn that.
+#[derive(Default)]
+struct HeldFloor {
+    /// Live block: (stream, small pool, rounded bytes).
+    live: crate::ids::IdMap<(u64, bool, u64)>,
+    /// Rounded live bytes per (stream, small pool).
+    groups: std::collections::HashMap<(u64, bool), u64>,
+    held: u64,
+    peak: u64,
+    /// A recorded OOM: the floor says nothing (see [`Bounds::held_floor_bytes`]).
+    oom: bool,
+}
+
+/// The granule of segments and of expandable segments' pages: 2 MiB.
+const SEGMENT_GRANULE: u64 = 2 << 20;
+
+impl HeldFloor {
+    fn step(&mut self, e: &Event) {
+        match e {
+            Event::Alloc { id, requested_bytes, stream, .. } => {
+                let rounded = recorder::engine::round_plain(*requested_bytes);
+                let small = rounded <= recorder::engine::config::SMALL_SIZE;
+                if let Some(old) = self.live.insert(*id, (*stream, small, rounded)) {
+                    // An id used twice (a damaged trace): the first block is gone.
+                    self.change(old.0, old.1, old.2, false);
+                }
+                self.change(*stream, small, rounded, true);
+                self.peak = self.peak.max(self.held);
+            }
+            Event::FreeRequested { id, .. } | Event::FreeCompleted { id, .. } => {
+                if let Some((stream, small, rounded)) = self.live.remove(id) {
+                    self.change(stream, small, rounded, false);
+                }
+            }
+            Event::Oom { .. } => self.oom = true,
+            _ => {}
+        }
+    }
+
+    fn change(&mut self, stream: u64, small: bool, bytes: u64, add: bool) {
+        let granules = |b: u64| b.div_ceil(SEGMENT_GRANULE).saturating_mul(SEGMENT_GRANULE);
+        let group = self.groups.entry((stream, small)).or_insert(0);
+        let before = granules(*group);
+        *group = if add { group.saturating_add(bytes) } else { group.saturating_sub(bytes) };
+        let after = granules(*group);
+        self.held = self.held.saturating_sub(before).saturating_add(after);
+        if *group == 0 {
+            self.groups.remove(&(stream, small));
+        }
+    }
+
+    fn peak(&self) -> Option<u64> {
+        (!self.oom).then_some(self.peak)
+    }
 }
 
 /// Greedy by size (Pisarchyk & Lee 2020, "Efficient Memory Management for Deep Neural Net
@@ -713,6 +793,50 @@ mod tests {
             arena = arena.max(offset + size);
         }
         arena
+    }
+
+    /// The worked example of [`HeldFloor`]: 512-byte blocks on streams 1 and 2 take a small
+    /// segment each; a 3 MiB block on stream 1 takes a large one of 4 MiB at least. Freeing
+    /// the second small block (its request is enough) lowers what is held, not the peak; an
+    /// OOM record makes the floor say nothing.
+    #[test]
+    fn held_floor_counts_a_segment_per_stream_and_pool() {
+        use recorder::trace::Pool;
+        let alloc = |id, bytes, stream| Event::Alloc {
+            id,
+            addr: 0,
+            requested_bytes: bytes,
+            block_bytes: 0,
+            stream,
+            pool: Pool::Small,
+            callsite: 0,
+        };
+        let mut f = HeldFloor::default();
+        f.step(&alloc(1, 512, 1));
+        f.step(&alloc(2, 512, 2));
+        assert_eq!(f.held, 4 << 20);
+        f.step(&alloc(3, 3 << 20, 1));
+        assert_eq!(f.held, 8 << 20);
+        f.step(&Event::FreeRequested { id: 2, addr: 0, callsite: 0 });
+        f.step(&Event::FreeCompleted { id: 2, addr: 0 });
+        assert_eq!((f.held, f.peak()), (6 << 20, Some(8 << 20)));
+        // Small blocks on stream 1 count by their bytes: 2 MiB hold up to 2 MiB of them.
+        f.step(&alloc(4, 600 << 10, 1));
+        f.step(&alloc(5, 400 << 10, 1));
+        f.step(&alloc(6, 1 << 20, 1));
+        assert_eq!(f.held, 6 << 20);
+        f.step(&alloc(7, 100 << 10, 1));
+        assert_eq!(f.held, 8 << 20);
+        f.step(&Event::Oom {
+            requested_bytes: 1,
+            alloc_bytes: 2 << 20,
+            device_free_bytes: 0,
+            reserved_bytes: 0,
+            allocated_bytes: 0,
+            limit_bytes: 0,
+            stream: 1,
+        });
+        assert_eq!(f.peak(), None);
     }
 
     proptest! {

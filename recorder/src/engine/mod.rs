@@ -23,7 +23,7 @@ pub mod version;
 mod view;
 
 pub use self::core::Engine;
-pub use rounding::{allocation_size, page_size, pool_for, round_size, roundup_power2_next_division};
+pub use rounding::{allocation_size, page_size, pool_for, round_plain, round_size, roundup_power2_next_division};
 pub use stats::{Stat, StatArray, Stats};
 pub use view::{BlockView, Occupancy, SegmentView};
 
