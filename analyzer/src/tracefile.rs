@@ -1,7 +1,8 @@
 //! Opening and streaming a trace file: errors that name the file, a progress bar on a terminal,
 //! and decoding on worker threads (chunks are independent) while analyses fold records in order.
 //!
-//! Memory is bounded by a few chunks whatever the trace's size.
+//! Memory is bounded by a few chunks whatever the trace's size, and by
+//! [`RECORDS_IN_FLIGHT`] decoded records whatever the chunks' size.
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -13,7 +14,59 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, sync_channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// Decoded records that the workers of one scan may hold before the fold takes them (about
+/// 64 bytes each). Chunks of a few thousand records never reach it, so every worker keeps
+/// decoding; a writer may make chunks of up to 32 MiB, millions of records each, and there it
+/// keeps memory to about two such chunks however many cores decode.
+pub const RECORDS_IN_FLIGHT: u64 = 1 << 20;
+
+/// Records handed to the decoders and not yet folded: the reader waits while they pass
+/// [`RECORDS_IN_FLIGHT`] (one chunk is always let through, however large).
+#[derive(Default)]
+struct InFlight {
+    records: Mutex<u64>,
+    folded: Condvar,
+}
+
+impl InFlight {
+    /// Waits for room for `n` records, then counts them; false once `stop` is set.
+    fn take(&self, n: u64, stop: &AtomicBool) -> bool {
+        let Ok(mut held) = self.records.lock() else { return false };
+        while *held > 0 && held.saturating_add(n) > RECORDS_IN_FLIGHT {
+            if stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            held = match self.folded.wait_timeout(held, std::time::Duration::from_millis(50)) {
+                Ok((h, _)) => h,
+                Err(_) => return false,
+            };
+        }
+        *held = held.saturating_add(n);
+        true
+    }
+
+    fn give(&self, n: u64) {
+        if let Ok(mut held) = self.records.lock() {
+            *held = held.saturating_sub(n);
+            self.folded.notify_all();
+        }
+    }
+}
+
+/// A decoded chunk: the index of its first record, the records its head counts (taken from
+/// [`InFlight`]), and the records or why they could not be decoded.
+type Decoded = (u64, u64, Result<Vec<Record>, TraceError>);
+
+/// Gives a chunk's records back to [`InFlight`] when dropped (after its fold, or when drained).
+struct Give<'a>(&'a InFlight, u64);
+
+impl Drop for Give<'_> {
+    fn drop(&mut self) {
+        self.0.give(self.1);
+    }
+}
 
 /// What a complete scan of a trace saw, besides what the fold computed.
 #[derive(Debug, Clone)]
@@ -127,10 +180,11 @@ pub fn scan_chunks_from(
     };
     let (work_tx, work_rx) = sync_channel::<(u64, (u64, RawChunk))>(workers);
     let work_rx = Mutex::new(work_rx);
-    let (done_tx, done_rx) = sync_channel::<(u64, (u64, Result<Vec<Record>, TraceError>))>(workers);
+    let (done_tx, done_rx) = sync_channel::<(u64, Decoded)>(workers);
     let (recycle_tx, recycle_rx) = channel::<Vec<Record>>();
     let recycle_rx = Mutex::new(recycle_rx);
     let stop = AtomicBool::new(false);
+    let in_flight = InFlight::default();
     let (events, end) = std::thread::scope(|s| {
         let reader_thread = s.spawn(|| {
             let (mut seq, mut first) = (0u64, 0u64);
@@ -141,7 +195,7 @@ pub fn scan_chunks_from(
                     first = next;
                     continue;
                 }
-                if work_tx.send((seq, (first, chunk))).is_err() {
+                if !in_flight.take(chunk.count, &stop) || work_tx.send((seq, (first, chunk))).is_err() {
                     break;
                 }
                 (seq, first) = (seq + 1, next);
@@ -163,7 +217,7 @@ pub fn scan_chunks_from(
                     let mut buf = recycle_rx.lock().ok().and_then(|rx| rx.try_recv().ok()).unwrap_or_default();
                     buf.clear();
                     let result = decoder.decode(&chunk, &mut buf).map(|()| buf);
-                    if done_tx.send((seq, (first, result))).is_err() {
+                    if done_tx.send((seq, (first, chunk.count, result))).is_err() {
                         break;
                     }
                 }
@@ -171,13 +225,15 @@ pub fn scan_chunks_from(
         }
         drop(done_tx);
         // Fold in order; after the first damaged chunk, drain without folding.
-        let mut waiting: BTreeMap<u64, (u64, Result<Vec<Record>, TraceError>)> = BTreeMap::new();
+        let mut waiting: BTreeMap<u64, Decoded> = BTreeMap::new();
         let (mut next, mut events) = (0u64, 0u64);
         let mut failure: Option<TraceError> = None;
         for (seq, result) in done_rx {
             waiting.insert(seq, result);
-            while let Some((first, result)) = waiting.remove(&next) {
+            while let Some((first, records, result)) = waiting.remove(&next) {
                 next += 1;
+                // Counted out by the reader before decoding (`InFlight`): back once folded.
+                let _given = Give(&in_flight, records);
                 match result {
                     Ok(chunk) if failure.is_none() && !stop.load(Ordering::Relaxed) => {
                         let flow = fold(first, &chunk);
@@ -232,6 +288,27 @@ mod tests {
         }
         w.finish().unwrap();
         (path, offsets)
+    }
+
+    /// One chunk always passes, however large; past the budget the reader waits until the fold
+    /// gives records back (here it is told to stop instead, and gives up).
+    #[test]
+    fn records_in_flight_are_bounded() {
+        let (f, stop) = (InFlight::default(), AtomicBool::new(false));
+        assert!(f.take(3 * RECORDS_IN_FLIGHT, &stop));
+        stop.store(true, Ordering::Relaxed);
+        assert!(!f.take(1, &stop));
+        f.give(3 * RECORDS_IN_FLIGHT);
+        assert!(f.take(RECORDS_IN_FLIGHT / 2, &stop) && f.take(RECORDS_IN_FLIGHT / 2, &stop));
+        assert!(!f.take(1, &stop));
+        // A reader waiting for room goes on once the fold gives some back.
+        stop.store(false, Ordering::Relaxed);
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| f.take(RECORDS_IN_FLIGHT / 2, &stop));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            f.give(RECORDS_IN_FLIGHT / 2);
+            assert!(waiter.join().unwrap());
+        });
     }
 
     #[test]
