@@ -527,7 +527,8 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
     let mut lifetimes: Vec<(u64, u64, u64)> = Vec::new(); // (start, end, rounded bytes)
     let (mut live_req, mut peak_req) = (0u64, 0u64);
     let (mut live_rounded, mut peak_rounded) = (0u64, 0u64);
-    let mut req_of: crate::ids::IdMap<u64> = Default::default();
+    // id -> (requested bytes, stream, still counted by the floor: until its free request)
+    let mut req_of: crate::ids::IdMap<(u64, u64, bool)> = Default::default();
     let mut allocs = 0u64;
     let mut too_many = false;
     let mut peak_live_blocks = 0u64;
@@ -539,19 +540,33 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
         if let Event::Alloc { requested_bytes, .. } | Event::Oom { requested_bytes, .. } = &r.event {
             largest = largest.max(*requested_bytes);
         }
-        floor.step(&r.event);
         let request = match &r.event {
             Event::Alloc { id, requested_bytes, .. } => Some((*id, *requested_bytes)),
             // A recorded OOM the program caught gave it nothing: not a request it held.
-            Event::Oom { .. } if trace.facts.survived(i) => None,
+            Event::Oom { .. } if trace.facts.survived(i) => {
+                floor.oom = true;
+                None
+            }
             Event::Oom { requested_bytes, .. } => {
+                floor.oom = true;
                 next_oom_id -= 1;
                 Some((next_oom_id, *requested_bytes))
             }
+            Event::FreeRequested { id, .. } => {
+                if let Some((req, stream, held)) = req_of.get_mut(id) {
+                    if std::mem::take(held) {
+                        floor.free(*stream, *req);
+                    }
+                }
+                None
+            }
             Event::FreeCompleted { id, .. } => {
-                if let Some(req) = req_of.remove(id) {
+                if let Some((req, stream, held)) = req_of.remove(id) {
                     live_req = live_req.saturating_sub(req);
                     live_rounded = live_rounded.saturating_sub(round_size(config, req));
+                    if held {
+                        floor.free(stream, req);
+                    }
                 }
                 if let Some(k) = open.remove(id) {
                     lifetimes[k].1 = i;
@@ -568,7 +583,19 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
             live_rounded = live_rounded.saturating_add(rounded);
             peak_req = peak_req.max(live_req);
             peak_rounded = peak_rounded.max(live_rounded);
-            req_of.insert(id, requested_bytes);
+            let stream = match &r.event {
+                Event::Alloc { stream, .. } => Some(*stream),
+                _ => None,
+            };
+            if let Some(stream) = stream {
+                floor.alloc(stream, requested_bytes);
+            }
+            if let Some((req, stream, true)) =
+                req_of.insert(id, (requested_bytes, stream.unwrap_or(0), stream.is_some()))
+            {
+                // An id used twice (a damaged trace): the first block is gone.
+                floor.free(stream, req);
+            }
             peak_live_blocks = peak_live_blocks.max(req_of.len() as u64);
             if lifetimes.len() < OFFLINE_PLAN_MAX_ALLOCS {
                 open.insert(id, lifetimes.len());
@@ -629,10 +656,10 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
 /// below it would have replayed the whole trace to learn that.
 #[derive(Default)]
 struct HeldFloor {
-    /// Live block: (stream, small pool, rounded bytes).
-    live: crate::ids::IdMap<(u64, bool, u64)>,
-    /// Rounded live bytes per (stream, small pool).
-    groups: std::collections::HashMap<(u64, bool), u64>,
+    /// Rounded live bytes per (stream, small pool), but for the group last changed.
+    groups: rustc_hash::FxHashMap<(u64, bool), u64>,
+    /// The group last changed, kept out of the map: the next event is nearly always on it.
+    last: Option<((u64, bool), u64)>,
     held: u64,
     peak: u64,
     /// A recorded OOM: the floor says nothing (see [`Bounds::held_floor_bytes`]).
@@ -643,38 +670,34 @@ struct HeldFloor {
 const SEGMENT_GRANULE: u64 = 2 << 20;
 
 impl HeldFloor {
-    fn step(&mut self, e: &Event) {
-        match e {
-            Event::Alloc { id, requested_bytes, stream, .. } => {
-                let rounded = recorder::engine::round_plain(*requested_bytes);
-                let small = rounded <= recorder::engine::config::SMALL_SIZE;
-                if let Some(old) = self.live.insert(*id, (*stream, small, rounded)) {
-                    // An id used twice (a damaged trace): the first block is gone.
-                    self.change(old.0, old.1, old.2, false);
-                }
-                self.change(*stream, small, rounded, true);
-                self.peak = self.peak.max(self.held);
-            }
-            Event::FreeRequested { id, .. } | Event::FreeCompleted { id, .. } => {
-                if let Some((stream, small, rounded)) = self.live.remove(id) {
-                    self.change(stream, small, rounded, false);
-                }
-            }
-            Event::Oom { .. } => self.oom = true,
-            _ => {}
-        }
+    /// A block of `requested` bytes allocated on `stream`.
+    fn alloc(&mut self, stream: u64, requested: u64) {
+        self.change(stream, requested, true);
+        self.peak = self.peak.max(self.held);
     }
 
-    fn change(&mut self, stream: u64, small: bool, bytes: u64, add: bool) {
+    /// Its free request (or its completion, where no request came first).
+    fn free(&mut self, stream: u64, requested: u64) {
+        self.change(stream, requested, false);
+    }
+
+    fn change(&mut self, stream: u64, requested: u64, add: bool) {
+        let bytes = recorder::engine::round_plain(requested);
+        let key = (stream, bytes <= recorder::engine::config::SMALL_SIZE);
         let granules = |b: u64| b.div_ceil(SEGMENT_GRANULE).saturating_mul(SEGMENT_GRANULE);
-        let group = self.groups.entry((stream, small)).or_insert(0);
-        let before = granules(*group);
-        *group = if add { group.saturating_add(bytes) } else { group.saturating_sub(bytes) };
-        let after = granules(*group);
-        self.held = self.held.saturating_sub(before).saturating_add(after);
-        if *group == 0 {
-            self.groups.remove(&(stream, small));
-        }
+        let group = match self.last.take() {
+            Some((k, b)) if k == key => b,
+            other => {
+                // Back into the map (an empty group leaves it), and this one out of it.
+                if let Some((k, b)) = other.filter(|&(_, b)| b > 0) {
+                    self.groups.insert(k, b);
+                }
+                self.groups.remove(&key).unwrap_or(0)
+            }
+        };
+        let changed = if add { group.saturating_add(bytes) } else { group.saturating_sub(bytes) };
+        self.held = self.held.saturating_sub(granules(group)).saturating_add(granules(changed));
+        self.last = Some((key, changed));
     }
 
     fn peak(&self) -> Option<u64> {
@@ -797,37 +820,67 @@ mod tests {
 
     /// The worked example of [`HeldFloor`]: 512-byte blocks on streams 1 and 2 take a small
     /// segment each; a 3 MiB block on stream 1 takes a large one of 4 MiB at least. Freeing
-    /// the second small block (its request is enough) lowers what is held, not the peak; an
-    /// OOM record makes the floor say nothing.
+    /// the second small block lowers what is held, not the peak; an OOM makes the floor say
+    /// nothing.
     #[test]
     fn held_floor_counts_a_segment_per_stream_and_pool() {
-        use recorder::trace::Pool;
-        let alloc = |id, bytes, stream| Event::Alloc {
+        let mut f = HeldFloor::default();
+        f.alloc(1, 512);
+        f.alloc(2, 512);
+        assert_eq!(f.held, 4 << 20);
+        f.alloc(1, 3 << 20);
+        assert_eq!(f.held, 8 << 20);
+        f.free(2, 512);
+        assert_eq!((f.held, f.peak()), (6 << 20, Some(8 << 20)));
+        // Small blocks on stream 1 count by their bytes: 2 MiB hold up to 2 MiB of them.
+        f.alloc(1, 600 << 10);
+        f.alloc(1, 400 << 10);
+        f.alloc(1, 1 << 20);
+        assert_eq!(f.held, 6 << 20);
+        f.alloc(1, 100 << 10);
+        assert_eq!(f.held, 8 << 20);
+        f.oom = true;
+        assert_eq!(f.peak(), None);
+    }
+
+    /// `bounds` counts a block from its allocation to its free request, and no floor where the
+    /// trace records an OOM.
+    #[test]
+    fn bounds_hold_the_floor_until_the_free_request() {
+        use recorder::trace::{Header, Pool, Source, TraceWriter};
+        let write = |events: Vec<Event>| {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("t.atrace");
+            let mut w = TraceWriter::create(&path, &Header::new(Source::Recorded)).unwrap();
+            for (i, event) in events.into_iter().enumerate() {
+                w.write(&Record { time_ns: i as u64, event }).unwrap();
+            }
+            w.finish().unwrap();
+            let trace = Trace::open(&path).unwrap();
+            bounds(&trace, &trace.header.config).unwrap().held_floor_bytes
+        };
+        let alloc = |id, stream| Event::Alloc {
             id,
             addr: 0,
-            requested_bytes: bytes,
+            requested_bytes: 512,
             block_bytes: 0,
             stream,
             pool: Pool::Small,
             callsite: 0,
         };
-        let mut f = HeldFloor::default();
-        f.step(&alloc(1, 512, 1));
-        f.step(&alloc(2, 512, 2));
-        assert_eq!(f.held, 4 << 20);
-        f.step(&alloc(3, 3 << 20, 1));
-        assert_eq!(f.held, 8 << 20);
-        f.step(&Event::FreeRequested { id: 2, addr: 0, callsite: 0 });
-        f.step(&Event::FreeCompleted { id: 2, addr: 0 });
-        assert_eq!((f.held, f.peak()), (6 << 20, Some(8 << 20)));
-        // Small blocks on stream 1 count by their bytes: 2 MiB hold up to 2 MiB of them.
-        f.step(&alloc(4, 600 << 10, 1));
-        f.step(&alloc(5, 400 << 10, 1));
-        f.step(&alloc(6, 1 << 20, 1));
-        assert_eq!(f.held, 6 << 20);
-        f.step(&alloc(7, 100 << 10, 1));
-        assert_eq!(f.held, 8 << 20);
-        f.step(&Event::Oom {
+        // Block 1's free is requested before block 2 on another stream: one segment at a time,
+        // though its completion comes later.
+        let freed_first = vec![
+            alloc(1, 1),
+            Event::FreeRequested { id: 1, addr: 0, callsite: 0 },
+            alloc(2, 2),
+            Event::FreeCompleted { id: 1, addr: 0 },
+        ];
+        assert_eq!(write(freed_first.clone()), Some(2 << 20));
+        let mut both = freed_first;
+        both.swap(1, 2);
+        assert_eq!(write(both.clone()), Some(4 << 20));
+        both.push(Event::Oom {
             requested_bytes: 1,
             alloc_bytes: 2 << 20,
             device_free_bytes: 0,
@@ -836,7 +889,7 @@ mod tests {
             limit_bytes: 0,
             stream: 1,
         });
-        assert_eq!(f.peak(), None);
+        assert_eq!(write(both), None);
     }
 
     proptest! {
