@@ -4,7 +4,7 @@
 # were over a bound on this host (carry/x10-*.atrace, made by the hostile test's ten_times), each
 # command once, wall clock and peak resident memory; then one round of the large real trace's
 # ratios at 2 and 16 threads (bench_overlap_rounds.sh's measure). Log:
-# scripts/gpu/results/bench_floor_h100.log.
+# scripts/gpu/results/bench_floor_h200.log (the run that made it was lent an H200 host, 16 cores).
 set -u
 cd "$(dirname "$0")/../.."
 nproc
