@@ -101,7 +101,7 @@ pub fn min_capacity(
     let mut outcome: HashMap<u64, bool> = HashMap::new();
     // Below the floor every capacity fails: known without a replay. (A floor above `hi`, the
     // unlimited run's peak, would be wrong: it is then not used.)
-    let floor = floor.map(|f| f.div_ceil(r) * r).filter(|&f| f > lo && f <= hi);
+    let floor = floor.map(|f| f.div_ceil(r).saturating_mul(r)).filter(|&f| f > lo && f <= hi);
     let known_to_fail = |cap: u64| floor.is_some_and(|f| cap < f);
     let probe_all = |caps: Vec<u64>,
                      from: &mut Option<&mut crate::replay::Resumable>,
