@@ -97,10 +97,14 @@ fn sites(trace: &Trace) -> Result<SiteFigures> {
     Ok(SiteFigures { by_label, has_callsites: f.has_callsites })
 }
 
-fn side(trace: &Trace, has_callsites: bool) -> Result<Side> {
+/// One trace's side: its call sites' figures (a fold) and its replay, side by side where two
+/// replays of it fit in memory together ([`crate::replay::join_within`]).
+fn side(trace: &Trace) -> Result<(SiteFigures, Side)> {
+    let (sites, r) = crate::replay::join_within(trace, || sites(trace), || replay(trace, &ReplayOptions::default()));
+    let (sites, r) = (sites?, r?);
     let s = &trace.summary;
-    let r = replay(trace, &ReplayOptions::default())?;
-    Ok(Side {
+    let has_callsites = sites.has_callsites;
+    let side = Side {
         trace: trace.name(),
         alloc_conf: trace.header.alloc_conf.clone(),
         capacity_bytes: trace.stated_capacity().unwrap_or(0),
@@ -114,7 +118,8 @@ fn side(trace: &Trace, has_callsites: bool) -> Result<Side> {
         replayed_outcome: r.outcome_kind(),
         replayed_oom_event: r.oom_event(),
         has_callsites,
-    })
+    };
+    Ok((sites, side))
 }
 
 fn d(a: u64, b: u64) -> i64 {
@@ -123,8 +128,11 @@ fn d(a: u64, b: u64) -> i64 {
 
 /// Compares the traces at `a` and `b`.
 pub fn diff(a: &Trace, b: &Trace) -> Result<Diff> {
-    let (sa, sb) = (sites(a)?, sites(b)?);
-    let (a, b) = (side(a, sa.has_callsites)?, side(b, sb.has_callsites)?);
+    // The two sides at once where four replays of each fit in memory together (each side makes
+    // a replay and a fold beside it); else one after the other.
+    let at_once = crate::replay::concurrent_replays(a) >= 4 && crate::replay::concurrent_replays(b) >= 4;
+    let (sa, sb) = if at_once { rayon::join(|| side(a), || side(b)) } else { (side(a), side(b)) };
+    let ((sa, a), (sb, b)) = (sa?, sb?);
     let mut labels: Vec<&String> = sa.by_label.keys().chain(sb.by_label.keys()).collect();
     labels.sort();
     labels.dedup();
