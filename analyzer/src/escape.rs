@@ -380,6 +380,15 @@ impl<W: std::io::Write> TerminalWriter<W> {
         let mut start = 0;
         let mut i = 0;
         while i < buf.len() {
+            // Nearly every byte passes as it is: skip to the next one that may not, in a tight
+            // loop (a dump writes gigabytes through here).
+            match buf[i..].iter().position(|&b| matches!(b, 0..=0x08 | 0x0b..=0x1f | 0x7f | 0xc2 | 0xe2)) {
+                Some(k) => i += k,
+                None => {
+                    i = buf.len();
+                    break;
+                }
+            }
             let b = buf[i];
             let (len, escape): (usize, Option<String>) = match b {
                 b'\n' | b'\t' => (1, None),
