@@ -2,7 +2,8 @@
 //! and decoding on worker threads (chunks are independent) while analyses fold records in order.
 //!
 //! Memory is bounded by a few chunks whatever the trace's size, and by
-//! [`RECORDS_IN_FLIGHT`] decoded records whatever the chunks' size.
+//! [`RECORDS_IN_FLIGHT`] decoded records or two chunks, whichever is more, whatever the chunks'
+//! size.
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -19,22 +20,25 @@ use std::sync::{Arc, Condvar, Mutex};
 /// Decoded records that the workers of one scan may hold before the fold takes them (about
 /// 64 bytes each). Chunks of a few thousand records never reach it, so every worker keeps
 /// decoding; a writer may make chunks of up to 32 MiB, millions of records each, and there it
-/// keeps memory to about two such chunks however many cores decode.
+/// keeps memory to two such chunks (one decoded while the fold takes the other) however many
+/// cores decode.
 pub const RECORDS_IN_FLIGHT: u64 = 1 << 20;
 
-/// Records handed to the decoders and not yet folded: the reader waits while they pass
-/// [`RECORDS_IN_FLIGHT`] (one chunk is always let through, however large).
+/// Records (and chunks) handed to the decoders and not yet folded: the reader waits while the
+/// records pass [`RECORDS_IN_FLIGHT`], but two chunks are always let through, however large, so
+/// that one is decoded while the fold takes the other.
 #[derive(Default)]
 struct InFlight {
-    records: Mutex<u64>,
+    /// (records, chunks)
+    held: Mutex<(u64, u64)>,
     folded: Condvar,
 }
 
 impl InFlight {
-    /// Waits for room for `n` records, then counts them; false once `stop` is set.
+    /// Waits for room for a chunk of `n` records, then counts it; false once `stop` is set.
     fn take(&self, n: u64, stop: &AtomicBool) -> bool {
-        let Ok(mut held) = self.records.lock() else { return false };
-        while *held > 0 && held.saturating_add(n) > RECORDS_IN_FLIGHT {
+        let Ok(mut held) = self.held.lock() else { return false };
+        while held.1 >= 2 && held.0.saturating_add(n) > RECORDS_IN_FLIGHT {
             if stop.load(Ordering::Relaxed) {
                 return false;
             }
@@ -43,13 +47,14 @@ impl InFlight {
                 Err(_) => return false,
             };
         }
-        *held = held.saturating_add(n);
+        *held = (held.0.saturating_add(n), held.1 + 1);
         true
     }
 
+    /// A chunk of `n` records folded (or drained).
     fn give(&self, n: u64) {
-        if let Ok(mut held) = self.records.lock() {
-            *held = held.saturating_sub(n);
+        if let Ok(mut held) = self.held.lock() {
+            *held = (held.0.saturating_sub(n), held.1.saturating_sub(1));
             self.folded.notify_all();
         }
     }
@@ -290,23 +295,28 @@ mod tests {
         (path, offsets)
     }
 
-    /// One chunk always passes, however large; past the budget the reader waits until the fold
-    /// gives records back (here it is told to stop instead, and gives up).
+    /// Two chunks always pass, however large (one decoded while the other is folded); past the
+    /// budget the reader waits until the fold gives records back (here it is told to stop
+    /// instead, and gives up).
     #[test]
     fn records_in_flight_are_bounded() {
         let (f, stop) = (InFlight::default(), AtomicBool::new(false));
-        assert!(f.take(3 * RECORDS_IN_FLIGHT, &stop));
+        assert!(f.take(3 * RECORDS_IN_FLIGHT, &stop) && f.take(3 * RECORDS_IN_FLIGHT, &stop));
         stop.store(true, Ordering::Relaxed);
         assert!(!f.take(1, &stop));
         f.give(3 * RECORDS_IN_FLIGHT);
-        assert!(f.take(RECORDS_IN_FLIGHT / 2, &stop) && f.take(RECORDS_IN_FLIGHT / 2, &stop));
+        f.give(3 * RECORDS_IN_FLIGHT);
+        // Small chunks pass until their records reach the budget.
+        for _ in 0..4 {
+            assert!(f.take(RECORDS_IN_FLIGHT / 4, &stop));
+        }
         assert!(!f.take(1, &stop));
         // A reader waiting for room goes on once the fold gives some back.
         stop.store(false, Ordering::Relaxed);
         std::thread::scope(|s| {
-            let waiter = s.spawn(|| f.take(RECORDS_IN_FLIGHT / 2, &stop));
+            let waiter = s.spawn(|| f.take(RECORDS_IN_FLIGHT / 4, &stop));
             std::thread::sleep(std::time::Duration::from_millis(20));
-            f.give(RECORDS_IN_FLIGHT / 2);
+            f.give(RECORDS_IN_FLIGHT / 4);
             assert!(waiter.join().unwrap());
         });
     }
