@@ -19,7 +19,7 @@ use anyhow::Result;
 use rayon::prelude::*;
 use recorder::engine::config::AllocatorConfig;
 use recorder::engine::round_size;
-use recorder::trace::{Event, Record};
+use recorder::trace::{Event, Pool, Record};
 use serde::Serialize;
 
 use crate::capacity_search::{min_capacity, CAPACITY_RESOLUTION, LONG_TRACE_EVENTS, LONG_TRACE_PROBES, RESUME_LEVELS};
@@ -540,8 +540,9 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
         if let Event::Alloc { requested_bytes, .. } | Event::Oom { requested_bytes, .. } = &r.event {
             largest = largest.max(*requested_bytes);
         }
+        // (id, bytes, the stream of a block the program got)
         let request = match &r.event {
-            Event::Alloc { id, requested_bytes, .. } => Some((*id, *requested_bytes)),
+            Event::Alloc { id, requested_bytes, stream, .. } => Some((*id, *requested_bytes, Some(*stream))),
             // A recorded OOM the program caught gave it nothing: not a request it held.
             Event::Oom { .. } if trace.facts.survived(i) => {
                 floor.oom = true;
@@ -550,7 +551,7 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
             Event::Oom { requested_bytes, .. } => {
                 floor.oom = true;
                 next_oom_id -= 1;
-                Some((next_oom_id, *requested_bytes))
+                Some((next_oom_id, *requested_bytes, None))
             }
             Event::FreeRequested { id, .. } => {
                 if let Some((req, stream, held)) = req_of.get_mut(id) {
@@ -575,7 +576,7 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
             }
             _ => None,
         };
-        if let Some((id, requested_bytes)) = request {
+        if let Some((id, requested_bytes, stream)) = request {
             let rounded = round_size(config, requested_bytes);
             allocs += 1;
             // Saturating: a hostile request near 2^64 must not wrap the sums.
@@ -583,10 +584,6 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
             live_rounded = live_rounded.saturating_add(rounded);
             peak_req = peak_req.max(live_req);
             peak_rounded = peak_rounded.max(live_rounded);
-            let stream = match &r.event {
-                Event::Alloc { stream, .. } => Some(*stream),
-                _ => None,
-            };
             if let Some(stream) = stream {
                 floor.alloc(stream, requested_bytes);
             }
@@ -656,18 +653,20 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
 /// below it would have replayed the whole trace to learn that.
 #[derive(Default)]
 struct HeldFloor {
-    /// Rounded live bytes per (stream, small pool), but for the group last changed.
-    groups: rustc_hash::FxHashMap<(u64, bool), u64>,
+    /// Rounded live bytes per (stream, pool), but for the group last changed.
+    groups: rustc_hash::FxHashMap<(u64, Pool), u64>,
     /// The group last changed, kept out of the map: the next event is nearly always on it.
-    last: Option<((u64, bool), u64)>,
+    last: Option<((u64, Pool), u64)>,
     held: u64,
     peak: u64,
     /// A recorded OOM: the floor says nothing (see [`Bounds::held_floor_bytes`]).
     oom: bool,
 }
 
-/// The granule of segments and of expandable segments' pages: 2 MiB.
-const SEGMENT_GRANULE: u64 = 2 << 20;
+/// The granule of segments and of expandable segments' pages: small segments are
+/// `SMALL_BUFFER`, large ones a multiple of `ROUND_LARGE`, pages one of those or
+/// `large_segment_size` (a multiple of 2 MiB): all whole multiples of this one.
+const SEGMENT_GRANULE: u64 = recorder::engine::config::ROUND_LARGE;
 
 impl HeldFloor {
     /// A block of `requested` bytes allocated on `stream`.
@@ -683,7 +682,7 @@ impl HeldFloor {
 
     fn change(&mut self, stream: u64, requested: u64, add: bool) {
         let bytes = recorder::engine::round_plain(requested);
-        let key = (stream, bytes <= recorder::engine::config::SMALL_SIZE);
+        let key = (stream, recorder::engine::pool_for(bytes));
         let granules = |b: u64| b.div_ceil(SEGMENT_GRANULE).saturating_mul(SEGMENT_GRANULE);
         let group = match self.last.take() {
             Some((k, b)) if k == key => b,
