@@ -16,8 +16,9 @@
 //! first position where the pattern repeats.
 //!
 //! Retention: a segment can go back to the device only when every block in it is free. A graph
-//! call site -> live block -> segment (petgraph) answers which blocks pin which segments, and
-//! what `empty_cache()` would free now, and if a call site released its blocks.
+//! call site -> segment (petgraph), whose edges carry the site's live blocks in the segment,
+//! answers which blocks pin which segments, and what `empty_cache()` would free now, and if a
+//! call site released its blocks.
 //!
 //! Memory: live allocations, call sites, one sample of per-site live bytes per iteration, and
 //! (for the period search only) one signature per allocation, at most [`MAX_SIGNATURES`].
@@ -510,23 +511,48 @@ const PINNING_BLOCKS: usize = 20;
 
 #[derive(Debug, Clone)]
 enum Node {
-    Site(usize),
-    Block { bytes: u64, requested: u64 },
-    Segment { addr: u64, bytes: u64 },
+    Site,
+    Segment { bytes: u64 },
 }
 
-/// Which live blocks pin which segments, from the graph site -> block -> segment.
+/// An edge site -> segment: the live blocks of that site in that segment.
+#[derive(Debug, Clone, Copy, Default)]
+struct Holds {
+    blocks: u64,
+    bytes: u64,
+}
+
+/// Which live blocks pin which segments, from the graph call site -> segment, whose edges carry
+/// the site's live blocks in the segment. A segment is pinned by a site when that site is its
+/// only incoming edge. Walks each live block once: a layout of millions of blocks costs one
+/// edge per (site, segment) pair, not a node per block.
 pub fn retention(held: &Held, sites: &Sites) -> Retention {
-    let mut g: DiGraph<Node, ()> = DiGraph::new();
+    let mut g: DiGraph<Node, Holds> = DiGraph::new();
     let mut site_nodes: BTreeMap<usize, NodeIndex> = BTreeMap::new();
-    let mut seg_nodes: Vec<NodeIndex> = Vec::new();
     let mut unattributed_pending = 0u64;
+    // The most striking blocks first: a block alone in a big segment, small blocks before large
+    // ones (then by segment address, then by a block's place in the walk below). Only the first
+    // `PINNING_BLOCKS` are kept as the layout is walked: a layout of millions of live blocks
+    // costs no more than that list.
+    type Key = (std::cmp::Reverse<bool>, std::cmp::Reverse<u64>, u64, usize);
+    // (key, site, block bytes, requested bytes, segment address, segment bytes)
+    let mut top: std::collections::BinaryHeap<(Key, usize, u64, u64, u64, u64)> = std::collections::BinaryHeap::new();
+    let mut order = 0usize;
+    let mut empty_cache_now_bytes = 0u64;
+    // This segment's edges, by site (most segments hold blocks of one or a few sites).
+    let mut edges: Vec<(usize, Holds)> = Vec::new();
     // A private pool's segments stay while its graph or MemPool lives, whatever their blocks:
     // neither `empty_cache()` nor freeing those blocks gives them back.
     for s in held.segments.iter().filter(|s| !s.kept_by_private_pool()) {
-        let sn = g.add_node(Node::Segment { addr: s.addr, bytes: s.bytes });
-        seg_nodes.push(sn);
-        for b in s.blocks.iter().filter(|b| b.allocated || b.pending_free) {
+        let sn = g.add_node(Node::Segment { bytes: s.bytes });
+        let in_seg = s.blocks.iter().filter(|b| b.allocated || b.pending_free).count();
+        if in_seg == 0 {
+            empty_cache_now_bytes += s.bytes;
+            continue;
+        }
+        edges.clear();
+        // The blocks from the segment's end to its start, the order the walk has always had.
+        for b in s.blocks.iter().rev().filter(|b| b.allocated || b.pending_free) {
             let site = match held.site_of_block.get(&b.addr) {
                 Some(&site) => site,
                 None => {
@@ -534,56 +560,58 @@ pub fn retention(held: &Held, sites: &Sites) -> Retention {
                     0
                 }
             };
-            let bn = g.add_node(Node::Block { bytes: b.bytes, requested: b.requested_bytes });
-            let site_node = *site_nodes.entry(site).or_insert_with(|| g.add_node(Node::Site(site)));
-            g.add_edge(site_node, bn, ());
-            g.add_edge(bn, sn, ());
+            match edges.iter_mut().find(|(s, _)| *s == site) {
+                Some((_, h)) => {
+                    h.blocks += 1;
+                    h.bytes += b.bytes;
+                }
+                None => edges.push((site, Holds { blocks: 1, bytes: b.bytes })),
+            }
+            let key =
+                (std::cmp::Reverse(in_seg == 1), std::cmp::Reverse(s.bytes.saturating_sub(b.bytes)), s.addr, order);
+            order += 1;
+            let entry = (key, site, b.bytes, b.requested_bytes, s.addr, s.bytes);
+            if top.len() < PINNING_BLOCKS {
+                top.push(entry);
+            } else if top.peek().is_some_and(|t| key < t.0) {
+                top.pop();
+                top.push(entry);
+            }
+        }
+        // Edges are made in the order of each site's first block in the layout.
+        edges.reverse();
+        for &(site, h) in &edges {
+            let site_node = *site_nodes.entry(site).or_insert_with(|| g.add_node(Node::Site));
+            g.add_edge(site_node, sn, h);
         }
     }
-    let site_of_block = |g: &DiGraph<Node, ()>, bn: NodeIndex| -> usize {
-        g.neighbors_directed(bn, Direction::Incoming)
-            .find_map(|n| match g[n] {
-                Node::Site(s) => Some(s),
-                _ => None,
-            })
-            .unwrap_or(0)
+    let seg_bytes = |sn: NodeIndex| match g[sn] {
+        Node::Segment { bytes } => bytes,
+        Node::Site => 0,
     };
-    let seg_bytes = |g: &DiGraph<Node, ()>, sn: NodeIndex| match g[sn] {
-        Node::Segment { bytes, .. } => bytes,
-        _ => 0,
-    };
-    let empty_cache_now_bytes: u64 = seg_nodes
-        .iter()
-        .filter(|&&sn| g.neighbors_directed(sn, Direction::Incoming).next().is_none())
-        .map(|&sn| seg_bytes(&g, sn))
-        .sum();
     let mut site_pins: Vec<SitePin> = site_nodes
         .iter()
         .map(|(&site, &node)| {
-            let blocks: Vec<NodeIndex> = g.neighbors_directed(node, Direction::Outgoing).collect();
-            let block_bytes = blocks
-                .iter()
-                .map(|&b| match g[b] {
-                    Node::Block { bytes, .. } => bytes,
-                    _ => 0,
-                })
-                .sum();
-            let mut segs: Vec<NodeIndex> =
-                blocks.iter().flat_map(|&b| g.neighbors_directed(b, Direction::Outgoing)).collect();
-            segs.sort();
-            segs.dedup();
-            let pinned: Vec<NodeIndex> = segs
-                .iter()
-                .copied()
-                .filter(|&sn| g.neighbors_directed(sn, Direction::Incoming).all(|b| site_of_block(&g, b) == site))
-                .collect();
-            let pinned_bytes: u64 = pinned.iter().map(|&sn| seg_bytes(&g, sn)).sum();
+            let (mut blocks, mut block_bytes, mut touched, mut pinned, mut pinned_bytes) =
+                (0u64, 0u64, 0u64, 0u64, 0u64);
+            for e in g.edges_directed(node, Direction::Outgoing) {
+                let sn = petgraph::visit::EdgeRef::target(&e);
+                let h = e.weight();
+                blocks += h.blocks;
+                block_bytes += h.bytes;
+                touched += 1;
+                // Every live block of the segment comes from this site.
+                if g.neighbors_directed(sn, Direction::Incoming).count() == 1 {
+                    pinned += 1;
+                    pinned_bytes += seg_bytes(sn);
+                }
+            }
             SitePin {
                 site: sites.sites[site].clone(),
-                blocks: blocks.len() as u64,
+                blocks,
                 block_bytes,
-                segments_touched: segs.len() as u64,
-                segments_pinned: pinned.len() as u64,
+                segments_touched: touched,
+                segments_pinned: pinned,
                 pinned_segment_bytes: pinned_bytes,
                 empty_cache_if_released_bytes: empty_cache_now_bytes + pinned_bytes,
             }
@@ -591,46 +619,16 @@ pub fn retention(held: &Held, sites: &Sites) -> Retention {
         .collect();
     site_pins
         .sort_by(|a, b| b.pinned_segment_bytes.cmp(&a.pinned_segment_bytes).then(b.block_bytes.cmp(&a.block_bytes)));
-    // The most striking blocks first: a block alone in a big segment, small blocks before large
-    // ones (then by segment address, then in the layout's order). Only the first
-    // `PINNING_BLOCKS` are kept as the layout is walked: a layout of millions of live blocks
-    // costs no more than that list.
-    type Key = (std::cmp::Reverse<bool>, std::cmp::Reverse<u64>, u64, usize);
-    let mut top: std::collections::BinaryHeap<(Key, NodeIndex, NodeIndex)> = std::collections::BinaryHeap::new();
-    let mut order = 0usize;
-    for &sn in &seg_nodes {
-        let (addr, bytes) = match g[sn] {
-            Node::Segment { addr, bytes } => (addr, bytes),
-            _ => continue,
-        };
-        let in_seg = g.neighbors_directed(sn, Direction::Incoming).count();
-        for bn in g.neighbors_directed(sn, Direction::Incoming) {
-            if let Node::Block { bytes: block_bytes, .. } = g[bn] {
-                let key =
-                    (std::cmp::Reverse(in_seg == 1), std::cmp::Reverse(bytes.saturating_sub(block_bytes)), addr, order);
-                order += 1;
-                if top.len() < PINNING_BLOCKS {
-                    top.push((key, sn, bn));
-                } else if top.peek().is_some_and(|t| key < t.0) {
-                    top.pop();
-                    top.push((key, sn, bn));
-                }
-            }
-        }
-    }
     let blocks: Vec<PinningBlock> = top
         .into_sorted_vec()
         .into_iter()
-        .filter_map(|((alone, ..), sn, bn)| match (g[sn].clone(), g[bn].clone()) {
-            (Node::Segment { addr, bytes }, Node::Block { bytes: block_bytes, requested }) => Some(PinningBlock {
-                site: sites.sites[site_of_block(&g, bn)].clone(),
-                block_bytes,
-                requested_bytes: requested,
-                segment_addr: addr,
-                segment_bytes: bytes,
-                alone: alone.0,
-            }),
-            _ => None,
+        .map(|((alone, ..), site, block_bytes, requested, addr, bytes)| PinningBlock {
+            site: sites.sites[site].clone(),
+            block_bytes,
+            requested_bytes: requested,
+            segment_addr: addr,
+            segment_bytes: bytes,
+            alone: alone.0,
         })
         .collect();
     let lm = LayoutMeasures::of(&held.segments);
