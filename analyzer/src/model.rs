@@ -593,10 +593,28 @@ impl Trace {
         self.passes.lock().map(|p| p.clone()).unwrap_or_default()
     }
 
-    fn pass(&self, pass: Pass, from: u64, mut fold: impl FnMut(u64, &[Record]) -> ControlFlow<()>) -> Result<Scanned> {
-        if let Ok(mut p) = self.passes.lock() {
-            p.push(pass);
+    fn pass(&self, pass: Pass, from: u64, fold: impl FnMut(u64, &[Record]) -> ControlFlow<()>) -> Result<Scanned> {
+        let n = match self.passes.lock() {
+            Ok(mut p) => {
+                p.push(pass);
+                p.len()
+            }
+            Err(_) => 0,
+        };
+        let started = std::time::Instant::now();
+        let scanned = self.pass_over(from, fold);
+        if log_passes() {
+            eprintln!(
+                "pass {n}: {:?} by {} from record {from}: {:.3} s",
+                pass.kind,
+                pass.by,
+                started.elapsed().as_secs_f64()
+            );
         }
+        scanned
+    }
+
+    fn pass_over(&self, from: u64, mut fold: impl FnMut(u64, &[Record]) -> ControlFlow<()>) -> Result<Scanned> {
         match &self.records {
             Records::InMemory(chunks) => {
                 let mut first = 0u64;
@@ -615,6 +633,14 @@ impl Trace {
             }
         }
     }
+}
+
+/// Whether each pass is logged to stderr as it ends (`ALLOCTRACE_PASSES=1`): its number, kind,
+/// the analysis that asked for it, the record it started from and its wall time. For developers
+/// who want to see a command's plan; the output of the command is unchanged.
+fn log_passes() -> bool {
+    static LOG: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LOG.get_or_init(|| std::env::var_os("ALLOCTRACE_PASSES").is_some_and(|v| !v.is_empty() && v != "0"))
 }
 
 /// Tests and callers compare with the wire names.
