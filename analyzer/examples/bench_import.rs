@@ -7,7 +7,7 @@
 //! (the file read is timed separately; `parse ms` is the pickle parse alone, part of the import), then times `pickle.load` of the same file N times in a
 //! `python3` subprocess (interpreter start-up excluded) and prints the ratio.
 
-use analyzer::import::{import_snapshot, ImportOptions};
+use analyzer::source::import::{import_snapshot, ImportOptions};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
@@ -46,7 +46,7 @@ fn main() {
         let rust_s = t.elapsed().as_secs_f64() / n as f64;
         let t = Instant::now();
         for _ in 0..n {
-            std::hint::black_box(analyzer::import::pickle::parse(&bytes).expect("parsable").container_count());
+            std::hint::black_box(analyzer::source::import::pickle::parse(&bytes).expect("parsable").container_count());
         }
         let parse_s = t.elapsed().as_secs_f64() / n as f64;
         let py_s = python_load_seconds(path, n);

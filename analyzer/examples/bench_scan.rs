@@ -1,7 +1,7 @@
 //! Where the time of a scan goes: decoding alone, the pipelined scan with a no-op fold, and
 //! the summary fold. Run: `cargo run --release -p alloctrace --example bench_scan -- TRACE`.
-use analyzer::summary::SummaryFold;
-use analyzer::tracefile;
+use analyzer::source::summary::SummaryFold;
+use analyzer::source::tracefile;
 use recorder::trace::TraceReader;
 use std::time::Instant;
 

@@ -1,37 +1,12 @@
 //! alloctrace's analyzer: reads traces (and foreign formats), replays them through the
 //! recorder's engine on a simulated device, computes and renders.
 
-pub mod advice;
-pub mod capacity_search;
-pub mod category;
+pub mod analysis;
 pub mod cmd;
-pub mod diff;
-pub mod escape;
-pub mod explain;
-pub mod export;
-pub mod frag;
-pub mod ids;
-pub mod import;
-pub mod input;
-pub mod leaks;
 pub mod model;
-pub mod outcome;
-pub mod output;
-pub mod patterns;
-pub mod plot;
-pub mod progress;
-pub mod ranks;
-pub mod raster;
+pub mod render;
 pub mod replay;
-pub mod report;
-pub mod streams;
-pub mod summary;
-pub mod synth;
-pub mod timeline;
-pub mod tracefile;
-pub mod units;
-pub mod whatif;
-pub mod wrap;
+pub mod source;
 
 /// The traces shipped in `traces/` (not `traces/large/`), for tests that check a property on
 /// every one of them.

@@ -73,7 +73,8 @@ fn main() {
     let cli: Cli = cli::args::parse();
     let stdout = std::io::stdout();
     // Strings from a trace reach the output: no control character gets to the terminal raw.
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, analyzer::escape::TerminalWriter::new(stdout.lock()));
+    let mut out =
+        std::io::BufWriter::with_capacity(1 << 16, analyzer::model::escape::TerminalWriter::new(stdout.lock()));
     let code = match dispatch(cli, &mut out).and_then(|code| {
         out.flush()?;
         Ok(code)
@@ -82,8 +83,8 @@ fn main() {
         Err(e) if cli::args::is_broken_pipe(&e) => exit::OK,
         Err(e) => {
             let _ = out.flush();
-            eprintln!("alloctrace: error: {}", analyzer::escape::terminal(&format!("{e:#}")));
-            if analyzer::output::TooLarge::is_cause_of(&e) {
+            eprintln!("alloctrace: error: {}", analyzer::model::escape::terminal(&format!("{e:#}")));
+            if analyzer::model::output::TooLarge::is_cause_of(&e) {
                 exit::TOO_LARGE
             } else {
                 exit::ERROR

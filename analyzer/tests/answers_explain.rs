@@ -1,6 +1,6 @@
 //! `explain` on the shipped traces and on small synthetic traces with a known cause.
 
-use analyzer::explain::{explain, ExplainReport, VerdictKind};
+use analyzer::analysis::explain::{explain, ExplainReport, VerdictKind};
 use analyzer::model::Trace;
 use recorder::trace::{Event, Frame, Header, MarkKind, Pool, Record, Source, TraceWriter};
 use std::path::{Path, PathBuf};
@@ -59,11 +59,11 @@ fn frag_oom_is_fragmentation_and_expandable_is_not_advised() {
     // the capacity figure says from where the failed request is served, and that the rest of the
     // job is not in the trace; it is never called the capacity that completes.
     assert!(r.whatif.iter().all(|w| w.outcome == "oom" && !w.reach.gets_past()));
-    assert!(matches!(r.prediction, Some(analyzer::outcome::JobPrediction::CannotTell { .. })));
+    assert!(matches!(r.prediction, Some(analyzer::analysis::outcome::JobPrediction::CannotTell { .. })));
     let cap = r.advice.iter().find(|a| a.kind == "capacity").expect("a capacity figure");
     let rec_min = r.whatif[0].min_capacity_bytes.unwrap();
     assert!(rec_min > 2 << 30);
-    assert!(cap.evidence.contains(&analyzer::units::fmt_bytes(rec_min)));
+    assert!(cap.evidence.contains(&analyzer::model::units::fmt_bytes(rec_min)));
     assert!(cap.text.contains("not in the trace") && !cap.text.contains("complete"), "{}", cap.text);
     // The reordering experiment is a replay, and its advice is present only because it completed.
     let e = r.experiments.iter().find(|e| e.name.contains("long-lived")).expect("experiment ran");

@@ -2,7 +2,7 @@
 //! a list, holding its graph) is found, charged to the forward-pass line of the workload, and
 //! measured per step; warm-up growth of a healthy training run is not called a leak.
 
-use analyzer::leaks::{analyze, LeaksOptions, LeaksReport};
+use analyzer::analysis::leaks::{analyze, LeaksOptions, LeaksReport};
 use std::path::PathBuf;
 
 fn trace(name: &str) -> PathBuf {

@@ -72,7 +72,7 @@ fn reading_and_importing_stay_within_the_stated_bounds() {
     for path in [hostile("snap256M.atrace"), hostile("cs250M.atrace"), hostile("hdr_xss.atrace"), big.clone()] {
         let mut events = 0;
         let peak = peak_of(|| {
-            events = analyzer::tracefile::scan(&path, |_, _| {}).unwrap().events;
+            events = analyzer::source::tracefile::scan(&path, |_, _| {}).unwrap().events;
         });
         eprintln!("read {}: {:.1} MiB", path.display(), peak as f64 / MIB as f64);
         assert!(peak < read_bound, "{}: {} MiB to read {events} events", path.display(), peak / MIB);
@@ -92,7 +92,7 @@ fn reading_and_importing_stay_within_the_stated_bounds() {
         let path = hostile(name);
         let size = std::fs::metadata(&path).unwrap().len() as usize;
         let peak = peak_of(|| {
-            let _ = analyzer::import::torch::import_file(&path, &Default::default());
+            let _ = analyzer::source::import::torch::import_file(&path, &Default::default());
         });
         eprintln!("import {name} ({size} bytes): {:.1} MiB", peak as f64 / MIB as f64);
         assert!(peak < 16 * MIB + 128 * size, "{name}: {} MiB for {size} bytes", peak / MIB);

@@ -3,10 +3,10 @@
 //! fails), and on a trace that gives every allocation its own stream, where the floor is the
 //! answer and the search finds it with one replay instead of bisecting down from terabytes.
 
-use analyzer::capacity_search::{min_capacity, CAPACITY_RESOLUTION, RESUME_LEVELS};
+use analyzer::analysis::capacity_search::{min_capacity, CAPACITY_RESOLUTION, RESUME_LEVELS};
+use analyzer::analysis::whatif::bounds;
 use analyzer::model::Trace;
 use analyzer::replay::{replay, ReplayOptions};
-use analyzer::whatif::bounds;
 use recorder::engine::config::AllocatorConfig;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -105,7 +105,7 @@ fn memory_viz_final_state_lists_live_blocks() {
     let end = json(&["summary", "--json", t.to_str().unwrap()]);
     assert_eq!(s["live_blocks"], end["end_live_blocks"]);
     let bytes = std::fs::read(&pickle).unwrap();
-    let pk = analyzer::import::pickle::parse(&bytes).unwrap();
+    let pk = analyzer::source::import::pickle::parse(&bytes).unwrap();
     let segs = pk.seq(pk.get(pk.root, "segments").unwrap()).unwrap();
     assert_eq!(segs.len() as u64, s["segments"].as_u64().unwrap());
     let mut reserved = 0;

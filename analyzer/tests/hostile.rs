@@ -278,7 +278,7 @@ fn concatenated_traces_are_corrupt_at_the_second() {
 fn reports_stay_within_their_output_bound() {
     // Every report file is at most MAX_REPORT_FILE_BYTES (a 2.1 KB trace once wrote 1.07 GB);
     // the shipped reports are far below it.
-    let bound = analyzer::report::MAX_REPORT_FILE_BYTES as u64;
+    let bound = analyzer::render::report::MAX_REPORT_FILE_BYTES as u64;
     let reports = Path::new(env!("CARGO_MANIFEST_DIR")).join("../reports");
     for dir in std::fs::read_dir(&reports).unwrap() {
         let dir = dir.unwrap().path();

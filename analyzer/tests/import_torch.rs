@@ -1,8 +1,8 @@
 //! Imports the real PyTorch snapshots of `fixtures/torch/` (copies of the shared traces, see
 //! their README) and checks the events against counts and peaks observed independently.
 
-use analyzer::import::pickle::{self, Value};
-use analyzer::import::{import_file, import_snapshot, ImportError, ImportOptions, Imported};
+use analyzer::source::import::pickle::{self, Value};
+use analyzer::source::import::{import_file, import_snapshot, ImportError, ImportOptions, Imported};
 use recorder::trace::{Event, Pool, Record, ReleaseCause, TraceReader, TraceWriter};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -445,7 +445,7 @@ fn bare_segment_list_is_a_snapshot_without_trace() {
         .any(|w| w.contains("no allocation history") && w.contains("_record_memory_history")));
     // The analyses say there is nothing to analyse.
     let trace = analyzer::model::Trace::from_records(Path::new("bare.pickle"), im.header.clone(), im.records.clone());
-    let why = analyzer::input::nothing_to_analyse(&trace).expect("nothing to analyse");
+    let why = analyzer::source::input::nothing_to_analyse(&trace).expect("nothing to analyse");
     assert!(why.contains("nothing to analyse") && why.contains("_record_memory_history"), "{why}");
 }
 

@@ -3,7 +3,7 @@
 //! on purpose.
 
 use analyzer::model::{Pass, PassKind, Trace};
-use analyzer::report::{build, ReportOptions};
+use analyzer::render::report::{build, ReportOptions};
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! made by `pickle.dumps(obj, protocol=N)` of the object in `check_values`), and never
 //! panicking on damaged input.
 
-use analyzer::import::pickle::{self, Pickle, Value};
+use analyzer::source::import::pickle::{self, Pickle, Value};
 use proptest::prelude::*;
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -95,7 +95,7 @@ proptest! {
     #[test]
     fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512)) {
         let _ = pickle::parse(&data);
-        let _ = analyzer::import::import_snapshot(&data, &Default::default());
+        let _ = analyzer::source::import::import_snapshot(&data, &Default::default());
     }
 
     #[test]
@@ -116,8 +116,8 @@ proptest! {
             }
         }
         // Flips alone, then flips and a truncation.
-        let _ = analyzer::import::import_snapshot(&bytes, &Default::default());
+        let _ = analyzer::source::import::import_snapshot(&bytes, &Default::default());
         bytes.truncate(cut.min(bytes.len()));
-        let _ = analyzer::import::import_snapshot(&bytes, &Default::default());
+        let _ = analyzer::source::import::import_snapshot(&bytes, &Default::default());
     }
 }

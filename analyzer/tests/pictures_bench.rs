@@ -5,7 +5,7 @@
 
 mod pictures_gen;
 
-use analyzer::plot::{self, XAxis};
+use analyzer::render::plot::{self, XAxis};
 use pictures_gen::*;
 use std::time::Instant;
 
@@ -20,7 +20,7 @@ fn plot_ten_million_events() {
     let size = std::fs::metadata(&path).unwrap().len();
     eprintln!("generated {written} events ({size} bytes) in {:.2} s", t.elapsed().as_secs_f64());
     let t = Instant::now();
-    let scanned = analyzer::tracefile::scan(&path, |_, _| {}).expect("scan");
+    let scanned = analyzer::source::tracefile::scan(&path, |_, _| {}).expect("scan");
     eprintln!("decode only: {} events in {:.2} s", scanned.events, t.elapsed().as_secs_f64());
     let t = Instant::now();
     let r = analyzer::replay::replay_file(&path, &Default::default()).expect("replay");

@@ -2,7 +2,7 @@
 
 mod pictures_gen;
 
-use analyzer::diff::diff;
+use analyzer::analysis::diff::diff;
 use pictures_gen::*;
 
 const MIB: u64 = 1 << 20;
@@ -62,7 +62,7 @@ fn a_trace_against_itself_has_no_deltas() {
 
 #[test]
 fn overlay_names_both_runs() {
-    use analyzer::plot::{render_overlay, timeline_data, XAxis, COLUMNS};
+    use analyzer::render::plot::{render_overlay, timeline_data, XAxis, COLUMNS};
     let a = timeline_data(
         &analyzer::model::Trace::open(&shipped("frag_oom.default.atrace")).unwrap(),
         XAxis::Time,

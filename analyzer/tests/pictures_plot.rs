@@ -3,7 +3,7 @@
 
 mod pictures_gen;
 
-use analyzer::plot::{self, At, Kind, XAxis};
+use analyzer::render::plot::{self, At, Kind, XAxis};
 use analyzer::replay::{replay_file, ReplayOptions};
 use pictures_gen::*;
 
@@ -141,7 +141,7 @@ fn downsampling_keeps_the_true_peak() {
     assert_eq!(d.peak_reserved.1, replayed.peak_reserved_bytes);
     assert!(d.series.points(0).iter().any(|p| p.1 == replayed.peak_allocated_bytes as f64));
     let svg = plot::render_timeline(&d).expect("render");
-    let label = format!("peak allocated {}", analyzer::units::fmt_bytes(replayed.peak_allocated_bytes));
+    let label = format!("peak allocated {}", analyzer::model::units::fmt_bytes(replayed.peak_allocated_bytes));
     assert!(svg.contains(&label), "no {label:?}");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -3,11 +3,11 @@
 
 mod pictures_gen;
 
-use analyzer::report::{build, PictureLinks, ReportOptions};
+use analyzer::render::report::{build, PictureLinks, ReportOptions};
 use pictures_gen::*;
 use std::process::Command;
 
-fn frag_oom_report() -> analyzer::report::Report {
+fn frag_oom_report() -> analyzer::render::report::Report {
     build(
         &analyzer::model::Trace::open(&shipped("frag_oom.default.atrace")).unwrap(),
         &ReportOptions { search_capacity: true, search_long_traces: false },
@@ -111,18 +111,18 @@ fn html_is_self_contained() {
 fn pictures_as_png_files_or_inline() {
     let r = frag_oom_report();
     let dir = temp_dir("png");
-    let files = analyzer::output::write_report(&dir, &[], &r.files(PictureLinks::Files).unwrap()).unwrap();
+    let files = analyzer::model::output::write_report(&dir, &[], &r.files(PictureLinks::Files).unwrap()).unwrap();
     for p in &r.pictures {
         let png = std::fs::read(dir.join(&p.png_file)).expect("PNG beside the SVG");
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{}", p.png_file);
         let (w, h) =
             (u32::from_be_bytes(png[16..20].try_into().unwrap()), u32::from_be_bytes(png[20..24].try_into().unwrap()));
-        assert_eq!(w, analyzer::plot::WIDTH, "{}: drawn at the SVG's size", p.png_file);
-        assert!(h >= analyzer::plot::HEIGHT, "{}", p.png_file);
+        assert_eq!(w, analyzer::render::plot::WIDTH, "{}: drawn at the SVG's size", p.png_file);
+        assert!(h >= analyzer::render::plot::HEIGHT, "{}", p.png_file);
         assert!(png.len() < 200_000, "{}: {} bytes", p.png_file, png.len());
     }
     assert_eq!(files.iter().filter(|f| f.extension().is_some_and(|e| e == "png")).count(), r.pictures.len());
-    let inline = r.markdown_with(analyzer::report::PictureLinks::Inline);
+    let inline = r.markdown_with(analyzer::render::report::PictureLinks::Inline);
     assert_eq!(inline.matches("](data:image/png;base64,").count(), r.pictures.len());
     assert!(!inline.contains(".png)"), "no picture left as a file link");
     let _ = std::fs::remove_dir_all(dir);
@@ -148,7 +148,7 @@ fn shipped_reports_are_current() {
         )
         .unwrap()
         .files(PictureLinks::Files)
-        .and_then(|files| analyzer::output::write_report(&fresh, &[], &files))
+        .and_then(|files| analyzer::model::output::write_report(&fresh, &[], &files))
         .unwrap();
         let shipped_dir = workspace().join("reports").join(&name);
         let mut files: Vec<_> = std::fs::read_dir(&fresh).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -201,7 +201,7 @@ fn html_renders_in_a_headless_browser() {
     };
     let dir = temp_dir("browser");
     let files = frag_oom_report().files(PictureLinks::Files).unwrap();
-    analyzer::output::write_report(&dir.join("report"), &[], &files).unwrap();
+    analyzer::model::output::write_report(&dir.join("report"), &[], &files).unwrap();
     std::fs::write(dir.join("blank.html"), "<!DOCTYPE html><html><body></body></html>").unwrap();
     let page = dir.join("report/report.html");
     let log = screenshot(browser, &format!("file://{}", page.display()), &dir.join("report.png"), &dir.join("p1"));

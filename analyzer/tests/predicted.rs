@@ -2,8 +2,8 @@
 //! importer reads them as predicted, every command says so, and their peaks are compared with
 //! real H100 runs of the same steps.
 
-use analyzer::import::torch::{PREDICTED_KEY, PREDICTED_NOTE};
-use analyzer::import::{import_file, ImportOptions};
+use analyzer::source::import::torch::{PREDICTED_KEY, PREDICTED_NOTE};
+use analyzer::source::import::{import_file, ImportOptions};
 use recorder::trace::{Event, MarkKind};
 use std::path::PathBuf;
 use std::process::Command;

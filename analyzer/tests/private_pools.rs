@@ -3,8 +3,8 @@
 //! the peaks PyTorch's counters reported, because each request is served from the private pool
 //! the recording shows it came from.
 
-use analyzer::import::{import_file, ImportOptions};
 use analyzer::replay::{replay_file, ReplayOptions};
+use analyzer::source::import::{import_file, ImportOptions};
 use recorder::recorder::replay::check_segments;
 use recorder::trace::{Event, Record, TraceReader, TraceWriter};
 use std::collections::BTreeSet;
@@ -117,7 +117,7 @@ fn summary_counts_the_memory_in_private_pools() {
             (peak, at_peak) = (reserved, private);
         }
     }
-    let mut fold = analyzer::summary::SummaryFold::new();
+    let mut fold = analyzer::source::summary::SummaryFold::new();
     for (i, r) in records.iter().enumerate() {
         fold.record(i as u64, r);
     }

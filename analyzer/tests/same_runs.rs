@@ -4,10 +4,10 @@
 //! replays of its own setting: at the table's capacity, with no limit, and at its smallest
 //! capacity and 2 MiB below it, on every shipped trace and on a trace of small requests.
 
-use analyzer::capacity_search::CAPACITY_RESOLUTION;
+use analyzer::analysis::capacity_search::CAPACITY_RESOLUTION;
+use analyzer::analysis::whatif::{whatif, WhatifOptions};
 use analyzer::model::Trace;
 use analyzer::replay::{replay, ReplayOptions, ReplayResult};
-use analyzer::whatif::{whatif, WhatifOptions};
 use recorder::engine::config::AllocatorConfig;
 use std::path::Path;
 
@@ -88,7 +88,9 @@ fn divisions_no_request_reaches_are_the_recorded_run() {
         let w = whatif(&trace, &WhatifOptions { capacity, search_capacity: false, repeats: 1 }).unwrap();
         let recorded = &w.rows[0];
         if capacity.bytes.is_some() {
-            assert!(recorded.num_alloc_retries > 0 && recorded.reach == analyzer::outcome::Reach::RunsOutOfMemory);
+            assert!(
+                recorded.num_alloc_retries > 0 && recorded.reach == analyzer::analysis::outcome::Reach::RunsOutOfMemory
+            );
         }
         for divisions in ["roundup_power2_divisions:4", "roundup_power2_divisions:8"] {
             let row = w.rows.iter().find(|r| r.policy.name() == divisions).unwrap();
@@ -177,7 +179,7 @@ fn check_rows(path: &Path, trace: &Trace, capacity: analyzer::model::Capacity) -
 /// same as a search whose every probe replays the trace from its start.
 #[test]
 fn the_smallest_capacity_does_not_depend_on_the_levels_searched_at_once() {
-    use analyzer::capacity_search::{min_capacity, RESUME_LEVELS};
+    use analyzer::analysis::capacity_search::{min_capacity, RESUME_LEVELS};
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
     let mut searched = 0;
     for name in ["gpt2_train.default", "resnet50_train.default", "frag_oom.default", "recorded_graph_pools"] {

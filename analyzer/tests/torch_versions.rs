@@ -85,9 +85,9 @@ fn a_memory_fraction_setting_becomes_the_capacity_as_the_release_computes_it() {
 #[test]
 fn a_setting_the_release_does_not_have_is_refused() {
     let t = job("throw_on_cudamalloc_oom:True", "2.11");
-    let e = analyzer::input::check_keys_for_release(&t).unwrap_err().to_string();
+    let e = analyzer::source::input::check_keys_for_release(&t).unwrap_err().to_string();
     assert!(e.contains("PyTorch 2.12 and later") && e.contains("--torch-version"), "{e}");
-    assert!(analyzer::input::check_keys_for_release(&job("throw_on_cudamalloc_oom:True", "2.12")).is_ok());
+    assert!(analyzer::source::input::check_keys_for_release(&job("throw_on_cudamalloc_oom:True", "2.12")).is_ok());
 }
 
 fn fixture(name: &str) -> std::path::PathBuf {
@@ -100,7 +100,7 @@ fn fixture(name: &str) -> std::path::PathBuf {
 /// the ring-buffer keys say the snapshot is from 2.13 or later, and that nothing was lost.
 #[test]
 fn a_2_13_snapshot_imports_as_before_and_names_its_release() {
-    use analyzer::import::torch::{import_file, ImportOptions};
+    use analyzer::source::import::torch::{import_file, ImportOptions};
     let plain = import_file(&fixture("torch/seed_experiments.default.pickle"), &ImportOptions::default()).unwrap();
     let new = import_file(&fixture("seed_experiments.v213.pickle"), &ImportOptions::default()).unwrap();
     assert_eq!(new.records, plain.records);
@@ -115,7 +115,7 @@ fn a_2_13_snapshot_imports_as_before_and_names_its_release() {
 /// A full ring buffer: the import says the oldest entries are lost and what that changes.
 #[test]
 fn an_overflowed_snapshot_says_its_early_events_are_missing_and_what_that_changes() {
-    use analyzer::import::torch::{import_file, ImportOptions};
+    use analyzer::source::import::torch::{import_file, ImportOptions};
     let im = import_file(&fixture("seed_experiments.max24.pickle"), &ImportOptions::default()).unwrap();
     assert!(im.report.ring_buffer_overflowed);
     assert!(im.header.notes.iter().any(|n| n.contains("oldest entries are lost")));
@@ -126,7 +126,7 @@ fn an_overflowed_snapshot_says_its_early_events_are_missing_and_what_that_change
 /// fraction makes of the device's total memory, as the trace's release computes it.
 #[test]
 fn a_memory_fraction_in_the_run_facts_is_the_limit_of_every_analysis() {
-    use analyzer::input::{open, RunFacts};
+    use analyzer::source::input::{open, RunFacts};
     let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../traces/gpt2_train.default.atrace"));
     let conf = AllocatorConfig::parse("per_process_memory_fraction:0.05").unwrap();
     let facts =

@@ -4,7 +4,7 @@
 //! traces with uncompressed chunk bodies (`recorder/examples/raw_chunks.rs` writes them), so
 //! libFuzzer mutates records, not zstd streams.
 #![no_main]
-use analyzer::summary::SummaryFold;
+use analyzer::source::summary::SummaryFold;
 use libfuzzer_sys::fuzz_target;
 use recorder::trace::TraceReader;
 

@@ -17,10 +17,10 @@
 //! - the whole-job capacity figure: the unlimited replay of each whole job recorded past a limit
 //!   against PyTorch's unlimited peak reserved (target within 3%).
 
-use analyzer::explain::{explain_with, ExplainOptions, ExplainReport};
-use analyzer::input::{open, RunFacts};
+use analyzer::analysis::explain::{explain_with, ExplainOptions, ExplainReport};
 use analyzer::model::Trace;
 use analyzer::replay::{replay, ReplayOptions};
+use analyzer::source::input::{open, RunFacts};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 

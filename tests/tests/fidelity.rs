@@ -2,8 +2,8 @@
 //! the engine, against what PyTorch itself reported (`truth.tsv`).
 
 use analyzer::replay::{replay_file, ReplayOptions, ReplayResult};
-use analyzer::summary::SummaryFold;
-use analyzer::tracefile;
+use analyzer::source::summary::SummaryFold;
+use analyzer::source::tracefile;
 use recorder::engine::config::AllocatorConfig;
 use recorder::trace::Event;
 use std::path::{Path, PathBuf};

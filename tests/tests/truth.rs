@@ -15,7 +15,7 @@
 //! engine gives PyTorch's answer), or two real runs of the same row disagreed.
 
 use analyzer::replay::{replay_file, Outcome, ReplayOptions, ReplayResult};
-use analyzer::tracefile;
+use analyzer::source::tracefile;
 use recorder::engine::config::AllocatorConfig;
 use recorder::trace::Event;
 use std::collections::HashMap;
@@ -518,9 +518,9 @@ fn level_of(path: &Path) -> Option<(String, String)> {
 ///   for each setting of the truth table against PyTorch's outcome.
 #[test]
 fn advice_at_oom_cases_holds_in_real_pytorch() {
-    use analyzer::explain::{explain_with, ExplainOptions};
+    use analyzer::analysis::explain::{explain_with, ExplainOptions};
+    use analyzer::analysis::outcome::{JobPrediction, Reach};
     use analyzer::model::Trace;
-    use analyzer::outcome::{JobPrediction, Reach};
     let rows = truth();
     let real = |workload: &str, level: &str, policy: &str| -> Option<(bool, bool)> {
         rows.iter()
@@ -647,7 +647,7 @@ trying); {worth_completed}/{worth_named} settings named worth trying completed"
 /// that allocated them.
 #[test]
 fn empty_cache_in_the_loop_and_record_stream_are_diagnosed() {
-    use analyzer::explain::explain;
+    use analyzer::analysis::explain::explain;
     use analyzer::model::Trace;
     let r = explain(&Trace::open(&default_trace("empty_cache_loop")).unwrap()).unwrap();
     let e = r.empty_cache_calls.as_ref().expect("empty_cache() in the loop is diagnosed");
@@ -683,7 +683,7 @@ fn empty_cache_in_the_loop_and_record_stream_are_diagnosed() {
 /// `leak_list_append`, which leaks.
 #[test]
 fn no_leak_verdict_on_loops_without_a_leak() {
-    use analyzer::leaks::{analyze, LeaksOptions};
+    use analyzer::analysis::leaks::{analyze, LeaksOptions};
     use analyzer::model::Trace;
     let mut paths: Vec<PathBuf> =
         ["amp_adamw", "varlen_train", "two_streams", "empty_cache_loop", "val_no_grad", "oom_catch"]
@@ -717,8 +717,8 @@ fn no_leak_verdict_on_loops_without_a_leak() {
 /// unlimited replay's peak reserved.
 #[test]
 fn the_capacity_search_goes_on_past_caught_ooms() {
+    use analyzer::analysis::whatif::{whatif, WhatifOptions};
     use analyzer::model::Trace;
-    use analyzer::whatif::{whatif, WhatifOptions};
     let trace = Trace::open(&dir().join("amp_adamw.default.1.00.atrace")).unwrap();
     assert!(trace.facts.caught_ooms() > 100);
     let w = whatif(&trace, &WhatifOptions { capacity: trace.default_capacity(), search_capacity: true, repeats: 3 })

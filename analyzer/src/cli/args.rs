@@ -2,7 +2,7 @@
 //! `--torch-version`), the settings to replay under, `--json`, the parsers of sizes and settings,
 //! and the one-line usage error.
 
-use analyzer::units::parse_bytes;
+use analyzer::model::units::parse_bytes;
 use clap::Args;
 use recorder::engine::config::{user_conf, AllocatorConfig};
 use recorder::engine::version::TorchVersion;
@@ -40,8 +40,8 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    pub fn facts(self) -> analyzer::input::RunFacts {
-        analyzer::input::RunFacts {
+    pub fn facts(self) -> analyzer::source::input::RunFacts {
+        analyzer::source::input::RunFacts {
             capacity_bytes: self.capacity,
             conf: self.conf,
             device: self.device,

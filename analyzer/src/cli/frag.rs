@@ -32,7 +32,7 @@ pub struct Args {
     /// The moment to show: peak (peak reserved), oom (the out-of-memory that ended the run), end, or an
     /// event index. Default: oom when the trace ends in one, else peak.
     #[arg(long, value_parser = parse_at)]
-    pub at: Option<analyzer::frag::At>,
+    pub at: Option<analyzer::analysis::frag::At>,
     /// Lines of the segment map to print (segments of the same shape share a line).
     #[arg(long, default_value_t = 40)]
     pub max_segments: usize,
@@ -55,6 +55,6 @@ impl Args {
     }
 }
 
-fn parse_at(s: &str) -> Result<analyzer::frag::At, String> {
-    analyzer::frag::At::parse(s)
+fn parse_at(s: &str) -> Result<analyzer::analysis::frag::At, String> {
+    analyzer::analysis::frag::At::parse(s)
 }

@@ -2,7 +2,7 @@
 
 use super::args::{parse_capacity, parse_torch_version};
 use analyzer::cmd;
-use analyzer::units::parse_bytes;
+use analyzer::model::units::parse_bytes;
 use anyhow::Result;
 use clap::{Args as ClapArgs, ValueEnum};
 use recorder::engine::version::TorchVersion;
@@ -55,7 +55,7 @@ impl Args {
             &cmd::import::ImportCmdOptions {
                 snapshot: self.snapshot,
                 output: self.output,
-                import: analyzer::import::torch::ImportOptions {
+                import: analyzer::source::import::torch::ImportOptions {
                     device: self.device,
                     capacity_bytes: self.capacity,
                     device_name: self.device_name,

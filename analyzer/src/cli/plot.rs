@@ -38,7 +38,7 @@ pub struct Args {
     pub output: PathBuf,
     /// The moment of a segment map: peak (reserved), oom, end, or an event index.
     #[arg(long, default_value = "peak", value_parser = parse_plot_at)]
-    pub at: analyzer::plot::At,
+    pub at: analyzer::render::plot::At,
     /// Timeline: live bytes by call site, stacked.
     #[arg(long)]
     pub stacked: bool,
@@ -55,17 +55,17 @@ impl Args {
             &cmd::plot::PlotCmdOptions {
                 trace: self.trace,
                 kind: match self.kind {
-                    PlotKind::Timeline => analyzer::plot::Kind::Timeline,
-                    PlotKind::Segments => analyzer::plot::Kind::Segments,
-                    PlotKind::Whatif => analyzer::plot::Kind::Whatif,
-                    PlotKind::Frag => analyzer::plot::Kind::Frag,
+                    PlotKind::Timeline => analyzer::render::plot::Kind::Timeline,
+                    PlotKind::Segments => analyzer::render::plot::Kind::Segments,
+                    PlotKind::Whatif => analyzer::render::plot::Kind::Whatif,
+                    PlotKind::Frag => analyzer::render::plot::Kind::Frag,
                 },
                 output: self.output,
                 at: self.at,
                 stacked: self.stacked,
                 x: match self.x {
-                    PlotX::Time => analyzer::plot::XAxis::Time,
-                    PlotX::Event => analyzer::plot::XAxis::Event,
+                    PlotX::Time => analyzer::render::plot::XAxis::Time,
+                    PlotX::Event => analyzer::render::plot::XAxis::Event,
                 },
                 json: self.json.json,
             },
@@ -94,6 +94,6 @@ pub enum PlotX {
     Event,
 }
 
-fn parse_plot_at(s: &str) -> Result<analyzer::plot::At, String> {
+fn parse_plot_at(s: &str) -> Result<analyzer::render::plot::At, String> {
     s.parse()
 }

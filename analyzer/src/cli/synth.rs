@@ -1,7 +1,7 @@
 //! `alloctrace synth`: its arguments, handed to the library's command.
 
 use analyzer::cmd;
-use analyzer::units::parse_bytes;
+use analyzer::model::units::parse_bytes;
 use anyhow::Result;
 use clap::Args as ClapArgs;
 use recorder::engine::config::{user_conf, AllocatorConfig};
@@ -54,7 +54,7 @@ pub struct Args {
 impl Args {
     pub fn run(self, out: &mut dyn Write) -> Result<i32> {
         cmd::synth::run(
-            &analyzer::synth::SynthOptions {
+            &analyzer::source::synth::SynthOptions {
                 events: self.events,
                 seed: self.seed,
                 output: self.output,

@@ -28,7 +28,7 @@ pub struct Args {
     pub no_search: bool,
     /// For a trace that ends in an out-of-memory error: iterations to append (repeating the last
     /// whole one before the failure) to predict whether the rest of the job fits.
-    #[arg(long, default_value_t = analyzer::outcome::DEFAULT_REPEATS, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    #[arg(long, default_value_t = analyzer::analysis::outcome::DEFAULT_REPEATS, value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub iterations: u32,
     #[command(flatten)]
     pub json: super::args::Json,

@@ -1,10 +1,10 @@
 //! `alloctrace diff A.atrace B.atrace [-o DIR] [--json]`.
 
 use super::{damage_exit, write_json};
-use crate::diff::{diff, Diff};
-use crate::escape::terminal;
-use crate::plot::{render_overlay, timeline_data, XAxis, COLUMNS};
-use crate::units::{fmt_bytes, fmt_delta};
+use crate::analysis::diff::{diff, Diff};
+use crate::model::escape::terminal;
+use crate::model::units::{fmt_bytes, fmt_delta};
+use crate::render::plot::{render_overlay, timeline_data, XAxis, COLUMNS};
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::PathBuf;
@@ -38,7 +38,7 @@ pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
     bytes(out, "peak reserved (replayed)", d.a.replayed_peak_reserved_bytes, d.b.replayed_peak_reserved_bytes)?;
     bytes(out, "peak allocated (replayed)", d.a.replayed_peak_allocated_bytes, d.b.replayed_peak_allocated_bytes)?;
     count(out, "OOMs (recorded)", d.a.recorded_ooms, d.b.recorded_ooms)?;
-    let outcome = |s: &crate::diff::Side| match s.replayed_oom_event {
+    let outcome = |s: &crate::analysis::diff::Side| match s.replayed_oom_event {
         Some(e) => format!("oom at event {e}"),
         None => s.replayed_outcome.to_string(),
     };
@@ -73,17 +73,17 @@ pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
 }
 
 pub fn run(opts: &DiffCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let (a, b) = (crate::input::open_any(&opts.a, None)?, crate::input::open_any(&opts.b, None)?);
+    let (a, b) = (crate::source::input::open_any(&opts.a, None)?, crate::source::input::open_any(&opts.b, None)?);
     let d = diff(&a, &b)?;
     if let Some(dir) = &opts.output {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let (ta, tb) = (timeline_data(&a, XAxis::Time, COLUMNS)?, timeline_data(&b, XAxis::Time, COLUMNS)?);
         let svg = dir.join("timeline-overlay.svg");
-        crate::output::refuse_input(&svg, &[&opts.a, &opts.b])?;
-        crate::output::write_file(&svg, render_overlay(&ta, &tb)?.as_bytes())?;
+        crate::model::output::refuse_input(&svg, &[&opts.a, &opts.b])?;
+        crate::model::output::write_file(&svg, render_overlay(&ta, &tb)?.as_bytes())?;
         let json = dir.join("diff.json");
-        crate::output::refuse_input(&json, &[&opts.a, &opts.b])?;
-        crate::output::write_file(&json, (serde_json::to_string_pretty(&super::V1::of(&d))? + "\n").as_bytes())?;
+        crate::model::output::refuse_input(&json, &[&opts.a, &opts.b])?;
+        crate::model::output::write_file(&json, (serde_json::to_string_pretty(&super::V1::of(&d))? + "\n").as_bytes())?;
         if !opts.json {
             writeln!(out, "wrote {} and {}", svg.display(), json.display())?;
         }

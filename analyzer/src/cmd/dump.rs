@@ -11,7 +11,7 @@
 //! Addresses are hex, sizes decimal bytes. Header lines and the last line start with `#`.
 
 use super::exit;
-use crate::tracefile;
+use crate::source::tracefile;
 use anyhow::Result;
 use recorder::trace::{Event, Header, Record};
 use std::io::Write;
@@ -25,7 +25,7 @@ pub fn write_header(out: &mut dyn Write, h: &Header, version: u16) -> std::io::R
     writeln!(out, "# alloctrace trace, format version {version}")?;
     writeln!(out, "# source: {}", h.source.as_str())?;
     // Header strings come from the trace: one line each, whatever they hold.
-    let t = |s: &str| crate::escape::terminal(s).into_owned();
+    let t = |s: &str| crate::model::escape::terminal(s).into_owned();
     writeln!(out, "# tool_version: {}", t(&h.tool_version))?;
     writeln!(
         out,
@@ -92,7 +92,7 @@ pub fn format_record(index: u64, r: &Record, s: &mut String) {
         Event::CallSite { id, frames } => {
             let _ = write!(s, " id={id} frames=");
             for (i, f) in frames.iter().enumerate() {
-                let (file, function) = (crate::escape::terminal(&f.file), crate::escape::terminal(&f.function));
+                let (file, function) = (crate::model::escape::terminal(&f.file), crate::model::escape::terminal(&f.function));
                 let _ = write!(s, "{}{file}:{}:{function}", if i > 0 { ";" } else { "" }, f.line);
             }
             Ok(())
@@ -105,7 +105,7 @@ pub fn format_record(index: u64, r: &Record, s: &mut String) {
 }
 
 pub fn run(opts: &DumpOptions, out: &mut dyn Write) -> Result<i32> {
-    if crate::input::is_pickle(&opts.trace) {
+    if crate::source::input::is_pickle(&opts.trace) {
         return run_snapshot(opts, out);
     }
     let reader = tracefile::open(&opts.trace)?;
@@ -114,7 +114,7 @@ pub fn run(opts: &DumpOptions, out: &mut dyn Write) -> Result<i32> {
     let scanned = write_records(out, |fold| tracefile::scan(&opts.trace, fold))?;
     writeln!(out, "# end: {} ({} events)", scanned.end.describe(), scanned.events)?;
     if let Some(w) = scanned.damage_warning() {
-        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w));
+        eprintln!("alloctrace: warning: {}", crate::model::escape::terminal(&w));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)
@@ -123,7 +123,7 @@ pub fn run(opts: &DumpOptions, out: &mut dyn Write) -> Result<i32> {
 /// `dump` of a PyTorch snapshot: the events alloctrace imports from it (as `alloctrace import
 /// torch` would write them), after a header saying so.
 fn run_snapshot(opts: &DumpOptions, out: &mut dyn Write) -> Result<i32> {
-    let trace = crate::input::open_any(&opts.trace, None)?;
+    let trace = crate::source::input::open_any(&opts.trace, None)?;
     writeln!(out, "# imported from a PyTorch memory snapshot (as `alloctrace import torch` writes it)")?;
     write_header(out, &trace.header, recorder::trace::FORMAT_VERSION)?;
     let scanned = write_records(out, |fold| trace.scan(fold))?;

@@ -1,9 +1,9 @@
 //! `alloctrace explain TRACE [--json]`: the OOM doctor.
 
 use super::{exit, write_json};
-use crate::escape::terminal;
-use crate::explain::{explain_with, ExplainOptions, ExplainReport};
-use crate::units::{fmt_bytes, fmt_ns};
+use crate::analysis::explain::{explain_with, ExplainOptions, ExplainReport};
+use crate::model::escape::terminal;
+use crate::model::units::{fmt_bytes, fmt_ns};
 use anyhow::Result;
 use std::io::Write;
 use std::path::PathBuf;
@@ -11,7 +11,7 @@ use std::path::PathBuf;
 pub struct ExplainCmdOptions {
     pub trace: PathBuf,
     /// What the user says about the run (limit, settings, device of a snapshot).
-    pub facts: crate::input::RunFacts,
+    pub facts: crate::source::input::RunFacts,
     /// Iterations appended to predict the rest of a job that ran out of memory.
     pub repeats: u32,
     pub json: bool,
@@ -37,7 +37,7 @@ pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()
 
 /// The text without `--verbose`; `full`: with the lines that go first when it would not fit.
 /// Strings of the trace's (call sites, settings, marks) are escaped where a line is formatted:
-/// sentences by [`crate::wrap::indented`], anything else with [`terminal`].
+/// sentences by [`crate::model::wrap::indented`], anything else with [`terminal`].
 fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::io::Result<()> {
     let b = fmt_bytes;
     let f = &r.figures;
@@ -46,7 +46,7 @@ fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::
     writeln!(
         out,
         "{}",
-        crate::wrap::indented(
+        crate::model::wrap::indented(
             &match r.capacity_source {
                 crate::model::CapacitySource::None => format!("explain {} (settings: {settings}; no limit)", r.trace),
                 source => format!(
@@ -60,17 +60,21 @@ fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::
         )
     )?;
     if let Some(p) = &r.predicted {
-        writeln!(out, "{}", crate::wrap::indented(p, "", "  "))?;
+        writeln!(out, "{}", crate::model::wrap::indented(p, "", "  "))?;
     }
     if let Some(d) = &r.input_damage {
         writeln!(
             out,
             "{}",
-            crate::wrap::indented(&format!("partial input: {d}; everything below covers only what was read"), "", "  ")
+            crate::model::wrap::indented(
+                &format!("partial input: {d}; everything below covers only what was read"),
+                "",
+                "  "
+            )
         )?;
     }
     if let Some(n) = &r.capacity_note {
-        writeln!(out, "{}", crate::wrap::indented(&format!("note: {n}"), "", "  "))?;
+        writeln!(out, "{}", crate::model::wrap::indented(&format!("note: {n}"), "", "  "))?;
     }
     if r.moment == "oom" {
         if let Some(m) = &r.pytorch_message {
@@ -80,11 +84,15 @@ fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::
                 }
                 None => format!("out of memory at event {}. PyTorch's message, restated from the figures:", f.event),
             };
-            writeln!(out, "{}", crate::wrap::indented(&head, "", "  "))?;
-            writeln!(out, "{}", crate::wrap::indented(m, "  ", "  "))?;
+            writeln!(out, "{}", crate::model::wrap::indented(&head, "", "  "))?;
+            writeln!(out, "{}", crate::model::wrap::indented(m, "  ", "  "))?;
         }
         if let Some(w) = &r.predicted_where {
-            writeln!(out, "{}", crate::wrap::indented(&format!("the failing request (predicted): {w}"), "", "  "))?;
+            writeln!(
+                out,
+                "{}",
+                crate::model::wrap::indented(&format!("the failing request (predicted): {w}"), "", "  ")
+            )?;
         }
     } else {
         writeln!(
@@ -95,7 +103,7 @@ fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::
         )?;
     }
     writeln!(out, "verdict: {}", r.verdict.kind.as_str())?;
-    writeln!(out, "{}", crate::wrap::indented(&r.verdict.reason, "  ", "  "))?;
+    writeln!(out, "{}", crate::model::wrap::indented(&r.verdict.reason, "  ", "  "))?;
     print_categories(out, r, full)?;
     // Where the memory of the moment was allocated, where the trace has call sites (the two
     // sites holding most; --verbose lists them with the user's line).
@@ -107,18 +115,18 @@ fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::
         .map(|s| format!("{} from {}", b(s.block_bytes), s.site.frame_label()))
         .collect();
     if !named.is_empty() {
-        writeln!(out, "{}", crate::wrap::indented(&named.join("; "), "  most held: ", "    "))?;
+        writeln!(out, "{}", crate::model::wrap::indented(&named.join("; "), "  most held: ", "    "))?;
     }
     match &r.fix {
         Some(fix) => {
-            writeln!(out, "{}", crate::wrap::indented(&fix.text, &format!("{}: ", fix.label()), "  "))?;
-            writeln!(out, "{}", crate::wrap::indented(&format!("because {}", fix.evidence), "  ", "  "))?;
+            writeln!(out, "{}", crate::model::wrap::indented(&fix.text, &format!("{}: ", fix.label()), "  "))?;
+            writeln!(out, "{}", crate::model::wrap::indented(&format!("because {}", fix.evidence), "  ", "  "))?;
         }
         None if r.moment == "oom" => writeln!(out, "fix: none that a replay proves")?,
         None => {}
     }
     for a in r.advice.iter().filter(|a| r.fix.as_ref().is_none_or(|f| f.text != a.text)) {
-        writeln!(out, "{}", crate::wrap::indented(&a.text, "also: ", "  "))?;
+        writeln!(out, "{}", crate::model::wrap::indented(&a.text, "also: ", "  "))?;
     }
     if !r.worth_trying.is_empty() {
         writeln!(out, "worth trying (a replay shows each may get through; none is proven to fit):")?;
@@ -133,7 +141,7 @@ fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::
         }
     }
     for n in &r.not_advised {
-        writeln!(out, "{}", crate::wrap::indented(n, "not advised: ", "  "))?;
+        writeln!(out, "{}", crate::model::wrap::indented(n, "not advised: ", "  "))?;
     }
     if let Some(p) = r
         .prediction
@@ -141,16 +149,16 @@ fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::
         .filter(|_| !r.worth_trying.is_empty() || r.advice.iter().any(|a| !a.proven))
         .filter(|p| !r.fix.as_ref().is_some_and(|f| f.evidence.contains(&p.basis())))
     {
-        writeln!(out, "{}", crate::wrap::indented(&format!("the whole job: {}", p.basis()), "", "  "))?;
+        writeln!(out, "{}", crate::model::wrap::indented(&format!("the whole job: {}", p.basis()), "", "  "))?;
     }
     if r.moment == "oom" && r.prediction.is_some() {
         writeln!(
             out,
             "{}",
-            crate::wrap::indented(
+            crate::model::wrap::indented(
                 &format!(
                     "the whole job at this limit: alloctrace record --capacity {} -o run.atrace -- python train.py",
-                    f.capacity_bytes.map(crate::units::fmt_capacity_arg).unwrap_or_else(|| "LIMIT".into())
+                    f.capacity_bytes.map(crate::model::units::fmt_capacity_arg).unwrap_or_else(|| "LIMIT".into())
                 ),
                 "",
                 "  "
@@ -168,10 +176,10 @@ fn print_categories(out: &mut dyn Write, r: &ExplainReport, source: bool) -> std
         let at = if r.moment == "oom" { "at the OOM" } else { "at that peak" };
         let from = if source { format!(" (phases from {})", c.phases_from) } else { String::new() };
         let text = format!("{at}: {}{from}", c.bytes.shares_text());
-        writeln!(out, "{}", crate::wrap::indented(&text, "  ", "    "))?;
+        writeln!(out, "{}", crate::model::wrap::indented(&text, "  ", "    "))?;
         if let Some(k) = &c.checkpointing {
-            let text = format!("checkpointing (an estimate): {}", crate::category::checkpoint_text(k));
-            writeln!(out, "{}", crate::wrap::indented(&text, "  ", "    "))?;
+            let text = format!("checkpointing (an estimate): {}", crate::analysis::category::checkpoint_text(k));
+            writeln!(out, "{}", crate::model::wrap::indented(&text, "  ", "    "))?;
         }
     }
     Ok(())
@@ -198,9 +206,9 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         // The trace does not hold the text PyTorch printed: it is restated from the figures.
         writeln!(out, "out of memory at event {} ({}). PyTorch's message would read:", f.event, fmt_ns(f.time_ns))?;
         if let Some(m) = &r.pytorch_message {
-            writeln!(out, "{}", crate::wrap::indented(m, "  ", "  "))?;
+            writeln!(out, "{}", crate::model::wrap::indented(m, "  ", "  "))?;
             if let Some(n) = &r.pytorch_message_note {
-                writeln!(out, "{}", crate::wrap::indented(&format!("({n})"), "  ", "  "))?;
+                writeln!(out, "{}", crate::model::wrap::indented(&format!("({n})"), "  ", "  "))?;
             }
         }
         writeln!(out, "what the numbers mean:")?;
@@ -260,7 +268,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         )?,
         _ => writeln!(out, "verdict: {}", r.verdict.kind.as_str())?,
     }
-    writeln!(out, "{}", crate::wrap::indented(&r.verdict.reason, "  ", "  "))?;
+    writeln!(out, "{}", crate::model::wrap::indented(&r.verdict.reason, "  ", "  "))?;
     print_categories(out, r, true)?;
     writeln!(out)?;
     writeln!(out, "call sites holding memory at that moment:")?;
@@ -322,10 +330,10 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         )?;
     }
     if let Some(e) = &r.empty_cache_calls {
-        writeln!(out, "{}", crate::wrap::indented(&format!("pattern: {}", e.text()), "  ", "    "))?;
+        writeln!(out, "{}", crate::model::wrap::indented(&format!("pattern: {}", e.text()), "  ", "    "))?;
     }
     if let Some(h) = &r.held_for_streams {
-        writeln!(out, "{}", crate::wrap::indented(&format!("pattern: {}", h.text()), "  ", "    "))?;
+        writeln!(out, "{}", crate::model::wrap::indented(&format!("pattern: {}", h.text()), "  ", "    "))?;
     }
     writeln!(out)?;
     if r.advice.is_empty() {
@@ -333,20 +341,20 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
     } else {
         writeln!(out, "advice:")?;
         for a in &r.advice {
-            writeln!(out, "{}", crate::wrap::indented(&a.text, "  - ", "    "))?;
-            writeln!(out, "{}", crate::wrap::indented(&format!("because {}", a.evidence), "    ", "    "))?;
+            writeln!(out, "{}", crate::model::wrap::indented(&a.text, "  - ", "    "))?;
+            writeln!(out, "{}", crate::model::wrap::indented(&format!("because {}", a.evidence), "    ", "    "))?;
         }
     }
     if !r.worth_trying.is_empty() {
         writeln!(out, "worth trying (a replay shows each may get through; none is proven to fit):")?;
         for w in &r.worth_trying {
-            writeln!(out, "{}", crate::wrap::indented(&format!("{}: {}", w.setting, w.text), "  - ", "    "))?;
+            writeln!(out, "{}", crate::model::wrap::indented(&format!("{}: {}", w.setting, w.text), "  - ", "    "))?;
         }
     }
     if !r.not_advised.is_empty() {
         writeln!(out, "not advised:")?;
         for n in &r.not_advised {
-            writeln!(out, "{}", crate::wrap::indented(n, "  - ", "    "))?;
+            writeln!(out, "{}", crate::model::wrap::indented(n, "  - ", "    "))?;
         }
     }
     Ok(())
@@ -366,7 +374,7 @@ pub fn run(opts: &ExplainCmdOptions, out: &mut dyn Write) -> Result<i32> {
         print_short(out, &r)?;
     }
     if let Some(w) = &r.input_damage {
-        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w.to_string()));
+        eprintln!("alloctrace: warning: {}", crate::model::escape::terminal(&w.to_string()));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

@@ -2,8 +2,8 @@
 //! other viewers open.
 
 use super::{exit, write_json};
-use crate::export::{memory_viz, perfetto};
-use crate::units::fmt_bytes;
+use crate::model::units::fmt_bytes;
+use crate::render::export::{memory_viz, perfetto};
 use anyhow::Result;
 use std::io::Write;
 use std::path::PathBuf;
@@ -27,13 +27,13 @@ pub struct ExportCmdOptions {
 }
 
 pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    crate::output::refuse_input(&opts.output, &[&opts.trace])?;
+    crate::model::output::refuse_input(&opts.output, &[&opts.trace])?;
     // Any input every command takes: a trace, or a PyTorch snapshot imported in memory.
-    let trace = crate::input::open_any(&opts.trace, None)?;
+    let trace = crate::source::input::open_any(&opts.trace, None)?;
     let bytes = |p: &PathBuf| file_bytes(p);
     let damage = match opts.format {
         Format::MemoryViz => {
-            let s = crate::export::to_file(&opts.output, |w| memory_viz::export(&trace, w))?;
+            let s = crate::render::export::to_file(&opts.output, |w| memory_viz::export(&trace, w))?;
             if opts.json {
                 write_json(out, &Written::of(&opts.output, &s))?;
             } else {
@@ -55,7 +55,7 @@ pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
             s.damage
         }
         Format::Perfetto => {
-            let s = crate::export::to_file(&opts.output, |w| {
+            let s = crate::render::export::to_file(&opts.output, |w| {
                 perfetto::export(&trace, w, &perfetto::PerfettoOptions { buckets: opts.buckets })
             })?;
             if opts.json {

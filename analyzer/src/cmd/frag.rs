@@ -2,9 +2,9 @@
 //! segment map at one moment.
 
 use super::{exit, write_json};
-use crate::frag::{analyze, At, FragOptions, FragReport, SegmentMap};
+use crate::analysis::frag::{analyze, At, FragOptions, FragReport, SegmentMap};
+use crate::model::units::{fmt_bytes, fmt_ns};
 use crate::replay::Outcome;
-use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::Result;
 use std::io::Write;
 use std::path::PathBuf;
@@ -12,7 +12,7 @@ use std::path::PathBuf;
 pub struct FragCmdOptions {
     pub trace: PathBuf,
     /// What the user says about the run (limit, settings, device of a snapshot).
-    pub facts: crate::input::RunFacts,
+    pub facts: crate::source::input::RunFacts,
     /// `None`: the OOM that ended the run, when the trace ends in one; else the peak.
     pub at: Option<At>,
     /// Print at most this many lines of the segment map (segments of the same shape share one).
@@ -86,7 +86,7 @@ pub fn print_segment_map(
     out: &mut dyn Write,
     segments: &[SegmentMap],
     max_lines: usize,
-    streams: &crate::streams::StreamNames,
+    streams: &crate::model::streams::StreamNames,
 ) -> std::io::Result<()> {
     let mut shapes: Vec<(&SegmentMap, usize)> = Vec::new();
     for s in segments {
@@ -141,7 +141,7 @@ pub fn print_report(
     out: &mut dyn Write,
     r: &FragReport,
     max_segments: usize,
-    streams: &crate::streams::StreamNames,
+    streams: &crate::model::streams::StreamNames,
 ) -> std::io::Result<()> {
     writeln!(out, "fragmentation of {}", r.trace)?;
     writeln!(
@@ -280,10 +280,10 @@ pub fn run(opts: &FragCmdOptions, out: &mut dyn Write) -> Result<i32> {
     if opts.json {
         write_json(out, &r)?;
     } else {
-        print_report(out, &r, opts.max_segments, &crate::streams::StreamNames::of_trace(&trace)?)?;
+        print_report(out, &r, opts.max_segments, &crate::model::streams::StreamNames::of_trace(&trace)?)?;
     }
     if let Some(w) = &r.input_damage {
-        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w.to_string()));
+        eprintln!("alloctrace: warning: {}", crate::model::escape::terminal(&w.to_string()));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)
@@ -292,7 +292,7 @@ pub fn run(opts: &FragCmdOptions, out: &mut dyn Write) -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frag::BlockRun;
+    use crate::analysis::frag::BlockRun;
     use recorder::trace::Pool;
 
     fn segment(addr: u64, allocated: u64, free: u64) -> SegmentMap {

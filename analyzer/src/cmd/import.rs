@@ -2,7 +2,7 @@
 //! (`torch.cuda.memory._dump_snapshot`) into a trace.
 
 use super::{exit, write_json};
-use crate::import::torch::{import_file, ImportOptions};
+use crate::source::import::torch::{import_file, ImportOptions};
 use anyhow::{Context, Result};
 use recorder::trace::TraceWriter;
 use std::io::Write;
@@ -17,9 +17,9 @@ pub struct ImportCmdOptions {
 
 pub fn run(opts: &ImportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let started = std::time::Instant::now();
-    crate::output::refuse_input(&opts.output, &[&opts.snapshot])?;
+    crate::model::output::refuse_input(&opts.output, &[&opts.snapshot])?;
     let imported = import_file(&opts.snapshot, &opts.import)?;
-    let pending = crate::output::Pending::new(&opts.output)?;
+    let pending = crate::model::output::Pending::new(&opts.output)?;
     let mut w = TraceWriter::create(pending.temp_path(), &imported.header)
         .with_context(|| format!("cannot write {}", opts.output.display()))?;
     for r in &imported.records {
@@ -37,7 +37,7 @@ pub fn run(opts: &ImportCmdOptions, out: &mut dyn Write) -> Result<i32> {
             output_bytes: u64,
             bytes_per_event: f64,
             #[serde(flatten)]
-            report: &'a crate::import::torch::ImportReport,
+            report: &'a crate::source::import::torch::ImportReport,
         }
         write_json(
             out,
@@ -76,7 +76,7 @@ pub fn run(opts: &ImportCmdOptions, out: &mut dyn Write) -> Result<i32> {
             writeln!(out, "note: {} empty_cache() calls inferred from segment-free bursts", rep.inferred_empty_cache)?;
         }
         for warning in &rep.warnings {
-            writeln!(out, "warning: {}", crate::escape::terminal(warning))?;
+            writeln!(out, "warning: {}", crate::model::escape::terminal(warning))?;
         }
     }
     Ok(exit::OK)

@@ -2,9 +2,9 @@
 //! what live blocks keep reserved.
 
 use super::{exit, write_json};
-use crate::escape::terminal;
-use crate::leaks::{analyze, LeaksOptions, LeaksReport};
-use crate::units::{fmt_bytes, fmt_ns};
+use crate::analysis::leaks::{analyze, LeaksOptions, LeaksReport};
+use crate::model::escape::terminal;
+use crate::model::units::{fmt_bytes, fmt_ns};
 use anyhow::Result;
 use std::io::Write;
 use std::path::PathBuf;
@@ -125,14 +125,14 @@ lazily built caches), not a leak",
 }
 
 pub fn run(opts: &LeaksCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let r = analyze(&crate::input::open_any(&opts.trace, None)?, &LeaksOptions { at_event: opts.at_event })?;
+    let r = analyze(&crate::source::input::open_any(&opts.trace, None)?, &LeaksOptions { at_event: opts.at_event })?;
     if opts.json {
         write_json(out, &r)?;
     } else {
         print_report(out, &r, 10)?;
     }
     if let Some(w) = &r.input_damage {
-        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w.to_string()));
+        eprintln!("alloctrace: warning: {}", crate::model::escape::terminal(&w.to_string()));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

@@ -28,7 +28,7 @@ pub mod exit {
     /// The trace was damaged (truncated or corrupt): results cover what came before the damage.
     pub const PARTIAL: i32 = 3;
     /// An output would pass its stated bound (a report's file, an export): refused, nothing
-    /// left at its path ([`crate::output::TooLarge`]).
+    /// left at its path ([`crate::model::output::TooLarge`]).
     pub const TOO_LARGE: i32 = 3;
 }
 
@@ -38,29 +38,29 @@ pub fn damage_exit(traces: &[&crate::model::Trace]) -> anyhow::Result<i32> {
     let mut code = exit::OK;
     for t in traces {
         if let Some(w) = &t.damage() {
-            eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w.to_string()));
+            eprintln!("alloctrace: warning: {}", crate::model::escape::terminal(&w.to_string()));
             code = exit::PARTIAL;
         }
     }
     Ok(code)
 }
 
-pub use crate::output::json::{write_json, SCHEMA_VERSION, V1};
+pub use crate::model::output::json::{write_json, SCHEMA_VERSION, V1};
 
 /// Opens the trace (or snapshot) an analysis reads, with what the user said about the run.
 /// `Err(code)` when there is nothing to analyse: the reason, and any damage, went to `out`, and
 /// the command exits with `code`.
 pub fn open_analysable(
     path: &std::path::Path,
-    facts: &crate::input::RunFacts,
+    facts: &crate::source::input::RunFacts,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<Result<crate::model::Trace, i32>> {
-    let trace = crate::input::open(path, facts)?;
-    let Some(why) = crate::input::nothing_to_analyse(&trace) else { return Ok(Ok(trace)) };
+    let trace = crate::source::input::open(path, facts)?;
+    let Some(why) = crate::source::input::nothing_to_analyse(&trace) else { return Ok(Ok(trace)) };
     writeln!(out, "{why}")?;
     if let Some(d) = trace.damage() {
         writeln!(out, "partial input: {d}")?;
-        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&d.to_string()));
+        eprintln!("alloctrace: warning: {}", crate::model::escape::terminal(&d.to_string()));
         return Ok(Err(exit::PARTIAL));
     }
     Ok(Err(exit::OK))

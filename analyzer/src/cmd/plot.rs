@@ -1,8 +1,8 @@
 //! `alloctrace plot TRACE --kind timeline|segments|whatif|frag -o FILE.svg`.
 
 use super::{damage_exit, write_json};
-use crate::plot::{plot, At, Kind, XAxis};
-use crate::units::fmt_bytes;
+use crate::model::units::fmt_bytes;
+use crate::render::plot::{plot, At, Kind, XAxis};
 use anyhow::Result;
 use std::io::Write;
 use std::path::PathBuf;
@@ -19,16 +19,16 @@ pub struct PlotCmdOptions {
 
 pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let started = std::time::Instant::now();
-    crate::output::refuse_input(&opts.output, &[&opts.trace])?;
-    let trace = crate::input::open_any(&opts.trace, None)?;
+    crate::model::output::refuse_input(&opts.output, &[&opts.trace])?;
+    let trace = crate::source::input::open_any(&opts.trace, None)?;
     let (svg, drawn) = plot(&trace, opts.kind, opts.at, opts.stacked, opts.x)?;
-    crate::output::write_file(&opts.output, svg.as_bytes())?;
+    crate::model::output::write_file(&opts.output, svg.as_bytes())?;
     if opts.json {
         #[derive(serde::Serialize)]
         struct Out<'a> {
             output: String,
             #[serde(flatten)]
-            drawn: &'a crate::plot::Drawn,
+            drawn: &'a crate::render::plot::Drawn,
         }
         write_json(out, &Out { output: opts.output.display().to_string(), drawn: &drawn })?;
     } else {

@@ -1,10 +1,10 @@
 //! `alloctrace ranks TRACE... [--json] [-o PICTURE.svg]`: one view across the ranks of a
-//! distributed job (see [`crate::ranks`]).
+//! distributed job (see [`crate::analysis::ranks`]).
 
 use super::{damage_exit, write_json};
-use crate::plot::render_ranks as render;
-use crate::ranks::{analyze, open_any};
-use crate::units::{fmt_bytes, fmt_ns};
+use crate::analysis::ranks::{analyze, open_any};
+use crate::model::units::{fmt_bytes, fmt_ns};
+use crate::render::plot::render_ranks as render;
 use anyhow::{bail, Result};
 use std::io::Write;
 use std::path::PathBuf;
@@ -21,12 +21,12 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
     }
     if let Some(path) = &opts.output {
         let inputs: Vec<&std::path::Path> = opts.traces.iter().map(|p| p.as_path()).collect();
-        crate::output::refuse_input(path, &inputs)?;
+        crate::model::output::refuse_input(path, &inputs)?;
     }
     let traces = opts.traces.iter().map(|p| open_any(p)).collect::<Result<Vec<_>>>()?;
     let rep = analyze(&traces)?;
     if let Some(path) = &opts.output {
-        crate::output::write_file(path, render(&rep)?.as_bytes())?;
+        crate::model::output::write_file(path, render(&rep)?.as_bytes())?;
     }
     if opts.json {
         write_json(out, &rep)?;
@@ -91,7 +91,7 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
         if rep.ranks.iter().any(|r| r.categories_at_peak.is_some()) {
             writeln!(out, "by category at each rank's peak of allocated bytes:")?;
             let unknown = rep.ranks.iter().filter_map(|r| r.categories_at_peak.map(|c| c.unknown)).max().unwrap_or(0);
-            let shown: Vec<_> = crate::category::shown(unknown).collect();
+            let shown: Vec<_> = crate::analysis::category::shown(unknown).collect();
             let names: Vec<String> = shown.iter().map(|c| format!("{:>16}", c.as_str())).collect();
             writeln!(out, "  rank {}", names.join(""))?;
             for r in &rep.ranks {
@@ -110,7 +110,7 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
             writeln!(out, "  {} {:>11}  site", heads.join(" "), "spread")?;
             for s in &rep.differing_sites {
                 let cols: Vec<String> = s.bytes.iter().map(|b| format!("{:>11}", fmt_bytes(*b))).collect();
-                let site = crate::escape::terminal(&s.site);
+                let site = crate::model::escape::terminal(&s.site);
                 writeln!(out, "  {} {:>11}  {site}", cols.join(" "), fmt_bytes(s.spread_bytes))?;
             }
         }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// on SIGTERM as `snapshot.<pid>.pickle` with a `.json` beside it (rank, devices, why), becomes
 /// one trace per process and device, named as the live recorder names them. One line each.
 pub fn convert_histories(dir: &Path, output: &Path, capacity: Option<&str>) -> Vec<String> {
-    use crate::import::torch::{import_file, ImportOptions};
+    use crate::source::import::torch::{import_file, ImportOptions};
     let mut lines = Vec::new();
     let Ok(rd) = std::fs::read_dir(dir) else { return lines };
     let mut pickles: Vec<PathBuf> =

@@ -1,8 +1,8 @@
 //! `alloctrace replay TRACE [--conf ...] [--capacity ...] [--json] [-o SIM.atrace]`.
 
 use super::{exit, write_json};
+use crate::model::units::fmt_bytes;
 use crate::replay::{replay, Outcome, ReplayOptions, ReplayResult};
-use crate::units::fmt_bytes;
 use anyhow::Result;
 use std::io::Write;
 use std::path::PathBuf;
@@ -27,7 +27,11 @@ pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()
     let capacity = crate::model::Capacity { bytes: r.capacity_bytes, source: r.capacity_source, range: None };
     writeln!(out, "capacity        {}", capacity.text())?;
     if let Some(n) = capacity.note() {
-        writeln!(out, "{}", crate::wrap::indented(&format!("note: {n}"), "                ", "                "))?;
+        writeln!(
+            out,
+            "{}",
+            crate::model::wrap::indented(&format!("note: {n}"), "                ", "                ")
+        )?;
     }
     match &r.outcome {
         Outcome::Ok => writeln!(out, "outcome         ok ({} requests replayed)", r.requests)?,
@@ -96,11 +100,11 @@ pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()
 }
 
 pub fn run(opts: &ReplayCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let mut trace = crate::input::open_any(&opts.trace, None)?;
+    let mut trace = crate::source::input::open_any(&opts.trace, None)?;
     if let Some(v) = opts.torch_version {
         trace.header.torch_version = v.to_string();
     }
-    crate::input::check_keys_for_release(&trace)?;
+    crate::source::input::check_keys_for_release(&trace)?;
     if let Some(c) = &opts.replay.config {
         let version =
             recorder::engine::version::TorchVersion::from_header(&trace.header.torch_version).unwrap_or_default();
@@ -118,7 +122,7 @@ pub fn run(opts: &ReplayCmdOptions, out: &mut dyn Write) -> Result<i32> {
         }
     }
     if let Some(w) = &r.input_damage {
-        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w.to_string()));
+        eprintln!("alloctrace: warning: {}", crate::model::escape::terminal(&w.to_string()));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

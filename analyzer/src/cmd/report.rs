@@ -1,9 +1,9 @@
 //! `alloctrace report TRACE... -o DIR`: report.md, report.html, summary.json and the pictures.
 //! With several traces (one per rank), the report is of the rank that peaks, with a section
-//! across the ranks ([`crate::ranks`]).
+//! across the ranks ([`crate::analysis::ranks`]).
 
 use super::{exit, write_json};
-use crate::report::{build, PictureLinks, ReportOptions};
+use crate::render::report::{build, PictureLinks, ReportOptions};
 use anyhow::Result;
 use std::io::Write;
 use std::path::PathBuf;
@@ -12,7 +12,7 @@ pub struct ReportCmdOptions {
     /// One trace, or one per rank.
     pub traces: Vec<PathBuf>,
     /// What the user says about the run (limit, settings, device of a snapshot).
-    pub facts: crate::input::RunFacts,
+    pub facts: crate::source::input::RunFacts,
     pub output: PathBuf,
     pub search_capacity: bool,
     pub json: bool,
@@ -24,12 +24,12 @@ pub struct ReportCmdOptions {
 
 pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let inputs: Vec<&std::path::Path> = opts.traces.iter().map(|p| p.as_path()).collect();
-    crate::output::check_report_dir(&opts.output, &inputs, opts.force)?;
+    crate::model::output::check_report_dir(&opts.output, &inputs, opts.force)?;
     anyhow::ensure!(!opts.traces.is_empty(), "give a trace, or one per rank");
     // Several ranks: the cross-rank view, and the report is of the rank that peaks.
     let ranks = if opts.traces.len() > 1 {
-        let traces = opts.traces.iter().map(|p| crate::ranks::open_any(p)).collect::<Result<Vec<_>>>()?;
-        Some(crate::ranks::analyze(&traces)?)
+        let traces = opts.traces.iter().map(|p| crate::analysis::ranks::open_any(p)).collect::<Result<Vec<_>>>()?;
+        Some(crate::analysis::ranks::analyze(&traces)?)
     } else {
         None
     };
@@ -47,7 +47,7 @@ pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
         report.add_ranks(r)?;
     }
     let links = if opts.inline_pictures { PictureLinks::Inline } else { PictureLinks::Files };
-    let files = crate::output::write_report(&opts.output, &inputs, &report.files(links)?)?;
+    let files = crate::model::output::write_report(&opts.output, &inputs, &report.files(links)?)?;
     if opts.json {
         write_json(out, &report)?;
     } else {
@@ -59,7 +59,7 @@ pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
         }
     }
     if let Some(w) = &report.replay.input_damage {
-        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w.to_string()));
+        eprintln!("alloctrace: warning: {}", crate::model::escape::terminal(&w.to_string()));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

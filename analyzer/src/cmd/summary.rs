@@ -1,8 +1,8 @@
 //! `alloctrace summary TRACE [--json]`: what happened to GPU memory, in one screen.
 
 use super::{exit, write_json};
-use crate::summary::{Peak, Summary};
-use crate::units::{fmt_bytes, fmt_ns};
+use crate::model::units::{fmt_bytes, fmt_ns};
+use crate::source::summary::{Peak, Summary};
 use anyhow::Result;
 use serde::Serialize;
 use std::io::Write;
@@ -11,7 +11,7 @@ use std::path::PathBuf;
 pub struct SummaryOptions {
     pub trace: PathBuf,
     pub json: bool,
-    /// Categories whatever the trace's size (else up to [`crate::category::SUMMARY_MAX_EVENTS`]).
+    /// Categories whatever the trace's size (else up to [`crate::analysis::category::SUMMARY_MAX_EVENTS`]).
     pub categories: bool,
 }
 
@@ -46,23 +46,23 @@ pub struct SummaryJson<'a> {
     pub dropped_events: u64,
     pub anomalies: u64,
     /// Memory in CUDA graphs' and MemPools' private pools; `null` when the trace names none.
-    pub private_pools: Option<&'a crate::summary::PrivatePools>,
+    pub private_pools: Option<&'a crate::source::summary::PrivatePools>,
     pub truncated: bool,
     pub damage: Option<String>,
     pub notes: &'a [String],
     /// Live bytes by category at the peak of allocated bytes, and each category's most;
     /// `null` when the trace has neither call sites nor phase marks.
-    pub categories: Option<crate::category::Categories>,
+    pub categories: Option<crate::analysis::category::Categories>,
 }
 
 pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
     // One streaming pass (no records kept: the summary needs none).
-    let trace = crate::input::open_any(&opts.trace, Some(0))?;
+    let trace = crate::source::input::open_any(&opts.trace, Some(0))?;
     let scanned = trace.scanned();
     let capacity = trace.default_capacity();
     let s: &Summary = &trace.summary;
     let h = &scanned.header;
-    let categories = crate::category::of_summary(&trace, opts.categories)?;
+    let categories = crate::analysis::category::of_summary(&trace, opts.categories)?;
     if opts.json {
         write_json(
             out,
@@ -103,13 +103,13 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
         writeln!(out, "trace        {}", opts.trace.display())?;
         writeln!(out, "source       {}", h.source.as_str())?;
         if !h.device_name.is_empty() || h.device_total_bytes > 0 {
-            let name = crate::escape::terminal(&h.device_name);
+            let name = crate::model::escape::terminal(&h.device_name);
             writeln!(out, "device       {name} ({})", fmt_bytes(h.device_total_bytes))?;
         }
-        let conf = crate::escape::terminal(&h.alloc_conf);
+        let conf = crate::model::escape::terminal(&h.alloc_conf);
         writeln!(out, "settings     {}", if conf.is_empty() { "(defaults)" } else { &conf })?;
         if !h.torch_version.is_empty() {
-            writeln!(out, "pytorch      {}", crate::escape::terminal(&h.torch_version))?;
+            writeln!(out, "pytorch      {}", crate::model::escape::terminal(&h.torch_version))?;
         }
         if capacity.bytes.is_some() {
             writeln!(out, "capacity     {}", capacity.text())?;
@@ -149,14 +149,14 @@ reserved; at most {} at once (event {}); {} at the end",
             writeln!(out, "anomalies    {} (frees of unknown blocks, allocations that reuse a live id)", s.anomalies)?;
         }
         for n in &h.notes {
-            writeln!(out, "note         {}", crate::escape::terminal(n))?;
+            writeln!(out, "note         {}", crate::model::escape::terminal(n))?;
         }
         if let Some(c) = &categories {
-            crate::category::write_text(out, c)?;
+            crate::analysis::category::write_text(out, c)?;
         }
     }
     if let Some(w) = scanned.damage_warning() {
-        eprintln!("alloctrace: warning: {}", crate::escape::terminal(&w));
+        eprintln!("alloctrace: warning: {}", crate::model::escape::terminal(&w));
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

@@ -1,8 +1,8 @@
 //! `alloctrace synth --events N --seed S -o OUT.atrace`: a deterministic synthetic trace.
 
 use super::{exit, write_json};
-use crate::synth::{synth, SynthOptions};
-use crate::units::fmt_bytes;
+use crate::model::units::fmt_bytes;
+use crate::source::synth::{synth, SynthOptions};
 use anyhow::Result;
 use std::io::Write;
 

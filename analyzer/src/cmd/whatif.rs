@@ -1,8 +1,8 @@
 //! `alloctrace whatif TRACE [--capacity 24GiB] [--json]`: the policies side by side.
 
 use super::{damage_exit, write_json};
-use crate::units::fmt_bytes;
-use crate::whatif::{whatif, Whatif, WhatifOptions, DEVICE_CALL_US};
+use crate::analysis::whatif::{whatif, Whatif, WhatifOptions, DEVICE_CALL_US};
+use crate::model::units::fmt_bytes;
 use anyhow::Result;
 use std::io::Write;
 use std::path::PathBuf;
@@ -10,7 +10,7 @@ use std::path::PathBuf;
 pub struct WhatifCmdOptions {
     pub trace: PathBuf,
     /// What the user says about the run (limit, settings, device of a snapshot).
-    pub facts: crate::input::RunFacts,
+    pub facts: crate::source::input::RunFacts,
     /// `None`: the trace's own capacity, if it recorded one.
     pub capacity_bytes: Option<u64>,
     pub search_capacity: bool,
@@ -23,13 +23,13 @@ pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
     let cap = w.capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "unlimited".into());
     writeln!(out, "what-if for {} at capacity {cap}", w.trace)?;
     if let Some(p) = &w.predicted {
-        writeln!(out, "{}", crate::wrap::indented(p, "", "  "))?;
+        writeln!(out, "{}", crate::model::wrap::indented(p, "", "  "))?;
     }
     if w.lower_bound {
         writeln!(
             out,
             "{}",
-            crate::wrap::indented(
+            crate::model::wrap::indented(
                 "lower bound: the prediction leaves out memory named above, so its peaks are lower bounds and a setting \
 whose replay completes is not said to fit (cannot tell); run the step for real at the limit to know",
                 "",
@@ -111,7 +111,7 @@ worth trying = gets past the failure, the rest of the job not in the trace."
         "a limit above the min capacity can still fail: other limits mean other segments and other pieces; replay the exact limit to check it."
     )?;
     for note in w.same_run_notes() {
-        writeln!(out, "{}", crate::wrap::indented(&note, "", "  "))?;
+        writeln!(out, "{}", crate::model::wrap::indented(&note, "", "  "))?;
     }
     if let Some(res) = w.rows.iter().filter_map(|r| r.min_capacity_resolution_bytes).max().filter(|&r| r > (2 << 20)) {
         writeln!(
@@ -119,7 +119,7 @@ worth trying = gets past the failure, the rest of the job not in the trace."
             "long trace ({} events): each min capacity completes and lies within {} of the boundary (at most {} replays per policy).",
             w.bounds.events,
             fmt_bytes(res),
-            crate::capacity_search::LONG_TRACE_PROBES
+            crate::analysis::capacity_search::LONG_TRACE_PROBES
         )?;
     }
     if let Some(p) = &w.prediction {
@@ -136,12 +136,12 @@ worth trying = gets past the failure, the rest of the job not in the trace."
 /// What the whole job would need, where the trace can tell.
 pub fn print_prediction(
     out: &mut dyn Write,
-    p: &crate::outcome::JobPrediction,
+    p: &crate::analysis::outcome::JobPrediction,
     capacity: Option<u64>,
 ) -> std::io::Result<()> {
-    use crate::outcome::JobPrediction;
+    use crate::analysis::outcome::JobPrediction;
     let cap = capacity.map(fmt_bytes).unwrap_or_else(|| "no limit".into());
-    writeln!(out, "{}", crate::wrap::indented(&format!("the whole job: {}", p.basis()), "", "  "))?;
+    writeln!(out, "{}", crate::model::wrap::indented(&format!("the whole job: {}", p.basis()), "", "  "))?;
     if let JobPrediction::FromRepeatedIteration { policies, .. } = p {
         for q in policies {
             writeln!(

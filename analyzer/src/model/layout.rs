@@ -1,7 +1,7 @@
 //! The measures of one layout of segments and blocks: the one definition of "reserved but
 //! unallocated", of the free bytes inside segments, of the largest free block and of what
 //! `empty_cache()` would give back, for every command that reports them. The four measures are
-//! described in [`crate::frag`].
+//! described in [`crate::analysis::frag`].
 
 use recorder::engine::SegmentView;
 use serde::Serialize;

@@ -13,7 +13,7 @@
 //! files (its Python shim) are never named.
 //!
 //! A name holds the trace's strings as they are (a function name may hold a newline): JSON
-//! carries it so, and each writer of another output escapes it there ([`crate::escape`]).
+//! carries it so, and each writer of another output escapes it there ([`crate::model::escape`]).
 
 use recorder::trace::{Event, Frame};
 use serde::Serialize;
@@ -168,7 +168,7 @@ impl Sites {
 pub struct LiveBySite {
     pub sites: Sites,
     /// Each live allocation's site and requested bytes.
-    live: crate::ids::IdMap<(usize, u64)>,
+    live: crate::model::ids::IdMap<(usize, u64)>,
     /// Live requested bytes now.
     pub current: Vec<u64>,
     /// The most live requested bytes at once.

@@ -1,0 +1,282 @@
+//! Allocator settings advised for a run that ran out of memory at the capacity compared, rendered
+//! from the one decision per setting ([`crate::analysis::outcome::Decision`]) that the what-if table made.
+//!
+//! - Where the whole job is in the trace (a complete run replayed at a smaller capacity, or a
+//!   run recorded past its limit), a setting whose replay completes at the capacity is advised,
+//!   with its figures: that is a replay of the whole job, not a prediction.
+//! - Where the trace ends in the out-of-memory error (a snapshot taken at the failure), a
+//!   setting whose replay serves the request that failed is *worth trying*, ordered by the
+//!   memory the rest of the job is predicted to need; it is never said to fit, and never "not
+//!   advised": the trace cannot tell what the rest of the job needs.
+//! - A setting whose replay fails there too would not have helped, and is named as such only
+//!   where a user would reach for it (PyTorch's message suggests `expandable_segments`, and
+//!   every setting is a candidate against fragmentation).
+
+use crate::analysis::outcome::{Decision, JobPrediction, Reach};
+use crate::analysis::whatif::PolicyRow;
+use crate::model::units::fmt_bytes;
+use serde::Serialize;
+
+/// One piece of advice.
+#[derive(Debug, Clone, Serialize)]
+pub struct Advice {
+    /// `setting`, `capacity` or `code`.
+    pub kind: &'static str,
+    /// A `PYTORCH_CUDA_ALLOC_CONF=...` value for `setting`.
+    pub setting: Option<String>,
+    pub text: String,
+    /// The figure that justifies it.
+    pub evidence: String,
+    /// Backed by a replay (of the whole job, or of a code change up to the failure), not by a
+    /// prediction or a reading of the layout: the advice is ordered by this, proven first.
+    pub proven: bool,
+}
+
+/// The first thing to change, decided once: the text, the report's fix line and the JSON show
+/// it. The strongest proven advice; else, where the trace stops at the failure, the first
+/// setting worth trying; else the first advice, labelled unproven.
+#[derive(Debug, Clone, Serialize)]
+pub struct Fix {
+    /// `proven` (backed by a replay), `worth_trying` or `unproven`.
+    pub strength: &'static str,
+    /// `PYTORCH_CUDA_ALLOC_CONF=...` where the fix is a setting.
+    pub setting: Option<String>,
+    pub text: String,
+    pub evidence: String,
+}
+
+impl Fix {
+    pub fn of(advice: &[Advice], worth_trying: &[WorthTrying]) -> Option<Fix> {
+        let from = |a: &Advice, strength| Fix {
+            strength,
+            setting: a.setting.clone(),
+            text: a.text.clone(),
+            evidence: a.evidence.clone(),
+        };
+        if let Some(a) = advice.iter().find(|a| a.proven) {
+            return Some(from(a, "proven"));
+        }
+        if let Some(w) = worth_trying.first() {
+            return Some(Fix {
+                strength: "worth_trying",
+                setting: Some(w.setting.clone()),
+                text: format!("try {}", w.setting),
+                evidence: w.text.clone(),
+            });
+        }
+        advice.first().map(|a| from(a, "unproven"))
+    }
+    /// The label a text puts before it.
+    pub fn label(&self) -> &'static str {
+        match self.strength {
+            "proven" => "fix",
+            "worth_trying" => "worth trying first",
+            _ => "suggestion",
+        }
+    }
+}
+
+/// A setting whose replay serves the request that failed, in a trace that ends in the
+/// out-of-memory error: the rest of the job is not in the trace, so it is worth trying, not
+/// advised.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorthTrying {
+    /// `PYTORCH_CUDA_ALLOC_CONF=...`.
+    pub setting: String,
+    /// The what-if row's name.
+    pub policy: String,
+    /// Peak reserved by its replay up to the end of the trace.
+    pub peak_reserved_bytes: u64,
+    /// What the whole job is predicted to need under it (from a repeated iteration), if predicted.
+    pub predicted_needs_bytes: Option<u64>,
+    /// Whether the whole job is predicted to fit at the capacity, if predicted.
+    pub predicted_to_fit: Option<bool>,
+    pub text: String,
+}
+
+/// The allocator setting in the form a user sets it.
+pub fn env_setting(alloc_conf: &str) -> String {
+    format!("PYTORCH_CUDA_ALLOC_CONF={alloc_conf}")
+}
+
+/// What [`settings_at_oom`] gives: advice, settings worth trying, and what would not help.
+#[derive(Debug, Default)]
+pub struct SettingsAdvice {
+    pub advice: Vec<Advice>,
+    pub worth_trying: Vec<WorthTrying>,
+    pub not_advised: Vec<String>,
+}
+
+/// The setting and capacity advice for a replay that runs out of memory at the capacity
+/// compared (`cap_text`). `fragmentation`: the verdict is fragmentation.
+pub fn settings_at_oom(
+    rows: &[PolicyRow],
+    prediction: Option<&JobPrediction>,
+    cap_text: &str,
+    fragmentation: bool,
+) -> SettingsAdvice {
+    let b = fmt_bytes;
+    let mut out = SettingsAdvice::default();
+    let mut fits: Vec<&PolicyRow> = rows.iter().filter(|r| r.decision == Decision::Fits).collect();
+    fits.sort_by_key(|r| r.peak_reserved_bytes);
+    for r in &fits {
+        out.advice.push(Advice {
+            kind: "setting",
+            setting: Some(env_setting(&r.alloc_conf)),
+            text: format!("set {}", env_setting(&r.alloc_conf)),
+            evidence: format!(
+                "the whole job, replayed under it at {cap_text}, completes (peak reserved {}, {} device calls){}",
+                b(r.peak_reserved_bytes),
+                r.num_device_alloc + r.num_device_free,
+                r.min_capacity_bytes.map(|m| format!("; it needs {}", b(m))).unwrap_or_default()
+            ),
+            proven: true,
+        });
+    }
+    // Worth trying: gets past the failure; ordered by what the rest of the job is predicted to
+    // need, else by what the replay reserved up to the failure.
+    let predicted = |r: &PolicyRow| prediction.and_then(|p| p.of(&r.policy));
+    let mut past: Vec<&PolicyRow> = rows.iter().filter(|r| r.decision == Decision::WorthTrying).collect();
+    past.sort_by_key(|r| (predicted(r).and_then(|p| p.needs_bytes).unwrap_or(u64::MAX), r.peak_reserved_bytes));
+    for r in past {
+        let p = predicted(r);
+        out.worth_trying.push(WorthTrying {
+            setting: env_setting(&r.alloc_conf),
+            policy: r.policy.to_string(),
+            peak_reserved_bytes: r.peak_reserved_bytes,
+            predicted_needs_bytes: p.and_then(|p| p.needs_bytes),
+            predicted_to_fit: p.map(|p| p.fits),
+            text: if r.scratch_failures_skipped > 0 {
+                format!(
+                    "its replay at {cap_text} goes through when the {} cuDNN workspace request(s) that fail there are \
+left out: PyTorch's cuDNN catches such a failure and tries a plan with a smaller workspace, which the trace does not \
+hold",
+                    r.scratch_failures_skipped
+                )
+            } else {
+                format!(
+                    "its replay serves the request that failed at {cap_text} (peak reserved {} up to there){}",
+                    b(r.peak_reserved_bytes),
+                    match p {
+                        Some(p) => match (p.fits, p.needs_bytes) {
+                            (true, Some(n)) => format!("; the rest of the job is predicted to fit (about {})", b(n)),
+                            (true, None) => "; the rest of the job is predicted to fit".into(),
+                            (false, Some(n)) => format!("; the whole job is predicted to need about {}", b(n)),
+                            (false, None) => "; the whole job is predicted to run out of memory later".into(),
+                        },
+                        None => String::new(),
+                    }
+                )
+            },
+        });
+    }
+    // Would not have helped, grouped by why (one line each).
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    for r in rows
+        .iter()
+        .filter(|r| matches!(r.decision, Decision::DoesNotHelp | Decision::DoesNotFit | Decision::CannotTell))
+    {
+        let expandable = r.policy.name().starts_with("expandable_segments:True");
+        if !(expandable || fragmentation) {
+            continue;
+        }
+        let why = match (r.decision, r.reach) {
+            (Decision::DoesNotFit, _) => format!("the whole job, replayed at {cap_text}, runs out of memory"),
+            (_, Reach::FailsEarlier) => format!("replayed at {cap_text}, fails earlier than the recorded run"),
+            (Decision::CannotTell, _) => format!(
+                "cannot tell: replayed at {cap_text}, each fails at a request the recorded run served, which the \
+program may catch (a cuDNN workspace)"
+            ),
+            _ => format!("replayed at {cap_text}, fails at the same request"),
+        };
+        // Each one's smallest capacity is in the what-if table.
+        let name = r.policy.to_string();
+        match groups.iter_mut().find(|g| g.0 == why) {
+            Some(g) => g.1.push(name),
+            None => groups.push((why, vec![name])),
+        }
+    }
+    for (why, names) in groups {
+        out.not_advised.push(format!("{}: {why}", names.join(", ")));
+    }
+    if !fits.is_empty() {
+        return out;
+    }
+    out.advice.extend(capacity(rows, prediction, cap_text));
+    out
+}
+
+/// Whether the whole job is in the trace: it ends without an out-of-memory error, so a replay
+/// that serves every request completes the job.
+fn whole_job(rows: &[PolicyRow]) -> bool {
+    rows.iter().any(|r| matches!(r.reach, Reach::Completes | Reach::RunsOutOfMemory))
+}
+
+/// How much memory to give the process, where no setting fits at the capacity.
+fn capacity(rows: &[PolicyRow], prediction: Option<&JobPrediction>, cap_text: &str) -> Option<Advice> {
+    let b = fmt_bytes;
+    let recorded = rows.iter().find(|r| r.policy.is_recorded())?;
+    // The whole job is in the trace: the smallest capacity is a replay of it.
+    if whole_job(rows) {
+        let rec = recorded.min_capacity_bytes?;
+        let best = rows.iter().filter_map(|r| r.min_capacity_bytes.map(|m| (m, r))).min_by_key(|(m, _)| *m);
+        let setting = best.filter(|(m, r)| !r.policy.is_recorded() && (*m as f64) < 0.9 * rec as f64);
+        return Some(Advice {
+            kind: "capacity",
+            setting: setting.map(|(_, r)| env_setting(&r.alloc_conf)),
+            text: match setting {
+                Some((m, r)) => format!(
+                    "give the process {} (the whole job needs that with {}; {} under the recorded settings)",
+                    b(m),
+                    env_setting(&r.alloc_conf),
+                    b(rec)
+                ),
+                None => {
+                    format!("give the process {} (the whole job needs that; no setting fits it at {cap_text})", b(rec))
+                }
+            },
+            evidence: format!(
+                "the smallest capacity at which the replay of the whole job completes: {} under the recorded settings",
+                b(rec)
+            ),
+            proven: true,
+        });
+    }
+    match prediction {
+        Some(p @ JobPrediction::FromRepeatedIteration { policies, .. }) => {
+            let rec = policies.iter().find(|p| p.policy.is_recorded()).and_then(|p| p.needs_bytes)?;
+            let best = policies.iter().filter_map(|p| p.needs_bytes.map(|n| (n, p))).min_by_key(|(n, _)| *n);
+            let setting = best
+                .filter(|(n, p)| !p.policy.is_recorded() && (*n as f64) < 0.9 * rec as f64)
+                .and_then(|(n, p)| rows.iter().find(|r| r.policy == p.policy).map(|r| (n, env_setting(&r.alloc_conf))));
+            Some(Advice {
+                kind: "capacity",
+                setting: setting.as_ref().map(|s| s.1.clone()),
+                text: match &setting {
+                    Some((n, s)) => format!("the whole job is predicted to need about {} of memory with {s}", b(*n)),
+                    None => format!("the whole job is predicted to need about {} of memory", b(rec)),
+                },
+                evidence: format!("{} (a prediction, not a replay of the job)", p.basis()),
+                proven: false,
+            })
+        }
+        _ => {
+            let rec = recorded.min_capacity_bytes?;
+            Some(Advice {
+                kind: "capacity",
+                setting: None,
+                text: format!(
+                    "with more memory than {cap_text}: from {} the program gets past the request that failed; whether \
+the rest of the job fits is not in the trace",
+                    b(rec)
+                ),
+                evidence: format!(
+                    "the smallest capacity at which the replay gets past the failed request, under the recorded \
+settings: {}",
+                    b(rec)
+                ),
+                proven: false,
+            })
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! The smallest capacity at which a request stream completes under a configuration: bisection
+//! between a lower bound and the unlimited run's peak reserved, each probe a replay (resumed from
+//! a save of the unlimited run where one is given). Used by the what-if table and by the
+//! prediction of a whole job; it depends on the replay alone.
+
+use crate::model::Trace;
+use crate::replay::{replay, ReplayOptions, Save};
+use anyhow::Result;
+use rayon::prelude::*;
+use recorder::engine::config::AllocatorConfig;
+use std::collections::HashMap;
+
+/// Capacities are searched to this resolution.
+pub const CAPACITY_RESOLUTION: u64 = 2 << 20;
+/// Above this many events a trace is long: each policy's capacity search stops after
+/// [`LONG_TRACE_PROBES`] replays, and the resolution it reached is reported.
+pub const LONG_TRACE_EVENTS: u64 = 1_000_000;
+pub const LONG_TRACE_PROBES: u32 = 6;
+/// Saves of the unlimited run that capacity probes resume from ([`crate::replay::Resumable`]).
+pub const RESUME_LEVELS: u64 = 16;
+
+/// Smallest capacity (to [`CAPACITY_RESOLUTION`]) at which `config` completes the trace.
+/// `probed` is called after each replay (for progress). At most `max_probes` replays: the
+/// result is then a capacity known to complete, within the returned resolution of the boundary.
+/// `None` when no capacity completes (a request near 2^64 bytes fails under any limit): that
+/// is a finding about the trace, not an error.
+///
+/// `floor`, where given, is a capacity below which no replay can complete (the blocks live at
+/// once need more: [`crate::analysis::whatif::Bounds::held_floor_bytes`]). The bisection takes those
+/// capacities as failed without replaying them, and the floor itself is replayed first: where
+/// it completes it is the answer, to the resolution, which on a trace that keeps a segment per
+/// stream the bisection would reach only after replaying nearly the whole trace at each of some
+/// twenty capacities.
+///
+/// `ahead` levels of the bisection are replayed at once (1: one probe at a time; 2: the middle
+/// and both capacities that could come next, 3 probes; ...), for threads that would otherwise
+/// wait: the probes the bisection then takes are the ones it would have made one at a time,
+/// so the answer does not depend on `ahead`. `ahead` is asked before each round: threads that
+/// other searches have let go of serve the rounds of those still running.
+#[allow(clippy::too_many_arguments)]
+pub fn min_capacity(
+    trace: &Trace,
+    config: &AllocatorConfig,
+    mut from: Option<&mut crate::replay::Resumable>,
+    lower: u64,
+    floor: Option<u64>,
+    upper: u64,
+    max_probes: u32,
+    ahead: &(dyn Fn() -> u32 + Sync),
+    probed: &(dyn Fn() + Sync),
+) -> Result<Option<(u64, u64)>> {
+    let r = CAPACITY_RESOLUTION;
+    let completes = |from: Option<&crate::replay::Resumable>, cap: u64| -> Result<(bool, Option<Save>)> {
+        let (r, save) = match from {
+            Some(from) => crate::replay::replay_resumed_shared(
+                trace,
+                from,
+                Some(cap),
+                crate::model::CapacitySource::Given,
+                &mut |_, _, _, _| {},
+                None,
+            )?,
+            None => {
+                let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: Some(cap), ..Default::default() };
+                (replay(trace, &o)?, None)
+            }
+        };
+        Ok((!r.is_oom(), save))
+    };
+    // Invariant: `hi` completes; `lo` fails (or is the lower bound). `upper` is the peak reserved
+    // of an unlimited run, which usually completes as a limit too, but a limit can change the run
+    // (pages mapped in another order, the OOM path's releases): check it, and step up until a
+    // limit completes, so the answer is always a limit that was replayed and completed.
+    let mut hi = upper.div_ceil(r) * r;
+    let mut lo = (lower / r * r).min(hi);
+    let mut probes = 0;
+    let mut step = r;
+    let mid = |lo: u64, hi: u64| (lo + (hi - lo) / 2) / r * r;
+    // The next `depth` levels of the bisection from (lo, hi): every capacity it could probe.
+    let tree = |lo: u64, hi: u64, depth: u32| -> Vec<u64> {
+        let mut tree: Vec<u64> = Vec::new();
+        let mut level = vec![(lo, hi)];
+        for _ in 0..depth {
+            let mut next = Vec::new();
+            for &(l, h) in &level {
+                if h - l > r {
+                    let m = mid(l, h);
+                    tree.push(m);
+                    next.push((l, m));
+                    next.push((m, h));
+                }
+            }
+            level = next;
+        }
+        tree.sort_unstable();
+        tree.dedup();
+        tree
+    };
+    // Whether each capacity replayed so far completes (a replay at a capacity is one run, from
+    // a save or not): the bisection takes its probes from here.
+    let mut outcome: HashMap<u64, bool> = HashMap::new();
+    // Below the floor every capacity fails: known without a replay. (A floor above `hi`, the
+    // unlimited run's peak, would be wrong: it is then not used.)
+    let floor = floor.map(|f| f.div_ceil(r).saturating_mul(r)).filter(|&f| f > lo && f <= hi);
+    let known_to_fail = |cap: u64| floor.is_some_and(|f| cap < f);
+    let probe_all = |caps: Vec<u64>,
+                     from: &mut Option<&mut crate::replay::Resumable>,
+                     outcome: &mut HashMap<u64, bool>|
+     -> Result<()> {
+        let shared = from.as_deref();
+        let results: Vec<(u64, bool, Option<Save>)> = caps
+            .par_iter()
+            .map(|&cap| completes(shared, cap).map(|(ok, save)| (cap, ok, save)))
+            .collect::<Result<_>>()?;
+        for (cap, ok, save) in results {
+            outcome.insert(cap, ok);
+            keep(from, save);
+        }
+        Ok(())
+    };
+    if let Some(f) = floor {
+        // The floor first, alone: where it completes, every other probe would be wasted (on a
+        // trace with a segment per stream, each a replay of millions of segments). Where it
+        // fails, it fails at the first request that needs more, which comes early: a replay
+        // resumed near the floor.
+        probe_all(vec![f], &mut from, &mut outcome)?;
+        if outcome[&f] {
+            // The floor completes and nothing below it can: the smallest capacity.
+            return Ok(Some((f, r)));
+        }
+    }
+    // The first levels of the bisection are replayed beside `upper`, which nearly always
+    // completes: they are the probes that come next (no deeper than the probes left to take:
+    // the levels below would go unused).
+    let mut caps = vec![hi];
+    caps.extend(tree(lo, hi, ahead().max(1).min(max_probes)).into_iter().filter(|&c| !known_to_fail(c)));
+    caps.retain(|c| !outcome.contains_key(c));
+    caps.dedup();
+    loop {
+        probed();
+        probe_all(std::mem::take(&mut caps), &mut from, &mut outcome)?;
+        if outcome[&hi] {
+            break;
+        }
+        probes += 1;
+        lo = hi;
+        let Some(next) = hi.checked_add(step) else { return Ok(None) };
+        hi = next;
+        step = step.saturating_mul(2);
+        caps.push(hi);
+    }
+    while hi - lo > r && probes < max_probes {
+        let caps: Vec<u64> = tree(lo, hi, ahead().max(1).min(max_probes - probes))
+            .into_iter()
+            .filter(|&c| !outcome.contains_key(&c) && !known_to_fail(c))
+            .collect();
+        probe_all(caps, &mut from, &mut outcome)?;
+        // The bisection, one probe at a time, over the results at hand.
+        while hi - lo > r && probes < max_probes {
+            let m = mid(lo, hi);
+            let Some(ok) = outcome.get(&m).copied().or_else(|| known_to_fail(m).then_some(false)) else { break };
+            probed();
+            probes += 1;
+            if ok {
+                hi = mid(lo, hi);
+            } else {
+                lo = mid(lo, hi);
+            }
+        }
+    }
+    Ok(Some((hi, (hi - lo).max(r))))
+}
+
+/// Keeps a save a probe made, for the next probes.
+fn keep(from: &mut Option<&mut crate::replay::Resumable>, save: Option<Save>) {
+    if let (Some(from), Some(save)) = (from.as_deref_mut(), save) {
+        from.keep(save);
+    }
+}
+
+/// How many levels of a capacity search to replay at once when `searches` run side by side on
+/// this many threads: enough probes to use the threads that would otherwise wait.
+pub fn levels_ahead(searches: usize) -> u32 {
+    let spare = rayon::current_num_threads() / searches.max(1);
+    // Levels d take 2^d - 1 probes.
+    let mut d = 1;
+    while (1usize << (d + 1)) - 1 <= spare && d < 4 {
+        d += 1;
+    }
+    d
+}

@@ -1,0 +1,809 @@
+//! Leaks: what is still live at the end, what grows from one iteration to the next, and which
+//! live blocks keep reserved memory from being released.
+//!
+//! Call sites are named by their innermost *user* frame ([`crate::model::sites`]): frames from
+//! the Python standard library, site-packages and PyTorch's own sources are skipped, so a tensor
+//! made inside `torch/nn/modules/linear.py` for `out = m(x)` is charged to the line `out = m(x)`.
+//!
+//! Growth is measured at the same phase of successive iterations. The iterations come from
+//! `Mark{Iteration}` events, else an annotation that repeats (e.g. PyTorch's
+//! `Optimizer.zero_grad ... START`), by the one rule of [`crate::model::iterations`]; else from
+//! the period of the request stream. The period is found
+//! by autocorrelation of the allocation signatures (call site, size): the smallest shift `p` at
+//! which `sig[i] == sig[i + p]` for nearly as many `i` as the best shift. Worked example: the
+//! stream `a b c a b c a b c` matches itself everywhere at shifts 3 and 6; the smallest, 3, is
+//! the period. Live bytes per call site are sampled before every `p`-th allocation from the
+//! first position where the pattern repeats.
+//!
+//! Retention: a segment can go back to the device only when every block in it is free. A graph
+//! call site -> segment (petgraph), whose edges carry the site's live blocks in the segment,
+//! answers which blocks pin which segments, and what `empty_cache()` would free now, and if a
+//! call site released its blocks.
+//!
+//! Memory: live allocations, call sites, one sample of per-site live bytes per iteration, and
+//! (for the period search only) one signature per allocation, at most [`MAX_SIGNATURES`].
+
+use crate::model::iterations::{IterationFold, IterationSource, Iterations};
+use crate::model::layout::LayoutMeasures;
+use crate::model::sites::{Site, Sites};
+use crate::model::{Damage, Trace};
+use crate::replay::{replay_observed, EngineView, LiveMap, OomMoment, ReplayOptions};
+use anyhow::{bail, Result};
+use petgraph::graph::{DiGraph, NodeIndex};
+use petgraph::Direction;
+use recorder::engine::SegmentView;
+use recorder::trace::{Event, Record};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+
+/// Allocation signatures kept for the period search (16 bytes each, plus 8 for the index).
+pub const MAX_SIGNATURES: usize = 1 << 20;
+/// The autocorrelation looks at this many signatures (from the start).
+pub const PERIOD_WINDOW: usize = 20_000;
+/// A period is accepted when at least this share of signatures repeat at that shift.
+pub const PERIOD_MIN_SCORE: f64 = 0.6;
+/// A period of the request stream is taken as an iteration only when it covers at least this
+/// many allocations, not all alike: a stream of equal single allocations repeats with period 1,
+/// and 460 of them are not 460 iterations.
+pub const MIN_PERIOD_ALLOCS: usize = 3;
+/// Growth is a leak only over at least this many whole iterations (steps between samples), and
+/// rising in most of them.
+pub const MIN_GROWTH_INTERVALS: usize = 3;
+
+/// Live allocations of one site.
+#[derive(Debug, Clone, Serialize)]
+pub struct SiteLive {
+    pub site: Site,
+    pub count: u64,
+    pub requested_bytes: u64,
+    /// Events since the oldest of them was allocated.
+    pub oldest_age_events: u64,
+    pub oldest_age_ns: u64,
+}
+
+/// Growth of one site per iteration.
+#[derive(Debug, Clone, Serialize)]
+pub struct SiteGrowth {
+    pub site: Site,
+    /// Median change of its live bytes from one iteration to the next.
+    #[serde(serialize_with = "crate::model::units::whole_bytes")]
+    pub per_iteration_bytes: f64,
+    pub per_iteration_count: f64,
+    /// Intervals in which its live bytes rose.
+    pub rising_intervals: usize,
+    pub intervals: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Growth {
+    /// Where the iterations came from.
+    pub source: String,
+    /// Event indices at which live bytes were sampled (same phase of successive iterations).
+    pub boundaries: Vec<u64>,
+    /// Live requested bytes at each boundary.
+    pub live_bytes: Vec<u64>,
+    /// Median change of live bytes from one iteration to the next.
+    #[serde(serialize_with = "crate::model::units::whole_bytes")]
+    pub per_iteration_bytes: f64,
+    /// Sites whose live bytes grew, largest growth first.
+    pub sites: Vec<SiteGrowth>,
+    /// Live bytes added in the first iteration beyond the steady median: one-time state (the
+    /// optimizer's state made on its first step, lazily built caches), not a leak.
+    pub one_time_bytes: u64,
+}
+
+/// A live block and the segment it keeps.
+#[derive(Debug, Clone, Serialize)]
+pub struct PinningBlock {
+    pub site: Site,
+    pub block_bytes: u64,
+    pub requested_bytes: u64,
+    pub segment_addr: u64,
+    pub segment_bytes: u64,
+    /// The only live block in its segment: freeing it alone would make the segment releasable.
+    pub alone: bool,
+}
+
+/// What a site's live blocks keep reserved.
+#[derive(Debug, Clone, Serialize)]
+pub struct SitePin {
+    pub site: Site,
+    pub blocks: u64,
+    pub block_bytes: u64,
+    pub segments_touched: u64,
+    /// Segments whose every live block comes from this site.
+    pub segments_pinned: u64,
+    pub pinned_segment_bytes: u64,
+    /// What `empty_cache()` would free if this site released its blocks.
+    pub empty_cache_if_released_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Retention {
+    pub event: u64,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    /// Whole free segments: what `empty_cache()` frees now.
+    pub empty_cache_now_bytes: u64,
+    /// Sites ranked by the reserved bytes they alone pin.
+    pub sites: Vec<SitePin>,
+    /// Live blocks ranked by the segment bytes they pin alone, then by segment size.
+    pub blocks: Vec<PinningBlock>,
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LeaksReport {
+    pub trace: String,
+    pub events: u64,
+    pub live_at_end_count: u64,
+    pub live_at_end_bytes: u64,
+    /// Live allocations at the end grouped by site, most bytes first.
+    pub live_at_end: Vec<SiteLive>,
+    pub growth: Option<Growth>,
+    pub growth_note: Option<String>,
+    pub retention: Retention,
+    pub input_damage: Option<Damage>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct LeaksOptions {
+    /// Event after which to analyse retention; `None` = the end (or the replay's OOM).
+    pub at_event: Option<u64>,
+}
+
+/// What the first pass collects.
+struct Pass1 {
+    sites: Sites,
+    /// id -> (site, requested, event, time)
+    live: crate::model::ids::IdMap<(usize, u64, u64, u64)>,
+    /// (event index, call site, requested bytes) per allocation, capped.
+    signatures: Vec<(u64, u32, u64)>,
+    iterations: IterationFold,
+    events: u64,
+    last_time_ns: u64,
+    damage: Option<Damage>,
+}
+
+fn pass1(trace: &Trace) -> Result<Pass1> {
+    let mut p = Pass1 {
+        sites: Sites::default(),
+        live: Default::default(),
+        signatures: Vec::new(),
+        iterations: IterationFold::default(),
+        events: 0,
+        last_time_ns: 0,
+        damage: None,
+    };
+    let scanned = trace.scan(|i, r| {
+        p.last_time_ns = r.time_ns;
+        match &r.event {
+            Event::CallSite { id, frames } => p.sites.define(*id, frames),
+            Event::Alloc { id, requested_bytes, callsite, .. } => {
+                p.live.insert(*id, (p.sites.of(*callsite), *requested_bytes, i, r.time_ns));
+                if p.signatures.len() < MAX_SIGNATURES {
+                    p.signatures.push((i, *callsite, *requested_bytes));
+                }
+            }
+            Event::FreeCompleted { id, .. } => {
+                p.live.remove(id);
+            }
+            Event::Mark { .. } => p.iterations.observe(i, &r.event),
+            Event::FreeRequested { .. }
+            | Event::SegmentAlloc { .. }
+            | Event::SegmentFree { .. }
+            | Event::SegmentMap { .. }
+            | Event::SegmentUnmap { .. }
+            | Event::Split { .. }
+            | Event::Merge { .. }
+            | Event::CacheRelease { .. }
+            | Event::Oom { .. }
+            | Event::Snapshot { .. }
+            | Event::DeviceMemInfo { .. }
+            | Event::Dropped { .. }
+            | Event::SegmentPool { .. } => {}
+        }
+    })?;
+    p.events = scanned.events;
+    p.damage = trace.damage();
+    let _ = scanned;
+    Ok(p)
+}
+
+/// The period of a signature sequence and where it starts repeating: `(period, start)`.
+pub fn detect_period<T: Eq + std::hash::Hash>(sig: &[T]) -> Option<(usize, usize)> {
+    let n = sig.len().min(PERIOD_WINDOW);
+    if n < 6 {
+        return None;
+    }
+    // Each signature as a small number, in order of first appearance: scoring a period compares
+    // two slices of numbers, which the compiler vectorizes (the window's scores are about n^2/3
+    // comparisons).
+    let mut ids: HashMap<&T, u32> = HashMap::new();
+    let s: Vec<u32> = sig[..n]
+        .iter()
+        .map(|t| {
+            let next = ids.len() as u32;
+            *ids.entry(t).or_insert(next)
+        })
+        .collect();
+    let scores: Vec<(usize, f64)> = (1..=n / 3)
+        .map(|p| {
+            let matches: usize = s[..n - p].iter().zip(&s[p..]).map(|(a, b)| usize::from(a == b)).sum();
+            (p, matches as f64 / (n - p) as f64)
+        })
+        .collect();
+    let best = scores.iter().map(|&(_, x)| x).fold(0.0, f64::max);
+    if best < PERIOD_MIN_SCORE {
+        return None;
+    }
+    let (period, _) = *scores.iter().find(|&&(_, x)| x >= best - 0.05)?;
+    // The first position from which one whole period repeats exactly.
+    let start = (0..n.saturating_sub(2 * period)).find(|&i| s[i..i + period] == s[i + period..i + 2 * period])?;
+    Some((period, start))
+}
+
+/// When the repetition at `period` is an inner loop: the allocation (index into `sig`) at the
+/// start of each outer iteration.
+///
+/// A loop over batches of varying shapes whose body runs an inner loop (a model's layers)
+/// repeats with the inner loop's period, in stretches: the layers of one batch repeat exactly,
+/// then the next batch's sizes differ, and the repetition breaks until its layers repeat
+/// again. Each stretch where the pattern repeats for at least a whole period is one outer
+/// iteration, when the stretches differ from one to the next (other shapes); stretches alike
+/// are one loop interrupted (a stray allocation) and are joined. Worked example, inner period
+/// 2: `e a b a b a b | e c d c d c d | e f g f g f g` repeats in three stretches of other sizes:
+/// three iterations, not nine. `None` with fewer than 3 such stretches.
+pub fn outer_loop<T: PartialEq>(sig: &[T], period: usize) -> Option<Vec<usize>> {
+    if period == 0 || sig.len() <= period {
+        return None;
+    }
+    // Stretches [a, b) where sig[i] == sig[i + period], at least one period long.
+    let mut stretches: Vec<(usize, usize)> = Vec::new();
+    let mut from: Option<usize> = None;
+    for i in 0..=sig.len() - period {
+        let repeats = i < sig.len() - period && sig[i] == sig[i + period];
+        match (repeats, from) {
+            (true, None) => from = Some(i),
+            (false, Some(a)) => {
+                if i - a >= period {
+                    stretches.push((a, i));
+                }
+                from = None;
+            }
+            _ => {}
+        }
+    }
+    let mut starts: Vec<usize> = Vec::new();
+    let mut previous: Option<usize> = None;
+    for (a, _) in stretches {
+        // The same pattern as the previous stretch, at any phase.
+        let same = previous.is_some_and(|b| (0..period).any(|k| sig[a..a + period] == sig[b + k..b + k + period]));
+        if !same {
+            starts.push(a);
+        }
+        previous = Some(a);
+    }
+    (starts.len() >= 3).then_some(starts)
+}
+
+/// Picks the iteration boundaries (event indices) and says where they came from.
+fn boundaries(p: &Pass1) -> (Option<(String, Vec<u64>)>, Option<String>) {
+    // Marks or a repeated annotation: the one rule of every analysis.
+    match p.iterations.iterations() {
+        Some(Iterations { source: IterationSource::Marks, starts }) if starts.len() < 3 => {
+            return (None, Some(format!("{} iteration marks: too few to measure growth (at least 3)", starts.len())));
+        }
+        Some(Iterations { source: IterationSource::Marks, starts }) => {
+            return (Some(("iteration marks".into(), starts)), None);
+        }
+        Some(Iterations { source: IterationSource::Annotation(text), starts }) => {
+            return (Some((format!("the annotation \"{text}\", which repeats {} times", starts.len()), starts)), None);
+        }
+        None => {}
+    }
+    let sig: Vec<(u32, u64)> = p.signatures.iter().map(|&(_, c, b)| (c, b)).collect();
+    match detect_period(&sig) {
+        Some((period, start))
+            if period < MIN_PERIOD_ALLOCS
+                || sig[start..(start + period).min(sig.len())].iter().all(|x| *x == sig[start]) =>
+        {
+            (
+            None,
+            Some(format!(
+                "no iteration marks and no repeated annotation; the allocation pattern repeats every {period} allocation(s), \
+too few, or too much alike, to be an iteration (at least {MIN_PERIOD_ALLOCS} different requests)"
+                )),
+            )
+        }
+        Some((period, start)) => {
+            if let Some(runs) = outer_loop(&sig, period) {
+                let source = format!(
+                    "an outer loop: a pattern of {period} allocation(s) (call site and size) repeats in {} stretches, each \
+with other sizes (an inner loop, such as a model's layers, run for every batch of other shapes, and once to build the \
+model); no iteration marks",
+                    runs.len()
+                );
+                return (Some((source, runs.iter().map(|&k| p.signatures[k].0).collect())), None);
+            }
+            let b: Vec<u64> = (start..p.signatures.len()).step_by(period).map(|k| p.signatures[k].0).collect();
+            if b.len() >= 3 {
+                let source = format!(
+                    "a repeating pattern of {period} allocation(s) (call site and size) from allocation {start}; no iteration marks"
+                );
+                (Some((source, b)), None)
+            } else {
+                (
+                    None,
+                    Some(format!("the allocation pattern repeats every {period} allocations, but fewer than 3 times")),
+                )
+            }
+        }
+        None => (None, Some("no iteration marks, no repeated annotation and no periodic allocation pattern".into())),
+    }
+}
+
+/// Samples live requested bytes per site before each boundary event.
+fn growth(trace: &Trace, p: &Pass1, source: String, bounds: Vec<u64>) -> Result<Growth> {
+    let mut live: crate::model::ids::IdMap<(usize, u64)> = Default::default();
+    let mut per_site: Vec<(i64, i64)> = vec![(0, 0); p.sites.sites.len()];
+    let mut samples: Vec<Vec<(i64, i64)>> = Vec::with_capacity(bounds.len());
+    let mut next = 0usize;
+    trace.scan(|i, r| {
+        while next < bounds.len() && bounds[next] == i {
+            samples.push(per_site.clone());
+            next += 1;
+        }
+        match &r.event {
+            Event::Alloc { id, requested_bytes, callsite, .. } => {
+                let s = p.sites.of(*callsite);
+                live.insert(*id, (s, *requested_bytes));
+                per_site[s].0 += 1;
+                per_site[s].1 += *requested_bytes as i64;
+            }
+            Event::FreeCompleted { id, .. } => {
+                if let Some((s, b)) = live.remove(id) {
+                    per_site[s].0 -= 1;
+                    per_site[s].1 -= b as i64;
+                }
+            }
+            _ => {}
+        }
+    })?;
+    let bounds: Vec<u64> = bounds[..samples.len()].to_vec();
+    let mut sites: Vec<SiteGrowth> = (0..p.sites.sites.len())
+        .filter_map(|s| {
+            let bytes: Vec<i64> = samples.iter().map(|v| v[s].1).collect();
+            let counts: Vec<i64> = samples.iter().map(|v| v[s].0).collect();
+            // The first step is left out when there are enough (one-time state: an optimizer's
+            // first step, a lazily built cache). Growth must rise in most of the rest, over at
+            // least MIN_GROWTH_INTERVALS of them, and persist: the net change over the window at
+            // least half of what the median step adds (live bytes that only oscillate, as with a
+            // batch size that varies, have a positive median step but no net growth).
+            let window = if bytes.len() > MIN_GROWTH_INTERVALS + 1 { &bytes[1..] } else { &bytes[..] };
+            let intervals = window.len().saturating_sub(1);
+            let rising = window.windows(2).filter(|w| w[1] > w[0]).count();
+            let per_iteration_bytes = median_step(window);
+            let net = window.last().copied().unwrap_or(0) - window.first().copied().unwrap_or(0);
+            let persists = 2.0 * net as f64 >= per_iteration_bytes * intervals as f64;
+            (per_iteration_bytes > 0.0 && intervals >= MIN_GROWTH_INTERVALS && 2 * rising > intervals && persists).then(
+                || SiteGrowth {
+                    site: p.sites.sites[s].clone(),
+                    per_iteration_bytes,
+                    per_iteration_count: median_step(&counts),
+                    rising_intervals: rising,
+                    intervals,
+                },
+            )
+        })
+        .collect();
+    sites.sort_by(|a, b| b.per_iteration_bytes.total_cmp(&a.per_iteration_bytes).then(a.site.cmp(&b.site)));
+    let live_bytes: Vec<u64> =
+        samples.iter().map(|v| v.iter().fold(0u64, |a, x| a.saturating_add(x.1.max(0) as u64))).collect();
+    let per_iteration_bytes = median_step(&live_bytes.iter().map(|&b| b as i64).collect::<Vec<_>>());
+    let one_time_bytes = match live_bytes.as_slice() {
+        [a, b, _, ..] if (*b as f64 - *a as f64) > 2.0 * per_iteration_bytes.max(0.0) => {
+            (b - a).saturating_sub(per_iteration_bytes.max(0.0) as u64)
+        }
+        _ => 0,
+    };
+    Ok(Growth { source, boundaries: bounds, live_bytes, per_iteration_bytes, sites, one_time_bytes })
+}
+
+/// The median change from one sample to the next: a warm-up iteration (optimizer state made
+/// on the first step) does not count as growth, a steady leak does.
+pub fn median_step(v: &[i64]) -> f64 {
+    let mut d: Vec<i64> = v.windows(2).map(|w| w[1] - w[0]).collect();
+    if d.is_empty() {
+        return 0.0;
+    }
+    d.sort_unstable();
+    let n = d.len();
+    if n % 2 == 1 {
+        d[n / 2] as f64
+    } else {
+        (d[n / 2 - 1] + d[n / 2]) as f64 / 2.0
+    }
+}
+
+/// The layout and the live blocks' sites at one moment of a replay.
+pub struct Held {
+    pub event: u64,
+    pub segments: Vec<SegmentView>,
+    /// Block address -> site index, for live (allocated or pending) blocks.
+    pub site_of_block: HashMap<u64, usize>,
+}
+
+/// Replays under the recorded settings and captures the layout after `at` (or at the end, or at
+/// the replay's OOM).
+pub fn held_at(trace: &Trace, sites: &Sites, at: Option<u64>, events: u64) -> Result<Held> {
+    let mut watch = HeldWatch::new(at, events);
+    replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, live| watch.observe(trace, i, r, view, live))?;
+    watch.finish(trace, sites)
+}
+
+/// What [`held_at`] watches in the replay under the recorded settings: the layout and the live
+/// blocks' call sites after `at` (without one: at the OOM the program did not survive, else at
+/// the end).
+pub struct HeldWatch {
+    at: Option<u64>,
+    events: u64,
+    callsite_of: crate::model::ids::CallsiteOf,
+    oom: OomMoment,
+    held: Option<Taken>,
+}
+
+/// The event, the segments, and each live block's address and call site id.
+type Taken = (u64, Vec<SegmentView>, Vec<(u64, u32)>);
+
+impl HeldWatch {
+    pub fn new(at: Option<u64>, events: u64) -> Self {
+        HeldWatch { at, events, callsite_of: Default::default(), oom: OomMoment::default(), held: None }
+    }
+
+    pub fn observe(&mut self, trace: &Trace, i: u64, r: &Record, view: &dyn EngineView, live: &LiveMap) {
+        match &r.event {
+            Event::Alloc { id, callsite, .. } => {
+                self.callsite_of.alloc(*id, *callsite);
+            }
+            Event::FreeCompleted { id, .. } => {
+                self.callsite_of.free(*id);
+            }
+            _ => {}
+        }
+        // Without a given event: at the OOM (not one the program caught), else at the end.
+        let oom_stop = self.oom.observe(trace, i, r, view).moment && self.at.is_none();
+        let target = self.at.unwrap_or(self.events.saturating_sub(1));
+        if self.held.is_none() && (i == target || oom_stop) {
+            let blocks = live.iter().map(|(id, addr)| (*addr, self.callsite_of.get(*id))).collect();
+            self.held = Some((i, view.segments(), blocks));
+        }
+    }
+
+    /// The replay is over: the map of live allocations' call sites is let go (the layout taken
+    /// keeps its blocks' own).
+    pub fn replayed(mut self) -> Self {
+        self.callsite_of = Default::default();
+        self
+    }
+
+    /// The layout taken, its blocks named by `sites` (the trace's sites).
+    pub fn finish(self, trace: &Trace, sites: &Sites) -> Result<Held> {
+        match self.held {
+            Some((event, segments, blocks)) => Ok(Held {
+                event,
+                segments,
+                site_of_block: blocks.into_iter().map(|(addr, cs)| (addr, sites.of(cs))).collect(),
+            }),
+            // A trace with no events (one damaged before its first frame ended): nothing is held.
+            None if self.events == 0 => Ok(Held { event: 0, segments: Vec::new(), site_of_block: HashMap::new() }),
+            None => bail!(
+                "{}: the replay stopped (out of memory) before event {}",
+                trace.path.display(),
+                self.at.unwrap_or(self.events.saturating_sub(1))
+            ),
+        }
+    }
+}
+
+/// How many of the blocks pinning segments [`retention`] lists.
+const PINNING_BLOCKS: usize = 20;
+
+#[derive(Debug, Clone)]
+enum Node {
+    Site,
+    Segment { bytes: u64 },
+}
+
+/// An edge site -> segment: the live blocks of that site in that segment.
+#[derive(Debug, Clone, Copy, Default)]
+struct Holds {
+    blocks: u64,
+    bytes: u64,
+}
+
+/// Which live blocks pin which segments, from the graph call site -> segment, whose edges carry
+/// the site's live blocks in the segment. A segment is pinned by a site when that site is its
+/// only incoming edge. Walks each live block once: a layout of millions of blocks costs one
+/// edge per (site, segment) pair, not a node per block.
+pub fn retention(held: &Held, sites: &Sites) -> Retention {
+    let mut g: DiGraph<Node, Holds> = DiGraph::new();
+    let mut site_nodes: BTreeMap<usize, NodeIndex> = BTreeMap::new();
+    let mut unattributed_pending = 0u64;
+    // The most striking blocks first: a block alone in a big segment, small blocks before large
+    // ones (then by segment address, then by a block's place in the walk below). Only the first
+    // `PINNING_BLOCKS` are kept as the layout is walked: a layout of millions of live blocks
+    // costs no more than that list.
+    type Key = (std::cmp::Reverse<bool>, std::cmp::Reverse<u64>, u64, usize);
+    // (key, site, block bytes, requested bytes, segment address, segment bytes)
+    let mut top: std::collections::BinaryHeap<(Key, usize, u64, u64, u64, u64)> = std::collections::BinaryHeap::new();
+    let mut order = 0usize;
+    let mut empty_cache_now_bytes = 0u64;
+    // This segment's edges, by site (most segments hold blocks of one or a few sites).
+    let mut edges: Vec<(usize, Holds)> = Vec::new();
+    // A private pool's segments stay while its graph or MemPool lives, whatever their blocks:
+    // neither `empty_cache()` nor freeing those blocks gives them back.
+    for s in held.segments.iter().filter(|s| !s.kept_by_private_pool()) {
+        let sn = g.add_node(Node::Segment { bytes: s.bytes });
+        let in_seg = s.blocks.iter().filter(|b| b.allocated || b.pending_free).count();
+        if in_seg == 0 {
+            empty_cache_now_bytes += s.bytes;
+            continue;
+        }
+        edges.clear();
+        // The blocks from the segment's end to its start, the order the walk has always had.
+        for b in s.blocks.iter().rev().filter(|b| b.allocated || b.pending_free) {
+            let site = match held.site_of_block.get(&b.addr) {
+                Some(&site) => site,
+                None => {
+                    unattributed_pending += 1;
+                    0
+                }
+            };
+            match edges.iter_mut().find(|(s, _)| *s == site) {
+                Some((_, h)) => {
+                    h.blocks += 1;
+                    h.bytes += b.bytes;
+                }
+                None => edges.push((site, Holds { blocks: 1, bytes: b.bytes })),
+            }
+            let key =
+                (std::cmp::Reverse(in_seg == 1), std::cmp::Reverse(s.bytes.saturating_sub(b.bytes)), s.addr, order);
+            order += 1;
+            let entry = (key, site, b.bytes, b.requested_bytes, s.addr, s.bytes);
+            if top.len() < PINNING_BLOCKS {
+                top.push(entry);
+            } else if top.peek().is_some_and(|t| key < t.0) {
+                top.pop();
+                top.push(entry);
+            }
+        }
+        // Edges are made in the order of each site's first block in the layout.
+        edges.reverse();
+        for &(site, h) in &edges {
+            let site_node = *site_nodes.entry(site).or_insert_with(|| g.add_node(Node::Site));
+            g.add_edge(site_node, sn, h);
+        }
+    }
+    let seg_bytes = |sn: NodeIndex| match g[sn] {
+        Node::Segment { bytes } => bytes,
+        Node::Site => 0,
+    };
+    let mut site_pins: Vec<SitePin> = site_nodes
+        .iter()
+        .map(|(&site, &node)| {
+            let (mut blocks, mut block_bytes, mut touched, mut pinned, mut pinned_bytes) =
+                (0u64, 0u64, 0u64, 0u64, 0u64);
+            for e in g.edges_directed(node, Direction::Outgoing) {
+                let sn = petgraph::visit::EdgeRef::target(&e);
+                let h = e.weight();
+                blocks += h.blocks;
+                block_bytes += h.bytes;
+                touched += 1;
+                // Every live block of the segment comes from this site.
+                if g.neighbors_directed(sn, Direction::Incoming).count() == 1 {
+                    pinned += 1;
+                    pinned_bytes += seg_bytes(sn);
+                }
+            }
+            SitePin {
+                site: sites.sites[site].clone(),
+                blocks,
+                block_bytes,
+                segments_touched: touched,
+                segments_pinned: pinned,
+                pinned_segment_bytes: pinned_bytes,
+                empty_cache_if_released_bytes: empty_cache_now_bytes + pinned_bytes,
+            }
+        })
+        .collect();
+    site_pins
+        .sort_by(|a, b| b.pinned_segment_bytes.cmp(&a.pinned_segment_bytes).then(b.block_bytes.cmp(&a.block_bytes)));
+    let blocks: Vec<PinningBlock> = top
+        .into_sorted_vec()
+        .into_iter()
+        .map(|((alone, ..), site, block_bytes, requested, addr, bytes)| PinningBlock {
+            site: sites.sites[site].clone(),
+            block_bytes,
+            requested_bytes: requested,
+            segment_addr: addr,
+            segment_bytes: bytes,
+            alone: alone.0,
+        })
+        .collect();
+    let lm = LayoutMeasures::of(&held.segments);
+    let expandable = held.segments.iter().any(|s| s.is_expandable);
+    let mut notes = Vec::new();
+    if expandable {
+        notes.push("expandable segments: empty_cache() unmaps whole free pages inside partly used ranges too; the figures count whole ranges only".to_string());
+    }
+    if unattributed_pending > 0 {
+        notes.push(format!("{unattributed_pending} live blocks have no known allocation (charged to no call site)"));
+    }
+    Retention {
+        event: held.event,
+        reserved_bytes: lm.reserved_bytes,
+        allocated_bytes: lm.allocated_bytes,
+        empty_cache_now_bytes,
+        sites: site_pins,
+        blocks,
+        note: (!notes.is_empty()).then(|| notes.join("; ")),
+    }
+}
+
+/// Live allocations grouped by site, most bytes first.
+fn live_by_site(p: &Pass1) -> Vec<SiteLive> {
+    let mut by: BTreeMap<usize, SiteLive> = BTreeMap::new();
+    for &(site, requested, event, time) in p.live.values() {
+        let e = by.entry(site).or_insert_with(|| SiteLive {
+            site: p.sites.sites[site].clone(),
+            count: 0,
+            requested_bytes: 0,
+            oldest_age_events: 0,
+            oldest_age_ns: 0,
+        });
+        e.count += 1;
+        e.requested_bytes = e.requested_bytes.saturating_add(requested);
+        e.oldest_age_events = e.oldest_age_events.max(p.events.saturating_sub(event + 1));
+        e.oldest_age_ns = e.oldest_age_ns.max(p.last_time_ns.saturating_sub(time));
+    }
+    let mut v: Vec<SiteLive> = by.into_values().collect();
+    v.sort_by(|a, b| b.requested_bytes.cmp(&a.requested_bytes).then(a.site.cmp(&b.site)));
+    v
+}
+
+/// The growth analysis alone (two streaming passes, no replay): used by `explain`.
+pub fn growth_only(trace: &Trace) -> Result<(Option<Growth>, Option<String>)> {
+    let p = pass1(trace)?;
+    match boundaries(&p) {
+        (Some((source, b)), _) => Ok((Some(growth(trace, &p, source, b)?), None)),
+        (None, note) => Ok((None, note)),
+    }
+}
+
+pub fn analyze(trace: &Trace, opts: &LeaksOptions) -> Result<LeaksReport> {
+    analyze_watched(trace, opts, None)
+}
+
+/// [`analyze`], with the layout already watched in a replay under the recorded settings (a
+/// [`HeldWatch`] made for `opts.at_event` and the trace's events), as `report` does; `None`
+/// replays for it.
+pub fn analyze_watched(trace: &Trace, opts: &LeaksOptions, watched: Option<HeldWatch>) -> Result<LeaksReport> {
+    check_at_event(trace, opts)?;
+    // The replay first: its engine is gone before the folds below keep their own live blocks.
+    let watched = match watched {
+        Some(w) => w,
+        None => {
+            let mut w = HeldWatch::new(opts.at_event, trace.events);
+            replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, live| {
+                w.observe(trace, i, r, view, live)
+            })?;
+            w
+        }
+    };
+    finish(trace, fold(trace)?, watched)
+}
+
+/// An event to analyse retention after must be in the trace.
+pub fn check_at_event(trace: &Trace, opts: &LeaksOptions) -> Result<()> {
+    match opts.at_event {
+        Some(e) if e >= trace.events => {
+            bail!("{}: event {e} is past the end (the trace has {} events)", trace.path.display(), trace.events)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// What `leaks` folds from the trace's records alone: the live allocations at the end by site,
+/// and the growth. What it kept per live allocation is let go here, so that the folds can be
+/// made before or beside the replay the retention watch rides on ([`finish`] joins the two).
+pub struct LeaksFolds {
+    events: u64,
+    live_at_end_count: u64,
+    live_at_end_bytes: u64,
+    live_at_end: Vec<SiteLive>,
+    growth: Option<Growth>,
+    growth_note: Option<String>,
+    sites: Sites,
+    damage: Option<Damage>,
+}
+
+pub fn fold(trace: &Trace) -> Result<LeaksFolds> {
+    let p = pass1(trace)?;
+    let (growth, growth_note) = match boundaries(&p) {
+        (Some((source, b)), _) => (Some(self::growth(trace, &p, source, b)?), None),
+        (None, note) => (None, note),
+    };
+    Ok(LeaksFolds {
+        events: p.events,
+        live_at_end_count: p.live.len() as u64,
+        live_at_end_bytes: p.live.values().fold(0u64, |a, v| a.saturating_add(v.1)),
+        live_at_end: live_by_site(&p),
+        growth,
+        growth_note,
+        damage: p.damage.clone(),
+        sites: p.sites,
+    })
+}
+
+/// The report from the folds and the retention watch of a replay.
+pub fn finish(trace: &Trace, f: LeaksFolds, watched: HeldWatch) -> Result<LeaksReport> {
+    let held = watched.finish(trace, &f.sites)?;
+    Ok(LeaksReport {
+        trace: trace.path.display().to_string(),
+        events: f.events,
+        live_at_end_count: f.live_at_end_count,
+        live_at_end_bytes: f.live_at_end_bytes,
+        live_at_end: f.live_at_end,
+        growth: f.growth,
+        growth_note: f.growth_note,
+        retention: retention(&held, &f.sites),
+        input_damage: f.damage,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn period_of_a_repeating_stream_after_a_prologue() {
+        let mut s = vec![9, 8, 7];
+        for _ in 0..10 {
+            s.extend([1, 2, 3, 2]);
+        }
+        assert_eq!(detect_period(&s), Some((4, 3)));
+        assert_eq!(detect_period(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]), None);
+    }
+
+    #[test]
+    fn an_inner_loop_in_batches_of_other_shapes_is_one_iteration_per_batch() {
+        let mut s = Vec::new();
+        for batch in 0..5u64 {
+            s.push(1000);
+            for _ in 0..6 {
+                s.extend([10 * batch + 1, 10 * batch + 2, 10 * batch + 3]);
+            }
+            s.push(2000);
+        }
+        let (period, _) = detect_period(&s).unwrap();
+        assert_eq!(period, 3, "the inner loop");
+        let starts = outer_loop(&s, period).unwrap();
+        assert_eq!(starts.len(), 5, "{starts:?}");
+        // A plain loop (one stretch), and a loop with a stray allocation (stretches alike): no
+        // outer loop.
+        let plain: Vec<u64> = (0..30).map(|k| k % 4).collect();
+        assert_eq!(outer_loop(&plain, 4), None);
+        let mut stray: Vec<u64> = (0..40).map(|k| k % 4).collect();
+        stray.insert(13, 99);
+        stray.insert(29, 99);
+        assert_eq!(outer_loop(&stray, 4), None);
+    }
+
+    #[test]
+    fn median_step_ignores_a_warm_up_jump() {
+        assert_eq!(median_step(&[0, 100, 100, 100]), 0.0);
+        assert_eq!(median_step(&[0, 12, 24, 36]), 12.0);
+        assert_eq!(median_step(&[5]), 0.0);
+    }
+}

@@ -1,0 +1,16 @@
+//! What the analyzer finds in a trace: folds over its records, watches of a replay, and the
+//! interpreters that turn them into verdicts and advice (`whatif`, `explain`, `frag`, `leaks`
+//! and the rest). Nothing here writes a file or draws.
+
+pub mod advice;
+pub mod capacity_search;
+pub mod category;
+pub mod diff;
+pub mod explain;
+pub mod frag;
+pub mod leaks;
+pub mod outcome;
+pub mod patterns;
+pub mod ranks;
+pub mod timeline;
+pub mod whatif;

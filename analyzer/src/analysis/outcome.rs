@@ -1,0 +1,589 @@
+//! What a replay can know about a job, and what it can predict.
+//!
+//! A trace that ends in an out-of-memory error is a prefix: the program's requests after the
+//! failed one were never made. A replay of it under another setting can only say how far that
+//! setting gets ([`Reach`]): it fails where the recorded run failed, it fails earlier, or it
+//! serves the failed request and the rest of the job is unknown. It never "completes".
+//!
+//! The rest of the job can be predicted when the trace shows iterations and at least one whole
+//! iteration precedes the failure ([`predict`]): the request stream up to the end of the last
+//! whole iteration, then that iteration repeated ([`DEFAULT_REPEATS`] times unless asked
+//! otherwise), is replayed under each setting. Blocks the repeated iteration frees that were
+//! made before it are matched, by requested size, with the blocks the previous repetition left
+//! live (the iteration's carry-over: gradients, the next batch); a free with no match is
+//! dropped, so the block stays live (growth is never hidden). The answer is a prediction from
+//! the repeated iteration, worded as one.
+
+use crate::model::{CapacitySource, Policy, Trace};
+use crate::replay::{replay, ReplayOptions};
+use anyhow::Result;
+use recorder::engine::config::AllocatorConfig;
+use recorder::trace::{Event, MarkKind, Record, ReleaseCause};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet, VecDeque};
+
+/// Iterations appended after the last whole one when the caller does not say.
+pub const DEFAULT_REPEATS: u32 = 3;
+
+pub use crate::replay::Reach;
+
+/// What alloctrace says of one setting at the capacity compared. Decided once, here, from how
+/// far its replay got ([`Reach`]); the what-if table, `explain`'s advice, the report's fix line
+/// and the JSON all render this one decision.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// The settings the trace was recorded under: what the others are compared with.
+    Recorded,
+    /// The whole job is in the trace (it ends without an out-of-memory error: a complete run, or
+    /// one recorded past the limit) and its replay under this setting completes at the capacity:
+    /// advised wherever the recorded settings run out of memory there.
+    Fits,
+    /// The whole job is in the trace, and its replay under this setting runs out of memory at the
+    /// capacity.
+    DoesNotFit,
+    /// The trace ends in an out-of-memory error and this setting's replay serves the request that
+    /// failed: worth trying. Whether the rest of the job fits is not in the trace (at most
+    /// predicted), so it is never said to fit.
+    WorthTrying,
+    /// The trace ends in an out-of-memory error and this setting's replay fails at that request or
+    /// earlier: it would not have helped.
+    DoesNotHelp,
+    /// The replay cannot tell (a failure the program may have caught, or a damaged trace).
+    CannotTell,
+}
+
+impl Decision {
+    /// The decision for `policy`, whose replay got as far as `reach`.
+    pub fn of(policy: &Policy, reach: Reach) -> Decision {
+        if policy.is_recorded() {
+            return Decision::Recorded;
+        }
+        match reach {
+            Reach::Completes => Decision::Fits,
+            Reach::RunsOutOfMemory => Decision::DoesNotFit,
+            Reach::GetsPastFailure => Decision::WorthTrying,
+            Reach::FailsWhereRecorded | Reach::FailsEarlier => Decision::DoesNotHelp,
+            Reach::CannotTell | Reach::ReachesDamage => Decision::CannotTell,
+        }
+    }
+    /// In a table's column.
+    pub fn short(self) -> &'static str {
+        match self {
+            Decision::Recorded => "recorded",
+            Decision::Fits => "fits",
+            Decision::DoesNotFit => "does not fit",
+            Decision::WorthTrying => "worth trying",
+            Decision::DoesNotHelp => "no help",
+            Decision::CannotTell => "cannot tell",
+        }
+    }
+}
+
+/// The prediction for one setting.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicyPrediction {
+    pub policy: Policy,
+    /// The extended job fits under this setting at the capacity compared. Never where the
+    /// iterations differ in size: later ones may be larger than any the trace holds, so the
+    /// extended job is then a lower bound.
+    pub fits: bool,
+    /// The smallest capacity (2 MiB steps) at which the extended job fits under this setting
+    /// (where iterations differ in size, the least the job needs).
+    pub needs_bytes: Option<u64>,
+}
+
+/// What the trace says of the whole job.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "prediction", rename_all = "snake_case")]
+pub enum JobPrediction {
+    /// Predicted from the last whole iteration before the failure, repeated.
+    FromRepeatedIteration {
+        /// Where the iterations came from.
+        iterations_from: String,
+        /// The repeated iteration: events `[first, end)`.
+        iteration_events: (u64, u64),
+        /// Where the iterations differ in size: how, and that the largest was repeated.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        varying: Option<String>,
+        /// Whole iterations before the failure.
+        whole_iterations: usize,
+        repeats: u32,
+        /// When the repeated iteration is the first: the blocks it kept, taken as one-time state
+        /// (made once, not in every repetition).
+        one_time_blocks: u64,
+        one_time_bytes: u64,
+        policies: Vec<PolicyPrediction>,
+    },
+    /// The trace cannot tell what the rest of the job needs.
+    CannotTell { reason: String },
+}
+
+impl JobPrediction {
+    /// The prediction for `policy`, if one was made.
+    pub fn of(&self, policy: &Policy) -> Option<&PolicyPrediction> {
+        match self {
+            JobPrediction::FromRepeatedIteration { policies, .. } => policies.iter().find(|p| &p.policy == policy),
+            JobPrediction::CannotTell { .. } => None,
+        }
+    }
+    /// One line saying what was predicted, and from what.
+    pub fn basis(&self) -> String {
+        match self {
+            JobPrediction::FromRepeatedIteration {
+                iterations_from,
+                iteration_events,
+                whole_iterations,
+                repeats,
+                one_time_blocks,
+                one_time_bytes,
+                varying,
+                ..
+            } => {
+                let once = if *one_time_blocks > 0 {
+                    format!(
+                        "; it is the first whole iteration to keep memory, and the {one_time_blocks} blocks ({}) it kept are taken as one-time \
+state (an optimizer's first step, caches), made once",
+                        crate::model::units::fmt_bytes(*one_time_bytes)
+                    )
+                } else {
+                    String::new()
+                };
+                match varying {
+                    Some(v) => format!(
+                        "predicted by repeating an iteration {repeats} more times after the last whole one before the \
+failure (iterations from {iterations_from}; {whole_iterations} whole before the failure): {v}{once}"
+                    ),
+                    None => format!(
+                        "predicted by repeating the last whole iteration before the failure (events {}..{}, \
+iterations from {iterations_from}; {whole_iterations} whole before the failure) {repeats} more times{once}",
+                        iteration_events.0, iteration_events.1
+                    ),
+                }
+            }
+            JobPrediction::CannotTell { reason } => {
+                format!("the trace cannot tell what the rest of the job needs: {reason}")
+            }
+        }
+    }
+}
+
+/// Iteration boundaries (event indices) before `before`, and where they came from: iteration
+/// marks, else the annotation that repeats most often (PyTorch's `Optimizer.zero_grad` ...).
+/// Never single allocations.
+pub fn iteration_bounds(trace: &Trace, before: u64) -> Result<Option<(String, Vec<u64>)>> {
+    // Marks and annotations are `mark` records: a trace without any is not read.
+    if trace.summary.count("mark") == 0 {
+        return Ok(None);
+    }
+    let mut marks = Vec::new();
+    let mut annotations: HashMap<String, Vec<u64>> = HashMap::new();
+    trace.scan(|i, r| {
+        if i >= before {
+            return;
+        }
+        match &r.event {
+            Event::Mark { kind: MarkKind::Iteration, .. } => marks.push(i),
+            Event::Mark { kind: MarkKind::Annotation | MarkKind::Phase, text } => {
+                if let Some(v) = annotations.get_mut(text) {
+                    v.push(i);
+                } else if annotations.len() < 4096 {
+                    annotations.insert(text.clone(), vec![i]);
+                }
+            }
+            _ => {}
+        }
+    })?;
+    if marks.len() >= 2 {
+        return Ok(Some(("iteration marks".into(), marks)));
+    }
+    let best = annotations
+        .into_iter()
+        .filter(|(_, at)| at.len() >= 2)
+        .max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.1[0].cmp(&a.1[0])));
+    Ok(best.map(|(text, at)| (format!("the annotation \"{text}\""), at)))
+}
+
+/// The request stream up to `end`, then `[first, end)` repeated `repeats` times (see the module
+/// documentation). The trace's own segment events stay in the prefix (replays reuse its
+/// addresses); the repetitions carry only the program's requests, frees, marks and
+/// `empty_cache()` calls.
+///
+/// With `first_iteration` (the repeated iteration is the job's first), the blocks it keeps that
+/// no later free of the repetition takes back are taken as one-time state (the optimizer's
+/// state made on its first step, lazily built caches) and made once, not in every repetition;
+/// returns their count and bytes.
+///
+/// `last` is the last whole iteration before the failure, where the prefix ends. The iteration
+/// repeated (`[first, end)`) is that one, or, where iterations differ in size, the largest: its
+/// first repetition then takes over what the last one left live.
+pub fn extend(
+    trace: &Trace,
+    (first, end): (u64, u64),
+    last: (u64, u64),
+    repeats: u32,
+    first_iteration: bool,
+) -> Result<(Trace, u64, u64)> {
+    let mut prefix: Vec<Record> = Vec::new();
+    let mut iteration: Vec<Record> = Vec::new();
+    let mut size_of: crate::model::ids::IdMap<u64> = Default::default();
+    let mut max_id = 0u64;
+    // Blocks the last whole iteration made and left live at its end, in order.
+    let mut last_made: Vec<u64> = Vec::new();
+    let mut freed_by_prefix_end: HashSet<u64> = HashSet::new();
+    trace.scan(|i, r| {
+        match r.event {
+            Event::Alloc { id, requested_bytes, .. } => {
+                max_id = max_id.max(id);
+                if i < last.1 {
+                    size_of.insert(id, requested_bytes);
+                }
+                if (last.0..last.1).contains(&i) {
+                    last_made.push(id);
+                }
+            }
+            Event::FreeCompleted { id, .. } if i < last.1 => {
+                freed_by_prefix_end.insert(id);
+            }
+            _ => {}
+        }
+        if i < last.1 {
+            prefix.push(r.clone());
+        }
+        if (first..end).contains(&i) {
+            iteration.push(r.clone());
+        }
+    })?;
+    // The iteration's own blocks, in order; and which of them it leaves live (carry-out).
+    let made: Vec<u64> =
+        iteration.iter().filter_map(|r| if let Event::Alloc { id, .. } = r.event { Some(id) } else { None }).collect();
+    let made_set: HashSet<u64> = made.iter().copied().collect();
+    let mut freed: HashSet<u64> = iteration
+        .iter()
+        .filter_map(|r| if let Event::FreeCompleted { id, .. } = r.event { Some(id) } else { None })
+        .collect();
+    // One-time state: the kept blocks that the frees of blocks made before the iteration do not
+    // take back in a repetition.
+    let mut one_time: HashSet<u64> = HashSet::new();
+    if first_iteration {
+        let mut pool: HashMap<u64, VecDeque<u64>> = HashMap::new();
+        for &id in made.iter().filter(|id| !freed.contains(id)) {
+            pool.entry(size_of[&id]).or_default().push_back(id);
+        }
+        let mut seen: HashSet<u64> = HashSet::new();
+        for r in &iteration {
+            if let Event::FreeCompleted { id, .. } = r.event {
+                if !made_set.contains(&id) && seen.insert(id) {
+                    if let Some(q) = size_of.get(&id).and_then(|s| pool.get_mut(s)) {
+                        q.pop_front();
+                    }
+                }
+            }
+        }
+        one_time = pool.into_values().flatten().collect();
+        // Not made again: as if freed within the iteration for the carry-over's bookkeeping.
+        freed.extend(one_time.iter().copied());
+    }
+    let one_time_bytes: u64 = one_time.iter().map(|id| size_of[id]).sum();
+    let span = iteration
+        .last()
+        .map(|r| r.time_ns)
+        .unwrap_or(0)
+        .saturating_sub(iteration.first().map(|r| r.time_ns).unwrap_or(0))
+        + 1;
+    let base_time = prefix.last().map(|r| r.time_ns).unwrap_or(0);
+    let first_time = iteration.first().map(|r| r.time_ns).unwrap_or(0);
+    // Carry-out of the previous repetition, by requested size: ids, oldest first.
+    let carry_out = |ids: &dyn Fn(u64) -> u64| -> HashMap<u64, VecDeque<u64>> {
+        let mut m: HashMap<u64, VecDeque<u64>> = HashMap::new();
+        for &id in made.iter().filter(|id| !freed.contains(id)) {
+            m.entry(size_of[&id]).or_default().push_back(ids(id));
+        }
+        m
+    };
+    let mut records = prefix;
+    // What the last real iteration left live, for the first repetition's frees to take back.
+    let mut previous = if (first, end) == last {
+        carry_out(&|id| id)
+    } else {
+        let mut m: HashMap<u64, VecDeque<u64>> = HashMap::new();
+        for &id in last_made.iter().filter(|id| !freed_by_prefix_end.contains(id)) {
+            m.entry(size_of[&id]).or_default().push_back(id);
+        }
+        m
+    };
+    for j in 1..=u64::from(repeats) {
+        let offset = (max_id + 1) * j;
+        let new_id = |id: u64| id + offset;
+        let mut taken: HashMap<u64, Option<u64>> = HashMap::new();
+        // A block of the same requested size, else the oldest of any size (a batch whose size
+        // varies), else none.
+        let mut carried = |id: u64, previous: &mut HashMap<u64, VecDeque<u64>>| -> Option<u64> {
+            *taken.entry(id).or_insert_with(|| {
+                let same = size_of.get(&id).and_then(|s| previous.get_mut(s)?.pop_front());
+                same.or_else(|| {
+                    let oldest = previous.iter().filter_map(|(s, q)| q.front().map(|&x| (x, *s))).min()?;
+                    previous.get_mut(&oldest.1)?.pop_front()
+                })
+            })
+        };
+        for r in &iteration {
+            let time_ns = base_time + (r.time_ns - first_time) + span * (j - 1);
+            let event = match &r.event {
+                Event::Alloc { id, .. } if one_time.contains(id) => None,
+                Event::Alloc { id, addr, requested_bytes, block_bytes, stream, pool, callsite } => Some(Event::Alloc {
+                    id: new_id(*id),
+                    addr: *addr,
+                    requested_bytes: *requested_bytes,
+                    block_bytes: *block_bytes,
+                    stream: *stream,
+                    pool: *pool,
+                    callsite: *callsite,
+                }),
+                Event::FreeRequested { id, addr, callsite } => {
+                    let to = if made_set.contains(id) { Some(new_id(*id)) } else { carried(*id, &mut previous) };
+                    to.map(|id| Event::FreeRequested { id, addr: *addr, callsite: *callsite })
+                }
+                Event::FreeCompleted { id, addr } => {
+                    let to = if made_set.contains(id) { Some(new_id(*id)) } else { carried(*id, &mut previous) };
+                    to.map(|id| Event::FreeCompleted { id, addr: *addr })
+                }
+                e @ (Event::Oom { .. }
+                | Event::Mark { .. }
+                | Event::CallSite { .. }
+                | Event::CacheRelease { cause: ReleaseCause::EmptyCache, .. }) => Some(e.clone()),
+                _ => None,
+            };
+            if let Some(event) = event {
+                records.push(Record { time_ns, event });
+            }
+        }
+        previous = carry_out(&new_id);
+    }
+    let mut header = trace.header.clone();
+    header.notes.push(format!("events {first}..{end} repeated {repeats} times after event {}", last.1));
+    Ok((trace.derived(header, records), one_time.len() as u64, one_time_bytes))
+}
+
+/// Predicts, for a trace that ends in an OOM, whether the whole job fits under each setting at
+/// `capacity`, and what it needs. `None` when the trace does not end in an OOM.
+///
+/// `past[k]` says whether the replay of policy `k` got past the failed request at `capacity`,
+/// and `past_from[k]` from which capacity it does: the whole job fits only where its prefix
+/// does, and needs at least that.
+pub fn predict(
+    trace: &Trace,
+    policies: &[(Policy, AllocatorConfig)],
+    past: &[bool],
+    past_from: &[Option<u64>],
+    same_as: &[Option<usize>],
+    capacity: Option<u64>,
+    repeats: u32,
+) -> Result<Option<JobPrediction>> {
+    let Some(fatal) = trace.facts.fatal_oom().map(|o| o.event) else {
+        return Ok(None);
+    };
+    let cannot = |reason: &str| Ok(Some(JobPrediction::CannotTell { reason: reason.into() }));
+    let Some((from, bounds)) = iteration_bounds(trace, fatal)? else {
+        return cannot("no iteration marks and no repeated annotation before the failure");
+    };
+    if bounds.len() < 2 {
+        return cannot("no whole iteration precedes the failure");
+    }
+    let (first, end) = (bounds[bounds.len() - 2], bounds[bounds.len() - 1]);
+    // The failure must lie inside an iteration like the repeated one: further from the last
+    // boundary than one and a half iterations, the job has moved on to something else (a
+    // validation loop after training) that the repeated iteration does not describe.
+    if (fatal - end) * 2 > (end - first) * 3 {
+        return cannot(&format!(
+            "the failure (event {fatal}) comes {} events after the last iteration boundary, more than an iteration \
+({} events): the job had moved on to work the iterations before it do not show",
+            fatal - end,
+            end - first
+        ));
+    }
+    let whole_iterations = bounds.len() - 1;
+    // Where iterations differ in size, the largest whole one is repeated, and the basis says so.
+    let sizes = iteration_sizes(trace, &bounds, fatal)?;
+    let (repeated, note) = match unlike_iterations(&sizes) {
+        None => ((first, end), None),
+        Some(reason) => {
+            let (failing, whole) = sizes.split_last().expect("two bounds at least");
+            // The largest after the first (which also makes one-time state), where there are others.
+            let skip = usize::from(whole.len() > 1);
+            let k = (skip..whole.len()).max_by_key(|&k| (whole[k].1, whole[k].0, k)).expect("one whole iteration");
+            let lower = failing.1 > whole[k].1 || failing.0 > whole[k].0;
+            (
+                (bounds[k], bounds[k + 1]),
+                Some(format!(
+                    "{reason}: the largest whole iteration (events {}..{}) is repeated, and the figures are the \
+least the job needs, so no setting is predicted to fit{}",
+                    bounds[k],
+                    bounds[k + 1],
+                    if lower { " (the iteration that failed asked for more still)" } else { "" }
+                )),
+            )
+        }
+    };
+    // One-time state: what the repeated iteration keeps is made once (an optimizer's state on
+    // its first step, lazily built caches) where it is the first whole iteration, or the first
+    // to keep much: the whole iterations before it grew by less than half as much. Growth that
+    // recurs is repeated (a leak is never hidden).
+    let k = bounds.iter().position(|&b| b == repeated.0).expect("the repeated iteration starts at a bound");
+    let grew = |j: usize| sizes[j].2;
+    let one_time = k == 0 || (grew(k) > 0 && (0..k).all(|j| grew(j).saturating_mul(2) < grew(k)));
+    let (extended, one_time_blocks, one_time_bytes) = extend(trace, repeated, (first, end), repeats.max(1), one_time)?;
+    // Each policy on the extended job, in parallel: its unlimited run, saved for the run at the
+    // capacity and the capacity search to resume from (see `crate::replay::Resumable`).
+    use rayon::prelude::*;
+    // A setting that is the same run as another on the trace ([`crate::analysis::whatif::same_runs`]) is
+    // on the extended job too (the same requests, repeated): predicted once.
+    let ahead = crate::analysis::capacity_search::levels_ahead(same_as.iter().filter(|s| s.is_none()).count());
+    let mut out: Vec<Option<PolicyPrediction>> = policies
+        .par_iter()
+        .enumerate()
+        .map(|(k, (policy, config))| -> Result<Option<PolicyPrediction>> {
+            if same_as.get(k).copied().flatten().is_some() {
+                return Ok(None);
+            }
+            let gets_past = past.get(k).copied().unwrap_or(false);
+            let (unlimited, mut from) =
+                crate::replay::resumable(&extended, config, 0, crate::analysis::capacity_search::RESUME_LEVELS)?;
+            let fits = gets_past
+                && !match from.as_mut() {
+                    Some(from) => crate::replay::replay_resumed_watched(
+                        &extended,
+                        from,
+                        capacity,
+                        crate::model::CapacitySource::Given,
+                        &mut |_, _, _, _| {},
+                        None,
+                    )?
+                    .is_oom(),
+                    None => {
+                        let at = ReplayOptions {
+                            config: Some(config.clone()),
+                            capacity_bytes: capacity,
+                            unlimited: capacity.is_none(),
+                            ..Default::default()
+                        };
+                        replay(&extended, &at)?.is_oom()
+                    }
+                };
+            let needs = if unlimited.is_oom() {
+                None
+            } else {
+                crate::analysis::capacity_search::min_capacity(
+                    &extended,
+                    config,
+                    from.as_mut(),
+                    0,
+                    None,
+                    unlimited.peak_reserved_bytes,
+                    12,
+                    &|| ahead,
+                    &|| (),
+                )?
+                .map(|m| m.0)
+            };
+            let needs = needs.map(|n| n.max(past_from.get(k).copied().flatten().unwrap_or(0)));
+            Ok(Some(PolicyPrediction { policy: policy.clone(), fits: fits && note.is_none(), needs_bytes: needs }))
+        })
+        .collect::<Result<_>>()?;
+    for k in 0..out.len() {
+        if let Some(j) = same_as.get(k).copied().flatten() {
+            out[k] = out[j].clone().map(|p| PolicyPrediction { policy: policies[k].0.clone(), ..p });
+        }
+    }
+    let out: Vec<PolicyPrediction> = out.into_iter().map(|p| p.expect("every setting is predicted")).collect();
+    Ok(Some(JobPrediction::FromRepeatedIteration {
+        iterations_from: from,
+        iteration_events: repeated,
+        varying: note,
+        whole_iterations,
+        repeats: repeats.max(1),
+        one_time_blocks,
+        one_time_bytes,
+        policies: out,
+    }))
+}
+
+/// Whether a replay at `capacity` runs under a memory fraction (a limit below the device),
+/// the only case in which PyTorch's `garbage_collection_threshold` acts: not when there is no
+/// limit, nor when the limit was inferred from a device that was itself full.
+pub fn memory_fraction(trace: &Trace, capacity: Option<u64>) -> bool {
+    capacity.is_some()
+        && !(trace.default_capacity().source == CapacitySource::InferredFromOom && trace.facts.oom_capacity == capacity)
+}
+
+/// Each iteration's (largest request, total requested, live bytes it added) between the first
+/// bound and the failure (served requests; the failing iteration, last, also counts the request
+/// that failed). Live bytes are requested bytes allocated minus freed; an iteration that keeps
+/// nothing adds 0.
+fn iteration_sizes(trace: &Trace, bounds: &[u64], fatal: u64) -> Result<Vec<(u64, u64, u64)>> {
+    let n = bounds.len();
+    let mut per: Vec<(u64, u64, u64)> = vec![(0, 0, 0); n];
+    let mut live: i64 = 0;
+    let mut at_bound: Vec<i64> = vec![0; n];
+    let mut size_of: crate::model::ids::IdMap<u64> = Default::default();
+    let mut next = 0;
+    trace.scan(|i, r| {
+        while next < n && i >= bounds[next] {
+            at_bound[next] = live;
+            next += 1;
+        }
+        match r.event {
+            Event::Alloc { id, requested_bytes, .. } => {
+                live += requested_bytes as i64;
+                size_of.insert(id, requested_bytes);
+            }
+            Event::FreeCompleted { id, .. } => live -= size_of.remove(&id).unwrap_or(0) as i64,
+            _ => {}
+        }
+        if i < bounds[0] || i > fatal {
+            return;
+        }
+        let k = bounds.partition_point(|&b| b <= i) - 1;
+        let size = match r.event {
+            Event::Alloc { requested_bytes, .. } => requested_bytes,
+            Event::Oom { requested_bytes, .. } if i == fatal => requested_bytes,
+            _ => return,
+        };
+        per[k].0 = per[k].0.max(size);
+        per[k].1 = per[k].1.saturating_add(size);
+    })?;
+    for k in 0..n.saturating_sub(1) {
+        per[k].2 = (at_bound[k + 1] - at_bound[k]).max(0) as u64;
+    }
+    Ok(per)
+}
+
+/// Why the last whole iteration would not stand for the rest of the job, if it would not, from
+/// [`iteration_sizes`]: the whole iterations after the first (which makes one-time state: the
+/// optimizer's first step, lazily built caches) must agree (else shapes vary from one step to
+/// the next), and the iteration that failed must not have asked for more than the last whole
+/// one.
+fn unlike_iterations(per: &[(u64, u64, u64)]) -> Option<String> {
+    let (failing, whole) = per.split_last().expect("two bounds at least");
+    let steady = &whole[1.min(whole.len() - 1)..];
+    let last = *whole.last().expect("one whole iteration at least");
+    let close = |a: u64, b: u64| a.abs_diff(b) * 50 <= a.max(b);
+    if steady.iter().any(|w| w.0 != last.0 || !close(w.1, last.1)) {
+        return Some(format!(
+            "the whole iterations differ in size (largest request {} to {})",
+            crate::model::units::fmt_bytes(steady.iter().map(|w| w.0).min().unwrap_or(0)),
+            crate::model::units::fmt_bytes(steady.iter().map(|w| w.0).max().unwrap_or(0))
+        ));
+    }
+    if failing.0 > last.0 || failing.1.saturating_mul(50) > last.1.saturating_mul(51) {
+        return Some(format!(
+            "the iteration that failed asked for more than the last whole one (largest request {} against {}, {} \
+against {} in all)",
+            crate::model::units::fmt_bytes(failing.0),
+            crate::model::units::fmt_bytes(last.0),
+            crate::model::units::fmt_bytes(failing.1),
+            crate::model::units::fmt_bytes(last.1)
+        ));
+    }
+    None
+}

@@ -1,0 +1,983 @@
+//! What-if: the same request stream under several allocator policies, side by side, with the
+//! smallest capacity each needs, the bound no allocator can beat (the peak of live requested
+//! bytes) and an offline plan for reference.
+//!
+//! Each policy row is the recorded configuration with one knob changed. Rows run in parallel
+//! (rayon), each replay streaming the trace from disk, so memory stays bounded.
+//!
+//! The smallest capacity is found by bisection between the peak of live requested bytes (no
+//! capacity below it can work: reserved >= allocated >= requested) and the unlimited run's
+//! peak reserved (which is known to work: a cap the run never reaches changes nothing), to a
+//! resolution of [`CAPACITY_RESOLUTION`]. Completion is not strictly monotonic in the capacity
+//! (a tighter cap can trigger cache flushes that help), so the figure is the boundary that
+//! bisection finds, checked to complete.
+
+use crate::analysis::outcome::{JobPrediction, Reach};
+use crate::model::{Damage, OutcomeKind, Policy, Trace};
+use crate::replay::{EngineView, ReplayOptions, ReplayResult};
+use anyhow::Result;
+use rayon::prelude::*;
+use recorder::engine::config::AllocatorConfig;
+use recorder::engine::round_size;
+use recorder::trace::{Event, Pool, Record};
+use serde::Serialize;
+
+use crate::analysis::capacity_search::{
+    min_capacity, CAPACITY_RESOLUTION, LONG_TRACE_EVENTS, LONG_TRACE_PROBES, RESUME_LEVELS,
+};
+/// The offline plan costs about (allocations) x (blocks live at once) comparisons; above this
+/// many it is skipped.
+pub const OFFLINE_PLAN_MAX_WORK: u64 = 100_000_000;
+/// Lifetimes are kept for at most this many allocations.
+pub const OFFLINE_PLAN_MAX_ALLOCS: usize = 200_000;
+/// Typical cost of one `cudaMalloc`/`cudaFree` on an H100 (anchors: 38-53 us).
+pub const DEVICE_CALL_US: f64 = 45.0;
+
+#[derive(Debug, Clone)]
+pub struct WhatifOptions {
+    /// The capacity compared at (resolved by [`Trace::capacity`]).
+    pub capacity: crate::model::Capacity,
+    /// Search the smallest capacity each policy needs.
+    pub search_capacity: bool,
+    /// For a trace that ends in an OOM: iterations appended to predict the rest of the job
+    /// ([`crate::analysis::outcome::predict`]).
+    pub repeats: u32,
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicyRow {
+    /// Short name: `recorded`, or the knob that was changed.
+    pub policy: Policy,
+    /// The full configuration replayed.
+    pub alloc_conf: String,
+    /// `ok` or `oom` at the given capacity (unlimited when none was given).
+    pub outcome: OutcomeKind,
+    /// How far the replay got against the recorded run: for a trace that ends in an OOM, never
+    /// "completes".
+    pub reach: Reach,
+    /// What alloctrace says of this setting at the capacity compared (from `reach`): the one
+    /// decision that the advice, the report and the JSON render.
+    pub decision: crate::analysis::outcome::Decision,
+    /// Where the replay could not tell because a scratch buffer (cuDNN's workspace) failed: the
+    /// workspace requests that fail at the capacity when the replay goes on without them, which
+    /// PyTorch's cuDNN catches before trying a plan with a smaller workspace. The setting is then
+    /// worth trying where that replay serves every request (or gets past the recorded failure).
+    #[serde(skip_serializing_if = "crate::model::units::is_zero")]
+    pub scratch_failures_skipped: u64,
+    pub oom_event: Option<u64>,
+    pub peak_reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    /// `1 - allocated / reserved` at the OOM, else when reserved bytes first reached their peak.
+    pub fragmentation: f64,
+    pub num_device_alloc: u64,
+    pub num_device_free: u64,
+    pub num_alloc_retries: u64,
+    /// Smallest capacity at which the trace completes (None when not searched).
+    pub min_capacity_bytes: Option<u64>,
+    /// How close the search came to the boundary: 2 MiB, or coarser on long traces.
+    pub min_capacity_resolution_bytes: Option<u64>,
+    /// Set when this setting is the same run as an earlier row's on this trace (a split size
+    /// that no block of the trace can reach, or power-of-two divisions that no request does:
+    /// [`AllocatorConfig::same_run`]): that row's
+    /// policy. The figures are that row's replay, made once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub same_as: Option<String>,
+    /// Why, where [`PolicyRow::same_as`] is set.
+    #[serde(skip)]
+    pub same_because: Option<recorder::engine::config::SameRun>,
+}
+
+/// What the request stream itself needs: the bound no allocator can beat, and references.
+#[derive(Debug, Clone, Serialize)]
+pub struct Bounds {
+    /// Peak of the bytes the program asked for and still held: no allocator needs less.
+    pub live_requested_peak_bytes: u64,
+    /// The trace ends in a failed request, and the peak and the plan count it (the program
+    /// needs it to go on).
+    pub includes_failed_request: bool,
+    /// Peak with every request a `cudaMalloc` of its rounded size (no caching at all).
+    pub no_caching_peak_bytes: u64,
+    pub no_caching_device_calls: u64,
+    /// An offline plan that knows every lifetime in advance (greedy by size, Pisarchyk & Lee
+    /// 2020): a good static placement of all blocks in one arena. A heuristic, not a bound: a
+    /// policy can need a little less.
+    pub offline_plan_bytes: Option<u64>,
+    pub offline_plan_note: Option<String>,
+    /// Events in the trace.
+    pub events: u64,
+    /// The largest request of the trace, a failed one included: it decides which settings
+    /// are the same run as another ([`AllocatorConfig::same_run_as`]).
+    pub largest_request_bytes: u64,
+    /// No capacity below this completes the trace, under any setting: the blocks live at once
+    /// need that much in segments (`HeldFloor`). `None` where the trace records an OOM (a
+    /// replay may then go on past a failed request).
+    #[serde(skip)]
+    pub held_floor_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Whatif {
+    pub trace: String,
+    /// Set when the trace's requests were predicted rather than recorded: what made them.
+    pub predicted: Option<String>,
+    /// True for a predicted trace whose note names memory it does not predict (cuDNN
+    /// workspaces): its peaks are lower bounds, and no row is said to fit (`cannot_tell`).
+    pub lower_bound: bool,
+    pub capacity_bytes: Option<u64>,
+    pub capacity_source: crate::model::CapacitySource,
+    pub rows: Vec<PolicyRow>,
+    pub bounds: Bounds,
+    /// Set when the trace is truncated or corrupt: the rows cover the events before the damage.
+    pub input_damage: Option<Damage>,
+    /// For a trace that ends in an OOM: whether the whole job fits under each policy, predicted
+    /// from a repeated iteration, or why the trace cannot tell.
+    pub prediction: Option<JobPrediction>,
+    /// False when the input was damaged (see `input_damage`).
+    pub complete: bool,
+}
+
+/// The rows other than the recorded settings whose replay completes at the capacity compared,
+/// or, for a trace that ends in an OOM, gets past the request that failed: the settings that
+/// would have let the run go on (at least that far).
+pub fn completing(rows: &[PolicyRow]) -> impl Iterator<Item = &PolicyRow> {
+    rows.iter().filter(|r| !r.policy.is_recorded() && matches!(r.reach, Reach::Completes | Reach::GetsPastFailure))
+}
+
+/// The policies compared: the recorded configuration with one knob changed each.
+pub fn policies(recorded: &AllocatorConfig, with_capacity: bool) -> Vec<(Policy, AllocatorConfig)> {
+    let mut rows = vec![(Policy::Recorded, recorded.clone())];
+    let mut push = |name: &str, f: &dyn Fn(&mut AllocatorConfig)| {
+        let mut c = recorded.clone();
+        f(&mut c);
+        if c != *recorded {
+            rows.push((Policy::Knob(name.to_string()), c));
+        }
+    };
+    push("expandable_segments:True", &|c| c.expandable_segments = true);
+    push("expandable_segments:False", &|c| c.expandable_segments = false);
+    for mb in [64u64, 128, 512] {
+        push(&format!("max_split_size_mb:{mb}"), &|c| c.max_split_size = Some(mb << 20));
+    }
+    for d in [4u32, 8] {
+        push(&format!("roundup_power2_divisions:{d}"), &|c| c.roundup_power2_divisions = [d; 16]);
+    }
+    if with_capacity {
+        push("garbage_collection_threshold:0.6", &|c| c.garbage_collection_threshold = Some(0.6));
+    }
+    rows
+}
+
+fn row_of(
+    trace: &Trace,
+    policy: &Policy,
+    r: &ReplayResult,
+    min_capacity: Option<u64>,
+    resolution: Option<u64>,
+) -> PolicyRow {
+    PolicyRow {
+        policy: policy.clone(),
+        alloc_conf: r.alloc_conf.clone(),
+        outcome: r.outcome_kind(),
+        reach: Reach::of(trace, r),
+        // A predicted stream that leaves out what its note names is a lower bound: completing
+        // at the capacity does not say the step fits.
+        decision: match crate::analysis::outcome::Decision::of(policy, Reach::of(trace, r)) {
+            crate::analysis::outcome::Decision::Fits if trace.predicted_lower_bound() => {
+                crate::analysis::outcome::Decision::CannotTell
+            }
+            d => d,
+        },
+        scratch_failures_skipped: 0,
+        oom_event: match r.outcome {
+            crate::replay::Outcome::Oom { event, .. } => Some(event),
+            crate::replay::Outcome::Ok => None,
+        },
+        peak_reserved_bytes: r.peak_reserved_bytes,
+        peak_allocated_bytes: r.peak_allocated_bytes,
+        fragmentation: r.fragmentation_where_it_matters(),
+        num_device_alloc: r.num_device_alloc,
+        num_device_free: r.num_device_free,
+        num_alloc_retries: r.num_alloc_retries,
+        min_capacity_bytes: min_capacity,
+        min_capacity_resolution_bytes: resolution,
+        same_as: None,
+        same_because: None,
+    }
+}
+
+/// The what-if table of `trace` (see the module documentation).
+pub fn whatif(trace: &Trace, opts: &WhatifOptions) -> Result<Whatif> {
+    let bar = crate::replay::progress::replays(trace);
+    let result = whatif_inner::<()>(trace, opts, &bar, None);
+    bar.finish_and_clear();
+    Ok(result?.0)
+}
+
+/// Like [`whatif`], with `observe` called after every record of each policy's replay at the
+/// given capacity (one state per policy, made by `state`), so that a caller can draw the
+/// policies over time from the same replays. Returns the table and, per row, the state and the
+/// replay's result (row 0 is the recorded configuration; `state` is given the row).
+///
+/// `ready` is called with a row's state once its run at the capacity is over, with the run's
+/// result and the table's bounds, beside the row's capacity search, so that what a caller does
+/// there runs meanwhile. It is called only there: not without a search, nor where the replays
+/// must take turns for memory ([`crate::replay::concurrent_replays`]). The caller then does
+/// that work after the table.
+pub fn whatif_observed<T: Send>(
+    trace: &Trace,
+    opts: &WhatifOptions,
+    state: &(dyn Fn(usize) -> T + Sync),
+    observe: &RowObserver<'_, T>,
+    ready: &RowReady<'_, T>,
+) -> Result<(Whatif, Vec<(T, ReplayResult)>)> {
+    // One bar for the whole comparison: its total is the replays planned (each policy at the
+    // capacity, then its capacity search), and it moves with each one.
+    let bar = crate::replay::progress::replays(trace);
+    let result = whatif_inner(trace, opts, &bar, Some((state, observe, ready)));
+    bar.finish_and_clear();
+    let (w, runs) = result?;
+    Ok((w, runs.into_iter().map(|(st, r)| (st.expect("observed rows have a state"), r)).collect()))
+}
+
+/// The table, and each row's observer state (where observed) and replay at the capacity.
+type Table<T> = (Whatif, Vec<(Option<T>, ReplayResult)>);
+
+/// One group's run: each member row's observer state, the replay, and the smallest capacity
+/// (with the resolution reached) where searched.
+type GroupRun<T> = (Vec<(usize, Option<T>)>, ReplayResult, Option<(u64, u64)>);
+
+/// What a row's observer is shown: its state, then what a [`crate::replay::Observer`] is shown.
+pub type RowObserver<'a, T> = dyn Fn(&mut T, u64, &Record, &dyn EngineView, &crate::replay::LiveMap) + Sync + 'a;
+
+/// What is done with a row's state once its run at the capacity is over (see [`whatif_observed`]).
+pub type RowReady<'a, T> = dyn Fn(usize, &mut T, &ReplayResult, &Bounds) + Sync + 'a;
+
+/// A state per row, the observer that draws it and what is done once the row's run is over
+/// (see [`whatif_observed`]).
+type Observing<'a, T> = (&'a (dyn Fn(usize) -> T + Sync), &'a RowObserver<'a, T>, &'a RowReady<'a, T>);
+
+/// The table, with each policy's run at the capacity observed from the start (`observing`: a
+/// whole replay each, all from one read of the trace) or, with nothing to observe, resumed from
+/// the unlimited run that the capacity search replays anyway (see [`crate::replay::Resumable`]).
+fn whatif_inner<T: Send>(
+    trace: &Trace,
+    opts: &WhatifOptions,
+    bar: &indicatif::ProgressBar,
+    observing: Option<Observing<'_, T>>,
+) -> Result<Table<T>> {
+    let bounds = bounds(trace, &trace.header.config)?;
+    // garbage_collection_threshold acts only under a memory fraction.
+    let list = policies(&trace.header.config, crate::analysis::outcome::memory_fraction(trace, opts.capacity.bytes));
+    let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { 16 };
+    bar.set_length(list.len() as u64 * if opts.search_capacity { 1 + max_probes as u64 } else { 1 });
+    let given = opts.capacity.bytes.filter(|_| opts.capacity.source == crate::model::CapacitySource::Given);
+    let at_cap_options = |config: &AllocatorConfig| ReplayOptions {
+        config: Some(config.clone()),
+        // A given capacity is passed on; the trace's own is resolved again by the replay (to the
+        // same value), which then says where it came from.
+        capacity_bytes: given,
+        unlimited: opts.capacity.bytes.is_none(),
+        ..Default::default()
+    };
+    // Settings that are one run on this trace (a split size no block reaches, divisions no
+    // request reaches) are replayed once:
+    // each row names the row it is replayed with, and that replay observes every state of its
+    // group.
+    let same_as = same_runs(&list, bounds.largest_request_bytes);
+    let groups: Vec<(usize, Vec<usize>)> = (0..list.len())
+        .filter(|&k| same_as[k].is_none())
+        .map(|k| (k, (0..list.len()).filter(|&m| m == k || same_as[m] == Some(k)).collect()))
+        .collect();
+    let states_of = |members: &[usize]| -> Vec<(usize, Option<T>)> {
+        members.iter().map(|&m| (m, observing.map(|o| o.0(m)))).collect()
+    };
+    let ready_all = |sts: &mut [(usize, Option<T>)], r: &ReplayResult| {
+        if let Some((_, _, ready)) = observing {
+            for (m, st) in sts.iter_mut() {
+                if let Some(st) = st.as_mut() {
+                    ready(*m, st, r, &bounds)
+                }
+            }
+        }
+    };
+    let observe_all =
+        |sts: &mut [(usize, Option<T>)], i: u64, rec: &Record, view: &dyn EngineView, live: &crate::replay::LiveMap| {
+            if let Some((_, observe, _)) = observing {
+                for st in sts.iter_mut().filter_map(|(_, st)| st.as_mut()) {
+                    observe(st, i, rec, view, live)
+                }
+            }
+        };
+    // Without a search: every policy at the capacity, from one read of the trace.
+    let done: Vec<GroupRun<T>> = if !opts.search_capacity {
+        let mut states: Vec<Vec<(usize, Option<T>)>> = groups.iter().map(|(_, members)| states_of(members)).collect();
+        let runs: Vec<(ReplayOptions, Box<crate::replay::Observer<'_>>)> = groups
+            .iter()
+            .zip(states.iter_mut())
+            .map(|((k, _), sts)| {
+                let observe_all = &observe_all;
+                let observer: Box<crate::replay::Observer<'_>> =
+                    Box::new(move |i, rec, view, live| observe_all(sts, i, rec, view, live));
+                (at_cap_options(&list[*k].1), observer)
+            })
+            .collect();
+        let results = crate::replay::replay_many(trace, runs)?;
+        bar.inc(list.len() as u64);
+        states.into_iter().zip(results).map(|(sts, r)| (sts, r, None)).collect()
+    } else {
+        // With a search, the policies in parallel: each policy's unlimited run, saved at a few
+        // levels for the probes to resume from, shows the observer the run at the capacity for
+        // as long as the two are the same run; the run at the capacity goes on from there (see
+        // `crate::replay::Resumable`), then the probes.
+        // Within the memory the replays may keep together: the policies in turns of as many
+        // as fit, each probing one capacity at a time when they do not all fit at once.
+        let at_once = crate::replay::concurrent_replays(trace);
+        // The searches still running share the threads: each round of one takes as many levels
+        // as its share allows, more as others end.
+        let searching = std::sync::atomic::AtomicUsize::new(0);
+        // What is done with a row once its run at the capacity is over runs beside its search
+        // where one more replay fits beside the table's.
+        let ready_beside = at_once > groups.len();
+        let ahead = || {
+            if at_once < groups.len() {
+                1
+            } else {
+                crate::analysis::capacity_search::levels_ahead(searching.load(std::sync::atomic::Ordering::Relaxed))
+            }
+        };
+        let run_group = |(k, members): &(usize, Vec<usize>)| {
+            let config = &list[*k].1;
+            bar.inc(members.len() as u64);
+            let mut sts = states_of(members);
+            let mut observe = |i: u64, rec: &Record, view: &dyn EngineView, live: &crate::replay::LiveMap| {
+                observe_all(&mut sts, i, rec, view, live)
+            };
+            let (unlimited, mut from, seen) = crate::replay::resumable_watched(
+                trace,
+                config,
+                bounds.live_requested_peak_bytes,
+                RESUME_LEVELS,
+                Some((opts.capacity.bytes, &mut observe)),
+            )?;
+            let r = match from.as_mut() {
+                Some(from) => crate::replay::replay_resumed_watched(
+                    trace,
+                    from,
+                    opts.capacity.bytes,
+                    opts.capacity.source,
+                    &mut observe,
+                    seen,
+                )?,
+                // Nothing saved (garbage collection with expandable segments): a whole replay.
+                None => crate::replay::replay_observed(trace, &at_cap_options(config), &mut observe)?,
+            };
+            let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
+            let mut search = || {
+                let min = min_capacity(
+                    trace,
+                    config,
+                    from.as_mut(),
+                    bounds.live_requested_peak_bytes,
+                    bounds.held_floor_bytes,
+                    unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
+                    max_probes,
+                    &ahead,
+                    &|| bar.inc(members.len() as u64),
+                );
+                searching.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                min
+            };
+            let min = if ready_beside { rayon::join(search, || ready_all(&mut sts, &r)).0? } else { search()? };
+            Ok((sts, r, min))
+        };
+        let mut done = Vec::with_capacity(groups.len());
+        for turn in groups.chunks(at_once) {
+            searching.store(turn.len(), std::sync::atomic::Ordering::Relaxed);
+            let ran: Result<Vec<GroupRun<T>>> = turn.par_iter().map(run_group).collect();
+            done.extend(ran?);
+        }
+        done
+    };
+    let mut rows: Vec<Option<(PolicyRow, Option<T>, ReplayResult)>> = (0..list.len()).map(|_| None).collect();
+    for (sts, r, min) in done {
+        for (m, st) in sts {
+            let mut row = row_of(trace, &list[m].0, &r, min.map(|m| m.0), min.map(|m| m.1));
+            let mut r = r.clone();
+            if let Some(k) = same_as[m] {
+                // The figures are the group's run; the setting is the row's own.
+                row.same_as = Some(list[k].0.name().to_string());
+                row.same_because = list[k].1.same_run(&list[m].1, bounds.largest_request_bytes);
+                row.alloc_conf = list[m].1.to_string();
+                r.alloc_conf = row.alloc_conf.clone();
+            }
+            rows[m] = Some((row, st, r));
+        }
+    }
+    let mut table = Vec::new();
+    let mut runs = Vec::new();
+    for (row, st, r) in rows.into_iter().map(|x| x.expect("every row is in one group")) {
+        table.push(row);
+        runs.push((st, r));
+    }
+    finish(trace, opts, (&list, &same_as), table, bounds, runs)
+}
+
+impl Whatif {
+    /// One sentence per row that other rows are the same run as ([`PolicyRow::same_as`]): which
+    /// rows, and why they cannot differ on this trace. Every output says it in these words.
+    pub fn same_run_notes(&self) -> Vec<String> {
+        let mut twins: Vec<(&str, &str, Vec<&str>)> = Vec::new();
+        for r in &self.rows {
+            if let Some(t) = &r.same_as {
+                let why = r.same_because.map_or("", |w| w.why());
+                match twins.iter_mut().find(|(name, w, _)| name == t && *w == why) {
+                    Some((_, _, rows)) => rows.push(r.policy.name()),
+                    None => twins.push((t, why, vec![r.policy.name()])),
+                }
+            }
+        }
+        twins
+            .into_iter()
+            .map(|(twin, why, rows)| {
+                format!(
+                    "{}: the same run as {twin} on this trace ({why}: the largest request is {}), replayed once.",
+                    rows.join(", "),
+                    crate::model::units::fmt_bytes(self.bounds.largest_request_bytes)
+                )
+            })
+            .collect()
+    }
+}
+
+/// For each policy, the first earlier one that is the same run on a trace whose largest request
+/// is `largest_request` bytes ([`AllocatorConfig::same_run_as`]), if any.
+pub fn same_runs(list: &[(Policy, AllocatorConfig)], largest_request: u64) -> Vec<Option<usize>> {
+    let mut same: Vec<Option<usize>> = Vec::with_capacity(list.len());
+    for (k, (_, config)) in list.iter().enumerate() {
+        let first = (0..k).find(|&j| same[j].is_none() && list[j].1.same_run_as(config, largest_request));
+        same.push(first);
+    }
+    same
+}
+
+/// The table from its rows: the prediction of the whole job, and the trace's figures.
+fn finish<T>(
+    trace: &Trace,
+    opts: &WhatifOptions,
+    (list, same_as): (&[(Policy, AllocatorConfig)], &[Option<usize>]),
+    table: Vec<PolicyRow>,
+    bounds: Bounds,
+    runs: Vec<(Option<T>, ReplayResult)>,
+) -> Result<Table<T>> {
+    let mut table = table;
+    past_caught_scratch(trace, opts, list, &mut table)?;
+    let past: Vec<bool> = table.iter().map(|r| r.reach.gets_past()).collect();
+    let past_from: Vec<Option<u64>> = table.iter().map(|r| r.min_capacity_bytes).collect();
+    let prediction =
+        crate::analysis::outcome::predict(trace, list, &past, &past_from, same_as, opts.capacity.bytes, opts.repeats)?;
+    let w = Whatif {
+        trace: trace.path.display().to_string(),
+        predicted: trace.predicted().map(str::to_string),
+        lower_bound: trace.predicted_lower_bound(),
+        capacity_bytes: opts.capacity.bytes,
+        capacity_source: opts.capacity.source,
+        rows: table,
+        bounds,
+        complete: trace.damage().is_none(),
+        input_damage: trace.damage(),
+        prediction,
+    };
+    Ok((w, runs))
+}
+
+/// The rows that cannot tell because a scratch buffer failed at the capacity (a cuDNN
+/// workspace, which PyTorch's cuDNN convolutions catch before trying a plan with a smaller one):
+/// each replayed again going on without such buffers ([`ReplayOptions::past_caught_scratch`]).
+/// Where that replay serves every request, or gets past the recorded failure, the setting is
+/// worth trying: the smaller workspaces cuDNN would fall back to are not in the trace, so it is
+/// never said to fit.
+fn past_caught_scratch(
+    trace: &Trace,
+    opts: &WhatifOptions,
+    list: &[(Policy, AllocatorConfig)],
+    table: &mut [PolicyRow],
+) -> Result<()> {
+    let given = opts.capacity.bytes.filter(|_| opts.capacity.source == crate::model::CapacitySource::Given);
+    table.par_iter_mut().zip(list.par_iter()).try_for_each(|(row, (policy, config))| -> Result<()> {
+        if row.decision != crate::analysis::outcome::Decision::CannotTell || policy.is_recorded() {
+            return Ok(());
+        }
+        let o = ReplayOptions {
+            config: Some(config.clone()),
+            capacity_bytes: given,
+            unlimited: opts.capacity.bytes.is_none(),
+            past_caught_scratch: true,
+            ..Default::default()
+        };
+        let r = crate::replay::replay(trace, &o)?;
+        if r.scratch_failures_skipped > 0 && matches!(r.reach, Reach::Completes | Reach::GetsPastFailure) {
+            row.decision = crate::analysis::outcome::Decision::WorthTrying;
+            row.scratch_failures_skipped = r.scratch_failures_skipped;
+        }
+        Ok(())
+    })
+}
+
+/// Computes the two bounds and the no-caching row from the request stream.
+pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
+    // id -> (index into lifetimes)
+    let mut open: crate::model::ids::IdMap<usize> = Default::default();
+    let mut lifetimes: Vec<(u64, u64, u64)> = Vec::new(); // (start, end, rounded bytes)
+    let (mut live_req, mut peak_req) = (0u64, 0u64);
+    let (mut live_rounded, mut peak_rounded) = (0u64, 0u64);
+    // id -> (requested bytes, stream, still counted by the floor: until its free request)
+    let mut req_of: crate::model::ids::IdMap<(u64, u64, bool)> = Default::default();
+    let mut allocs = 0u64;
+    let mut too_many = false;
+    let mut peak_live_blocks = 0u64;
+    // The failed request of a recorded OOM is a request too (it has no id and is never freed).
+    let mut next_oom_id = u64::MAX;
+    let mut largest = 0u64;
+    let mut floor = HeldFloor::default();
+    let scanned = trace.scan(|i, r| {
+        if let Event::Alloc { requested_bytes, .. } | Event::Oom { requested_bytes, .. } = &r.event {
+            largest = largest.max(*requested_bytes);
+        }
+        // (id, bytes, the stream of a block the program got)
+        let request = match &r.event {
+            Event::Alloc { id, requested_bytes, stream, .. } => Some((*id, *requested_bytes, Some(*stream))),
+            // A recorded OOM the program caught gave it nothing: not a request it held.
+            Event::Oom { .. } if trace.facts.survived(i) => {
+                floor.oom = true;
+                None
+            }
+            Event::Oom { requested_bytes, .. } => {
+                floor.oom = true;
+                next_oom_id -= 1;
+                Some((next_oom_id, *requested_bytes, None))
+            }
+            Event::FreeRequested { id, .. } => {
+                if let Some((req, stream, held)) = req_of.get_mut(id) {
+                    if std::mem::take(held) {
+                        floor.free(*stream, *req);
+                    }
+                }
+                None
+            }
+            Event::FreeCompleted { id, .. } => {
+                if let Some((req, stream, held)) = req_of.remove(id) {
+                    live_req = live_req.saturating_sub(req);
+                    live_rounded = live_rounded.saturating_sub(round_size(config, req));
+                    if held {
+                        floor.free(stream, req);
+                    }
+                }
+                if let Some(k) = open.remove(id) {
+                    lifetimes[k].1 = i;
+                }
+                None
+            }
+            _ => None,
+        };
+        if let Some((id, requested_bytes, stream)) = request {
+            let rounded = round_size(config, requested_bytes);
+            allocs += 1;
+            // Saturating: a hostile request near 2^64 must not wrap the sums.
+            live_req = live_req.saturating_add(requested_bytes);
+            live_rounded = live_rounded.saturating_add(rounded);
+            peak_req = peak_req.max(live_req);
+            peak_rounded = peak_rounded.max(live_rounded);
+            if let Some(stream) = stream {
+                floor.alloc(stream, requested_bytes);
+            }
+            if let Some((req, stream, true)) =
+                req_of.insert(id, (requested_bytes, stream.unwrap_or(0), stream.is_some()))
+            {
+                // An id used twice (a damaged trace): the first block is gone.
+                floor.free(stream, req);
+            }
+            peak_live_blocks = peak_live_blocks.max(req_of.len() as u64);
+            if lifetimes.len() < OFFLINE_PLAN_MAX_ALLOCS {
+                open.insert(id, lifetimes.len());
+                lifetimes.push((i, u64::MAX, rounded));
+            } else {
+                too_many = true;
+            }
+        }
+    })?;
+    let end = scanned.events;
+    for l in &mut lifetimes {
+        if l.1 == u64::MAX {
+            l.1 = end;
+        }
+    }
+    let work = allocs.saturating_mul(peak_live_blocks);
+    let (offline_plan_bytes, offline_plan_note) = if too_many {
+        (None, Some(format!("skipped: more than {OFFLINE_PLAN_MAX_ALLOCS} allocations")))
+    } else if work > OFFLINE_PLAN_MAX_WORK {
+        (
+            None,
+            Some(format!(
+                "skipped: {allocs} allocations with up to {peak_live_blocks} live at once would take about {work} \
+                 comparisons (the limit is {OFFLINE_PLAN_MAX_WORK})"
+            )),
+        )
+    } else {
+        (Some(greedy_by_size(&mut lifetimes)), None)
+    };
+    Ok(Bounds {
+        live_requested_peak_bytes: peak_req,
+        includes_failed_request: next_oom_id != u64::MAX,
+        no_caching_peak_bytes: peak_rounded,
+        no_caching_device_calls: 2 * allocs,
+        offline_plan_bytes,
+        offline_plan_note,
+        events: scanned.events,
+        largest_request_bytes: largest,
+        held_floor_bytes: floor.peak(),
+    })
+}
+
+/// The least a device must hold for the blocks a trace keeps live, under any setting: PyTorch
+/// serves a block from a segment of its own stream and pool (small: at most 1 MiB after
+/// rounding), and every segment, or mapped part of an expandable one, is a whole number of
+/// 2 MiB ([`SEGMENT_GRANULE`]). So at each moment reserved memory is at least, summed over the
+/// (stream, pool) pairs, the live blocks' rounded bytes rounded up to 2 MiB. A block counts
+/// from its allocation to its free request (a replay may complete the free then, never
+/// sooner); sizes take the plain 512-byte rounding, which no setting rounds below.
+///
+/// Worked example: two 512-byte blocks live on streams 1 and 2 need two small segments: 4 MiB,
+/// though 1 KiB is allocated; a 3 MiB block beside them on stream 1 adds 4 MiB (a large
+/// segment of its own): the floor is 8 MiB.
+///
+/// A replay under a capacity below the floor fails at the latest where the floor peaks, so a
+/// capacity search need not replay those capacities ([`crate::analysis::capacity_search::min_capacity`]).
+/// On a trace that gives every allocation its own stream the floor is the answer: each probe
+/// below it would have replayed the whole trace to learn that.
+#[derive(Default)]
+struct HeldFloor {
+    /// Rounded live bytes per (stream, pool), but for the group last changed.
+    groups: rustc_hash::FxHashMap<(u64, Pool), u64>,
+    /// The group last changed, kept out of the map: the next event is nearly always on it.
+    last: Option<((u64, Pool), u64)>,
+    held: u64,
+    peak: u64,
+    /// A recorded OOM: the floor says nothing (see [`Bounds::held_floor_bytes`]).
+    oom: bool,
+}
+
+/// The granule of segments and of expandable segments' pages: small segments are
+/// `SMALL_BUFFER`, large ones a multiple of `ROUND_LARGE`, pages one of those or
+/// `large_segment_size` (a multiple of 2 MiB): all whole multiples of this one.
+const SEGMENT_GRANULE: u64 = recorder::engine::config::ROUND_LARGE;
+
+impl HeldFloor {
+    /// A block of `requested` bytes allocated on `stream`.
+    fn alloc(&mut self, stream: u64, requested: u64) {
+        self.change(stream, requested, true);
+        self.peak = self.peak.max(self.held);
+    }
+
+    /// Its free request (or its completion, where no request came first).
+    fn free(&mut self, stream: u64, requested: u64) {
+        self.change(stream, requested, false);
+    }
+
+    fn change(&mut self, stream: u64, requested: u64, add: bool) {
+        let bytes = recorder::engine::round_plain(requested);
+        let key = (stream, recorder::engine::pool_for(bytes));
+        let granules = |b: u64| b.div_ceil(SEGMENT_GRANULE).saturating_mul(SEGMENT_GRANULE);
+        let group = match self.last.take() {
+            Some((k, b)) if k == key => b,
+            other => {
+                // Back into the map (an empty group leaves it), and this one out of it.
+                if let Some((k, b)) = other.filter(|&(_, b)| b > 0) {
+                    self.groups.insert(k, b);
+                }
+                self.groups.remove(&key).unwrap_or(0)
+            }
+        };
+        let changed = if add { group.saturating_add(bytes) } else { group.saturating_sub(bytes) };
+        self.held = self.held.saturating_sub(granules(group)).saturating_add(granules(changed));
+        self.last = Some((key, changed));
+    }
+
+    fn peak(&self) -> Option<u64> {
+        (!self.oom).then_some(self.peak)
+    }
+}
+
+/// Greedy by size (Pisarchyk & Lee 2020, "Efficient Memory Management for Deep Neural Net
+/// Inference"): take blocks from the largest down; put each in the smallest gap, among the
+/// blocks already placed that overlap it in time, that fits it (else after the highest).
+///
+/// Worked example: A = 4 bytes over [0,10), B = 2 over [0,5), C = 2 over [5,10). A goes at 0;
+/// B overlaps A, goes at 4; C overlaps A but not B, so the gap above A at 4 fits: C at 4.
+/// Arena = 6 bytes, where a first-come allocator without lifetimes might need 8.
+pub fn greedy_by_size(lifetimes: &mut [(u64, u64, u64)]) -> u64 {
+    lifetimes.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+    // The naive form scans every placed block for each new one (O(n^2)). Only the placed
+    // blocks that overlap the new one in time matter, in offset order (ties in any order: the
+    // second of two blocks at one offset never opens a gap), so placed blocks are filed in time
+    // buckets and the overlapping ones gathered from the buckets the new block spans; a block
+    // spanning many buckets is kept in a list checked every time. Same placements, cost about
+    // n x (blocks live at once) instead of n^2.
+    let horizon = lifetimes.iter().map(|l| l.1).max().unwrap_or(0).max(1);
+    let nb = (lifetimes.len() / 8).clamp(1, 4096) as u64;
+    let width = horizon.div_ceil(nb).max(1);
+    let bucket = |t: u64| ((t / width) as usize).min(nb as usize - 1);
+    const LONG_BUCKETS: usize = 64;
+    let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); nb as usize];
+    let mut long: Vec<u32> = Vec::new();
+    // Placed blocks: (offset, size, start, end).
+    let mut placed: Vec<(u64, u64, u64, u64)> = Vec::with_capacity(lifetimes.len());
+    let mut seen: Vec<u32> = Vec::with_capacity(lifetimes.len());
+    let mut near: Vec<(u64, u64)> = Vec::new();
+    let mut arena = 0u64;
+    for (query, &(start, end, size)) in lifetimes.iter().enumerate() {
+        let stamp = query as u32 + 1;
+        near.clear();
+        let (b0, b1) = (bucket(start), bucket(end.saturating_sub(1).max(start)));
+        let offer = |k: u32, near: &mut Vec<(u64, u64)>, seen: &mut Vec<u32>| {
+            if seen[k as usize] == stamp {
+                return;
+            }
+            seen[k as usize] = stamp;
+            let (off, sz, s, e) = placed[k as usize];
+            if !(s >= end || start >= e) {
+                near.push((off, sz));
+            }
+        };
+        for &k in &long {
+            offer(k, &mut near, &mut seen);
+        }
+        for b in &buckets[b0..=b1] {
+            for &k in b {
+                offer(k, &mut near, &mut seen);
+            }
+        }
+        near.sort_unstable();
+        let mut prev_end = 0u64;
+        let mut best: Option<(u64, u64)> = None; // (gap, offset)
+        for &(off, sz) in &near {
+            if off > prev_end {
+                let gap = off - prev_end;
+                if gap >= size && best.is_none_or(|(g, _)| gap < g) {
+                    best = Some((gap, prev_end));
+                }
+            }
+            prev_end = prev_end.max(off.saturating_add(sz));
+        }
+        let offset = best.map(|(_, o)| o).unwrap_or(prev_end);
+        let k = placed.len() as u32;
+        placed.push((offset, size, start, end));
+        seen.push(0);
+        if b1 - b0 + 1 > LONG_BUCKETS {
+            long.push(k);
+        } else {
+            for b in &mut buckets[b0..=b1] {
+                b.push(k);
+            }
+        }
+        // Saturating: sizes near 2^64 from a hostile trace must not wrap the arena.
+        arena = arena.max(offset.saturating_add(size));
+    }
+    arena
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::CapacitySource;
+    use proptest::prelude::*;
+
+    /// The reference: every placed block scanned for each new one.
+    fn greedy_by_size_naive(lifetimes: &mut [(u64, u64, u64)]) -> u64 {
+        lifetimes.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+        // Placed blocks: (offset, size, start, end), kept sorted by offset.
+        let mut placed: Vec<(u64, u64, u64, u64)> = Vec::with_capacity(lifetimes.len());
+        let mut arena = 0u64;
+        for &(start, end, size) in lifetimes.iter() {
+            let mut prev_end = 0u64;
+            let mut best: Option<(u64, u64)> = None; // (gap, offset)
+            for &(off, sz, s, e) in &placed {
+                if s >= end || start >= e {
+                    continue; // disjoint in time
+                }
+                if off > prev_end {
+                    let gap = off - prev_end;
+                    if gap >= size && best.is_none_or(|(g, _)| gap < g) {
+                        best = Some((gap, prev_end));
+                    }
+                }
+                prev_end = prev_end.max(off + sz);
+            }
+            let offset = best.map(|(_, o)| o).unwrap_or(prev_end);
+            let pos = placed.partition_point(|p| p.0 < offset);
+            placed.insert(pos, (offset, size, start, end));
+            arena = arena.max(offset + size);
+        }
+        arena
+    }
+
+    /// The worked example of [`HeldFloor`]: 512-byte blocks on streams 1 and 2 take a small
+    /// segment each; a 3 MiB block on stream 1 takes a large one of 4 MiB at least. Freeing
+    /// the second small block lowers what is held, not the peak; an OOM makes the floor say
+    /// nothing.
+    #[test]
+    fn held_floor_counts_a_segment_per_stream_and_pool() {
+        let mut f = HeldFloor::default();
+        f.alloc(1, 512);
+        f.alloc(2, 512);
+        assert_eq!(f.held, 4 << 20);
+        f.alloc(1, 3 << 20);
+        assert_eq!(f.held, 8 << 20);
+        f.free(2, 512);
+        assert_eq!((f.held, f.peak()), (6 << 20, Some(8 << 20)));
+        // Small blocks on stream 1 count by their bytes: 2 MiB hold up to 2 MiB of them.
+        f.alloc(1, 600 << 10);
+        f.alloc(1, 400 << 10);
+        f.alloc(1, 1 << 20);
+        assert_eq!(f.held, 6 << 20);
+        f.alloc(1, 100 << 10);
+        assert_eq!(f.held, 8 << 20);
+        f.oom = true;
+        assert_eq!(f.peak(), None);
+    }
+
+    /// `bounds` counts a block from its allocation to its free request, and no floor where the
+    /// trace records an OOM.
+    #[test]
+    fn bounds_hold_the_floor_until_the_free_request() {
+        use recorder::trace::{Header, Pool, Source, TraceWriter};
+        let write = |events: Vec<Event>| {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("t.atrace");
+            let mut w = TraceWriter::create(&path, &Header::new(Source::Recorded)).unwrap();
+            for (i, event) in events.into_iter().enumerate() {
+                w.write(&Record { time_ns: i as u64, event }).unwrap();
+            }
+            w.finish().unwrap();
+            let trace = Trace::open(&path).unwrap();
+            bounds(&trace, &trace.header.config).unwrap().held_floor_bytes
+        };
+        let alloc = |id, stream| Event::Alloc {
+            id,
+            addr: 0,
+            requested_bytes: 512,
+            block_bytes: 0,
+            stream,
+            pool: Pool::Small,
+            callsite: 0,
+        };
+        // Block 1's free is requested before block 2 on another stream: one segment at a time,
+        // though its completion comes later.
+        let freed_first = vec![
+            alloc(1, 1),
+            Event::FreeRequested { id: 1, addr: 0, callsite: 0 },
+            alloc(2, 2),
+            Event::FreeCompleted { id: 1, addr: 0 },
+        ];
+        assert_eq!(write(freed_first.clone()), Some(2 << 20));
+        let mut both = freed_first;
+        both.swap(1, 2);
+        assert_eq!(write(both.clone()), Some(4 << 20));
+        both.push(Event::Oom {
+            requested_bytes: 1,
+            alloc_bytes: 2 << 20,
+            device_free_bytes: 0,
+            reserved_bytes: 0,
+            allocated_bytes: 0,
+            limit_bytes: 0,
+            stream: 1,
+        });
+        assert_eq!(write(both), None);
+    }
+
+    proptest! {
+        #[test]
+        fn greedy_by_size_matches_the_naive_scan(
+            blocks in proptest::collection::vec((0u64..2000, 1u64..400, 1u64..64), 0..300)
+        ) {
+            let mut a: Vec<(u64, u64, u64)> = blocks.iter().map(|&(s, len, sz)| (s, s + len, sz * 512)).collect();
+            let mut b = a.clone();
+            prop_assert_eq!(greedy_by_size(&mut a), greedy_by_size_naive(&mut b));
+        }
+    }
+
+    #[test]
+    fn greedy_by_size_worked_example() {
+        let mut l = vec![(0, 10, 4), (0, 5, 2), (5, 10, 2)];
+        assert_eq!(greedy_by_size(&mut l), 6);
+    }
+
+    #[test]
+    fn greedy_by_size_disjoint_lifetimes_share_memory() {
+        let mut l = vec![(0, 1, 100), (1, 2, 100), (2, 3, 100)];
+        assert_eq!(greedy_by_size(&mut l), 100);
+        // C [2,3) overlaps A but not B [1,2): it takes B's place above A.
+        let mut l = vec![(0, 3, 100), (1, 2, 100), (2, 3, 50)];
+        assert_eq!(greedy_by_size(&mut l), 200);
+        // All three overlap at time 1: no sharing.
+        let mut l = vec![(0, 3, 100), (1, 2, 100), (0, 3, 50)];
+        assert_eq!(greedy_by_size(&mut l), 250);
+    }
+
+    /// Each policy's run at the capacity, shown to the observer first by the unlimited run and
+    /// then resumed (what `whatif` and `report` do), is a whole replay at the capacity: the
+    /// same rows, and the observer sees the same records with the same figures, on every
+    /// shipped trace.
+    #[test]
+    fn resumed_runs_equal_whole_replays_on_every_shipped_trace() {
+        let paths = crate::shipped_traces();
+        type Seen = Vec<(u64, u64, u64, u64)>;
+        let figures = |i: u64, view: &dyn EngineView| {
+            let st = view.stats();
+            (i, st.reserved_bytes.all.current, st.allocated_bytes.all.current, st.requested_bytes.all.current)
+        };
+        for p in &paths {
+            let trace = Trace::open(p).unwrap();
+            let opts = WhatifOptions { capacity: trace.default_capacity(), search_capacity: true, repeats: 1 };
+            let (w, runs) = whatif_observed(
+                &trace,
+                &opts,
+                &|_| Seen::new(),
+                &|seen, i, _, view, _| seen.push(figures(i, view)),
+                &|_, _, _, _| {},
+            )
+            .unwrap();
+            let list =
+                policies(&trace.header.config, crate::analysis::outcome::memory_fraction(&trace, opts.capacity.bytes));
+            assert_eq!(list.len(), runs.len());
+            for (((policy, config), (seen, r)), row) in list.iter().zip(&runs).zip(&w.rows) {
+                let whole_opts = ReplayOptions {
+                    config: Some(config.clone()),
+                    capacity_bytes: opts.capacity.bytes.filter(|_| opts.capacity.source == CapacitySource::Given),
+                    unlimited: opts.capacity.bytes.is_none(),
+                    ..Default::default()
+                };
+                let mut whole_seen = Seen::new();
+                let whole = crate::replay::replay_observed(&trace, &whole_opts, &mut |i, _, view, _| {
+                    whole_seen.push(figures(i, view))
+                })
+                .unwrap();
+                let what = format!("{} under {}", p.display(), policy.name());
+                assert_eq!(serde_json::to_value(r).unwrap(), serde_json::to_value(&whole).unwrap(), "{what}");
+                assert_eq!(row.outcome, whole.outcome_kind(), "{what}");
+                assert_eq!(row.peak_reserved_bytes, whole.peak_reserved_bytes, "{what}");
+                assert!(seen == &whole_seen, "{what}: the observer saw other records or figures");
+            }
+        }
+    }
+
+    #[test]
+    fn policies_change_one_knob() {
+        let p = policies(&AllocatorConfig::default(), false);
+        assert_eq!(p[0].0, Policy::Recorded);
+        assert!(p.iter().any(|(n, c)| n.name() == "expandable_segments:True" && c.expandable_segments));
+        assert!(!p.iter().any(|(n, _)| n.name().starts_with("garbage")), "GC needs a capacity");
+        assert!(!p.iter().any(|(n, _)| n.name() == "expandable_segments:False"), "no row equal to the recorded one");
+        assert!(policies(&AllocatorConfig::default(), true).iter().any(|(n, _)| n.name().starts_with("garbage")));
+    }
+}

@@ -1,0 +1,663 @@
+//! The model every command works from: a [`Trace`] read once, and the typed vocabulary the
+//! analyses share ([`Capacity`] and where it came from, [`Policy`], [`OutcomeKind`],
+//! [`Damage`]).
+//!
+//! [`Trace::open`] reads the file once. In that pass it folds the facts that every analysis
+//! needs (the summary, the recorded segment addresses that replays reuse, the recorded OOMs and
+//! the capacity they imply) and keeps the records in memory while they fit in
+//! [`RECORDS_BUDGET_BYTES`]. Every later pass ([`Trace::scan`], the replays) then runs over
+//! memory; above the budget a pass streams the file again, so memory stays bounded whatever
+//! the trace's size.
+
+pub mod escape;
+pub mod ids;
+pub mod iterations;
+pub mod layout;
+pub mod output;
+pub mod sites;
+pub mod streams;
+pub mod units;
+pub mod wrap;
+
+use crate::source::summary::{Summary, SummaryFold};
+use crate::source::tracefile::{self, Scanned};
+use anyhow::Result;
+use recorder::trace::{Event, Header, Record, TraceEnd};
+use serde::{Serialize, Serializer};
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+/// The name of a trace in every output: its file name (the path when it has none).
+pub fn trace_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.display().to_string())
+}
+
+/// Records are kept in memory up to about this many bytes; a larger trace is streamed from
+/// disk again for each pass.
+pub const RECORDS_BUDGET_BYTES: usize = 96 << 20;
+
+/// Where a capacity came from.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CapacitySource {
+    /// No limit.
+    None,
+    /// The caller's `--capacity`.
+    Given,
+    /// The limit recorded in the trace's header.
+    Recorded,
+    /// Inferred from the trace's first OOM, which had no limit: the device itself was full, so
+    /// the allocator could have had what it held then plus what the device had left
+    /// (`reserved + device_free`). The CUDA context and other processes held the rest.
+    InferredFromOom,
+    /// Inferred from the trace's first OOM, which had no recorded limit although the device
+    /// still had room for the segment: a limit below the device was in force (a memory
+    /// fraction). It lay at or above the peak reserved before the OOM and below what the failed
+    /// segment would have made; the replay takes the lower end ([`Capacity::range`]).
+    InferredLimit,
+}
+
+impl CapacitySource {
+    /// Where the limit came from, in a few words.
+    pub fn text(self) -> &'static str {
+        match self {
+            CapacitySource::Given => "given",
+            CapacitySource::Recorded => "recorded",
+            CapacitySource::None => "none",
+            CapacitySource::InferredFromOom => "inferred: the device was full",
+            CapacitySource::InferredLimit => "inferred: the least the trace allows",
+        }
+    }
+    /// True when the limit was known (given or recorded), not inferred.
+    pub fn is_known(self) -> bool {
+        match self {
+            CapacitySource::Given | CapacitySource::Recorded => true,
+            CapacitySource::None | CapacitySource::InferredFromOom | CapacitySource::InferredLimit => false,
+        }
+    }
+}
+
+/// The capacity an analysis runs under, and where it came from. The one place a limit is
+/// resolved: [`Trace::capacity`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    /// `None` = no limit.
+    pub bytes: Option<u64>,
+    pub source: CapacitySource,
+    /// For [`CapacitySource::InferredLimit`]: the limit was at least the first value and below
+    /// the second.
+    pub range: Option<(u64, u64)>,
+}
+
+impl Capacity {
+    pub const NONE: Capacity = Capacity { bytes: None, source: CapacitySource::None, range: None };
+
+    pub fn given(bytes: u64) -> Capacity {
+        Capacity { bytes: Some(bytes), source: CapacitySource::Given, range: None }
+    }
+
+    /// The capacity in a few words, as every command and document says it: "none", else its
+    /// bytes and where they came from ("8.00 GiB (recorded)").
+    pub fn text(&self) -> String {
+        match self.bytes {
+            None => "none".into(),
+            Some(c) => format!("{} ({})", crate::model::units::fmt_bytes(c), self.source.text()),
+        }
+    }
+
+    /// For an inferred capacity: what it rests on, and how to give the real one.
+    pub fn note(&self) -> Option<String> {
+        let b = crate::model::units::fmt_bytes;
+        match (self.source, self.bytes) {
+            (CapacitySource::InferredLimit, Some(c)) => Some(format!(
+                "no limit was recorded, but the run ran out of memory while the device still had room, so a lower \
+                 limit (a memory fraction?) was in force, at least {}{}; the figures assume {}, the least it can \
+                 have been. Give the real limit with --capacity LIMIT for answers at it.",
+                b(c),
+                self.range.map(|r| format!(" and under {}", b(r.1))).unwrap_or_default(),
+                b(c)
+            )),
+            (CapacitySource::InferredFromOom, Some(c)) => Some(format!(
+                "no limit was recorded and the device itself was full: the allocator could have had {} (reserved + \
+                 device free at the OOM); the CUDA context and other processes held the rest",
+                b(c)
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// How a replay ended, as the JSON says it: `"ok"` or `"oom"`.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeKind {
+    Ok,
+    Oom,
+}
+
+impl OutcomeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutcomeKind::Ok => "ok",
+            OutcomeKind::Oom => "oom",
+        }
+    }
+}
+
+impl std::fmt::Display for OutcomeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// A what-if policy: the recorded configuration, or the recorded one with one knob changed
+/// (named by the knob, as `PYTORCH_CUDA_ALLOC_CONF` writes it). Serialized as that name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Policy {
+    Recorded,
+    Knob(String),
+}
+
+impl Policy {
+    pub fn name(&self) -> &str {
+        match self {
+            Policy::Recorded => "recorded",
+            Policy::Knob(k) => k,
+        }
+    }
+    pub fn is_recorded(&self) -> bool {
+        matches!(self, Policy::Recorded)
+    }
+    /// The knob's name without its value (`expandable_segments` for `expandable_segments:True`).
+    pub fn knob(&self) -> Option<&str> {
+        match self {
+            Policy::Recorded => None,
+            Policy::Knob(k) => Some(k.split(':').next().unwrap_or(k)),
+        }
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+impl Serialize for Policy {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// A trace that was damaged (truncated or corrupt): where, and what was kept. Serialized as
+/// its one-line warning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// The file, as the user named it.
+    pub path: String,
+    /// Byte offset of the damage.
+    pub offset: u64,
+    /// What is wrong there, as [`TraceEnd::describe`] says it.
+    pub what: String,
+    /// Events before the damage, which the analyses cover.
+    pub events_kept: u64,
+}
+
+impl Damage {
+    pub fn of(path: &Path, end: &TraceEnd, events: u64) -> Option<Damage> {
+        match end {
+            TraceEnd::Truncated { offset, .. } | TraceEnd::Corrupt { offset, .. } => Some(Damage {
+                path: path.display().to_string(),
+                offset: *offset,
+                what: end.describe(),
+                events_kept: events,
+            }),
+            TraceEnd::Complete { .. } | TraceEnd::Reading => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}; analyzed the {} events before the damage", self.path, self.what, self.events_kept)
+    }
+}
+
+impl Serialize for Damage {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// An `oom` event as the trace recorded it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordedOom {
+    pub event: u64,
+    pub requested_bytes: u64,
+    pub alloc_bytes: u64,
+    /// `None` = unknown (the format's 0).
+    pub device_free_bytes: Option<u64>,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    /// `None` = no limit recorded (the format's 0).
+    pub limit_bytes: Option<u64>,
+}
+
+/// What the first pass over a trace folds, besides the summary.
+#[derive(Debug, Default, Clone)]
+pub struct Facts {
+    /// Recorded segment addresses and sizes, in order (replays hand them out again).
+    pub segments: Vec<(u64, u64)>,
+    /// Start of the first expandable reservation.
+    pub reservations: Vec<u64>,
+    /// Every recorded OOM, in order.
+    pub recorded_ooms: Vec<RecordedOom>,
+    /// The last `device_mem_info` before the first recorded OOM: (free, total).
+    pub mem_info: Option<(u64, u64)>,
+    /// Capacity a first OOM with no limit implies, when the device itself was full.
+    pub oom_capacity: Option<u64>,
+    /// For a first OOM with no recorded limit while the device had room for the segment: the
+    /// limit in force was at least the first value (the peak reserved up to the OOM) and below
+    /// the second (reserved at the OOM plus the failed segment).
+    pub limit_range: Option<(u64, u64)>,
+    /// Index of the last allocation request.
+    pub last_alloc: Option<u64>,
+    /// Index of the last request of any kind, served or failed (an OOM before it was caught: the
+    /// program went on and asked again).
+    pub last_request: Option<u64>,
+}
+
+/// Whether a trace whose last request is `last_request` went on after the recorded OOM at
+/// `event` ([`Facts::survived`]'s rule, for a replay that keeps only that index).
+pub fn went_on_after(last_request: Option<u64>, event: u64) -> bool {
+    last_request.is_some_and(|a| a > event)
+}
+
+impl Facts {
+    pub fn first_oom(&self) -> Option<u64> {
+        self.recorded_ooms.first().map(|o| o.event)
+    }
+    /// Whether the program went on after the recorded OOM at `event` (it caught the error, as
+    /// cuDNN does when it shrinks its workspace): a later request was made, served or not (cuDNN
+    /// may try several smaller workspaces, each failing, before the request that ends the run).
+    pub fn survived(&self, event: u64) -> bool {
+        went_on_after(self.last_request, event)
+    }
+    /// The recorded OOM that ended the run: the last one, when no request follows it.
+    pub fn fatal_oom(&self) -> Option<&RecordedOom> {
+        self.recorded_ooms.last().filter(|o| !self.survived(o.event))
+    }
+    /// Recorded OOMs the program caught and went on from.
+    pub fn caught_ooms(&self) -> usize {
+        self.recorded_ooms.iter().filter(|o| self.survived(o.event)).count()
+    }
+}
+
+#[derive(Default)]
+struct FactsFold {
+    facts: Facts,
+    reserved: u64,
+    peak_reserved: u64,
+}
+
+impl FactsFold {
+    #[inline]
+    fn record(&mut self, i: u64, r: &Record) {
+        let p = &mut self.facts;
+        match r.event {
+            Event::Alloc { .. } => {
+                p.last_alloc = Some(i);
+                p.last_request = Some(i);
+            }
+            Event::SegmentAlloc { addr, bytes, .. } => {
+                p.segments.push((addr, bytes));
+                self.reserved = self.reserved.saturating_add(bytes);
+                self.peak_reserved = self.peak_reserved.max(self.reserved);
+            }
+            Event::SegmentMap { addr, bytes, .. } => {
+                if p.reservations.is_empty() {
+                    p.reservations.push(addr);
+                }
+                self.reserved = self.reserved.saturating_add(bytes);
+                self.peak_reserved = self.peak_reserved.max(self.reserved);
+            }
+            Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
+                self.reserved = self.reserved.saturating_sub(bytes)
+            }
+            Event::DeviceMemInfo { free_bytes, total_bytes } if p.recorded_ooms.is_empty() => {
+                p.mem_info = Some((free_bytes, total_bytes))
+            }
+            Event::Oom {
+                requested_bytes,
+                alloc_bytes,
+                device_free_bytes,
+                reserved_bytes,
+                allocated_bytes,
+                limit_bytes,
+                ..
+            } => {
+                if p.recorded_ooms.is_empty() && limit_bytes == 0 && device_free_bytes > 0 {
+                    if device_free_bytes < alloc_bytes {
+                        // The device itself was full.
+                        p.oom_capacity = Some(reserved_bytes.saturating_add(device_free_bytes));
+                    } else {
+                        let low = self.peak_reserved.max(reserved_bytes);
+                        p.limit_range =
+                            Some((low, reserved_bytes.saturating_add(alloc_bytes).max(low.saturating_add(1))));
+                    }
+                }
+                p.last_request = Some(i);
+                p.recorded_ooms.push(RecordedOom {
+                    event: i,
+                    requested_bytes,
+                    alloc_bytes,
+                    device_free_bytes: (device_free_bytes > 0).then_some(device_free_bytes),
+                    reserved_bytes,
+                    allocated_bytes,
+                    limit_bytes: (limit_bytes > 0).then_some(limit_bytes),
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The bytes a record holds in memory: itself and its text or frames (a mark of 4 KiB weighs
+/// 4 KiB, not the size of a record), which [`RECORDS_BUDGET_BYTES`] counts.
+fn record_bytes(r: &Record) -> usize {
+    let heap = match &r.event {
+        Event::Mark { text, .. } => text.capacity(),
+        Event::CallSite { frames, .. } => {
+            frames.iter().map(|f| std::mem::size_of_val(f) + f.file.capacity() + f.function.capacity()).sum()
+        }
+        _ => 0,
+    };
+    std::mem::size_of::<Record>() + heap
+}
+
+/// The records of a trace: in memory (the decoded chunks), or re-read from the file.
+enum Records {
+    InMemory(Vec<Vec<Record>>),
+    Restream,
+}
+
+/// What a pass over a trace's records was for: a fold (no engine) or a replay (one read of the
+/// records driving every job of [`crate::replay`]'s loop).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PassKind {
+    Fold,
+    Replay,
+}
+
+/// One pass over a trace's records, named by its kind and by the analysis that asked for it
+/// (the source file's name: `explain`, `frag`...). A command's passes are part of its design:
+/// [`Trace::passes`] lists them, and a test holds `report`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Pass {
+    pub kind: PassKind,
+    pub by: &'static str,
+}
+
+impl Pass {
+    #[track_caller]
+    fn here(kind: PassKind) -> Pass {
+        let file = std::panic::Location::caller().file();
+        let mut parts = file.rsplit(['/', '\\']);
+        let name = parts.next().unwrap_or(file);
+        // A module in a folder (`plot/mod.rs`) is named by its folder.
+        let name = if name == "mod.rs" { parts.next().unwrap_or(name) } else { name };
+        Pass { kind, by: name.strip_suffix(".rs").unwrap_or(name) }
+    }
+}
+
+/// A trace, read once. See the module documentation.
+pub struct Trace {
+    pub path: PathBuf,
+    pub header: Header,
+    pub end: TraceEnd,
+    /// Events up to any damage.
+    pub events: u64,
+    pub summary: Summary,
+    pub facts: Facts,
+    /// The limit the user gave for this run (`--capacity`), which every command then reports as
+    /// given rather than recorded.
+    pub given_capacity: Option<u64>,
+    records: Records,
+    /// The passes over the records since the trace was read (the read itself not counted).
+    passes: std::sync::Mutex<Vec<Pass>>,
+}
+
+impl Trace {
+    /// Reads the trace at `path` (once), keeping its records in memory under
+    /// [`RECORDS_BUDGET_BYTES`].
+    pub fn open(path: &Path) -> Result<Trace> {
+        Self::open_with_budget(path, RECORDS_BUDGET_BYTES)
+    }
+
+    /// [`Trace::open`] with another memory budget for the records (0: always re-stream).
+    pub fn open_with_budget(path: &Path, budget_bytes: usize) -> Result<Trace> {
+        let mut summary = SummaryFold::new();
+        let mut facts = FactsFold::default();
+        let mut kept: Option<Vec<Vec<Record>>> = Some(Vec::new());
+        let mut bytes = 0usize;
+        let scanned = tracefile::scan_chunks(path, |first, chunk| {
+            for (k, r) in chunk.iter().enumerate() {
+                let i = first + k as u64;
+                summary.record(i, r);
+                facts.record(i, r);
+                if kept.is_some() {
+                    bytes = bytes.saturating_add(record_bytes(r));
+                }
+            }
+            if bytes > budget_bytes {
+                kept = None;
+            } else if let Some(k) = kept.as_mut() {
+                k.push(chunk.to_vec());
+            }
+        })?;
+        Ok(Trace {
+            path: path.to_path_buf(),
+            header: scanned.header,
+            end: scanned.end,
+            events: scanned.events,
+            summary: summary.finish(),
+            facts: facts.facts,
+            given_capacity: None,
+            records: match kept {
+                Some(chunks) => Records::InMemory(chunks),
+                None => Records::Restream,
+            },
+            passes: Default::default(),
+        })
+    }
+
+    /// A trace made in memory (an experiment's reordered records), as if read from `path`.
+    pub fn from_records(path: &Path, header: Header, records: Vec<Record>) -> Trace {
+        let mut summary = SummaryFold::new();
+        let mut facts = FactsFold::default();
+        for (i, r) in records.iter().enumerate() {
+            summary.record(i as u64, r);
+            facts.record(i as u64, r);
+        }
+        let events = records.len() as u64;
+        Trace {
+            path: path.to_path_buf(),
+            header,
+            end: TraceEnd::Reading,
+            events,
+            summary: summary.finish(),
+            facts: facts.facts,
+            given_capacity: None,
+            records: Records::InMemory(vec![records]),
+            passes: Default::default(),
+        }
+    }
+
+    /// A trace derived from this one (reordered or extended records), keeping the limit the
+    /// user gave.
+    pub fn derived(&self, header: Header, records: Vec<Record>) -> Trace {
+        Trace { given_capacity: self.given_capacity, ..Trace::from_records(&self.path, header, records) }
+    }
+
+    /// The file name, which reports show instead of the path.
+    pub fn name(&self) -> String {
+        trace_name(&self.path)
+    }
+
+    /// For a request stream that was predicted rather than recorded (`alloctrace.predict`), the
+    /// note saying what made it.
+    pub fn predicted(&self) -> Option<&str> {
+        let prefix = crate::source::import::torch::PREDICTED_NOTE;
+        self.header.notes.iter().find(|n| n.starts_with(prefix)).map(String::as_str)
+    }
+
+    /// True for a predicted trace whose step used something whose memory is not predicted
+    /// (its note says so, see [`crate::source::import::torch::PREDICTED_LOWER_BOUND`]): its requests
+    /// are a lower bound on the real ones, so a replay that completes does not say it fits.
+    pub fn predicted_lower_bound(&self) -> bool {
+        self.predicted().is_some_and(|n| n.contains(crate::source::import::torch::PREDICTED_LOWER_BOUND))
+    }
+
+    /// True when every pass runs over records in memory.
+    pub fn in_memory(&self) -> bool {
+        matches!(self.records, Records::InMemory(_))
+    }
+
+    /// The damage of a truncated or corrupt trace.
+    pub fn damage(&self) -> Option<Damage> {
+        Damage::of(&self.path, &self.end, self.events)
+    }
+
+    /// What a scan of the whole trace saw.
+    pub fn scanned(&self) -> Scanned {
+        Scanned { path: self.path.clone(), header: self.header.clone(), events: self.events, end: self.end.clone() }
+    }
+
+    /// The capacity a replay runs under: `unlimited`, else the `given` one, else the one the
+    /// trace recorded, else one inferred from its first OOM (see [`CapacitySource`]).
+    pub fn capacity(&self, given: Option<u64>, unlimited: bool) -> Capacity {
+        if unlimited {
+            return Capacity::NONE;
+        }
+        if let Some(c) = given.or(self.given_capacity) {
+            return Capacity::given(c);
+        }
+        if self.header.capacity_bytes > 0 {
+            return Capacity { bytes: Some(self.header.capacity_bytes), source: CapacitySource::Recorded, range: None };
+        }
+        match (self.facts.oom_capacity, self.facts.limit_range) {
+            (Some(c), _) => Capacity { bytes: Some(c), source: CapacitySource::InferredFromOom, range: None },
+            (None, Some((low, high))) => {
+                Capacity { bytes: Some(low), source: CapacitySource::InferredLimit, range: Some((low, high)) }
+            }
+            (None, None) => Capacity::NONE,
+        }
+    }
+
+    /// The limit stated for this run: given (`--capacity`) or recorded, never inferred.
+    pub fn stated_capacity(&self) -> Option<u64> {
+        let c = self.default_capacity();
+        matches!(c.source, CapacitySource::Given | CapacitySource::Recorded).then_some(c.bytes).flatten()
+    }
+
+    /// The trace's own capacity (recorded or inferred; see [`Trace::capacity`]).
+    pub fn default_capacity(&self) -> Capacity {
+        self.capacity(None, false)
+    }
+
+    /// Calls `fold(index, record)` for every record in order.
+    #[track_caller]
+    pub fn scan(&self, mut fold: impl FnMut(u64, &Record)) -> Result<Scanned> {
+        self.pass(Pass::here(PassKind::Fold), 0, |first, chunk| {
+            for (k, r) in chunk.iter().enumerate() {
+                fold(first + k as u64, r);
+            }
+            ControlFlow::Continue(())
+        })
+    }
+
+    /// Calls `fold(first, chunk)` for every chunk of records in order, until it breaks.
+    #[track_caller]
+    pub fn scan_chunks(&self, fold: impl FnMut(u64, &[Record]) -> ControlFlow<()>) -> Result<Scanned> {
+        self.pass(Pass::here(PassKind::Fold), 0, fold)
+    }
+
+    /// The replay loop's pass ([`crate::replay`]): [`Trace::scan_chunks`] over the chunks that
+    /// hold record `from` or later; those before are skipped (re-streamed from the file, they
+    /// are read but not decoded).
+    #[track_caller]
+    pub(crate) fn replay_pass(
+        &self,
+        from: u64,
+        fold: impl FnMut(u64, &[Record]) -> ControlFlow<()>,
+    ) -> Result<Scanned> {
+        self.pass(Pass::here(PassKind::Replay), from, fold)
+    }
+
+    /// The passes made over the records since the trace was read, in order.
+    pub fn passes(&self) -> Vec<Pass> {
+        self.passes.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    fn pass(&self, pass: Pass, from: u64, fold: impl FnMut(u64, &[Record]) -> ControlFlow<()>) -> Result<Scanned> {
+        let n = match self.passes.lock() {
+            Ok(mut p) => {
+                p.push(pass);
+                p.len()
+            }
+            Err(_) => 0,
+        };
+        let started = std::time::Instant::now();
+        let scanned = self.pass_over(from, fold);
+        if log_passes() {
+            eprintln!(
+                "pass {n}: {:?} by {} from record {from}: {:.3} s",
+                pass.kind,
+                pass.by,
+                started.elapsed().as_secs_f64()
+            );
+        }
+        scanned
+    }
+
+    fn pass_over(&self, from: u64, mut fold: impl FnMut(u64, &[Record]) -> ControlFlow<()>) -> Result<Scanned> {
+        match &self.records {
+            Records::InMemory(chunks) => {
+                let mut first = 0u64;
+                for c in chunks {
+                    let next = first + c.len() as u64;
+                    if next > from && fold(first, c).is_break() {
+                        break;
+                    }
+                    first = next;
+                }
+                Ok(self.scanned())
+            }
+            Records::Restream => {
+                tracefile::scan_chunks_from(&self.path, from, |first, chunk| fold(first, chunk))?;
+                Ok(self.scanned())
+            }
+        }
+    }
+}
+
+/// Whether each pass is logged to stderr as it ends (`ALLOCTRACE_PASSES=1`): its number, kind,
+/// the analysis that asked for it, the record it started from and its wall time. For developers
+/// who want to see a command's plan; the output of the command is unchanged.
+fn log_passes() -> bool {
+    static LOG: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LOG.get_or_init(|| std::env::var_os("ALLOCTRACE_PASSES").is_some_and(|v| !v.is_empty() && v != "0"))
+}
+
+/// Tests and callers compare with the wire names.
+impl PartialEq<&str> for OutcomeKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<&str> for Policy {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}

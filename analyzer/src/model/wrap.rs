@@ -1,0 +1,147 @@
+//! Prose wrapped at [`WIDTH`] columns, for a terminal and for `report.md` (tables, code and
+//! pictures are not prose and are never wrapped).
+
+/// The column prose is wrapped at.
+pub const WIDTH: usize = 100;
+
+/// Splits `text` into lines of at most `width` columns (a word longer than a line stands alone),
+/// at spaces only. `markdown`: never inside an inline code span, and never so that a line starts
+/// with what Markdown would read as a heading, quote, list item, table row or fence.
+pub fn lines(text: &str, width: usize, markdown: bool) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut line = String::new();
+    // Words, where a word inside a code span takes the spaces up to its end with it.
+    let words: Vec<String> =
+        if markdown { markdown_words(text) } else { text.split(' ').map(str::to_string).collect() };
+    for w in words {
+        let fits = line.chars().count() + 1 + w.chars().count() <= width;
+        if line.is_empty() || fits || (markdown && starts_block(&w)) {
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(&w);
+        } else {
+            out.push(std::mem::take(&mut line));
+            line = w;
+        }
+    }
+    out.push(line);
+    out
+}
+
+/// `text` split at the spaces a Markdown renderer reads as spaces between words: not those inside
+/// a code span (a run of N backticks up to the next run of exactly N, as CommonMark pairs them),
+/// and a backslash-escaped backtick opens none.
+fn markdown_words(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let run_at = |i: usize| chars[i..].iter().take_while(|&&c| c == '`').count();
+    let (mut words, mut word) = (Vec::new(), String::new());
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            ' ' => {
+                words.push(std::mem::take(&mut word));
+                i += 1;
+            }
+            '\\' => {
+                let end = (i + 2).min(chars.len());
+                word.extend(&chars[i..end]);
+                i = end;
+            }
+            '`' => {
+                let n = run_at(i);
+                // The next run of exactly `n` backticks closes the span; without one the run is text.
+                let mut j = i + n;
+                let mut close = None;
+                while j < chars.len() {
+                    if chars[j] == '`' {
+                        let m = run_at(j);
+                        if m == n {
+                            close = Some(j);
+                            break;
+                        }
+                        j += m;
+                    } else {
+                        j += 1;
+                    }
+                }
+                let end = close.map_or(i + n, |c| c + n);
+                word.extend(&chars[i..end]);
+                i = end;
+            }
+            c => {
+                word.push(c);
+                i += 1;
+            }
+        }
+    }
+    words.push(word);
+    words
+}
+
+/// Whether a line starting with `word` would be read as Markdown structure.
+fn starts_block(word: &str) -> bool {
+    let digits = word.trim_start_matches(|c: char| c.is_ascii_digit());
+    matches!(word, "-" | "+" | "*")
+        || word.starts_with(['#', '>', '|', '=', '~', '<'])
+        || word.starts_with("```")
+        || (digits.len() < word.len() && (digits == "." || digits == ")"))
+}
+
+/// `text` wrapped for a terminal: the first line after `first`, the others after `rest`. For
+/// terminal output only: `text` is escaped with [`crate::model::escape::terminal`] first (a sentence
+/// that quotes a call site or a mark from the trace stays one paragraph, and a newline or tab of
+/// the trace's shows as `\n`, `\t`), so it is given raw, never escaped already.
+pub fn indented(text: &str, first: &str, rest: &str) -> String {
+    let width = WIDTH.saturating_sub(first.chars().count().max(rest.chars().count())).max(20);
+    lines(&crate::model::escape::terminal(text), width, false)
+        .iter()
+        .enumerate()
+        .map(|(i, l)| format!("{}{l}", if i == 0 { first } else { rest }))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wraps_at_spaces_within_the_width() {
+        let text = "the request needs one contiguous block of 1.00 GiB and the largest free block is 4.00 MiB; \
+                    no segment is wholly free, so releasing the cache frees 0 B";
+        let l = lines(text, 40, false);
+        assert!(l.iter().all(|l| l.chars().count() <= 40), "{l:?}");
+        assert_eq!(l.join(" "), text);
+        assert_eq!(lines("a-very-long-word-without-spaces", 5, false), vec!["a-very-long-word-without-spaces"]);
+    }
+
+    #[test]
+    fn markdown_keeps_fenced_spans_whole_and_escaped_backticks_open_none() {
+        // A span fenced by two backticks holds a single one; an escaped backtick is text.
+        let l = lines("from ``u.py:4 (x` # INJECTED HEADING `y)`` and \\` # not code \\` here", 12, true);
+        assert!(l.iter().any(|l| l.contains("``u.py:4 (x` # INJECTED HEADING `y)``")), "{l:?}");
+        assert!(l.iter().all(|l| !l.starts_with('#')), "{l:?}");
+        assert_eq!(l.join(" "), "from ``u.py:4 (x` # INJECTED HEADING `y)`` and \\` # not code \\` here");
+    }
+
+    #[test]
+    fn markdown_keeps_code_spans_whole_and_never_starts_a_block() {
+        let l = lines("set `max_split_size_mb:128 and more` now", 12, true);
+        assert!(l.contains(&"`max_split_size_mb:128 and more`".to_string()), "{l:?}");
+        for risky in ["- x", "# x", "> x", "| x", "1. x", "12) x", "```x"] {
+            let l = lines(&format!("aaaa bbbb {risky}"), 9, true);
+            assert!(l.iter().skip(1).all(|l| !l.starts_with(&risky[..1])), "{risky}: {l:?}");
+        }
+    }
+
+    #[test]
+    fn indented_lines() {
+        let s = indented(&"word ".repeat(40), "  - ", "    ");
+        assert!(s.lines().all(|l| l.chars().count() <= WIDTH));
+        assert!(s.starts_with("  - word") && s.lines().nth(1).unwrap().starts_with("    word"));
+        // A function name of the trace's with a newline and a tab stays on its line, escaped.
+        let s = indented("free the blocks from a.py:5 (f\n\tg)", "also: ", "  ");
+        assert_eq!(s, "also: free the blocks from a.py:5 (f\\n\\tg)");
+    }
+}

@@ -1,0 +1,1560 @@
+//! Pictures of a trace as SVG: memory over time, the segment map at a moment, what-if policies
+//! over time, fragmentation over time.
+//!
+//! Two halves: `*_data` functions replay or scan the trace once (streaming, memory bounded by
+//! the picture's columns) and return plain data; `render_*` functions only draw that data.
+//!
+//! Deterministic by construction: plotters without its `ttf` feature (text is emitted as SVG
+//! `<text>`, sized by an estimate, no font is loaded), pixel coordinates are integers, no clock,
+//! no map iteration order reaches the output (call sites are ordered by bytes, then label).
+
+mod categories;
+mod ranks;
+pub use categories::render_categories;
+pub use ranks::render_ranks;
+
+use crate::analysis::timeline::{Downsampled, Mode, Timeline};
+use crate::analysis::whatif::policies;
+use crate::model::layout::LayoutMeasures;
+use crate::model::sites::site_of;
+use crate::model::units::fmt_bytes;
+use crate::model::{trace_name, Trace};
+use crate::replay::{replay_observed, EngineView, OomMoment, ReplayOptions, ReplayResult};
+use anyhow::{anyhow, bail, Result};
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use recorder::engine::SegmentView;
+use recorder::trace::{Event, Frame, MarkKind, Record};
+use std::collections::HashMap;
+
+/// Picture size in pixels.
+pub const WIDTH: u32 = 1200;
+pub const HEIGHT: u32 = 640;
+/// Columns of downsampling: about one per pixel of the plotting area.
+pub const COLUMNS: usize = 1100;
+/// Bands of the stacked call-site picture (the rest is "other").
+pub const TOP_CALLSITES: usize = 8;
+/// Rows of the segment map; beyond, the largest segments are shown.
+pub const MAX_SEGMENT_ROWS: usize = 200;
+
+/// What the x axis counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum XAxis {
+    /// Nanoseconds since the trace's clock origin (drawn in ms or s).
+    Time,
+    /// The index of the event in the trace.
+    Event,
+}
+
+/// The moment of a segment map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum At {
+    /// When reserved bytes first reached their peak.
+    Peak,
+    /// The first failed allocation.
+    Oom,
+    /// After the last event replayed.
+    End,
+    /// After the event with this index.
+    Event(u64),
+}
+
+impl std::str::FromStr for At {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "peak" => Ok(At::Peak),
+            "oom" => Ok(At::Oom),
+            "end" => Ok(At::End),
+            n => n.parse().map(At::Event).map_err(|_| format!("`{s}`: expected peak, oom, end or an event index")),
+        }
+    }
+}
+
+fn x_of(x: XAxis, index: u64, time_ns: u64) -> u64 {
+    match x {
+        XAxis::Time => time_ns,
+        XAxis::Event => index,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data
+
+/// Memory over time under the recorded settings.
+#[derive(Debug, Clone)]
+pub struct TimelineData {
+    pub trace: String,
+    pub device: String,
+    pub x: XAxis,
+    /// Series: allocated, reserved, active, requested bytes.
+    pub series: Downsampled,
+    /// (x, bytes) where reserved first reached its peak.
+    pub peak_reserved: (u64, u64),
+    pub peak_allocated: (u64, u64),
+    /// (x, requested bytes) of each failed allocation.
+    pub ooms: Vec<(u64, u64)>,
+    /// (x, label) of phase, iteration and annotation marks.
+    pub marks: Vec<(u64, String)>,
+    pub capacity_bytes: Option<u64>,
+    pub events: u64,
+}
+
+fn device_text(h: &recorder::trace::Header) -> String {
+    match (h.device_name.is_empty(), h.device_total_bytes) {
+        (true, 0) => String::new(),
+        (false, 0) => crate::model::escape::terminal(&h.device_name).into_owned(),
+        (_, t) => format!("{} {}", crate::model::escape::terminal(&h.device_name), fmt_bytes(t)).trim().to_string(),
+    }
+}
+
+/// Memory over time. A trace that records block sizes and segments (written by the recorder or
+/// by a replay) already holds the four counters: they are folded straight from its events, at
+/// the cost of reading it. Otherwise (PyTorch snapshots record only requests) the trace is
+/// replayed under its recorded settings, which costs the engine's time per request.
+pub fn timeline_data(trace: &Trace, x: XAxis, columns: usize) -> Result<TimelineData> {
+    match timeline_recorded(trace, x, columns)? {
+        Some(d) => Ok(d),
+        None => timeline_replayed(trace, x, columns),
+    }
+}
+
+/// Whether the trace's own records hold the four counters ([`timeline_recorded`]): every
+/// allocation with its block size, and segments where there are allocations. The summary's
+/// counts say so before any read (PyTorch snapshots record requests only: they are replayed).
+pub fn timeline_foldable(trace: &Trace) -> bool {
+    let s = &trace.summary;
+    s.count("alloc") == 0 || (s.peak_allocated.is_some() && s.count("segment_alloc") + s.count("segment_map") > 0)
+}
+
+/// Folds the counters the trace records; `None` where it cannot ([`timeline_foldable`]).
+pub fn timeline_recorded(trace: &Trace, x: XAxis, columns: usize) -> Result<Option<TimelineData>> {
+    if !timeline_foldable(trace) {
+        return Ok(None);
+    }
+    let header = &trace.header;
+    let path = &trace.path;
+    let mut tl = Timeline::new(&["allocated", "reserved", "active", "requested"], columns, Mode::Envelope);
+    let (mut allocated, mut reserved, mut active, mut requested) = (0u64, 0u64, 0u64, 0u64);
+    // id -> (block bytes, requested bytes, free requested)
+    let mut live: crate::model::ids::IdMap<(u64, u64, bool)> = Default::default();
+    let (mut peak_r, mut peak_a) = ((0u64, 0u64), (0u64, 0u64));
+    let mut ooms = Vec::new();
+    let mut marks = Vec::new();
+    let scanned = trace.scan_chunks(|first, chunk| {
+        for (k, r) in chunk.iter().enumerate() {
+            let i = first + k as u64;
+            let xv = x_of(x, i, r.time_ns);
+            match &r.event {
+                Event::Alloc { id, requested_bytes, block_bytes, .. } => {
+                    live.insert(*id, (*block_bytes, *requested_bytes, false));
+                    // Saturating: hostile sizes near 2^64 must not wrap.
+                    allocated = allocated.saturating_add(*block_bytes);
+                    active = active.saturating_add(*block_bytes);
+                    requested = requested.saturating_add(*requested_bytes);
+                }
+                Event::FreeRequested { id, .. } => {
+                    if let Some(b) = live.get_mut(id) {
+                        if !b.2 {
+                            b.2 = true;
+                            allocated = allocated.saturating_sub(b.0);
+                        }
+                    }
+                }
+                Event::FreeCompleted { id, .. } => {
+                    if let Some((block, req, freed)) = live.remove(id) {
+                        if !freed {
+                            allocated = allocated.saturating_sub(block);
+                        }
+                        active = active.saturating_sub(block);
+                        requested = requested.saturating_sub(req);
+                    }
+                }
+                Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
+                    reserved = reserved.saturating_add(*bytes);
+                }
+                Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
+                    reserved = reserved.saturating_sub(*bytes)
+                }
+                Event::Oom { requested_bytes, .. } => ooms.push((xv, *requested_bytes)),
+                Event::Mark { kind, text } => {
+                    if let Some(label) = mark_label(*kind, text) {
+                        marks.push((xv, label));
+                    }
+                }
+                Event::Split { .. }
+                | Event::Merge { .. }
+                | Event::CacheRelease { .. }
+                | Event::CallSite { .. }
+                | Event::Snapshot { .. }
+                | Event::DeviceMemInfo { .. }
+                | Event::Dropped { .. }
+                | Event::SegmentPool { .. } => {}
+            }
+            tl.push(xv, &[allocated as f64, reserved as f64, active as f64, requested as f64]);
+            if reserved > peak_r.1 {
+                peak_r = (xv, reserved);
+            }
+            if allocated > peak_a.1 {
+                peak_a = (xv, allocated);
+            }
+        }
+        std::ops::ControlFlow::Continue(())
+    })?;
+    Ok(Some(TimelineData {
+        trace: trace_name(path),
+        device: device_text(header),
+        x,
+        series: tl.finish(),
+        peak_reserved: peak_r,
+        peak_allocated: peak_a,
+        ooms,
+        marks,
+        capacity_bytes: trace.stated_capacity(),
+        events: scanned.events,
+    }))
+}
+
+/// The label of a mark on a timeline, or `None` for marks left out.
+fn mark_label(kind: MarkKind, text: &str) -> Option<String> {
+    let keep = match kind {
+        MarkKind::Phase | MarkKind::Iteration => true,
+        // PyTorch's record_function ranges come in START/END pairs: mark the starts.
+        MarkKind::Annotation => !text.ends_with(" END"),
+    };
+    keep.then(|| crate::model::escape::terminal(text.trim_end_matches(" START")).into_owned())
+}
+
+/// Replays the trace under its recorded settings and folds the engine's four byte counters.
+pub fn timeline_replayed(trace: &Trace, x: XAxis, columns: usize) -> Result<TimelineData> {
+    let mut track = TimelineTrack::new(x, columns);
+    let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, _| track.observe(i, r, view))?;
+    Ok(track.finish(trace, &result))
+}
+
+/// The timeline of a replay ([`timeline_replayed`]): the engine's four byte counters after each
+/// record, the peaks, the OOMs and the marks.
+pub struct TimelineTrack {
+    x: XAxis,
+    tl: Timeline,
+    peak_r: (u64, u64),
+    peak_a: (u64, u64),
+    ooms: Vec<(u64, u64)>,
+    marks: Vec<(u64, String)>,
+    seen_ooms: u64,
+}
+
+impl TimelineTrack {
+    pub fn new(x: XAxis, columns: usize) -> Self {
+        TimelineTrack {
+            x,
+            tl: Timeline::new(&["allocated", "reserved", "active", "requested"], columns, Mode::Envelope),
+            peak_r: (0, 0),
+            peak_a: (0, 0),
+            ooms: Vec::new(),
+            marks: Vec::new(),
+            seen_ooms: 0,
+        }
+    }
+
+    pub fn observe(&mut self, i: u64, r: &Record, view: &dyn EngineView) {
+        let xv = x_of(self.x, i, r.time_ns);
+        let st = view.stats();
+        let (a, res) = (st.allocated_bytes.all.current, st.reserved_bytes.all.current);
+        self.tl.push(
+            xv,
+            &[a as f64, res as f64, st.active_bytes.all.current as f64, st.requested_bytes.all.current as f64],
+        );
+        if res > self.peak_r.1 {
+            self.peak_r = (xv, res);
+        }
+        if a > self.peak_a.1 {
+            self.peak_a = (xv, a);
+        }
+        let failed = st.num_ooms > self.seen_ooms;
+        self.seen_ooms = st.num_ooms;
+        match &r.event {
+            Event::Oom { requested_bytes, .. } => {
+                self.ooms.push((xv, *requested_bytes));
+            }
+            Event::Alloc { requested_bytes, .. } if failed => {
+                self.ooms.push((xv, *requested_bytes));
+            }
+            Event::Mark { kind, text } => {
+                if let Some(label) = mark_label(*kind, text) {
+                    self.marks.push((xv, label));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The picture's data, from the replay this watched.
+    pub fn finish(self, trace: &Trace, result: &ReplayResult) -> TimelineData {
+        TimelineData {
+            trace: trace.name(),
+            device: device_text(&trace.header),
+            x: self.x,
+            series: self.tl.finish(),
+            peak_reserved: self.peak_r,
+            peak_allocated: self.peak_a,
+            ooms: self.ooms,
+            marks: self.marks,
+            capacity_bytes: result.capacity_bytes,
+            events: result.events,
+        }
+    }
+}
+
+/// The name of a call site: the one naming rule of every output (text, SVG, JSON), the user's
+/// innermost frame as `file:line (function)` ([`crate::model::sites::site_of`]), raw: a picture
+/// escapes it where it draws it.
+pub fn callsite_label(frames: &[Frame]) -> String {
+    site_of(frames).label
+}
+
+/// Live requested bytes by call site over time.
+#[derive(Debug, Clone)]
+pub struct StackedData {
+    pub trace: String,
+    pub x: XAxis,
+    /// Series: total, then one per band (top call sites, then "other").
+    pub series: Downsampled,
+    pub bands: Vec<String>,
+    pub has_callsites: bool,
+}
+
+/// Two scans: the first finds each call site's largest live bytes, the second folds the top
+/// [`TOP_CALLSITES`] of them (and the rest as "other").
+pub fn stacked_data(trace: &Trace, x: XAxis, columns: usize) -> Result<StackedData> {
+    // Pass 1: sites, and each site's peak of live requested bytes.
+    let mut fold = crate::model::sites::LiveBySite::default();
+    trace.scan(|_, r| fold.observe(&r.event))?;
+    let crate::model::sites::LiveBySite { sites, most: mut max, has_callsites, .. } = fold;
+    max.resize(sites.len(), 0);
+    let labels: Vec<&str> = sites.sites.iter().map(|s| s.label.as_str()).collect();
+    let mut order: Vec<usize> = (0..labels.len()).filter(|&l| max[l] > 0).collect();
+    order.sort_by(|&a, &b| max[b].cmp(&max[a]).then_with(|| labels[a].cmp(labels[b])));
+    order.truncate(TOP_CALLSITES);
+    let other_band = order.len() + 1; // series index of "other"
+    let mut band_of_label = vec![other_band; labels.len()];
+    for (k, &l) in order.iter().enumerate() {
+        band_of_label[l] = k + 1;
+    }
+    let mut bands: Vec<String> = order.iter().map(|&l| labels[l].to_string()).collect();
+    bands.push("other".into());
+    let mut names: Vec<&str> = vec!["total"];
+    names.extend(bands.iter().map(|s| s.as_str()));
+    let mut tl = Timeline::new(&names, columns, Mode::AtMaxOfFirst);
+    // Pass 2.
+    let mut values = vec![0f64; names.len()];
+    let mut live: HashMap<u64, (usize, u64)> = HashMap::new();
+    trace.scan(|i, r| {
+        match &r.event {
+            Event::Alloc { id, requested_bytes, callsite, .. } => {
+                let b = band_of_label[sites.of(*callsite)];
+                live.insert(*id, (b, *requested_bytes));
+                values[b] += *requested_bytes as f64;
+                values[0] += *requested_bytes as f64;
+            }
+            Event::FreeCompleted { id, .. } => {
+                if let Some((b, bytes)) = live.remove(id) {
+                    values[b] -= bytes as f64;
+                    values[0] -= bytes as f64;
+                }
+            }
+            _ => {}
+        }
+        tl.push(x_of(x, i, r.time_ns), &values);
+    })?;
+    Ok(StackedData { trace: trace.name(), x, series: tl.finish(), bands, has_callsites })
+}
+
+/// The segment map at one moment.
+#[derive(Debug, Clone)]
+pub struct SegmentsData {
+    pub trace: String,
+    /// In words, e.g. "peak reserved (event 546)".
+    pub moment: String,
+    pub event: u64,
+    pub time_ns: u64,
+    pub segments: Vec<SegmentView>,
+    /// The request that failed, when the moment is an OOM.
+    pub failed_request_bytes: Option<u64>,
+    /// The streams' names (in the order the trace first used them up to the moment).
+    pub streams: crate::model::streams::StreamNames,
+}
+
+impl SegmentsData {
+    /// The measures of the layout: the one definition ([`LayoutMeasures`]) that `frag`, `explain`
+    /// and the report's findings read.
+    pub fn measures(&self) -> LayoutMeasures {
+        LayoutMeasures::of(&self.segments)
+    }
+    pub fn reserved_bytes(&self) -> u64 {
+        self.measures().reserved_bytes
+    }
+    /// Bytes in free blocks (not allocated, not waiting for a free to complete).
+    pub fn free_bytes(&self) -> u64 {
+        self.measures().free_bytes
+    }
+    /// The largest free block of the default pools (a private pool's serves only that pool).
+    pub fn largest_free_bytes(&self) -> u64 {
+        self.measures().largest_free_bytes
+    }
+}
+
+/// Where the moment of a segment map falls: pass 1 of [`segments_data`], an observer of a
+/// replay under the recorded settings.
+#[derive(Default)]
+pub struct MomentTrack {
+    best: u64,
+    best_i: Option<u64>,
+    last_i: Option<u64>,
+    /// The OOM moment (the replay's, decided by [`OomMoment`]) and the failed request's size.
+    oom: Option<(u64, u64)>,
+    moment: OomMoment,
+}
+
+impl MomentTrack {
+    pub fn observe(&mut self, trace: &Trace, i: u64, r: &Record, view: &dyn EngineView) {
+        let st = view.stats();
+        let res = st.reserved_bytes.all.current;
+        if res > self.best {
+            self.best = res;
+            self.best_i = Some(i);
+        }
+        self.last_i = Some(i);
+        if self.moment.observe(trace, i, r, view).moment {
+            let req = match &r.event {
+                Event::Alloc { requested_bytes, .. } | Event::Oom { requested_bytes, .. } => *requested_bytes,
+                _ => 0,
+            };
+            self.oom = Some((i, req));
+        }
+    }
+
+    /// The event, the words for the moment, and the failed request at an OOM.
+    pub fn moment(&self, trace: &Trace, at: At) -> Result<(u64, String, Option<u64>)> {
+        let path = &trace.path;
+        Ok(match at {
+            At::Event(n) => (n, format!("after event {n}"), None),
+            At::Peak => {
+                let i = self.best_i.ok_or_else(|| anyhow!("{}: nothing was ever reserved", path.display()))?;
+                (i, format!("peak reserved {} (event {i})", fmt_bytes(self.best)), None)
+            }
+            At::End => {
+                let i = self.last_i.ok_or_else(|| anyhow!("{}: the trace has no events", path.display()))?;
+                (i, format!("end (event {i})"), None)
+            }
+            At::Oom => match self.oom {
+                Some((i, req)) => (i, format!("out of memory: request of {} (event {i})", fmt_bytes(req)), Some(req)),
+                None => bail!("{}", OomMoment::missing(trace)),
+            },
+        })
+    }
+}
+
+/// Replays under the recorded settings and takes the layout at `at`.
+pub fn segments_data(trace: &Trace, at: At) -> Result<SegmentsData> {
+    let opts = ReplayOptions::default();
+    // Pass 1 (except for a given event): find the event.
+    let mut track = MomentTrack::default();
+    if !matches!(at, At::Event(_)) {
+        replay_observed(trace, &opts, &mut |i, r, view, _| track.observe(trace, i, r, view))?;
+    }
+    segments_data_at(trace, track.moment(trace, at)?)
+}
+
+/// Pass 2 of [`segments_data`]: replays up to the moment and takes the layout there.
+pub fn segments_data_at(trace: &Trace, moment: (u64, String, Option<u64>)) -> Result<SegmentsData> {
+    let mut watch = SegmentsWatch::new(moment);
+    let opts = ReplayOptions { stop_after: Some(watch.target), ..Default::default() };
+    replay_observed(trace, &opts, &mut |i, r, view, _| watch.observe(i, r, view))?;
+    watch.finish(trace)
+}
+
+/// What [`segments_data_at`] watches in a replay under the recorded settings: the layout at the
+/// moment, and the streams the trace used up to it.
+pub struct SegmentsWatch {
+    target: u64,
+    moment: String,
+    failed: Option<u64>,
+    taken: Option<(u64, Vec<SegmentView>)>,
+    streams: crate::model::streams::StreamNames,
+}
+
+impl SegmentsWatch {
+    /// The moment as [`MomentTrack::moment`] gives it: its event, its words, the failed request.
+    pub fn new((target, moment, failed): (u64, String, Option<u64>)) -> Self {
+        SegmentsWatch { target, moment, failed, taken: None, streams: Default::default() }
+    }
+
+    /// The event whose layout this takes: a replay carrying it may stop there.
+    pub fn target(&self) -> u64 {
+        self.target
+    }
+
+    pub fn observe(&mut self, i: u64, r: &Record, view: &dyn EngineView) {
+        if i <= self.target {
+            if let Some(s) = crate::model::streams::stream_of(&r.event) {
+                self.streams.observe(s);
+            }
+        }
+        if i == self.target {
+            self.taken = Some((r.time_ns, view.segments()));
+        }
+    }
+
+    pub fn finish(self, trace: &Trace) -> Result<SegmentsData> {
+        let target = self.target;
+        let (time_ns, segments) =
+            self.taken.ok_or_else(|| anyhow!("{}: the replay did not reach event {target}", trace.path.display()))?;
+        Ok(SegmentsData {
+            trace: trace.name(),
+            moment: self.moment,
+            event: target,
+            time_ns,
+            segments,
+            failed_request_bytes: self.failed,
+            streams: self.streams,
+        })
+    }
+}
+
+/// Reserved bytes over time under each what-if policy.
+#[derive(Debug, Clone)]
+pub struct WhatifData {
+    pub trace: String,
+    pub x: XAxis,
+    /// (policy, series [reserved], x of its OOM if any, peak reserved).
+    pub policies: Vec<(String, Downsampled, Option<u64>, u64)>,
+    /// Live requested bytes (the bound no allocator beats), from the recorded run.
+    pub requested: Downsampled,
+    pub capacity_bytes: Option<u64>,
+}
+
+/// One policy's series of [`WhatifData`], filled while its replay runs.
+pub struct WhatifTrack {
+    tl: Timeline,
+    last_x: u64,
+}
+
+impl WhatifTrack {
+    pub fn new(columns: usize) -> Self {
+        WhatifTrack { tl: Timeline::new(&["reserved", "requested"], columns, Mode::Envelope), last_x: 0 }
+    }
+
+    /// Called after each record of the replay.
+    pub fn observe(&mut self, x: XAxis, i: u64, rec: &Record, view: &dyn EngineView) {
+        let st = view.stats();
+        self.last_x = x_of(x, i, rec.time_ns);
+        self.tl.push(self.last_x, &[st.reserved_bytes.all.current as f64, st.requested_bytes.all.current as f64]);
+    }
+}
+
+/// The picture's data from the policies' tracks and replays, in the table's order (the
+/// recorded configuration first).
+pub fn whatif_data_of(
+    trace_name: String,
+    x: XAxis,
+    capacity_bytes: Option<u64>,
+    runs: Vec<(String, WhatifTrack, &ReplayResult)>,
+) -> WhatifData {
+    let policies: Vec<_> = runs
+        .into_iter()
+        .map(|(name, t, r)| {
+            let oom = r.is_oom().then_some(t.last_x);
+            (name, t.tl.finish(), oom, r.peak_reserved_bytes)
+        })
+        .collect();
+    let requested = policies[0].1.clone();
+    WhatifData { trace: trace_name, x, policies, requested, capacity_bytes }
+}
+
+pub fn whatif_data(trace: &Trace, x: XAxis, columns: usize) -> Result<WhatifData> {
+    let capacity = trace.default_capacity().bytes;
+    let list = policies(&trace.header.config, capacity.is_some());
+    let mut tracks: Vec<WhatifTrack> = list.iter().map(|_| WhatifTrack::new(columns)).collect();
+    let runs: Vec<(ReplayOptions, Box<crate::replay::Observer<'_>>)> = list
+        .iter()
+        .zip(tracks.iter_mut())
+        .map(|((_, config), t)| {
+            let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: capacity, ..Default::default() };
+            let observer: Box<crate::replay::Observer<'_>> =
+                Box::new(move |i, rec, view, _| t.observe(x, i, rec, view));
+            (o, observer)
+        })
+        .collect();
+    let results = crate::replay::replay_many(trace, runs)?;
+    Ok(whatif_data_of(
+        trace.name(),
+        x,
+        capacity,
+        list.iter().zip(tracks).zip(&results).map(|(((p, _), t), r)| (p.name().to_string(), t, r)).collect(),
+    ))
+}
+
+/// Fragmentation over time.
+#[derive(Debug, Clone)]
+pub struct FragData {
+    pub trace: String,
+    pub x: XAxis,
+    /// `1 - allocated / reserved` at every event.
+    pub unallocated: Downsampled,
+    /// `1 - largest free block / total free` at every event.
+    pub contiguity: Downsampled,
+    pub samples: u64,
+}
+
+/// The observer of [`frag_data`]'s replay (under the recorded settings).
+pub struct FragTrack {
+    x: XAxis,
+    un: Timeline,
+    co: Timeline,
+    samples: u64,
+}
+
+impl FragTrack {
+    pub fn new(x: XAxis, columns: usize) -> Self {
+        FragTrack {
+            x,
+            un: Timeline::new(&["1 - allocated / reserved"], columns, Mode::Envelope),
+            co: Timeline::new(&["1 - largest free / total free"], columns, Mode::Envelope),
+            samples: 0,
+        }
+    }
+
+    pub fn observe(&mut self, i: u64, r: &Record, view: &dyn EngineView) {
+        let xv = x_of(self.x, i, r.time_ns);
+        // The one definition of the measures (`frag`'s), from the figures the engine keeps.
+        let m = LayoutMeasures::of_occupancy(&view.occupancy());
+        self.un.push(xv, &[m.reserved_vs_allocated()]);
+        self.co.push(xv, &[m.contiguity()]);
+        self.samples += 1;
+    }
+
+    /// The picture's data, titled with the trace's name ([`Trace::name`]).
+    pub fn finish(self, trace_name: String) -> FragData {
+        FragData {
+            trace: trace_name,
+            x: self.x,
+            unallocated: self.un.finish(),
+            contiguity: self.co.finish(),
+            samples: self.samples,
+        }
+    }
+}
+
+/// Fragmentation over time under the recorded settings, at every event.
+pub fn frag_data(trace: &Trace, x: XAxis, columns: usize) -> Result<FragData> {
+    let mut t = FragTrack::new(x, columns);
+    replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, _| t.observe(i, r, view))?;
+    Ok(t.finish(trace.name()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rendering
+
+/// Okabe and Ito's colour-blind-safe palette ("Color Universal Design"), in the order series
+/// take it: no two of the (at most eight) series of a picture share a colour.
+pub const PALETTE: [RGBColor; 8] = [
+    RGBColor(0, 114, 178),   // blue
+    RGBColor(230, 159, 0),   // orange
+    RGBColor(0, 158, 115),   // bluish green
+    RGBColor(204, 121, 167), // reddish purple
+    RGBColor(86, 180, 233),  // sky blue
+    RGBColor(213, 94, 0),    // vermillion
+    RGBColor(0, 0, 0),       // black
+    RGBColor(240, 228, 66),  // yellow
+];
+const BLUE: RGBColor = PALETTE[0];
+const ORANGE: RGBColor = PALETTE[1];
+const GREEN: RGBColor = PALETTE[2];
+const PURPLE: RGBColor = PALETTE[3];
+const SKY: RGBColor = PALETTE[4];
+const VERMILLION: RGBColor = PALETTE[5];
+/// Bounds and free memory: greys, which no series takes.
+const GREY: RGBColor = RGBColor(153, 153, 153);
+const LIGHT: RGBColor = RGBColor(224, 224, 224);
+/// The capacity limit: dark grey and dashed, a colour and a stroke no series uses.
+const CAPACITY: RGBColor = RGBColor(80, 80, 80);
+const MESH: RGBColor = RGBColor(238, 238, 238);
+
+/// Font sizes as given to plotters (the SVG says `size / 1.24`, plotters' conversion).
+const TITLE_PX: u32 = 18;
+const TICK_PX: u32 = 13;
+const LEGEND_PX: u32 = 13;
+const LABEL_PX: u32 = 12;
+const MARK_PX: u32 = 10;
+
+/// The width of `text` in pixels at plotters size `size`, estimated (no font is loaded) from
+/// DejaVu Sans' advances, rounded up per class of character. The test of overprinting
+/// (`tests/pictures_plot.rs`) measures the SVG's text with this same estimate.
+pub fn text_width_px(text: &str, size: u32) -> f64 {
+    let em: f64 = text
+        .chars()
+        .map(|c| match c {
+            'i' | 'j' | 'l' | '.' | ',' | ':' | ';' | '\'' | '|' | '!' | ' ' => 0.33,
+            'f' | 't' | 'r' | '(' | ')' | '[' | ']' | '-' | '/' => 0.42,
+            'm' | 'w' | 'M' | 'W' | '%' | '@' => 0.92,
+            c if c.is_ascii_uppercase() => 0.74,
+            c if c.is_ascii_digit() => 0.64,
+            _ => 0.62,
+        })
+        .sum();
+    em * size as f64 / 1.24
+}
+
+/// A rectangle in pixels: (x0, y0, x1, y1).
+type Px = (f64, f64, f64, f64);
+
+fn intersects(a: Px, b: Px) -> bool {
+    a.0 < b.2 && b.0 < a.2 && a.1 < b.3 && b.1 < a.3
+}
+
+/// What a legend entry shows beside its text.
+#[derive(Debug, Clone, Copy)]
+pub enum Swatch {
+    Line(RGBColor, u32),
+    Dashed(RGBColor, u32),
+    Block(RGBColor),
+}
+
+/// A legend entry.
+pub type LegendEntry = (Swatch, String);
+
+const LEGEND_ROW_PX: u32 = 20;
+const SWATCH_PX: i32 = 24;
+
+/// Lays the entries out in rows under the chart, left to right: each entry's row and x.
+fn legend_layout(entries: &[LegendEntry], width: u32) -> Vec<(usize, i32)> {
+    let mut out = Vec::new();
+    let (mut row, mut x) = (0usize, 0i32);
+    let usable = width as i32 - 2 * 14;
+    for (_, text) in entries {
+        let w = SWATCH_PX + 6 + text_width_px(text, LEGEND_PX).ceil() as i32 + 24;
+        if x > 0 && x + w > usable {
+            row += 1;
+            x = 0;
+        }
+        out.push((row, x));
+        x += w;
+    }
+    out
+}
+
+/// The height of the legend band under a chart of `width` pixels.
+pub fn legend_height(entries: &[LegendEntry], width: u32) -> u32 {
+    let rows = legend_layout(entries, width).last().map(|(r, _)| r + 1).unwrap_or(0) as u32;
+    if rows == 0 {
+        0
+    } else {
+        rows * LEGEND_ROW_PX + 10
+    }
+}
+
+/// Draws the legend into its band (the bottom of the picture, outside every data area): the
+/// one legend style of every picture, [`crate::analysis::ranks`]' included.
+pub fn draw_legend(area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, entries: &[LegendEntry]) -> Result<()> {
+    let (w, _) = area.dim_in_pixel();
+    let font =
+        TextStyle::from(("sans-serif", LEGEND_PX).into_font()).color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center));
+    for ((swatch, text), (row, x)) in entries.iter().zip(legend_layout(entries, w)) {
+        let x = x + 14;
+        let y = 4 + row as i32 * LEGEND_ROW_PX as i32 + LEGEND_ROW_PX as i32 / 2;
+        match *swatch {
+            Swatch::Line(c, width) => {
+                area.draw(&PathElement::new(vec![(x, y), (x + SWATCH_PX, y)], c.stroke_width(width.max(2))))?
+            }
+            Swatch::Dashed(c, width) => area.draw(&plotters::element::DashedPathElement::new(
+                vec![(x, y), (x + SWATCH_PX, y)],
+                6,
+                3,
+                c.stroke_width(width.max(2)),
+            ))?,
+            Swatch::Block(c) => area.draw(&Rectangle::new([(x + 6, y - 6), (x + 18, y + 6)], c.filled()))?,
+        }
+        area.draw(&Text::new(text.clone(), (x + SWATCH_PX + 6, y), font.clone()))?;
+    }
+    Ok(())
+}
+
+/// Splits a picture into the chart and, under it, the legend band of `entries`.
+fn with_legend<'b>(
+    root: &DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    entries: &[LegendEntry],
+) -> (DrawingArea<SVGBackend<'b>, plotters::coord::Shift>, DrawingArea<SVGBackend<'b>, plotters::coord::Shift>) {
+    let (w, h) = root.dim_in_pixel();
+    root.split_vertically(h - legend_height(entries, w))
+}
+
+/// Places labels next to their points without overprinting each other, the mark labels or
+/// the markers: for each label, the first free spot among right/left of its point, above or
+/// below, stepping away from it; inside the plotting area.
+struct Labels {
+    taken: Vec<Px>,
+    area: Px,
+}
+
+impl Labels {
+    fn new(area: Px) -> Labels {
+        Labels { taken: Vec::new(), area }
+    }
+
+    fn take(&mut self, b: Px) {
+        self.taken.push(b);
+    }
+
+    fn fits(&self, b: Px) -> bool {
+        b.0 >= self.area.0
+            && b.2 <= self.area.2
+            && b.1 >= self.area.1
+            && b.3 <= self.area.3
+            && !self.taken.iter().any(|t| intersects(*t, b))
+    }
+
+    /// A free spot for `text` (plotters size `size`) near the point: its top-left corner.
+    fn place(&mut self, (px, py): (i32, i32), text: &str, size: u32) -> Option<(i32, i32)> {
+        let w = text_width_px(text, size);
+        let h = size as f64 / 1.24 * 1.2;
+        let (px, py) = (px as f64, py as f64);
+        let gap = 8.0;
+        for step in 0..24 {
+            let dy = step as f64 * (h + 2.0);
+            for (x, y) in [
+                (px + gap, py - gap - h - dy),
+                (px - gap - w, py - gap - h - dy),
+                (px + gap, py + gap + dy),
+                (px - gap - w, py + gap + dy),
+            ] {
+                let b = (x, y, x + w, y + h);
+                if self.fits(b) {
+                    self.take(b);
+                    return Some((x.round() as i32, y.round() as i32));
+                }
+            }
+        }
+        None
+    }
+}
+
+/// A binary unit for an axis whose largest value is `max_bytes`.
+fn byte_unit(max_bytes: f64) -> (f64, &'static str) {
+    if max_bytes >= (1u64 << 30) as f64 {
+        ((1u64 << 30) as f64, "GiB")
+    } else if max_bytes >= (1u64 << 20) as f64 {
+        ((1u64 << 20) as f64, "MiB")
+    } else {
+        (1024.0, "KiB")
+    }
+}
+
+/// The x axis: the factor from trace units to drawn units, and its description.
+fn x_unit(x: XAxis, x_last: u64) -> (f64, &'static str) {
+    match x {
+        XAxis::Event => (1.0, "event index"),
+        XAxis::Time if x_last >= 2_000_000_000 => (1e9, "time (s)"),
+        XAxis::Time => (1e6, "time (ms)"),
+    }
+}
+
+/// A named line: legend text, colour, stroke width, points in drawn units.
+type Line = (String, RGBColor, u32, Vec<(f64, f64)>);
+
+/// A line chart in drawn units.
+struct LineChart {
+    title: String,
+    x_desc: String,
+    y_desc: String,
+    /// Formats a y tick.
+    percent: bool,
+    x_range: (f64, f64),
+    y_max: f64,
+    lines: Vec<Line>,
+    /// Vertical lines with a label (marks).
+    vlines: Vec<(f64, String)>,
+    /// A horizontal line with a legend entry (capacity).
+    hline: Option<(f64, String)>,
+    /// Points with a label: peaks (filled circles).
+    dots: Vec<(f64, f64, String, RGBColor)>,
+    /// Crosses with a label: OOMs.
+    crosses: Vec<(f64, f64, String, RGBColor)>,
+}
+
+fn nonempty_range(lo: f64, hi: f64) -> (f64, f64) {
+    if hi > lo {
+        (lo, hi)
+    } else {
+        (lo, lo + 1.0)
+    }
+}
+
+/// The plotting area of a chart in pixels.
+fn pixel_area<X: Ranged, Y: Ranged>(chart: &ChartContext<'_, SVGBackend<'_>, Cartesian2d<X, Y>>) -> Px {
+    let (xr, yr) = chart.plotting_area().get_pixel_range();
+    (xr.start as f64, yr.start as f64, xr.end as f64, yr.end as f64)
+}
+
+fn render_line_chart(c: &LineChart) -> Result<String> {
+    let mut legend: Vec<LegendEntry> = Vec::new();
+    if let Some((_, label)) = &c.hline {
+        legend.push((Swatch::Dashed(CAPACITY, 2), label.clone()));
+    }
+    for (name, color, width, _) in &c.lines {
+        legend.push((Swatch::Line(*color, *width), name.clone()));
+    }
+    let height = HEIGHT + legend_height(&legend, WIDTH);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (top, bottom) = with_legend(&root, &legend);
+        let (x0, x1) = nonempty_range(c.x_range.0, c.x_range.1);
+        let y1 = if c.y_max > 0.0 { c.y_max * 1.08 } else { 1.0 };
+        let mut chart = ChartBuilder::on(&top)
+            .caption(&c.title, ("sans-serif", TITLE_PX))
+            .margin(14)
+            .x_label_area_size(48)
+            .y_label_area_size(78)
+            .build_cartesian_2d(x0..x1, 0f64..y1)?;
+        let percent = c.percent;
+        let y_fmt = move |v: &f64| if percent { format!("{:.0}%", v * 100.0) } else { format!("{v:.2}") };
+        chart
+            .configure_mesh()
+            .light_line_style(MESH)
+            .x_desc(c.x_desc.as_str())
+            .y_desc(c.y_desc.as_str())
+            .x_label_formatter(&|v| format!("{v}"))
+            .y_label_formatter(&y_fmt)
+            .label_style(("sans-serif", TICK_PX))
+            .draw()?;
+        let area = pixel_area(&chart);
+        let mut labels = Labels::new(area);
+        // At most one line per pixel column: thousands of iteration marks would otherwise
+        // make a large SVG of lines drawn on top of each other.
+        let mut lined_at = i32::MIN;
+        for (x, label) in &c.vlines {
+            let (px, _) = chart.backend_coord(&(*x, 0.0));
+            if px > lined_at {
+                lined_at = px;
+                chart
+                    .draw_series(std::iter::once(PathElement::new(vec![(*x, 0.0), (*x, y1)], LIGHT.stroke_width(1))))?;
+            }
+            // A mark's label at the top of its line, where no earlier label is; the rest are
+            // left out.
+            // "Optimizer.step#AdamW.step" (a record_function name) reads best after the '#'.
+            let short = label.rsplit('#').next().unwrap_or(label);
+            let text: String = short.chars().take(24).collect();
+            let w = text_width_px(&text, MARK_PX);
+            let h = MARK_PX as f64 / 1.24 * 1.2;
+            let b = (px as f64 + 2.0, area.1 + 2.0, px as f64 + 2.0 + w, area.1 + 2.0 + h);
+            // Kept apart by a gap, so that two labels never read as one.
+            let spaced = (b.0 - 4.0, b.1, b.2 + 8.0, b.3);
+            if labels.fits(spaced) {
+                labels.take(spaced);
+                top.draw(&Text::new(
+                    text,
+                    (b.0 as i32, b.1 as i32),
+                    TextStyle::from(("sans-serif", MARK_PX).into_font()).color(&BLACK),
+                ))?;
+            }
+        }
+        if let Some((y, _)) = &c.hline {
+            chart.draw_series(DashedLineSeries::new(vec![(x0, *y), (x1, *y)], 10, 6, CAPACITY.stroke_width(2)))?;
+        }
+        for (_, color, width, pts) in &c.lines {
+            chart.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(*width)))?;
+        }
+        // Markers first (labels keep off them), then their labels.
+        let mut marked: Vec<((i32, i32), String)> = Vec::new();
+        for (x, y, label, color) in &c.dots {
+            chart.draw_series(std::iter::once(Circle::new((*x, *y), 5, color.filled())))?;
+            let p = chart.backend_coord(&(*x, *y));
+            labels.take((p.0 as f64 - 6.0, p.1 as f64 - 6.0, p.0 as f64 + 6.0, p.1 as f64 + 6.0));
+            marked.push((p, label.trim().to_string()));
+        }
+        for (x, y, label, color) in &c.crosses {
+            chart.draw_series(std::iter::once(Cross::new((*x, *y), 7, color.stroke_width(3))))?;
+            let p = chart.backend_coord(&(*x, *y));
+            labels.take((p.0 as f64 - 8.0, p.1 as f64 - 8.0, p.0 as f64 + 8.0, p.1 as f64 + 8.0));
+            marked.push((p, label.trim().to_string()));
+        }
+        for (p, text) in marked {
+            if let Some(at) = labels.place(p, &text, LABEL_PX) {
+                top.draw(&Text::new(text, at, TextStyle::from(("sans-serif", LABEL_PX).into_font()).color(&BLACK)))?;
+            }
+        }
+        draw_legend(&bottom, &legend)?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+fn scaled(points: Vec<(u64, f64)>, xs: f64, ys: f64) -> Vec<(f64, f64)> {
+    points.into_iter().map(|(x, y)| (x as f64 / xs, y / ys)).collect()
+}
+
+/// Memory over time: allocated, reserved, active, requested; peak, OOMs, marks, capacity.
+pub fn render_timeline(d: &TimelineData) -> Result<String> {
+    let s = &d.series;
+    let mut y_max = (0..4).map(|i| s.max(i)).fold(0.0, f64::max);
+    if let Some(c) = d.capacity_bytes {
+        y_max = y_max.max(c as f64);
+    }
+    let (ys, unit) = byte_unit(y_max);
+    let (xs, x_desc) = x_unit(d.x, s.x_last);
+    let colors = [ORANGE, BLUE, GREEN, PURPLE];
+    let widths = [2, 2, 1, 1];
+    let labels =
+        ["allocated (blocks handed out)", "reserved (segments from the device)", "active", "requested (asked for)"];
+    let lines = (0..4).map(|i| (labels[i].to_string(), colors[i], widths[i], scaled(s.points(i), xs, ys))).collect();
+    let device = if d.device.is_empty() { String::new() } else { format!(" on {}", d.device) };
+    render_line_chart(&LineChart {
+        title: format!("GPU memory over time: {}{device}", d.trace),
+        x_desc: x_desc.into(),
+        y_desc: format!("bytes ({unit})"),
+        percent: false,
+        x_range: (s.x0 as f64 / xs, s.x_last as f64 / xs),
+        y_max: y_max / ys,
+        lines,
+        vlines: d.marks.iter().map(|(x, l)| (*x as f64 / xs, l.clone())).collect(),
+        hline: d.capacity_bytes.map(|c| (c as f64 / ys, format!("capacity limit {}", fmt_bytes(c)))),
+        dots: vec![
+            (
+                d.peak_reserved.0 as f64 / xs,
+                d.peak_reserved.1 as f64 / ys,
+                format!("peak reserved {}", fmt_bytes(d.peak_reserved.1)),
+                BLUE,
+            ),
+            (
+                d.peak_allocated.0 as f64 / xs,
+                d.peak_allocated.1 as f64 / ys,
+                format!("peak allocated {}", fmt_bytes(d.peak_allocated.1)),
+                ORANGE,
+            ),
+        ],
+        crosses: d
+            .ooms
+            .iter()
+            .map(|(x, req)| {
+                (
+                    *x as f64 / xs,
+                    d.peak_reserved.1 as f64 / ys,
+                    format!("OOM: {} requested", fmt_bytes(*req)),
+                    VERMILLION,
+                )
+            })
+            .collect(),
+    })
+}
+
+/// Live requested bytes by call site, stacked; the top edge is the true peak of the total.
+pub fn render_stacked(d: &StackedData) -> Result<String> {
+    let s = &d.series;
+    let y_max = s.max(0);
+    let (ys, unit) = byte_unit(y_max);
+    let (xs, x_desc) = x_unit(d.x, s.x_last);
+    let nb = d.bands.len();
+    let per_band: Vec<Vec<(u64, f64)>> = (1..=nb).map(|b| s.at_max_of_first(b)).collect();
+    // The last band, "other", in grey: the call sites take the palette.
+    let color_of = |b: usize| if b + 1 == nb { GREY } else { PALETTE[b % PALETTE.len()] };
+    // Call-site names as the trace holds them: their control characters shown escaped (not
+    // allowed in XML, even as entities); plotters' SVG backend writes `<`, `&` and quotes as
+    // entities itself, so `escape::xml` here would show `&lt;` for `<`.
+    let legend: Vec<LegendEntry> = (0..nb)
+        .map(|b| (Swatch::Block(color_of(b)), crate::model::escape::terminal(&d.bands[b]).into_owned()))
+        .collect();
+    let mut svg = String::new();
+    {
+        let root =
+            SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT + legend_height(&legend, WIDTH))).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (top, bottom) = with_legend(&root, &legend);
+        let (x0, x1) = nonempty_range(s.x0 as f64 / xs, s.x_last as f64 / xs);
+        let y1 = if y_max > 0.0 { y_max / ys * 1.08 } else { 1.0 };
+        let title = if d.has_callsites {
+            format!("Live requested bytes by call site: {}", d.trace)
+        } else {
+            format!("Live requested bytes (the trace records no call sites): {}", d.trace)
+        };
+        let mut chart = ChartBuilder::on(&top)
+            .caption(title, ("sans-serif", TITLE_PX))
+            .margin(14)
+            .x_label_area_size(48)
+            .y_label_area_size(78)
+            .build_cartesian_2d(x0..x1, 0f64..y1)?;
+        chart
+            .configure_mesh()
+            .light_line_style(MESH)
+            .x_desc(x_desc)
+            .y_desc(format!("live requested bytes ({unit})"))
+            .y_label_formatter(&|v| format!("{v:.2}"))
+            .label_style(("sans-serif", TICK_PX))
+            .draw()?;
+        // Cumulative from the top band down, each painted over the previous.
+        for b in (0..nb).rev() {
+            let color = color_of(b);
+            let pts: Vec<(f64, f64)> = (0..per_band[0].len())
+                .map(|c| {
+                    let sum: f64 = per_band[..=b].iter().map(|band| band[c].1).sum();
+                    (per_band[0][c].0 as f64 / xs, sum / ys)
+                })
+                .collect();
+            chart.draw_series(AreaSeries::new(pts, 0.0, color.mix(0.85)).border_style(color.stroke_width(1)))?;
+        }
+        draw_legend(&bottom, &legend)?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+/// The rectangles of one segment's row, as (start, end) offsets in the segment and a colour:
+/// adjacent blocks of one colour are one rectangle, the same picture in one element. A row
+/// with more such runs than the picture has pixels across (millions of small blocks, freed
+/// every other one) is drawn a pixel column at a time instead, each column in the colour that
+/// covers most of its bytes: at that scale nothing finer can show, and the picture stays small
+/// whatever the number of blocks. `widest` is the width of the scale in bytes.
+fn segment_runs(
+    s: &SegmentView,
+    color_of: &dyn Fn(&recorder::engine::BlockView) -> RGBColor,
+    widest: u64,
+) -> Vec<(u64, u64, RGBColor)> {
+    // Extends the last run where it ends at `start` in the same colour, else starts one.
+    let extend = |runs: &mut Vec<(u64, u64, RGBColor)>, start: u64, end: u64, color: RGBColor| match runs.last_mut() {
+        Some(last) if last.2 == color && last.1 == start => last.1 = end,
+        _ => runs.push((start, end, color)),
+    };
+    let mut runs: Vec<(u64, u64, RGBColor)> = Vec::new();
+    for b in &s.blocks {
+        extend(&mut runs, b.addr - s.addr, b.addr - s.addr + b.bytes, color_of(b));
+    }
+    let columns = WIDTH as u64;
+    if runs.len() as u64 <= 2 * columns {
+        return runs;
+    }
+    // Bytes per column, so that the columns tile the whole scale; this row spans fewer.
+    let per = widest.div_ceil(columns).max(1);
+    let mut cols: Vec<Vec<(RGBColor, u64)>> = vec![Vec::new(); s.bytes.div_ceil(per) as usize];
+    for &(start, end, color) in &runs {
+        let mut at = start;
+        while at < end {
+            let c = at / per;
+            let upto = ((c + 1) * per).min(end);
+            let col = &mut cols[c as usize];
+            match col.iter_mut().find(|(k, _)| *k == color) {
+                Some((_, bytes)) => *bytes += upto - at,
+                None => col.push((color, upto - at)),
+            }
+            at = upto;
+        }
+    }
+    let mut out: Vec<(u64, u64, RGBColor)> = Vec::new();
+    for (c, col) in cols.iter().enumerate() {
+        let Some(&(color, _)) = col.iter().max_by_key(|(_, bytes)| *bytes) else { continue };
+        extend(&mut out, c as u64 * per, ((c as u64 + 1) * per).min(s.bytes), color);
+    }
+    out
+}
+
+/// The segment map: one row per segment, allocated and free blocks, the largest free block
+/// highlighted, and at an OOM the failed request drawn to the same scale.
+pub fn render_segments(d: &SegmentsData) -> Result<String> {
+    let mut segs: Vec<&SegmentView> = d.segments.iter().collect();
+    let total = segs.len();
+    let largest = d
+        .segments
+        .iter()
+        .flat_map(|s| s.blocks.iter())
+        // The block the legend names: the largest free block a request outside a private pool
+        // could get ([`LayoutMeasures::largest_free_bytes`]).
+        .filter(|b| !b.allocated && !b.pending_free && !b.in_private_pool)
+        .max_by(|a, b| a.bytes.cmp(&b.bytes).then(b.addr.cmp(&a.addr)))
+        .map(|b| b.addr);
+    let holds_largest = |s: &SegmentView| largest.is_some_and(|a| s.blocks.iter().any(|b| b.addr == a));
+    if segs.len() > MAX_SEGMENT_ROWS {
+        // The largest segments, and always the one holding the largest free block.
+        segs.sort_by(|a, b| {
+            holds_largest(b).cmp(&holds_largest(a)).then(b.bytes.cmp(&a.bytes)).then(a.addr.cmp(&b.addr))
+        });
+        segs.truncate(MAX_SEGMENT_ROWS);
+        segs.sort_by_key(|s| s.addr);
+    }
+    let widest_segment = segs.iter().map(|s| s.bytes).max().unwrap_or(0);
+    // A request much larger than every segment is drawn off scale, else the segments would be
+    // slivers: the point (no free block is that large) shows either way.
+    let request_off_scale = d.failed_request_bytes.is_some_and(|r| r > 4 * widest_segment.max(1));
+    let widest =
+        if request_off_scale { widest_segment } else { widest_segment.max(d.failed_request_bytes.unwrap_or(0)) };
+    let (xs, unit) = byte_unit(widest as f64);
+    let extra = usize::from(d.failed_request_bytes.is_some());
+    let rows = (segs.len() + extra).max(1);
+    let height = (HEIGHT as usize).max(120 + rows * 10).min(2400) as u32;
+    let mut legend: Vec<LegendEntry> = Vec::new();
+    if let Some(req) = d.failed_request_bytes {
+        legend.push((
+            Swatch::Block(VERMILLION),
+            if request_off_scale {
+                format!(
+                    "failed request ({}, {:.0}x the largest segment: off scale)",
+                    fmt_bytes(req),
+                    req as f64 / widest_segment.max(1) as f64
+                )
+            } else {
+                format!("failed request ({})", fmt_bytes(req))
+            },
+        ));
+    }
+    legend.extend([
+        (Swatch::Block(BLUE), "allocated".to_string()),
+        (Swatch::Block(PURPLE), "freed, waiting for its stream (pending)".to_string()),
+        (Swatch::Block(LIGHT), "free (cached)".to_string()),
+        (
+            Swatch::Block(ORANGE),
+            format!("largest free block ({} of {} free)", fmt_bytes(d.largest_free_bytes()), fmt_bytes(d.free_bytes())),
+        ),
+    ]);
+    if let Some(n) = d.streams.handles_note() {
+        legend.push((Swatch::Block(WHITE), n));
+    }
+    let mut svg = String::new();
+    {
+        let root =
+            SVGBackend::with_string(&mut svg, (WIDTH, height + legend_height(&legend, WIDTH))).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (top, bottom) = with_legend(&root, &legend);
+        let shown = if segs.len() < total {
+            format!(", {} of {total} segments: the largest and the one with the largest free block", segs.len())
+        } else {
+            String::new()
+        };
+        let title = format!("Segments at {}: {}{shown}", d.moment, d.trace);
+        // Segments on other streams than the default say which (by name; the handles in the legend).
+        let side_streams = segs.iter().any(|s| s.stream != 0);
+        let labels: Vec<String> = segs
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {}{}{}",
+                    fmt_bytes(s.bytes),
+                    s.pool.as_str(),
+                    if s.is_expandable { " exp" } else { "" },
+                    if side_streams { format!(", {}", d.streams.name(s.stream)) } else { String::new() }
+                )
+            })
+            .collect();
+        let mut chart = ChartBuilder::on(&top)
+            .caption(title, ("sans-serif", TITLE_PX))
+            .margin(14)
+            .x_label_area_size(48)
+            .y_label_area_size(if side_streams { 200 } else { 130 })
+            .build_cartesian_2d(0f64..(widest.max(1) as f64 / xs) * 1.02, 0f64..rows as f64)?;
+        let n = rows;
+        let label_of = |v: &f64| -> String {
+            let row = n as i64 - 1 - v.floor() as i64;
+            if v.fract() != 0.0 || row < 0 {
+                return String::new();
+            }
+            let row = row as usize;
+            if extra == 1 && row == 0 {
+                "failed request".to_string()
+            } else {
+                labels.get(row - extra).cloned().unwrap_or_default()
+            }
+        };
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .light_line_style(MESH)
+            .x_desc(format!("offset in segment ({unit})"))
+            .y_desc("segments in address order")
+            .y_labels(rows.min(40))
+            .y_label_formatter(&label_of)
+            .x_label_formatter(&|v| format!("{v:.2}"))
+            .label_style(("sans-serif", 12))
+            .draw()?;
+        let y_of = |row: usize| (n - 1 - row) as f64;
+        let mut rects = Vec::new();
+        let pad = 0.12;
+        let color_of = |b: &recorder::engine::BlockView| {
+            if b.allocated {
+                BLUE
+            } else if b.pending_free {
+                PURPLE
+            } else if Some(b.addr) == largest {
+                ORANGE
+            } else {
+                LIGHT
+            }
+        };
+        for (r, s) in segs.iter().enumerate() {
+            let y = y_of(r + extra);
+            for (start, end, color) in segment_runs(s, &color_of, widest.max(1)) {
+                let (x0, x1) = (start as f64 / xs, end as f64 / xs);
+                rects.push(Rectangle::new([(x0, y + pad), (x1, y + 1.0 - pad)], color.filled()));
+            }
+        }
+        chart.draw_series(rects)?;
+        if let Some(req) = d.failed_request_bytes {
+            let y = y_of(0);
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [
+                    (0.0, y + pad),
+                    (req.min(widest) as f64 / xs * if request_off_scale { 1.02 } else { 1.0 }, y + 1.0 - pad),
+                ],
+                VERMILLION.filled(),
+            )))?;
+        }
+        draw_legend(&bottom, &legend)?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+/// Reserved bytes per policy against the live-requested bound.
+pub fn render_whatif(d: &WhatifData) -> Result<String> {
+    let mut y_max = d.policies.iter().map(|p| p.1.max(0)).fold(d.requested.max(1), f64::max);
+    if let Some(c) = d.capacity_bytes {
+        y_max = y_max.max(c as f64);
+    }
+    let (ys, unit) = byte_unit(y_max);
+    let x_last = d.policies.iter().map(|p| p.1.x_last).max().unwrap_or(0);
+    let (xs, x_desc) = x_unit(d.x, x_last);
+    let mut lines = vec![(
+        "live requested bytes (no allocator needs less)".to_string(),
+        GREY,
+        3,
+        scaled(d.requested.points(1), xs, ys),
+    )];
+    let mut crosses: Vec<(f64, f64, String, RGBColor)> = Vec::new();
+    // Policies failing at the same point share one label, "first and N more: OOM".
+    let mut sharing: Vec<usize> = Vec::new();
+    for (k, (name, s, oom, peak)) in d.policies.iter().enumerate() {
+        lines.push((
+            format!("{name} (peak {})", fmt_bytes(*peak)),
+            PALETTE[k % PALETTE.len()],
+            2,
+            scaled(s.points(0), xs, ys),
+        ));
+        if let Some(x) = oom {
+            let (x, y) = (*x as f64 / xs, s.series(0).last().map(|b| b.last.value).unwrap_or(0.0) / ys);
+            match crosses.iter().position(|c| c.0 == x && c.1 == y) {
+                Some(i) => sharing[i] += 1,
+                None => {
+                    crosses.push((x, y, name.clone(), PALETTE[k % PALETTE.len()]));
+                    sharing.push(0);
+                }
+            }
+        }
+    }
+    for (c, more) in crosses.iter_mut().zip(sharing) {
+        c.2 = if more == 0 { format!("{}: OOM", c.2) } else { format!("{} and {more} more: OOM", c.2) };
+    }
+    render_line_chart(&LineChart {
+        title: format!("Reserved bytes under each policy: {}", d.trace),
+        x_desc: x_desc.into(),
+        y_desc: format!("reserved bytes ({unit})"),
+        percent: false,
+        x_range: (d.requested.x0 as f64 / xs, x_last as f64 / xs),
+        y_max: y_max / ys,
+        lines,
+        vlines: Vec::new(),
+        hline: d.capacity_bytes.map(|c| (c as f64 / ys, format!("capacity limit {}", fmt_bytes(c)))),
+        dots: Vec::new(),
+        crosses,
+    })
+}
+
+/// Fragmentation over time, both measures.
+pub fn render_frag(d: &FragData) -> Result<String> {
+    let (xs, x_desc) = x_unit(d.x, d.unallocated.x_last);
+    render_line_chart(&LineChart {
+        title: format!("Fragmentation over time: {}", d.trace),
+        x_desc: x_desc.into(),
+        y_desc: "fraction".into(),
+        percent: true,
+        x_range: (d.unallocated.x0 as f64 / xs, d.unallocated.x_last as f64 / xs),
+        y_max: 1.0 / 1.08,
+        lines: vec![
+            (
+                "reserved but unallocated: 1 - allocated / reserved".into(),
+                BLUE,
+                2,
+                scaled(d.unallocated.points(0), xs, 1.0),
+            ),
+            (
+                "free memory in pieces: 1 - largest free block / total free".into(),
+                ORANGE,
+                2,
+                scaled(d.contiguity.points(0), xs, 1.0),
+            ),
+        ],
+        vlines: Vec::new(),
+        hline: None,
+        dots: Vec::new(),
+        crosses: Vec::new(),
+    })
+}
+
+/// Memory over time of two traces on one picture (for `diff`).
+pub fn render_overlay(a: &TimelineData, b: &TimelineData) -> Result<String> {
+    let y_max = [a.series.max(0), a.series.max(1), b.series.max(0), b.series.max(1)].into_iter().fold(0.0, f64::max);
+    let (ys, unit) = byte_unit(y_max);
+    let x_last = a.series.x_last.max(b.series.x_last);
+    let (xs, x_desc) = x_unit(a.x, x_last);
+    let x0 = a.series.x0.min(b.series.x0);
+    let mut crosses = Vec::new();
+    for (d, tag) in [(a, "A"), (b, "B")] {
+        for (x, req) in &d.ooms {
+            let color = if tag == "A" { BLUE } else { VERMILLION };
+            crosses.push((
+                *x as f64 / xs,
+                d.peak_reserved.1 as f64 / ys,
+                format!("{tag} OOM ({})", fmt_bytes(*req)),
+                color,
+            ));
+        }
+    }
+    render_line_chart(&LineChart {
+        title: format!("A: {}  vs  B: {}", a.trace, b.trace),
+        x_desc: x_desc.into(),
+        y_desc: format!("bytes ({unit})"),
+        percent: false,
+        x_range: (x0 as f64 / xs, x_last as f64 / xs),
+        y_max: y_max / ys,
+        lines: vec![
+            ("A reserved".into(), BLUE, 2, scaled(a.series.points(1), xs, ys)),
+            ("A allocated".into(), SKY, 2, scaled(a.series.points(0), xs, ys)),
+            ("B reserved".into(), VERMILLION, 2, scaled(b.series.points(1), xs, ys)),
+            ("B allocated".into(), ORANGE, 2, scaled(b.series.points(0), xs, ys)),
+        ],
+        vlines: Vec::new(),
+        hline: None,
+        dots: Vec::new(),
+        crosses,
+    })
+}
+
+/// The kinds of `alloctrace plot`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Timeline,
+    Segments,
+    Whatif,
+    Frag,
+}
+
+/// What `plot` drew, for its output line and `--json`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Drawn {
+    pub kind: &'static str,
+    pub svg_bytes: u64,
+    /// Events folded, and the columns they were downsampled into (0 for a segment map).
+    pub events: u64,
+    pub columns: u64,
+}
+
+/// Computes and draws one picture.
+pub fn plot(trace: &Trace, kind: Kind, at: At, stacked: bool, x: XAxis) -> Result<(String, Drawn)> {
+    let (svg, name, events, columns) = match (kind, stacked) {
+        (Kind::Timeline, false) => {
+            let d = timeline_data(trace, x, COLUMNS)?;
+            (render_timeline(&d)?, "timeline", d.series.samples, d.series.columns() as u64)
+        }
+        (Kind::Timeline, true) => {
+            let d = stacked_data(trace, x, COLUMNS)?;
+            (render_stacked(&d)?, "timeline-stacked", d.series.samples, d.series.columns() as u64)
+        }
+        (Kind::Segments, _) => {
+            let d = segments_data(trace, at)?;
+            (render_segments(&d)?, "segments", d.event + 1, 0)
+        }
+        (Kind::Whatif, _) => {
+            let d = whatif_data(trace, x, COLUMNS)?;
+            (render_whatif(&d)?, "whatif", d.requested.samples, d.requested.columns() as u64)
+        }
+        (Kind::Frag, _) => {
+            let d = frag_data(trace, x, COLUMNS)?;
+            (render_frag(&d)?, "frag", d.unallocated.samples, d.unallocated.columns() as u64)
+        }
+    };
+    let drawn = Drawn { kind: name, svg_bytes: svg.len() as u64, events, columns };
+    Ok((svg, drawn))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recorder::engine::BlockView;
+
+    fn segment(blocks: &[(u64, bool)]) -> SegmentView {
+        let mut at = 1 << 30;
+        let blocks: Vec<BlockView> = blocks
+            .iter()
+            .map(|&(bytes, allocated)| {
+                let b = BlockView {
+                    addr: at,
+                    bytes,
+                    allocated,
+                    requested_bytes: if allocated { bytes } else { 0 },
+                    pending_free: false,
+                    in_private_pool: false,
+                };
+                at += bytes;
+                b
+            })
+            .collect();
+        SegmentView {
+            addr: 1 << 30,
+            bytes: at - (1 << 30),
+            pool: recorder::trace::Pool::Large,
+            pool_id: [0, 0],
+            stream: 0,
+            is_expandable: false,
+            blocks,
+        }
+    }
+
+    fn color_of(b: &BlockView) -> RGBColor {
+        if b.allocated {
+            BLUE
+        } else {
+            LIGHT
+        }
+    }
+
+    /// Adjacent blocks of one colour are one rectangle; the runs tile the segment.
+    #[test]
+    fn blocks_of_one_colour_side_by_side_are_one_rectangle() {
+        let s = segment(&[(512, true), (512, true), (1024, false), (512, false), (2048, true)]);
+        assert_eq!(
+            segment_runs(&s, &color_of, s.bytes),
+            vec![(0, 1024, BLUE), (1024, 2560, LIGHT), (2560, 4608, BLUE)]
+        );
+        let all = segment(&vec![(512, true); 100_000]);
+        assert_eq!(segment_runs(&all, &color_of, all.bytes), vec![(0, 512 * 100_000, BLUE)]);
+    }
+
+    /// A million blocks freed every other one: a pixel column at a time, each in the colour of
+    /// most of its bytes, and the columns tile the segment.
+    #[test]
+    fn more_runs_than_pixels_are_drawn_a_column_at_a_time() {
+        // Every fourth block free: three quarters of each column allocated.
+        let s = segment(&(0..1_000_000u64).map(|k| (512, k % 4 != 0)).collect::<Vec<_>>());
+        let runs = segment_runs(&s, &color_of, s.bytes);
+        assert_eq!(runs, vec![(0, s.bytes, BLUE)]);
+        // Alternate halves of 100 KiB: blue and light columns, at most one run per column.
+        let halves: Vec<(u64, bool)> = (0..20u64)
+            .flat_map(|h| (0..200).map(move |_| (512, h % 2 == 0)))
+            .chain((0..5000).map(|k| (512, k % 2 == 0)))
+            .collect();
+        let s = segment(&halves);
+        let runs = segment_runs(&s, &color_of, s.bytes);
+        assert!(runs.len() <= WIDTH as usize, "{}", runs.len());
+        assert_eq!(runs.first().map(|r| r.0), Some(0));
+        assert_eq!(runs.last().map(|r| r.1), Some(s.bytes));
+        assert!(runs.windows(2).all(|w| w[0].1 == w[1].0 && w[0].2 != w[1].2));
+        assert!(runs.iter().any(|r| r.2 == LIGHT) && runs.iter().any(|r| r.2 == BLUE));
+    }
+}

@@ -1,0 +1,121 @@
+//! Opening what a user hands an analysis: an `.atrace` file, or a PyTorch memory snapshot
+//! (`.pickle`), imported on the fly in memory. Snapshots store neither the memory limit the
+//! program ran under nor its `PYTORCH_CUDA_ALLOC_CONF`: `--capacity` and `--conf` give them.
+
+use crate::model::Trace;
+use crate::source::import::torch::{import_file, ImportOptions};
+use anyhow::Result;
+use recorder::engine::config::AllocatorConfig;
+use recorder::engine::version::TorchVersion;
+use std::io::Read;
+use std::path::Path;
+
+/// What the user says about the run, beyond the file.
+#[derive(Debug, Clone, Default)]
+pub struct RunFacts {
+    /// The limit the run ran under (a memory fraction): overrides the trace's.
+    pub capacity_bytes: Option<u64>,
+    /// The allocator settings the run used: override the trace's.
+    pub conf: Option<AllocatorConfig>,
+    /// For a snapshot: which device's history to analyse.
+    pub device: usize,
+    /// The PyTorch release the run used: overrides the trace's; its allocator is followed.
+    pub torch_version: Option<TorchVersion>,
+}
+
+/// Whether `path` holds a pickle (protocol 2 or later starts with 0x80) rather than a trace.
+pub fn is_pickle(path: &Path) -> bool {
+    let mut b = [0u8; 1];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut b)).is_ok() && b[0] == 0x80
+}
+
+/// Opens `path` as every command does: a trace, or a PyTorch snapshot imported in memory (the
+/// user's facts left as the file has them). `budget_bytes` is the in-memory records budget of
+/// [`Trace::open_with_budget`] for a trace (a snapshot is imported whole).
+pub fn open_any(path: &Path, budget_bytes: Option<usize>) -> Result<Trace> {
+    match budget_bytes {
+        Some(b) if !is_pickle(path) => Trace::open_with_budget(path, b),
+        _ => open(path, &RunFacts::default()),
+    }
+}
+
+/// Opens `path` (a trace, or a snapshot imported in memory) with the user's facts applied.
+pub fn open(path: &Path, facts: &RunFacts) -> Result<Trace> {
+    let mut trace = if is_pickle(path) {
+        let imported = import_file(
+            path,
+            &ImportOptions {
+                device: facts.device,
+                capacity_bytes: facts.capacity_bytes,
+                torch_version: facts.torch_version,
+                ..Default::default()
+            },
+        )?;
+        for w in &imported.report.warnings {
+            eprintln!("alloctrace: warning: {w}");
+        }
+        Trace::from_records(path, imported.header, imported.records)
+    } else {
+        anyhow::ensure!(
+            facts.device == 0,
+            "{}: --device picks a device of a PyTorch snapshot; an .atrace file holds one device",
+            path.display()
+        );
+        Trace::open(path)?
+    };
+    // A given limit is kept beside the header, which stays as recorded (see `Trace::capacity`).
+    if let Some(c) = facts.capacity_bytes {
+        trace.given_capacity = Some(c);
+    }
+    if let Some(conf) = &facts.conf {
+        trace.header.alloc_conf = conf.to_string();
+        trace.header.config = conf.clone();
+    }
+    if let Some(v) = facts.torch_version {
+        trace.header.torch_version = v.to_string();
+    }
+    check_keys_for_release(&trace)?;
+    // `per_process_memory_fraction` in the user's settings: the limit, as the release computes
+    // it from the device's total, unless one was given.
+    if let (None, Some(f)) = (facts.capacity_bytes, facts.conf.as_ref().and_then(|c| c.memory_fraction())) {
+        anyhow::ensure!(
+            trace.header.device_total_bytes > 0,
+            "{}: per_process_memory_fraction:{f} is a share of the device's memory, which the trace does not \
+             record; give the limit in bytes with --capacity",
+            path.display()
+        );
+        let version = TorchVersion::from_header(&trace.header.torch_version).unwrap_or_default();
+        if let Some(c) = version.fraction_cap(f, trace.header.device_total_bytes) {
+            trace.given_capacity = Some(c);
+        }
+    }
+    Ok(trace)
+}
+
+/// Refuses settings the trace's PyTorch release does not have (PyTorch itself refuses them:
+/// "Unrecognized key"), e.g. `throw_on_cudamalloc_oom` asked of 2.11.
+pub fn check_keys_for_release(trace: &Trace) -> Result<()> {
+    let version = TorchVersion::from_header(&trace.header.torch_version).unwrap_or_default();
+    for (key, _) in &trace.header.config.other {
+        version.check_key(key).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {e} (the run is replayed as PyTorch {version}; --torch-version names another)",
+                trace.path.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Why an analysis of `trace` has nothing to work on, if it has not: no allocation request at
+/// all, or a snapshot taken without allocation history (only its final segments and blocks).
+pub fn nothing_to_analyse(trace: &Trace) -> Option<String> {
+    let no_history = trace.header.notes.iter().any(|n| n.contains("without a trace"));
+    (trace.facts.last_alloc.is_none() || no_history).then(|| {
+        format!(
+            "{}: nothing to analyse: the trace holds no allocation request{}",
+            trace.path.display(),
+            if no_history { format!(" ({})", crate::source::import::torch::NO_HISTORY) } else { String::new() }
+        )
+    })
+}
