@@ -351,3 +351,27 @@ fn commands_agree_with_a_given_capacity() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The what-if picture (`plot --kind whatif`) draws the what-if table's rows: the same settings
+/// in the same order (the garbage-collection row only under a memory fraction, as the table has
+/// it) and the same peak for each. It drew its own list before, with a garbage-collection row
+/// wherever a capacity was known: one row more than the table on the large trace.
+#[test]
+fn the_whatif_picture_draws_the_tables_rows() {
+    use analyzer::analysis::whatif::{whatif, WhatifOptions};
+    use analyzer::model::Trace;
+    use analyzer::render::plot::{whatif_data, XAxis, COLUMNS};
+    for path in traces() {
+        let name = path.display().to_string();
+        let trace = Trace::open(&path).unwrap();
+        let table =
+            whatif(&trace, &WhatifOptions { capacity: trace.default_capacity(), search_capacity: false, repeats: 0 })
+                .unwrap();
+        let picture = whatif_data(&trace, XAxis::Time, COLUMNS).unwrap();
+        let rows: Vec<(String, u64)> =
+            table.rows.iter().map(|r| (r.policy.name().to_string(), r.peak_reserved_bytes)).collect();
+        let drawn: Vec<(String, u64)> = picture.policies.iter().map(|p| (p.0.clone(), p.3)).collect();
+        assert_eq!(drawn, rows, "{name}");
+        assert_eq!(picture.capacity_bytes, table.capacity_bytes, "{name}");
+    }
+}

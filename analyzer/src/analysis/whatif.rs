@@ -40,7 +40,8 @@ pub struct WhatifOptions {
     /// Search the smallest capacity each policy needs.
     pub search_capacity: bool,
     /// For a trace that ends in an OOM: iterations appended to predict the rest of the job
-    /// ([`crate::analysis::outcome::predict`]).
+    /// ([`crate::analysis::outcome::predict`]); 0 predicts nothing (a picture of the rows needs
+    /// no prediction).
     pub repeats: u32,
 }
 
@@ -474,8 +475,12 @@ fn finish<T>(
     past_caught_scratch(trace, opts, list, &mut table)?;
     let past: Vec<bool> = table.iter().map(|r| r.reach.gets_past()).collect();
     let past_from: Vec<Option<u64>> = table.iter().map(|r| r.min_capacity_bytes).collect();
-    let prediction =
-        crate::analysis::outcome::predict(trace, list, &past, &past_from, same_as, opts.capacity.bytes, opts.repeats)?;
+    let prediction = match opts.repeats {
+        0 => None,
+        repeats => {
+            crate::analysis::outcome::predict(trace, list, &past, &past_from, same_as, opts.capacity.bytes, repeats)?
+        }
+    };
     let w = Whatif {
         trace: trace.path.display().to_string(),
         predicted: trace.predicted().map(str::to_string),

@@ -14,7 +14,7 @@ pub use categories::render_categories;
 pub use ranks::render_ranks;
 
 use crate::analysis::timeline::{Downsampled, Mode, Timeline};
-use crate::analysis::whatif::policies;
+use crate::analysis::whatif::{whatif_observed, WhatifOptions};
 use crate::model::layout::LayoutMeasures;
 use crate::model::sites::site_of;
 use crate::model::units::fmt_bytes;
@@ -573,26 +573,31 @@ pub fn whatif_data_of(
     WhatifData { trace: trace_name, x, policies, requested, capacity_bytes }
 }
 
+/// The what-if picture of `trace`: the what-if table's rows at the trace's capacity (the same
+/// settings, the same rule for the garbage-collection row, settings that are one run on this
+/// trace replayed once), each row's reserved bytes over its replay.
 pub fn whatif_data(trace: &Trace, x: XAxis, columns: usize) -> Result<WhatifData> {
-    let capacity = trace.default_capacity().bytes;
-    let list = policies(&trace.header.config, capacity.is_some());
-    let mut tracks: Vec<WhatifTrack> = list.iter().map(|_| WhatifTrack::new(columns)).collect();
-    let runs: Vec<(ReplayOptions, Box<crate::replay::Observer<'_>>)> = list
-        .iter()
-        .zip(tracks.iter_mut())
-        .map(|((_, config), t)| {
-            let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: capacity, ..Default::default() };
-            let observer: Box<crate::replay::Observer<'_>> =
-                Box::new(move |i, rec, view, _| t.observe(x, i, rec, view));
-            (o, observer)
-        })
-        .collect();
-    let results = crate::replay::replay_many(trace, runs)?;
+    let capacity = trace.default_capacity();
+    let opts = WhatifOptions { capacity, search_capacity: false, repeats: 0 };
+    let (table, runs) = whatif_observed(
+        trace,
+        &opts,
+        &|_| WhatifTrack::new(columns),
+        &|t, i, rec, view, _| t.observe(x, i, rec, view),
+        &|_, _, _, _| {},
+    )?;
+    let (tracks, results): (Vec<WhatifTrack>, Vec<ReplayResult>) = runs.into_iter().unzip();
     Ok(whatif_data_of(
         trace.name(),
         x,
-        capacity,
-        list.iter().zip(tracks).zip(&results).map(|(((p, _), t), r)| (p.name().to_string(), t, r)).collect(),
+        capacity.bytes,
+        table
+            .rows
+            .iter()
+            .zip(tracks)
+            .zip(&results)
+            .map(|((row, t), r)| (row.policy.name().to_string(), t, r))
+            .collect(),
     ))
 }
 
