@@ -307,7 +307,7 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
     };
     let (table, mut runs) = table?;
     let (row, result) = runs.swap_remove(0);
-    let row = row.expect("row 0 is the recorded configuration, and it is watched");
+    let row = row.flatten().expect("row 0 is the recorded configuration, and it is watched");
     let prelude = match (row.found, row.watching) {
         (Some(prelude), _) => prelude,
         (None, Some(first)) => {

@@ -216,9 +216,11 @@ pub fn whatif(trace: &Trace, opts: &WhatifOptions) -> Result<Whatif> {
 }
 
 /// Like [`whatif`], with `observe` called after every record of each policy's replay at the
-/// given capacity (one state per policy, made by `state`), so that a caller can draw the
+/// given capacity (one state per replay, made by `state`), so that a caller can draw the
 /// policies over time from the same replays. Returns the table and, per row, the state and the
-/// replay's result (row 0 is the recorded configuration; `state` is given the row).
+/// replay's result (row 0 is the recorded configuration; `state` is given the row). A row that
+/// is the same run as an earlier one ([`PolicyRow::same_as`]) has no state: it would be the
+/// earlier row's, which [`Whatif::replayed_by`] names.
 ///
 /// `ready` is called with a row's state once its run at the capacity is over, with the run's
 /// result and the table's bounds, beside the row's capacity search, so that what a caller does
@@ -231,18 +233,18 @@ pub fn whatif_observed<T: Send>(
     state: &(dyn Fn(usize) -> T + Sync),
     observe: &RowObserver<'_, T>,
     ready: &RowReady<'_, T>,
-) -> Result<(Whatif, Vec<(T, ReplayResult)>)> {
+) -> Result<Table<T>> {
     // One bar for the whole comparison: its total is the replays planned (each policy at the
     // capacity, then its capacity search), and it moves with each one.
     let bar = crate::replay::progress::replays(trace);
     let result = whatif_inner(trace, opts, &bar, Some((state, observe, ready)));
     bar.finish_and_clear();
-    let (w, runs) = result?;
-    Ok((w, runs.into_iter().map(|(st, r)| (st.expect("observed rows have a state"), r)).collect()))
+    result
 }
 
-/// The table, and each row's observer state (where observed) and replay at the capacity.
-type Table<T> = (Whatif, Vec<(Option<T>, ReplayResult)>);
+/// The table, and each row's observer state (where observed, and the row's own replay) and
+/// replay at the capacity.
+pub type Table<T> = (Whatif, Vec<(Option<T>, ReplayResult)>);
 
 /// One group's run: each member row's observer state, the replay, and the smallest capacity
 /// (with the resolution reached) where searched.
@@ -290,8 +292,10 @@ fn whatif_inner<T: Send>(
         .filter(|&k| same_as[k].is_none())
         .map(|k| (k, (0..list.len()).filter(|&m| m == k || same_as[m] == Some(k)).collect()))
         .collect();
-    let states_of = |members: &[usize]| -> Vec<(usize, Option<T>)> {
-        members.iter().map(|&m| (m, observing.map(|o| o.0(m)))).collect()
+    // One state per replay: the group's first row observes it; the rows that are the same run
+    // would observe the same states, and get none (their callers take the first row's).
+    let states_of = |lead: usize, members: &[usize]| -> Vec<(usize, Option<T>)> {
+        members.iter().map(|&m| (m, observing.filter(|_| m == lead).map(|o| o.0(m)))).collect()
     };
     let ready_all = |sts: &mut [(usize, Option<T>)], r: &ReplayResult| {
         if let Some((_, _, ready)) = observing {
@@ -312,7 +316,8 @@ fn whatif_inner<T: Send>(
         };
     // Without a search: every policy at the capacity, from one read of the trace.
     let done: Vec<GroupRun<T>> = if !opts.search_capacity {
-        let mut states: Vec<Vec<(usize, Option<T>)>> = groups.iter().map(|(_, members)| states_of(members)).collect();
+        let mut states: Vec<Vec<(usize, Option<T>)>> =
+            groups.iter().map(|(k, members)| states_of(*k, members)).collect();
         let runs: Vec<(ReplayOptions, Box<crate::replay::Observer<'_>>)> = groups
             .iter()
             .zip(states.iter_mut())
@@ -350,7 +355,7 @@ fn whatif_inner<T: Send>(
         let run_group = |(k, members): &(usize, Vec<usize>)| {
             let config = &list[*k].1;
             bar.inc(members.len() as u64);
-            let mut sts = states_of(members);
+            let mut sts = states_of(*k, members);
             let mut observe = |i: u64, rec: &Record, view: &dyn EngineView, live: &crate::replay::LiveMap| {
                 observe_all(&mut sts, i, rec, view, live)
             };
@@ -425,6 +430,15 @@ fn whatif_inner<T: Send>(
 }
 
 impl Whatif {
+    /// The row whose replay row `k` is: itself, or the earlier row it is the same run as
+    /// ([`PolicyRow::same_as`]).
+    pub fn replayed_by(&self, k: usize) -> usize {
+        match &self.rows[k].same_as {
+            Some(name) => self.rows.iter().position(|r| r.policy.name() == name.as_str()).unwrap_or(k),
+            None => k,
+        }
+    }
+
     /// One sentence per row that other rows are the same run as ([`PolicyRow::same_as`]): which
     /// rows, and why they cannot differ on this trace. Every output says it in these words.
     pub fn same_run_notes(&self) -> Vec<String> {
@@ -955,7 +969,11 @@ mod tests {
             let list =
                 policies(&trace.header.config, crate::analysis::outcome::memory_fraction(&trace, opts.capacity.bytes));
             assert_eq!(list.len(), runs.len());
-            for (((policy, config), (seen, r)), row) in list.iter().zip(&runs).zip(&w.rows) {
+            for (k, (((policy, config), (own, r)), row)) in list.iter().zip(&runs).zip(&w.rows).enumerate() {
+                // A row that is the same run as an earlier one has no state of its own: the
+                // earlier row's must be what a replay of this row's setting shows.
+                assert_eq!(own.is_some(), row.same_as.is_none(), "row {k}");
+                let seen = runs[w.replayed_by(k)].0.as_ref().expect("the replayed row's state");
                 let whole_opts = ReplayOptions {
                     config: Some(config.clone()),
                     capacity_bytes: opts.capacity.bytes.filter(|_| opts.capacity.source == CapacitySource::Given),

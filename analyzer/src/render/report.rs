@@ -274,10 +274,11 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     );
     let (mut wi, runs) = whatif_run?;
     wi.trace = name.clone();
-    let (mut tracks, results): (Vec<ReportTrack>, Vec<ReplayResult>) = runs.into_iter().unzip();
+    let (mut tracks, results): (Vec<Option<ReportTrack>>, Vec<ReplayResult>) = runs.into_iter().unzip();
     let replay = results[0].clone();
-    let drawing = tracks[0].drawing.take().expect("row 0 is the recorded configuration");
-    let (beside, watches) = (tracks[0].found.take(), tracks[0].watches.take());
+    let row0 = tracks[0].as_mut().expect("row 0 is the recorded configuration, replayed");
+    let drawing = row0.drawing.take().expect("row 0 is the recorded configuration");
+    let (beside, watches) = (row0.found.take(), row0.watches.take());
     let (timeline_folded, st, leaks_folds) = folded?;
     let fd = drawing.frag_track.finish(name.clone());
     let tl = match (timeline_folded, drawing.timeline) {
@@ -289,11 +290,14 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         name.clone(),
         XAxis::Time,
         capacity,
+        // A row that is the same run as an earlier one is drawn from that row's replay.
         wi.rows
             .iter()
-            .zip(tracks)
-            .zip(&results)
-            .map(|((row, t), r)| (row.policy.name().to_string(), t.whatif, r))
+            .enumerate()
+            .map(|(k, row)| {
+                let t = tracks[wi.replayed_by(k)].as_ref().expect("a replayed row has its track");
+                (row.policy.name().to_string(), &t.whatif, &results[k])
+            })
             .collect(),
     );
 

@@ -536,6 +536,7 @@ pub struct WhatifData {
 }
 
 /// One policy's series of [`WhatifData`], filled while its replay runs.
+#[derive(Clone)]
 pub struct WhatifTrack {
     tl: Timeline,
     last_x: u64,
@@ -560,13 +561,13 @@ pub fn whatif_data_of(
     trace_name: String,
     x: XAxis,
     capacity_bytes: Option<u64>,
-    runs: Vec<(String, WhatifTrack, &ReplayResult)>,
+    runs: Vec<(String, &WhatifTrack, &ReplayResult)>,
 ) -> WhatifData {
     let policies: Vec<_> = runs
         .into_iter()
         .map(|(name, t, r)| {
             let oom = r.is_oom().then_some(t.last_x);
-            (name, t.tl.finish(), oom, r.peak_reserved_bytes)
+            (name, t.tl.clone().finish(), oom, r.peak_reserved_bytes)
         })
         .collect();
     let requested = policies[0].1.clone();
@@ -586,18 +587,13 @@ pub fn whatif_data(trace: &Trace, x: XAxis, columns: usize) -> Result<WhatifData
         &|t, i, rec, view, _| t.observe(x, i, rec, view),
         &|_, _, _, _| {},
     )?;
-    let (tracks, results): (Vec<WhatifTrack>, Vec<ReplayResult>) = runs.into_iter().unzip();
+    // A row that is the same run as an earlier one is drawn from that row's replay.
+    let track = |k: usize| runs[table.replayed_by(k)].0.as_ref().expect("a replayed row has its track");
     Ok(whatif_data_of(
         trace.name(),
         x,
         capacity.bytes,
-        table
-            .rows
-            .iter()
-            .zip(tracks)
-            .zip(&results)
-            .map(|((row, t), r)| (row.policy.name().to_string(), t, r))
-            .collect(),
+        table.rows.iter().enumerate().map(|(k, row)| (row.policy.name().to_string(), track(k), &runs[k].1)).collect(),
     ))
 }
 
