@@ -307,7 +307,7 @@ pub struct Categories {
 }
 
 /// An estimate of the peak of allocated bytes under activation checkpointing, from the trace's
-/// own activations (see [`checkpoint_estimate`] for what it assumes).
+/// own activations (see `checkpoint_estimate` in this module for what it assumes).
 #[derive(Debug, Clone, Serialize)]
 pub struct CheckpointEstimate {
     /// The peak of allocated bytes as recorded (the categories' total at their peak).

@@ -459,7 +459,7 @@ pub fn report_blocks(rep: &RanksReport) -> Vec<Block> {
     d
 }
 
-/// The caption of [`render`]'s picture in a report.
+/// The caption of the ranks picture in a report (`render::plot::render_ranks`).
 pub fn caption(rep: &RanksReport) -> String {
     if rep.aligned_on_iterations {
         "Per-rank peaks of reserved and allocated bytes, and each rank's allocated bytes with the timelines aligned \

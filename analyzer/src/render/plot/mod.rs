@@ -528,7 +528,7 @@ impl SegmentsWatch {
 pub struct WhatifData {
     pub trace: String,
     pub x: XAxis,
-    /// (policy, series [reserved], x of its OOM if any, peak reserved).
+    /// (policy, series of reserved bytes, x of its OOM if any, peak reserved).
     pub policies: Vec<(String, Downsampled, Option<u64>, u64)>,
     /// Live requested bytes (the bound no allocator beats), from the recorded run.
     pub requested: Downsampled,
