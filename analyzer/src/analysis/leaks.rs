@@ -539,11 +539,14 @@ pub fn retention(held: &Held, sites: &Sites) -> Retention {
     let mut top: std::collections::BinaryHeap<(Key, usize, u64, u64, u64, u64)> = std::collections::BinaryHeap::new();
     let mut order = 0usize;
     let mut empty_cache_now_bytes = 0u64;
-    // This segment's edges, by site (most segments hold blocks of one or a few sites).
+    // This segment's edges, by site; and where each site's edge of the segment being walked is
+    // in `edges` (segment number, index): constant time a block, however many sites share one
+    // segment (an expandable segment holds every block of its stream).
     let mut edges: Vec<(usize, Holds)> = Vec::new();
+    let mut slot: Vec<(usize, usize)> = vec![(usize::MAX, 0); sites.sites.len().max(1)];
     // A private pool's segments stay while its graph or MemPool lives, whatever their blocks:
     // neither `empty_cache()` nor freeing those blocks gives them back.
-    for s in held.segments.iter().filter(|s| !s.kept_by_private_pool()) {
+    for (seg_no, s) in held.segments.iter().filter(|s| !s.kept_by_private_pool()).enumerate() {
         let sn = g.add_node(Node::Segment { bytes: s.bytes });
         let in_seg = s.blocks.iter().filter(|b| b.allocated || b.pending_free).count();
         if in_seg == 0 {
@@ -560,12 +563,18 @@ pub fn retention(held: &Held, sites: &Sites) -> Retention {
                     0
                 }
             };
-            match edges.iter_mut().find(|(s, _)| *s == site) {
-                Some((_, h)) => {
-                    h.blocks += 1;
-                    h.bytes += b.bytes;
+            if site >= slot.len() {
+                slot.resize(site + 1, (usize::MAX, 0));
+            }
+            match slot[site] {
+                (seg, k) if seg == seg_no => {
+                    edges[k].1.blocks += 1;
+                    edges[k].1.bytes += b.bytes;
                 }
-                None => edges.push((site, Holds { blocks: 1, bytes: b.bytes })),
+                _ => {
+                    slot[site] = (seg_no, edges.len());
+                    edges.push((site, Holds { blocks: 1, bytes: b.bytes }));
+                }
             }
             let key =
                 (std::cmp::Reverse(in_seg == 1), std::cmp::Reverse(s.bytes.saturating_sub(b.bytes)), s.addr, order);
@@ -578,8 +587,7 @@ pub fn retention(held: &Held, sites: &Sites) -> Retention {
                 top.push(entry);
             }
         }
-        // Edges are made in the order of each site's first block in the layout.
-        edges.reverse();
+        // The order of a segment's edges changes no figure: each site's are summed.
         for &(site, h) in &edges {
             let site_node = *site_nodes.entry(site).or_insert_with(|| g.add_node(Node::Site));
             g.add_edge(site_node, sn, h);
