@@ -364,9 +364,11 @@ fn the_whatif_picture_draws_the_tables_rows() {
     for path in traces() {
         let name = path.display().to_string();
         let trace = Trace::open(&path).unwrap();
-        let table =
-            whatif(&trace, &WhatifOptions { capacity: trace.default_capacity(), search_capacity: false, repeats: 0 })
-                .unwrap();
+        let table = whatif(
+            &trace,
+            &WhatifOptions { capacity: trace.default_capacity(), search_capacity: false, repeats: 1, rows_only: false },
+        )
+        .unwrap();
         let picture = whatif_data(&trace, XAxis::Time, COLUMNS).unwrap();
         let rows: Vec<(String, u64)> =
             table.rows.iter().map(|r| (r.policy.name().to_string(), r.peak_reserved_bytes)).collect();

@@ -85,7 +85,8 @@ fn divisions_no_request_reaches_are_the_recorded_run() {
     let mut checked = 0;
     for capacity in [analyzer::model::Capacity::NONE, analyzer::model::Capacity::given(5 << 20)] {
         checked += check_rows(&path, &trace, capacity);
-        let w = whatif(&trace, &WhatifOptions { capacity, search_capacity: false, repeats: 1 }).unwrap();
+        let w =
+            whatif(&trace, &WhatifOptions { capacity, search_capacity: false, repeats: 1, rows_only: false }).unwrap();
         let recorded = &w.rows[0];
         if capacity.bytes.is_some() {
             assert!(
@@ -112,7 +113,8 @@ fn divisions_no_request_reaches_are_the_recorded_run() {
 fn check_rows(path: &Path, trace: &Trace, capacity: analyzer::model::Capacity) -> usize {
     let mut checked = 0;
     {
-        let w = whatif(trace, &WhatifOptions { capacity, search_capacity: true, repeats: 1 }).unwrap();
+        let w =
+            whatif(trace, &WhatifOptions { capacity, search_capacity: true, repeats: 1, rows_only: false }).unwrap();
         for row in w.rows.iter().filter(|r| r.same_as.is_some()) {
             let config = AllocatorConfig::parse(&row.alloc_conf).unwrap();
             let twin = w.rows.iter().find(|r| Some(r.policy.name()) == row.same_as.as_deref()).unwrap();

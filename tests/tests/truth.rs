@@ -721,8 +721,11 @@ fn the_capacity_search_goes_on_past_caught_ooms() {
     use analyzer::model::Trace;
     let trace = Trace::open(&dir().join("amp_adamw.default.1.00.atrace")).unwrap();
     assert!(trace.facts.caught_ooms() > 100);
-    let w = whatif(&trace, &WhatifOptions { capacity: trace.default_capacity(), search_capacity: true, repeats: 3 })
-        .unwrap();
+    let w = whatif(
+        &trace,
+        &WhatifOptions { capacity: trace.default_capacity(), search_capacity: true, repeats: 3, rows_only: false },
+    )
+    .unwrap();
     for row in &w.rows {
         let min = row.min_capacity_bytes.expect("searched");
         let config = AllocatorConfig::parse(&row.alloc_conf).unwrap();

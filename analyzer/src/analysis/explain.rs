@@ -277,6 +277,7 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
                 capacity,
                 search_capacity: search,
                 repeats: opts.repeats.unwrap_or(crate::analysis::outcome::DEFAULT_REPEATS),
+                rows_only: false,
             },
             &|k| if k == 0 { row0.lock().ok().and_then(|mut w| w.take()) } else { None },
             &|w: &mut Option<Row0>, i, r, view, live| {
@@ -508,6 +509,7 @@ fn table_for(trace: &Trace, opts: &ExplainOptions<'_>, result: &ReplayResult, se
             capacity,
             search_capacity: search,
             repeats: opts.repeats.unwrap_or(crate::analysis::outcome::DEFAULT_REPEATS),
+            rows_only: false,
         },
     )
 }

@@ -40,9 +40,12 @@ pub struct WhatifOptions {
     /// Search the smallest capacity each policy needs.
     pub search_capacity: bool,
     /// For a trace that ends in an OOM: iterations appended to predict the rest of the job
-    /// ([`crate::analysis::outcome::predict`]); 0 predicts nothing (a picture of the rows needs
-    /// no prediction).
+    /// ([`crate::analysis::outcome::predict`]).
     pub repeats: u32,
+    /// Only the rows' replays at the capacity, for a picture of them: no prediction of the
+    /// whole job, and no second replay of a row that may have failed on a scratch buffer
+    /// (`past_caught_scratch`), which only decide what the table advises.
+    pub rows_only: bool,
 }
 
 /// One row of the table.
@@ -486,14 +489,22 @@ fn finish<T>(
     runs: Vec<(Option<T>, ReplayResult)>,
 ) -> Result<Table<T>> {
     let mut table = table;
-    past_caught_scratch(trace, opts, list, &mut table)?;
+    if !opts.rows_only {
+        past_caught_scratch(trace, opts, list, &mut table)?;
+    }
     let past: Vec<bool> = table.iter().map(|r| r.reach.gets_past()).collect();
     let past_from: Vec<Option<u64>> = table.iter().map(|r| r.min_capacity_bytes).collect();
-    let prediction = match opts.repeats {
-        0 => None,
-        repeats => {
-            crate::analysis::outcome::predict(trace, list, &past, &past_from, same_as, opts.capacity.bytes, repeats)?
-        }
+    let prediction = match opts.rows_only {
+        true => None,
+        false => crate::analysis::outcome::predict(
+            trace,
+            list,
+            &past,
+            &past_from,
+            same_as,
+            opts.capacity.bytes,
+            opts.repeats,
+        )?,
     };
     let w = Whatif {
         trace: trace.path.display().to_string(),
@@ -957,7 +968,12 @@ mod tests {
         };
         for p in &paths {
             let trace = Trace::open(p).unwrap();
-            let opts = WhatifOptions { capacity: trace.default_capacity(), search_capacity: true, repeats: 1 };
+            let opts = WhatifOptions {
+                capacity: trace.default_capacity(),
+                search_capacity: true,
+                repeats: 1,
+                rows_only: false,
+            };
             let (w, runs) = whatif_observed(
                 &trace,
                 &opts,

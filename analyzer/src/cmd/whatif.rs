@@ -163,7 +163,10 @@ pub fn run(opts: &WhatifCmdOptions, out: &mut dyn Write) -> Result<i32> {
     };
     // Default: the trace's limit, or the one its first OOM implies (the same resolution as replay).
     let capacity = trace.capacity(opts.capacity_bytes, false);
-    let w = whatif(&trace, &WhatifOptions { capacity, search_capacity: opts.search_capacity, repeats: opts.repeats })?;
+    let w = whatif(
+        &trace,
+        &WhatifOptions { capacity, search_capacity: opts.search_capacity, repeats: opts.repeats, rows_only: false },
+    )?;
     if opts.json {
         write_json(out, &w)?;
     } else {

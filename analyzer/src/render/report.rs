@@ -234,6 +234,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                     capacity: trace.default_capacity(),
                     search_capacity: search,
                     repeats: crate::analysis::outcome::DEFAULT_REPEATS,
+                    rows_only: false,
                 },
                 &|k| {
                     let (drawing, watches) = match k {

@@ -579,7 +579,7 @@ pub fn whatif_data_of(
 /// trace replayed once), each row's reserved bytes over its replay.
 pub fn whatif_data(trace: &Trace, x: XAxis, columns: usize) -> Result<WhatifData> {
     let capacity = trace.default_capacity();
-    let opts = WhatifOptions { capacity, search_capacity: false, repeats: 0 };
+    let opts = WhatifOptions { capacity, search_capacity: false, repeats: 1, rows_only: true };
     let (table, runs) = whatif_observed(
         trace,
         &opts,
