@@ -19,7 +19,6 @@
 //!   came before the first iteration.
 
 use crate::model::iterations::{IterationFold, IterationSource, Iterations};
-use crate::model::output::document::Block;
 use crate::model::sites::Sites;
 use crate::model::Trace;
 use crate::source::import::torch::{import_file, ImportOptions};
@@ -365,110 +364,6 @@ pub fn analyze(traces: &[Trace]) -> Result<RanksReport> {
         aligned_on_iterations,
         timelines,
     })
-}
-
-/// The report's section across the ranks: the table, the peaking rank and skew, the differing
-/// call sites (its picture is among the report's pictures).
-pub fn report_blocks(rep: &RanksReport) -> Vec<Block> {
-    use crate::model::units::{fmt_bytes, fmt_ns};
-    let mut d = vec![Block::Heading(2, format!("Across the ranks ({} traces)", rep.ranks.len()))];
-    let peak = rep.ranks.iter().find(|r| r.rank == rep.peaking_rank);
-    if let Some(p) = peak {
-        d.push(Block::Para(format!(
-            "Rank {} peaks: {} reserved at its peak, {:.2}x the median of the ranks' peaks of reserved bytes ({:.2}x \
-             of allocated bytes). The sections above are of its trace, `{}`.",
-            p.rank,
-            fmt_bytes(p.peak_reserved.bytes),
-            rep.skew_reserved,
-            rep.skew_allocated,
-            p.trace
-        )));
-    }
-    let mut head: Vec<String> =
-        ["rank", "trace", "peak reserved", "peak allocated", "OOMs", "fragmentation at the peak"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-    head.extend(["device calls", "iterations"].iter().map(|s| s.to_string()));
-    let rows = rep
-        .ranks
-        .iter()
-        .map(|r| {
-            vec![
-                r.rank.to_string(),
-                crate::model::escape::report_code(&r.trace),
-                format!(
-                    "{} at event {} ({})",
-                    fmt_bytes(r.peak_reserved.bytes),
-                    r.peak_reserved.event,
-                    fmt_ns(r.peak_reserved.time_ns)
-                ),
-                format!(
-                    "{} at event {} ({})",
-                    fmt_bytes(r.peak_allocated.bytes),
-                    r.peak_allocated.event,
-                    fmt_ns(r.peak_allocated.time_ns)
-                ),
-                r.ooms.to_string(),
-                format!("{:.1}%", r.fragmentation_at_peak * 100.0),
-                (r.device_allocs + r.device_frees).to_string(),
-                format!("{} ({})", r.iterations, r.iterations_from),
-            ]
-        })
-        .collect();
-    d.push(Block::Table(head, rows));
-    if rep.ranks.iter().any(|r| r.categories_at_peak.is_some()) {
-        let unknown = rep.ranks.iter().filter_map(|r| r.categories_at_peak.map(|c| c.unknown)).max().unwrap_or(0);
-        let shown: Vec<_> = crate::analysis::category::shown(unknown).collect();
-        let mut head = vec!["rank".to_string()];
-        head.extend(shown.iter().map(|c| c.as_str().to_string()));
-        let rows = rep
-            .ranks
-            .iter()
-            .map(|r| {
-                let mut row = vec![r.rank.to_string()];
-                match &r.categories_at_peak {
-                    Some(c) => row.extend(shown.iter().map(|&k| fmt_bytes(c.get(k)))),
-                    None => row.extend(shown.iter().map(|_| "-".to_string())),
-                }
-                row
-            })
-            .collect();
-        d.push(Block::Para("Bytes by category at each rank's peak of allocated bytes:".into()));
-        d.push(Block::Table(head, rows));
-    }
-    if rep.differing_sites.is_empty() {
-        d.push(Block::Para("The ranks hold the same bytes per call site at their peaks.".into()));
-    } else {
-        d.push(Block::Para("The call sites whose live bytes at each rank's peak differ most between ranks:".into()));
-        let mut head = vec!["call site".to_string()];
-        head.extend(rep.ranks.iter().map(|r| format!("rank {}", r.rank)));
-        head.push("spread".into());
-        let rows = rep
-            .differing_sites
-            .iter()
-            .map(|s| {
-                let mut row = vec![crate::model::escape::report_code(&s.site)];
-                row.extend(s.bytes.iter().map(|b| fmt_bytes(*b)));
-                row.push(fmt_bytes(s.spread_bytes));
-                row
-            })
-            .collect();
-        d.push(Block::Table(head, rows));
-    }
-    d
-}
-
-/// The caption of the ranks picture in a report (`render::plot::render_ranks`).
-pub fn caption(rep: &RanksReport) -> String {
-    if rep.aligned_on_iterations {
-        "Per-rank peaks of reserved and allocated bytes, and each rank's allocated bytes with the timelines aligned \
-         on iteration starts."
-    } else {
-        "Per-rank peaks of reserved and allocated bytes, and each rank's allocated bytes over the share of its \
-         events (no iterations found in every trace)."
-    }
-    .into()
 }
 
 #[cfg(test)]

@@ -1,6 +1,5 @@
 //! A report's document as a list of blocks, built once and rendered as Markdown and as HTML
-//! ([`crate::render::report::Report::blocks`]); the section across ranks is built of the same blocks
-//! ([`crate::analysis::ranks::report_blocks`]).
+//! ([`crate::render::report::Report::blocks`]), its section across ranks included.
 
 /// A piece of the document.
 #[derive(Debug, Clone)]
