@@ -106,7 +106,7 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
 pub const MAX_REPORT_FILE_BYTES: usize = 16 << 20;
 
 /// An output that would pass its stated bound ([`MAX_REPORT_FILE_BYTES`] for a report's file,
-/// `export::MAX_EXPORT_BYTES` for an export): refused, with exit code 3, and nothing is left at
+/// `cmd::export::MAX_EXPORT_BYTES` for an export): refused, with exit code 3, and nothing is left at
 /// its path. The message says which output, how large it would be and the bound.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

@@ -112,7 +112,7 @@ impl Frames {
 }
 
 /// Writes `trace` (read by the one opener: a trace or a snapshot) into `out` as a snapshot
-/// pickle ([`super::to_file`] puts it in a file).
+/// pickle (`alloctrace export` puts it in a file).
 pub fn export(trace: &Trace, out: &mut dyn Write) -> Result<MemoryVizStats> {
     let header = trace.header.clone();
     let mut p = PickleWriter::new(out)?;

@@ -96,7 +96,7 @@ fn ts_us(time_ns: u64) -> f64 {
 pub const MAX_STREAM_TRACKS: usize = 64;
 
 /// Writes `trace` (read by the one opener: a trace or a snapshot) into `out` as Chrome
-/// trace-event JSON ([`super::to_file`] puts it in a file).
+/// trace-event JSON (`alloctrace export` puts it in a file).
 pub fn export(trace: &Trace, out: &mut dyn Write, opts: &PerfettoOptions) -> Result<PerfettoStats> {
     let header = trace.header.clone();
     let buckets = opts.buckets.max(2);
