@@ -21,13 +21,11 @@
 use crate::model::iterations::{IterationFold, IterationSource, Iterations};
 use crate::model::sites::Sites;
 use crate::model::Trace;
-use crate::source::import::torch::{import_file, ImportOptions};
 use crate::source::summary::Peak;
 use anyhow::Result;
 use recorder::trace::{Event, Header};
 use serde::Serialize;
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::Path;
 
 /// Points of each aligned timeline (maxima of equal runs of events).
@@ -44,18 +42,6 @@ pub enum RankSource {
     Device,
     /// Its position among the arguments (nothing named a rank, or two traces named the same).
     Position,
-}
-
-/// Reads an alloctrace trace, or imports a PyTorch snapshot (a pickle) in memory.
-pub fn open_any(path: &Path) -> Result<Trace> {
-    let mut magic = [0u8; 1];
-    let is_pickle = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && magic[0] == 0x80;
-    if is_pickle {
-        let imported = import_file(path, &ImportOptions::default())?;
-        Ok(Trace::from_records(path, imported.header, imported.records))
-    } else {
-        Trace::open(path)
-    }
 }
 
 /// The digits right after `key` (optionally after one of `_`, `-`, `:`, `=`, ` `) in `s`,
