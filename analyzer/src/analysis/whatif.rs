@@ -494,17 +494,10 @@ fn finish<T>(
     }
     let past: Vec<bool> = table.iter().map(|r| r.reach.gets_past()).collect();
     let past_from: Vec<Option<u64>> = table.iter().map(|r| r.min_capacity_bytes).collect();
-    let prediction = match opts.rows_only {
-        true => None,
-        false => crate::analysis::outcome::predict(
-            trace,
-            list,
-            &past,
-            &past_from,
-            same_as,
-            opts.capacity.bytes,
-            opts.repeats,
-        )?,
+    let prediction = if opts.rows_only {
+        None
+    } else {
+        crate::analysis::outcome::predict(trace, list, &past, &past_from, same_as, opts.capacity.bytes, opts.repeats)?
     };
     let w = Whatif {
         trace: trace.path.display().to_string(),

@@ -116,7 +116,7 @@ pub const MAX_EXPORT_BYTES: u64 = 256 << 20;
 /// [`MAX_EXPORT_BYTES`], which goes to a temporary file renamed into place once complete (see
 /// [`crate::model::output`]): an export that fails leaves nothing, and never touches a file already
 /// there. The exporters themselves take a trace and a writer, never a path.
-pub fn to_file<T>(
+fn to_file<T>(
     output: &std::path::Path,
     write: impl FnOnce(&mut dyn std::io::Write) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {

@@ -190,8 +190,6 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         command_line: h.command_line.clone(),
         notes: h.notes.clone(),
     };
-    // The same capacity as every other command: recorded, else inferred from the first OOM.
-    let capacity = trace.default_capacity().bytes;
     let long = trace.events > LONG_TRACE_EVENTS;
     let search = opts.search_capacity && (!long || opts.search_long_traces);
     let capacity_search_note = (opts.search_capacity && !search).then(|| {
@@ -287,20 +285,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         (None, Some(track)) => track.finish(trace, &replay),
         (None, None) => anyhow::bail!("{}: the timeline was neither folded nor watched", trace.path.display()),
     };
-    let wd = plot::whatif_data_of(
-        name.clone(),
-        XAxis::Time,
-        capacity,
-        // A row that is the same run as an earlier one is drawn from that row's replay.
-        wi.rows
-            .iter()
-            .enumerate()
-            .map(|(k, row)| {
-                let t = tracks[wi.replayed_by(k)].as_ref().expect("a replayed row has its track");
-                (row.policy.name().to_string(), &t.whatif, &results[k])
-            })
-            .collect(),
-    );
+    let wd = plot::whatif_data_of(name.clone(), XAxis::Time, &wi, &results, |k| tracks[k].as_ref().map(|t| &t.whatif));
 
     let mut pictures = Vec::new();
     pictures.push(Picture::new(

@@ -14,7 +14,7 @@ pub use categories::render_categories;
 pub use ranks::render_ranks;
 
 use crate::analysis::timeline::{Downsampled, Mode, Timeline};
-use crate::analysis::whatif::{whatif_observed, WhatifOptions};
+use crate::analysis::whatif::{whatif_observed, Whatif, WhatifOptions};
 use crate::model::layout::LayoutMeasures;
 use crate::model::sites::site_of;
 use crate::model::units::fmt_bytes;
@@ -555,23 +555,30 @@ impl WhatifTrack {
     }
 }
 
-/// The picture's data from the policies' tracks and replays, in the table's order (the
-/// recorded configuration first).
-pub fn whatif_data_of(
+/// The picture's data from the what-if table, each row's replay at the capacity (`results`,
+/// in the table's order, the recorded configuration first) and the tracks the replays drew
+/// (`track(k)`: row `k`'s, where row `k` was replayed). A row that is the same run as an earlier
+/// one is drawn from that row's track ([`Whatif::replayed_by`]).
+pub fn whatif_data_of<'a>(
     trace_name: String,
     x: XAxis,
-    capacity_bytes: Option<u64>,
-    runs: Vec<(String, &WhatifTrack, &ReplayResult)>,
+    table: &Whatif,
+    results: &[ReplayResult],
+    track: impl Fn(usize) -> Option<&'a WhatifTrack>,
 ) -> WhatifData {
-    let policies: Vec<_> = runs
-        .into_iter()
-        .map(|(name, t, r)| {
+    let policies: Vec<_> = table
+        .rows
+        .iter()
+        .zip(results)
+        .enumerate()
+        .map(|(k, (row, r))| {
+            let t = track(table.replayed_by(k)).expect("a replayed row has its track");
             let oom = r.is_oom().then_some(t.last_x);
-            (name, t.tl.clone().finish(), oom, r.peak_reserved_bytes)
+            (row.policy.name().to_string(), t.tl.clone().finish(), oom, r.peak_reserved_bytes)
         })
         .collect();
     let requested = policies[0].1.clone();
-    WhatifData { trace: trace_name, x, policies, requested, capacity_bytes }
+    WhatifData { trace: trace_name, x, policies, requested, capacity_bytes: table.capacity_bytes }
 }
 
 /// The what-if picture of `trace`: the what-if table's rows at the trace's capacity (the same
@@ -587,14 +594,8 @@ pub fn whatif_data(trace: &Trace, x: XAxis, columns: usize) -> Result<WhatifData
         &|t, i, rec, view, _| t.observe(x, i, rec, view),
         &|_, _, _, _| {},
     )?;
-    // A row that is the same run as an earlier one is drawn from that row's replay.
-    let track = |k: usize| runs[table.replayed_by(k)].0.as_ref().expect("a replayed row has its track");
-    Ok(whatif_data_of(
-        trace.name(),
-        x,
-        capacity.bytes,
-        table.rows.iter().enumerate().map(|(k, row)| (row.policy.name().to_string(), track(k), &runs[k].1)).collect(),
-    ))
+    let (tracks, results): (Vec<Option<WhatifTrack>>, Vec<ReplayResult>) = runs.into_iter().unzip();
+    Ok(whatif_data_of(trace.name(), x, &table, &results, |k| tracks[k].as_ref()))
 }
 
 /// Fragmentation over time.
