@@ -1,5 +1,6 @@
 """Will it fit? The request stream of a training or inference step that has not run, taken on
-CPU under PyTorch's `FakeTensorMode` (no GPU, no GPU memory), written as a PyTorch snapshot
+CPU under PyTorch's `FakeTensorMode` (no GPU memory for the step; where a GPU is visible, each
+operator runs on it once, alone, to measure its kernels' scratch), written as a PyTorch snapshot
 pickle that every `alloctrace` command reads, marked as predicted:
 
     import alloctrace
@@ -31,9 +32,30 @@ What the stream holds (one entry per caching-allocator request, stream 0):
   `addmm` with a bias vector (the cuBLASLt path), of `CUBLASLT_WORKSPACE_SIZE` KiB (default
   1024), at most the cuBLAS workspace, or none with `TORCH_CUBLASLT_UNIFIED_WORKSPACE=1`.
 
-Not modelled (see `NOT_MODELLED`): cuDNN workspaces (their size is chosen by cuDNN at run
-time), temporaries that kernels allocate inside themselves (reduction and sort scratch, fused
-attention backward accumulators), NCCL buffers and anything outside the caching allocator.
+Kernel scratch, measured where a GPU is visible (`probe`): cuDNN picks a convolution's plan, and
+so its workspace, at run time (`run_single_conv` in Conv_v8.cpp); fused attention's backward,
+multi-block reductions (a global buffer and semaphores in Reduce.cuh) and sorts allocate inside
+the kernel; their sizes are not in PyTorch's source. Where PyTorch sees a CUDA device, every
+ATen operator with a tensor input is run once per distinct signature (shapes, strides, dtypes,
+arguments) on that device, on zero-filled tensors of the fake ones' layout, with the
+allocator's history on: what it allocates and frees before returning is its scratch, written
+into the stream in the order the kernels made it, between its outputs. An operator that took
+scratch runs once more, since cuDNN's first call of a convolution tries plans and caches the
+one that ran: the first call in the stream takes the first run's scratch, later calls the
+second's. Only one operator's tensors are
+on the device at a time. Without a device (or with `probe=False`) the operators known to take
+scratch are counted as not modelled, and the prediction is a lower bound. A probed cuDNN
+workspace is taken as needed: where it would not fit, PyTorch tries the next plan
+(`try_configs`), so at a tight limit the prediction can say "runs out" where the job completes.
+Scratch that depends on the values (a sort's, say) is measured on zeros.
+
+The autograd engine sums two gradients for one input in place (`accumulate` in
+input_buffer.cpp) where it holds the last reference, but never for a tensor subclass, so under
+fake tensors it allocates the sum: the stream gives the sum the old gradient's storage instead.
+
+Not modelled (see `NOT_MODELLED`): the scratch above without a device, where the CUDA driver
+places each segment (the replay's device places them its own way), NCCL buffers and anything
+outside the caching allocator.
 What cannot run under fake tensors (data-dependent shapes, `.item()`, custom CUDA extensions)
 raises `PredictionError` with one line saying why and pointing to `alloctrace record`.
 """
@@ -45,18 +67,26 @@ import sys
 import threading
 import weakref
 
-__all__ = ["predict", "largest_batch", "settings", "PredictionError", "MODELLED", "NOT_MODELLED"]
+__all__ = ["predict", "largest_batch", "settings", "PredictionError", "MODELLED", "NOT_MODELLED", "PROBED"]
 
 MODELLED = (
     "device storages made by operators (parameters, activations, gradients, optimizer state, inputs)",
     "cuBLAS workspace per handle and stream (CUBLAS_WORKSPACE_CONFIG; 32 MiB on compute capability 9.0)",
     "cuBLASLt workspace per handle and stream at the first addmm with a bias (CUBLASLT_WORKSPACE_SIZE, 1 MiB)",
+    "the autograd engine's in-place sum of two gradients for one input (input_buffer.cpp), which fake "
+    "tensors make out of place",
+)
+PROBED = (
+    "kernel scratch (cuDNN workspaces, fused attention, reduction buffers), measured by running each "
+    "ATen operator once per signature on the visible GPU"
 )
 NOT_MODELLED = (
-    "cuDNN workspaces (convolutions, cuDNN attention): cuDNN picks the plan and its workspace at run time; "
-    "PyTorch allocates each plan's workspace and, if that runs out of memory, tries the next plan "
-    "(try_configs in Conv_v8.cpp), so a prediction that meets them is a lower bound",
-    "temporaries kernels allocate inside themselves (reduction/sort scratch, fused attention backward)",
+    "without a GPU to probe on: cuDNN workspaces (convolutions, cuDNN attention), which cuDNN picks at run "
+    "time, and the scratch kernels allocate inside themselves (reductions, sorts, fused attention backward); "
+    "a prediction that meets them is then a lower bound",
+    "with one: a cuDNN workspace that would not fit, where PyTorch tries the next plan (try_configs in "
+    "Conv_v8.cpp); scratch sizes that depend on values (measured on zeros)",
+    "where the CUDA driver places each segment, which breaks the allocator's ties between equal free blocks",
     "NCCL and other communication buffers, and memory outside PyTorch's caching allocator",
     "data-dependent shapes and values (.item(), nonzero, masked indexing): the step cannot run",
     "custom CUDA extensions without a fake (meta) implementation: the step cannot run",
@@ -111,10 +141,141 @@ def _cublaslt_workspace_bytes(cublas_bytes):
     return min(kib * 1024, cublas_bytes)
 
 
+class _Probe:
+    """The scratch an operator's CUDA kernels take from the caching allocator, measured on the
+    visible GPU: the operator runs once per signature on zero-filled tensors laid out as the
+    fake ones, with the allocator's history on, and where it took scratch, once more: cuDNN's
+    first call of a convolution tries plans and caches one, so the first call and the later
+    ones can differ. Each gives, in the order the kernels made them, ("alloc", n, size) and
+    ("free", n) for the blocks allocated and freed before returning, and ("out", size) for
+    those kept (the outputs); [] where nothing was freed (no scratch); None where the run
+    failed."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.cache = {}
+        self.device = torch.cuda.get_device_name(torch.cuda.current_device())
+
+    def wanted(self, func, args, kwargs):
+        """ATen operators with a tensor input: factories allocate only their outputs, and
+        other namespaces (collectives, custom extensions) are not run."""
+        torch = self.torch
+        if getattr(func, "namespace", None) != "aten" or func is torch.ops.aten._local_scalar_dense.default:
+            return False
+        return any(isinstance(x, torch.Tensor) for x in torch.utils._pytree.tree_leaves((args, kwargs or {})))
+
+    def signature(self, func, args, kwargs):
+        torch = self.torch
+
+        def one(x):
+            if isinstance(x, torch.Tensor):
+                return ("T", tuple(x.shape), tuple(x.stride()), x.storage_offset(), str(x.dtype), x.device.type)
+            return ("V", repr(x))
+
+        leaves = torch.utils._pytree.tree_leaves((args, kwargs or {}))
+        return (str(func),) + tuple(one(x) for x in leaves)
+
+    def scratch(self, func, args, kwargs, seen):
+        """The scratch of this call; `seen` holds the signatures the run has called before."""
+        key = self.signature(func, args, kwargs)
+        if key not in self.cache:
+            try:
+                self.cache[key] = self._measure(func, args, kwargs)
+            except Exception:  # noqa: BLE001 -- the operator is then counted as not modelled
+                self.cache[key] = None
+        got = self.cache[key]
+        if got is None:
+            return None
+        first = key not in seen
+        seen.add(key)
+        return got[0] if first else got[1]
+
+    def _measure(self, func, args, kwargs):
+        """(first, later): the scratch of the signature's first call in a process (cuDNN tries
+        its heuristics' plans and caches the one that ran) and of the calls after it."""
+        torch = self.torch
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        def real(x, host=False):
+            if not isinstance(x, torch.Tensor):
+                return x
+            device = "cpu" if host or x.device.type == "meta" else x.device
+            nbytes = x.untyped_storage().nbytes()
+            base = torch.zeros(max(nbytes, 1), dtype=torch.uint8, device=device)
+            t = torch.empty(0, dtype=x.dtype, device=device)
+            return t.set_(base.untyped_storage(), x.storage_offset(), tuple(x.shape), tuple(x.stride()))
+
+        mem = torch.cuda.memory
+        dev = torch.cuda.current_device()
+
+        def recorded(rargs, rkwargs):
+            try:
+                mem._record_memory_history(enabled="all", context=None, stacks="python", max_entries=1 << 20,
+                                           clear_history=True)
+            except TypeError:  # a PyTorch without clear_history
+                mem._record_memory_history(enabled="all", context=None, stacks="python", max_entries=1 << 20)
+            try:
+                start = len(mem._snapshot()["device_traces"][dev])
+                out = func(*rargs, **rkwargs)
+                torch.cuda.synchronize()
+                trace = mem._snapshot()["device_traces"][dev][start:]
+                del out
+            finally:
+                mem._record_memory_history(enabled=None)
+            return _scratch_of(trace)
+
+        # The random-number seed and offset of flash and memory-efficient attention: their CUDA
+        # forward makes them on the CPU (outside graph capture) and the backward reads them on
+        # the host, but the fake forward makes them on "meta" or on the device.
+        names = [a.name for a in func._schema.arguments]
+        host = {"philox_seed", "philox_offset"} if ("flash" in str(func) or "efficient" in str(func)) else set()
+        with _disable_current_modes(), torch.no_grad():
+            rargs = [real(x, i < len(names) and names[i] in host) for i, x in enumerate(args)]
+            rkwargs = {k: real(v, k in host) for k, v in (kwargs or {}).items()}
+            rargs, rkwargs = torch.utils._pytree.tree_map(real, (rargs, rkwargs))
+            torch.cuda.synchronize()
+            first = recorded(rargs, rkwargs)
+            later = recorded(rargs, rkwargs) if first else []
+            del rargs, rkwargs
+            torch.cuda.empty_cache()
+        return first, later
+
+
+def _dense(sizes, strides):
+    """`compute_non_overlapping_and_dense` (c10/core/Contiguity.h): the dimensions, ordered by
+    stride, are laid out one after another with no gap and no overlap."""
+    if len(sizes) == 1:
+        return sizes[0] < 2 or strides[0] == 1
+    expected = 1
+    for size, stride in sorted(zip(sizes, strides), key=lambda d: d[1]):
+        if size == 1:
+            continue
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _scratch_of(trace):
+    """A probe's allocator history as ("alloc", n, size), ("free", n) and ("out", size); []
+    where nothing was allocated and freed within it."""
+    freed = {e["addr"] for e in trace if e["action"] == "free_requested"}
+    seq, ids = [], {}
+    for e in trace:
+        if e["action"] == "alloc" and e["addr"] in freed:
+            ids[e["addr"]] = len(ids)
+            seq.append(("alloc", ids[e["addr"]], e["size"]))
+        elif e["action"] == "alloc":
+            seq.append(("out", e["size"]))
+        elif e["action"] == "free_requested" and e["addr"] in ids:
+            seq.append(("free", ids.pop(e["addr"])))
+    return seq if any(ev[0] == "alloc" for ev in seq) else []
+
+
 class _Recorder:
     """The caching-allocator requests of one fake run, as PyTorch snapshot trace entries."""
 
-    def __init__(self, torch, compute_capability):
+    def __init__(self, torch, compute_capability, probe=None):
         self.torch = torch
         self.entries = []
         self.annotations = []
@@ -157,6 +318,12 @@ class _Recorder:
                 if hasattr(aten, n):
                     self.unmodelled_ops[getattr(aten, n).default] = what
         self.unmodelled = {}
+        self.probe = probe
+        self.probed = {}
+        self.scratch_ids = 0
+        self.probed_signatures = set()
+        self.accumulating = None  # (sum's storage, old gradient's storage, the sum's entry)
+        self.unmatched = []  # (operator, bytes): what a probe kept that no fake output matches
         self.lock = threading.RLock()  # a finalizer may run inside a locked block (a GC)
 
     # -- clock, entries ------------------------------------------------------------------------
@@ -181,6 +348,13 @@ class _Recorder:
 
     def free(self, key):
         with self.lock:
+            acc, self.accumulating = self.accumulating, None
+            if acc and key == acc[1] and acc[2] == len(self.entries) - 1 and key in self.live and acc[0] in self.live:
+                # The sum's storage is the old gradient's, as in PyTorch: no request for it.
+                self.entries.pop()
+                self.live.pop(acc[0])
+                self.live[acc[0]] = self.live.pop(key)
+                return
             got = self.live.pop(key, None)
             if got is None:
                 return
@@ -244,29 +418,98 @@ class _Recorder:
     # -- operators -----------------------------------------------------------------------------
     def op(self, func, args, kwargs, out):
         torch = self.torch
+        self.accumulating = None
         phase = self.current_phase()
         self.set_phase(phase)
         where = self.where(phase)
         opname = str(func)
         tensors = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
         on_device = [t for t in tensors if t.device.type == "cuda"]
+        probing = bool(on_device and self.probe and self.probe.wanted(func, args, kwargs))
+        seq = self.probe.scratch(func, args, kwargs, self.probed_signatures) if probing else None
+        if on_device and func in self.unmodelled_ops:
+            what = self.unmodelled_ops[func]
+            if seq is None:
+                self.unmodelled[what] = self.unmodelled.get(what, 0) + 1
+            else:
+                self.probed[what] = self.probed.get(what, 0) + 1
+        elif probing and seq is None:
+            what = "kernel scratch of operators that failed to run on the GPU"
+            self.unmodelled[what] = self.unmodelled.get(what, 0) + 1
+        elif seq:
+            what = "other kernels' scratch (reductions, sorts)"
+            self.probed[what] = self.probed.get(what, 0) + 1
+        storages = []
         for t in on_device:
             try:
                 st = t.untyped_storage()
             except Exception:  # a tensor without storage (sparse, nested): not modelled
                 continue
-            key = st._cdata
-            with self.lock:
-                if key in self.live:
-                    continue
-                size = st.nbytes()
-                if size == 0:
-                    continue
-                self.live[key] = (self.alloc(size, where, opname), size)
-            weakref.finalize(st, self.free, key)
-        if on_device and func in self.unmodelled_ops:
-            what = self.unmodelled_ops[func]
-            self.unmodelled[what] = self.unmodelled.get(what, 0) + 1
+            storages.append(st)
+        if not seq:
+            for st in storages:
+                self.output(st, where, opname)
+            if phase == "backward" and func is torch.ops.aten.add.Tensor:
+                self.accumulation(args, kwargs, out)
+            return self.blas(func, args, kwargs, phase, on_device, opname)
+        # The probed order: each output where the kernels allocated one of its size, the
+        # scratch between them; outputs the probe did not see (views, aliases) at the end.
+        keys = {}
+        for ev in seq:
+            if ev[0] == "out":
+                for i, st in enumerate(storages):
+                    if st.nbytes() == ev[1]:
+                        self.output(storages.pop(i), where, opname)
+                        break
+                else:
+                    self.unmatched.append((opname, ev[1]))
+            elif ev[0] == "alloc":
+                with self.lock:
+                    self.scratch_ids += 1
+                    keys[ev[1]] = ("scratch", self.scratch_ids)
+                    self.live[keys[ev[1]]] = (self.alloc(ev[2], where, opname + " scratch (probed)"), ev[2])
+            else:
+                self.free(keys.pop(ev[1]))
+        for k in keys.values():
+            self.free(k)
+        for st in storages:
+            self.output(st, where, opname)
+        self.blas(func, args, kwargs, phase, on_device, opname)
+
+    def accumulation(self, args, kwargs, out):
+        """The autograd engine sums two gradients for one input (`accumulate` in
+        input_buffer.cpp) in place, `old.add_(new)`, where grad mode is off and it holds the
+        last reference to a dense `old`; but never for a tensor subclass, so under fake tensors
+        it allocates `old + new` and drops `old`. Where the sum's request is the last one and
+        `old`'s storage is freed next, that free gives its storage to the sum instead."""
+        torch = self.torch
+        if torch.is_grad_enabled() or kwargs or len(args) != 2:
+            return
+        old, new = args
+        if not (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and isinstance(out, torch.Tensor)):
+            return
+        if old.shape != out.shape or old.dtype != out.dtype or old.device != out.device:
+            return
+        if not _dense(old.shape, old.stride()):
+            return
+        key = out.untyped_storage()._cdata
+        if key in self.live and self.entries and self.entries[-1]["addr"] == self.live[key][0]:
+            self.accumulating = (key, old.untyped_storage()._cdata, len(self.entries) - 1)
+
+    def output(self, st, where, opname):
+        """An operator's output storage, from its birth to the last reference's going."""
+        key = st._cdata
+        with self.lock:
+            if key in self.live:
+                return
+            size = st.nbytes()
+            if size == 0:
+                return
+            self.live[key] = (self.alloc(size, where, opname), size)
+        weakref.finalize(st, self.free, key)
+
+    def blas(self, func, args, kwargs, phase, on_device, opname):
+        """The cuBLAS and cuBLASLt workspaces a matrix product makes at its handle's first use."""
         if func in self.blas_ops and on_device:
             if phase == "backward":
                 thread = "autograd device thread"
@@ -366,13 +609,25 @@ def _to_fake(torch, mode, x):
     return x
 
 
-def _run(make_step, make_inputs, steps, compute_capability):
+def _probe_for(torch, probe):
+    """The kernel-scratch probe: `probe` None (where PyTorch sees a CUDA device), True (one is
+    required) or False (none), or a `_Probe` to share."""
+    if isinstance(probe, _Probe) or probe is False:
+        return probe or None
+    if torch.cuda.is_available():
+        return _Probe(torch)
+    if probe:
+        raise PredictionError("probe=True needs a CUDA device that PyTorch sees, to measure kernel scratch on")
+    return None
+
+
+def _run(make_step, make_inputs, steps, compute_capability, probe=None):
     """Runs `steps` fake steps; returns the recorder. `make_inputs()` is called under the mode."""
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    rec = _Recorder(torch, compute_capability)
+    rec = _Recorder(torch, compute_capability, _probe_for(torch, probe))
     hooks = [
         torch.nn.modules.module.register_module_forward_pre_hook(rec.module_pre),
         torch.nn.modules.module.register_module_forward_hook(rec.module_post),
@@ -438,8 +693,10 @@ def _write(rec, out, capacity, conf, description):
             "by": "alloctrace.predict under FakeTensorMode (torch %s)" % torch.__version__,
             "what": description,
             "capacity_bytes": capacity or 0,
-            "modelled": list(MODELLED),
+            "modelled": list(MODELLED) + ([PROBED + " (%s)" % rec.probe.device] if rec.probed else []),
             "not_modelled": list(NOT_MODELLED),
+            # What a probe's kernels kept that no fake output matched in size (operator, bytes).
+            "probe_unmatched_outputs": [list(x) for x in rec.unmatched[:64]],
         },
     }
     out = os.path.abspath(os.fspath(out))
@@ -451,8 +708,8 @@ def _write(rec, out, capacity, conf, description):
 
 
 def predict(make_step, *example_inputs, steps=3, capacity="80GiB", conf=None, out=None,
-            compute_capability=(9, 0), explain=True):
-    """Predicts a step's GPU memory without a GPU.
+            compute_capability=(9, 0), explain=True, probe=None):
+    """Predicts a step's GPU memory without running it on a GPU.
 
     `make_step()` builds the model and optimizer on "cuda" and returns the step function; it is
     called once under fake tensors, so parameters are predicted too. `example_inputs` are
@@ -467,6 +724,10 @@ def predict(make_step, *example_inputs, steps=3, capacity="80GiB", conf=None, ou
     its peaks, fragmentation, whether it fits and its headroom, see `settings()`) and
     `most_headroom` (the fitting setting with the lowest peak reserved, or None).
     `compute_capability` picks the cuBLAS workspace default (PyTorch's rule: 32 MiB on 9.0).
+    `probe`: measure kernel scratch (cuDNN workspaces, fused attention) on the visible GPU; None
+    does so where PyTorch sees a CUDA device, False never (those operators then make the
+    prediction a lower bound), True requires a device. Only one operator's tensors are on the
+    device at a time.
     Raises PredictionError when the step cannot run under fake tensors.
     """
     capacity = _bytes(capacity)
@@ -482,7 +743,7 @@ def predict(make_step, *example_inputs, steps=3, capacity="80GiB", conf=None, ou
 
             return tuple(_to_fake(torch, mode, x) for x in example_inputs)
 
-    rec = _run(make_step, make_inputs, steps, compute_capability)
+    rec = _run(make_step, make_inputs, steps, compute_capability, probe)
     if out is None:
         import tempfile
 
@@ -524,6 +785,9 @@ def settings(whatif):
 def _describe(make_step, steps, rec):
     """What the header note says: the step, and what it used that is not modelled."""
     text = "%s, %d steps" % (getattr(make_step, "__name__", "step"), steps)
+    if rec.probed:
+        text += "; kernel scratch measured on %s: %s" % (rec.probe.device, ", ".join(
+            "%s (%d calls)" % (k, v) for k, v in sorted(rec.probed.items())))
     if rec.unmodelled:
         text += "; not modelled here, so reserved memory may be under-predicted: " + ", ".join(
             "%s (%d calls)" % (k, v) for k, v in sorted(rec.unmodelled.items()))
@@ -561,7 +825,7 @@ def _explain(path, capacity, conf):
 
 
 def largest_batch(make_step, make_inputs, capacity="80GiB", lo=1, hi=1024, steps=2, conf=None,
-                  compute_capability=(9, 0), workdir=None, log=None):
+                  compute_capability=(9, 0), workdir=None, log=None, probe=None):
     """The largest batch size in [lo, hi] whose predicted run fits in `capacity`, under each
     setting that `alloctrace whatif` compares: a bisection per setting, one fake run per probe
     (probes are shared between settings), each replayed by `whatif --json --capacity`.
@@ -573,13 +837,16 @@ def largest_batch(make_step, make_inputs, capacity="80GiB", lo=1, hi=1024, steps
     predicted demand is a lower bound, so each batch is an upper bound: the real largest batch
     is at most that, never "fits" (the key "upper_bound" is then True). A batch at which the
     step cannot run under fake tensors raises PredictionError. Assumes that what fits at a
-    batch fits at every smaller one.
+    batch fits at every smaller one. `probe` as in `predict`; one probe serves every batch.
     """
     import tempfile
+
+    import torch
 
     capacity = _bytes(capacity)
     probes = {}
     unmodelled = set()
+    shared_probe = _probe_for(torch, probe) or False
     d = workdir or tempfile.mkdtemp(prefix="alloctrace-batch-")
 
     def fits(batch):
@@ -588,7 +855,7 @@ def largest_batch(make_step, make_inputs, capacity="80GiB", lo=1, hi=1024, steps
                 got = make_inputs(b)
                 return tuple(got) if isinstance(got, (list, tuple)) else (got,)
 
-            rec = _run(make_step, inputs, steps, compute_capability)
+            rec = _run(make_step, inputs, steps, compute_capability, shared_probe)
             unmodelled.update(rec.unmodelled)
             path = _write(rec, os.path.join(d, "batch-%d.pickle" % batch), capacity, conf,
                           "batch %d, " % batch + _describe(make_step, steps, rec))
@@ -630,8 +897,8 @@ def main(argv=None):
 
     p = argparse.ArgumentParser(
         prog="python -m alloctrace predict",
-        description="Predict a step's GPU memory without a GPU: runs MAKE_STEP's step under PyTorch's "
-        "FakeTensorMode on CPU and writes a predicted snapshot that every alloctrace command reads.",
+        description="Predict a step's GPU memory without running it on a GPU: runs MAKE_STEP's step under "
+        "PyTorch's FakeTensorMode on CPU and writes a predicted snapshot that every alloctrace command reads.",
         epilog="SCRIPT.py defines MAKE_STEP() (builds the model on 'cuda', returns step(*inputs)) and "
         "INPUTS(batch) (returns the inputs of one step, made on 'cuda'). Example: python -m alloctrace "
         "predict train.py:make_step --inputs make_inputs --batch 64 --capacity 80GiB -o predicted.pickle",
@@ -645,6 +912,9 @@ def main(argv=None):
     p.add_argument("--largest-batch", type=int, metavar="HI", default=None,
                    help="instead: the largest batch in [--batch, HI] that fits, per setting")
     p.add_argument("-o", "--output", default="predicted.pickle", help="the predicted snapshot (default predicted.pickle)")
+    p.add_argument("--no-probe", action="store_true",
+                   help="do not run operators on a visible GPU to measure their kernel scratch (cuDNN workspaces, "
+                   "reduction buffers); the prediction is then a lower bound where the step has such scratch")
     a = p.parse_args(argv)
     script, _, func = a.target.rpartition(":")
     if not script or not func:
@@ -668,10 +938,11 @@ def main(argv=None):
     try:
         if a.largest_batch:
             got = largest_batch(make_step, make_inputs, capacity=a.capacity, lo=a.batch, hi=a.largest_batch,
-                                steps=a.steps, conf=a.conf, log=lambda s: print(s, file=sys.stderr))
+                                steps=a.steps, conf=a.conf, log=lambda s: print(s, file=sys.stderr),
+                                probe=False if a.no_probe else None)
             got.pop("probes")
             missing, bound = got.pop("not_modelled"), got.pop("upper_bound")
-            print("predicted largest batch at %s (fake tensors, no GPU):" % a.capacity)
+            print("predicted largest batch at %s (fake tensors):" % a.capacity)
             for s, b in got.items():
                 if b is None:
                     said = "none fits (not even %d)" % a.batch
@@ -685,7 +956,7 @@ def main(argv=None):
         if os.path.exists(a.output) and os.path.samefile(a.output, script):
             p.error("the output would overwrite the script")
         r = predict(make_step, lambda: make_inputs(a.batch), steps=a.steps, capacity=a.capacity, conf=a.conf,
-                    out=a.output)
+                    out=a.output, probe=False if a.no_probe else None)
     except PredictionError as e:
         print("alloctrace: %s" % e, file=sys.stderr)
         return 2

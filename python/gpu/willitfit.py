@@ -7,7 +7,9 @@ a GPU host (one GPU), each real run a fresh process:
 WILLITFIT_PREDICT, WILLITFIT_REAL and WILLITFIT_LARGEST (comma-separated model names, default
 all) choose the models that get predictions (with MemTracker's estimate), real runs, and a
 predicted largest batch; WILLITFIT_SEARCH=MODEL:PRED:CAPACITY:UPPER_BOUND:WHAT,... runs the
-real largest-batch search from a prediction already made.
+real largest-batch search from a prediction already made; WILLITFIT_CAPACITY=MODEL:BYTES,...
+fixes a model's capacity for the largest batch (default 1.5x its middle batch's predicted peak
+reserved). WILLITFIT_PROBE=0 predicts without measuring kernel scratch on the GPU.
 
 Models (3 training steps each; real and predicted runs build the same step):
 - gpt2_adamw: Hugging Face GPT-2 small (config only), sequence 512, AdamW, fp32;
@@ -50,6 +52,7 @@ SETTINGS = ("", "expandable_segments:True", "max_split_size_mb:64", "roundup_pow
             "garbage_collection_threshold:0.6")
 FRACTIONS = (0.9, 1.0, 1.1)
 GIB = 1 << 30
+PROBE = None if os.environ.get("WILLITFIT_PROBE", "1") != "0" else False
 
 
 # -- the models --------------------------------------------------------------------------------
@@ -243,7 +246,7 @@ def predict_model(model, out_dir):
         path = os.path.join(out_dir, "%s_b%d.pickle" % (model, b))
         t = time.time()
         alloctrace.predict(lambda: make_step(model), lambda: make_inputs(model, b), steps=STEPS, out=path,
-                           explain=False)
+                           explain=False, probe=PROBE)
         secs = time.time() - t
         w = json.loads(alloctrace.run("whatif", path, "--json"))
         row = [r for r in w["rows"] if r["policy"] == "recorded"][0]
@@ -271,12 +274,16 @@ def predict_model(model, out_dir):
         if b == MODELS[model][1]:
             step_b = 256 << 20
             cap = int(math.ceil(1.5 * row["peak_reserved_bytes"] / step_b)) * step_b
+    fixed = dict(x.split(":") for x in os.environ.get("WILLITFIT_CAPACITY", "").split(",") if x)
+    if model in fixed:
+        cap = int(fixed[model])
     if model not in os.environ.get("WILLITFIT_LARGEST", ",".join(MODELS)).split(","):
         return
     t = time.time()
     os.makedirs(os.path.join(out_dir, "probes"), exist_ok=True)
     got = alloctrace.largest_batch(lambda: make_step(model), lambda bb: make_inputs(model, bb), capacity=cap, lo=1,
-                                   hi=4 * MODELS[model][-1], steps=STEPS, workdir=os.path.join(out_dir, "probes"))
+                                   hi=4 * MODELS[model][-1], steps=STEPS, workdir=os.path.join(out_dir, "probes"),
+                                   probe=PROBE)
     print(json.dumps({"kind": "largest_pred", "model": model, "capacity": cap, "pred": got.get("recorded"),
                       "expandable": got.get("expandable_segments:True"), "upper_bound": got["upper_bound"],
                       "not_modelled": got["not_modelled"], "secs": round(time.time() - t, 1),

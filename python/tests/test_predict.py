@@ -1,5 +1,7 @@
 """alloctrace.predict: a step run under PyTorch's fake tensors on CPU, its requests replayed by
-the binary. Needs torch (skips without it); no GPU."""
+the binary. Needs torch (skips without it); no GPU, except the probing test, which skips
+without one."""
+import json
 import os
 import pickle
 import subprocess
@@ -115,8 +117,9 @@ def test_largest_batch_bisects_each_setting(tmp_path):
 
 
 def test_a_convolution_makes_the_prediction_a_lower_bound(tmp_path):
-    # cuDNN picks a convolution's workspace at run time: the prediction leaves it out, so its
-    # replay completing is not said to fit, and the largest batch is an upper bound.
+    # cuDNN picks a convolution's workspace at run time: without probing it on a GPU the
+    # prediction leaves it out, so its replay completing is not said to fit, and the largest
+    # batch is an upper bound.
     def make_step():
         conv = torch.nn.Conv2d(3, 8, 3).cuda()
 
@@ -126,7 +129,8 @@ def test_a_convolution_makes_the_prediction_a_lower_bound(tmp_path):
 
         return step
 
-    r = alloctrace.predict(make_step, torch.empty(4, 3, 32, 32), out=tmp_path / "p.pickle", capacity="1GiB")
+    r = alloctrace.predict(make_step, torch.empty(4, 3, 32, 32), out=tmp_path / "p.pickle", capacity="1GiB",
+                           probe=False)
     assert r["whatif"]["lower_bound"] is True
     assert "cuDNN convolution workspaces" in r["whatif"]["predicted"]
     rows = {row["policy"]: row for row in r["whatif"]["rows"]}
@@ -134,8 +138,49 @@ def test_a_convolution_makes_the_prediction_a_lower_bound(tmp_path):
     assert all(v["fits"] is None for v in r["settings"].values()) and r["most_headroom"] is None
     assert all(row["decision"] != "fits" for row in rows.values())
     got = alloctrace.largest_batch(make_step, lambda b: (torch.empty(b, 3, 32, 32, device="cuda"),),
-                                   capacity="256MiB", lo=1, hi=64, steps=1, workdir=str(tmp_path))
+                                   capacity="256MiB", lo=1, hi=64, steps=1, workdir=str(tmp_path), probe=False)
     assert got["upper_bound"] is True and got["not_modelled"] == ["cuDNN convolution workspaces"]
+
+
+_CONV_STEP = """
+import torch
+def make_step():
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 7, 2, 3), torch.nn.ReLU(), torch.nn.Conv2d(64, 128, 3, 1, 1),
+                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(128, 10)).cuda()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    def step(x, y):
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    return step
+def make_inputs():
+    return torch.randn(32, 3, 224, 224, device="cuda"), torch.zeros(32, dtype=torch.long, device="cuda")
+"""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="probing kernel scratch needs a CUDA device")
+def test_kernel_scratch_probed_on_the_gpu_matches_a_real_run(tmp_path):
+    # With a GPU visible, each operator runs once on it and its scratch (cuDNN workspaces, the
+    # reductions' buffers) joins the stream: nothing is left out, and the peaks are the real
+    # run's (a fresh process) within the targets, 2% allocated and 3% reserved.
+    ns = {}
+    exec(_CONV_STEP, ns)
+    r = alloctrace.predict(ns["make_step"], ns["make_inputs"], steps=3, out=tmp_path / "p.pickle", probe=True)
+    assert r["whatif"]["lower_bound"] is False
+    assert "kernel scratch measured on" in r["whatif"]["predicted"]
+    row = [x for x in r["whatif"]["rows"] if x["policy"] == "recorded"][0]
+    code = _CONV_STEP + textwrap.dedent("""
+        import json
+        step, args = make_step(), make_inputs()
+        for _ in range(3):
+            step(*args)
+        torch.cuda.synchronize()
+        print(json.dumps([torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()]))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    real_alloc, real_reserved = json.loads(out.strip().splitlines()[-1])
+    assert abs(row["peak_allocated_bytes"] / real_alloc - 1) <= 0.02, (row, real_alloc)
+    assert abs(row["peak_reserved_bytes"] / real_reserved - 1) <= 0.03, (row, real_reserved)
 
 
 def test_the_command_line_form(tmp_path):
