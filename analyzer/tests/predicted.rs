@@ -145,22 +145,21 @@ fn measured(model: &str, batch: &str) -> String {
 /// outcome at 0.9x, 1.0x and 1.1x the real peak reserved under five settings against the real
 /// outcome; the predicted largest batch against the real one.
 ///
-/// Every one of the four steps uses memory the prediction leaves out (cuDNN convolution or
-/// attention workspaces, fused-attention scratch), so every prediction is marked a lower bound:
-/// where its replay completes, `whatif` says "cannot tell", never "fits". What holds, and is
-/// asserted: allocated within 2% where met, else below the real peak and within MemTracker's
-/// error; reserved within 3% for GPT-2 and never above the real peak; the replay's outcome
-/// agrees with the real one in at least 95% of the runs, every disagreement being a replay that
-/// completes where the real run ran out (the lower bound), and every "does not fit" is right;
-/// the largest batch is exact for GPT-2 and an upper bound for the convolutional models.
+/// The snapshots were predicted on the H100 host, so every operator's kernel scratch (cuDNN
+/// workspaces, fused attention, reduction buffers) was measured there and nothing is left out:
+/// no prediction is a lower bound, and `whatif` says "fits". The issue's targets, asserted
+/// where met: allocated within 2% of the real peak on every row (and closer than MemTracker);
+/// reserved within 3%, except ResNet-18's, which is printed (the cause is where the CUDA driver
+/// places segments: `the_predicted_resnet_stream_is_the_real_runs_requests`); the outcome
+/// agrees with the real one in at least 95% of the runs, and every "does not fit" is right; the
+/// largest batch is never above the real one.
 #[test]
 fn will_it_fit_on_four_models_against_real_h100_runs() {
     // Peaks.
     println!(
-        "{:<13} {:>5} {:>13} {:>13} {:>7} {:>8} {:>13} {:>13} {:>7}  lower bound",
+        "{:<13} {:>5} {:>13} {:>13} {:>7} {:>8} {:>13} {:>13} {:>7}",
         "model", "batch", "pred alloc", "real alloc", "err", "MemTr.", "pred reserv", "real reserv", "err"
     );
-    let mut lower = std::collections::HashMap::new();
     let peaks = table("predicted/willitfit_peaks.tsv");
     assert_eq!(peaks.len(), 12, "four models, three batches each");
     for r in &peaks {
@@ -171,30 +170,22 @@ fn will_it_fit_on_four_models_against_real_h100_runs() {
         let pr = row["peak_reserved_bytes"].as_u64().unwrap() as f64;
         let (ra, rr, mt) = (num(r, "real_alloc"), num(r, "real_reserved"), num(r, "memtracker"));
         let (ea, er, em) = (100.0 * (pa - ra) / ra, 100.0 * (pr - rr) / rr, 100.0 * (mt - ra) / ra);
-        let lb = w["lower_bound"].as_bool().unwrap();
-        lower.insert(model.to_string(), lb);
-        println!(
-            "{model:<13} {batch:>5} {pa:>13} {ra:>13} {ea:>+6.2}% {em:>+7.2}% {pr:>13} {rr:>13} {er:>+6.2}%  {lb}"
-        );
-        // Each step uses memory left out of the prediction, and the prediction says so.
-        assert!(lb, "{model}: {}", w["predicted"]);
-        if ea.abs() > 2.0 {
-            // Not met (ViT at batch 16, -2.05%): below the real peak, and closer than MemTracker.
-            assert!(pa < ra && ea.abs() < em.abs(), "{model} batch {batch}: allocated {ea:+.2}%, MemTracker {em:+.2}%");
-        }
-        // MemTracker counts no allocator (no cuBLAS workspaces, no rounding): further off here.
+        println!("{model:<13} {batch:>5} {pa:>13} {ra:>13} {ea:>+6.2}% {em:>+7.2}% {pr:>13} {rr:>13} {er:>+6.2}%");
+        // Every operator's scratch was measured: nothing is left out, so no lower bound.
+        assert!(!w["lower_bound"].as_bool().unwrap(), "{model}: {}", w["predicted"]);
+        assert!(ea.abs() <= 2.0, "{model} batch {batch}: allocated {ea:+.2}%");
+        // MemTracker counts no allocator (no workspaces, no scratch, no rounding).
         assert!(ea.abs() < em.abs(), "{model} batch {batch}: {ea:+.2}% vs MemTracker {em:+.2}%");
-        if model == "gpt2_adamw" {
+        if model != "resnet18_sgd" {
             assert!(er.abs() <= 3.0, "{model} batch {batch}: reserved {er:+.2}%");
         }
-        // A lower bound: never above the real peak reserved.
-        assert!(pr <= rr, "{model} batch {batch}: predicted reserved {pr} above the real {rr}");
     }
 
     // Outcomes at limits.
     let outcomes = table("predicted/willitfit_outcomes.tsv");
     let mut replays = std::collections::HashMap::new();
-    let (mut agree, mut said_oom, mut said_oom_right, mut cannot_tell) = (0, 0, 0, 0);
+    let mut agree = 0;
+    let mut said: std::collections::BTreeMap<String, (u32, u32)> = Default::default();
     let mut per_model: std::collections::BTreeMap<String, (u32, u32)> = Default::default();
     for r in &outcomes {
         let (model, batch, limit) = (r["model"].as_str(), r["batch"].as_str(), r["limit"].as_str());
@@ -205,8 +196,20 @@ fn will_it_fit_on_four_models_against_real_h100_runs() {
         let row = w["rows"].as_array().unwrap().iter().find(|x| x["policy"] == policy).unwrap();
         let completes = row["reach"] == "completes";
         let real_completes = r["real"] == "completes";
-        let decision = row["decision"].as_str().unwrap();
-        assert_ne!(decision, "fits", "{model} {batch} at {limit} under {policy}: a lower bound is never said to fit");
+        // The recorded settings' row is what the others are compared with; its reach says.
+        let decision = match row["decision"].as_str().unwrap() {
+            "recorded" if completes => "fits".to_string(),
+            "recorded" => "does_not_fit".to_string(),
+            d => d.to_string(),
+        };
+        let right = match decision.as_str() {
+            "fits" => real_completes,
+            "cannot_tell" => true,
+            _ => !real_completes,
+        };
+        let s = said.entry(decision.clone()).or_default();
+        s.0 += 1;
+        s.1 += u32::from(right);
         let e = per_model.entry(model.to_string()).or_default();
         e.1 += 1;
         if completes == real_completes {
@@ -214,47 +217,78 @@ fn will_it_fit_on_four_models_against_real_h100_runs() {
             e.0 += 1;
         } else {
             println!(
-                "disagrees: {model} batch {batch} at {}x under {policy}: replay completes, real run ran out",
-                r["fraction"]
+                "disagrees: {model} batch {batch} at {}x under {policy}: replay {}, real run {} ({decision})",
+                r["fraction"],
+                if completes { "completes" } else { "runs out" },
+                if real_completes { "completed" } else { "ran out" },
             );
-            assert!(completes && !real_completes, "only the lower bound's direction: {model} {batch} {limit} {policy}");
-        }
-        if completes {
-            cannot_tell += 1;
-        } else {
-            said_oom += 1;
-            said_oom_right += u32::from(!real_completes);
         }
     }
     for (m, (a, n)) in &per_model {
         println!("outcomes {m:<13} {a}/{n} agree");
     }
     let n = outcomes.len();
-    println!(
-        "outcomes: {agree}/{n} agree ({:.1}%); 'does not fit' said {said_oom} times, right {said_oom_right}; \
-cannot tell {cannot_tell}",
-        100.0 * agree as f64 / n as f64
-    );
+    println!("outcomes: {agree}/{n} agree ({:.1}%)", 100.0 * agree as f64 / n as f64);
+    for (d, (k, right)) in &said {
+        println!("  said {d:<12} {k:>3} times, right {right}");
+    }
     assert_eq!(n, 180, "every model, batch, limit and setting");
     assert!(agree as f64 >= 0.95 * n as f64, "{agree}/{n}");
-    assert!(said_oom > 0 && said_oom_right == said_oom);
+    let (k, right) = said.get("does_not_fit").copied().unwrap_or_default();
+    assert!(k > 0 && right == k, "'does not fit' said {k} times, right {right}");
 
     // The largest batch.
     for r in table("predicted/willitfit_largest.tsv") {
         let (model, pred) = (r["model"].as_str(), num(&r, "pred_largest") as u64);
+        let real: u64 = r["real_largest"].parse().unwrap_or_else(|_| panic!("{model}: the real search finished"));
         println!(
-            "largest {model:<13} at {} bytes: predicted {}{pred}, real {} ({})",
+            "largest {model:<13} at {} bytes: predicted {pred}, real {real} ({:+}; {})",
             r["capacity"],
-            if r["upper_bound"] == "True" { "at most " } else { "" },
-            r["real_largest"],
+            pred as i64 - real as i64,
             r["real_probes"]
         );
-        assert_eq!(r["upper_bound"], "True", "{model}: {}", r["not_modelled"]);
-        let real: u64 = r["real_largest"].parse().unwrap_or_else(|_| panic!("{model}: the real search finished"));
-        // Never below the real largest (an upper bound); exact for GPT-2; at most 2 above.
-        assert!(pred >= real && pred <= real + 2, "{model}: predicted {pred}, real {real}");
-        if model == "gpt2_adamw" {
-            assert_eq!(pred, real);
-        }
+        assert_eq!(r["upper_bound"], "False", "{model}: {}", r["not_modelled"]);
+        assert!(pred <= real, "{model}: predicted {pred}, above the real {real}");
     }
+}
+
+/// ResNet-18 at batch 64, recorded for real on the H100 (`probe_check.py --record-model`), and
+/// predicted on CPU with the kernels' scratch probed: the two request streams are the same,
+/// request for request (sizes and order), so the prediction's reserved error there comes from
+/// the replay, not the stream. Replayed at the real run's segment addresses, the real stream
+/// ends at the real peak reserved; replayed on the engine's own device, which cannot know where
+/// the driver puts each segment, best-fit's ties between equal blocks break otherwise.
+#[test]
+fn the_predicted_resnet_stream_is_the_real_runs_requests() {
+    // Each request: Some(bytes) for an allocation, None for a free, in order.
+    let requests = |name: &str| -> Vec<Option<u64>> {
+        let imported = import_file(&fixture(name), &ImportOptions::default()).unwrap();
+        imported
+            .records
+            .iter()
+            .filter_map(|r| match &r.event {
+                Event::Alloc { requested_bytes, .. } => Some(Some(*requested_bytes)),
+                Event::FreeRequested { .. } => Some(None),
+                _ => None,
+            })
+            .collect()
+    };
+    let real = requests("predicted/measured/resnet18_sgd_b64.real.pickle");
+    let predicted = requests("predicted/measured/resnet18_sgd_b64.pickle");
+    // The prediction also frees what the process still holds when it ends.
+    assert!(predicted.len() > real.len());
+    assert_eq!(&predicted[..real.len()], &real[..], "the same requests in the same order");
+
+    let peak = |args: &[&str]| {
+        let w = json(&[&["whatif"], args, &["--json", "--no-search"]].concat());
+        let row = w["rows"].as_array().unwrap().iter().find(|r| r["policy"] == "recorded").unwrap().clone();
+        row["peak_reserved_bytes"].as_u64().unwrap()
+    };
+    let real_path = fixture("predicted/measured/resnet18_sgd_b64.real.pickle");
+    let real_peak = 2_808_086_528; // max_memory_reserved() of the recorded run (willitfit_peaks.tsv)
+    let replayed = json(&["replay", real_path.to_str().unwrap(), "--json"]);
+    assert_eq!(replayed["peak_reserved_bytes"].as_u64(), Some(real_peak), "{replayed}");
+    let own = peak(&[&measured("resnet18_sgd", "64")]);
+    println!("real {real_peak}, real stream at the real addresses {real_peak}, predicted stream {own}");
+    assert_ne!(own, real_peak);
 }
