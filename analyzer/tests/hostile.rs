@@ -17,9 +17,33 @@ fn tmp(name: &str) -> PathBuf {
 
 /// Runs alloctrace; returns its output and how long it took.
 fn run(args: &[&str]) -> (Output, Duration) {
+    run_env(args, &[])
+}
+
+/// Like [`run`], with environment variables set.
+fn run_env(args: &[&str], env: &[(&str, &str)]) -> (Output, Duration) {
     let start = Instant::now();
-    let o = Command::new(env!("CARGO_BIN_EXE_alloctrace")).args(args).output().expect("run alloctrace");
+    let o = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run alloctrace");
     (o, start.elapsed())
+}
+
+/// Reads past the bound on events per byte of a file, for the tests that pin what the engine,
+/// the analyses and the outputs cost on a whole compressible input (by default it is cut at 4
+/// events per byte and a chunk: `compressible_events_past_4_per_byte_are_cut_as_damage`).
+const UNCAPPED: &[(&str, &str)] = &[("ALLOCTRACE_MAX_EVENTS_PER_BYTE", "0")];
+
+/// [`expect`] on the whole input ([`UNCAPPED`]).
+fn expect_uncapped(args: &[&str], code: i32, needle: &str, secs: u64) -> Output {
+    let (o, took) = run_env(args, UNCAPPED);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?}: `{needle}` not in: {err}");
+    assert!(took < Duration::from_secs(secs), "{args:?} took {took:?}");
+    o
 }
 
 fn text(b: &[u8]) -> String {
@@ -296,7 +320,7 @@ fn outputs_past_their_bound_are_refused_with_exit_3() {
     // then exited 2 like a bad input. Now exit 3, the reason, and no file.
     let out = tmp("time100.pickle");
     let f = fixture("time100.atrace");
-    expect(
+    expect_uncapped(
         &["export", path(&f), "--format", "memory-viz", "-o", path(&out)],
         3,
         "the export would pass 268435456 bytes, the most an export writes; nothing was written",
@@ -307,7 +331,7 @@ fn outputs_past_their_bound_are_refused_with_exit_3() {
     // would have passed 16 MiB (56 MB). Blocks of one colour side by side are one rectangle
     // now: the report is written, its pictures small.
     let dir = tmp("live10-report");
-    expect(&["report", path(&fixture("live10.atrace")), "-o", path(&dir)], 0, "", 240);
+    expect_uncapped(&["report", path(&fixture("live10.atrace")), "-o", path(&dir)], 0, "", 240);
     for (file, most) in [("segments.svg", 1 << 20), ("report.html", 4 << 20)] {
         let bytes = std::fs::metadata(dir.join(file)).unwrap().len();
         assert!(bytes < most, "{file}: {bytes} bytes");
@@ -316,7 +340,7 @@ fn outputs_past_their_bound_are_refused_with_exit_3() {
     // moment lists 40,960 segments). Once report.md was written before the refusal; no file
     // of the report is.
     let dir = tmp("streams8-report");
-    let o = expect(
+    let o = expect_uncapped(
         &["report", path(&fixture("streams8.atrace")), "-o", path(&dir)],
         3,
         "streams8-report/summary.json would be ",
@@ -471,14 +495,34 @@ fn activation_sizes_whose_sum_wraps_are_no_panic() {
 
 #[test]
 fn never_freed_and_compressible_events_take_bounded_time_in_summary() {
-    // 655,360 allocations never freed (1.6 KB), and 6.5 M events in 12 KB.
+    // 655,360 allocations never freed (1.6 KB), and 6.5 M events in 12 KB, read whole.
     for (name, events) in [("live10.atrace", "655360"), ("time100.atrace", "6553600")] {
         let f = fixture(name);
-        let (o, took) = run(&["summary", path(&f)]);
+        let (o, took) = run_env(&["summary", path(&f)], UNCAPPED);
         assert_eq!(o.status.code(), Some(0), "{name}: {}", text(&o.stderr));
         assert!(text(&o.stdout).contains(&format!("events       {events} ")), "{}", text(&o.stdout));
         assert!(took < Duration::from_secs(60), "{name}: {took:?}");
     }
+}
+
+#[test]
+fn compressible_events_past_4_per_byte_are_cut_as_damage() {
+    // 6.5 M events in 12 KB made `report` run 10 s, and its 123 KB sibling 149 s: time grew with
+    // events, not bytes. A recording holds about one event per byte or fewer; past 4 per byte
+    // of the file and a chunk (65,536) the rest is damage, analyzed up to there (exit 3).
+    let f = fixture("time100.atrace");
+    let needle = "corrupt at byte 181: the chunk here would take the trace past 115032 events (4 per byte of its \
+12374-byte file, and a chunk)";
+    for cmd in ["summary", "replay", "explain", "leaks", "whatif", "frag"] {
+        let o = expect(&[cmd, path(&f)], 3, needle, 30);
+        assert!(text(&o.stderr).contains("analyzed the 65536 events before the damage"), "{}", text(&o.stderr));
+    }
+    // Another bound, and none.
+    let (o, _) = run_env(&["summary", path(&f)], &[("ALLOCTRACE_MAX_EVENTS_PER_BYTE", "100")]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(text(&o.stderr).contains("past 1302936 events (100 per byte"), "{}", text(&o.stderr));
+    let (o, _) = run_env(&["summary", path(&f)], UNCAPPED);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
 }
 
 #[test]

@@ -24,6 +24,39 @@ use std::sync::{Arc, Condvar, Mutex};
 /// cores decode.
 pub const RECORDS_IN_FLIGHT: u64 = 1 << 20;
 
+/// Most events a trace may decode to per byte of its file, besides one full chunk. A recording
+/// takes about a byte or more per event: 0.13 to 1.25 events per byte on every shipped trace,
+/// fixture, synthetic benchmark trace and predicted stream, and 1.6 for a snapshot of a tight
+/// loop of one allocation, one call site and a microsecond or two between events. But zstd
+/// compresses a chunk of identical events almost to nothing: 12 KB of them decoded to 6.5 M
+/// events and kept `report` busy for 10 s. Past the bound, the rest of the trace is treated as
+/// damage (analyzed up to there, exit 3), so time stays in proportion to the file's size.
+/// `ALLOCTRACE_MAX_EVENTS_PER_BYTE` sets another bound; 0 lifts it.
+pub const MAX_EVENTS_PER_BYTE: u64 = 4;
+
+/// The events a file of `bytes` may decode to ([`MAX_EVENTS_PER_BYTE`] per byte, and a chunk's
+/// worth however small the file), or None where the bound is lifted.
+pub fn events_allowed(bytes: u64) -> Option<u64> {
+    let per_byte = std::env::var("ALLOCTRACE_MAX_EVENTS_PER_BYTE")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(MAX_EVENTS_PER_BYTE);
+    (per_byte > 0).then(|| per_byte.saturating_mul(bytes).saturating_add(recorder::trace::CHUNK_EVENTS as u64))
+}
+
+/// The damage a trace that decodes past [`events_allowed`] ends with, at the chunk that passes.
+fn too_expanded(offset: u64, bytes: u64, allowed: u64) -> TraceEnd {
+    let per_byte = (allowed - recorder::trace::CHUNK_EVENTS as u64) / bytes.max(1);
+    TraceEnd::Corrupt {
+        offset,
+        reason: format!(
+            "the chunk here would take the trace past {allowed} events ({per_byte} per byte of its {bytes}-byte \
+file, and a chunk), far more than a recording holds (a decompression bomb?; ALLOCTRACE_MAX_EVENTS_PER_BYTE=0 \
+reads on)"
+        ),
+    }
+}
+
 /// Records (and chunks) handed to the decoders and not yet folded: the reader waits while the
 /// records pass [`RECORDS_IN_FLIGHT`], but two chunks are always let through, however large, so
 /// that one is decoded while the fold takes the other.
@@ -190,12 +223,17 @@ pub fn scan_chunks_from(
     let recycle_rx = Mutex::new(recycle_rx);
     let stop = AtomicBool::new(false);
     let in_flight = InFlight::default();
+    let allowed = events_allowed(total);
     let (events, end) = std::thread::scope(|s| {
         let reader_thread = s.spawn(|| {
             let (mut seq, mut first) = (0u64, 0u64);
             while !stop.load(Ordering::Relaxed) {
                 let Some(chunk) = reader.next_raw_chunk() else { break };
                 let next = first.saturating_add(chunk.count);
+                if let Some(allowed) = allowed.filter(|&a| next > a && !stop.load(Ordering::Relaxed)) {
+                    drop(work_tx);
+                    return too_expanded(chunk.offset, total, allowed);
+                }
                 if next <= from {
                     first = next;
                     continue;
