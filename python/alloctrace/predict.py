@@ -157,32 +157,49 @@ class _Probe:
         self.device = torch.cuda.get_device_name(torch.cuda.current_device())
 
     def wanted(self, func, args, kwargs):
-        """ATen operators with a tensor input: factories allocate only their outputs, and
-        other namespaces (collectives, custom extensions) are not run."""
+        """ATen operators with a tensor input, all of them strided: factories allocate only their
+        outputs; other namespaces (collectives, custom extensions), assertions and sampling
+        (which on zeros would stop the device with an assertion) are not run."""
         torch = self.torch
         if getattr(func, "namespace", None) != "aten" or func is torch.ops.aten._local_scalar_dense.default:
             return False
-        return any(isinstance(x, torch.Tensor) for x in torch.utils._pytree.tree_leaves((args, kwargs or {})))
+        name = str(func)
+        if "assert" in name or "multinomial" in name:
+            return False
+        tensors = [x for x in torch.utils._pytree.tree_leaves((args, kwargs or {})) if isinstance(x, torch.Tensor)]
+        return bool(tensors) and all(x.layout == torch.strided for x in tensors)
 
     def signature(self, func, args, kwargs):
+        """What makes two calls one probe: the operator, the arguments' structure, each tensor's
+        layout, dtype and device, which tensors share a storage, and every other argument but
+        floats (a learning rate changes each step, the memory does not)."""
         torch = self.torch
+        leaves, spec = torch.utils._pytree.tree_flatten((args, kwargs or {}))
+        storages = {}
 
         def one(x):
             if isinstance(x, torch.Tensor):
-                return ("T", tuple(x.shape), tuple(x.stride()), x.storage_offset(), str(x.dtype), x.device.type)
+                shared = storages.setdefault(x.untyped_storage()._cdata, len(storages))
+                return ("T", tuple(x.shape), tuple(x.stride()), x.storage_offset(), str(x.dtype), x.device.type,
+                        shared)
+            if isinstance(x, float):
+                return ("F",)
             return ("V", repr(x))
 
-        leaves = torch.utils._pytree.tree_leaves((args, kwargs or {}))
-        return (str(func),) + tuple(one(x) for x in leaves)
+        return (str(func), str(spec)) + tuple(one(x) for x in leaves)
 
     def scratch(self, func, args, kwargs, seen):
         """The scratch of this call; `seen` holds the signatures the run has called before."""
-        key = self.signature(func, args, kwargs)
+        try:
+            key = self.signature(func, args, kwargs)
+        except Exception:  # noqa: BLE001 -- a tensor without strides or storage: not modelled
+            return None
         if key not in self.cache:
             try:
                 self.cache[key] = self._measure(func, args, kwargs)
             except Exception:  # noqa: BLE001 -- the operator is then counted as not modelled
                 self.cache[key] = None
+                self.torch.cuda.empty_cache()
         got = self.cache[key]
         if got is None:
             return None
@@ -196,14 +213,19 @@ class _Probe:
         torch = self.torch
         from torch.utils._python_dispatch import _disable_current_modes
 
+        fake_type = torch._subclasses.fake_tensor.FakeTensor
+        bases = {}  # one zero-filled storage per fake storage, so that views share it as the fakes do
+
         def real(x, host=False):
-            if not isinstance(x, torch.Tensor):
+            if not isinstance(x, fake_type):
                 return x
             device = "cpu" if host or x.device.type == "meta" else x.device
-            nbytes = x.untyped_storage().nbytes()
-            base = torch.zeros(max(nbytes, 1), dtype=torch.uint8, device=device)
+            key = (x.untyped_storage()._cdata, str(device))
+            if key not in bases:
+                nbytes = x.untyped_storage().nbytes()
+                bases[key] = torch.zeros(max(nbytes, 1), dtype=torch.uint8, device=device).untyped_storage()
             t = torch.empty(0, dtype=x.dtype, device=device)
-            return t.set_(base.untyped_storage(), x.storage_offset(), tuple(x.shape), tuple(x.stride()))
+            return t.set_(bases[key], x.storage_offset(), tuple(x.shape), tuple(x.stride()))
 
         mem = torch.cuda.memory
         dev = torch.cuda.current_device()
@@ -237,6 +259,7 @@ class _Probe:
             first = recorded(rargs, rkwargs)
             later = recorded(rargs, rkwargs) if first else []
             del rargs, rkwargs
+            bases.clear()
             torch.cuda.empty_cache()
         return first, later
 
@@ -258,18 +281,30 @@ def _dense(sizes, strides):
 
 def _scratch_of(trace):
     """A probe's allocator history as ("alloc", n, size), ("free", n) and ("out", size); []
-    where nothing was allocated and freed within it."""
-    freed = {e["addr"] for e in trace if e["action"] == "free_requested"}
-    seq, ids = [], {}
-    for e in trace:
-        if e["action"] == "alloc" and e["addr"] in freed:
-            ids[e["addr"]] = len(ids)
-            seq.append(("alloc", ids[e["addr"]], e["size"]))
-        elif e["action"] == "alloc":
-            seq.append(("out", e["size"]))
-        elif e["action"] == "free_requested" and e["addr"] in ids:
-            seq.append(("free", ids.pop(e["addr"])))
-    return seq if any(ev[0] == "alloc" for ev in seq) else []
+    where nothing was allocated and freed within it. Each allocation is its own n (the allocator
+    may hand a freed block's address to the next request), and it is scratch only if its own
+    block is freed before the operator returns."""
+    allocs, open_at, freed_at = [], {}, {}
+    for pos, e in enumerate(trace):
+        if e["action"] == "alloc":
+            open_at[e["addr"]] = len(allocs)
+            allocs.append((pos, e["size"]))
+        elif e["action"] == "free_requested" and e["addr"] in open_at:
+            freed_at[pos] = open_at.pop(e["addr"])
+    scratch = set(freed_at.values())
+    if not scratch:
+        return []
+    seq, n = [], 0
+    for pos, e in enumerate(trace):
+        if e["action"] == "alloc":
+            if n in scratch:
+                seq.append(("alloc", n, e["size"]))
+            else:
+                seq.append(("out", e["size"]))
+            n += 1
+        elif pos in freed_at:
+            seq.append(("free", freed_at[pos]))
+    return seq
 
 
 class _Recorder:
@@ -426,7 +461,8 @@ class _Recorder:
         tensors = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
         on_device = [t for t in tensors if t.device.type == "cuda"]
         probing = bool(on_device and self.probe and self.probe.wanted(func, args, kwargs))
-        seq = self.probe.scratch(func, args, kwargs, self.probed_signatures) if probing else None
+        with self.lock:
+            seq = self.probe.scratch(func, args, kwargs, self.probed_signatures) if probing else None
         if on_device and func in self.unmodelled_ops:
             what = self.unmodelled_ops[func]
             if seq is None:
@@ -481,20 +517,26 @@ class _Recorder:
         input_buffer.cpp) in place, `old.add_(new)`, where grad mode is off and it holds the
         last reference to a dense `old`; but never for a tensor subclass, so under fake tensors
         it allocates `old + new` and drops `old`. Where the sum's request is the last one and
-        `old`'s storage is freed next, that free gives its storage to the sum instead."""
+        `old`'s storage is freed next, that free gives its storage to the sum instead. (A sum of
+        two temporaries in a backward formula, `a*b + c*d`, whose first dies at once, looks the
+        same from here and is taken for one too.)"""
         torch = self.torch
         if torch.is_grad_enabled() or kwargs or len(args) != 2:
             return
         old, new = args
-        if not (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and isinstance(out, torch.Tensor)):
+        if not all(isinstance(t, torch.Tensor) and t.layout == torch.strided for t in (old, new, out)):
             return
         if old.shape != out.shape or old.dtype != out.dtype or old.device != out.device:
             return
         if not _dense(old.shape, old.stride()):
             return
+        old_key = old.untyped_storage()._cdata
+        if old_key == new.untyped_storage()._cdata:  # one storage twice (x + x): not the last reference
+            return
         key = out.untyped_storage()._cdata
-        if key in self.live and self.entries and self.entries[-1]["addr"] == self.live[key][0]:
-            self.accumulating = (key, old.untyped_storage()._cdata, len(self.entries) - 1)
+        with self.lock:
+            if key in self.live and self.entries and self.entries[-1]["addr"] == self.live[key][0]:
+                self.accumulating = (key, old_key, len(self.entries) - 1)
 
     def output(self, st, where, opname):
         """An operator's output storage, from its birth to the last reference's going."""
@@ -727,7 +769,8 @@ def predict(make_step, *example_inputs, steps=3, capacity="80GiB", conf=None, ou
     `probe`: measure kernel scratch (cuDNN workspaces, fused attention) on the visible GPU; None
     does so where PyTorch sees a CUDA device, False never (those operators then make the
     prediction a lower bound), True requires a device. Only one operator's tensors are on the
-    device at a time.
+    device at a time; probing turns the allocator's memory history on and off, so a history the
+    process was recording is cleared.
     Raises PredictionError when the step cannot run under fake tensors.
     """
     capacity = _bytes(capacity)
