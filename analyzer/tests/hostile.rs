@@ -460,9 +460,16 @@ fn a_mark_of_32_mib_is_corrupt_at_its_chunk() {
 #[test]
 fn a_call_site_name_of_1_mib_is_corrupt_at_its_chunk() {
     // Was: `report` still drawing its pictures after 5 minutes.
+    // And `plot --kind whatif` on its empty prefix: it once reserved room for as many replays
+    // side by side as 1 GiB allows at no live allocation, a billion (abort, exit 134).
     let f = fixture("longcs1M.atrace");
     let dir = tmp("longcs-report");
-    for args in [vec!["summary", path(&f)], vec!["report", path(&f), "-o", path(&dir)]] {
+    let svg = tmp("longcs-whatif.svg");
+    for args in [
+        vec!["summary", path(&f)],
+        vec!["report", path(&f), "-o", path(&dir)],
+        vec!["plot", path(&f), "--kind", "whatif", "-o", path(&svg)],
+    ] {
         expect(
             &args,
             3,

@@ -1006,7 +1006,8 @@ fn run<S: Sink + ForwardEvents + Send>(
 /// run in turns of as many as fit, one read each, each turn's states let go before the next.
 #[track_caller]
 pub fn replay_many(trace: &Trace, runs: Vec<(ReplayOptions, Box<Observer<'_>>)>) -> Result<Vec<ReplayResult>> {
-    let at_once = concurrent_replays(trace);
+    // No more at once than there are runs: a trace with no live allocation allows any number.
+    let at_once = concurrent_replays(trace).min(runs.len().max(1));
     let mut results = Vec::with_capacity(runs.len());
     let mut runs = runs.into_iter().peekable();
     while runs.peek().is_some() {
