@@ -8,27 +8,22 @@ requests written into the stream, and the predicted peaks with and without probi
 real run's (a fresh process each)."""
 
 import json
+import os
 import subprocess
 import sys
 
 import torch
 
 
-def conv_step():
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 7, 2, 3), torch.nn.ReLU(), torch.nn.Conv2d(64, 128, 3, 1, 1),
-                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(128, 10)).cuda()
-    opt = torch.optim.SGD(net.parameters(), lr=0.1)
-
-    def step(x, y):
-        torch.nn.functional.cross_entropy(net(x), y).backward()
-        opt.step()
-        opt.zero_grad()
-
-    return step
+# The convolution step of the package's own GPU test, at batch 64 here.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+_CONV = {}
+exec(__import__("test_predict")._CONV_STEP, _CONV)
+conv_step = _CONV["make_step"]
 
 
 def conv_inputs():
-    return torch.randn(64, 3, 224, 224, device="cuda"), torch.zeros(64, dtype=torch.long, device="cuda")
+    return _CONV["make_inputs"](64)
 
 
 def attn_step():

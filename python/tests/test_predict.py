@@ -153,8 +153,8 @@ def make_step():
         opt.step()
         opt.zero_grad()
     return step
-def make_inputs():
-    return torch.randn(32, 3, 224, 224, device="cuda"), torch.zeros(32, dtype=torch.long, device="cuda")
+def make_inputs(batch=32):
+    return torch.randn(batch, 3, 224, 224, device="cuda"), torch.zeros(batch, dtype=torch.long, device="cuda")
 """
 
 
