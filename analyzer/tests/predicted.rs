@@ -152,7 +152,7 @@ fn measured(model: &str, batch: &str) -> String {
 /// reserved within 3%, except ResNet-18's, which is printed (the cause is where the CUDA driver
 /// places segments: `the_predicted_resnet_stream_is_the_real_runs_requests`); the outcome
 /// agrees with the real one in at least 95% of the runs, and every "does not fit" is right; the
-/// largest batch is never above the real one.
+/// largest batch past cuDNN's fallbacks is the real one or one below, never above.
 #[test]
 fn will_it_fit_on_four_models_against_real_h100_runs() {
     // Peaks.
@@ -237,18 +237,23 @@ fn will_it_fit_on_four_models_against_real_h100_runs() {
     let (k, right) = said.get("does_not_fit").copied().unwrap_or_default();
     assert!(k > 0 && right == k, "'does not fit' said {k} times, right {right}");
 
-    // The largest batch.
+    // The largest batch: the largest that completes, and the largest that completes once the
+    // cuDNN workspaces that fail at the capacity are left out (cuDNN then tries another plan).
     for r in table("predicted/willitfit_largest.tsv") {
         let (model, pred) = (r["model"].as_str(), num(&r, "pred_largest") as u64);
+        let past = num(&r, "pred_past_cudnn_fallback") as u64;
         let real: u64 = r["real_largest"].parse().unwrap_or_else(|_| panic!("{model}: the real search finished"));
         println!(
-            "largest {model:<13} at {} bytes: predicted {pred}, real {real} ({:+}; {})",
+            "largest {model:<13} at {} bytes: predicted {pred} ({:+}), {past} past cuDNN's fallbacks ({:+}), real {real} ({})",
             r["capacity"],
             pred as i64 - real as i64,
+            past as i64 - real as i64,
             r["real_probes"]
         );
         assert_eq!(r["upper_bound"], "False", "{model}: {}", r["not_modelled"]);
-        assert!(pred <= real, "{model}: predicted {pred}, above the real {real}");
+        assert!(pred <= past, "{model}: {pred} completes, so it completes past the fallbacks");
+        // The target, met by the second figure: the real largest or one below, never above.
+        assert!(past <= real && past + 1 >= real, "{model}: {past} past the fallbacks, real {real}");
     }
 }
 

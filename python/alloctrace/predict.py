@@ -881,6 +881,13 @@ def largest_batch(make_step, make_inputs, capacity="80GiB", lo=1, hi=1024, steps
     is at most that, never "fits" (the key "upper_bound" is then True). A batch at which the
     step cannot run under fake tensors raises PredictionError. Assumes that what fits at a
     batch fits at every smaller one. `probe` as in `predict`; one probe serves every batch.
+
+    Under the key "past_cudnn_fallback", the same per setting where a batch also counts when
+    its replay goes through once the cuDNN workspace requests that fail at the capacity are
+    left out (whatif's `scratch_failures_skipped`): PyTorch's cuDNN catches such a failure and
+    tries a plan with a smaller workspace, which the prediction does not hold. So the real
+    largest batch lies between the two figures where cuDNN's fallbacks need little memory;
+    the second is not said to fit.
     """
     import tempfile
 
@@ -888,6 +895,7 @@ def largest_batch(make_step, make_inputs, capacity="80GiB", lo=1, hi=1024, steps
 
     capacity = _bytes(capacity)
     probes = {}
+    past = {}  # batch -> {setting: goes through with the failing cuDNN workspaces left out}
     unmodelled = set()
     shared_probe = _probe_for(torch, probe) or False
     d = workdir or tempfile.mkdtemp(prefix="alloctrace-batch-")
@@ -904,29 +912,35 @@ def largest_batch(make_step, make_inputs, capacity="80GiB", lo=1, hi=1024, steps
                           "batch %d, " % batch + _describe(make_step, steps, rec))
             w = _whatif(path, capacity, conf, search=False)  # a probe needs the outcomes only
             probes[batch] = {r["policy"]: r["reach"] == "completes" for r in w["rows"]}
+            past[batch] = {r["policy"]: r["reach"] == "completes" or r.get("scratch_failures_skipped", 0) > 0
+                           for r in w["rows"]}
             if log:
                 log("batch %d: %s" % (batch, ", ".join("%s %s" % (k, "fits" if v else "does not fit")
                                                          for k, v in probes[batch].items())))
         return probes[batch]
 
-    settings = list(fits(lo).keys())
-    answer = {}
-    for s in settings:
-        if not fits(lo).get(s):
-            answer[s] = None
-            continue
-        good, bad = lo, hi + 1
-        if fits(hi).get(s):
-            answer[s] = hi
-            continue
-        bad = hi
+    def largest(s, ok):
+        """The largest batch in [lo, hi] at which `ok(batch)` holds for setting `s`, by bisection."""
+        if not ok(lo).get(s):
+            return None
+        if ok(hi).get(s):
+            return hi
+        good, bad = lo, hi
         while bad - good > 1:
             mid = (good + bad) // 2
-            if fits(mid).get(s):
+            if ok(mid).get(s):
                 good = mid
             else:
                 bad = mid
-        answer[s] = good
+        return good
+
+    def may_fit(batch):
+        fits(batch)
+        return past[batch]
+
+    settings = list(fits(lo).keys())
+    answer = {s: largest(s, fits) for s in settings}
+    answer["past_cudnn_fallback"] = {s: largest(s, may_fit) for s in settings}
     answer["probes"] = probes
     answer["not_modelled"] = sorted(unmodelled)
     answer["upper_bound"] = bool(unmodelled)
@@ -984,6 +998,7 @@ def main(argv=None):
                                 steps=a.steps, conf=a.conf, log=lambda s: print(s, file=sys.stderr),
                                 probe=False if a.no_probe else None)
             got.pop("probes")
+            fallback = got.pop("past_cudnn_fallback")
             missing, bound = got.pop("not_modelled"), got.pop("upper_bound")
             print("predicted largest batch at %s (fake tensors):" % a.capacity)
             for s, b in got.items():
@@ -991,6 +1006,9 @@ def main(argv=None):
                     said = "none fits (not even %d)" % a.batch
                 else:
                     said = "at most %d" % b if bound else str(b)
+                more = fallback.get(s)
+                if more is not None and b is not None and more > b:
+                    said += " (up to %d where cuDNN falls back to plans with smaller workspaces)" % more
                 print("  %-40s %s" % (s, said))
             if bound:
                 print("not modelled: %s; the demand predicted is a lower bound, so these batches are upper "

@@ -287,6 +287,7 @@ def predict_model(model, out_dir):
     print(json.dumps({"kind": "largest_pred", "model": model, "capacity": cap, "pred": got.get("recorded"),
                       "expandable": got.get("expandable_segments:True"), "upper_bound": got["upper_bound"],
                       "not_modelled": got["not_modelled"], "secs": round(time.time() - t, 1),
+                      "past_cudnn_fallback": got["past_cudnn_fallback"].get("recorded"),
                       "probes": sorted(got["probes"])}), flush=True)
 
 
@@ -338,7 +339,8 @@ def main(out_dir, deadline_s, budget_gib):
     logs = {name: open(os.path.join(out_dir, name), "w") for name in ("peaks.tsv", "outcomes.tsv", "largest.tsv")}
     logs["peaks.tsv"].write("model\tbatch\tpred_alloc\treal_alloc\tpred_reserved\treal_reserved\tmemtracker\tfake_s\n")
     logs["outcomes.tsv"].write("model\tbatch\treal_reserved\tfraction\tlimit\tsetting\treal\treal_peak_reserved\terr\n")
-    logs["largest.tsv"].write("model\tcapacity\tpred_largest\tupper_bound\treal_largest\treal_probes\tnot_modelled\n")
+    logs["largest.tsv"].write("model\tcapacity\tpred_largest\tupper_bound\treal_largest\treal_probes\tnot_modelled\t"
+                              "pred_past_cudnn_fallback\n")
 
     def log(name, line):
         with lock:
@@ -450,10 +452,10 @@ def main(out_dir, deadline_s, budget_gib):
                 else:
                     bad = mid
             done = bad - good <= 1 and None not in probes.values()
-            log("largest.tsv", "%s\t%d\t%d\t%s\t%s\t%s\t%s" % (
+            log("largest.tsv", "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s" % (
                 model, cap, lp["pred"], lp["upper_bound"], good if done else "unfinished",
                 ",".join("%d:%s" % (k, {True: "ok", False: "oom", None: "-"}[v]) for k, v in sorted(probes.items())),
-                "; ".join(lp["not_modelled"]) or "-"))
+                "; ".join(lp["not_modelled"]) or "-", lp.get("past_cudnn_fallback", "-")))
         for t in jobs:
             t.join()
 

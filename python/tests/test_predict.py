@@ -109,6 +109,8 @@ def test_largest_batch_bisects_each_setting(tmp_path):
     probes = got.pop("probes")
     # Nothing the step used is left out of the prediction: the answers are not bounds.
     assert got.pop("not_modelled") == [] and got.pop("upper_bound") is False
+    # No cuDNN workspace to fall back from: the second figure is the first.
+    assert got.pop("past_cudnn_fallback") == got
     assert "recorded" in got and "expandable_segments:True" in got
     for setting, best in got.items():
         assert best is not None and 1 <= best < 8192

@@ -65,8 +65,9 @@ pub struct PolicyRow {
     pub decision: crate::analysis::outcome::Decision,
     /// Where the replay could not tell because a scratch buffer (cuDNN's workspace) failed: the
     /// workspace requests that fail at the capacity when the replay goes on without them, which
-    /// PyTorch's cuDNN catches before trying a plan with a smaller workspace. The setting is then
-    /// worth trying where that replay serves every request (or gets past the recorded failure).
+    /// PyTorch's cuDNN catches before trying a plan with a smaller workspace; set where that
+    /// replay serves every request (or gets past the recorded failure). Such a setting is then
+    /// worth trying; the recorded settings' row keeps its decision.
     #[serde(skip_serializing_if = "crate::model::units::is_zero")]
     pub scratch_failures_skipped: u64,
     pub oom_event: Option<u64>,
@@ -519,7 +520,8 @@ fn finish<T>(
 /// each replayed again going on without such buffers ([`ReplayOptions::past_caught_scratch`]).
 /// Where that replay serves every request, or gets past the recorded failure, the setting is
 /// worth trying: the smaller workspaces cuDNN would fall back to are not in the trace, so it is
-/// never said to fit.
+/// never said to fit. The recorded settings' row keeps its decision and gets only the count
+/// (`scratch_failures_skipped`): what a largest-batch search reads as "may fit".
 fn past_caught_scratch(
     trace: &Trace,
     opts: &WhatifOptions,
@@ -528,7 +530,12 @@ fn past_caught_scratch(
 ) -> Result<()> {
     let given = opts.capacity.bytes.filter(|_| opts.capacity.source == crate::model::CapacitySource::Given);
     table.par_iter_mut().zip(list.par_iter()).try_for_each(|(row, (policy, config))| -> Result<()> {
-        if row.decision != crate::analysis::outcome::Decision::CannotTell || policy.is_recorded() {
+        let cannot_tell = if policy.is_recorded() {
+            row.reach == Reach::CannotTell
+        } else {
+            row.decision == crate::analysis::outcome::Decision::CannotTell
+        };
+        if !cannot_tell {
             return Ok(());
         }
         let o = ReplayOptions {
@@ -540,7 +547,9 @@ fn past_caught_scratch(
         };
         let r = crate::replay::replay(trace, &o)?;
         if r.scratch_failures_skipped > 0 && matches!(r.reach, Reach::Completes | Reach::GetsPastFailure) {
-            row.decision = crate::analysis::outcome::Decision::WorthTrying;
+            if !policy.is_recorded() {
+                row.decision = crate::analysis::outcome::Decision::WorthTrying;
+            }
             row.scratch_failures_skipped = r.scratch_failures_skipped;
         }
         Ok(())
