@@ -34,19 +34,19 @@ pub const RECORDS_IN_FLIGHT: u64 = 1 << 20;
 /// `ALLOCTRACE_MAX_EVENTS_PER_BYTE` sets another bound; 0 lifts it.
 pub const MAX_EVENTS_PER_BYTE: u64 = 4;
 
-/// The events a file of `bytes` may decode to ([`MAX_EVENTS_PER_BYTE`] per byte, and a chunk's
-/// worth however small the file), or None where the bound is lifted.
-pub fn events_allowed(bytes: u64) -> Option<u64> {
+/// The events a file of `bytes` may decode to: (events per byte, the most events), with a
+/// chunk's worth however small the file; None where the bound is lifted.
+pub fn events_allowed(bytes: u64) -> Option<(u64, u64)> {
     let per_byte = std::env::var("ALLOCTRACE_MAX_EVENTS_PER_BYTE")
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
         .unwrap_or(MAX_EVENTS_PER_BYTE);
-    (per_byte > 0).then(|| per_byte.saturating_mul(bytes).saturating_add(recorder::trace::CHUNK_EVENTS as u64))
+    (per_byte > 0)
+        .then(|| (per_byte, per_byte.saturating_mul(bytes).saturating_add(recorder::trace::CHUNK_EVENTS as u64)))
 }
 
 /// The damage a trace that decodes past [`events_allowed`] ends with, at the chunk that passes.
-fn too_expanded(offset: u64, bytes: u64, allowed: u64) -> TraceEnd {
-    let per_byte = (allowed - recorder::trace::CHUNK_EVENTS as u64) / bytes.max(1);
+fn too_expanded(offset: u64, bytes: u64, (per_byte, allowed): (u64, u64)) -> TraceEnd {
     TraceEnd::Corrupt {
         offset,
         reason: format!(
@@ -230,7 +230,7 @@ pub fn scan_chunks_from(
             while !stop.load(Ordering::Relaxed) {
                 let Some(chunk) = reader.next_raw_chunk() else { break };
                 let next = first.saturating_add(chunk.count);
-                if let Some(allowed) = allowed.filter(|&a| next > a && !stop.load(Ordering::Relaxed)) {
+                if let Some(allowed) = allowed.filter(|&(_, most)| next > most && !stop.load(Ordering::Relaxed)) {
                     drop(work_tx);
                     return too_expanded(chunk.offset, total, allowed);
                 }
