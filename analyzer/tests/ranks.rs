@@ -52,7 +52,7 @@ fn the_unequal_ddp_run_names_rank_1_and_the_sites_that_differ() {
     // Both ranks ran the same three iterations (record_function("iteration")).
     for r in ranks {
         assert_eq!(r["iterations"], 3, "{r}");
-        assert_eq!(r["iterations_from"], "annotation \"iteration START\"");
+        assert_eq!(r["iterations_from"], "the annotation \"iteration START\"");
         assert_eq!(r["ooms"], 0);
     }
     assert_eq!(v["aligned_on_iterations"], true);

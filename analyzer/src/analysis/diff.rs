@@ -77,7 +77,7 @@ struct SiteFigures {
 }
 
 fn sites(trace: &Trace) -> Result<SiteFigures> {
-    let mut f = LiveBySite::default();
+    let mut f = LiveBySite::new(&trace.facts.sites);
     let mut at_peak: Vec<u64> = Vec::new();
     let mut peak = 0u64;
     trace.scan(|_, r| {
@@ -89,12 +89,12 @@ fn sites(trace: &Trace) -> Result<SiteFigures> {
     })?;
     at_peak.resize(f.sites.len(), 0);
     let mut by_label = BTreeMap::new();
-    for (l, label) in f.sites.sites.into_iter().map(|s| s.label).enumerate() {
+    for (l, site) in f.sites.sites.iter().enumerate() {
         if f.allocations.get(l).is_some_and(|&n| n > 0) {
-            by_label.insert(label, (at_peak[l], f.allocations[l]));
+            by_label.insert(site.label.clone(), (at_peak[l], f.allocations[l]));
         }
     }
-    Ok(SiteFigures { by_label, has_callsites: f.has_callsites })
+    Ok(SiteFigures { by_label, has_callsites: f.sites.any_defined() })
 }
 
 /// One trace's side: its call sites' figures (a fold) and its replay, side by side where two

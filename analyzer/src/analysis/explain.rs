@@ -204,24 +204,18 @@ pub fn explain(trace: &Trace) -> Result<ExplainReport> {
 fn request_context(trace: &Trace, event: u64) -> Result<Option<String>> {
     use recorder::trace::MarkKind;
     let (mut iteration, mut phase, mut site) = (None, None, None);
-    let mut sites: HashMap<u32, String> = HashMap::new();
+    let sites = &trace.facts.sites;
     trace.scan(|i, r| {
         if i > event {
             return;
         }
         match &r.event {
-            Event::CallSite { id, frames } => {
-                // A predicted call site is one frame with no line: the module or autograd node,
-                // and the operator.
-                let label = match frames.as_slice() {
-                    [f] if f.line == 0 => format!("{} ({})", f.file, f.function),
-                    _ => crate::model::sites::site_of(frames).label,
-                };
-                sites.insert(*id, label);
-            }
             Event::Mark { kind: MarkKind::Iteration, text } => iteration = Some(text.clone()),
             Event::Mark { kind: MarkKind::Phase, text } => phase = Some(text.clone()),
-            Event::Alloc { callsite, .. } if i == event => site = sites.get(callsite).cloned(),
+            // A predicted call site is the module or autograd node, and the operator.
+            Event::Alloc { callsite, .. } if i == event => {
+                site = Some(sites.of(*callsite)).filter(|&s| s != 0).map(|s| sites.label(s).to_string())
+            }
             _ => {}
         }
     })?;
@@ -230,7 +224,7 @@ fn request_context(trace: &Trace, event: u64) -> Result<Option<String>> {
 }
 
 pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainReport> {
-    let first_iteration = first_iteration(trace)?;
+    let first_iteration = first_iteration(trace);
     let search = searches(trace, opts);
     let capacity = trace.default_capacity();
     // The layout is copied once, at the moment: the replay under the recorded settings takes
@@ -338,8 +332,8 @@ fn reusable(w: Option<&Whatif>, capacity: Option<u64>, search: bool) -> Option<&
 
 /// Where the first iteration starts (marks or a repeated annotation): blocks made before it and
 /// still live are the model's weights and buffers, never advised to be freed.
-pub fn first_iteration(trace: &Trace) -> Result<Option<u64>> {
-    Ok(crate::analysis::outcome::iteration_bounds(trace, u64::MAX)?.and_then(|(_, b)| b.first().copied()))
+pub fn first_iteration(trace: &Trace) -> Option<u64> {
+    trace.facts.iterations.iterations().and_then(|it| it.starts.first().copied())
 }
 
 /// What `explain` watches in the replay under the recorded settings and capacity: the OOM (the
@@ -352,7 +346,6 @@ pub struct ExplainWatch {
     /// The recorded OOM that ended the run (those the program caught are replayed past).
     fatal_recorded: Option<u64>,
     peak_at: Option<u64>,
-    sites: Sites,
     /// Live trace ids -> call site id, and those made before the first iteration.
     callsite_of: crate::model::ids::CallsiteOf,
     early: crate::model::ids::IdSet,
@@ -374,7 +367,6 @@ impl ExplainWatch {
             first_iteration,
             fatal_recorded: trace.facts.fatal_oom().map(|o| o.event),
             peak_at,
-            sites: Sites::default(),
             callsite_of: Default::default(),
             early: Default::default(),
             at_oom: None,
@@ -414,7 +406,6 @@ impl ExplainWatch {
 
     pub fn observe(&mut self, trace: &Trace, i: u64, r: &Record, view: &dyn EngineView, live: &LiveMap) {
         match &r.event {
-            Event::CallSite { id, frames } => self.sites.define(*id, frames),
             Event::Alloc { id, callsite, .. } => {
                 self.callsite_of.alloc(*id, *callsite);
                 if self.first_iteration.is_some_and(|f| i < f) {
@@ -433,7 +424,7 @@ impl ExplainWatch {
         self.ooms_seen = view.stats().num_ooms;
         let caught = matches!(r.event, Event::Oom { .. }) && trace.facts.survived(i);
         if self.at_oom.is_none() && ((failed_here && !caught) || self.fatal_recorded == Some(i)) {
-            self.at_oom = Some(self.capture(i, r, view, live));
+            self.at_oom = Some(self.capture(&trace.facts.sites, i, r, view, live));
         }
         let reserved = view.stats().reserved_bytes.all.current;
         if self.at_oom.is_none() && reserved > self.peak_reserved {
@@ -441,15 +432,15 @@ impl ExplainWatch {
             self.peak_event = Some(i);
         }
         if self.peak_at == Some(i) {
-            self.at_peak = Some(self.capture(i, r, view, live));
+            self.at_peak = Some(self.capture(&trace.facts.sites, i, r, view, live));
         }
     }
 
-    fn capture(&self, i: u64, r: &Record, view: &dyn EngineView, live: &LiveMap) -> Capture {
-        let site = |id: &u64| self.sites.of(self.callsite_of.get(*id));
+    fn capture(&self, sites: &Sites, i: u64, r: &Record, view: &dyn EngineView, live: &LiveMap) -> Capture {
+        let site = |id: &u64| sites.of(self.callsite_of.get(*id));
         let mut from_before_iterations: HashMap<String, u64> = HashMap::new();
         for id in live.keys().filter(|id| self.early.contains(id)) {
-            *from_before_iterations.entry(self.sites.sites[site(id)].label.clone()).or_default() += 1;
+            *from_before_iterations.entry(sites.label(site(id)).to_string()).or_default() += 1;
         }
         Capture {
             from_before_iterations,
@@ -528,10 +519,8 @@ pub fn explain_prelude(
     let recorded_ooms = trace.facts.recorded_ooms.clone();
     let mem_info = trace.facts.mem_info; // the last DeviceMemInfo before the first recorded OOM
     let at_oom = first.at_oom;
-    let (sites, at_peak) = match second {
-        Some(s) => (s.sites, s.at_peak),
-        None => (first.sites, None),
-    };
+    let at_peak = second.and_then(|s| s.at_peak);
+    let sites = &trace.facts.sites;
     let is_oom = at_oom.is_some();
     let cap = at_oom.or(at_peak).unwrap_or(Capture {
         event: 0,
@@ -573,7 +562,7 @@ pub fn explain_prelude(
         },
     };
 
-    let mut retention = leaks::retention(&cap.held, &sites);
+    let mut retention = leaks::retention(&cap.held, sites);
     retention.sites.sort_by(|a, b| b.block_bytes.cmp(&a.block_bytes).then(a.site.cmp(&b.site)));
     let top_sites: Vec<SitePin> = retention.sites.iter().take(10).cloned().collect();
     // Growth with the verdict (and the reordering experiment where it is fragmentation) and

@@ -153,24 +153,23 @@ pub struct LeaksOptions {
 }
 
 /// What the first pass collects.
-struct Pass1 {
-    sites: Sites,
+struct Pass1<'a> {
+    /// The trace's call sites ([`crate::model::Facts::sites`]).
+    sites: &'a Sites,
     /// id -> (site, requested, event, time)
     live: crate::model::ids::IdMap<(usize, u64, u64, u64)>,
     /// (event index, call site, requested bytes) per allocation, capped.
     signatures: Vec<(u64, u32, u64)>,
-    iterations: IterationFold,
     events: u64,
     last_time_ns: u64,
     damage: Option<Damage>,
 }
 
-fn pass1(trace: &Trace) -> Result<Pass1> {
+fn pass1(trace: &Trace) -> Result<Pass1<'_>> {
     let mut p = Pass1 {
-        sites: Sites::default(),
+        sites: &trace.facts.sites,
         live: Default::default(),
         signatures: Vec::new(),
-        iterations: IterationFold::default(),
         events: 0,
         last_time_ns: 0,
         damage: None,
@@ -178,7 +177,6 @@ fn pass1(trace: &Trace) -> Result<Pass1> {
     let scanned = trace.scan(|i, r| {
         p.last_time_ns = r.time_ns;
         match &r.event {
-            Event::CallSite { id, frames } => p.sites.define(*id, frames),
             Event::Alloc { id, requested_bytes, callsite, .. } => {
                 p.live.insert(*id, (p.sites.of(*callsite), *requested_bytes, i, r.time_ns));
                 if p.signatures.len() < MAX_SIGNATURES {
@@ -188,8 +186,9 @@ fn pass1(trace: &Trace) -> Result<Pass1> {
             Event::FreeCompleted { id, .. } => {
                 p.live.remove(id);
             }
-            Event::Mark { .. } => p.iterations.observe(i, &r.event),
             Event::FreeRequested { .. }
+            | Event::Mark { .. }
+            | Event::CallSite { .. }
             | Event::SegmentAlloc { .. }
             | Event::SegmentFree { .. }
             | Event::SegmentMap { .. }
@@ -288,19 +287,21 @@ pub fn outer_loop<T: PartialEq>(sig: &[T], period: usize) -> Option<Vec<usize>> 
 }
 
 /// Picks the iteration boundaries (event indices) and says where they came from.
-fn boundaries(p: &Pass1) -> (Option<(String, Vec<u64>)>, Option<String>) {
-    // Marks or a repeated annotation: the one rule of every analysis.
-    match p.iterations.iterations() {
+fn boundaries(iterations: &IterationFold, p: &Pass1) -> (Option<(String, Vec<u64>)>, Option<String>) {
+    // Marks or a repeated annotation: the one rule of every analysis, folded when the trace was read.
+    match iterations.iterations() {
         Some(Iterations { source: IterationSource::Marks, starts }) if starts.len() < 3 => {
             return (None, Some(format!("{} iteration marks: too few to measure growth (at least 3)", starts.len())));
         }
         Some(Iterations { source: IterationSource::Marks, starts }) => {
-            return (Some(("iteration marks".into(), starts)), None);
+            return (Some((IterationSource::Marks.to_string(), starts)), None);
         }
-        Some(Iterations { source: IterationSource::Annotation(text), starts }) => {
-            return (Some((format!("the annotation \"{text}\", which repeats {} times", starts.len()), starts)), None);
+        // Fewer than three from annotations: the period of the request stream (below).
+        Some(Iterations { source: IterationSource::Annotation(text), starts }) if starts.len() >= 3 => {
+            let source = IterationSource::Annotation(text);
+            return (Some((format!("{source}, which repeats {} times", starts.len()), starts)), None);
         }
-        None => {}
+        Some(_) | None => {}
     }
     let sig: Vec<(u32, u64)> = p.signatures.iter().map(|&(_, c, b)| (c, b)).collect();
     match detect_period(&sig) {
@@ -434,15 +435,7 @@ pub struct Held {
     pub site_of_block: HashMap<u64, usize>,
 }
 
-/// Replays under the recorded settings and captures the layout after `at` (or at the end, or at
-/// the replay's OOM).
-pub fn held_at(trace: &Trace, sites: &Sites, at: Option<u64>, events: u64) -> Result<Held> {
-    let mut watch = HeldWatch::new(at, events);
-    replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, live| watch.observe(trace, i, r, view, live))?;
-    watch.finish(trace, sites)
-}
-
-/// What [`held_at`] watches in the replay under the recorded settings: the layout and the live
+/// What `leaks` watches in the replay under the recorded settings: the layout and the live
 /// blocks' call sites after `at` (without one: at the OOM the program did not survive, else at
 /// the end).
 pub struct HeldWatch {
@@ -488,7 +481,8 @@ impl HeldWatch {
     }
 
     /// The layout taken, its blocks named by `sites` (the trace's sites).
-    pub fn finish(self, trace: &Trace, sites: &Sites) -> Result<Held> {
+    pub fn finish(self, trace: &Trace) -> Result<Held> {
+        let sites = &trace.facts.sites;
         match self.held {
             Some((event, segments, blocks)) => Ok(Held {
                 event,
@@ -683,7 +677,7 @@ fn live_by_site(p: &Pass1) -> Vec<SiteLive> {
 /// The growth analysis alone (two streaming passes, no replay): used by `explain`.
 pub fn growth_only(trace: &Trace) -> Result<(Option<Growth>, Option<String>)> {
     let p = pass1(trace)?;
-    match boundaries(&p) {
+    match boundaries(&trace.facts.iterations, &p) {
         (Some((source, b)), _) => Ok((Some(growth(trace, &p, source, b)?), None)),
         (None, note) => Ok((None, note)),
     }
@@ -732,13 +726,12 @@ pub struct LeaksFolds {
     live_at_end: Vec<SiteLive>,
     growth: Option<Growth>,
     growth_note: Option<String>,
-    sites: Sites,
     damage: Option<Damage>,
 }
 
 pub fn fold(trace: &Trace) -> Result<LeaksFolds> {
     let p = pass1(trace)?;
-    let (growth, growth_note) = match boundaries(&p) {
+    let (growth, growth_note) = match boundaries(&trace.facts.iterations, &p) {
         (Some((source, b)), _) => (Some(self::growth(trace, &p, source, b)?), None),
         (None, note) => (None, note),
     };
@@ -750,13 +743,12 @@ pub fn fold(trace: &Trace) -> Result<LeaksFolds> {
         growth,
         growth_note,
         damage: p.damage.clone(),
-        sites: p.sites,
     })
 }
 
 /// The report from the folds and the retention watch of a replay.
 pub fn finish(trace: &Trace, f: LeaksFolds, watched: HeldWatch) -> Result<LeaksReport> {
-    let held = watched.finish(trace, &f.sites)?;
+    let held = watched.finish(trace)?;
     Ok(LeaksReport {
         trace: trace.path.display().to_string(),
         events: f.events,
@@ -765,7 +757,7 @@ pub fn finish(trace: &Trace, f: LeaksFolds, watched: HeldWatch) -> Result<LeaksR
         live_at_end: f.live_at_end,
         growth: f.growth,
         growth_note: f.growth_note,
-        retention: retention(&held, &f.sites),
+        retention: retention(&held, &trace.facts.sites),
         input_damage: f.damage,
     })
 }

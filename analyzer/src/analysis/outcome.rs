@@ -18,7 +18,7 @@ use crate::model::{CapacitySource, Policy, Trace};
 use crate::replay::{replay, ReplayOptions};
 use anyhow::Result;
 use recorder::engine::config::AllocatorConfig;
-use recorder::trace::{Event, MarkKind, Record, ReleaseCause};
+use recorder::trace::{Event, Record, ReleaseCause};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -166,42 +166,6 @@ iterations from {iterations_from}; {whole_iterations} whole before the failure) 
             }
         }
     }
-}
-
-/// Iteration boundaries (event indices) before `before`, and where they came from: iteration
-/// marks, else the annotation that repeats most often (PyTorch's `Optimizer.zero_grad` ...).
-/// Never single allocations.
-pub fn iteration_bounds(trace: &Trace, before: u64) -> Result<Option<(String, Vec<u64>)>> {
-    // Marks and annotations are `mark` records: a trace without any is not read.
-    if trace.summary.count("mark") == 0 {
-        return Ok(None);
-    }
-    let mut marks = Vec::new();
-    let mut annotations: HashMap<String, Vec<u64>> = HashMap::new();
-    trace.scan(|i, r| {
-        if i >= before {
-            return;
-        }
-        match &r.event {
-            Event::Mark { kind: MarkKind::Iteration, .. } => marks.push(i),
-            Event::Mark { kind: MarkKind::Annotation | MarkKind::Phase, text } => {
-                if let Some(v) = annotations.get_mut(text) {
-                    v.push(i);
-                } else if annotations.len() < 4096 {
-                    annotations.insert(text.clone(), vec![i]);
-                }
-            }
-            _ => {}
-        }
-    })?;
-    if marks.len() >= 2 {
-        return Ok(Some(("iteration marks".into(), marks)));
-    }
-    let best = annotations
-        .into_iter()
-        .filter(|(_, at)| at.len() >= 2)
-        .max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.1[0].cmp(&a.1[0])));
-    Ok(best.map(|(text, at)| (format!("the annotation \"{text}\""), at)))
 }
 
 /// The request stream up to `end`, then `[first, end)` repeated `repeats` times (see the module
@@ -384,9 +348,12 @@ pub fn predict(
         return Ok(None);
     };
     let cannot = |reason: &str| Ok(Some(JobPrediction::CannotTell { reason: reason.into() }));
-    let Some((from, bounds)) = iteration_bounds(trace, fatal)? else {
+    let Some(crate::model::iterations::Iterations { source, starts: bounds }) =
+        trace.facts.iterations.iterations_before(fatal)
+    else {
         return cannot("no iteration marks and no repeated annotation before the failure");
     };
+    let from = source.to_string();
     if bounds.len() < 2 {
         return cannot("no whole iteration precedes the failure");
     }

@@ -18,8 +18,7 @@
 //!   `k + f` is the fraction `f` (by events) of the way through iteration `k`; `[0, 1)` is what
 //!   came before the first iteration.
 
-use crate::model::iterations::{IterationFold, IterationSource, Iterations};
-use crate::model::sites::Sites;
+use crate::model::iterations::{IterationFold, Iterations};
 use crate::model::Trace;
 use crate::source::summary::Peak;
 use anyhow::Result;
@@ -97,7 +96,7 @@ pub struct RankRow {
     /// Segment frees and unmaps.
     pub device_frees: u64,
     pub iterations: usize,
-    /// What the iterations were taken from: `iteration marks`, `annotation "TEXT"`, or `none`.
+    /// What the iterations were taken from: `iteration marks`, `the annotation "TEXT"`, or `none`.
     pub iterations_from: String,
     /// Live bytes by category at the peak of allocated bytes ([`crate::analysis::category`]); `null` when
     /// the trace gives no phases.
@@ -153,8 +152,7 @@ struct RankData {
 /// ([`crate::model::iterations`]).
 fn anchors(fold: &IterationFold) -> (Vec<u64>, String) {
     match fold.iterations() {
-        Some(Iterations { source: IterationSource::Marks, starts }) => (starts, "iteration marks".into()),
-        Some(Iterations { source: IterationSource::Annotation(t), starts }) => (starts, format!("annotation \"{t}\"")),
+        Some(Iterations { source, starts }) => (starts, source.to_string()),
         None => (Vec::new(), "none".into()),
     }
 }
@@ -180,9 +178,7 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
     let mut frag = 0.0;
     let mut block_sizes = false;
     let (mut device_allocs, mut device_frees, mut ooms) = (0u64, 0u64, 0u64);
-    let mut iterations = IterationFold::default();
     trace.scan(|i, r| {
-        iterations.observe(i, &r.event);
         match &r.event {
             Event::Alloc { id, requested_bytes, block_bytes, callsite, .. } => {
                 block_sizes |= *block_bytes > 0;
@@ -222,9 +218,9 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
             runs[slot].1 = runs[slot].1.max(allocated);
         }
     })?;
-    let (anchor_events, iterations_from) = anchors(&iterations);
+    let (anchor_events, iterations_from) = anchors(&trace.facts.iterations);
     // Pass 2: live bytes per call site at the peak of allocated bytes.
-    let mut sites = Sites::default();
+    let sites = &trace.facts.sites;
     let mut live_sites: crate::model::ids::IdMap<(u64, usize)> = Default::default();
     trace.scan_chunks(|first, chunk| {
         for (k, r) in chunk.iter().enumerate() {
@@ -232,7 +228,6 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
                 return std::ops::ControlFlow::Break(());
             }
             match &r.event {
-                Event::CallSite { id, frames } => sites.define(*id, frames),
                 Event::Alloc { id, requested_bytes, block_bytes, callsite, .. } => {
                     let b = if *block_bytes > 0 { *block_bytes } else { rounded(*requested_bytes) };
                     live_sites.insert(*id, (b, sites.of(*callsite)));

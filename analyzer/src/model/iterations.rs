@@ -2,21 +2,32 @@
 //! alignment of ranks), from what the trace marks.
 //!
 //! 1. `iteration` marks (`alloctrace.mark_iteration()`), when there are at least two.
-//! 2. Else an annotation that repeats at least [`MIN_REPEATS`] times (a `record_function` range
-//!    of PyTorch's, a phase the recorder's hook marks), trailing `#N` step numbers ignored
-//!    (`ProfilerStep#3`). Names that say "iteration" come first: one containing `iteration`, then
-//!    `ProfilerStep`, then PyTorch's `Optimizer.zero_grad#...` and `Optimizer.step#...` and the
-//!    hook's `optimizer step` phase (each run once per `optimizer.step()`); a range's `START`
-//!    before its end; then the annotation that comes first in the trace, then the one that
-//!    repeats more (the most frequent is not the iteration: a phase marked twice a step, as
-//!    `forward` is when DDP's first bucket rebuild splits it, would double the count).
-//! 3. Else none here; `leaks` then looks for the period of the request stream.
+//! 2. Else a repeated annotation (a `record_function` range of PyTorch's, a phase the recorder's
+//!    hook marks), trailing `#N` step numbers ignored (`ProfilerStep#3`). Names that say
+//!    "iteration" come first: one containing `iteration`, then `ProfilerStep`, then PyTorch's
+//!    `Optimizer.zero_grad#...` and `Optimizer.step#...` and the hook's `optimizer step` phase
+//!    (each run once per `optimizer.step()`); these count from two repeats (a snapshot taken at
+//!    an OOM in the second step holds two). Any other annotation counts from [`MIN_REPEATS`].
+//!    Then a range's `START` before its end; then the annotation that comes first in the trace,
+//!    then the one that repeats more (the most frequent is not the iteration: a phase marked
+//!    twice a step, as `forward` is when DDP's first bucket rebuild splits it, would double the
+//!    count).
+//! 3. Else none.
+//!
+//! The trace's fold ([`crate::model::Facts::iterations`]) sees every mark once, when the trace
+//! is read; [`IterationFold::iterations_before`] applies the rule to the marks before an event
+//! (the whole-job prediction's, up to the OOM that ended the job). `leaks` needs three
+//! iterations to measure growth: with fewer from annotations it looks for the period of the
+//! request stream.
 
 use recorder::trace::{Event, MarkKind};
 use std::collections::BTreeMap;
 
-/// An annotation is taken for an iteration boundary when it repeats at least this many times.
+/// An annotation is taken for an iteration boundary when it repeats at least this many times;
+/// a name that says it is run once an iteration ([`IterationFold::iterations_before`]), from
+/// [`MIN_NAMED_REPEATS`].
 pub const MIN_REPEATS: usize = 3;
+pub const MIN_NAMED_REPEATS: usize = 2;
 /// Distinct annotation names kept (a trace of unique names would otherwise keep them all).
 const MAX_NAMES: usize = 4096;
 
@@ -26,6 +37,16 @@ pub enum IterationSource {
     Marks,
     /// The (normalized) annotation.
     Annotation(String),
+}
+
+impl std::fmt::Display for IterationSource {
+    /// How every command names where the iterations came from.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IterationSource::Marks => write!(f, "iteration marks"),
+            IterationSource::Annotation(t) => write!(f, "the annotation \"{t}\""),
+        }
+    }
 }
 
 /// The iterations of a trace: the event index at which each starts.
@@ -60,8 +81,16 @@ impl IterationFold {
 
     /// The iterations, by the rule of the module documentation.
     pub fn iterations(&self) -> Option<Iterations> {
-        if self.marks.len() >= 2 {
-            return Some(Iterations { source: IterationSource::Marks, starts: self.marks.clone() });
+        self.iterations_before(u64::MAX)
+    }
+
+    /// The iterations of the trace's records before event `before` (those up to an OOM that
+    /// ended the job), by the same rule: as if the fold had seen only those records.
+    pub fn iterations_before(&self, before: u64) -> Option<Iterations> {
+        let cut = |v: &[u64]| -> Vec<u64> { v[..v.partition_point(|&i| i < before)].to_vec() };
+        let marks = cut(&self.marks);
+        if marks.len() >= 2 {
+            return Some(Iterations { source: IterationSource::Marks, starts: marks });
         }
         let preferred = |t: &str| {
             let l = t.to_ascii_lowercase();
@@ -77,12 +106,18 @@ impl IterationFold {
                 4
             }
         };
+        let annotations: Vec<(&String, Vec<u64>)> = self
+            .annotations
+            .iter()
+            .map(|(t, v)| (t, cut(v)))
+            .filter(|(t, v)| v.len() >= if preferred(t) < 4 { MIN_NAMED_REPEATS } else { MIN_REPEATS })
+            .collect();
         let repeated = |start_only: bool| {
-            self.annotations
+            annotations
                 .iter()
-                .filter(|(t, v)| v.len() >= MIN_REPEATS && (!start_only || t.ends_with(" START")))
+                .filter(|(t, _)| !start_only || t.ends_with(" START"))
                 .min_by_key(|(t, v)| (preferred(t), v[0], std::cmp::Reverse(v.len()), (*t).clone()))
-                .map(|(t, v)| Iterations { source: IterationSource::Annotation(t.clone()), starts: v.clone() })
+                .map(|(t, v)| Iterations { source: IterationSource::Annotation((*t).clone()), starts: v.clone() })
         };
         repeated(true).or_else(|| repeated(false))
     }

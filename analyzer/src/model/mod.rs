@@ -265,6 +265,12 @@ pub struct Facts {
     /// Index of the last request of any kind, served or failed (an OOM before it was caught: the
     /// program went on and asked again).
     pub last_request: Option<u64>,
+    /// The trace's iteration and annotation marks: its iterations, by the one rule of
+    /// [`iterations`] (`iterations.iterations()`).
+    pub iterations: iterations::IterationFold,
+    /// The trace's call sites, named by the one rule and interned once ([`sites`]): every
+    /// analysis names an allocation's site `sites.label(sites.of(callsite))`.
+    pub sites: sites::Sites,
 }
 
 /// Whether a trace whose last request is `last_request` went on after the recorded OOM at
@@ -304,6 +310,11 @@ impl FactsFold {
     #[inline]
     fn record(&mut self, i: u64, r: &Record) {
         let p = &mut self.facts;
+        match &r.event {
+            Event::Mark { .. } => p.iterations.observe(i, &r.event),
+            Event::CallSite { id, frames } => p.sites.define(*id, frames),
+            _ => {}
+        }
         match r.event {
             Event::Alloc { .. } => {
                 p.last_alloc = Some(i);

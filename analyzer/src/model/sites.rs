@@ -1,4 +1,5 @@
-//! Call sites: the one naming rule and the one interner.
+//! Call sites: the one naming rule and the one interner, filled once when a trace is read
+//! ([`crate::model::Facts::sites`]); every analysis takes its names from there.
 //!
 //! A call site is named as memory_viz shows a stack: by the innermost frame in *model code*, with
 //! the user's own line beside it where the two differ. Model code is any frame that is neither
@@ -97,9 +98,16 @@ fn short_file(file: &str) -> &str {
         .unwrap_or(file)
 }
 
-/// One frame as a label names it: `transformers/activations.py:56 (forward)`.
+/// One frame as a label names it: `transformers/activations.py:56 (forward)`. A frame without a
+/// line (0) is named without one: a predicted trace's call site is the module and the operator,
+/// `layer1.0.conv1 (aten.convolution.default)`; a frame with no file either, `(forward)`.
 fn frame_text(file: &str, line: u32, function: &str) -> String {
-    format!("{}:{line} ({function})", short_file(file))
+    let file = short_file(file);
+    match (file.is_empty(), line) {
+        (true, 0) => format!("({function})"),
+        (false, 0) => format!("{file} ({function})"),
+        _ => format!("{file}:{line} ({function})"),
+    }
 }
 
 pub fn site_of(frames: &[Frame]) -> Site {
@@ -119,6 +127,8 @@ pub struct Sites {
     pub sites: Vec<Site>,
     by_callsite: HashMap<u32, usize>,
     by_label: HashMap<String, usize>,
+    /// Whether the trace defined any call site (even one with no frames).
+    defined: bool,
 }
 
 impl Default for Sites {
@@ -128,6 +138,7 @@ impl Default for Sites {
             by_label: HashMap::from([(unknown.label.clone(), 0)]),
             sites: vec![unknown],
             by_callsite: HashMap::new(),
+            defined: false,
         }
     }
 }
@@ -135,6 +146,7 @@ impl Default for Sites {
 impl Sites {
     /// Interns the call site `callsite` (an `Event::CallSite`); [`Sites::of`] gives its index.
     pub fn define(&mut self, callsite: u32, frames: &[Frame]) {
+        self.defined = true;
         let site = site_of(frames);
         let n = self.sites.len();
         let idx = *self.by_label.entry(site.label.clone()).or_insert(n);
@@ -155,6 +167,10 @@ impl Sites {
     pub fn is_empty(&self) -> bool {
         self.sites.is_empty()
     }
+    /// Whether the trace defined any call site.
+    pub fn any_defined(&self) -> bool {
+        self.defined
+    }
     /// The name of site `idx`.
     pub fn label(&self, idx: usize) -> &str {
         &self.sites[idx].label
@@ -163,10 +179,10 @@ impl Sites {
 
 /// Live requested bytes per call site, folded over a trace's records in order: the fold that
 /// `plot`'s live bytes by call site and `diff`'s per-site figures share. Vectors are indexed
-/// by site ([`Sites::of`]).
-#[derive(Debug, Default)]
-pub struct LiveBySite {
-    pub sites: Sites,
+/// by site ([`Sites::of`]) of the trace's sites ([`crate::model::Facts::sites`]).
+#[derive(Debug)]
+pub struct LiveBySite<'a> {
+    pub sites: &'a Sites,
     /// Each live allocation's site and requested bytes.
     live: crate::model::ids::IdMap<(usize, u64)>,
     /// Live requested bytes now.
@@ -177,21 +193,25 @@ pub struct LiveBySite {
     pub allocations: Vec<u64>,
     /// Live requested bytes now, over every site.
     pub total: u64,
-    /// Whether the trace named any call site.
-    pub has_callsites: bool,
 }
 
-impl LiveBySite {
+impl<'a> LiveBySite<'a> {
+    pub fn new(sites: &'a Sites) -> Self {
+        let n = sites.len();
+        LiveBySite {
+            sites,
+            live: Default::default(),
+            current: vec![0; n],
+            most: vec![0; n],
+            allocations: vec![0; n],
+            total: 0,
+        }
+    }
+
     /// Takes one record's event.
     pub fn observe(&mut self, e: &Event) {
         match e {
-            Event::CallSite { id, frames } => {
-                self.has_callsites = true;
-                self.sites.define(*id, frames);
-                self.grow();
-            }
             Event::Alloc { id, requested_bytes, callsite, .. } => {
-                self.grow();
                 let l = self.sites.of(*callsite);
                 self.live.insert(*id, (l, *requested_bytes));
                 self.current[l] = self.current[l].saturating_add(*requested_bytes);
@@ -206,15 +226,6 @@ impl LiveBySite {
                 }
             }
             _ => {}
-        }
-    }
-
-    fn grow(&mut self) {
-        let n = self.sites.len();
-        if self.current.len() < n {
-            self.current.resize(n, 0);
-            self.most.resize(n, 0);
-            self.allocations.resize(n, 0);
         }
     }
 }
@@ -270,6 +281,19 @@ mod tests {
         assert_eq!(site_of(&frames).label, "model.py:20 (forward)");
         // Only the recorder's frame: no call site.
         assert_eq!(site_of(&frames[..1]).label, "(no call site recorded)");
+    }
+
+    /// A frame without a line is named without one: a predicted trace's module and operator,
+    /// autograd's node (PyTorch's backward thread has no Python stack), a frame with no file.
+    /// `explain` named a predicted request's site without the line, and the table of sites
+    /// with `:0`, in one document.
+    #[test]
+    fn frames_without_a_line_are_named_without_one() {
+        let predicted = [frame("layer1.0.conv1", 0, "aten.convolution.default")];
+        assert_eq!(site_of(&predicted).label, "layer1.0.conv1 (aten.convolution.default)");
+        assert_eq!(site_of(&[frame("<autograd>", 0, "MmBackward0")]).label, "<autograd> (MmBackward0)");
+        assert_eq!(site_of(&[frame("", 0, "forward")]).label, "(forward)");
+        assert_eq!(site_of(&[frame("model.py", 0, "forward")]).frame_label(), "model.py (forward)");
     }
 
     #[test]

@@ -205,7 +205,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     // analysis watching it (the what-if table's row under the recorded settings), beside the
     // other what-if replays; then one replay up to the moments those found, to take the layout
     // there; then the interpreters. Each analysis keeps the same watch as its own command.
-    let first_iteration = crate::analysis::explain::first_iteration(trace)?;
+    let first_iteration = crate::analysis::explain::first_iteration(trace);
     let leaks_opts = LeaksOptions::default();
     // The moment of `frag` is the OOM where the run has one, else the peak: a watch made for
     // the OOM serves both, and the run's outcome picks one.

@@ -11,8 +11,11 @@
 //!   request rounded as the allocator rounds it, and `otherData` says so.
 //! - **Instant events** on the `events` thread: every OOM, cache release and mark (phases and
 //!   annotations).
-//! - **Slices** on the `iterations` thread: one per iteration mark, from it to the next one (the
-//!   last one to the end of the trace).
+//! - **Slices** on the `iterations` thread: one per iteration, by the rule every analysis uses
+//!   ([`crate::model::iterations`]: iteration marks, else a repeated annotation such as PyTorch's
+//!   `Optimizer.zero_grad`), from its start to the next one (the last one to the end of the
+//!   trace). An iteration mark is named by its text; the others `iteration N (annotation "...")`.
+//!   Marks that start no iteration are instants.
 //!
 //! Counters are downsampled per time bucket with the fold of [`crate::analysis::timeline`]: each bucket
 //! keeps per track its first, lowest, highest and last value where they happened, so every
@@ -20,6 +23,7 @@
 //! (at most 4 counter events per bucket and track).
 
 use crate::analysis::timeline::{Mode, Timeline};
+use crate::model::iterations::IterationSource;
 use crate::model::units::fmt_bytes;
 use crate::model::Trace;
 use anyhow::Result;
@@ -130,8 +134,21 @@ pub fn export(trace: &Trace, out: &mut dyn Write, opts: &PerfettoOptions) -> Res
         Some(streams.len() - 1)
     };
 
-    let scanned = trace.scan(|_, r| {
+    // Where each iteration starts (event indices, ascending), by the one rule.
+    let found = trace.facts.iterations.iterations();
+    let starts: &[u64] = found.as_ref().map_or(&[], |it| &it.starts);
+    let by_marks = found.as_ref().is_some_and(|it| it.source == IterationSource::Marks);
+    let mut next_start = 0usize;
+    let scanned = trace.scan(|i, r| {
         let t = r.time_ns;
+        let starts_iteration = starts.get(next_start) == Some(&i);
+        if starts_iteration {
+            next_start += 1;
+            if !by_marks {
+                let source = found.as_ref().map(|it| it.source.to_string()).unwrap_or_default();
+                iterations.push((t, format!("iteration {next_start} ({source})")));
+            }
+        }
         last_t = last_t.max(t);
         // (stream, series, +bytes or -bytes)
         let mut change = |stream: u64, deltas: &[(usize, i128)], streams: &mut Vec<Track>| {
@@ -206,8 +223,11 @@ pub fn export(trace: &Trace, out: &mut dyn Write, opts: &PerfettoOptions) -> Res
                     "args": { "cause": cause.as_str(), "bytes": bytes, "segments": segments },
                 }));
             }
-            // An iteration mark starts a slice (which shows where it is); other marks are instants.
-            Event::Mark { kind: MarkKind::Iteration, text } => iterations.push((t, text.clone())),
+            // An iteration mark that starts an iteration starts a slice (which shows where it is);
+            // other marks are instants.
+            Event::Mark { kind: MarkKind::Iteration, text } if starts_iteration && by_marks => {
+                iterations.push((t, if text.is_empty() { format!("iteration {next_start}") } else { text.clone() }))
+            }
             Event::Mark { kind, text } => {
                 instants.push(json!({
                     "name": text, "cat": kind.as_str(), "ph": "i", "s": "t", "ts": ts_us(t),

@@ -329,10 +329,10 @@ pub struct StackedData {
 /// [`TOP_CALLSITES`] of them (and the rest as "other").
 pub fn stacked_data(trace: &Trace, x: XAxis, columns: usize) -> Result<StackedData> {
     // Pass 1: sites, and each site's peak of live requested bytes.
-    let mut fold = crate::model::sites::LiveBySite::default();
+    let mut fold = crate::model::sites::LiveBySite::new(&trace.facts.sites);
     trace.scan(|_, r| fold.observe(&r.event))?;
-    let crate::model::sites::LiveBySite { sites, most: mut max, has_callsites, .. } = fold;
-    max.resize(sites.len(), 0);
+    let crate::model::sites::LiveBySite { sites, most: max, .. } = fold;
+    let has_callsites = sites.any_defined();
     let labels: Vec<&str> = sites.sites.iter().map(|s| s.label.as_str()).collect();
     let mut order: Vec<usize> = (0..labels.len()).filter(|&l| max[l] > 0).collect();
     order.sort_by(|&a, &b| max[b].cmp(&max[a]).then_with(|| labels[a].cmp(labels[b])));
