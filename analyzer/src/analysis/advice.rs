@@ -146,7 +146,15 @@ pub fn settings_at_oom(
             peak_reserved_bytes: r.peak_reserved_bytes,
             predicted_needs_bytes: p.and_then(|p| p.needs_bytes),
             predicted_to_fit: p.map(|p| p.fits),
-            text: if r.scratch_failures_skipped > 0 {
+            text: if r.fits_by_placement {
+                format!(
+                    "the whole job, replayed under it at {cap_text}, completes (peak reserved {}), yet fails at larger \
+limits up to {}: where its blocks land decides it, which depends on where the CUDA driver places segments, and the \
+trace tells that only for the recorded settings",
+                    b(r.peak_reserved_bytes),
+                    r.min_capacity_bytes.map(b).unwrap_or_default()
+                )
+            } else if r.scratch_failures_skipped > 0 {
                 format!(
                     "its replay at {cap_text} goes through when the {} cuDNN workspace request(s) that fail there are \
 left out: PyTorch's cuDNN catches such a failure and tries a plan with a smaller workspace, which the trace does not \

@@ -451,10 +451,18 @@ least the job needs, so no setting is predicted to fit{}",
                     &|| ahead,
                     &|| (),
                 )?
-                .map(|m| m.0)
             };
-            let needs = needs.map(|n| n.max(past_from.get(k).copied().flatten().unwrap_or(0)));
-            Ok(Some(PolicyPrediction { policy: policy.clone(), fits: fits && note.is_none(), needs_bytes: needs }))
+            // Completing at the capacity while the search failed at a limit at least as large is
+            // completing by where the blocks land
+            // ([`crate::analysis::whatif::PolicyRow::fits_by_placement`]): not a fit.
+            let by_placement =
+                needs.zip(capacity).is_some_and(|((least, resolution), c)| least.saturating_sub(resolution) >= c);
+            let needs = needs.map(|(n, _)| n.max(past_from.get(k).copied().flatten().unwrap_or(0)));
+            Ok(Some(PolicyPrediction {
+                policy: policy.clone(),
+                fits: fits && note.is_none() && !by_placement,
+                needs_bytes: needs,
+            }))
         })
         .collect::<Result<_>>()?;
     for k in 0..out.len() {

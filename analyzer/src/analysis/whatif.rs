@@ -70,6 +70,15 @@ pub struct PolicyRow {
     /// worth trying; the recorded settings' row keeps its decision.
     #[serde(skip_serializing_if = "crate::model::units::is_zero")]
     pub scratch_failures_skipped: u64,
+    /// The whole job's replay completes at the capacity, yet the capacity search found it failing
+    /// at a limit at least as large (its smallest capacity, less its resolution, is at or above
+    /// the capacity). A run that completes at
+    /// one limit and fails at a larger one completes by where its blocks land, which depends on
+    /// where the CUDA driver places segments: the trace tells that only for the settings it was
+    /// recorded under. Such a setting is worth trying, not advised (on a timm ViT under AMP, one
+    /// such "fit" ran out of memory in real PyTorch, and none of the others did).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fits_by_placement: bool,
     pub oom_event: Option<u64>,
     pub peak_reserved_bytes: u64,
     pub peak_allocated_bytes: u64,
@@ -177,23 +186,28 @@ fn row_of(
     trace: &Trace,
     policy: &Policy,
     r: &ReplayResult,
-    min_capacity: Option<u64>,
-    resolution: Option<u64>,
+    (min_capacity, resolution): (Option<u64>, Option<u64>),
+    capacity: Option<u64>,
 ) -> PolicyRow {
+    use crate::analysis::outcome::Decision;
+    let decision = match Decision::of(policy, Reach::of(trace, r)) {
+        // A predicted stream that leaves out what its note names is a lower bound: completing
+        // at the capacity does not say the step fits.
+        Decision::Fits if trace.predicted_lower_bound() => Decision::CannotTell,
+        d => d,
+    };
+    // The search failed at a limit at or above the capacity: its answer less its resolution (the
+    // gap to the last limit that failed) is no smaller than the capacity.
+    let fits_by_placement = decision == Decision::Fits
+        && min_capacity.zip(capacity).is_some_and(|(least, cap)| least.saturating_sub(resolution.unwrap_or(0)) >= cap);
     PolicyRow {
         policy: policy.clone(),
         alloc_conf: r.alloc_conf.clone(),
         outcome: r.outcome_kind(),
         reach: Reach::of(trace, r),
-        // A predicted stream that leaves out what its note names is a lower bound: completing
-        // at the capacity does not say the step fits.
-        decision: match crate::analysis::outcome::Decision::of(policy, Reach::of(trace, r)) {
-            crate::analysis::outcome::Decision::Fits if trace.predicted_lower_bound() => {
-                crate::analysis::outcome::Decision::CannotTell
-            }
-            d => d,
-        },
+        decision: if fits_by_placement { Decision::WorthTrying } else { decision },
         scratch_failures_skipped: 0,
+        fits_by_placement,
         oom_event: match r.outcome {
             crate::replay::Outcome::Oom { event, .. } => Some(event),
             crate::replay::Outcome::Ok => None,
@@ -412,7 +426,7 @@ fn whatif_inner<T: Send>(
     let mut rows: Vec<Option<(PolicyRow, Option<T>, ReplayResult)>> = (0..list.len()).map(|_| None).collect();
     for (sts, r, min) in done {
         for (m, st) in sts {
-            let mut row = row_of(trace, &list[m].0, &r, min.map(|m| m.0), min.map(|m| m.1));
+            let mut row = row_of(trace, &list[m].0, &r, (min.map(|m| m.0), min.map(|m| m.1)), opts.capacity.bytes);
             let mut r = r.clone();
             if let Some(k) = same_as[m] {
                 // The figures are the group's run; the setting is the row's own.
@@ -441,6 +455,25 @@ impl Whatif {
             Some(name) => self.rows.iter().position(|r| r.policy.name() == name.as_str()).unwrap_or(k),
             None => k,
         }
+    }
+
+    /// One sentence per setting whose whole job completes at the capacity by where its blocks
+    /// land ([`PolicyRow::fits_by_placement`]): every output says it in these words.
+    pub fn placement_notes(&self) -> Vec<String> {
+        let cap = self.capacity_bytes.map(crate::model::units::fmt_bytes).unwrap_or_default();
+        self.rows
+            .iter()
+            .filter(|r| r.fits_by_placement)
+            .map(|r| {
+                format!(
+                    "{}: the whole job completes at {cap}, yet fails at larger limits (it completes from {}): where its \
+blocks land decides it, and that depends on where the CUDA driver places segments, which this trace tells only for the \
+recorded settings. Worth trying, not advised; a trace recorded under it would tell.",
+                    r.policy.name(),
+                    r.min_capacity_bytes.map(crate::model::units::fmt_bytes).unwrap_or_default()
+                )
+            })
+            .collect()
     }
 
     /// One sentence per row that other rows are the same run as ([`PolicyRow::same_as`]): which

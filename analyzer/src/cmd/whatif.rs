@@ -104,13 +104,14 @@ failed (the rest of the job is not in the trace); min capacity = smallest limit 
     writeln!(
         out,
         "decision: fits = the whole job is in the trace and completes (advised where the recorded settings fail); \
-worth trying = gets past the failure, the rest of the job not in the trace."
+worth trying = gets past the failure, the rest of the job not in the trace, or completes here only by where its \
+blocks land (said below)."
     )?;
     writeln!(
         out,
         "a limit above the min capacity can still fail: other limits mean other segments and other pieces; replay the exact limit to check it."
     )?;
-    for note in w.same_run_notes() {
+    for note in w.placement_notes().into_iter().chain(w.same_run_notes()) {
         writeln!(out, "{}", crate::model::wrap::indented(&note, "", "  "))?;
     }
     if let Some(res) = w.rows.iter().filter_map(|r| r.min_capacity_resolution_bytes).max().filter(|&r| r > (2 << 20)) {

@@ -1087,7 +1087,7 @@ impl Report {
                 .collect(),
             rows,
         ));
-        for note in w.same_run_notes() {
+        for note in w.placement_notes().into_iter().chain(w.same_run_notes()) {
             d.push(Block::Para(prose(&note)));
         }
         d.push(Block::Para(format!(
