@@ -317,7 +317,7 @@ fn iterations_have_one_rule() {
 /// The whole-job prediction takes its iterations by the same rule as `ranks`, `leaks` and the
 /// Perfetto export. It had a rule of its own (the most frequent annotation, from two repeats),
 /// which took a phase marked twice a step for the iteration where `ranks` took the optimizer
-/// step. Checked on the OOM snapshots taken at the failure of third-party jobs
+/// step. Checked on the OOM snapshots taken at the failure of the six third-party jobs
 /// (`tests/fixtures/doctor`), where the trace ends at the failure and the two see the same marks.
 #[test]
 fn the_whole_job_prediction_takes_the_iterations_of_every_command() {
@@ -355,7 +355,11 @@ fn the_whole_job_prediction_takes_the_iterations_of_every_command() {
     }
     // Each third-party job has snapshots predicted from its iterations.
     let jobs: Vec<&str> = checked.keys().map(|k| k.as_str()).collect();
-    assert_eq!(jobs, ["hf_trainer", "stream_pipeline", "tv_resnet_varbatch", "unet_varres"], "{checked:?}");
+    assert_eq!(
+        jobs,
+        ["hf_trainer", "lightning_resnet", "stream_pipeline", "timm_vit_amp", "tv_resnet_varbatch", "unet_varres"],
+        "{checked:?}"
+    );
 }
 
 #[test]

@@ -1,6 +1,7 @@
 """Third-party training jobs for the OOM doctor's truth table: code paths we did not write
 (Hugging Face `Trainer`, torchvision models, a UNet of torchvision blocks, a `record_stream`
-prefetcher as apex's examples have it), each a few seconds on an H100.
+prefetcher as apex's examples have it, timm's ViT under AMP, a Lightning `Trainer`), each a few
+seconds on an H100.
 
 Usage: python3 doctor_jobs.py JOB OUT_STEM [--limit-bytes=N] [--snapshot]
 
@@ -199,7 +200,55 @@ def stream_pipeline():
         x, y = pf.next()
 
 
-JOBS = ["hf_trainer", "tv_resnet_varbatch", "unet_varres", "stream_pipeline"]
+def timm_vit_amp():
+    """timm's ViT-S/16 (random init, nothing downloaded) on 224 x 224 images, batch 64, under
+    autocast (float16) with a GradScaler, AdamW, 8 steps."""
+    import timm
+
+    m = timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=1000).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    scaler = torch.amp.GradScaler("cuda")
+    g = torch.Generator(device=dev).manual_seed(7)
+    for _ in range(8):
+        x = torch.randn(64, 3, 224, 224, device=dev, generator=g)
+        y = torch.randint(0, 1000, (64,), device=dev, generator=g)
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = F.cross_entropy(m(x), y)
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+
+
+def lightning_resnet():
+    """A Lightning `Trainer` (lightning 2.x) fitting a LightningModule around torchvision's
+    ResNet-34 (random init) on 128 x 128 images, batch 96, Adam, 8 steps; no logger, no
+    checkpoints, no progress bar. The loop, the optimizer step and the device moves are
+    Lightning's."""
+    import lightning.pytorch as pl
+    import torchvision
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Classifier(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torchvision.models.resnet34(weights=None)
+
+        def training_step(self, batch, _):
+            x, y = batch
+            return F.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+    g = torch.Generator().manual_seed(8)
+    data = TensorDataset(torch.randn(8 * 96, 3, 128, 128, generator=g), torch.randint(0, 1000, (8 * 96,), generator=g))
+    trainer = pl.Trainer(accelerator="gpu", devices=1, max_steps=8, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    trainer.fit(Classifier(), DataLoader(data, batch_size=96, num_workers=0))
+
+
+JOBS = ["hf_trainer", "tv_resnet_varbatch", "unet_varres", "stream_pipeline", "timm_vit_amp", "lightning_resnet"]
 
 
 def main():

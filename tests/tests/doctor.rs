@@ -1,7 +1,8 @@
 //! The OOM doctor against real PyTorch, on jobs we did not write (`tests/fixtures/doctor/`, made
 //! on an H100 by `scripts/gpu/doctor_truth.sh`; see the README there): a Hugging Face `Trainer`,
-//! torchvision ResNet-50 with a varying batch, a UNet at varying resolution, and ResNet-18 fed by
-//! a `record_stream` prefetcher, each run for real at limits around its peak under six settings.
+//! torchvision ResNet-50 with a varying batch, a UNet at varying resolution, ResNet-18 fed by
+//! a `record_stream` prefetcher, timm's ViT under AMP and a Lightning `Trainer`, each run for
+//! real at limits around its peak under six settings.
 //!
 //! For every limit where the default run ran out of memory, `explain` is asked twice, as a user
 //! would ask it:
@@ -193,7 +194,9 @@ fn the_doctor_on_third_party_jobs_holds_in_real_pytorch() {
         let recorded = dir().join(format!("{job}.{limit}.atrace"));
         let t = Trace::open(&recorded).unwrap();
         assert_eq!(t.header.capacity_bytes, *limit, "{job}: the limit is the recorded capacity");
-        let r = explain_with(&t, &quick).unwrap();
+        // As a user runs it: with each setting's smallest capacity searched, which tells a whole
+        // job that completes at the limit only by where its blocks land (it fails at larger limits).
+        let r = explain_with(&t, &ExplainOptions::default()).unwrap();
         past.add(&format!("{job} at {limit} (recorded past the limit)"), &r, &completed, &mut wrong);
     }
     println!("{}", snap.line("from snapshots at the OOM"));
@@ -223,4 +226,45 @@ fn the_doctor_on_third_party_jobs_holds_in_real_pytorch() {
     assert!(worst <= 0.03, "a whole-job figure is {:.1}% from PyTorch's", 100.0 * worst);
     assert_eq!(past.found, past.fixable, "recall from traces recorded past the limit (target 100%)");
     assert!(snap.found * 10 >= snap.fixable * 9, "recall from snapshots: {}/{} (target 90%)", snap.found, snap.fixable);
+}
+
+/// The one setting advised on these jobs that ran out of memory in PyTorch: `max_split_size_mb:128`
+/// for the timm ViT at 2828009472 bytes. The replay of the default run's whole job completes
+/// there, yet the capacity search finds the setting failing at larger limits: explain names it
+/// worth trying, not advised, and says why. The real run under that setting, snapshot at its
+/// OOM (`placement/`, made by `PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128 python3
+/// scripts/gpu/doctor_jobs.py timm_vit_amp STEM --limit-bytes=2828009472 --snapshot`), replays
+/// to that OOM with its own segment addresses: the requests are the same, the placement is not.
+#[test]
+fn a_fit_that_holds_only_by_placement_is_worth_trying() {
+    let limit = 2_828_009_472u64;
+    let t = Trace::open(&dir().join(format!("timm_vit_amp.{limit}.atrace"))).unwrap();
+    let r = explain_with(&t, &ExplainOptions::default()).unwrap();
+    let split = "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128";
+    assert!(r.advice.iter().all(|a| a.setting.as_deref() != Some(split)), "{:?}", r.advice);
+    let w = r.worth_trying.iter().find(|w| w.setting == split).expect("named worth trying");
+    assert!(w.text.contains("fails at larger limits"), "{}", w.text);
+    // Advised instead: expandable segments, which completed in PyTorch at this limit.
+    let real = truth();
+    let advised: Vec<&str> = r.advice.iter().filter_map(|a| a.setting.as_deref()).collect();
+    assert_eq!(advised, ["PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"]);
+    let row = |setting: &str| {
+        real.iter().find(|x| x.job == "timm_vit_amp" && x.limit == Some(limit) && x.setting == setting).unwrap()
+    };
+    assert!(row("expandable_segments:True").ok && !row("max_split_size_mb:128").ok);
+    // The real run under the setting, replayed with its own addresses: its OOM, as PyTorch had it.
+    let snap = dir().join(format!("placement/timm_vit_amp.{limit}.split128.pickle"));
+    let t = open(&snap, &RunFacts { capacity_bytes: Some(limit), ..Default::default() }).unwrap();
+    let fatal = t.facts.fatal_oom().map(|o| o.event).expect("the snapshot ends in its OOM");
+    let rr = replay(&t, &ReplayOptions::default()).unwrap();
+    match rr.outcome {
+        analyzer::replay::Outcome::Oom { event, .. } => assert_eq!(event, fatal),
+        analyzer::replay::Outcome::Ok => panic!("the real run's own replay completes"),
+    }
+    let stats: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir().join(format!("placement/timm_vit_amp.{limit}.split128.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(rr.num_alloc_retries, stats["stats"]["num_alloc_retries"].as_u64().unwrap());
+    assert_eq!(rr.peak_reserved_bytes, row("max_split_size_mb:128").peak_reserved);
 }
