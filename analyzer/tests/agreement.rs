@@ -310,10 +310,6 @@ fn iterations_have_one_rule() {
     }
 }
 
-/// A capacity the user gives (`--capacity`) is one decision, stored once beside the trace's
-/// header (which stays as recorded): every command replays under it and says it was given, at
-/// the same bytes; the outcome and the failed request agree; the plot and `summary` keep the
-/// recorded facts.
 /// The whole-job prediction takes its iterations by the same rule as `ranks`, `leaks` and the
 /// Perfetto export. It had a rule of its own (the most frequent annotation, from two repeats),
 /// which took a phase marked twice a step for the iteration where `ranks` took the optimizer
@@ -362,6 +358,10 @@ fn the_whole_job_prediction_takes_the_iterations_of_every_command() {
     );
 }
 
+/// A capacity the user gives (`--capacity`) is one decision, stored once beside the trace's
+/// header (which stays as recorded): every command replays under it and says it was given, at
+/// the same bytes; the outcome and the failed request agree; the plot and `summary` keep the
+/// recorded facts.
 #[test]
 fn commands_agree_with_a_given_capacity() {
     let dir = std::env::temp_dir().join(format!("alloctrace-agree-cap-{}", std::process::id()));

@@ -149,8 +149,8 @@ pub fn settings_at_oom(
             text: if r.fits_by_placement {
                 format!(
                     "the whole job, replayed under it at {cap_text}, completes (peak reserved {}), yet fails at larger \
-limits up to {}: where its blocks land decides it, which depends on where the CUDA driver places segments, and the \
-trace tells that only for the recorded settings",
+limits (it completes from {}): where its blocks land decides it, which depends on where the CUDA driver places \
+segments, and the trace tells that only for the recorded settings",
                     b(r.peak_reserved_bytes),
                     r.min_capacity_bytes.map(b).unwrap_or_default()
                 )

@@ -296,13 +296,19 @@ fn boundaries(iterations: &IterationFold, p: &Pass1) -> (Option<(String, Vec<u64
         Some(Iterations { source: IterationSource::Marks, starts }) => {
             return (Some((IterationSource::Marks.to_string(), starts)), None);
         }
-        // Fewer than three from annotations: the period of the request stream (below).
         Some(Iterations { source: IterationSource::Annotation(text), starts }) if starts.len() >= 3 => {
             let source = IterationSource::Annotation(text);
             return (Some((format!("{source}, which repeats {} times", starts.len()), starts)), None);
         }
-        Some(_) | None => {}
+        // Fewer than three from annotations: the period of the request stream (below).
+        _ => {}
     }
+    // What the marks gave, where they gave too few iterations (the notes below say it).
+    let too_few = iterations
+        .iterations()
+        .map(|it| format!("{} iterations from {}, too few to measure growth (at least 3)", it.starts.len(), it.source));
+    let marked = too_few.clone().unwrap_or_else(|| "no iteration marks and no repeated annotation".into());
+    let unmarked = too_few.clone().unwrap_or_else(|| "no iteration marks".into());
     let sig: Vec<(u32, u64)> = p.signatures.iter().map(|&(_, c, b)| (c, b)).collect();
     match detect_period(&sig) {
         Some((period, start))
@@ -310,9 +316,9 @@ fn boundaries(iterations: &IterationFold, p: &Pass1) -> (Option<(String, Vec<u64
                 || sig[start..(start + period).min(sig.len())].iter().all(|x| *x == sig[start]) =>
         {
             (
-            None,
-            Some(format!(
-                "no iteration marks and no repeated annotation; the allocation pattern repeats every {period} allocation(s), \
+                None,
+                Some(format!(
+                    "{marked}; the allocation pattern repeats every {period} allocation(s), \
 too few, or too much alike, to be an iteration (at least {MIN_PERIOD_ALLOCS} different requests)"
                 )),
             )
@@ -322,7 +328,7 @@ too few, or too much alike, to be an iteration (at least {MIN_PERIOD_ALLOCS} dif
                 let source = format!(
                     "an outer loop: a pattern of {period} allocation(s) (call site and size) repeats in {} stretches, each \
 with other sizes (an inner loop, such as a model's layers, run for every batch of other shapes, and once to build the \
-model); no iteration marks",
+model); {unmarked}",
                     runs.len()
                 );
                 return (Some((source, runs.iter().map(|&k| p.signatures[k].0).collect())), None);
@@ -330,7 +336,7 @@ model); no iteration marks",
             let b: Vec<u64> = (start..p.signatures.len()).step_by(period).map(|k| p.signatures[k].0).collect();
             if b.len() >= 3 {
                 let source = format!(
-                    "a repeating pattern of {period} allocation(s) (call site and size) from allocation {start}; no iteration marks"
+                    "a repeating pattern of {period} allocation(s) (call site and size) from allocation {start}; {unmarked}"
                 );
                 (Some((source, b)), None)
             } else {
@@ -340,7 +346,13 @@ model); no iteration marks",
                 )
             }
         }
-        None => (None, Some("no iteration marks, no repeated annotation and no periodic allocation pattern".into())),
+        None => (
+            None,
+            Some(match too_few {
+                Some(t) => format!("{t}, and no periodic allocation pattern"),
+                None => "no iteration marks, no repeated annotation and no periodic allocation pattern".into(),
+            }),
+        ),
     }
 }
 

@@ -43,7 +43,8 @@ pub enum Decision {
     /// capacity.
     DoesNotFit,
     /// The trace ends in an out-of-memory error and this setting's replay serves the request that
-    /// failed: worth trying. Whether the rest of the job fits is not in the trace (at most
+    /// failed, or the whole job completes at the capacity only by where its blocks land
+    /// ([`crate::analysis::whatif::PolicyRow::fits_by_placement`]): worth trying. Whether the rest of the job fits is not in the trace (at most
     /// predicted), so it is never said to fit.
     WorthTrying,
     /// The trace ends in an out-of-memory error and this setting's replay fails at that request or
@@ -86,8 +87,13 @@ pub struct PolicyPrediction {
     pub policy: Policy,
     /// The extended job fits under this setting at the capacity compared. Never where the
     /// iterations differ in size: later ones may be larger than any the trace holds, so the
-    /// extended job is then a lower bound.
+    /// extended job is then a lower bound; nor where it completes at the capacity only by where
+    /// its blocks land ([`PolicyPrediction::fits_by_placement`]).
     pub fits: bool,
+    /// The extended job completes at the capacity, yet the capacity search failed at a limit at
+    /// least as large ([`crate::analysis::whatif::PolicyRow::fits_by_placement`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fits_by_placement: bool,
     /// The smallest capacity (2 MiB steps) at which the extended job fits under this setting
     /// (where iterations differ in size, the least the job needs).
     pub needs_bytes: Option<u64>,
@@ -461,6 +467,7 @@ least the job needs, so no setting is predicted to fit{}",
             Ok(Some(PolicyPrediction {
                 policy: policy.clone(),
                 fits: fits && note.is_none() && !by_placement,
+                fits_by_placement: fits && by_placement,
                 needs_bytes: needs,
             }))
         })

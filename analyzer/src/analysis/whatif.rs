@@ -196,10 +196,13 @@ fn row_of(
         Decision::Fits if trace.predicted_lower_bound() => Decision::CannotTell,
         d => d,
     };
-    // The search failed at a limit at or above the capacity: its answer less its resolution (the
-    // gap to the last limit that failed) is no smaller than the capacity.
+    // The search saw a failure at or above the capacity the row's replay ran at: its answer less
+    // its resolution (the gap to the largest limit below it known to fail) is no smaller. Only
+    // where the search ran (`explain` and `report` skip it on traces of more than a million
+    // events unless asked).
+    let cap = r.capacity_bytes.or(capacity);
     let fits_by_placement = decision == Decision::Fits
-        && min_capacity.zip(capacity).is_some_and(|(least, cap)| least.saturating_sub(resolution.unwrap_or(0)) >= cap);
+        && min_capacity.zip(cap).is_some_and(|(least, cap)| least.saturating_sub(resolution.unwrap_or(0)) >= cap);
     PolicyRow {
         policy: policy.clone(),
         alloc_conf: r.alloc_conf.clone(),

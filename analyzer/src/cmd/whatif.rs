@@ -149,7 +149,11 @@ pub fn print_prediction(
                 out,
                 "  {:<36} {} at {cap}; needs about {}",
                 q.policy,
-                if q.fits { "predicted to fit" } else { "predicted to run out of memory" },
+                match (q.fits, q.fits_by_placement) {
+                    (true, _) => "predicted to fit",
+                    (false, true) => "completes only by where its blocks land",
+                    (false, false) => "predicted to run out of memory",
+                },
                 q.needs_bytes.map(fmt_bytes).unwrap_or_else(|| "(unknown)".into())
             )?;
         }

@@ -3,15 +3,15 @@
 //!
 //! 1. `iteration` marks (`alloctrace.mark_iteration()`), when there are at least two.
 //! 2. Else a repeated annotation (a `record_function` range of PyTorch's, a phase the recorder's
-//!    hook marks), trailing `#N` step numbers ignored (`ProfilerStep#3`). Names that say
-//!    "iteration" come first: one containing `iteration`, then `ProfilerStep`, then PyTorch's
-//!    `Optimizer.zero_grad#...` and `Optimizer.step#...` and the hook's `optimizer step` phase
-//!    (each run once per `optimizer.step()`); these count from two repeats (a snapshot taken at
-//!    an OOM in the second step holds two). Any other annotation counts from [`MIN_REPEATS`].
-//!    Then a range's `START` before its end; then the annotation that comes first in the trace,
-//!    then the one that repeats more (the most frequent is not the iteration: a phase marked
-//!    twice a step, as `forward` is when DDP's first bucket rebuild splits it, would double the
-//!    count).
+//!    hook marks), trailing `#N` step numbers ignored (`ProfilerStep#3`). A name that says it runs
+//!    once an iteration (one containing `iteration`, `ProfilerStep`, PyTorch's
+//!    `Optimizer.zero_grad#...` and `Optimizer.step#...`, the hook's `optimizer step` phase)
+//!    counts from two repeats (a snapshot taken at an OOM in the second step holds two); any
+//!    other from [`MIN_REPEATS`]. A range's `START` marks come first (a name ending ` START`,
+//!    where any repeats); among those, names in the order above, then the annotation that comes
+//!    first in the trace, then the one that repeats more (the most frequent is not the
+//!    iteration: a phase marked twice a step, as `forward` is when DDP's first bucket rebuild
+//!    splits it, would double the count).
 //! 3. Else none.
 //!
 //! The trace's fold ([`crate::model::Facts::iterations`]) sees every mark once, when the trace

@@ -14,8 +14,9 @@
 //! - **Slices** on the `iterations` thread: one per iteration, by the rule every analysis uses
 //!   ([`crate::model::iterations`]: iteration marks, else a repeated annotation such as PyTorch's
 //!   `Optimizer.zero_grad`), from its start to the next one (the last one to the end of the
-//!   trace). An iteration mark is named by its text; the others `iteration N (annotation "...")`.
-//!   Marks that start no iteration are instants.
+//!   trace). An iteration mark is named by its text, and is not also an instant; an iteration
+//!   from an annotation is named `iteration N (the annotation "...")`, and the annotation stays
+//!   an instant on the `events` thread.
 //!
 //! Counters are downsampled per time bucket with the fold of [`crate::analysis::timeline`]: each bucket
 //! keeps per track its first, lowest, highest and last value where they happened, so every

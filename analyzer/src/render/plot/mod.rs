@@ -16,7 +16,6 @@ pub use ranks::render_ranks;
 use crate::analysis::timeline::{Downsampled, Mode, Timeline};
 use crate::analysis::whatif::{whatif_observed, Whatif, WhatifOptions};
 use crate::model::layout::LayoutMeasures;
-use crate::model::sites::site_of;
 use crate::model::units::fmt_bytes;
 use crate::model::{trace_name, Trace};
 use crate::replay::{replay_observed, EngineView, OomMoment, ReplayOptions, ReplayResult};
@@ -24,7 +23,7 @@ use anyhow::{anyhow, bail, Result};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use recorder::engine::SegmentView;
-use recorder::trace::{Event, Frame, MarkKind, Record};
+use recorder::trace::{Event, MarkKind, Record};
 use std::collections::HashMap;
 
 /// Picture size in pixels.
@@ -305,13 +304,6 @@ impl TimelineTrack {
             events: result.events,
         }
     }
-}
-
-/// The name of a call site: the one naming rule of every output (text, SVG, JSON), the user's
-/// innermost frame as `file:line (function)` ([`crate::model::sites::site_of`]), raw: a picture
-/// escapes it where it draws it.
-pub fn callsite_label(frames: &[Frame]) -> String {
-    site_of(frames).label
 }
 
 /// Live requested bytes by call site over time.
