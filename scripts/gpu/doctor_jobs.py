@@ -221,7 +221,7 @@ def timm_vit_amp():
 
 
 def lightning_resnet():
-    """A Lightning `Trainer` (lightning 2.x) fitting a LightningModule around torchvision's
+    """A Lightning `Trainer` (lightning 2.6.6 here) fitting a LightningModule around torchvision's
     ResNet-34 (random init) on 128 x 128 images, batch 96, Adam, 8 steps; no logger, no
     checkpoints, no progress bar. The loop, the optimizer step and the device moves are
     Lightning's."""
