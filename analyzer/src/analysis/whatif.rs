@@ -199,7 +199,7 @@ fn row_of(
     // The search saw a failure at or above the capacity the row's replay ran at: its answer less
     // its resolution (the gap to the largest limit below it known to fail) is no smaller. Only
     // where the search ran (`explain` and `report` skip it on traces of more than a million
-    // events unless asked).
+    // events; `whatif` runs it unless `--no-search`).
     let cap = r.capacity_bytes.or(capacity);
     let fits_by_placement = decision == Decision::Fits
         && min_capacity.zip(cap).is_some_and(|(least, cap)| least.saturating_sub(resolution.unwrap_or(0)) >= cap);

@@ -25,7 +25,10 @@ which the what-if table, the advice, the report and the JSON all show:\n\
 with `alloctrace record --capacity`) and its replay under the setting completes at the limit;\n\
   worth trying  the trace stops at the failure (a snapshot taken at the OOM) and the setting's \
 replay serves the request that failed; the rest of the job is not in the trace, so it is at most \
-predicted (from a repeated iteration) and never said to fit;\n\
+predicted (from a repeated iteration) and never said to fit; or the whole job completes at the \
+limit but the search for its smallest capacity finds it failing at a larger one, so where its blocks \
+land decides it (the driver's placement of segments, which the trace tells only for the recorded \
+settings);\n\
   not advised   its replay fails there too.\n\n\
 The text fits a screen: the verdict, the fix and its evidence, what is worth trying. \
 --verbose adds the figures, call sites, the what-if table, growth and patterns.",
