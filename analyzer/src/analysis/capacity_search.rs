@@ -171,6 +171,14 @@ pub fn min_capacity(
     Ok(Some((hi, (hi - lo).max(r))))
 }
 
+/// Whether a search that found `(least, resolution)` ([`min_capacity`]'s answer) saw a run fail
+/// at a limit at or above `capacity`: the largest limit below its answer known to fail lies
+/// `resolution` below it. A run that completes at `capacity` then completes by where its blocks
+/// land ([`crate::analysis::whatif::PolicyRow::fits_by_placement`]).
+pub fn failed_at_or_above((least, resolution): (u64, u64), capacity: u64) -> bool {
+    least.saturating_sub(resolution) >= capacity
+}
+
 /// Keeps a save a probe made, for the next probes.
 fn keep(from: &mut Option<&mut crate::replay::Resumable>, save: Option<Save>) {
     if let (Some(from), Some(save)) = (from.as_deref_mut(), save) {

@@ -289,7 +289,12 @@ pub fn outer_loop<T: PartialEq>(sig: &[T], period: usize) -> Option<Vec<usize>> 
 /// Picks the iteration boundaries (event indices) and says where they came from.
 fn boundaries(iterations: &IterationFold, p: &Pass1) -> (Option<(String, Vec<u64>)>, Option<String>) {
     // Marks or a repeated annotation: the one rule of every analysis, folded when the trace was read.
-    match iterations.iterations() {
+    let found = iterations.iterations();
+    // What the marks gave, where they gave too few iterations (the notes below say it).
+    let too_few = found
+        .as_ref()
+        .map(|it| format!("{} iterations from {}, too few to measure growth (at least 3)", it.starts.len(), it.source));
+    match found {
         Some(Iterations { source: IterationSource::Marks, starts }) if starts.len() < 3 => {
             return (None, Some(format!("{} iteration marks: too few to measure growth (at least 3)", starts.len())));
         }
@@ -303,10 +308,6 @@ fn boundaries(iterations: &IterationFold, p: &Pass1) -> (Option<(String, Vec<u64
         // Fewer than three from annotations: the period of the request stream (below).
         _ => {}
     }
-    // What the marks gave, where they gave too few iterations (the notes below say it).
-    let too_few = iterations
-        .iterations()
-        .map(|it| format!("{} iterations from {}, too few to measure growth (at least 3)", it.starts.len(), it.source));
     let marked = too_few.clone().unwrap_or_else(|| "no iteration marks and no repeated annotation".into());
     let unmarked = too_few.clone().unwrap_or_else(|| "no iteration marks".into());
     let sig: Vec<(u32, u64)> = p.signatures.iter().map(|&(_, c, b)| (c, b)).collect();

@@ -459,10 +459,9 @@ least the job needs, so no setting is predicted to fit{}",
                 )?
             };
             // Completing at the capacity while the search failed at a limit at least as large is
-            // completing by where the blocks land
-            // ([`crate::analysis::whatif::PolicyRow::fits_by_placement`]): not a fit.
+            // completing by where the blocks land: not a fit.
             let by_placement =
-                needs.zip(capacity).is_some_and(|((least, resolution), c)| least.saturating_sub(resolution) >= c);
+                needs.zip(capacity).is_some_and(|(m, c)| crate::analysis::capacity_search::failed_at_or_above(m, c));
             let needs = needs.map(|(n, _)| n.max(past_from.get(k).copied().flatten().unwrap_or(0)));
             Ok(Some(PolicyPrediction {
                 policy: policy.clone(),

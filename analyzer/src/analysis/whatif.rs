@@ -71,12 +71,12 @@ pub struct PolicyRow {
     #[serde(skip_serializing_if = "crate::model::units::is_zero")]
     pub scratch_failures_skipped: u64,
     /// The whole job's replay completes at the capacity, yet the capacity search found it failing
-    /// at a limit at least as large (its smallest capacity, less its resolution, is at or above
-    /// the capacity). A run that completes at
-    /// one limit and fails at a larger one completes by where its blocks land, which depends on
-    /// where the CUDA driver places segments: the trace tells that only for the settings it was
-    /// recorded under. Such a setting is worth trying, not advised (on a timm ViT under AMP, one
-    /// such "fit" ran out of memory in real PyTorch, and none of the others did).
+    /// at a limit at least as large ([`crate::analysis::capacity_search::failed_at_or_above`]). A
+    /// run that completes at one limit and fails at a larger one completes by where its blocks
+    /// land, which depends on where the CUDA driver places segments: the trace tells that only
+    /// for the settings it was recorded under. Such a setting is worth trying, not advised (on a
+    /// timm ViT under AMP, one such "fit" ran out of memory in real PyTorch, and none of the
+    /// others did).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub fits_by_placement: bool,
     pub oom_event: Option<u64>,
@@ -196,13 +196,14 @@ fn row_of(
         Decision::Fits if trace.predicted_lower_bound() => Decision::CannotTell,
         d => d,
     };
-    // The search saw a failure at or above the capacity the row's replay ran at: its answer less
-    // its resolution (the gap to the largest limit below it known to fail) is no smaller. Only
-    // where the search ran (`explain` and `report` skip it on traces of more than a million
-    // events; `whatif` runs it unless `--no-search`).
+    // The search saw a failure at or above the capacity the row's replay ran at. Only where the
+    // search ran (`explain` and `report` skip it on traces of more than a million events;
+    // `whatif` runs it unless `--no-search`).
     let cap = r.capacity_bytes.or(capacity);
     let fits_by_placement = decision == Decision::Fits
-        && min_capacity.zip(cap).is_some_and(|(least, cap)| least.saturating_sub(resolution.unwrap_or(0)) >= cap);
+        && min_capacity.zip(cap).is_some_and(|(least, cap)| {
+            crate::analysis::capacity_search::failed_at_or_above((least, resolution.unwrap_or(0)), cap)
+        });
     PolicyRow {
         policy: policy.clone(),
         alloc_conf: r.alloc_conf.clone(),

@@ -139,6 +139,7 @@ pub fn export(trace: &Trace, out: &mut dyn Write, opts: &PerfettoOptions) -> Res
     let found = trace.facts.iterations.iterations();
     let starts: &[u64] = found.as_ref().map_or(&[], |it| &it.starts);
     let by_marks = found.as_ref().is_some_and(|it| it.source == IterationSource::Marks);
+    let source = found.as_ref().map(|it| it.source.to_string()).unwrap_or_default();
     let mut next_start = 0usize;
     let scanned = trace.scan(|i, r| {
         let t = r.time_ns;
@@ -146,7 +147,6 @@ pub fn export(trace: &Trace, out: &mut dyn Write, opts: &PerfettoOptions) -> Res
         if starts_iteration {
             next_start += 1;
             if !by_marks {
-                let source = found.as_ref().map(|it| it.source.to_string()).unwrap_or_default();
                 iterations.push((t, format!("iteration {next_start} ({source})")));
             }
         }
