@@ -209,13 +209,16 @@ pub fn scan_chunks_from(
     let mut reader = TraceReader::new(input).map_err(|e| open_error(path, e))?;
     let header = reader.header().clone();
     let bar = byte_progress(total, "reading");
+    let allowed = events_allowed(total);
     // Inside a parallel computation (what-if replays on rayon's pool) the cores are already
-    // busy: one decoder is enough, and keeps the chunks in flight (and memory) low.
-    let workers = if rayon::current_thread_index().is_some() {
-        1
-    } else {
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8)
-    };
+    // busy with other passes: this one decodes each chunk itself, a piece at a time into one
+    // buffer, so that a pass holds a few thousand records, however many run at once.
+    if rayon::current_thread_index().is_some() {
+        let (events, end) = scan_inline(&mut reader, from, allowed, total, &count, &bar, fold);
+        bar.finish_and_clear();
+        return Ok(Scanned { path: path.to_path_buf(), header, events, end });
+    }
+    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
     let (work_tx, work_rx) = sync_channel::<(u64, (u64, RawChunk))>(workers);
     let work_rx = Mutex::new(work_rx);
     let (done_tx, done_rx) = sync_channel::<(u64, Decoded)>(workers);
@@ -223,7 +226,6 @@ pub fn scan_chunks_from(
     let recycle_rx = Mutex::new(recycle_rx);
     let stop = AtomicBool::new(false);
     let in_flight = InFlight::default();
-    let allowed = events_allowed(total);
     let (events, end) = std::thread::scope(|s| {
         let reader_thread = s.spawn(|| {
             let (mut seq, mut first) = (0u64, 0u64);
@@ -310,6 +312,55 @@ pub fn scan_chunks_from(
     Ok(Scanned { path: path.to_path_buf(), header, events, end })
 }
 
+/// Records a pass on a busy pool decodes and folds at a time (256 KiB of them): a chunk holds up
+/// to 65,536 (4 MiB), and a what-if table runs a pass for each replay at once.
+const PIECE_RECORDS: usize = 4096;
+
+/// [`scan_chunks_from`] on the calling thread: each chunk read, then decoded and folded
+/// [`PIECE_RECORDS`] at a time into one buffer. Returns the records folded and how the trace
+/// ended. The records of a chunk that turns out damaged are folded up to the damage (the
+/// trace's passes stop at the end its first read found, [`crate::model::Trace`]).
+fn scan_inline<R: Read>(
+    reader: &mut TraceReader<R>,
+    from: u64,
+    allowed: Option<(u64, u64)>,
+    total: u64,
+    count: &AtomicU64,
+    bar: &ProgressBar,
+    mut fold: impl FnMut(u64, &[Record]) -> ControlFlow<()>,
+) -> (u64, TraceEnd) {
+    let mut decoder = ChunkDecoder::default();
+    let mut buf: Vec<Record> = Vec::new();
+    let (mut first, mut events) = (0u64, 0u64);
+    while let Some(chunk) = reader.next_raw_chunk() {
+        let next = first.saturating_add(chunk.count);
+        if let Some(allowed) = allowed.filter(|&(_, most)| next > most) {
+            return (events, too_expanded(chunk.offset, total, allowed));
+        }
+        if next <= from {
+            first = next;
+            continue;
+        }
+        buf.clear();
+        let mut at = first;
+        let mut piece = |records: &mut Vec<Record>| {
+            let flow = fold(at, records);
+            at += records.len() as u64;
+            flow
+        };
+        let flow = decoder.decode_in_pieces(&chunk, PIECE_RECORDS, &mut buf, &mut piece);
+        events = at;
+        bar.set_position(count.load(Ordering::Relaxed));
+        match flow {
+            Ok(ControlFlow::Continue(())) => {}
+            Ok(ControlFlow::Break(())) => return (events, reader.end().clone()),
+            Err(e) => return (events, recorder::trace::end_of(e, 0)),
+        }
+        first = next;
+    }
+    (events, reader.end().clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,6 +419,40 @@ mod tests {
         assert!(matches!(s.end, TraceEnd::Complete { .. }));
         assert!(seen.iter().enumerate().all(|(k, &(i, t))| i == k as u64 && t == k as u64));
         std::fs::remove_file(path).ok();
+    }
+
+    /// A pass on a busy pool (decoded on its own thread, a piece at a time) folds the same
+    /// records, from the same starts, and ends the same way as one with decoding threads, on an
+    /// intact trace and a damaged one.
+    #[test]
+    fn a_pass_on_a_busy_pool_folds_what_a_threaded_pass_folds() {
+        let (path, offsets) = many_chunks("inline");
+        let damaged = path.with_extension("damaged.atrace");
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[offsets[20] as usize + 20] ^= 0x55;
+        std::fs::write(&damaged, &bytes).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        for p in [&path, &damaged] {
+            for from in [0, 150, 4999] {
+                let run = |inline: bool| {
+                    let mut seen = Vec::new();
+                    let mut scan = || {
+                        scan_chunks_from(p, from, |first, chunk| {
+                            seen.extend(chunk.iter().enumerate().map(|(k, r)| (first + k as u64, r.time_ns)));
+                            ControlFlow::Continue(())
+                        })
+                        .unwrap()
+                    };
+                    let s = if inline { pool.install(&mut scan) } else { scan() };
+                    (s.events, s.end, seen)
+                };
+                let (threaded, inline) = (run(false), run(true));
+                assert!(!threaded.2.is_empty() || from == 4999);
+                assert_eq!(threaded, inline, "{} from {from}", p.display());
+            }
+        }
+        std::fs::remove_file(path).ok();
+        std::fs::remove_file(damaged).ok();
     }
 
     #[test]

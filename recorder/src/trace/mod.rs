@@ -113,6 +113,7 @@ use bincode::config::{self, Configuration, Limit, LittleEndian, Varint};
 use bincode::{Decode, Encode};
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -1141,6 +1142,22 @@ pub struct ChunkDecoder {
 impl ChunkDecoder {
     /// Decodes `chunk`, appending its records to `out`.
     pub fn decode(&mut self, chunk: &RawChunk, out: &mut Vec<Record>) -> Result<(), TraceError> {
+        self.decode_in_pieces(chunk, usize::MAX, out, &mut |_| ControlFlow::Continue(())).map(|_| ())
+    }
+
+    /// Decodes `chunk` `piece` records at a time, appending them to `buf` and calling `f` with
+    /// `buf` after each piece; `buf` is cleared after each piece but the last, which it holds on
+    /// return. Stops when `f` breaks, and says whether it did. Pieces before a record that does
+    /// not decode have been handed to `f` when the error comes back: a reader that must not see
+    /// part of a damaged chunk knows where the damage starts (the first read of the trace found
+    /// it) and stops before it.
+    pub fn decode_in_pieces(
+        &mut self,
+        chunk: &RawChunk,
+        piece: usize,
+        buf: &mut Vec<Record>,
+        f: &mut dyn FnMut(&mut Vec<Record>) -> ControlFlow<()>,
+    ) -> Result<ControlFlow<()>, TraceError> {
         let at = chunk.offset;
         let corrupt = |reason: String| TraceError::Corrupt { offset: at, reason };
         let p = &chunk.payload;
@@ -1179,7 +1196,8 @@ impl ChunkDecoder {
         if raw.len() as u64 != raw_len {
             return Err(corrupt(format!("chunk body is {} bytes, expected {raw_len}", raw.len())));
         }
-        out.reserve(count as usize);
+        let piece = piece.max(1);
+        buf.reserve((count as usize).min(piece));
         let mut delta = DeltaState::default();
         let mut dec = decode::Decoder::new(raw);
         for i in 0..count {
@@ -1188,12 +1206,19 @@ impl ChunkDecoder {
                 corrupt(format!("event {i} of the chunk (at byte {at_byte} of its body) does not decode: {e}"))
             })?;
             delta.apply::<false>(&mut r);
-            out.push(r);
+            buf.push(r);
+            if buf.len() >= piece && i + 1 < count {
+                let flow = f(buf);
+                buf.clear();
+                if flow.is_break() {
+                    return Ok(flow);
+                }
+            }
         }
         if dec.pos != raw.len() {
             return Err(corrupt(format!("{} bytes left over after {count} events", raw.len() - dec.pos)));
         }
-        Ok(())
+        Ok(f(buf))
     }
 }
 

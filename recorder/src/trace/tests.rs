@@ -424,6 +424,41 @@ proptest! {
         prop_assert!(!end.is_partial());
     }
 
+    /// Decoding a chunk a piece at a time hands over the records a whole decode gives, in
+    /// order, in pieces of the size asked for (the last may be shorter), and stops when told.
+    #[test]
+    fn pieces_of_a_chunk_are_the_chunk(evs in proptest::collection::vec((any::<u64>(), arb_event()), 1..300),
+                                        compress: bool, piece in 1usize..40, stop_after in 1usize..20) {
+        let recs: Vec<Record> = evs.into_iter().map(|(time_ns, event)| Record { time_ns, event }).collect();
+        let bytes = write(&recs, compress);
+        let mut reader = TraceReader::new(&bytes[..]).unwrap();
+        let mut decoder = ChunkDecoder::default();
+        let (mut whole, mut pieced, mut sizes) = (Vec::new(), Vec::new(), Vec::new());
+        while let Some(chunk) = reader.next_raw_chunk() {
+            decoder.decode(&chunk, &mut whole).unwrap();
+            let mut buf = Vec::new();
+            let mut take = |p: &mut Vec<Record>| {
+                sizes.push(p.len());
+                pieced.extend(p.iter().cloned());
+                ControlFlow::Continue(())
+            };
+            let flow = decoder.decode_in_pieces(&chunk, piece, &mut buf, &mut take).unwrap();
+            prop_assert!(flow.is_continue());
+            let mut calls = 0;
+            let mut stop = |_: &mut Vec<Record>| {
+                calls += 1;
+                if calls == stop_after { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+            };
+            let flow = decoder.decode_in_pieces(&chunk, piece, &mut Vec::new(), &mut stop).unwrap();
+            let pieces = (chunk.count as usize).div_ceil(piece);
+            prop_assert_eq!(flow.is_break(), stop_after <= pieces);
+            prop_assert_eq!(calls, stop_after.min(pieces));
+        }
+        prop_assert_eq!(&whole, &recs);
+        prop_assert_eq!(&pieced, &recs);
+        prop_assert!(sizes.iter().all(|&n| n >= 1 && n <= piece));
+    }
+
     #[test]
     fn fast_encoder_agrees_with_bincode(evs in proptest::collection::vec((any::<u64>(), arb_event()), 1..50)) {
         for (time_ns, event) in evs {
