@@ -44,7 +44,8 @@ fn no_capacity_below_the_floor_completes_a_shipped_trace() {
             let config = AllocatorConfig::parse(conf).unwrap();
             let below = floor.saturating_sub(CAPACITY_RESOLUTION);
             assert!(!replay_at(&trace, &config, below), "{name} {conf}: completes at {below}, below the floor {floor}");
-            let (unlimited, _) = analyzer::replay::resumable(&trace, &config, 0, 0).unwrap();
+            let (unlimited, _) =
+                analyzer::replay::resumable(&trace, &config, 0, 0, analyzer::replay::SAVED_BLOCKS).unwrap();
             assert!(unlimited.peak_reserved_bytes >= floor, "{name} {conf}: reserves less than the floor");
             checked += 1;
         }
@@ -100,7 +101,8 @@ fn a_stream_per_allocation_is_searched_from_its_floor() {
     assert_eq!(b.held_floor_bytes, Some(14 << 20));
     for conf in SETTINGS {
         let config = AllocatorConfig::parse(conf).unwrap();
-        let (unlimited, mut from) = analyzer::replay::resumable(&trace, &config, 0, RESUME_LEVELS).unwrap();
+        let (unlimited, mut from) =
+            analyzer::replay::resumable(&trace, &config, 0, RESUME_LEVELS, analyzer::replay::SAVED_BLOCKS).unwrap();
         assert!(unlimited.peak_reserved_bytes > 1000 * (2 << 20), "{conf}: the streams' segments stay cached");
         let upper = unlimited.peak_reserved_bytes;
         let replays = AtomicU32::new(0);

@@ -194,12 +194,15 @@ fn the_smallest_capacity_does_not_depend_on_the_levels_searched_at_once() {
             "garbage_collection_threshold:0.6",
         ] {
             let config = AllocatorConfig::parse(conf).unwrap();
-            let (unlimited, _) = analyzer::replay::resumable(&trace, &config, 0, RESUME_LEVELS).unwrap();
+            let (unlimited, _) =
+                analyzer::replay::resumable(&trace, &config, 0, RESUME_LEVELS, analyzer::replay::SAVED_BLOCKS).unwrap();
             let upper = unlimited.peak_reserved_bytes;
             let answers: Vec<_> = [1, 2, 3]
                 .into_iter()
                 .map(|ahead| {
-                    let (_, mut from) = analyzer::replay::resumable(&trace, &config, 0, RESUME_LEVELS).unwrap();
+                    let (_, mut from) =
+                        analyzer::replay::resumable(&trace, &config, 0, RESUME_LEVELS, analyzer::replay::SAVED_BLOCKS)
+                            .unwrap();
                     // Garbage collection too: its saved run counts cache lookups as under a limit.
                     assert!(from.is_some(), "{name} {conf}: no saves");
                     min_capacity(&trace, &config, from.as_mut(), 0, None, upper, u32::MAX, &|| ahead, &|| ()).unwrap()

@@ -411,7 +411,8 @@ least the job needs, so no setting is predicted to fit{}",
     use rayon::prelude::*;
     // A setting that is the same run as another on the trace ([`crate::analysis::whatif::same_runs`]) is
     // on the extended job too (the same requests, repeated): predicted once.
-    let ahead = crate::analysis::capacity_search::levels_ahead(same_as.iter().filter(|s| s.is_none()).count());
+    let predicted = same_as.iter().filter(|s| s.is_none()).count();
+    let ahead = crate::analysis::capacity_search::levels_ahead(predicted);
     let mut out: Vec<Option<PolicyPrediction>> = policies
         .par_iter()
         .enumerate()
@@ -420,8 +421,13 @@ least the job needs, so no setting is predicted to fit{}",
                 return Ok(None);
             }
             let gets_past = past.get(k).copied().unwrap_or(false);
-            let (unlimited, mut from) =
-                crate::replay::resumable(&extended, config, 0, crate::analysis::capacity_search::RESUME_LEVELS)?;
+            let (unlimited, mut from) = crate::replay::resumable(
+                &extended,
+                config,
+                0,
+                crate::analysis::capacity_search::RESUME_LEVELS,
+                crate::replay::SAVED_BLOCKS / predicted.max(1),
+            )?;
             let fits = gets_past
                 && !match from.as_mut() {
                     Some(from) => crate::replay::replay_resumed_watched(

@@ -386,6 +386,7 @@ fn whatif_inner<T: Send>(
                 config,
                 bounds.live_requested_peak_bytes,
                 RESUME_LEVELS,
+                crate::replay::SAVED_BLOCKS / at_once.min(groups.len()).max(1),
                 Some((opts.capacity.bytes, &mut observe)),
             )?;
             let r = match from.as_mut() {

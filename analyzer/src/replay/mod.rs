@@ -692,7 +692,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
     }
 
     /// What a copy of this state holds, in blocks: the segments, the blocks in use and the free
-    /// blocks inside segments (what [`MAX_SAVED_BLOCKS`] counts).
+    /// blocks inside segments (what [`SAVED_BLOCKS`] counts).
     fn blocks(&self) -> usize {
         let st = self.engine.stats();
         let n = st.segment.all.current + st.active.all.current + st.inactive_split.all.current;
@@ -1098,13 +1098,15 @@ pub fn read_header(path: &std::path::Path) -> Result<Header> {
     Ok(tracefile::open(path)?.header().clone())
 }
 
-/// The blocks (segments, blocks in use, free blocks inside segments) that the saves of one
-/// [`Resumable`] hold in all: a save that would pass this
-/// is not taken (probes then start from an earlier save, or from the start). A save copies the
-/// replay's state, which grows with its blocks; a small hostile trace can hold hundreds of
-/// thousands of them (one segment per stream), and each policy keeps its saves. Real traces hold
-/// far fewer: 32 saves of 30,000 blocks fit.
-pub const MAX_SAVED_BLOCKS: usize = 1 << 20;
+/// The blocks (segments, blocks in use, free blocks inside segments) that the saves of all the
+/// [`Resumable`] runs held at once keep in all: each of `n` runs side by side keeps
+/// `SAVED_BLOCKS / n`, and a save that would pass its share is not taken (probes then start
+/// from an earlier save, or from the start). A save copies the replay's state, about 160 bytes
+/// a block (the blocks, and the maps from request and address to block), so this is about
+/// 80 MiB. A small hostile trace can hold hundreds of thousands of blocks (one segment per
+/// stream); a real one a few thousand: the 320k-event snapshot in `traces/large/` 7,000 at most,
+/// so each of the six settings of its what-if table keeps about twelve saves.
+pub const SAVED_BLOCKS: usize = 1 << 19;
 
 /// Replays of one configuration at many capacities that share the unlimited run's prefix.
 ///
@@ -1132,6 +1134,8 @@ pub struct Resumable {
     /// (level, event index, the replay's state before that event), levels ascending: the
     /// state serves every capacity at or above its level.
     saves: Vec<(u64, u64, Replaying<NullSink>)>,
+    /// The blocks its saves may hold in all (its share of [`SAVED_BLOCKS`]).
+    saved_blocks: usize,
     /// Each new peak of the unlimited run's demand: (event index, bytes), ascending.
     peaks: Vec<(u64, u64)>,
     /// The unlimited run's result: the run under any capacity above its peak.
@@ -1154,8 +1158,9 @@ pub fn resumable(
     config: &AllocatorConfig,
     lower: u64,
     levels: u64,
+    saved_blocks: usize,
 ) -> Result<(ReplayResult, Option<Resumable>)> {
-    let (r, from, _) = resumable_watched(trace, config, lower, levels, None)?;
+    let (r, from, _) = resumable_watched(trace, config, lower, levels, saved_blocks, None)?;
     Ok((r, from))
 }
 
@@ -1177,6 +1182,7 @@ pub fn resumable_watched(
     config: &AllocatorConfig,
     lower: u64,
     levels: u64,
+    saved_blocks: usize,
     watch: Option<Watch<'_>>,
 ) -> Result<(ReplayResult, Option<Resumable>, Option<u64>)> {
     let opts = ReplayOptions { config: Some(config.clone()), unlimited: true, ..Default::default() };
@@ -1241,7 +1247,7 @@ pub fn resumable_watched(
         }
         let line = (peak - lower) / step;
         let held: usize = saves.iter().map(|s| s.3.blocks()).sum();
-        if held + rp.blocks() > MAX_SAVED_BLOCKS {
+        if held + rp.blocks() > saved_blocks {
             return ControlFlow::Continue(());
         }
         saves.push((line, peak, index, rp.clone()));
@@ -1276,6 +1282,7 @@ pub fn resumable_watched(
             device_bytes,
             device_total,
             saves,
+            saved_blocks,
             peaks,
             end,
             used_hints: s.used_hints,
@@ -1321,11 +1328,11 @@ pub struct Save(u64, u64, Replaying<NullSink>);
 
 impl Resumable {
     /// Keeps `save` for the replays to come, unless the saves held would pass
-    /// [`MAX_SAVED_BLOCKS`] or one is held at that event already.
+    /// its share of [`SAVED_BLOCKS`] or one is held at that event already.
     pub fn keep(&mut self, save: Save) {
         let held: usize = self.saves.iter().map(|s| s.2.blocks()).sum();
         let at = self.saves.partition_point(|s| s.1 < save.1);
-        if held + save.2.blocks() <= MAX_SAVED_BLOCKS && self.saves.get(at).is_none_or(|s| s.1 != save.1) {
+        if held + save.2.blocks() <= self.saved_blocks && self.saves.get(at).is_none_or(|s| s.1 != save.1) {
             self.saves.insert(at, (save.0, save.1, save.2));
         }
     }

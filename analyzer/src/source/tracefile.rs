@@ -205,7 +205,11 @@ pub fn scan_chunks_from(
     let file = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     let count = Arc::new(AtomicU64::new(0));
-    let input = Counting { inner: BufReader::with_capacity(1 << 20, file), count: count.clone() };
+    // A pass on a busy pool (below) reads a frame at a time into the frame's own buffer: a
+    // small read buffer serves it as well.
+    let inline = rayon::current_thread_index().is_some();
+    let buffer = if inline { 64 << 10 } else { 1 << 20 };
+    let input = Counting { inner: BufReader::with_capacity(buffer, file), count: count.clone() };
     let mut reader = TraceReader::new(input).map_err(|e| open_error(path, e))?;
     let header = reader.header().clone();
     let bar = byte_progress(total, "reading");
@@ -213,7 +217,7 @@ pub fn scan_chunks_from(
     // Inside a parallel computation (what-if replays on rayon's pool) the cores are already
     // busy with other passes: this one decodes each chunk itself, a piece at a time into one
     // buffer, so that a pass holds a few thousand records, however many run at once.
-    if rayon::current_thread_index().is_some() {
+    if inline {
         let (events, end) = scan_inline(&mut reader, from, allowed, total, &count, &bar, fold);
         bar.finish_and_clear();
         return Ok(Scanned { path: path.to_path_buf(), header, events, end });
