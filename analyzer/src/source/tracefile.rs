@@ -13,7 +13,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, sync_channel};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -215,10 +215,9 @@ pub fn scan_chunks_from(
     let bar = byte_progress(total, "reading");
     let allowed = events_allowed(total);
     // Inside a parallel computation (what-if replays on rayon's pool) the cores are already
-    // busy with other passes: this one decodes each chunk itself, a piece at a time into one
-    // buffer, so that a pass holds a few thousand records, however many run at once.
+    // busy with other passes: a pass holds a few thousand records, however many run at once.
     if inline {
-        let (events, end) = scan_inline(&mut reader, from, allowed, total, &count, &bar, fold);
+        let (events, end) = scan_pieces(&mut reader, from, allowed, total, &count, &bar, fold);
         bar.finish_and_clear();
         return Ok(Scanned { path: path.to_path_buf(), header, events, end });
     }
@@ -320,11 +319,21 @@ pub fn scan_chunks_from(
 /// to 65,536 (4 MiB), and a what-if table runs a pass for each replay at once.
 const PIECE_RECORDS: usize = 4096;
 
-/// [`scan_chunks_from`] on the calling thread: each chunk read, then decoded and folded
-/// [`PIECE_RECORDS`] at a time into one buffer. Returns the records folded and how the trace
-/// ended. The records of a chunk that turns out damaged are folded up to the damage (the
-/// trace's passes stop at the end its first read found, [`crate::model::Trace`]).
-fn scan_inline<R: Read>(
+/// Pieces of [`PIECE_RECORDS`] a pass on a busy pool lets its decoder get ahead of its fold.
+const PIECES_AHEAD: usize = 2;
+
+/// Passes running on the pool now ([`scan_pieces`]).
+static POOL_PASSES: AtomicUsize = AtomicUsize::new(0);
+
+/// [`scan_chunks_from`] for a pass on rayon's pool: each chunk read and decoded
+/// [`PIECE_RECORDS`] at a time, so that a pass holds a few pieces instead of a few chunks.
+/// While the pool's threads outnumber twice the passes running on it, a decoder thread reads
+/// and decodes a few pieces ahead of this thread's fold (on cores that would otherwise wait);
+/// past that every core has a pass, and this thread decodes its own pieces. Returns the records
+/// folded and how the trace ended. The records of a chunk that turns out damaged are folded up
+/// to the damage (the trace's passes stop at the end its first read found,
+/// [`crate::model::Trace`]).
+fn scan_pieces<R: Read + Send>(
     reader: &mut TraceReader<R>,
     from: u64,
     allowed: Option<(u64, u64)>,
@@ -333,13 +342,74 @@ fn scan_inline<R: Read>(
     bar: &ProgressBar,
     mut fold: impl FnMut(u64, &[Record]) -> ControlFlow<()>,
 ) -> (u64, TraceEnd) {
+    struct Running;
+    impl Drop for Running {
+        fn drop(&mut self) {
+            POOL_PASSES.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    let _running = Running;
+    let passes = POOL_PASSES.fetch_add(1, Ordering::Relaxed) + 1;
+    let stop = AtomicBool::new(false);
+    let events = std::cell::Cell::new(0u64);
+    let mut fold_piece = |at: u64, piece: &[Record]| {
+        let flow = fold(at, piece);
+        events.set(at + piece.len() as u64);
+        bar.set_position(count.load(Ordering::Relaxed));
+        flow
+    };
+    if 2 * passes > rayon::current_num_threads() {
+        let end = decode_pieces(reader, from, allowed, total, &stop, |at, piece| fold_piece(at, piece));
+        return (events.get(), end);
+    }
+    let (pieces_tx, pieces_rx) = sync_channel::<(u64, Vec<Record>)>(PIECES_AHEAD);
+    let (back_tx, back_rx) = channel::<Vec<Record>>();
+    std::thread::scope(|s| {
+        let stop = &stop;
+        let decoder = s.spawn(move || {
+            decode_pieces(reader, from, allowed, total, stop, |at, records| {
+                let piece = std::mem::replace(records, back_rx.try_recv().unwrap_or_default());
+                match pieces_tx.send((at, piece)) {
+                    Ok(()) => ControlFlow::Continue(()),
+                    Err(_) => ControlFlow::Break(()),
+                }
+            })
+        });
+        for (at, mut piece) in pieces_rx.iter() {
+            let flow = fold_piece(at, &piece);
+            piece.clear();
+            let _ = back_tx.send(piece);
+            if flow.is_break() {
+                stop.store(true, Ordering::Relaxed);
+                break;
+            }
+        }
+        drop(pieces_rx);
+        let end =
+            decoder.join().unwrap_or_else(|_| TraceEnd::Corrupt { offset: 0, reason: "decoder thread failed".into() });
+        (events.get(), end)
+    })
+}
+
+/// Reads the chunks from the one holding record `from` and decodes each [`PIECE_RECORDS`] at a
+/// time, handing `piece(index of its first record, records)` each piece (it may take them),
+/// until the trace ends, `piece` breaks or `stop` is set. Returns how the trace ended.
+fn decode_pieces<R: Read>(
+    reader: &mut TraceReader<R>,
+    from: u64,
+    allowed: Option<(u64, u64)>,
+    total: u64,
+    stop: &AtomicBool,
+    mut piece: impl FnMut(u64, &mut Vec<Record>) -> ControlFlow<()>,
+) -> TraceEnd {
     let mut decoder = ChunkDecoder::default();
     let mut buf: Vec<Record> = Vec::new();
-    let (mut first, mut events) = (0u64, 0u64);
-    while let Some(chunk) = reader.next_raw_chunk() {
+    let mut first = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let Some(chunk) = reader.next_raw_chunk() else { break };
         let next = first.saturating_add(chunk.count);
-        if let Some(allowed) = allowed.filter(|&(_, most)| next > most) {
-            return (events, too_expanded(chunk.offset, total, allowed));
+        if let Some(allowed) = allowed.filter(|&(_, most)| next > most && !stop.load(Ordering::Relaxed)) {
+            return too_expanded(chunk.offset, total, allowed);
         }
         if next <= from {
             first = next;
@@ -347,22 +417,20 @@ fn scan_inline<R: Read>(
         }
         buf.clear();
         let mut at = first;
-        let mut piece = |records: &mut Vec<Record>| {
-            let flow = fold(at, records);
-            at += records.len() as u64;
+        let mut each = |records: &mut Vec<Record>| {
+            let n = records.len() as u64;
+            let flow = piece(at, records);
+            at += n;
             flow
         };
-        let flow = decoder.decode_in_pieces(&chunk, PIECE_RECORDS, &mut buf, &mut piece);
-        events = at;
-        bar.set_position(count.load(Ordering::Relaxed));
-        match flow {
+        match decoder.decode_in_pieces(&chunk, PIECE_RECORDS, &mut buf, &mut each) {
             Ok(ControlFlow::Continue(())) => {}
-            Ok(ControlFlow::Break(())) => return (events, reader.end().clone()),
-            Err(e) => return (events, recorder::trace::end_of(e, 0)),
+            Ok(ControlFlow::Break(())) => break,
+            Err(e) => return recorder::trace::end_of(e, 0),
         }
         first = next;
     }
-    (events, reader.end().clone())
+    reader.end().clone()
 }
 
 #[cfg(test)]
@@ -425,9 +493,10 @@ mod tests {
         std::fs::remove_file(path).ok();
     }
 
-    /// A pass on a busy pool (decoded on its own thread, a piece at a time) folds the same
-    /// records, from the same starts, and ends the same way as one with decoding threads, on an
-    /// intact trace and a damaged one.
+    /// A pass on the pool (decoded a piece at a time: on its own thread where the pool has one
+    /// thread, on a decoder thread beside it where the pool has four) folds the same records,
+    /// from the same starts, and ends the same way as one with a pool of decoders, on an intact
+    /// trace and a damaged one.
     #[test]
     fn a_pass_on_a_busy_pool_folds_what_a_threaded_pass_folds() {
         let (path, offsets) = many_chunks("inline");
@@ -435,8 +504,8 @@ mod tests {
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[offsets[20] as usize + 20] ^= 0x55;
         std::fs::write(&damaged, &bytes).unwrap();
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-        for p in [&path, &damaged] {
+        let pools = [1, 4].map(|n| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap());
+        for (p, pool) in [&path, &damaged].into_iter().flat_map(|p| pools.iter().map(move |pool| (p, pool))) {
             for from in [0, 150, 4999] {
                 let run = |inline: bool| {
                     let mut seen = Vec::new();
