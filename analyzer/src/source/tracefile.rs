@@ -207,8 +207,8 @@ pub fn scan_chunks_from(
     let count = Arc::new(AtomicU64::new(0));
     // A pass on a busy pool (below) reads a frame at a time into the frame's own buffer: a
     // small read buffer serves it as well.
-    let inline = rayon::current_thread_index().is_some();
-    let buffer = if inline { 64 << 10 } else { 1 << 20 };
+    let on_pool = rayon::current_thread_index().is_some();
+    let buffer = if on_pool { 64 << 10 } else { 1 << 20 };
     let input = Counting { inner: BufReader::with_capacity(buffer, file), count: count.clone() };
     let mut reader = TraceReader::new(input).map_err(|e| open_error(path, e))?;
     let header = reader.header().clone();
@@ -216,7 +216,7 @@ pub fn scan_chunks_from(
     let allowed = events_allowed(total);
     // Inside a parallel computation (what-if replays on rayon's pool) the cores are already
     // busy with other passes: a pass holds a few thousand records, however many run at once.
-    if inline {
+    if on_pool {
         let (events, end) = scan_pieces(&mut reader, from, allowed, total, &count, &bar, fold);
         bar.finish_and_clear();
         return Ok(Scanned { path: path.to_path_buf(), header, events, end });
@@ -231,25 +231,16 @@ pub fn scan_chunks_from(
     let in_flight = InFlight::default();
     let (events, end) = std::thread::scope(|s| {
         let reader_thread = s.spawn(|| {
-            let (mut seq, mut first) = (0u64, 0u64);
-            while !stop.load(Ordering::Relaxed) {
-                let Some(chunk) = reader.next_raw_chunk() else { break };
-                let next = first.saturating_add(chunk.count);
-                if let Some(allowed) = allowed.filter(|&(_, most)| next > most && !stop.load(Ordering::Relaxed)) {
-                    drop(work_tx);
-                    return too_expanded(chunk.offset, total, allowed);
-                }
-                if next <= from {
-                    first = next;
-                    continue;
-                }
+            let mut seq = 0u64;
+            let end = read_chunks_from(&mut reader, from, allowed, total, &stop, |first, chunk| {
                 if !in_flight.take(chunk.count, &stop) || work_tx.send((seq, (first, chunk))).is_err() {
-                    break;
+                    return ControlFlow::Break(None);
                 }
-                (seq, first) = (seq + 1, next);
-            }
+                seq += 1;
+                ControlFlow::Continue(())
+            });
             drop(work_tx);
-            reader.end().clone()
+            end
         });
         for _ in 0..workers {
             let done_tx = done_tx.clone();
@@ -404,17 +395,7 @@ fn decode_pieces<R: Read>(
 ) -> TraceEnd {
     let mut decoder = ChunkDecoder::default();
     let mut buf: Vec<Record> = Vec::new();
-    let mut first = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        let Some(chunk) = reader.next_raw_chunk() else { break };
-        let next = first.saturating_add(chunk.count);
-        if let Some(allowed) = allowed.filter(|&(_, most)| next > most && !stop.load(Ordering::Relaxed)) {
-            return too_expanded(chunk.offset, total, allowed);
-        }
-        if next <= from {
-            first = next;
-            continue;
-        }
+    read_chunks_from(reader, from, allowed, total, stop, |first, chunk| {
         buf.clear();
         let mut at = first;
         let mut each = |records: &mut Vec<Record>| {
@@ -424,9 +405,38 @@ fn decode_pieces<R: Read>(
             flow
         };
         match decoder.decode_in_pieces(&chunk, PIECE_RECORDS, &mut buf, &mut each) {
-            Ok(ControlFlow::Continue(())) => {}
-            Ok(ControlFlow::Break(())) => break,
-            Err(e) => return recorder::trace::end_of(e, 0),
+            Ok(ControlFlow::Continue(())) => ControlFlow::Continue(()),
+            Ok(ControlFlow::Break(())) => ControlFlow::Break(None),
+            Err(e) => ControlFlow::Break(Some(recorder::trace::end_of(e, 0))),
+        }
+    })
+}
+
+/// Hands `chunk(index of its first record, chunk)` each chunk from the one holding record
+/// `from` (those before it are read, not decoded), until the trace ends, `stop` is set or
+/// `chunk` breaks (with the end to return, or `None` for the reader's), or the trace decodes
+/// past [`events_allowed`]. Returns how the trace ended.
+fn read_chunks_from<R: Read>(
+    reader: &mut TraceReader<R>,
+    from: u64,
+    allowed: Option<(u64, u64)>,
+    total: u64,
+    stop: &AtomicBool,
+    mut chunk: impl FnMut(u64, RawChunk) -> ControlFlow<Option<TraceEnd>>,
+) -> TraceEnd {
+    let mut first = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let Some(raw) = reader.next_raw_chunk() else { break };
+        let next = first.saturating_add(raw.count);
+        if let Some(allowed) = allowed.filter(|&(_, most)| next > most && !stop.load(Ordering::Relaxed)) {
+            return too_expanded(raw.offset, total, allowed);
+        }
+        if next > from {
+            match chunk(first, raw) {
+                ControlFlow::Continue(()) => {}
+                ControlFlow::Break(Some(end)) => return end,
+                ControlFlow::Break(None) => break,
+            }
         }
         first = next;
     }
