@@ -426,7 +426,7 @@ least the job needs, so no setting is predicted to fit{}",
                 config,
                 0,
                 crate::analysis::capacity_search::RESUME_LEVELS,
-                crate::replay::SAVED_BLOCKS / predicted.max(1),
+                crate::replay::saved_blocks_share(predicted),
             )?;
             let fits = gets_past
                 && !match from.as_mut() {

@@ -386,7 +386,7 @@ fn whatif_inner<T: Send>(
                 config,
                 bounds.live_requested_peak_bytes,
                 RESUME_LEVELS,
-                crate::replay::SAVED_BLOCKS / at_once.min(groups.len()).max(1),
+                crate::replay::saved_blocks_share(at_once.min(groups.len())),
                 Some((opts.capacity.bytes, &mut observe)),
             )?;
             let r = match from.as_mut() {
