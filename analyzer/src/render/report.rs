@@ -115,6 +115,20 @@ impl Picture {
         let png_file = format!("{}.png", file.trim_end_matches(".svg"));
         Picture { file: file.into(), png_file, title, caption, svg, png: Vec::new() }
     }
+
+    /// Draws the PNG from the SVG.
+    fn rasterize(&mut self) -> Result<()> {
+        self.png = crate::render::raster::png_of_svg(&self.svg)
+            .with_context(|| format!("cannot draw {} as a PNG", self.file))?;
+        Ok(())
+    }
+
+    /// [`Picture::new`], rasterized.
+    fn drawn(file: &str, title: String, caption: String, svg: String) -> Result<Picture> {
+        let mut p = Picture::new(file, title, caption, svg);
+        p.rasterize()?;
+        Ok(p)
+    }
 }
 
 /// How `report.md` shows its pictures.
@@ -239,7 +253,13 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                         0 => recorded.lock().ok().and_then(|mut w| w.take()).unzip(),
                         _ => (None, None),
                     };
-                    ReportTrack { whatif: plot::WhatifTrack::new(plot::COLUMNS), drawing, watches, found: None }
+                    ReportTrack {
+                        whatif: plot::WhatifTrack::new(plot::COLUMNS),
+                        drawing,
+                        watches,
+                        found: None,
+                        drawn: None,
+                    }
                 },
                 &|t, i, rec, view, live| {
                     t.whatif.observe(XAxis::Time, i, rec, view);
@@ -256,15 +276,20 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                     if let Some(w) = t.watches.take() {
                         t.found = Some(analyse_recorded(trace, w, replay, bounds, first_iteration, &leaks_opts, None));
                     }
+                    if let Some(d) = t.drawing.take() {
+                        t.drawn = Some(draw_recorded(trace, d, replay));
+                    }
                 },
             )
         },
         || -> Result<Folded> {
             // Live bytes by call site are drawn only where the trace names call sites.
             let callsites = trace.summary.count("callsite") > 0;
+            let timeline = plot::timeline_recorded(trace, XAxis::Time, plot::COLUMNS)?.map(|tl| timeline_picture(&tl));
+            let stacked = if callsites { Some(plot::stacked_data(trace, XAxis::Time, plot::COLUMNS)?) } else { None };
             Ok((
-                plot::timeline_recorded(trace, XAxis::Time, plot::COLUMNS)?,
-                if callsites { Some(plot::stacked_data(trace, XAxis::Time, plot::COLUMNS)?) } else { None },
+                timeline.transpose()?,
+                stacked.filter(|st| st.has_callsites).map(|st| callsites_picture(&st)).transpose()?,
                 // `leaks`' folds of the records, where the table does not call the analyses of
                 // the recorded run beside its searches (which make them there).
                 (!search).then(|| crate::analysis::leaks::fold(trace)),
@@ -276,39 +301,22 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     let (mut tracks, results): (Vec<Option<ReportTrack>>, Vec<ReplayResult>) = runs.into_iter().unzip();
     let replay = results[0].clone();
     let row0 = tracks[0].as_mut().expect("row 0 is the recorded configuration, replayed");
-    let drawing = row0.drawing.take().expect("row 0 is the recorded configuration");
+    let drawn = match row0.drawn.take() {
+        Some(drawn) => drawn?,
+        None => draw_recorded(trace, row0.drawing.take().expect("row 0 is the recorded configuration"), &replay)?,
+    };
     let (beside, watches) = (row0.found.take(), row0.watches.take());
-    let (timeline_folded, st, leaks_folds) = folded?;
-    let fd = drawing.frag_track.finish(name.clone());
-    let tl = match (timeline_folded, drawing.timeline) {
+    let (timeline_folded, callsites_picture, leaks_folds) = folded?;
+    let timeline = match (timeline_folded, drawn.timeline) {
         (Some(tl), _) => tl,
-        (None, Some(track)) => track.finish(trace, &replay),
+        (None, Some(tl)) => tl,
         (None, None) => anyhow::bail!("{}: the timeline was neither folded nor watched", trace.path.display()),
     };
     let wd = plot::whatif_data_of(name.clone(), XAxis::Time, &wi, &results, |k| tracks[k].as_ref().map(|t| &t.whatif));
 
-    let mut pictures = Vec::new();
-    pictures.push(Picture::new(
-        "timeline.svg",
-        "Memory over time".into(),
-        "Reserved (segments the allocator holds from the device), allocated (blocks handed to tensors), active \
-         and requested bytes, replayed under the recorded settings. The gap between reserved and allocated is \
-         cached memory."
-            .into(),
-        plot::render_timeline(&tl)?,
-    ));
-    if let Some(st) = st.filter(|st| st.has_callsites) {
-        pictures.push(Picture::new(
-            "timeline-callsites.svg",
-            "Live bytes by call site".into(),
-            format!(
-                "Live requested bytes stacked by call site (the top {}, the rest as \"other\"). The top edge is the \
-                 true peak of each pixel column.",
-                plot::TOP_CALLSITES
-            ),
-            plot::render_stacked(&st)?,
-        ));
-    }
+    // The pictures drawn beside the table come rasterized; the rest are rasterized below.
+    let mut pictures = vec![timeline];
+    pictures.extend(callsites_picture);
     pictures.push(Picture::new(
         "whatif.svg",
         "Reserved bytes under each policy".into(),
@@ -317,23 +325,12 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
             .into(),
         plot::render_whatif(&wd)?,
     ));
-    pictures.push(Picture::new(
-        "frag.svg",
-        "Fragmentation over time".into(),
-        "Blue: the share of reserved memory no tensor holds. Orange: how broken up the free memory is (0% = all \
-         free memory in one block)."
-            .into(),
-        plot::render_frag(&fd)?,
-    ));
+    pictures.push(drawn.frag);
     let mut analysis_errors = Vec::new();
     let categories = category_section(trace, &mut pictures, &mut analysis_errors)?;
     let rasterize = |pictures: &mut [Picture]| -> Result<()> {
         use rayon::prelude::*;
-        pictures.par_iter_mut().try_for_each(|p| -> Result<()> {
-            p.png = crate::render::raster::png_of_svg(&p.svg)
-                .with_context(|| format!("cannot draw {} as a PNG", p.file))?;
-            Ok(())
-        })
+        pictures.par_iter_mut().filter(|p| p.png.is_empty()).try_for_each(Picture::rasterize)
     };
     // While the pictures drawn so far are rasterized: the analyses of the recorded run where
     // the table did not make them beside its searches, then `explain`'s advice, which rests on
@@ -358,7 +355,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         },
     );
     drawn?;
-    let (Found { seg, mut frag, mut leaks, mut errors, .. }, finished) = found?;
+    let (Found { seg, segments_picture, mut frag, mut leaks, mut errors, .. }, finished) = found?;
     let mut explained = match finished {
         Ok(x) => x,
         Err(e) => {
@@ -369,35 +366,20 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     // The analyses' errors first, then the categories'.
     errors.append(&mut analysis_errors);
     let analysis_errors = errors;
-    let mut segments_picture = None;
     let layout = match seg {
-        Ok(seg) => {
-            segments_picture = Some(Picture::new(
-                "segments.svg",
-                format!("Segments at {}", seg.moment),
-                format!(
-                    "One row per segment: allocated blocks in blue, free (cached) blocks in grey, the largest free \
-                     block in orange; at an OOM the failed request is the vermillion (red-orange) bar, to the same \
-                     scale.{}",
-                    seg.streams.handles_note().map(|n| format!(" Rows name their stream; {n}.")).unwrap_or_default()
-                ),
-                plot::render_segments(&seg)?,
-            ));
-            Some(LayoutAt {
-                moment: seg.moment.clone(),
-                event: seg.event,
-                segments: seg.segments.len() as u64,
-                reserved_bytes: seg.reserved_bytes(),
-                free_bytes: seg.free_bytes(),
-                largest_free_bytes: seg.largest_free_bytes(),
-                failed_request_bytes: seg.failed_request_bytes,
-            })
-        }
+        Ok(seg) => Some(LayoutAt {
+            moment: seg.moment.clone(),
+            event: seg.event,
+            segments: seg.segments.len() as u64,
+            reserved_bytes: seg.reserved_bytes(),
+            free_bytes: seg.free_bytes(),
+            largest_free_bytes: seg.largest_free_bytes(),
+            failed_request_bytes: seg.failed_request_bytes,
+        }),
         // A trace that never reserves anything has no map to draw.
         Err(_) => None,
     };
-    if let Some(mut p) = segments_picture {
-        rasterize(std::slice::from_mut(&mut p))?;
+    if let Some(p) = segments_picture.transpose()? {
         // After memory over time (and live bytes by call site), before the what-if picture.
         let at = pictures.iter().position(|p| p.file == "whatif.svg").unwrap_or(pictures.len());
         pictures.insert(at, p);
@@ -476,6 +458,8 @@ struct ReportTrack {
     watches: Option<Watches>,
     /// What the analyses found from the recorded configuration's replay ([`analyse_recorded`]).
     found: Option<Result<Found>>,
+    /// The pictures drawn from it ([`draw_recorded`]), where the table's callback made them.
+    drawn: Option<Result<DrawnRecorded>>,
 }
 
 /// What [`analyse_recorded`] finds from the recorded run's watches: the segment map's data and
@@ -483,6 +467,8 @@ struct ReportTrack {
 /// that failed.
 struct Found {
     seg: Result<plot::SegmentsData>,
+    /// The segment map drawn and rasterized, where there is one.
+    segments_picture: Option<Result<Picture>>,
     explained: Option<crate::analysis::explain::ExplainPrelude>,
     frag: Option<FragReport>,
     leaks: Option<LeaksReport>,
@@ -491,8 +477,7 @@ struct Found {
 
 /// What the report folds from the records beside the what-if table: the timeline (where the
 /// trace's own counters give it), live bytes by call site, and `leaks`' folds.
-type Folded =
-    (Option<plot::TimelineData>, Option<plot::StackedData>, Option<Result<crate::analysis::leaks::LeaksFolds>>);
+type Folded = (Option<Picture>, Option<Picture>, Option<Result<crate::analysis::leaks::LeaksFolds>>);
 
 /// The analyses that need only the replay under the recorded settings (`replay`, watched by
 /// `w`): one more replay up to the latest moment whose layout they take (the segment map's, and
@@ -568,29 +553,100 @@ fn analyse_recorded(
         e.give_layout(s.segments.clone());
     }
     keep("leaks", leaks.map(|x| leaks_report = Some(x)));
-    let (ex, fr) = crate::replay::join_within(
+    // Explain's findings, frag, and the segment map's picture (drawn and rasterized here, off
+    // the what-if table's path where the table calls these analyses beside its searches).
+    let ((ex, fr), segments_picture) = crate::replay::join_within(
         trace,
         || {
-            let growth = leaks_report.as_ref().map(|l: &LeaksReport| l.growth.clone());
-            crate::analysis::explain::explain_prelude(
+            crate::replay::join_within(
                 trace,
-                growth,
-                replay.clone(),
-                w.explain,
-                explain_second.map(|e| e.replayed()),
+                || {
+                    let growth = leaks_report.as_ref().map(|l: &LeaksReport| l.growth.clone());
+                    crate::analysis::explain::explain_prelude(
+                        trace,
+                        growth,
+                        replay.clone(),
+                        w.explain,
+                        explain_second.map(|e| e.replayed()),
+                    )
+                },
+                || {
+                    let peak_layout: &[recorder::engine::SegmentView] = match (&seg, frag_peak) {
+                        (Ok(s), Some(p)) if s.event == p => &s.segments,
+                        _ => &frag_segments,
+                    };
+                    frag_watch.finish(trace, replay.clone(), peak_layout, Some(bounds))
+                },
             )
         },
-        || {
-            let peak_layout: &[recorder::engine::SegmentView] = match (&seg, frag_peak) {
-                (Ok(s), Some(p)) if s.event == p => &s.segments,
-                _ => &frag_segments,
-            };
-            frag_watch.finish(trace, replay.clone(), peak_layout, Some(bounds))
-        },
+        || seg.as_ref().ok().map(segments_picture),
     );
     keep("explain", ex.map(|x| explained = Some(x)));
     keep("frag", fr.map(|x| frag = Some(x)));
-    Ok(Found { seg, explained, frag, leaks: leaks_report, errors })
+    Ok(Found { seg, segments_picture, explained, frag, leaks: leaks_report, errors })
+}
+
+/// The segment map at its moment, drawn and rasterized.
+fn segments_picture(seg: &plot::SegmentsData) -> Result<Picture> {
+    Picture::drawn(
+        "segments.svg",
+        format!("Segments at {}", seg.moment),
+        format!(
+            "One row per segment: allocated blocks in blue, free (cached) blocks in grey, the largest free block in \
+             orange; at an OOM the failed request is the vermillion (red-orange) bar, to the same scale.{}",
+            seg.streams.handles_note().map(|n| format!(" Rows name their stream; {n}.")).unwrap_or_default()
+        ),
+        plot::render_segments(seg)?,
+    )
+}
+
+/// Memory over time, drawn and rasterized.
+fn timeline_picture(tl: &plot::TimelineData) -> Result<Picture> {
+    Picture::drawn(
+        "timeline.svg",
+        "Memory over time".into(),
+        "Reserved (segments the allocator holds from the device), allocated (blocks handed to tensors), active \
+         and requested bytes, replayed under the recorded settings. The gap between reserved and allocated is \
+         cached memory."
+            .into(),
+        plot::render_timeline(tl)?,
+    )
+}
+
+/// Live bytes by call site, drawn and rasterized.
+fn callsites_picture(st: &plot::StackedData) -> Result<Picture> {
+    Picture::drawn(
+        "timeline-callsites.svg",
+        "Live bytes by call site".into(),
+        format!(
+            "Live requested bytes stacked by call site (the top {}, the rest as \"other\"). The top edge is the true \
+             peak of each pixel column.",
+            plot::TOP_CALLSITES
+        ),
+        plot::render_stacked(st)?,
+    )
+}
+
+/// The pictures of the replay under the recorded settings, drawn and rasterized as soon as that
+/// replay ends (beside the capacity searches): fragmentation over time, and memory over time
+/// where the trace's own counters could not give it.
+struct DrawnRecorded {
+    timeline: Option<Picture>,
+    frag: Picture,
+}
+
+fn draw_recorded(trace: &Trace, drawing: Drawing, replay: &ReplayResult) -> Result<DrawnRecorded> {
+    let timeline = drawing.timeline.map(|track| timeline_picture(&track.finish(trace, replay))).transpose()?;
+    let fd = drawing.frag_track.finish(trace.name());
+    let frag = Picture::drawn(
+        "frag.svg",
+        "Fragmentation over time".into(),
+        "Blue: the share of reserved memory no tensor holds. Orange: how broken up the free memory is (0% = all \
+         free memory in one block)."
+            .into(),
+        plot::render_frag(&fd)?,
+    )?;
+    Ok(DrawnRecorded { timeline, frag })
 }
 
 /// What the pictures of fragmentation and memory over time draw from the replay under the
