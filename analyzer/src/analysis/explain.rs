@@ -245,7 +245,7 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
         let first = first.replayed();
         let second = second_of(&first)?;
         let o = ExplainOptions { whatif: Some(given), ..opts.clone() };
-        return explain_finish(trace, explain_prelude(trace, opts.growth.clone(), result, first, second)?, &o);
+        return explain_finish(trace, explain_prelude(trace, opts.growth.clone(), result, first, second, None)?, &o);
     }
     // Without a what-if table given, the replay under the recorded settings is the table's own
     // row (one replay fewer). What needs only that replay (the second replay, the growth, the
@@ -256,9 +256,15 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
         watching: Option<ExplainWatch>,
         found: Option<Result<ExplainPrelude>>,
     }
+    // The patterns need only `result`: they go beside the replay to the peak.
     let prelude_of = |first: ExplainWatch, result: &ReplayResult, growth: Option<Option<Growth>>| {
         let first = first.replayed();
-        second_of(&first).and_then(|second| explain_prelude(trace, growth, result.clone(), first, second))
+        let (second, patterns) = crate::replay::join_within(
+            trace,
+            || second_of(&first),
+            || crate::analysis::patterns::of_run(trace, result),
+        );
+        second.and_then(|second| explain_prelude(trace, growth, result.clone(), first, second, Some(patterns)))
     };
     let row0 = std::sync::Mutex::new(Some(Row0 {
         watching: Some(ExplainWatch::new(trace, first_iteration, None)),
@@ -508,12 +514,16 @@ fn table_for(trace: &Trace, opts: &ExplainOptions<'_>, result: &ReplayResult, se
 /// [`ExplainPrelude`] from the watches of the replay under the recorded settings: `first` over
 /// the whole run (`result`), `second` up to the peak where `first` found no OOM; `growth`: the
 /// growth per iteration where already computed.
+///
+/// `patterns`: [`crate::analysis::patterns::of_run`] of `result`, where the caller made it
+/// beside the replay to the peak; otherwise it is made here, beside the verdict.
 pub fn explain_prelude(
     trace: &Trace,
     growth: Option<Option<Growth>>,
     result: ReplayResult,
     first: ExplainWatch,
     second: Option<ExplainWatch>,
+    patterns: Option<Result<crate::analysis::patterns::Patterns>>,
 ) -> Result<ExplainPrelude> {
     let header = &trace.header;
     let recorded_ooms = trace.facts.recorded_ooms.clone();
@@ -590,12 +600,7 @@ memory its note names), so this does not say the step fits; {}",
             };
             Ok((growth, verdict, grouped))
         },
-        || -> Result<_> {
-            Ok((
-                crate::analysis::patterns::empty_cache_calls(trace, capacity, &result)?,
-                crate::analysis::patterns::held_for_streams(trace)?,
-            ))
-        },
+        || patterns.unwrap_or_else(|| crate::analysis::patterns::of_run(trace, &result)),
     );
     let (growth, mut verdict, grouped) = judged?;
     let (empty_cache_calls, held_for_streams) = patterns?;

@@ -519,7 +519,9 @@ fn analyse_recorded(
     let mut frag_segments: Vec<recorder::engine::SegmentView> = Vec::new();
     let stop = [seg_target, w.explain.peak_to_take(), frag_peak].into_iter().flatten().max();
     let held = w.held;
-    let (leaks, second) = crate::replay::join_within(
+    // Leaks, the replay to the moments, and explain's patterns (which need only `replay`), side
+    // by side.
+    let (leaks, (second, patterns)) = crate::replay::join_within(
         trace,
         || match leaks_folds {
             Some(folds) => {
@@ -528,22 +530,28 @@ fn analyse_recorded(
             }
             None => crate::analysis::leaks::analyze_watched(trace, leaks_opts, Some(held)),
         },
-        || -> Result<()> {
-            let Some(stop) = stop else { return Ok(()) };
-            let o = crate::replay::ReplayOptions { stop_after: Some(stop), ..Default::default() };
-            crate::replay::replay_observed(trace, &o, &mut |i, r, view, live| {
-                if let Ok(s) = seg.as_mut() {
-                    s.observe(i, r, view);
-                }
-                if let Some(e) = explain_second.as_mut() {
-                    e.observe(trace, i, r, view, live);
-                }
-                // The segment map's layout serves frag too where they are one moment.
-                if frag_peak == Some(i) && frag_peak != seg_target {
-                    frag_segments = view.segments();
-                }
-            })?;
-            Ok(())
+        || {
+            crate::replay::join_within(
+                trace,
+                || -> Result<()> {
+                    let Some(stop) = stop else { return Ok(()) };
+                    let o = crate::replay::ReplayOptions { stop_after: Some(stop), ..Default::default() };
+                    crate::replay::replay_observed(trace, &o, &mut |i, r, view, live| {
+                        if let Ok(s) = seg.as_mut() {
+                            s.observe(i, r, view);
+                        }
+                        if let Some(e) = explain_second.as_mut() {
+                            e.observe(trace, i, r, view, live);
+                        }
+                        // The segment map's layout serves frag too where they are one moment.
+                        if frag_peak == Some(i) && frag_peak != seg_target {
+                            frag_segments = view.segments();
+                        }
+                    })?;
+                    Ok(())
+                },
+                || crate::analysis::patterns::of_run(trace, replay),
+            )
         },
     );
     second?;
@@ -568,6 +576,7 @@ fn analyse_recorded(
                         replay.clone(),
                         w.explain,
                         explain_second.map(|e| e.replayed()),
+                        Some(patterns),
                     )
                 },
                 || {
