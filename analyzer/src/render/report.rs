@@ -231,7 +231,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
             timeline: (!plot::timeline_foldable(trace)).then(|| plot::TimelineTrack::new(XAxis::Time, plot::COLUMNS)),
         },
         Watches {
-            moment: plot::MomentTrack::default(),
+            moment: plot::MomentTrack::taking_the_oom_layout(),
             held: crate::analysis::leaks::HeldWatch::new(leaks_opts.at_event, trace.events),
             explain: crate::analysis::explain::ExplainWatch::new(trace, first_iteration, None),
             frag: crate::analysis::frag::FragWatch::new(trace, &frag_opts)?,
@@ -503,8 +503,17 @@ fn analyse_recorded(
     };
     let at = if replay.is_oom() { At::Oom } else { At::Peak };
     let frag_watch = if replay.is_oom() { w.frag } else { w.frag.at_peak() };
-    let mut seg = w.moment.moment(trace, at).map(plot::SegmentsWatch::new);
-    let seg_target = seg.as_ref().ok().map(|s| s.target());
+    // The segment map: at an OOM the recorded run took the layout as it passed; at the peak
+    // (known only at the run's end) the replay below takes it.
+    let taken = if at == At::Oom { w.moment.oom_segments(trace) } else { None };
+    let mut seg = match taken {
+        Some(taken) => Ok(SegmentMap::Taken(taken)),
+        None => w.moment.moment(trace, at).map(|m| SegmentMap::Watching(plot::SegmentsWatch::new(m))),
+    };
+    let seg_target = match &seg {
+        Ok(SegmentMap::Watching(s)) => Some(s.target()),
+        _ => None,
+    };
     // Where the segment map and `explain` take the layout at one moment, the map's copy
     // serves both.
     let mut explain_second = w.explain.peak_to_take().map(|p| {
@@ -537,7 +546,7 @@ fn analyse_recorded(
                     let Some(stop) = stop else { return Ok(()) };
                     let o = crate::replay::ReplayOptions { stop_after: Some(stop), ..Default::default() };
                     crate::replay::replay_observed(trace, &o, &mut |i, r, view, live| {
-                        if let Ok(s) = seg.as_mut() {
+                        if let Ok(SegmentMap::Watching(s)) = seg.as_mut() {
                             s.observe(i, r, view);
                         }
                         if let Some(e) = explain_second.as_mut() {
@@ -556,7 +565,10 @@ fn analyse_recorded(
     );
     second?;
     let (mut explained, mut frag, mut leaks_report) = (None, None, None);
-    let seg = seg.and_then(|s| s.finish(trace));
+    let seg = seg.and_then(|s| match s {
+        SegmentMap::Taken(taken) => Ok(taken),
+        SegmentMap::Watching(s) => s.finish(trace),
+    });
     if let (Some(e), Ok(s)) = (explain_second.as_mut(), seg.as_ref()) {
         e.give_layout(s.segments.clone());
     }
@@ -593,6 +605,12 @@ fn analyse_recorded(
     keep("explain", ex.map(|x| explained = Some(x)));
     keep("frag", fr.map(|x| frag = Some(x)));
     Ok(Found { seg, segments_picture, explained, frag, leaks: leaks_report, errors })
+}
+
+/// The segment map of [`analyse_recorded`]: taken by the recorded run, or to take by a replay.
+enum SegmentMap {
+    Taken(plot::SegmentsData),
+    Watching(plot::SegmentsWatch),
 }
 
 /// The segment map at its moment, drawn and rasterized.

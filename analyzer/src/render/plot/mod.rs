@@ -407,9 +407,25 @@ pub struct MomentTrack {
     /// The OOM moment (the replay's, decided by [`OomMoment`]) and the failed request's size.
     oom: Option<(u64, u64)>,
     moment: OomMoment,
+    /// Where asked ([`MomentTrack::taking_the_oom_layout`]), the segment map at the OOM moment
+    /// as a [`SegmentsWatch`] aimed at it would take it: that moment is known as the replay
+    /// passes it, so no second replay is needed for it (a peak is known only at the end).
+    at_oom: Option<OomLayout>,
+}
+
+/// The streams named up to the OOM moment, and the time and layout there once passed.
+#[derive(Default)]
+struct OomLayout {
+    streams: crate::model::streams::StreamNames,
+    taken: Option<(u64, Vec<SegmentView>)>,
 }
 
 impl MomentTrack {
+    /// A track that also takes the segment map at the OOM moment ([`MomentTrack::oom_segments`]).
+    pub fn taking_the_oom_layout() -> Self {
+        MomentTrack { at_oom: Some(OomLayout::default()), ..Default::default() }
+    }
+
     pub fn observe(&mut self, trace: &Trace, i: u64, r: &Record, view: &dyn EngineView) {
         let st = view.stats();
         let res = st.reserved_bytes.all.current;
@@ -418,13 +434,40 @@ impl MomentTrack {
             self.best_i = Some(i);
         }
         self.last_i = Some(i);
+        let at_oom = self.at_oom.as_mut().filter(|_| self.oom.is_none());
+        if let Some(l) = at_oom {
+            if let Some(s) = crate::model::streams::stream_of(&r.event) {
+                l.streams.observe(s);
+            }
+        }
         if self.moment.observe(trace, i, r, view).moment {
             let req = match &r.event {
                 Event::Alloc { requested_bytes, .. } | Event::Oom { requested_bytes, .. } => *requested_bytes,
                 _ => 0,
             };
             self.oom = Some((i, req));
+            if let Some(l) = self.at_oom.as_mut() {
+                l.taken = Some((r.time_ns, view.segments()));
+            }
         }
+    }
+
+    /// The segment map at the OOM moment, where this track took it
+    /// ([`MomentTrack::taking_the_oom_layout`]) and the replay had one: what
+    /// [`segments_data_at`] gives at that moment.
+    pub fn oom_segments(&mut self, trace: &Trace) -> Option<SegmentsData> {
+        let (event, moment, failed_request_bytes) = self.moment(trace, At::Oom).ok()?;
+        let l = self.at_oom.take()?;
+        let (time_ns, segments) = l.taken?;
+        Some(SegmentsData {
+            trace: trace.name(),
+            moment,
+            event,
+            time_ns,
+            segments,
+            failed_request_bytes,
+            streams: l.streams,
+        })
     }
 
     /// The event, the words for the moment, and the failed request at an OOM.
@@ -451,10 +494,13 @@ impl MomentTrack {
 /// Replays under the recorded settings and takes the layout at `at`.
 pub fn segments_data(trace: &Trace, at: At) -> Result<SegmentsData> {
     let opts = ReplayOptions::default();
-    // Pass 1 (except for a given event): find the event.
-    let mut track = MomentTrack::default();
+    // Pass 1 (except for a given event): find the event; at an OOM, take the layout there too.
+    let mut track = if at == At::Oom { MomentTrack::taking_the_oom_layout() } else { MomentTrack::default() };
     if !matches!(at, At::Event(_)) {
         replay_observed(trace, &opts, &mut |i, r, view, _| track.observe(trace, i, r, view))?;
+    }
+    if let Some(taken) = track.oom_segments(trace).filter(|_| at == At::Oom) {
+        return Ok(taken);
     }
     segments_data_at(trace, track.moment(trace, at)?)
 }
@@ -1481,6 +1527,58 @@ pub fn plot(trace: &Trace, kind: Kind, at: At, stacked: bool, x: XAxis) -> Resul
 mod tests {
     use super::*;
     use recorder::engine::BlockView;
+
+    /// The segment map the recorded run takes as it passes the OOM is the one a second replay
+    /// up to that moment takes, on every shipped trace whose replay has an OOM moment (and on the
+    /// truth fixtures of runs that ran out of memory).
+    #[test]
+    fn the_oom_layout_taken_in_passing_is_the_second_replays() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut paths: Vec<std::path::PathBuf> = Vec::new();
+        for dir in ["traces", "traces/large", "tests/fixtures/truth"] {
+            for e in std::fs::read_dir(root.join(dir)).unwrap() {
+                let p = e.unwrap().path();
+                if p.extension().is_some_and(|x| x == "atrace") {
+                    paths.push(p);
+                }
+            }
+        }
+        let mut checked = 0;
+        for p in paths {
+            let trace = Trace::open(&p).unwrap();
+            let mut track = MomentTrack::taking_the_oom_layout();
+            replay_observed(&trace, &ReplayOptions::default(), &mut |i, r, view, _| track.observe(&trace, i, r, view))
+                .unwrap();
+            let Ok(moment) = track.moment(&trace, At::Oom) else {
+                assert!(track.oom_segments(&trace).is_none(), "{}", p.display());
+                continue;
+            };
+            let taken = track.oom_segments(&trace).unwrap();
+            let replayed = segments_data_at(&trace, moment).unwrap();
+            assert_eq!(
+                (
+                    &taken.moment,
+                    taken.event,
+                    taken.time_ns,
+                    &taken.segments,
+                    taken.failed_request_bytes,
+                    &taken.streams
+                ),
+                (
+                    &replayed.moment,
+                    replayed.event,
+                    replayed.time_ns,
+                    &replayed.segments,
+                    replayed.failed_request_bytes,
+                    &replayed.streams
+                ),
+                "{}",
+                p.display()
+            );
+            checked += 1;
+        }
+        assert!(checked >= 10, "{checked} traces with an OOM moment");
+    }
 
     fn segment(blocks: &[(u64, bool)]) -> SegmentView {
         let mut at = 1 << 30;
