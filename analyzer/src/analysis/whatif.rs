@@ -417,7 +417,11 @@ fn whatif_inner<T: Send>(
                 searching.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 min
             };
-            let min = if ready_beside { rayon::join(search, || ready_all(&mut sts, &r)).0? } else { search()? };
+            let min = if ready_beside {
+                rayon::join(search, || crate::replay::beside_searches(|| ready_all(&mut sts, &r))).0?
+            } else {
+                search()?
+            };
             Ok((sts, r, min))
         };
         let mut done = Vec::with_capacity(groups.len());

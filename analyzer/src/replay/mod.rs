@@ -1063,6 +1063,29 @@ pub fn concurrent_replays(trace: &Trace) -> usize {
     usize::try_from(STATES_BUDGET_BYTES / per).unwrap_or(usize::MAX).max(1)
 }
 
+/// Runs `f` on threads of its own, beside the capacity searches of a what-if table: the work
+/// done with a row once its run at the capacity is over (the analyses of the recorded run, its
+/// pictures, `explain`'s experiments).
+///
+/// On the searches' own threads that work stalled them: a thread that waits for its probes
+/// takes up other work meanwhile, and where that was a long analysis (a whole replay of an
+/// experiment) its search went on only once the analysis ended. The pool's threads are a
+/// quarter of the searches' (2 to 4); where it cannot be made, `f` runs here.
+pub fn beside_searches<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    let pool = POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads((rayon::current_num_threads() / 4).clamp(2, 4))
+            .thread_name(|i| format!("alloctrace-beside-{i}"))
+            .build()
+            .ok()
+    });
+    match pool {
+        Some(pool) => pool.install(f),
+        None => f(),
+    }
+}
+
 /// `rayon::join(a, b)` where `trace`'s replays may run side by side ([`concurrent_replays`]),
 /// else `a` then `b`: analyses that each keep state per live allocation take turns.
 pub fn join_within<A, B, RA, RB>(trace: &Trace, a: A, b: B) -> (RA, RB)
