@@ -245,7 +245,12 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
         let first = first.replayed();
         let second = second_of(&first)?;
         let o = ExplainOptions { whatif: Some(given), ..opts.clone() };
-        return explain_finish(trace, explain_prelude(trace, opts.growth.clone(), result, first, second, None)?, &o);
+        let (prelude, patterns) = crate::replay::join_within(
+            trace,
+            || explain_prelude(trace, opts.growth.clone(), result.clone(), first, second),
+            || crate::analysis::patterns::of_run(trace, &result),
+        );
+        return explain_finish(trace, prelude?.with_patterns(patterns?), &o);
     }
     // Without a what-if table given, the replay under the recorded settings is the table's own
     // row (one replay fewer). What needs only that replay (the second replay, the growth, the
@@ -256,15 +261,15 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
         watching: Option<ExplainWatch>,
         found: Option<Result<ExplainPrelude>>,
     }
-    // The patterns need only `result`: they go beside the replay to the peak.
+    // The patterns need only `result`: they go beside the replay to the peak and the prelude.
     let prelude_of = |first: ExplainWatch, result: &ReplayResult, growth: Option<Option<Growth>>| {
         let first = first.replayed();
-        let (second, patterns) = crate::replay::join_within(
+        let (prelude, patterns) = crate::replay::join_within(
             trace,
-            || second_of(&first),
+            || second_of(&first).and_then(|second| explain_prelude(trace, growth, result.clone(), first, second)),
             || crate::analysis::patterns::of_run(trace, result),
         );
-        second.and_then(|second| explain_prelude(trace, growth, result.clone(), first, second, Some(patterns)))
+        Ok(prelude?.with_patterns(patterns?))
     };
     let row0 = std::sync::Mutex::new(Some(Row0 {
         watching: Some(ExplainWatch::new(trace, first_iteration, None)),
@@ -515,15 +520,15 @@ fn table_for(trace: &Trace, opts: &ExplainOptions<'_>, result: &ReplayResult, se
 /// the whole run (`result`), `second` up to the peak where `first` found no OOM; `growth`: the
 /// growth per iteration where already computed.
 ///
-/// `patterns`: [`crate::analysis::patterns::of_run`] of `result`, where the caller made it
-/// beside the replay to the peak; otherwise it is made here, beside the verdict.
+/// The program's patterns are not in it: they need only `result`, so callers make them beside
+/// the whole prelude ([`crate::analysis::patterns::of_run`]) and give them with
+/// [`ExplainPrelude::with_patterns`].
 pub fn explain_prelude(
     trace: &Trace,
     growth: Option<Option<Growth>>,
     result: ReplayResult,
     first: ExplainWatch,
     second: Option<ExplainWatch>,
-    patterns: Option<Result<crate::analysis::patterns::Patterns>>,
 ) -> Result<ExplainPrelude> {
     let header = &trace.header;
     let recorded_ooms = trace.facts.recorded_ooms.clone();
@@ -575,35 +580,30 @@ pub fn explain_prelude(
     let mut retention = leaks::retention(&cap.held, sites);
     retention.sites.sort_by(|a, b| b.block_bytes.cmp(&a.block_bytes).then(a.site.cmp(&b.site)));
     let top_sites: Vec<SitePin> = retention.sites.iter().take(10).cloned().collect();
-    // Growth with the verdict (and the reordering experiment where it is fragmentation) and
-    // the patterns need only the replay above: they run side by side.
-    let (judged, patterns) = rayon::join(
-        || -> Result<(Option<Growth>, Verdict, Option<Experiment>)> {
-            let growth = match growth {
-                Some(g) => g,
-                None => leaks::growth_only(trace)?.0,
-            };
-            let mut verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
-            if !is_oom && trace.predicted_lower_bound() {
-                // Completing is not fitting when the prediction leaves memory out.
-                verdict.reason = format!(
-                    "the predicted requests complete, but the prediction is a lower bound (it leaves out \
+    // Growth with the verdict, and the reordering experiment where it is fragmentation.
+    let judged = (|| -> Result<(Option<Growth>, Verdict, Option<Experiment>)> {
+        let growth = match growth {
+            Some(g) => g,
+            None => leaks::growth_only(trace)?.0,
+        };
+        let mut verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
+        if !is_oom && trace.predicted_lower_bound() {
+            // Completing is not fitting when the prediction leaves memory out.
+            verdict.reason = format!(
+                "the predicted requests complete, but the prediction is a lower bound (it leaves out \
 memory its note names), so this does not say the step fits; {}",
-                    verdict.reason.replacen("the run completed. At", "at", 1)
-                );
-            }
-            // The reordering experiment answers fragmentation at an OOM only.
-            let grouped = if is_oom && verdict.kind == VerdictKind::Fragmentation {
-                group_long_lived(trace, cap.event)?
-            } else {
-                None
-            };
-            Ok((growth, verdict, grouped))
-        },
-        || patterns.unwrap_or_else(|| crate::analysis::patterns::of_run(trace, &result)),
-    );
+                verdict.reason.replacen("the run completed. At", "at", 1)
+            );
+        }
+        // The reordering experiment answers fragmentation at an OOM only.
+        let grouped = if is_oom && verdict.kind == VerdictKind::Fragmentation {
+            group_long_lived(trace, cap.event)?
+        } else {
+            None
+        };
+        Ok((growth, verdict, grouped))
+    })();
     let (growth, mut verdict, grouped) = judged?;
-    let (empty_cache_calls, held_for_streams) = patterns?;
     // An unknown limit is never a confident verdict: with the range of limits the trace allows,
     // the verdict at each (see [`verdict_by_limit`]); otherwise it holds only at the limit assumed.
     let range = trace.default_capacity().range.filter(|_| result.capacity_source == CapacitySource::InferredLimit);
@@ -666,11 +666,19 @@ real one): {}",
         verdict,
         verdict_by_limit,
         grouped,
-        empty_cache_calls,
-        held_for_streams,
+        empty_cache_calls: None,
+        held_for_streams: None,
         predicted_where,
         categories,
     })
+}
+
+impl ExplainPrelude {
+    /// The prelude with the program's patterns ([`crate::analysis::patterns::of_run`] of the
+    /// same run), which its advice reads.
+    pub fn with_patterns(self, (empty_cache_calls, held_for_streams): crate::analysis::patterns::Patterns) -> Self {
+        ExplainPrelude { empty_cache_calls, held_for_streams, ..self }
+    }
 }
 
 /// The report of `explain`: the prelude's findings and the advice, which rests on the what-if

@@ -480,10 +480,39 @@ struct Found {
 type Folded = (Option<Picture>, Option<Picture>, Option<Result<crate::analysis::leaks::LeaksFolds>>);
 
 /// The analyses that need only the replay under the recorded settings (`replay`, watched by
-/// `w`): one more replay up to the latest moment whose layout they take (the segment map's, and
-/// the peak's for explain and frag where the run has no OOM), then leaks (from `leaks_folds`
-/// where they were made beside the table), explain's findings before its advice, and frag.
+/// `w`): where the run has no OOM, one more replay up to the latest moment whose layout they
+/// take (the peak's, for the segment map, explain and frag; at an OOM the watches took it), then
+/// leaks (from `leaks_folds` where they were made beside the table), explain's findings before
+/// its advice, and frag; explain's patterns beside all of it.
 fn analyse_recorded(
+    trace: &Trace,
+    w: Watches,
+    replay: &ReplayResult,
+    bounds: &crate::analysis::whatif::Bounds,
+    first_iteration: Option<u64>,
+    leaks_opts: &LeaksOptions,
+    leaks_folds: Option<Result<crate::analysis::leaks::LeaksFolds>>,
+) -> Result<Found> {
+    // Explain's patterns need only `replay`: they go beside everything else.
+    let (found, patterns) = crate::replay::join_within(
+        trace,
+        || analyse_recorded_run(trace, w, replay, bounds, first_iteration, leaks_opts, leaks_folds),
+        || crate::analysis::patterns::of_run(trace, replay),
+    );
+    let mut found = found?;
+    match patterns {
+        Ok(p) => found.explained = found.explained.map(|e| e.with_patterns(p)),
+        Err(e) => {
+            if found.explained.take().is_some() {
+                found.errors.push(format!("explain: {e:#}"));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// [`analyse_recorded`] but for explain's patterns.
+fn analyse_recorded_run(
     trace: &Trace,
     mut w: Watches,
     replay: &ReplayResult,
@@ -528,9 +557,7 @@ fn analyse_recorded(
     let mut frag_segments: Vec<recorder::engine::SegmentView> = Vec::new();
     let stop = [seg_target, w.explain.peak_to_take(), frag_peak].into_iter().flatten().max();
     let held = w.held;
-    // Leaks, the replay to the moments, and explain's patterns (which need only `replay`), side
-    // by side.
-    let (leaks, (second, patterns)) = crate::replay::join_within(
+    let (leaks, second) = crate::replay::join_within(
         trace,
         || match leaks_folds {
             Some(folds) => {
@@ -539,28 +566,22 @@ fn analyse_recorded(
             }
             None => crate::analysis::leaks::analyze_watched(trace, leaks_opts, Some(held)),
         },
-        || {
-            crate::replay::join_within(
-                trace,
-                || -> Result<()> {
-                    let Some(stop) = stop else { return Ok(()) };
-                    let o = crate::replay::ReplayOptions { stop_after: Some(stop), ..Default::default() };
-                    crate::replay::replay_observed(trace, &o, &mut |i, r, view, live| {
-                        if let Ok(SegmentMap::Watching(s)) = seg.as_mut() {
-                            s.observe(i, r, view);
-                        }
-                        if let Some(e) = explain_second.as_mut() {
-                            e.observe(trace, i, r, view, live);
-                        }
-                        // The segment map's layout serves frag too where they are one moment.
-                        if frag_peak == Some(i) && frag_peak != seg_target {
-                            frag_segments = view.segments();
-                        }
-                    })?;
-                    Ok(())
-                },
-                || crate::analysis::patterns::of_run(trace, replay),
-            )
+        || -> Result<()> {
+            let Some(stop) = stop else { return Ok(()) };
+            let o = crate::replay::ReplayOptions { stop_after: Some(stop), ..Default::default() };
+            crate::replay::replay_observed(trace, &o, &mut |i, r, view, live| {
+                if let Ok(SegmentMap::Watching(s)) = seg.as_mut() {
+                    s.observe(i, r, view);
+                }
+                if let Some(e) = explain_second.as_mut() {
+                    e.observe(trace, i, r, view, live);
+                }
+                // The segment map's layout serves frag too where they are one moment.
+                if frag_peak == Some(i) && frag_peak != seg_target {
+                    frag_segments = view.segments();
+                }
+            })?;
+            Ok(())
         },
     );
     second?;
@@ -588,7 +609,6 @@ fn analyse_recorded(
                         replay.clone(),
                         w.explain,
                         explain_second.map(|e| e.replayed()),
-                        Some(patterns),
                     )
                 },
                 || {
