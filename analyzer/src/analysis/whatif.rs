@@ -417,7 +417,7 @@ fn whatif_inner<T: Send>(
                 searching.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 min
             };
-            let min = if ready_beside {
+            let min = if ready_beside && observing.is_some() {
                 rayon::join(search, || crate::replay::beside_searches(|| ready_all(&mut sts, &r))).0?
             } else {
                 search()?
