@@ -486,7 +486,7 @@ type Folded = (Option<Picture>, Option<Picture>, Option<Result<crate::analysis::
 /// its advice, and frag; explain's patterns beside all of it.
 fn analyse_recorded(
     trace: &Trace,
-    w: Watches,
+    mut w: Watches,
     replay: &ReplayResult,
     bounds: &crate::analysis::whatif::Bounds,
     first_iteration: Option<u64>,
@@ -496,7 +496,112 @@ fn analyse_recorded(
     // Explain's patterns need only `replay`: they go beside everything else.
     let (found, patterns) = crate::replay::join_within(
         trace,
-        || analyse_recorded_run(trace, w, replay, bounds, first_iteration, leaks_opts, leaks_folds),
+        || -> Result<Found> {
+            // What the watches kept per live allocation is let go before the second replay.
+            w.explain = w.explain.replayed();
+            w.held = w.held.replayed();
+            let mut errors = Vec::new();
+            let mut keep = |what: &str, r: Result<()>| {
+                if let Err(e) = r {
+                    errors.push(format!("{what}: {e:#}"));
+                }
+            };
+            let at = if replay.is_oom() { At::Oom } else { At::Peak };
+            let frag_watch = if replay.is_oom() { w.frag } else { w.frag.at_peak() };
+            // The segment map: at an OOM the recorded run took the layout as it passed; at the peak
+            // (known only at the run's end) the replay below takes it.
+            let taken = if at == At::Oom { w.moment.oom_segments(trace) } else { None };
+            let mut seg = match taken {
+                Some(taken) => Ok(SegmentMap::Taken(taken)),
+                None => w.moment.moment(trace, at).map(|m| SegmentMap::Watching(plot::SegmentsWatch::new(m))),
+            };
+            let seg_target = match &seg {
+                Ok(SegmentMap::Watching(s)) => Some(s.target()),
+                _ => None,
+            };
+            // Where the segment map and `explain` take the layout at one moment, the map's copy
+            // serves both.
+            let mut explain_second = w.explain.peak_to_take().map(|p| {
+                let e = crate::analysis::explain::ExplainWatch::new(trace, first_iteration, Some(p));
+                if seg_target == Some(p) {
+                    e.layout_taken_elsewhere()
+                } else {
+                    e
+                }
+            });
+            let frag_peak = frag_watch.peak_to_take();
+            let mut frag_segments: Vec<recorder::engine::SegmentView> = Vec::new();
+            let stop = [seg_target, w.explain.peak_to_take(), frag_peak].into_iter().flatten().max();
+            let held = w.held;
+            let (leaks, second) = crate::replay::join_within(
+                trace,
+                || match leaks_folds {
+                    Some(folds) => {
+                        crate::analysis::leaks::check_at_event(trace, leaks_opts)?;
+                        crate::analysis::leaks::finish(trace, folds?, held)
+                    }
+                    None => crate::analysis::leaks::analyze_watched(trace, leaks_opts, Some(held)),
+                },
+                || -> Result<()> {
+                    let Some(stop) = stop else { return Ok(()) };
+                    let o = crate::replay::ReplayOptions { stop_after: Some(stop), ..Default::default() };
+                    crate::replay::replay_observed(trace, &o, &mut |i, r, view, live| {
+                        if let Ok(SegmentMap::Watching(s)) = seg.as_mut() {
+                            s.observe(i, r, view);
+                        }
+                        if let Some(e) = explain_second.as_mut() {
+                            e.observe(trace, i, r, view, live);
+                        }
+                        // The segment map's layout serves frag too where they are one moment.
+                        if frag_peak == Some(i) && frag_peak != seg_target {
+                            frag_segments = view.segments();
+                        }
+                    })?;
+                    Ok(())
+                },
+            );
+            second?;
+            let (mut explained, mut frag, mut leaks_report) = (None, None, None);
+            let seg = seg.and_then(|s| match s {
+                SegmentMap::Taken(taken) => Ok(taken),
+                SegmentMap::Watching(s) => s.finish(trace),
+            });
+            if let (Some(e), Ok(s)) = (explain_second.as_mut(), seg.as_ref()) {
+                e.give_layout(s.segments.clone());
+            }
+            keep("leaks", leaks.map(|x| leaks_report = Some(x)));
+            // Explain's findings, frag, and the segment map's picture (drawn and rasterized here, off
+            // the what-if table's path where the table calls these analyses beside its searches).
+            let ((ex, fr), segments_picture) = crate::replay::join_within(
+                trace,
+                || {
+                    crate::replay::join_within(
+                        trace,
+                        || {
+                            let growth = leaks_report.as_ref().map(|l: &LeaksReport| l.growth.clone());
+                            crate::analysis::explain::explain_prelude(
+                                trace,
+                                growth,
+                                replay.clone(),
+                                w.explain,
+                                explain_second.map(|e| e.replayed()),
+                            )
+                        },
+                        || {
+                            let peak_layout: &[recorder::engine::SegmentView] = match (&seg, frag_peak) {
+                                (Ok(s), Some(p)) if s.event == p => &s.segments,
+                                _ => &frag_segments,
+                            };
+                            frag_watch.finish(trace, replay.clone(), peak_layout, Some(bounds))
+                        },
+                    )
+                },
+                || seg.as_ref().ok().map(segments_picture),
+            );
+            keep("explain", ex.map(|x| explained = Some(x)));
+            keep("frag", fr.map(|x| frag = Some(x)));
+            Ok(Found { seg, segments_picture, explained, frag, leaks: leaks_report, errors })
+        },
         || crate::analysis::patterns::of_run(trace, replay),
     );
     let mut found = found?;
@@ -509,122 +614,6 @@ fn analyse_recorded(
         }
     }
     Ok(found)
-}
-
-/// [`analyse_recorded`] but for explain's patterns.
-fn analyse_recorded_run(
-    trace: &Trace,
-    mut w: Watches,
-    replay: &ReplayResult,
-    bounds: &crate::analysis::whatif::Bounds,
-    first_iteration: Option<u64>,
-    leaks_opts: &LeaksOptions,
-    leaks_folds: Option<Result<crate::analysis::leaks::LeaksFolds>>,
-) -> Result<Found> {
-    // What the watches kept per live allocation is let go before the second replay.
-    w.explain = w.explain.replayed();
-    w.held = w.held.replayed();
-    let mut errors = Vec::new();
-    let mut keep = |what: &str, r: Result<()>| {
-        if let Err(e) = r {
-            errors.push(format!("{what}: {e:#}"));
-        }
-    };
-    let at = if replay.is_oom() { At::Oom } else { At::Peak };
-    let frag_watch = if replay.is_oom() { w.frag } else { w.frag.at_peak() };
-    // The segment map: at an OOM the recorded run took the layout as it passed; at the peak
-    // (known only at the run's end) the replay below takes it.
-    let taken = if at == At::Oom { w.moment.oom_segments(trace) } else { None };
-    let mut seg = match taken {
-        Some(taken) => Ok(SegmentMap::Taken(taken)),
-        None => w.moment.moment(trace, at).map(|m| SegmentMap::Watching(plot::SegmentsWatch::new(m))),
-    };
-    let seg_target = match &seg {
-        Ok(SegmentMap::Watching(s)) => Some(s.target()),
-        _ => None,
-    };
-    // Where the segment map and `explain` take the layout at one moment, the map's copy
-    // serves both.
-    let mut explain_second = w.explain.peak_to_take().map(|p| {
-        let e = crate::analysis::explain::ExplainWatch::new(trace, first_iteration, Some(p));
-        if seg_target == Some(p) {
-            e.layout_taken_elsewhere()
-        } else {
-            e
-        }
-    });
-    let frag_peak = frag_watch.peak_to_take();
-    let mut frag_segments: Vec<recorder::engine::SegmentView> = Vec::new();
-    let stop = [seg_target, w.explain.peak_to_take(), frag_peak].into_iter().flatten().max();
-    let held = w.held;
-    let (leaks, second) = crate::replay::join_within(
-        trace,
-        || match leaks_folds {
-            Some(folds) => {
-                crate::analysis::leaks::check_at_event(trace, leaks_opts)?;
-                crate::analysis::leaks::finish(trace, folds?, held)
-            }
-            None => crate::analysis::leaks::analyze_watched(trace, leaks_opts, Some(held)),
-        },
-        || -> Result<()> {
-            let Some(stop) = stop else { return Ok(()) };
-            let o = crate::replay::ReplayOptions { stop_after: Some(stop), ..Default::default() };
-            crate::replay::replay_observed(trace, &o, &mut |i, r, view, live| {
-                if let Ok(SegmentMap::Watching(s)) = seg.as_mut() {
-                    s.observe(i, r, view);
-                }
-                if let Some(e) = explain_second.as_mut() {
-                    e.observe(trace, i, r, view, live);
-                }
-                // The segment map's layout serves frag too where they are one moment.
-                if frag_peak == Some(i) && frag_peak != seg_target {
-                    frag_segments = view.segments();
-                }
-            })?;
-            Ok(())
-        },
-    );
-    second?;
-    let (mut explained, mut frag, mut leaks_report) = (None, None, None);
-    let seg = seg.and_then(|s| match s {
-        SegmentMap::Taken(taken) => Ok(taken),
-        SegmentMap::Watching(s) => s.finish(trace),
-    });
-    if let (Some(e), Ok(s)) = (explain_second.as_mut(), seg.as_ref()) {
-        e.give_layout(s.segments.clone());
-    }
-    keep("leaks", leaks.map(|x| leaks_report = Some(x)));
-    // Explain's findings, frag, and the segment map's picture (drawn and rasterized here, off
-    // the what-if table's path where the table calls these analyses beside its searches).
-    let ((ex, fr), segments_picture) = crate::replay::join_within(
-        trace,
-        || {
-            crate::replay::join_within(
-                trace,
-                || {
-                    let growth = leaks_report.as_ref().map(|l: &LeaksReport| l.growth.clone());
-                    crate::analysis::explain::explain_prelude(
-                        trace,
-                        growth,
-                        replay.clone(),
-                        w.explain,
-                        explain_second.map(|e| e.replayed()),
-                    )
-                },
-                || {
-                    let peak_layout: &[recorder::engine::SegmentView] = match (&seg, frag_peak) {
-                        (Ok(s), Some(p)) if s.event == p => &s.segments,
-                        _ => &frag_segments,
-                    };
-                    frag_watch.finish(trace, replay.clone(), peak_layout, Some(bounds))
-                },
-            )
-        },
-        || seg.as_ref().ok().map(segments_picture),
-    );
-    keep("explain", ex.map(|x| explained = Some(x)));
-    keep("frag", fr.map(|x| frag = Some(x)));
-    Ok(Found { seg, segments_picture, explained, frag, leaks: leaks_report, errors })
 }
 
 /// The segment map of [`analyse_recorded`]: taken by the recorded run, or to take by a replay.
