@@ -581,29 +581,22 @@ pub fn explain_prelude(
     retention.sites.sort_by(|a, b| b.block_bytes.cmp(&a.block_bytes).then(a.site.cmp(&b.site)));
     let top_sites: Vec<SitePin> = retention.sites.iter().take(10).cloned().collect();
     // Growth with the verdict, and the reordering experiment where it is fragmentation.
-    let judged = (|| -> Result<(Option<Growth>, Verdict, Option<Experiment>)> {
-        let growth = match growth {
-            Some(g) => g,
-            None => leaks::growth_only(trace)?.0,
-        };
-        let mut verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
-        if !is_oom && trace.predicted_lower_bound() {
-            // Completing is not fitting when the prediction leaves memory out.
-            verdict.reason = format!(
-                "the predicted requests complete, but the prediction is a lower bound (it leaves out \
+    let growth = match growth {
+        Some(g) => g,
+        None => leaks::growth_only(trace)?.0,
+    };
+    let mut verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
+    if !is_oom && trace.predicted_lower_bound() {
+        // Completing is not fitting when the prediction leaves memory out.
+        verdict.reason = format!(
+            "the predicted requests complete, but the prediction is a lower bound (it leaves out \
 memory its note names), so this does not say the step fits; {}",
-                verdict.reason.replacen("the run completed. At", "at", 1)
-            );
-        }
-        // The reordering experiment answers fragmentation at an OOM only.
-        let grouped = if is_oom && verdict.kind == VerdictKind::Fragmentation {
-            group_long_lived(trace, cap.event)?
-        } else {
-            None
-        };
-        Ok((growth, verdict, grouped))
-    })();
-    let (growth, mut verdict, grouped) = judged?;
+            verdict.reason.replacen("the run completed. At", "at", 1)
+        );
+    }
+    // The reordering experiment answers fragmentation at an OOM only.
+    let grouped =
+        if is_oom && verdict.kind == VerdictKind::Fragmentation { group_long_lived(trace, cap.event)? } else { None };
     // An unknown limit is never a confident verdict: with the range of limits the trace allows,
     // the verdict at each (see [`verdict_by_limit`]); otherwise it holds only at the limit assumed.
     let range = trace.default_capacity().range.filter(|_| result.capacity_source == CapacitySource::InferredLimit);

@@ -70,9 +70,6 @@ without them ({} fewer, about {:.1} ms at {DEVICE_CALL_US:.0} us each); peak res
     }
 }
 
-/// Finds the pattern and replays without the calls (`None` below [`MIN_EMPTY_CACHE_CALLS`]).
-/// `with` is the trace's replay at `capacity` (the limit when some, else none), which the
-/// caller has made already.
 /// What `explain` reports of the program's own patterns, from the trace and the replay under the
 /// recorded settings (`with`): its `empty_cache()` calls and the bytes held for other streams.
 pub type Patterns = (Option<EmptyCacheCalls>, Option<HeldForStreams>);
@@ -83,6 +80,9 @@ pub fn of_run(trace: &Trace, with: &ReplayResult) -> Result<Patterns> {
     Ok((empty_cache_calls(trace, with.capacity_bytes, with)?, held_for_streams(trace)?))
 }
 
+/// Finds the pattern and replays without the calls (`None` below [`MIN_EMPTY_CACHE_CALLS`]).
+/// `with` is the trace's replay at `capacity` (the limit when some, else none), which the
+/// caller has made already.
 pub fn empty_cache_calls(trace: &Trace, capacity: Option<u64>, with: &ReplayResult) -> Result<Option<EmptyCacheCalls>> {
     // A MemPool's deletion releases its pool alone (`Burst::pools_only`): not the program's call.
     let is_call = |pools: &mut RecordedPools, r: &Record| {
