@@ -219,3 +219,52 @@ fn the_smallest_capacity_does_not_depend_on_the_levels_searched_at_once() {
     }
     assert_eq!(searched, 20);
 }
+
+/// A replay's capacity band ([`ReplayResult::capacity_band`]) is what lets a capacity search
+/// take the outcome of other capacities from one replay: every capacity in it replays alike.
+/// Checked at its two ends, on the shipped traces, under five settings, at capacities from the
+/// peak of live requests to the unlimited run's peak reserved.
+#[test]
+fn every_capacity_in_a_replays_band_replays_alike() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
+    let (mut checked, mut wide) = (0, 0);
+    for name in ["gpt2_train.default", "resnet50_train.default", "frag_oom.default", "recorded_graph_pools"] {
+        let trace = Trace::open(&root.join(format!("{name}.atrace"))).unwrap();
+        for conf in [
+            "",
+            "expandable_segments:True",
+            "max_split_size_mb:64",
+            "roundup_power2_divisions:4",
+            "garbage_collection_threshold:0.6",
+        ] {
+            let config = AllocatorConfig::parse(conf).unwrap();
+            let at = |cap: u64| {
+                let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: Some(cap), ..Default::default() };
+                replay(&trace, &o).unwrap()
+            };
+            let unlimited =
+                replay(&trace, &ReplayOptions { config: Some(config.clone()), unlimited: true, ..Default::default() })
+                    .unwrap();
+            let (low, high) = (unlimited.peak_requested_bytes, unlimited.peak_reserved_bytes);
+            for k in 0..=4u64 {
+                let cap = (low + (high - low) * k / 4) / CAPACITY_RESOLUTION * CAPACITY_RESOLUTION;
+                let r = at(cap);
+                let Some((from, to)) = r.capacity_band else {
+                    assert!(conf.starts_with("garbage"), "{name} {conf}: no band at {cap}");
+                    continue;
+                };
+                assert!(from <= cap && cap < to, "{name} {conf}: {cap} outside its band {from}..{to}");
+                for edge in [from, to - 1] {
+                    let e = at(edge);
+                    assert_eq!(figures(&e), figures(&r), "{name} {conf}: {edge} in the band of {cap}");
+                    assert_eq!(e.capacity_band, r.capacity_band, "{name} {conf}: {edge} in the band of {cap}");
+                }
+                checked += 1;
+                wide += usize::from(to - from > CAPACITY_RESOLUTION);
+            }
+        }
+    }
+    println!("{checked} bands checked at both ends, {wide} wider than the search's resolution");
+    assert_eq!(checked, 4 * 4 * 5);
+    assert!(wide > 0, "no band spared a probe");
+}

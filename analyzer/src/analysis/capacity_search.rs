@@ -1,7 +1,10 @@
 //! The smallest capacity at which a request stream completes under a configuration: bisection
 //! between a lower bound and the unlimited run's peak reserved, each probe a replay (resumed from
-//! a save of the unlimited run where one is given). Used by the what-if table and by the
-//! prediction of a whole job; it depends on the replay alone.
+//! a save of the unlimited run where one is given). A replay at one capacity also tells the
+//! outcome at every capacity in its band, where the run makes the same choices
+//! ([`crate::replay::ReplayResult::capacity_band`]): a probe that a band holds is not replayed.
+//! Used by the what-if table and by the prediction of a whole job; it depends on the replay
+//! alone.
 
 use crate::model::Trace;
 use crate::replay::{replay, ReplayOptions, Save};
@@ -50,7 +53,7 @@ pub fn min_capacity(
     probed: &(dyn Fn() + Sync),
 ) -> Result<Option<(u64, u64)>> {
     let r = CAPACITY_RESOLUTION;
-    let completes = |from: Option<&crate::replay::Resumable>, cap: u64| -> Result<(bool, Option<Save>)> {
+    let completes = |from: Option<&crate::replay::Resumable>, cap: u64| -> Result<(Known, Option<Save>)> {
         let (r, save) = match from {
             Some(from) => crate::replay::replay_resumed_shared(
                 trace,
@@ -65,7 +68,8 @@ pub fn min_capacity(
                 (replay(trace, &o)?, None)
             }
         };
-        Ok((!r.is_oom(), save))
+        let (low, high) = r.capacity_band.unwrap_or((cap, cap + 1));
+        Ok((Known { low, high, completes: !r.is_oom() }, save))
     };
     // Invariant: `hi` completes; `lo` fails (or is the lower bound). `upper` is the peak reserved
     // of an unlimited run, which usually completes as a limit too, but a limit can change the run
@@ -97,23 +101,33 @@ pub fn min_capacity(
         tree
     };
     // Whether each capacity replayed so far completes (a replay at a capacity is one run, from
-    // a save or not): the bisection takes its probes from here.
+    // a save or not), and with it every capacity in its band, which makes the same run: the
+    // bisection takes its probes from here. Each probe is the one that it would replay one at a
+    // time, so the answer is the same; a probe whose band holds it is not replayed.
     let mut outcome: HashMap<u64, bool> = HashMap::new();
+    let mut bands: Vec<Known> = Vec::new();
+    let known = |outcome: &HashMap<u64, bool>, bands: &[Known], cap: u64| -> Option<bool> {
+        outcome.get(&cap).copied().or_else(|| bands.iter().find(|k| k.low <= cap && cap < k.high).map(|k| k.completes))
+    };
     // Below the floor every capacity fails: known without a replay. (A floor above `hi`, the
     // unlimited run's peak, would be wrong: it is then not used.)
     let floor = floor.map(|f| f.div_ceil(r).saturating_mul(r)).filter(|&f| f > lo && f <= hi);
     let known_to_fail = |cap: u64| floor.is_some_and(|f| cap < f);
     let probe_all = |caps: Vec<u64>,
                      from: &mut Option<&mut crate::replay::Resumable>,
-                     outcome: &mut HashMap<u64, bool>|
+                     outcome: &mut HashMap<u64, bool>,
+                     bands: &mut Vec<Known>|
      -> Result<()> {
         let shared = from.as_deref();
-        let results: Vec<(u64, bool, Option<Save>)> = caps
+        let results: Vec<(u64, Known, Option<Save>)> = caps
             .par_iter()
-            .map(|&cap| completes(shared, cap).map(|(ok, save)| (cap, ok, save)))
+            .map(|&cap| completes(shared, cap).map(|(k, save)| (cap, k, save)))
             .collect::<Result<_>>()?;
-        for (cap, ok, save) in results {
-            outcome.insert(cap, ok);
+        for (cap, k, save) in results {
+            outcome.insert(cap, k.completes);
+            if k.high - k.low > 1 {
+                bands.push(k);
+            }
             keep(from, save);
         }
         Ok(())
@@ -123,7 +137,7 @@ pub fn min_capacity(
         // trace with a segment per stream, each a replay of millions of segments). Where it
         // fails, it fails at the first request that needs more, which comes early: a replay
         // resumed near the floor.
-        probe_all(vec![f], &mut from, &mut outcome)?;
+        probe_all(vec![f], &mut from, &mut outcome, &mut bands)?;
         if outcome[&f] {
             // The floor completes and nothing below it can: the smallest capacity.
             return Ok(Some((f, r)));
@@ -134,11 +148,11 @@ pub fn min_capacity(
     // the levels below would go unused).
     let mut caps = vec![hi];
     caps.extend(tree(lo, hi, ahead().max(1).min(max_probes)).into_iter().filter(|&c| !known_to_fail(c)));
-    caps.retain(|c| !outcome.contains_key(c));
+    caps.retain(|&c| known(&outcome, &bands, c).is_none());
     caps.dedup();
     loop {
         probed();
-        probe_all(std::mem::take(&mut caps), &mut from, &mut outcome)?;
+        probe_all(std::mem::take(&mut caps), &mut from, &mut outcome, &mut bands)?;
         if outcome[&hi] {
             break;
         }
@@ -152,15 +166,19 @@ pub fn min_capacity(
     while hi - lo > r && probes < max_probes {
         let caps: Vec<u64> = tree(lo, hi, ahead().max(1).min(max_probes - probes))
             .into_iter()
-            .filter(|&c| !outcome.contains_key(&c) && !known_to_fail(c))
+            .filter(|&c| known(&outcome, &bands, c).is_none() && !known_to_fail(c))
             .collect();
-        probe_all(caps, &mut from, &mut outcome)?;
+        probe_all(caps, &mut from, &mut outcome, &mut bands)?;
         // The bisection, one probe at a time, over the results at hand.
         while hi - lo > r && probes < max_probes {
             let m = mid(lo, hi);
-            let Some(ok) = outcome.get(&m).copied().or_else(|| known_to_fail(m).then_some(false)) else { break };
+            let replayed = outcome.contains_key(&m);
+            let Some(ok) = known(&outcome, &bands, m).or_else(|| known_to_fail(m).then_some(false)) else { break };
             probed();
-            probes += 1;
+            // Probes count the replays: a capacity known from another's band is free.
+            if replayed {
+                probes += 1;
+            }
             if ok {
                 hi = mid(lo, hi);
             } else {
@@ -169,6 +187,15 @@ pub fn min_capacity(
         }
     }
     Ok(Some((hi, (hi - lo).max(r))))
+}
+
+/// What one replay at a capacity tells: the run completes or not, and so does every capacity in
+/// `[low, high)` (its [`crate::replay::ReplayResult::capacity_band`]).
+#[derive(Clone, Copy)]
+struct Known {
+    low: u64,
+    high: u64,
+    completes: bool,
 }
 
 /// Whether a search that found `(least, resolution)` ([`min_capacity`]'s answer) saw a run fail

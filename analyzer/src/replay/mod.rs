@@ -261,6 +261,12 @@ pub struct ReplayResult {
     /// ([`ReplayOptions::past_caught_scratch`]); 0 otherwise.
     #[serde(skip_serializing_if = "crate::model::units::is_zero")]
     pub scratch_failures_skipped: u64,
+    /// The capacities `[low, high)` under which the replay makes the same run, to the same
+    /// outcome (see [`recorder::engine::Engine::capacity_band`]); `None` where a capacity also
+    /// sets when the garbage collector runs. A capacity search takes the outcome of every
+    /// capacity in the band from this one replay.
+    #[serde(skip)]
+    pub capacity_band: Option<(u64, u64)>,
 }
 
 impl ReplayResult {
@@ -459,7 +465,7 @@ fn setup(trace: &Trace, opts: &ReplayOptions) -> Result<Setup> {
             }
         }
     }
-    let device_total = if header.device_total_bytes > 0 { header.device_total_bytes } else { DEFAULT_DEVICE_BYTES };
+    let device_total = device_total(header);
     let mut device = SimDevice::new(Some(device_total.max(capacity.bytes.unwrap_or(0))));
     let used_hints = header.source != Source::Simulated;
     if used_hints {
@@ -468,6 +474,15 @@ fn setup(trace: &Trace, opts: &ReplayOptions) -> Result<Setup> {
             .with_reserve_hints(trace.facts.reservations.clone());
     }
     Ok(Setup { config, capacity, device, used_hints, torch })
+}
+
+/// The device a replay simulates: the trace's, or [`DEFAULT_DEVICE_BYTES`] where it has none.
+fn device_total(header: &Header) -> u64 {
+    if header.device_total_bytes > 0 {
+        header.device_total_bytes
+    } else {
+        DEFAULT_DEVICE_BYTES
+    }
 }
 
 /// Replays `trace`, calling `observer` after every record. The observer is not called for
@@ -880,6 +895,15 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             complete: trace.damage().is_none(),
             input_damage: trace.damage(),
             scratch_failures_skipped: self.skipped_scratch.len() as u64,
+            capacity_band: engine.capacity_band().map(|(low, high)| {
+                // The simulated device is as large as the trace's, or as the capacity where that
+                // is larger: above the trace's device, the device refuses by the capacity too.
+                let device = device_total(&trace.header);
+                match engine.capacity() {
+                    Some(c) if c > device => (c, c + 1),
+                    _ => (low, high.min(device + 1)),
+                }
+            }),
         };
         r.reach = Reach::of(trace, &r);
         r

@@ -50,6 +50,10 @@ pub struct Engine<D: Device, S: Sink> {
     pub(crate) pending_requested: u64,
     /// The most that a device allocation has asked for: reserved bytes plus its size.
     pub(crate) demand_peak: u64,
+    /// The most that a device allocation within the capacity asked for, and the least that one
+    /// over it asked for: [`Engine::capacity_band`].
+    demand_passed: u64,
+    demand_refused: u64,
     /// Pending frees completed by a synchronization; their `free_completed` is still to come.
     pub(crate) completed_by_sync: HashSet<u64>,
     pub(crate) expandables: Vec<Option<Expandable>>,
@@ -102,6 +106,8 @@ impl<D: Device, S: Sink> Engine<D, S> {
             pending: 0,
             pending_requested: 0,
             demand_peak: 0,
+            demand_passed: 0,
+            demand_refused: u64::MAX,
             completed_by_sync: HashSet::new(),
             expandables: Vec::new(),
             next_id: 1,
@@ -148,6 +154,16 @@ impl<D: Device, S: Sink> Engine<D, S> {
     /// missing.
     pub fn demand_peak(&self) -> u64 {
         self.demand_peak
+    }
+
+    /// The capacities `[low, high)` under which the run so far made the same choices as under
+    /// its own: every device allocation it asked for within its capacity asked for at most
+    /// `low`, and every one it was refused asked for at least `high` (the device refusing
+    /// nothing more than it did). The capacity is read only there and by the garbage
+    /// collector: `None` with `garbage_collection_threshold`, whose trigger is a share of it.
+    pub fn capacity_band(&self) -> Option<(u64, u64)> {
+        let collects = self.config.garbage_collection_threshold.is_some_and(|t| t > 0.0);
+        (!collects).then_some((self.demand_passed, self.demand_refused))
     }
 
     pub fn set_capacity(&mut self, capacity_bytes: Option<u64>) {
@@ -394,11 +410,11 @@ impl<D: Device, S: Sink> Engine<D, S> {
         }
         let demand = self.stats.reserved_bytes.all.current.saturating_add(alloc_bytes);
         self.demand_peak = self.demand_peak.max(demand);
-        if let Some(cap) = self.capacity {
-            if demand > cap {
-                return None;
-            }
+        if self.capacity.is_some_and(|cap| demand > cap) {
+            self.demand_refused = self.demand_refused.min(demand);
+            return None;
         }
+        self.demand_passed = self.demand_passed.max(demand);
         if self.config.expandable_segments {
             return self.try_allocate_expandable_block(owner, pool, stream, rounded);
         }
