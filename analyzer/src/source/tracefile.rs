@@ -232,7 +232,8 @@ pub fn scan_chunks_from(
     let (events, end) = std::thread::scope(|s| {
         let reader_thread = s.spawn(|| {
             let mut seq = 0u64;
-            let end = read_chunks_from(&mut reader, from, allowed, total, &stop, |first, chunk| {
+            let read = ChunkRead { reader: &mut reader, from, allowed, total, stop: &stop };
+            let end = read.chunks(|first, chunk| {
                 if !in_flight.take(chunk.count, &stop) || work_tx.send((seq, (first, chunk))).is_err() {
                     return ControlFlow::Break(None);
                 }
@@ -350,7 +351,8 @@ fn scan_pieces<R: Read + Send>(
         flow
     };
     if 2 * passes > rayon::current_num_threads() {
-        let end = decode_pieces(reader, from, allowed, total, &stop, |at, piece| fold_piece(at, piece));
+        let read = ChunkRead { reader, from, allowed, total, stop: &stop };
+        let end = read.pieces(|at, piece| fold_piece(at, piece));
         return (events.get(), end);
     }
     let (pieces_tx, pieces_rx) = sync_channel::<(u64, Vec<Record>)>(PIECES_AHEAD);
@@ -358,7 +360,7 @@ fn scan_pieces<R: Read + Send>(
     std::thread::scope(|s| {
         let stop = &stop;
         let decoder = s.spawn(move || {
-            decode_pieces(reader, from, allowed, total, stop, |at, records| {
+            ChunkRead { reader, from, allowed, total, stop }.pieces(|at, records| {
                 let piece = std::mem::replace(records, back_rx.try_recv().unwrap_or_default());
                 match pieces_tx.send((at, piece)) {
                     Ok(()) => ControlFlow::Continue(()),
@@ -382,65 +384,64 @@ fn scan_pieces<R: Read + Send>(
     })
 }
 
-/// Reads the chunks from the one holding record `from` and decodes each [`PIECE_RECORDS`] at a
-/// time, handing `piece(index of its first record, records)` each piece (it may take them),
-/// until the trace ends, `piece` breaks or `stop` is set. Returns how the trace ended.
-fn decode_pieces<R: Read>(
-    reader: &mut TraceReader<R>,
+/// Where a pass reads: its reader, the record it starts at, and what bounds it (the records the
+/// file may expand to, [`events_allowed`], against its `total` bytes; `stop`, set by the pass).
+struct ChunkRead<'a, R: Read> {
+    reader: &'a mut TraceReader<R>,
     from: u64,
     allowed: Option<(u64, u64)>,
     total: u64,
-    stop: &AtomicBool,
-    mut piece: impl FnMut(u64, &mut Vec<Record>) -> ControlFlow<()>,
-) -> TraceEnd {
-    let mut decoder = ChunkDecoder::default();
-    let mut buf: Vec<Record> = Vec::new();
-    read_chunks_from(reader, from, allowed, total, stop, |first, chunk| {
-        buf.clear();
-        let mut at = first;
-        let mut each = |records: &mut Vec<Record>| {
-            let n = records.len() as u64;
-            let flow = piece(at, records);
-            at += n;
-            flow
-        };
-        match decoder.decode_in_pieces(&chunk, PIECE_RECORDS, &mut buf, &mut each) {
-            Ok(ControlFlow::Continue(())) => ControlFlow::Continue(()),
-            Ok(ControlFlow::Break(())) => ControlFlow::Break(None),
-            Err(e) => ControlFlow::Break(Some(recorder::trace::end_of(e, 0))),
-        }
-    })
+    stop: &'a AtomicBool,
 }
 
-/// Hands `chunk(index of its first record, chunk)` each chunk from the one holding record
-/// `from` (those before it are read, not decoded), until the trace ends, `stop` is set or
-/// `chunk` breaks (with the end to return, or `None` for the reader's), or the trace decodes
-/// past [`events_allowed`]. Returns how the trace ended.
-fn read_chunks_from<R: Read>(
-    reader: &mut TraceReader<R>,
-    from: u64,
-    allowed: Option<(u64, u64)>,
-    total: u64,
-    stop: &AtomicBool,
-    mut chunk: impl FnMut(u64, RawChunk) -> ControlFlow<Option<TraceEnd>>,
-) -> TraceEnd {
-    let mut first = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        let Some(raw) = reader.next_raw_chunk() else { break };
-        let next = first.saturating_add(raw.count);
-        if let Some(allowed) = allowed.filter(|&(_, most)| next > most && !stop.load(Ordering::Relaxed)) {
-            return too_expanded(raw.offset, total, allowed);
-        }
-        if next > from {
-            match chunk(first, raw) {
-                ControlFlow::Continue(()) => {}
-                ControlFlow::Break(Some(end)) => return end,
-                ControlFlow::Break(None) => break,
+impl<R: Read> ChunkRead<'_, R> {
+    /// Decodes the chunks from the one holding record `from` [`PIECE_RECORDS`] at a time,
+    /// handing `piece(index of its first record, records)` each piece (it may take them), until
+    /// the trace ends, `piece` breaks or `stop` is set. Returns how the trace ended.
+    fn pieces(self, mut piece: impl FnMut(u64, &mut Vec<Record>) -> ControlFlow<()>) -> TraceEnd {
+        let mut decoder = ChunkDecoder::default();
+        let mut buf: Vec<Record> = Vec::new();
+        self.chunks(|first, chunk| {
+            buf.clear();
+            let mut at = first;
+            let mut each = |records: &mut Vec<Record>| {
+                let n = records.len() as u64;
+                let flow = piece(at, records);
+                at += n;
+                flow
+            };
+            match decoder.decode_in_pieces(&chunk, PIECE_RECORDS, &mut buf, &mut each) {
+                Ok(ControlFlow::Continue(())) => ControlFlow::Continue(()),
+                Ok(ControlFlow::Break(())) => ControlFlow::Break(None),
+                Err(e) => ControlFlow::Break(Some(recorder::trace::end_of(e, 0))),
             }
-        }
-        first = next;
+        })
     }
-    reader.end().clone()
+
+    /// Hands `chunk(index of its first record, chunk)` each chunk from the one holding record
+    /// `from` (those before it are read, not decoded), until the trace ends, `stop` is set or
+    /// `chunk` breaks (with the end to return, or `None` for the reader's), or the trace decodes
+    /// past [`events_allowed`]. Returns how the trace ended.
+    fn chunks(self, mut chunk: impl FnMut(u64, RawChunk) -> ControlFlow<Option<TraceEnd>>) -> TraceEnd {
+        let ChunkRead { reader, from, allowed, total, stop } = self;
+        let mut first = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let Some(raw) = reader.next_raw_chunk() else { break };
+            let next = first.saturating_add(raw.count);
+            if let Some(allowed) = allowed.filter(|&(_, most)| next > most && !stop.load(Ordering::Relaxed)) {
+                return too_expanded(raw.offset, total, allowed);
+            }
+            if next > from {
+                match chunk(first, raw) {
+                    ControlFlow::Continue(()) => {}
+                    ControlFlow::Break(Some(end)) => return end,
+                    ControlFlow::Break(None) => break,
+                }
+            }
+            first = next;
+        }
+        reader.end().clone()
+    }
 }
 
 #[cfg(test)]
