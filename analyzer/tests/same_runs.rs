@@ -182,41 +182,30 @@ fn check_rows(path: &Path, trace: &Trace, capacity: analyzer::model::Capacity) -
 #[test]
 fn the_smallest_capacity_does_not_depend_on_the_levels_searched_at_once() {
     use analyzer::analysis::capacity_search::{min_capacity, RESUME_LEVELS};
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
     let mut searched = 0;
-    for name in ["gpt2_train.default", "resnet50_train.default", "frag_oom.default", "recorded_graph_pools"] {
-        let trace = Trace::open(&root.join(format!("{name}.atrace"))).unwrap();
-        for conf in [
-            "",
-            "expandable_segments:True",
-            "max_split_size_mb:64",
-            "roundup_power2_divisions:4",
-            "garbage_collection_threshold:0.6",
-        ] {
-            let config = AllocatorConfig::parse(conf).unwrap();
-            let (unlimited, _) =
-                analyzer::replay::resumable(&trace, &config, 0, RESUME_LEVELS, analyzer::replay::SAVED_BLOCKS).unwrap();
-            let upper = unlimited.peak_reserved_bytes;
-            let answers: Vec<_> = [1, 2, 3]
-                .into_iter()
-                .map(|ahead| {
-                    let (_, mut from) =
-                        analyzer::replay::resumable(&trace, &config, 0, RESUME_LEVELS, analyzer::replay::SAVED_BLOCKS)
-                            .unwrap();
-                    // Garbage collection too: its saved run counts cache lookups as under a limit.
-                    assert!(from.is_some(), "{name} {conf}: no saves");
-                    min_capacity(&trace, &config, from.as_mut(), 0, None, upper, u32::MAX, &|| ahead, &|| ()).unwrap()
-                })
-                .collect();
-            // Every probe a whole replay from the start, one at a time.
-            let whole = min_capacity(&trace, &config, None, 0, None, upper, u32::MAX, &|| 1, &|| ()).unwrap();
-            assert!(answers[0].is_some(), "{name} {conf}");
-            assert_eq!(answers[0], whole, "{name} {conf}: resumed and whole replays differ");
-            assert_eq!(answers[0], answers[1], "{name} {conf}");
-            assert_eq!(answers[0], answers[2], "{name} {conf}");
-            searched += 1;
-        }
-    }
+    each_trace_and_setting(|name, trace, conf, config| {
+        let (unlimited, _) =
+            analyzer::replay::resumable(trace, config, 0, RESUME_LEVELS, analyzer::replay::SAVED_BLOCKS).unwrap();
+        let upper = unlimited.peak_reserved_bytes;
+        let answers: Vec<_> = [1, 2, 3]
+            .into_iter()
+            .map(|ahead| {
+                let (_, mut from) =
+                    analyzer::replay::resumable(trace, config, 0, RESUME_LEVELS, analyzer::replay::SAVED_BLOCKS)
+                        .unwrap();
+                // Garbage collection too: its saved run counts cache lookups as under a limit.
+                assert!(from.is_some(), "{name} {conf}: no saves");
+                min_capacity(trace, config, from.as_mut(), 0, None, upper, u32::MAX, &|| ahead, &|| ()).unwrap()
+            })
+            .collect();
+        // Every probe a whole replay from the start, one at a time.
+        let whole = min_capacity(trace, config, None, 0, None, upper, u32::MAX, &|| 1, &|| ()).unwrap();
+        assert!(answers[0].is_some(), "{name} {conf}");
+        assert_eq!(answers[0], whole, "{name} {conf}: resumed and whole replays differ");
+        assert_eq!(answers[0], answers[1], "{name} {conf}");
+        assert_eq!(answers[0], answers[2], "{name} {conf}");
+        searched += 1;
+    });
     assert_eq!(searched, 20);
 }
 
@@ -226,8 +215,43 @@ fn the_smallest_capacity_does_not_depend_on_the_levels_searched_at_once() {
 /// peak of live requests to the unlimited run's peak reserved.
 #[test]
 fn every_capacity_in_a_replays_band_replays_alike() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
     let (mut checked, mut wide) = (0, 0);
+    each_trace_and_setting(|name, trace, conf, config| {
+        let at = |cap: u64| {
+            let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: Some(cap), ..Default::default() };
+            replay(trace, &o).unwrap()
+        };
+        let unlimited =
+            replay(trace, &ReplayOptions { config: Some(config.clone()), unlimited: true, ..Default::default() })
+                .unwrap();
+        let (low, high) = (unlimited.peak_requested_bytes, unlimited.peak_reserved_bytes);
+        for k in 0..=4u64 {
+            let cap = (low + (high - low) * k / 4) / CAPACITY_RESOLUTION * CAPACITY_RESOLUTION;
+            let r = at(cap);
+            let Some((from, to)) = r.capacity_band else {
+                assert!(conf.starts_with("garbage"), "{name} {conf}: no band at {cap}");
+                continue;
+            };
+            assert!(from <= cap && cap < to, "{name} {conf}: {cap} outside its band {from}..{to}");
+            for edge in [from, to - 1] {
+                let e = at(edge);
+                assert_eq!(figures(&e), figures(&r), "{name} {conf}: {edge} in the band of {cap}");
+                assert_eq!(e.capacity_band, r.capacity_band, "{name} {conf}: {edge} in the band of {cap}");
+            }
+            checked += 1;
+            wide += usize::from(to - from > CAPACITY_RESOLUTION);
+        }
+    });
+    println!("{checked} bands checked at both ends, {wide} wider than the search's resolution");
+    // Four traces, four settings with bands, five capacities each.
+    assert_eq!(checked, 4 * 4 * 5);
+    assert!(wide > 0, "no band spared a probe");
+}
+
+/// Four shipped traces, each under five settings: the default, expandable segments, a split
+/// size, rounding divisions and garbage collection.
+fn each_trace_and_setting(mut f: impl FnMut(&str, &Trace, &str, &AllocatorConfig)) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
     for name in ["gpt2_train.default", "resnet50_train.default", "frag_oom.default", "recorded_graph_pools"] {
         let trace = Trace::open(&root.join(format!("{name}.atrace"))).unwrap();
         for conf in [
@@ -237,34 +261,7 @@ fn every_capacity_in_a_replays_band_replays_alike() {
             "roundup_power2_divisions:4",
             "garbage_collection_threshold:0.6",
         ] {
-            let config = AllocatorConfig::parse(conf).unwrap();
-            let at = |cap: u64| {
-                let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: Some(cap), ..Default::default() };
-                replay(&trace, &o).unwrap()
-            };
-            let unlimited =
-                replay(&trace, &ReplayOptions { config: Some(config.clone()), unlimited: true, ..Default::default() })
-                    .unwrap();
-            let (low, high) = (unlimited.peak_requested_bytes, unlimited.peak_reserved_bytes);
-            for k in 0..=4u64 {
-                let cap = (low + (high - low) * k / 4) / CAPACITY_RESOLUTION * CAPACITY_RESOLUTION;
-                let r = at(cap);
-                let Some((from, to)) = r.capacity_band else {
-                    assert!(conf.starts_with("garbage"), "{name} {conf}: no band at {cap}");
-                    continue;
-                };
-                assert!(from <= cap && cap < to, "{name} {conf}: {cap} outside its band {from}..{to}");
-                for edge in [from, to - 1] {
-                    let e = at(edge);
-                    assert_eq!(figures(&e), figures(&r), "{name} {conf}: {edge} in the band of {cap}");
-                    assert_eq!(e.capacity_band, r.capacity_band, "{name} {conf}: {edge} in the band of {cap}");
-                }
-                checked += 1;
-                wide += usize::from(to - from > CAPACITY_RESOLUTION);
-            }
+            f(name, &trace, conf, &AllocatorConfig::parse(conf).unwrap());
         }
     }
-    println!("{checked} bands checked at both ends, {wide} wider than the search's resolution");
-    assert_eq!(checked, 4 * 4 * 5);
-    assert!(wide > 0, "no band spared a probe");
 }
