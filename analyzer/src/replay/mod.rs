@@ -1155,13 +1155,15 @@ pub fn read_header(path: &std::path::Path) -> Result<Header> {
 
 /// The blocks (segments, blocks in use, free blocks inside segments) that the saves of all the
 /// [`Resumable`] runs held at once keep in all: each of `n` runs side by side keeps
-/// `SAVED_BLOCKS / n` ([`saved_blocks_share`]), and a save that would pass its share is not taken (probes then start
-/// from an earlier save, or from the start). A save copies the replay's state, about 160 bytes
-/// a block (the blocks, and the maps from request and address to block), so this is about
-/// 80 MiB. A small hostile trace can hold hundreds of thousands of blocks (one segment per
-/// stream); a real one a few thousand: the 320k-event snapshot in `traces/large/` 7,000 at most,
-/// so each of the six settings of its what-if table keeps about twelve saves.
-pub const SAVED_BLOCKS: usize = 1 << 19;
+/// `SAVED_BLOCKS / n` ([`saved_blocks_share`]), and a save that would pass its share is not
+/// taken (probes then start from an earlier save, or from the start). A save copies the
+/// replay's state, about 160 bytes a block (the blocks, and the maps from request and address
+/// to block), so this is about 40 MiB. A small hostile trace can hold hundreds of thousands of
+/// blocks (one segment per stream); a real one a few thousand: the 320k-event snapshot in
+/// `traces/large/` 7,000 at most, so each of the six settings of its what-if table keeps about
+/// six saves. Twice this budget made the what-if table on 10 M events pass 200 MB on a 16-core
+/// host, and no command faster (`scripts/gpu/bench_saves_budget.sh`).
+pub const SAVED_BLOCKS: usize = 1 << 18;
 
 /// The share of [`SAVED_BLOCKS`] each of `runs` [`Resumable`] runs held side by side keeps.
 pub fn saved_blocks_share(runs: usize) -> usize {
