@@ -290,7 +290,7 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
                     w.observe(trace, i, r, view, live)
                 }
             },
-            &|_, w, result, _| {
+            &|_, w, result, _, _| {
                 if let Some(w) = w.as_mut() {
                     w.found = w.watching.take().map(|first| prelude_of(first, result, opts.growth.clone()));
                 }

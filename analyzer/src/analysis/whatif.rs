@@ -245,7 +245,7 @@ pub fn whatif(trace: &Trace, opts: &WhatifOptions) -> Result<Whatif> {
 /// earlier row's, which [`Whatif::replayed_by`] names.
 ///
 /// `ready` is called with a row's state once its run at the capacity is over, with the run's
-/// result and the table's bounds, beside the row's capacity search, so that what a caller does
+/// result, the table's bounds and its [`Rows`], beside the row's capacity search, so that what a caller does
 /// there runs meanwhile. It is called only there: not without a search, nor where the replays
 /// must take turns for memory ([`crate::replay::concurrent_replays`]). The caller then does
 /// that work after the table.
@@ -276,7 +276,24 @@ type GroupRun<T> = (Vec<(usize, Option<T>)>, ReplayResult, Option<(u64, u64)>);
 pub type RowObserver<'a, T> = dyn Fn(&mut T, u64, &Record, &dyn EngineView, &crate::replay::LiveMap) + Sync + 'a;
 
 /// What is done with a row's state once its run at the capacity is over (see [`whatif_observed`]).
-pub type RowReady<'a, T> = dyn Fn(usize, &mut T, &ReplayResult, &Bounds) + Sync + 'a;
+pub type RowReady<'a, T> = dyn Fn(usize, &mut T, &ReplayResult, &Bounds, &Rows) + Sync + 'a;
+
+/// The rows of a what-if table as they are known before its replays: each row's setting, the row
+/// whose replay it is (itself, or the earlier row it is the same run as, [`PolicyRow::same_as`]),
+/// and the capacity. What is drawn from the runs at the capacity needs no more of the table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rows {
+    pub names: Vec<String>,
+    pub replayed_by: Vec<usize>,
+    pub capacity_bytes: Option<u64>,
+}
+
+impl Rows {
+    /// How many runs at the capacity the table makes: one per row that is its own replay.
+    pub fn replays(&self) -> usize {
+        self.replayed_by.iter().enumerate().filter(|&(k, &by)| k == by).count()
+    }
+}
 
 /// A state per row, the observer that draws it and what is done once the row's run is over
 /// (see [`whatif_observed`]).
@@ -310,6 +327,11 @@ fn whatif_inner<T: Send>(
     // each row names the row it is replayed with, and that replay observes every state of its
     // group.
     let same_as = same_runs(&list, bounds.largest_request_bytes);
+    let rows = Rows {
+        names: list.iter().map(|(p, _)| p.name().to_string()).collect(),
+        replayed_by: (0..list.len()).map(|k| same_as[k].unwrap_or(k)).collect(),
+        capacity_bytes: opts.capacity.bytes,
+    };
     let groups: Vec<(usize, Vec<usize>)> = (0..list.len())
         .filter(|&k| same_as[k].is_none())
         .map(|k| (k, (0..list.len()).filter(|&m| m == k || same_as[m] == Some(k)).collect()))
@@ -323,7 +345,7 @@ fn whatif_inner<T: Send>(
         if let Some((_, _, ready)) = observing {
             for (m, st) in sts.iter_mut() {
                 if let Some(st) = st.as_mut() {
-                    ready(*m, st, r, &bounds)
+                    ready(*m, st, r, &bounds, &rows)
                 }
             }
         }
@@ -457,6 +479,15 @@ fn whatif_inner<T: Send>(
 }
 
 impl Whatif {
+    /// The table's [`Rows`].
+    pub fn rows_replayed(&self) -> Rows {
+        Rows {
+            names: self.rows.iter().map(|r| r.policy.name().to_string()).collect(),
+            replayed_by: (0..self.rows.len()).map(|k| self.replayed_by(k)).collect(),
+            capacity_bytes: self.capacity_bytes,
+        }
+    }
+
     /// The row whose replay row `k` is: itself, or the earlier row it is the same run as
     /// ([`PolicyRow::same_as`]).
     pub fn replayed_by(&self, k: usize) -> usize {
@@ -1023,7 +1054,7 @@ mod tests {
                 &opts,
                 &|_| Seen::new(),
                 &|seen, i, _, view, _| seen.push(figures(i, view)),
-                &|_, _, _, _| {},
+                &|_, _, _, _, _| {},
             )
             .unwrap();
             let list =

@@ -237,6 +237,12 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
             frag: crate::analysis::frag::FragWatch::new(trace, &frag_opts)?,
         },
     )));
+    // The runs at the capacity that have ended (row, its track, whether it ran out of memory
+    // and its peak reserved), and the what-if picture drawn from them once all have: beside
+    // the capacity searches, where the table calls its rows ready there.
+    type AtCapacity = Vec<(usize, plot::WhatifTrack, (bool, u64))>;
+    let at_capacity: std::sync::Mutex<AtCapacity> = std::sync::Mutex::new(Vec::new());
+    let whatif_drawn: std::sync::Mutex<Option<Result<Picture>>> = std::sync::Mutex::new(None);
     let (whatif_run, folded) = crate::replay::join_within(
         trace,
         || {
@@ -272,7 +278,21 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                 },
                 // The analyses that need only the recorded run go on beside the capacity searches
                 // where the table calls them there.
-                &|_, t, replay, bounds| {
+                &|k, t, replay, bounds, rows| {
+                    // The what-if picture, once every setting's run at the capacity is over.
+                    let all = at_capacity.lock().ok().and_then(|mut at| {
+                        at.push((k, t.whatif.clone(), (replay.is_oom(), replay.peak_reserved_bytes)));
+                        (at.len() == rows.replays()).then(|| std::mem::take(&mut *at))
+                    });
+                    if let Some(all) = all {
+                        let track = |k: usize| all.iter().find(|a| a.0 == k).map(|a| &a.1);
+                        let result = |k: usize| all.iter().find(|a| a.0 == k).map_or((false, 0), |a| a.2);
+                        let wd = plot::whatif_data_of(name.clone(), XAxis::Time, rows, result, track);
+                        let drawn = whatif_picture(&wd).and_then(|mut p| p.rasterize().map(|()| p));
+                        if let Ok(mut w) = whatif_drawn.lock() {
+                            *w = Some(drawn);
+                        }
+                    }
                     if let Some(w) = t.watches.take() {
                         t.found = Some(analyse_recorded(trace, w, replay, bounds, first_iteration, &leaks_opts, None));
                     }
@@ -312,19 +332,19 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         (None, Some(tl)) => tl,
         (None, None) => anyhow::bail!("{}: the timeline was neither folded nor watched", trace.path.display()),
     };
-    let wd = plot::whatif_data_of(name.clone(), XAxis::Time, &wi, &results, |k| tracks[k].as_ref().map(|t| &t.whatif));
+    let whatif = match whatif_drawn.into_inner().ok().flatten() {
+        Some(drawn) => drawn?,
+        None => {
+            let result = |k: usize| (results[k].is_oom(), results[k].peak_reserved_bytes);
+            let track = |k: usize| tracks[k].as_ref().map(|t| &t.whatif);
+            whatif_picture(&plot::whatif_data_of(name.clone(), XAxis::Time, &wi.rows_replayed(), result, track))?
+        }
+    };
 
     // The pictures drawn beside the table come rasterized; the rest are rasterized below.
     let mut pictures = vec![timeline];
     pictures.extend(callsites_picture);
-    pictures.push(Picture::new(
-        "whatif.svg",
-        "Reserved bytes under each policy".into(),
-        "The same requests replayed under each what-if policy; the grey line is the live requested bytes, which \
-         no allocator can go below, and the dashed line the capacity limit."
-            .into(),
-        plot::render_whatif(&wd)?,
-    ));
+    pictures.push(whatif);
     pictures.push(drawn.frag);
     let mut analysis_errors = Vec::new();
     let categories = category_section(trace, &mut pictures, &mut analysis_errors)?;
@@ -669,6 +689,18 @@ fn callsites_picture(st: &plot::StackedData) -> Result<Picture> {
 struct DrawnRecorded {
     timeline: Option<Picture>,
     frag: Picture,
+}
+
+/// The what-if picture (not rasterized).
+fn whatif_picture(wd: &plot::WhatifData) -> Result<Picture> {
+    Ok(Picture::new(
+        "whatif.svg",
+        "Reserved bytes under each policy".into(),
+        "The same requests replayed under each what-if policy; the grey line is the live requested bytes, which \
+         no allocator can go below, and the dashed line the capacity limit."
+            .into(),
+        plot::render_whatif(wd)?,
+    ))
 }
 
 fn draw_recorded(trace: &Trace, drawing: Drawing, replay: &ReplayResult) -> Result<DrawnRecorded> {

@@ -14,7 +14,7 @@ pub use categories::render_categories;
 pub use ranks::render_ranks;
 
 use crate::analysis::timeline::{Downsampled, Mode, Timeline};
-use crate::analysis::whatif::{whatif_observed, Whatif, WhatifOptions};
+use crate::analysis::whatif::{whatif_observed, WhatifOptions};
 use crate::model::layout::LayoutMeasures;
 use crate::model::units::fmt_bytes;
 use crate::model::{trace_name, Trace};
@@ -593,30 +593,30 @@ impl WhatifTrack {
     }
 }
 
-/// The picture's data from the what-if table, each row's replay at the capacity (`results`,
-/// in the table's order, the recorded configuration first) and the tracks the replays drew
-/// (`track(k)`: row `k`'s, where row `k` was replayed). A row that is the same run as an earlier
-/// one is drawn from that row's track ([`Whatif::replayed_by`]).
+/// The picture's data from the what-if table's rows, each row's replay at the capacity
+/// (`result(k)`: whether row `k`'s run ran out of memory, and its peak reserved bytes; asked only
+/// of rows that are their own replay) and the tracks the replays drew (`track(k)`, likewise). A
+/// row that is the same run as an earlier one is drawn from that row's run
+/// ([`crate::analysis::whatif::Whatif::replayed_by`]).
 pub fn whatif_data_of<'a>(
     trace_name: String,
     x: XAxis,
-    table: &Whatif,
-    results: &[ReplayResult],
+    rows: &crate::analysis::whatif::Rows,
+    result: impl Fn(usize) -> (bool, u64),
     track: impl Fn(usize) -> Option<&'a WhatifTrack>,
 ) -> WhatifData {
-    let policies: Vec<_> = table
-        .rows
+    let policies: Vec<_> = rows
+        .names
         .iter()
-        .zip(results)
-        .enumerate()
-        .map(|(k, (row, r))| {
-            let t = track(table.replayed_by(k)).expect("a replayed row has its track");
-            let oom = r.is_oom().then_some(t.last_x);
-            (row.policy.name().to_string(), t.tl.clone().finish(), oom, r.peak_reserved_bytes)
+        .zip(&rows.replayed_by)
+        .map(|(name, &by)| {
+            let t = track(by).expect("a replayed row has its track");
+            let (oom, peak_reserved) = result(by);
+            (name.clone(), t.tl.clone().finish(), oom.then_some(t.last_x), peak_reserved)
         })
         .collect();
     let requested = policies[0].1.clone();
-    WhatifData { trace: trace_name, x, policies, requested, capacity_bytes: table.capacity_bytes }
+    WhatifData { trace: trace_name, x, policies, requested, capacity_bytes: rows.capacity_bytes }
 }
 
 /// The what-if picture of `trace`: the what-if table's rows at the trace's capacity (the same
@@ -630,10 +630,11 @@ pub fn whatif_data(trace: &Trace, x: XAxis, columns: usize) -> Result<WhatifData
         &opts,
         &|_| WhatifTrack::new(columns),
         &|t, i, rec, view, _| t.observe(x, i, rec, view),
-        &|_, _, _, _| {},
+        &|_, _, _, _, _| {},
     )?;
     let (tracks, results): (Vec<Option<WhatifTrack>>, Vec<ReplayResult>) = runs.into_iter().unzip();
-    Ok(whatif_data_of(trace.name(), x, &table, &results, |k| tracks[k].as_ref()))
+    let result = |k: usize| (results[k].is_oom(), results[k].peak_reserved_bytes);
+    Ok(whatif_data_of(trace.name(), x, &table.rows_replayed(), result, |k| tracks[k].as_ref()))
 }
 
 /// Fragmentation over time.
