@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The report's critical path shortened (pictures drawn beside the searches, no second replay at
-# an OOM, the analyses of the recorded run on a pool of their own): the build before (old,
-# b265274) and after (new), in turn, as ratios to one replay in the same round.
+# The report's critical path: the build before (old) and after (new) a change, in turn, as
+# ratios to one replay in the same round (first made for the pictures drawn beside the searches,
+# no second replay at an OOM and the analyses of the recorded run on a pool of their own; the
+# log names the builds compared).
 # - the large real trace: fastest of 7, on 16 cores and on 2 (taskset -c 0,1, 2 rayon threads);
 # - the 10 M-event realistic trace: one run each, 16 cores, two rounds.
 # The binaries are carry/old.xz and carry/new.xz (release builds).
-# Log: scripts/gpu/results/bench_report_path_h100.log.
+# Logs: scripts/gpu/results/bench_report_path_h100*.log.
 set -u
 cd "$(dirname "$0")/../.."
 for b in old new; do xz -dc carry/$b.xz > /tmp/at-$b; chmod +x /tmp/at-$b; done
