@@ -15,6 +15,15 @@ pub struct Json {
     pub json: bool,
 }
 
+/// `--iterations`: where a command predicts the whole job from a trace that stops at its failure.
+#[derive(Args)]
+pub struct Repeats {
+    /// For a trace that ends in an out-of-memory error: iterations to append (repeating the last
+    /// whole one before the failure) to predict whether the rest of the job fits.
+    #[arg(long, default_value_t = analyzer::analysis::outcome::DEFAULT_REPEATS, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub iterations: u32,
+}
+
 /// `--capacity` wherever a command replays: one meaning, one text.
 const CAPACITY_HELP: &str = "The memory limit, as torch.cuda.set_per_process_memory_fraction sets it: bytes or \
 6GiB, 1.5GB, 512MiB. Default: the trace's own (recorded, else inferred from its OOM, and said to be); snapshots do \

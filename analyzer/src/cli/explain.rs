@@ -44,10 +44,8 @@ pub struct Args {
     /// what-if table, growth, the prediction's basis and the patterns.
     #[arg(long, short)]
     pub verbose: bool,
-    /// For a trace that ends in an out-of-memory error: iterations to append (repeating the last
-    /// whole one before the failure) to predict whether the rest of the job fits.
-    #[arg(long, default_value_t = analyzer::analysis::outcome::DEFAULT_REPEATS, value_parser = clap::value_parser!(u32).range(1..=10000))]
-    pub iterations: u32,
+    #[command(flatten)]
+    pub repeats: super::args::Repeats,
     #[command(flatten)]
     pub json: super::args::Json,
 }
@@ -58,7 +56,7 @@ impl Args {
             &cmd::explain::ExplainCmdOptions {
                 trace: self.trace,
                 facts: self.run.facts(),
-                repeats: self.iterations,
+                repeats: self.repeats.iterations,
                 json: self.json.json,
                 verbose: self.verbose,
             },

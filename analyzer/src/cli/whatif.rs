@@ -26,10 +26,8 @@ pub struct Args {
     /// Skip the search for the smallest capacity of each policy (faster on huge traces).
     #[arg(long)]
     pub no_search: bool,
-    /// For a trace that ends in an out-of-memory error: iterations to append (repeating the last
-    /// whole one before the failure) to predict whether the rest of the job fits.
-    #[arg(long, default_value_t = analyzer::analysis::outcome::DEFAULT_REPEATS, value_parser = clap::value_parser!(u32).range(1..=10000))]
-    pub iterations: u32,
+    #[command(flatten)]
+    pub repeats: super::args::Repeats,
     #[command(flatten)]
     pub json: super::args::Json,
 }
@@ -43,7 +41,7 @@ impl Args {
                 facts: self.run.facts(),
                 capacity_bytes,
                 search_capacity: !self.no_search,
-                repeats: self.iterations,
+                repeats: self.repeats.iterations,
                 json: self.json.json,
             },
             out,
