@@ -9,20 +9,10 @@
 # Logs: scripts/gpu/results/bench_report_path_h100*.log.
 set -u
 cd "$(dirname "$0")/../.."
-for b in old new; do xz -dc carry/$b.xz > /tmp/at-$b; chmod +x /tmp/at-$b; done
-T=traces/large/mixed_sizes_big.default.atrace
 . scripts/gpu/fastest.sh
-echo "cores: $(nproc)"
-for round in 1 2 3; do
-  for cores in 16 2; do
-    if [ $cores = 2 ]; then pin="taskset -c 0,1"; else pin=""; fi
-    for b in old new; do
-      r=$(best $cores $pin /tmp/at-$b replay $T); w=$(best $cores $pin /tmp/at-$b whatif $T)
-      e=$(best $cores $pin /tmp/at-$b explain $T); p=$(best $cores $pin /tmp/at-$b report $T -o /tmp/rep)
-      awk -v b=$b -v c=$cores -v r=$r -v w=$w -v e=$e -v p=$p -v round=$round 'BEGIN{printf "large round %d %2d cores %-3s replay %.3f s  whatif %.3f s %.1fx  explain %.3f s %.1fx  report %.3f s %.1fx\n", round, c, b, r, w, w/r, e, e/r, p, p/r}'
-    done
-  done
-done
+old_and_new
+T=traces/large/mixed_sizes_big.default.atrace
+large_rounds "$T"
 /tmp/at-new synth --realistic --events 10000000 -o /tmp/r10m.atrace > /dev/null
 once() { local t0=$(date +%s.%N); "$@" > /dev/null 2>&1; local t1=$(date +%s.%N); awk -v a=$t0 -v b=$t1 'BEGIN{print b-a}'; }
 for round in 1 2; do
