@@ -149,6 +149,9 @@ pub struct Whatif {
     pub prediction: Option<JobPrediction>,
     /// False when the input was damaged (see `input_damage`).
     pub complete: bool,
+    /// Each row's setting and the row whose replay it is.
+    #[serde(skip)]
+    pub replays: Rows,
 }
 
 /// The rows other than the recorded settings whose replay completes at the capacity compared,
@@ -327,7 +330,7 @@ fn whatif_inner<T: Send>(
     // each row names the row it is replayed with, and that replay observes every state of its
     // group.
     let same_as = same_runs(&list, bounds.largest_request_bytes);
-    let rows = Rows {
+    let replays = Rows {
         names: list.iter().map(|(p, _)| p.name().to_string()).collect(),
         replayed_by: (0..list.len()).map(|k| same_as[k].unwrap_or(k)).collect(),
         capacity_bytes: opts.capacity.bytes,
@@ -345,7 +348,7 @@ fn whatif_inner<T: Send>(
         if let Some((_, _, ready)) = observing {
             for (m, st) in sts.iter_mut() {
                 if let Some(st) = st.as_mut() {
-                    ready(*m, st, r, &bounds, &rows)
+                    ready(*m, st, r, &bounds, &replays)
                 }
             }
         }
@@ -475,26 +478,14 @@ fn whatif_inner<T: Send>(
         table.push(row);
         runs.push((st, r));
     }
-    finish(trace, opts, (&list, &same_as), table, bounds, runs)
+    finish(trace, opts, (&list, &same_as, replays), table, bounds, runs)
 }
 
 impl Whatif {
-    /// The table's [`Rows`].
-    pub fn rows_replayed(&self) -> Rows {
-        Rows {
-            names: self.rows.iter().map(|r| r.policy.name().to_string()).collect(),
-            replayed_by: (0..self.rows.len()).map(|k| self.replayed_by(k)).collect(),
-            capacity_bytes: self.capacity_bytes,
-        }
-    }
-
     /// The row whose replay row `k` is: itself, or the earlier row it is the same run as
     /// ([`PolicyRow::same_as`]).
     pub fn replayed_by(&self, k: usize) -> usize {
-        match &self.rows[k].same_as {
-            Some(name) => self.rows.iter().position(|r| r.policy.name() == name.as_str()).unwrap_or(k),
-            None => k,
-        }
+        self.replays.replayed_by[k]
     }
 
     /// One sentence per setting whose whole job completes at the capacity by where its blocks
@@ -557,7 +548,7 @@ pub fn same_runs(list: &[(Policy, AllocatorConfig)], largest_request: u64) -> Ve
 fn finish<T>(
     trace: &Trace,
     opts: &WhatifOptions,
-    (list, same_as): (&[(Policy, AllocatorConfig)], &[Option<usize>]),
+    (list, same_as, replays): (&[(Policy, AllocatorConfig)], &[Option<usize>], Rows),
     table: Vec<PolicyRow>,
     bounds: Bounds,
     runs: Vec<(Option<T>, ReplayResult)>,
@@ -584,6 +575,7 @@ fn finish<T>(
         complete: trace.damage().is_none(),
         input_damage: trace.damage(),
         prediction,
+        replays,
     };
     Ok((w, runs))
 }

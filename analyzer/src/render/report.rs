@@ -337,7 +337,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         None => {
             let result = |k: usize| (results[k].is_oom(), results[k].peak_reserved_bytes);
             let track = |k: usize| tracks[k].as_ref().map(|t| &t.whatif);
-            whatif_picture(&plot::whatif_data_of(name.clone(), XAxis::Time, &wi.rows_replayed(), result, track))?
+            whatif_picture(&plot::whatif_data_of(name.clone(), XAxis::Time, &wi.replays, result, track))?
         }
     };
 

@@ -634,7 +634,7 @@ pub fn whatif_data(trace: &Trace, x: XAxis, columns: usize) -> Result<WhatifData
     )?;
     let (tracks, results): (Vec<Option<WhatifTrack>>, Vec<ReplayResult>) = runs.into_iter().unzip();
     let result = |k: usize| (results[k].is_oom(), results[k].peak_reserved_bytes);
-    Ok(whatif_data_of(trace.name(), x, &table.rows_replayed(), result, |k| tracks[k].as_ref()))
+    Ok(whatif_data_of(trace.name(), x, &table.replays, result, |k| tracks[k].as_ref()))
 }
 
 /// Fragmentation over time.
