@@ -478,7 +478,7 @@ fn whatif_inner<T: Send>(
         table.push(row);
         runs.push((st, r));
     }
-    finish(trace, opts, (&list, &same_as, replays), table, bounds, runs)
+    finish(trace, opts, (&list, &same_as), replays, table, bounds, runs)
 }
 
 impl Whatif {
@@ -548,7 +548,8 @@ pub fn same_runs(list: &[(Policy, AllocatorConfig)], largest_request: u64) -> Ve
 fn finish<T>(
     trace: &Trace,
     opts: &WhatifOptions,
-    (list, same_as, replays): (&[(Policy, AllocatorConfig)], &[Option<usize>], Rows),
+    (list, same_as): (&[(Policy, AllocatorConfig)], &[Option<usize>]),
+    replays: Rows,
     table: Vec<PolicyRow>,
     bounds: Bounds,
     runs: Vec<(Option<T>, ReplayResult)>,
