@@ -237,30 +237,6 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
         replay_observed(trace, &o, &mut |i, r, view, live| second.observe(trace, i, r, view, live))?;
         Ok(Some(second.replayed()))
     };
-    if let Some(given) = reusable(opts.whatif, capacity.bytes, search) {
-        let mut first = ExplainWatch::new(trace, first_iteration, None);
-        let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, live| {
-            first.observe(trace, i, r, view, live)
-        })?;
-        let first = first.replayed();
-        let second = second_of(&first)?;
-        let o = ExplainOptions { whatif: Some(given), ..opts.clone() };
-        let (prelude, patterns) = crate::replay::join_within(
-            trace,
-            || explain_prelude(trace, opts.growth.clone(), result.clone(), first, second),
-            || crate::analysis::patterns::of_run(trace, &result),
-        );
-        return explain_finish(trace, prelude?.with_patterns(patterns?), &o);
-    }
-    // Without a what-if table given, the replay under the recorded settings is the table's own
-    // row (one replay fewer). What needs only that replay (the second replay, the growth, the
-    // verdict and the experiments) runs beside the table's capacity searches where the table
-    // calls it there; else after the table, with the growth's folds beside the table.
-    /// Row 0's watch, until the prelude is made from it.
-    struct Row0 {
-        watching: Option<ExplainWatch>,
-        found: Option<Result<ExplainPrelude>>,
-    }
     // The patterns need only `result`: they go beside the replay to the peak and the prelude.
     let prelude_of = |first: ExplainWatch, result: &ReplayResult, growth: Option<Option<Growth>>| {
         let first = first.replayed();
@@ -271,6 +247,23 @@ pub fn explain_with(trace: &Trace, opts: &ExplainOptions<'_>) -> Result<ExplainR
         );
         Ok(prelude?.with_patterns(patterns?))
     };
+    if let Some(given) = reusable(opts.whatif, capacity.bytes, search) {
+        let mut first = ExplainWatch::new(trace, first_iteration, None);
+        let result = replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, live| {
+            first.observe(trace, i, r, view, live)
+        })?;
+        let o = ExplainOptions { whatif: Some(given), ..opts.clone() };
+        return explain_finish(trace, prelude_of(first, &result, opts.growth.clone())?, &o);
+    }
+    // Without a what-if table given, the replay under the recorded settings is the table's own
+    // row (one replay fewer). What needs only that replay (the second replay, the growth, the
+    // verdict and the experiments) runs beside the table's capacity searches where the table
+    // calls it there; else after the table, with the growth's folds beside the table.
+    /// Row 0's watch, until the prelude is made from it.
+    struct Row0 {
+        watching: Option<ExplainWatch>,
+        found: Option<Result<ExplainPrelude>>,
+    }
     let row0 = std::sync::Mutex::new(Some(Row0 {
         watching: Some(ExplainWatch::new(trace, first_iteration, None)),
         found: None,
