@@ -31,9 +31,10 @@ fn streams_have_one_name_in_text_svg_and_markdown() {
     let svg_path = dir.join("seg.svg");
     alloctrace(&["plot", t, "--kind", "segments", "--at", "peak", "-o", svg_path.to_str().unwrap()]);
     let svg = std::fs::read_to_string(&svg_path).unwrap().split_whitespace().collect::<Vec<_>>().join(" ");
-    // Rows name their stream (40 of the rows are labelled: some of a side stream's among them).
-    assert!(svg.contains("large, stream 0 (default)"), "segment rows name streams");
-    assert!(svg.contains("large, stream 1 <") || svg.contains("large, stream 2 <"), "segment rows name streams");
+    // Rows name their stream: every labelled row (up to 40 of them, in address order) says
+    // which, in the same words as the text.
+    assert!(svg.contains(", stream 0 (default) <"), "segment rows name streams");
+    assert!(!svg.contains(" small <") && !svg.contains(" large <"), "a segment row without its stream");
     assert!(svg.contains(note), "the legend gives the handles");
 
     let report = dir.join("report");

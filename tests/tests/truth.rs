@@ -325,9 +325,9 @@ may have caught; PyTorch caught an OOM on {cannot_tell_caught} of them)"
     // and the engine gives PyTorch's outcome once it has that run's segment addresses (the
     // driver's placement decides the lowest-address tie-breaks of best fit)...
     assert!(unexplained.is_empty(), "misses with the real run's own addresses too: {unexplained:?}");
-    // The share it agrees on, held where it stands (222 of 225): the target of 99% is not met,
-    // because of where the driver placed segments the recorded run never made (above).
-    assert!(agree_either as f64 >= 0.98 * told as f64, "{agree_either}/{told}");
+    // The share it agrees on: the target, 99% (223 of 225 with segments that no recorded
+    // address places put where the driver's rule puts them; 222 first fit upward).
+    assert!(agree_either as f64 >= 0.99 * told as f64, "{agree_either}/{told}");
     // ...and its unlimited peak reserved is within 0.5% wherever the real run's own requests
     // were the default run's, or is PyTorch's, byte for byte, with that run's addresses.
     for (name, err, ..) in &peak_errors {
@@ -422,11 +422,14 @@ fn gc_threshold_acts_only_with_a_memory_fraction() {
     assert!(changed_under_a_limit > 10, "{changed_under_a_limit}");
 }
 
-/// A miss explained: varlen_train under max_split_size_mb:64 at 1.10x its peak made the same
-/// requests as the default run (and frees, in the same order), yet PyTorch ran out of memory
-/// where the replay of the default run completes. The difference is where the driver put the
-/// segments (equal-size free blocks are taken lowest address first): replayed with the
-/// addresses of PyTorch's own max_split_size_mb:64 run, the replay runs out of memory too.
+/// Addresses decide an outcome: varlen_train under max_split_size_mb:64 at 1.10x its peak made
+/// the same requests as the default run (and frees, in the same order), and PyTorch ran out of
+/// memory. Equal-size free blocks are taken lowest address first, so the outcome turns on where
+/// the driver put the segments. The setting sizes some segments otherwise than the default run
+/// did, so no recorded address places them: placed by the driver's rule
+/// (`recorder/src/device/placement.rs`), the replay of the default run runs out of memory, as
+/// does the replay at the addresses of PyTorch's own max_split_size_mb:64 run. (Placed first fit
+/// upward from a fixed base, as before that rule, it completed.)
 #[test]
 fn addresses_decide_varlen_train_under_max_split_size() {
     let rows = truth();
@@ -434,7 +437,7 @@ fn addresses_decide_varlen_train_under_max_split_size() {
     assert!(row.oom);
     let own_unlimited = dir().join("own/varlen_train.maxsplit64.unlimited.atrace");
     assert_eq!(requests(&own_unlimited), requests(&default_trace("varlen_train")));
-    assert!(!replay(&default_trace("varlen_train"), "maxsplit64", row.limit).is_oom());
+    assert!(replay(&default_trace("varlen_train"), "maxsplit64", row.limit).is_oom());
     assert!(replay(&own_unlimited, "maxsplit64", row.limit).is_oom());
 }
 

@@ -1,6 +1,7 @@
 //! Where segments come from: the [`Device`] trait, the simulated device used by replays and
 //! tests, and (with the `cuda` feature) the real CUDA device, the only code that touches CUDA.
 
+mod placement;
 pub mod sim;
 pub use sim::SimDevice;
 

@@ -1,7 +1,11 @@
 //! The simulated device: capacity-limited, deterministic addresses, optional address hints.
 //!
-//! Segments come from a first-fit address allocator starting at [`SEGMENT_BASE`], 2 MiB
-//! aligned; address-space reservations (expandable segments) from another at [`VA_BASE`].
+//! Segments go where the CUDA driver put them in the real runs (the `placement` module): a
+//! segment that fits in no free run of the driver's 32 MiB-rounded ranges opens a new range at
+//! the top of the highest free stretch below the top (the first range at
+//! `SEGMENT_BASE - round_up(bytes, 32 MiB)`, or where a hint put it), later ones fill the
+//! ranges' free runs lowest first, and a range whose segments are all freed goes back. Address-space reservations
+//! (expandable segments) come from a first-fit allocator starting at [`VA_BASE`], 2 MiB aligned.
 //! Physical memory (segments plus mapped pages) may not exceed the capacity.
 //!
 //! **Hints** reproduce a recorded run's addresses, and with them its lowest-address
@@ -9,15 +13,21 @@
 //! order. Rule: `alloc_segment(bytes)` looks at the first [`HINT_LOOKAHEAD`] queued hints and
 //! takes the first one of the same size whose range is free (it leaves the queue); hints it
 //! passed over stay queued, so a replay that allocates an extra segment or skips one falls
-//! back into step. With no usable hint the segment comes from the first-fit allocator in a
-//! region above every hinted address, so fallback and hinted segments never collide.
+//! back into step. With no usable hint the segment goes where the driver would have put it,
+//! given the segments placed so far, hinted ones included, and clear of the ranges of the
+//! hints still queued: the recorded run's segments went there, and the replay's segments that
+//! match them will ask for them later (segments of a caching allocator live long, so a segment
+//! placed now is likely still there when any later hint comes up, not only one in the
+//! look-ahead). Where no place clear of them turns up within [`KEEP_OFF_TRIES`] tries, it goes
+//! where the driver would have put it regardless. It never overlaps a live segment.
 //! `with_reserve_hints` does the same for reservations, by address only (sizes differ
 //! between a real GPU and a replay).
 
+use super::placement::{MaxTree, Placement};
 use super::Device;
 use std::collections::{BTreeMap, VecDeque};
 
-/// Where segments start without hints.
+/// The top of the address space segments are placed below when no hint placed one before.
 pub const SEGMENT_BASE: u64 = 0x7f00_0000_0000;
 /// Where address-space reservations start.
 pub const VA_BASE: u64 = 0x2_0000_0000;
@@ -25,6 +35,58 @@ pub const VA_BASE: u64 = 0x2_0000_0000;
 pub const ALIGN: u64 = 2 << 20;
 /// How many queued hints `alloc_segment` considers.
 pub const HINT_LOOKAHEAD: usize = 16;
+/// How many of the queued hints, from the front, a predicted segment keeps off: all of them.
+pub const KEEP_OFF: usize = usize::MAX;
+/// How many places a predicted segment tries before it gives up keeping off queued hints: a
+/// bound on the cost per segment (each try is `O(log n)`). The real runs' replays need 122 at
+/// most.
+pub const KEEP_OFF_TRIES: usize = 256;
+
+/// The address ranges of queued hints, which may overlap: the lowest start of one that
+/// overlaps a given range in `O(log n)`.
+#[derive(Debug, Clone, Default)]
+struct HintRanges {
+    /// Start -> the highest end of the ranges that start there.
+    starts: MaxTree,
+    /// Start -> end -> how many ranges.
+    ends: BTreeMap<u64, BTreeMap<u64, u32>>,
+}
+
+impl HintRanges {
+    fn insert(&mut self, addr: u64, bytes: u64) {
+        let end = addr.saturating_add(bytes);
+        let ends = self.ends.entry(addr).or_default();
+        *ends.entry(end).or_default() += 1;
+        let top = *ends.last_key_value().unwrap().0;
+        self.starts.insert(addr, top);
+    }
+
+    fn remove(&mut self, addr: u64, bytes: u64) {
+        let end = addr.saturating_add(bytes);
+        let Some(ends) = self.ends.get_mut(&addr) else { return };
+        if let Some(n) = ends.get_mut(&end) {
+            *n -= 1;
+            if *n == 0 {
+                ends.remove(&end);
+            }
+        }
+        match ends.last_key_value() {
+            Some((&top, _)) => self.starts.insert(addr, top),
+            None => {
+                self.ends.remove(&addr);
+                self.starts.remove(addr);
+            }
+        }
+    }
+
+    /// Whether a range overlaps `[from, to)`: if so, the lowest start of one that does, and the
+    /// highest end of those that start below `to` (past `from`): `[from, to)` clears them all
+    /// once below the one or above the other.
+    fn clash(&self, from: u64, to: u64) -> Option<(u64, u64)> {
+        let (lowest, _) = self.starts.leftmost_at_least(from.checked_add(1)?)?;
+        (lowest < to).then(|| (lowest, self.starts.max_before(to)))
+    }
+}
 
 /// A capacity-limited device with deterministic addresses.
 #[derive(Debug, Default, Clone)]
@@ -34,19 +96,21 @@ pub struct SimDevice {
     segments: BTreeMap<u64, u64>,
     reservations: BTreeMap<u64, u64>,
     segment_hints: VecDeque<(u64, u64)>,
+    /// The ranges of the first [`KEEP_OFF`] queued segment hints.
+    kept_off: HintRanges,
     reserve_hints: VecDeque<u64>,
-    fallback_base: u64,
-    /// No segment fits below this address above `fallback_base`: every hole there was filled
+    /// The driver's ranges, which place every segment no hint places.
+    placement: Placement,
+    /// No reservation fits below this address above [`VA_BASE`]: every hole there was filled
     /// (none has opened since), so first fit starts here. Without it, a trace that keeps a
-    /// segment per stream (one stream per allocation) paid a walk of every live segment for
-    /// each new one.
-    packed: u64,
-    /// The same for reservations, above [`VA_BASE`].
+    /// reservation per stream paid a walk of every live one for each new one.
     packed_va: u64,
     /// Segments placed at a hinted address.
     pub hints_used: u64,
     /// Segments placed by the fallback allocator while hints were given.
     pub hints_missed: u64,
+    /// Segments placed by the fallback allocator clear of every queued hint.
+    pub hints_kept_off: u64,
     /// Recorded events and whether a query has seen them: a simulated stream finishes its
     /// work between the first query of an event and the second, so callers see both states.
     events: BTreeMap<u64, bool>,
@@ -56,14 +120,16 @@ pub struct SimDevice {
 impl SimDevice {
     /// A device with `capacity` bytes of physical memory; `None` = unlimited.
     pub fn new(capacity: Option<u64>) -> Self {
-        SimDevice { capacity, fallback_base: SEGMENT_BASE, ..Default::default() }
+        SimDevice { capacity, ..Default::default() }
     }
 
     /// Recorded segment allocations `(addr, bytes)` in order; see the module documentation.
     pub fn with_segment_hints(mut self, hints: Vec<(u64, u64)>) -> Self {
-        let top = hints.iter().map(|&(a, b)| a + b).max().unwrap_or(0);
-        self.fallback_base = self.fallback_base.max(top.div_ceil(1 << 30) << 30);
         self.segment_hints = hints.into();
+        self.kept_off = HintRanges::default();
+        for &(a, b) in self.segment_hints.iter().take(KEEP_OFF) {
+            self.kept_off.insert(a, b);
+        }
         self
     }
 
@@ -90,9 +156,28 @@ impl SimDevice {
     }
 
     fn range_is_free(&self, addr: u64, bytes: u64) -> bool {
-        let clash = |m: &BTreeMap<u64, u64>| m.range(..addr + bytes).next_back().is_some_and(|(&a, &b)| a + b > addr);
-        !clash(&self.segments) && !clash(&self.reservations)
+        !overlaps(&self.segments, addr, bytes) && !overlaps(&self.reservations, addr, bytes)
     }
+
+    /// A place above every segment and clear of reservations, for when the driver's rule finds
+    /// none (the address space below ran out, or a reservation is in the way).
+    fn above_everything(&self, bytes: u64) -> Option<u64> {
+        let highest = self.segments.last_key_value().map_or(SEGMENT_BASE, |(&a, &b)| a.saturating_add(b));
+        let mut at = highest.max(SEGMENT_BASE).checked_next_multiple_of(ALIGN)?;
+        while let Some((&a, &b)) = self.reservations.range(..at.checked_add(bytes)?).next_back() {
+            if a + b <= at {
+                break;
+            }
+            at = (a + b).checked_next_multiple_of(ALIGN)?;
+        }
+        Some(at)
+    }
+}
+
+/// Whether `[addr, addr + bytes)` overlaps a range of `live` (or runs past the address space).
+fn overlaps(live: &BTreeMap<u64, u64>, addr: u64, bytes: u64) -> bool {
+    let Some(end) = addr.checked_add(bytes) else { return true };
+    live.range(..end).next_back().is_some_and(|(&a, &b)| a + b > addr)
 }
 
 /// Lowest `ALIGN`ed address at or above `base` where `bytes` fit between the ranges of `live`,
@@ -148,25 +233,47 @@ impl Device for SimDevice {
         let addr = match hinted {
             Some(i) => {
                 self.hints_used += 1;
-                self.segment_hints.remove(i).map(|(a, _)| a)?
+                let (a, b) = self.segment_hints.remove(i)?;
+                self.kept_off.remove(a, b);
+                // The hint that moved up into the first `KEEP_OFF`, if one did.
+                if let Some(&(a, b)) = KEEP_OFF.checked_sub(1).and_then(|k| self.segment_hints.get(k)) {
+                    self.kept_off.insert(a, b);
+                }
+                a
             }
             None => {
                 if !self.segment_hints.is_empty() {
                     self.hints_missed += 1;
                 }
-                let (addr, hole) = first_fit(&self.segments, self.fallback_base.max(self.packed), bytes);
-                self.packed = hole.unwrap_or((addr + bytes).div_ceil(ALIGN) * ALIGN);
-                addr
+                // Keep off the ranges of the hints still queued: the recorded run's segments
+                // went there, and the replay's will ask for them.
+                let kept_off = &self.kept_off;
+                let clear = (!self.segment_hints.is_empty())
+                    .then(|| {
+                        self.placement.predict_clear(bytes, SEGMENT_BASE, KEEP_OFF_TRIES, |f, t| kept_off.clash(f, t))
+                    })
+                    .flatten();
+                if clear.is_some() {
+                    self.hints_kept_off += 1;
+                }
+                let predicted = clear.or_else(|| self.placement.predict(bytes, SEGMENT_BASE));
+                debug_assert!(
+                    predicted.is_none_or(|a| !overlaps(&self.segments, a, bytes)),
+                    "the driver's rule put {bytes} bytes at {predicted:x?} over a live segment"
+                );
+                predicted.filter(|&a| self.range_is_free(a, bytes)).or_else(|| self.above_everything(bytes))?
             }
         };
+        debug_assert!(self.range_is_free(addr, bytes), "a segment of {bytes} bytes at {addr:#x} overlaps another");
         self.segments.insert(addr, bytes);
+        self.placement.place(&self.segments, addr, bytes, hinted.is_none());
         self.used += bytes;
         Some(addr)
     }
 
     fn free_segment(&mut self, addr: u64, bytes: u64) {
-        if self.segments.remove(&addr).is_some() {
-            self.packed = self.packed.min(addr);
+        if let Some(placed) = self.segments.remove(&addr) {
+            self.placement.free(&self.segments, addr, placed);
             self.used -= bytes;
         }
     }
@@ -214,41 +321,38 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     #[test]
-    fn first_fit_is_deterministic_and_reuses_holes() {
+    fn placement_is_deterministic_and_reuses_holes() {
+        let t = SEGMENT_BASE;
         let mut d = SimDevice::new(Some(100 * MIB));
+        // 20 MiB opens a 32 MiB range below the top; 2 MiB fills its free tail.
         let a = d.alloc_segment(20 * MIB, 0).unwrap();
         let b = d.alloc_segment(2 * MIB, 0).unwrap();
-        assert_eq!(a, SEGMENT_BASE);
-        assert_eq!(b, SEGMENT_BASE + 20 * MIB);
+        assert_eq!(a, t - 32 * MIB);
+        assert_eq!(b, t - 12 * MIB);
+        // The range keeps the 2 MiB segment: the hole the 20 left is its lowest free run.
         d.free_segment(a, 20 * MIB);
-        assert_eq!(d.alloc_segment(4 * MIB, 0), Some(SEGMENT_BASE));
+        assert_eq!(d.alloc_segment(4 * MIB, 0), Some(t - 32 * MIB));
         assert_eq!(d.used_bytes(), 6 * MIB);
     }
 
-    /// Starting past the filled prefix places every segment where a walk from the base would.
+    /// Reservations: starting past the filled prefix places every one where a walk from the
+    /// base would.
     #[test]
-    fn first_fit_from_the_filled_prefix_matches_a_walk_from_the_base() {
+    fn reservations_from_the_filled_prefix_match_a_walk_from_the_base() {
         let mut rnd = crate::engine::test_rng(0x9e37_79b9_7f4a_7c15);
         let mut d = SimDevice::new(None);
         let mut live: Vec<(u64, u64)> = Vec::new();
         for _ in 0..5000 {
             if !live.is_empty() && rnd().is_multiple_of(3) {
                 let (a, b) = live.swap_remove(rnd() as usize % live.len());
-                d.free_segment(a, b);
+                d.release_address_space(a, b);
                 continue;
             }
-            let bytes = [2, 4, 20, 6][rnd() as usize % 4] * MIB;
-            let want = first_fit(&d.segments, SEGMENT_BASE, bytes).0;
-            let got = d.alloc_segment(bytes, 0).unwrap();
-            assert_eq!(got, want);
-            live.push((got, bytes));
-            let va_bytes = [2, 8][rnd() as usize % 2] * MIB;
+            let va_bytes = [2, 8, 20, 6][rnd() as usize % 4] * MIB;
             let want = first_fit(&d.reservations, VA_BASE, va_bytes).0;
             let va = d.reserve_address_space(va_bytes).unwrap();
             assert_eq!(va, want);
-            if rnd().is_multiple_of(2) {
-                d.release_address_space(va, va_bytes);
-            }
+            live.push((va, va_bytes));
         }
     }
 
@@ -272,15 +376,185 @@ mod tests {
         // 2 MiB: the first hint has another size, the second matches.
         assert_eq!(d.alloc_segment(2 * MIB, 0), Some(0x7f00_0000_0000));
         assert_eq!(d.alloc_segment(20 * MIB, 0), Some(0x7f10_0000_0000));
-        // No 12 MiB hint: fallback region above all hints.
+        // No 12 MiB hint: the driver's rule puts it in the free tail of the first hinted
+        // segment's 32 MiB range, clear of the hint still queued.
         let f = d.alloc_segment(12 * MIB, 0).unwrap();
-        assert!(f >= 0x7f20_0000_0000 + 20 * MIB);
+        assert_eq!(f, 0x7f00_0000_0000 + 2 * MIB);
         assert_eq!(d.hints_missed, 1);
         // A hint that overlaps a live segment is not used.
         let mut d =
             SimDevice::new(None).with_segment_hints(vec![(0x7f00_0000_0000, 4 * MIB), (0x7f00_0000_0000, 4 * MIB)]);
         assert_eq!(d.alloc_segment(4 * MIB, 0), Some(0x7f00_0000_0000));
         assert_ne!(d.alloc_segment(4 * MIB, 0), Some(0x7f00_0000_0000));
+    }
+
+    /// The study's `Chunked` model (`scripts/study/driver_placement/model.py`), line for line:
+    /// a walk of every range for each segment.
+    #[derive(Default)]
+    struct Chunked {
+        ranges: BTreeMap<u64, (u64, BTreeMap<u64, u64>)>,
+        top: Option<u64>,
+        blocked: BTreeMap<u64, u64>,
+        range_of: BTreeMap<u64, u64>,
+    }
+
+    impl Chunked {
+        fn predict(&self, b: u64) -> u64 {
+            for (&s, (e, segs)) in &self.ranges {
+                let mut cur = s;
+                for (&a, &bb) in segs.iter().chain(std::iter::once((e, &0))) {
+                    if a > cur && a - cur >= b {
+                        return cur;
+                    }
+                    cur = cur.max(a + bb);
+                }
+            }
+            let r = b.next_multiple_of(32 * MIB);
+            let mut cur = self.top.unwrap_or(SEGMENT_BASE);
+            let mut occ: Vec<(u64, u64)> = self
+                .ranges
+                .iter()
+                .map(|(&s, (e, _))| (s, *e))
+                .chain(self.blocked.iter().map(|(&s, &e)| (s, e)))
+                .collect();
+            occ.sort();
+            for &(s, e) in occ.iter().rev() {
+                if e > cur {
+                    cur = cur.min(s);
+                    continue;
+                }
+                if cur - e >= r {
+                    return cur - r;
+                }
+                cur = s;
+            }
+            cur - r
+        }
+        fn place(&mut self, a: u64, b: u64) {
+            for (&s, (e, segs)) in self.ranges.iter_mut() {
+                if s <= a && a < *e {
+                    segs.insert(a, b);
+                    self.range_of.insert(a, s);
+                    *e = (*e).max(a + b);
+                    return;
+                }
+            }
+            let mut e = a + b.next_multiple_of(32 * MIB);
+            let nxt = self.ranges.keys().chain(self.blocked.keys()).filter(|&&s| s > a).min().copied();
+            if let Some(n) = nxt {
+                e = e.min(n);
+            }
+            e = e.max(a + b);
+            self.ranges.insert(a, (e, BTreeMap::from([(a, b)])));
+            self.range_of.insert(a, a);
+            match (self.top, nxt) {
+                (None, _) => self.top = Some(e),
+                (Some(t), _) if e > t => self.top = Some(e),
+                (_, Some(n)) if n > e => {
+                    self.blocked.insert(e, n);
+                }
+                _ => {}
+            }
+        }
+        fn free(&mut self, a: u64) {
+            let s = self.range_of.remove(&a).unwrap();
+            let segs = &mut self.ranges.get_mut(&s).unwrap().1;
+            segs.remove(&a);
+            if segs.is_empty() {
+                self.ranges.remove(&s);
+            }
+        }
+    }
+
+    /// With no hints, every segment goes where the study's model puts it.
+    #[test]
+    fn segments_go_where_the_studys_model_puts_them() {
+        for seed in [1u64, 0x9e37_79b9_7f4a_7c15, 42] {
+            let mut rnd = crate::engine::test_rng(seed);
+            let mut d = SimDevice::new(None);
+            let mut m = Chunked::default();
+            let mut live: Vec<(u64, u64)> = Vec::new();
+            for _ in 0..3000 {
+                if !live.is_empty() && rnd() % 5 < 2 {
+                    let (a, b) = live.swap_remove(rnd() as usize % live.len());
+                    d.free_segment(a, b);
+                    m.free(a);
+                } else {
+                    let bytes = [2, 2, 2, 4, 10, 20, 22, 36, 62, 100, 296][rnd() as usize % 11] * MIB;
+                    let want = m.predict(bytes);
+                    let got = d.alloc_segment(bytes, 0).unwrap();
+                    assert_eq!(got, want, "{bytes} bytes");
+                    m.place(got, bytes);
+                    live.push((got, bytes));
+                }
+                d.placement.check(&d.segments);
+            }
+        }
+    }
+
+    #[test]
+    fn the_first_segment_opens_a_range_below_the_base_and_later_ones_fill_it() {
+        let mut d = SimDevice::new(None);
+        let t = SEGMENT_BASE;
+        let a = d.alloc_segment(20 * MIB, 0).unwrap();
+        assert_eq!(a, t - 32 * MIB);
+        assert_eq!(d.alloc_segment(8 * MIB, 0), Some(t - 12 * MIB));
+        let c = d.alloc_segment(40 * MIB, 0).unwrap();
+        assert_eq!(c, t - 96 * MIB);
+        d.free_segment(a, 20 * MIB);
+        d.free_segment(t - 12 * MIB, 8 * MIB);
+        assert_eq!(d.alloc_segment(30 * MIB, 0), Some(t - 32 * MIB));
+        assert_eq!(d.alloc_segment(24 * MIB, 0), Some(c + 40 * MIB));
+    }
+
+    /// Hinted and predicted segments mixed, hints anywhere (in ranges, across them, in held
+    /// stretches): no overlap, and the model's trees agree with a walk of its ranges.
+    #[test]
+    fn hinted_and_predicted_segments_never_overlap() {
+        for seed in [7u64, 0x2545_f491_4f6c_dd1d, 99] {
+            let mut rnd = crate::engine::test_rng(seed);
+            let sizes = [2, 2, 4, 20, 22, 36, 62];
+            let hints: Vec<(u64, u64)> = (0..4000)
+                .map(|_| (SEGMENT_BASE - (rnd() % 400) * 2 * MIB, sizes[rnd() as usize % sizes.len()] * MIB))
+                .collect();
+            let mut d = SimDevice::new(None).with_segment_hints(hints);
+            let mut live: Vec<(u64, u64)> = Vec::new();
+            for _ in 0..4000 {
+                if !live.is_empty() && rnd() % 5 < 2 {
+                    let (a, b) = live.swap_remove(rnd() as usize % live.len());
+                    d.free_segment(a, b);
+                } else {
+                    let bytes = sizes[rnd() as usize % sizes.len()] * MIB;
+                    let a = d.alloc_segment(bytes, 0).unwrap();
+                    assert!(live.iter().all(|&(x, y)| a + bytes <= x || x + y <= a));
+                    live.push((a, bytes));
+                }
+                d.placement.check(&d.segments);
+            }
+            assert!(d.hints_used > 100 && d.hints_missed > 100, "{} {}", d.hints_used, d.hints_missed);
+        }
+    }
+
+    /// A segment no hint places keeps off the ranges of the hints still queued, beyond the
+    /// look-ahead too, and a later one of their size finds its hint free.
+    #[test]
+    fn predicted_segments_keep_off_queued_hints() {
+        let t = SEGMENT_BASE;
+        let mut hints = vec![(t - 32 * MIB, 20 * MIB)];
+        hints.extend((0..HINT_LOOKAHEAD).map(|i| (t - 64 * MIB - i as u64 * 32 * MIB, 2 * MIB)));
+        hints.push((t - 12 * MIB, 8 * MIB));
+        let mut d = SimDevice::new(None).with_segment_hints(hints);
+        assert_eq!(d.alloc_segment(20 * MIB, 0), Some(t - 32 * MIB));
+        // The driver's rule puts 8 MiB in the tail of the 20's range at `t - 12`: a hint's,
+        // past the look-ahead. Then a range below the lowest, at `t - 64`: a 2 MiB hint's. It
+        // goes below that.
+        assert_eq!(d.alloc_segment(8 * MIB, 0), Some(t - 72 * MIB));
+        for _ in 0..HINT_LOOKAHEAD {
+            d.alloc_segment(2 * MIB, 0).unwrap();
+        }
+        assert_eq!(d.alloc_segment(8 * MIB, 0), Some(t - 12 * MIB));
+        assert_eq!((d.hints_used, d.hints_missed), (2 + HINT_LOOKAHEAD as u64, 1));
+        d.placement.check(&d.segments);
     }
 
     #[test]
