@@ -299,3 +299,30 @@ fn the_predicted_resnet_stream_is_the_real_runs_requests() {
     println!("real {real_peak}, real stream at the real addresses {real_peak}, predicted stream {own}");
     assert_eq!(own, real_peak);
 }
+
+/// The capacity search on predicted streams whose floor (the blocks live at once) is replayed
+/// first: its band can hold the unlimited run's peak, which then needs no replay of its own (the
+/// search once looked that capacity up among the replayed ones only, and `whatif` panicked on
+/// these three). Each row's smallest capacity completes when replayed, and the limit one step
+/// below it does not.
+#[test]
+fn the_capacity_search_ends_on_predicted_streams() {
+    for (model, batch) in [("gpt2_adamw", "8"), ("gpt2_adamw", "16"), ("resnet18_sgd", "32")] {
+        let path = measured(model, batch);
+        let w = json(&["whatif", &path, "--json"]);
+        for row in w["rows"].as_array().unwrap() {
+            let (Some(min), Some(step)) =
+                (row["min_capacity_bytes"].as_u64(), row["min_capacity_resolution_bytes"].as_u64())
+            else {
+                panic!("{model} {batch}: {} has no smallest capacity", row["policy"]);
+            };
+            let conf = row["alloc_conf"].as_str().unwrap();
+            let completes = |cap: u64| {
+                let r = json(&["replay", &path, "--conf", conf, "--capacity", &cap.to_string(), "--json"]);
+                r["outcome"] == "ok"
+            };
+            assert!(completes(min), "{model} {batch} {conf}: {min} does not complete");
+            assert!(!completes(min - step), "{model} {batch} {conf}: {} completes", min - step);
+        }
+    }
+}

@@ -153,7 +153,8 @@ pub fn min_capacity(
     loop {
         probed();
         probe_all(std::mem::take(&mut caps), &mut from, &mut outcome, &mut bands)?;
-        if outcome[&hi] {
+        // `hi` was replayed, or an earlier replay's band (the floor's) holds it and it was not.
+        if known(&outcome, &bands, hi).expect("each capacity probed is replayed or in a band") {
             break;
         }
         probes += 1;
