@@ -445,18 +445,25 @@ impl MaxTree {
 
     /// The lowest key whose value is at least `x`, with its value (none for 0).
     pub fn leftmost_at_least(&self, x: u64) -> Option<(u64, u64)> {
+        self.outermost_at_least(x, false)
+    }
+
+    /// The lowest (or, `highest`, the highest) key whose value is at least `x`, with its value
+    /// (none for 0): down the near side while its subtree holds one.
+    fn outermost_at_least(&self, x: u64, highest: bool) -> Option<(u64, u64)> {
         let mut t = self.root;
         if x == 0 || self.max_of(t) < x {
             return None;
         }
         loop {
             let n = self.node(t);
-            if self.max_of(n.left) >= x {
-                t = n.left;
+            let (near, far) = if highest { (n.right, n.left) } else { (n.left, n.right) };
+            if self.max_of(near) >= x {
+                t = near;
             } else if n.value >= x {
                 return Some((n.key, n.value));
             } else {
-                t = n.right;
+                t = far;
             }
         }
     }
@@ -514,20 +521,7 @@ impl MaxTree {
 
     /// The highest key whose value is at least `x`, with its value (none for 0).
     pub fn rightmost_at_least(&self, x: u64) -> Option<(u64, u64)> {
-        let mut t = self.root;
-        if x == 0 || self.max_of(t) < x {
-            return None;
-        }
-        loop {
-            let n = self.node(t);
-            if self.max_of(n.right) >= x {
-                t = n.right;
-            } else if n.value >= x {
-                return Some((n.key, n.value));
-            } else {
-                t = n.left;
-            }
-        }
+        self.outermost_at_least(x, true)
     }
 
     /// Every `(key, value)` in key order (tests).
