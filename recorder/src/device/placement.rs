@@ -485,38 +485,35 @@ impl MaxTree {
 
     /// The lowest key above `k` whose value is at least `x`, with its value (none for 0).
     pub fn leftmost_at_least_after(&self, k: u64, x: u64) -> Option<(u64, u64)> {
-        fn go(t: &MaxTree, id: u32, k: u64, x: u64) -> Option<(u64, u64)> {
-            if id == NIL || t.max_of(id) < x {
-                return None;
-            }
-            let n = *t.node(id);
-            if n.key <= k {
-                return go(t, n.right, k, x);
-            }
-            go(t, n.left, k, x).or_else(|| (n.value >= x).then_some((n.key, n.value))).or_else(|| go(t, n.right, k, x))
-        }
-        if x == 0 {
-            return None;
-        }
-        go(self, self.root, k, x)
+        self.outermost_at_least_beyond(k, x, false)
     }
 
     /// The highest key below `k` whose value is at least `x`, with its value (none for 0).
     pub fn rightmost_at_least_before(&self, k: u64, x: u64) -> Option<(u64, u64)> {
-        fn go(t: &MaxTree, id: u32, k: u64, x: u64) -> Option<(u64, u64)> {
+        self.outermost_at_least_beyond(k, x, true)
+    }
+
+    /// The lowest key above `k` (or, `highest`, the highest below it) whose value is at least
+    /// `x`, with its value (none for 0): the near side first, skipping subtrees too small.
+    fn outermost_at_least_beyond(&self, k: u64, x: u64, highest: bool) -> Option<(u64, u64)> {
+        fn go(t: &MaxTree, id: u32, k: u64, x: u64, highest: bool) -> Option<(u64, u64)> {
             if id == NIL || t.max_of(id) < x {
                 return None;
             }
             let n = *t.node(id);
-            if n.key >= k {
-                return go(t, n.left, k, x);
+            let (near, far) = if highest { (n.right, n.left) } else { (n.left, n.right) };
+            let beyond = if highest { n.key < k } else { n.key > k };
+            if !beyond {
+                return go(t, far, k, x, highest);
             }
-            go(t, n.right, k, x).or_else(|| (n.value >= x).then_some((n.key, n.value))).or_else(|| go(t, n.left, k, x))
+            go(t, near, k, x, highest)
+                .or_else(|| (n.value >= x).then_some((n.key, n.value)))
+                .or_else(|| go(t, far, k, x, highest))
         }
         if x == 0 {
             return None;
         }
-        go(self, self.root, k, x)
+        go(self, self.root, k, x, highest)
     }
 
     /// The highest key whose value is at least `x`, with its value (none for 0).
@@ -564,6 +561,10 @@ mod tests {
             assert_eq!(t.rightmost_at_least(x), m.iter().rev().find(|(_, &v)| v >= x).map(|(&k, &v)| (k, v)));
             let y = rnd() % 520;
             assert_eq!(t.first_at_or_after(y), m.range(y..).next().map(|(&k, _)| k));
+            let after = m.range(y + 1..).find(|(_, &v)| v >= x).map(|(&k, &v)| (k, v));
+            assert_eq!(t.leftmost_at_least_after(y, x), after);
+            let before = m.range(..y).rev().find(|(_, &v)| v >= x).map(|(&k, &v)| (k, v));
+            assert_eq!(t.rightmost_at_least_before(y, x), before);
         }
         assert_eq!(t.entries(), m.into_iter().collect::<Vec<_>>());
     }
