@@ -70,8 +70,13 @@ impl Placement {
         if let Some((from, usable)) = self.gaps.rightmost_at_least(range) {
             return Some(from + usable - range);
         }
-        let bottom = self.ranges.first_key_value().map(|(&s, _)| s).or(self.top).unwrap_or(first_top);
-        align_down(bottom).checked_sub(range)
+        align_down(self.bottom(first_top)).checked_sub(range)
+    }
+
+    /// The bottom of the ranges: a segment that fits in no free run or stretch opens a range
+    /// below it. `first_top` when nothing was ever placed.
+    fn bottom(&self, first_top: u64) -> u64 {
+        self.ranges.first_key_value().map(|(&s, _)| s).or(self.top).unwrap_or(first_top)
     }
 
     /// Where a segment of `bytes` goes when it must keep off some address ranges as well as
@@ -124,8 +129,7 @@ impl Placement {
             }
             gap = self.gaps.rightmost_at_least_before(from, range);
         }
-        let bottom = self.ranges.first_key_value().map(|(&s, _)| s).or(self.top).unwrap_or(first_top);
-        down(align_down(bottom).checked_sub(range)?, 0)?
+        down(align_down(self.bottom(first_top)).checked_sub(range)?, 0)?
     }
 
     /// Records a segment placed at `addr` (predicted or recorded). `segments` holds every live

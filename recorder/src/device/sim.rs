@@ -35,8 +35,6 @@ pub const VA_BASE: u64 = 0x2_0000_0000;
 pub const ALIGN: u64 = 2 << 20;
 /// How many queued hints `alloc_segment` considers.
 pub const HINT_LOOKAHEAD: usize = 16;
-/// How many of the queued hints, from the front, a predicted segment keeps off: all of them.
-pub const KEEP_OFF: usize = usize::MAX;
 /// How many places a predicted segment tries before it gives up keeping off queued hints: a
 /// bound on the cost per segment (each try is `O(log n)`). The real runs' replays need 122 at
 /// most.
@@ -96,7 +94,7 @@ pub struct SimDevice {
     segments: BTreeMap<u64, u64>,
     reservations: BTreeMap<u64, u64>,
     segment_hints: VecDeque<(u64, u64)>,
-    /// The ranges of the first [`KEEP_OFF`] queued segment hints.
+    /// The ranges of the queued segment hints, which a predicted segment keeps off.
     kept_off: HintRanges,
     reserve_hints: VecDeque<u64>,
     /// The driver's ranges, which place every segment no hint places.
@@ -109,8 +107,6 @@ pub struct SimDevice {
     pub hints_used: u64,
     /// Segments placed by the fallback allocator while hints were given.
     pub hints_missed: u64,
-    /// Segments placed by the fallback allocator clear of every queued hint.
-    pub hints_kept_off: u64,
     /// Recorded events and whether a query has seen them: a simulated stream finishes its
     /// work between the first query of an event and the second, so callers see both states.
     events: BTreeMap<u64, bool>,
@@ -127,7 +123,7 @@ impl SimDevice {
     pub fn with_segment_hints(mut self, hints: Vec<(u64, u64)>) -> Self {
         self.segment_hints = hints.into();
         self.kept_off = HintRanges::default();
-        for &(a, b) in self.segment_hints.iter().take(KEEP_OFF) {
+        for &(a, b) in &self.segment_hints {
             self.kept_off.insert(a, b);
         }
         self
@@ -235,10 +231,6 @@ impl Device for SimDevice {
                 self.hints_used += 1;
                 let (a, b) = self.segment_hints.remove(i)?;
                 self.kept_off.remove(a, b);
-                // The hint that moved up into the first `KEEP_OFF`, if one did.
-                if let Some(&(a, b)) = KEEP_OFF.checked_sub(1).and_then(|k| self.segment_hints.get(k)) {
-                    self.kept_off.insert(a, b);
-                }
                 a
             }
             None => {
@@ -253,9 +245,6 @@ impl Device for SimDevice {
                         self.placement.predict_clear(bytes, SEGMENT_BASE, KEEP_OFF_TRIES, |f, t| kept_off.clash(f, t))
                     })
                     .flatten();
-                if clear.is_some() {
-                    self.hints_kept_off += 1;
-                }
                 let predicted = clear.or_else(|| self.placement.predict(bytes, SEGMENT_BASE));
                 debug_assert!(
                     predicted.is_none_or(|a| !overlaps(&self.segments, a, bytes)),
