@@ -472,21 +472,6 @@ impl MaxTree {
         }
     }
 
-    /// The largest value of a key below `k` (0 for none).
-    pub fn max_before(&self, k: u64) -> u64 {
-        let (mut t, mut best) = (self.root, 0);
-        while t != NIL {
-            let n = self.node(t);
-            if n.key < k {
-                best = best.max(n.value).max(self.max_of(n.left));
-                t = n.right;
-            } else {
-                t = n.left;
-            }
-        }
-        best
-    }
-
     /// The lowest key above `k` whose value is at least `x`, with its value (none for 0).
     pub fn leftmost_at_least_after(&self, k: u64, x: u64) -> Option<(u64, u64)> {
         self.outermost_at_least_beyond(k, x, false)

@@ -23,7 +23,7 @@
 //! `with_reserve_hints` does the same for reservations, by address only (sizes differ
 //! between a real GPU and a replay).
 
-use super::placement::{MaxTree, Placement};
+use super::placement::Placement;
 use super::Device;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -41,39 +41,51 @@ pub const HINT_LOOKAHEAD: usize = 16;
 pub const KEEP_OFF_TRIES: usize = 256;
 
 /// The address ranges of queued hints, which may overlap: the lowest start of one that
-/// overlaps a given range in `O(log n)`.
+/// overlaps a given range in `O(log n)`. Every hint is known when the device is made and only
+/// leaves afterwards, so the ranges sit in one array sorted by `(start, end)`, under a max tree
+/// of their ends laid out in an array (an end of 0 is a range that left): a query walks
+/// contiguous memory.
 #[derive(Debug, Clone, Default)]
 struct HintRanges {
-    /// Start -> the highest end of the ranges that start there.
-    starts: MaxTree,
-    /// Start -> end -> how many ranges.
-    ends: BTreeMap<u64, BTreeMap<u64, u32>>,
+    /// The ranges' starts, sorted (with their ends): leaf `i` of `tree`.
+    starts: std::sync::Arc<[u64]>,
+    /// `tree[width + i]` is range `i`'s end (0 once it left), and each node above holds the
+    /// larger of its two children's; `tree[1]` is the root.
+    tree: Vec<u64>,
+    width: usize,
+    /// The first leaf of each `(start, end)` not yet taken: equal ranges leave in any order.
+    next: std::collections::HashMap<(u64, u64), usize>,
 }
 
 impl HintRanges {
-    fn insert(&mut self, addr: u64, bytes: u64) {
-        let end = addr.saturating_add(bytes);
-        let ends = self.ends.entry(addr).or_default();
-        *ends.entry(end).or_default() += 1;
-        let top = *ends.last_key_value().unwrap().0;
-        self.starts.insert(addr, top);
+    fn new(hints: &[(u64, u64)]) -> Self {
+        let mut ranges: Vec<(u64, u64)> = hints.iter().map(|&(a, b)| (a, a.saturating_add(b))).collect();
+        ranges.sort_unstable();
+        let width = ranges.len().next_power_of_two();
+        let mut tree = vec![0; 2 * width];
+        let mut next = std::collections::HashMap::new();
+        for (i, &(start, end)) in ranges.iter().enumerate() {
+            tree[width + i] = end;
+            next.entry((start, end)).or_insert(i);
+        }
+        for i in (1..width).rev() {
+            tree[i] = tree[2 * i].max(tree[2 * i + 1]);
+        }
+        HintRanges { starts: ranges.iter().map(|&(s, _)| s).collect(), tree, width, next }
     }
 
     fn remove(&mut self, addr: u64, bytes: u64) {
         let end = addr.saturating_add(bytes);
-        let Some(ends) = self.ends.get_mut(&addr) else { return };
-        if let Some(n) = ends.get_mut(&end) {
-            *n -= 1;
-            if *n == 0 {
-                ends.remove(&end);
-            }
+        let Some(i) = self.next.get_mut(&(addr, end)) else { return };
+        if self.starts.get(*i) != Some(&addr) || self.tree[self.width + *i] != end {
+            return; // every range of this start and end has left
         }
-        match ends.last_key_value() {
-            Some((&top, _)) => self.starts.insert(addr, top),
-            None => {
-                self.ends.remove(&addr);
-                self.starts.remove(addr);
-            }
+        let mut node = self.width + *i;
+        *i += 1;
+        self.tree[node] = 0;
+        while node > 1 {
+            node /= 2;
+            self.tree[node] = self.tree[2 * node].max(self.tree[2 * node + 1]);
         }
     }
 
@@ -81,8 +93,36 @@ impl HintRanges {
     /// highest end of those that start below `to` (past `from`): `[from, to)` clears them all
     /// once below the one or above the other.
     fn clash(&self, from: u64, to: u64) -> Option<(u64, u64)> {
-        let (lowest, _) = self.starts.leftmost_at_least(from.checked_add(1)?)?;
-        (lowest < to).then(|| (lowest, self.starts.max_before(to)))
+        // The lowest-starting range that ends past `from`: down the left side while it holds one.
+        if self.tree.get(1).is_none_or(|&m| m <= from) {
+            return None;
+        }
+        let mut node = 1;
+        while node < self.width {
+            node = if self.tree[2 * node] > from { 2 * node } else { 2 * node + 1 };
+        }
+        let lowest = self.starts[node - self.width];
+        (lowest < to).then(|| (lowest, self.max_end_before(to)))
+    }
+
+    /// The highest end of the ranges that start below `to`.
+    fn max_end_before(&self, to: u64) -> u64 {
+        // Leaves `[0, n)` start below `to`: the maximum over that prefix, bottom up.
+        let n = self.starts.partition_point(|&s| s < to);
+        let (mut lo, mut hi, mut best) = (self.width, self.width + n, 0);
+        while lo < hi {
+            if lo & 1 == 1 {
+                best = best.max(self.tree[lo]);
+                lo += 1;
+            }
+            if hi & 1 == 1 {
+                hi -= 1;
+                best = best.max(self.tree[hi]);
+            }
+            lo /= 2;
+            hi /= 2;
+        }
+        best
     }
 }
 
@@ -121,11 +161,8 @@ impl SimDevice {
 
     /// Recorded segment allocations `(addr, bytes)` in order; see the module documentation.
     pub fn with_segment_hints(mut self, hints: Vec<(u64, u64)>) -> Self {
+        self.kept_off = HintRanges::new(&hints);
         self.segment_hints = hints.into();
-        self.kept_off = HintRanges::default();
-        for &(a, b) in &self.segment_hints {
-            self.kept_off.insert(a, b);
-        }
         self
     }
 
@@ -308,6 +345,36 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
+
+    /// The hint ranges' answers against a walk of every queued range, as ranges leave in
+    /// any order (equal ones included).
+    #[test]
+    fn hint_ranges_against_a_list() {
+        let mut rnd = crate::engine::test_rng(0x9e37_79b9_7f4a_7c15);
+        for n in [0usize, 1, 2, 3, 7, 64, 300] {
+            let mut queued: Vec<(u64, u64)> = (0..n).map(|_| ((rnd() % 200) * 2, 2 + (rnd() % 40) * 2)).collect();
+            let mut h = HintRanges::new(&queued);
+            loop {
+                for _ in 0..50 {
+                    let from = rnd() % 500;
+                    let to = from + 1 + rnd() % 60;
+                    let overlapping = queued.iter().filter(|&&(a, b)| a < to && a + b > from);
+                    let want = overlapping.map(|&(a, _)| a).min().map(|lowest| {
+                        let top = queued.iter().filter(|&&(a, _)| a < to).map(|&(a, b)| a + b).max().unwrap();
+                        (lowest, top)
+                    });
+                    assert_eq!(h.clash(from, to), want, "[{from}, {to}) against {queued:?}");
+                }
+                if queued.is_empty() {
+                    break;
+                }
+                let (a, b) = queued.swap_remove((rnd() % queued.len() as u64) as usize);
+                h.remove(a, b);
+                // A range never queued, or one whose every copy left, changes nothing.
+                h.remove(a + 1, b);
+            }
+        }
+    }
 
     #[test]
     fn placement_is_deterministic_and_reuses_holes() {
