@@ -109,6 +109,7 @@ fn check(name: &str, input: &str, cap: u64, with_report: bool) {
             }
         }
     }
+    more_memory_agrees_with_the_search(&x, cap, &at);
     // The fix: the first proven advice, else the first setting worth trying.
     let proven = x["advice"].as_array().unwrap().iter().find(|a| a["proven"] == true);
     let fix = &x["fix"];
@@ -153,6 +154,36 @@ fn check(name: &str, input: &str, cap: u64, with_report: bool) {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// More memory is advised only where the capacity search found no smaller limit at which the
+/// recorded settings get through: where it found one at or below the limit that failed, the
+/// advice says that more memory is no sure fix.
+fn more_memory_agrees_with_the_search(x: &Value, cap: u64, at: &str) {
+    let recorded = x["whatif"].as_array().unwrap().iter().find(|r| r["policy"] == "recorded").unwrap();
+    let below = recorded["min_capacity_bytes"].as_u64().is_some_and(|m| m <= cap);
+    for a in x["advice"].as_array().unwrap().iter().filter(|a| a["kind"] == "capacity") {
+        let text = a["text"].as_str().unwrap();
+        assert_eq!(text.starts_with("more memory is no sure fix"), below, "{at}: {text} (recorded row {recorded})");
+        if below {
+            assert_ne!(a["proven"], true, "{at}: {text}");
+        }
+    }
+}
+
+/// The large real trace: at the limit it inferred, the recorded settings fail, and the search
+/// finds them getting past at a smaller one.
+#[test]
+fn more_memory_is_no_sure_fix_where_a_smaller_limit_gets_through() {
+    let t = root().join("traces/large/mixed_sizes_big.default.atrace");
+    let x = json(&["explain", "--json", t.to_str().unwrap()]);
+    let cap = x["capacity_bytes"].as_u64().unwrap();
+    assert_eq!(x["moment"], "oom");
+    assert!(x["advice"].as_array().unwrap().iter().any(|a| a["kind"] == "capacity"), "{}", x["advice"]);
+    more_memory_agrees_with_the_search(&x, cap, "the large trace");
+    let text = String::from_utf8_lossy(&run(&["explain", t.to_str().unwrap()]).stdout).into_owned();
+    assert!(words(&text).contains("more memory is no sure fix"), "{text}");
+    assert!(!text.contains("with more memory than"), "{text}");
 }
 
 #[test]

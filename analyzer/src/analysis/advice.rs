@@ -108,10 +108,11 @@ pub struct SettingsAdvice {
 }
 
 /// The setting and capacity advice for a replay that runs out of memory at the capacity
-/// compared (`cap_text`). `fragmentation`: the verdict is fragmentation.
+/// compared (`capacity`, written `cap_text`). `fragmentation`: the verdict is fragmentation.
 pub fn settings_at_oom(
     rows: &[PolicyRow],
     prediction: Option<&JobPrediction>,
+    capacity: Option<u64>,
     cap_text: &str,
     fragmentation: bool,
 ) -> SettingsAdvice {
@@ -210,7 +211,7 @@ program may catch (a cuDNN workspace)"
     if !fits.is_empty() {
         return out;
     }
-    out.advice.extend(capacity(rows, prediction, cap_text));
+    out.advice.extend(more_memory(rows, prediction, capacity, cap_text));
     out
 }
 
@@ -221,9 +222,36 @@ fn whole_job(rows: &[PolicyRow]) -> bool {
 }
 
 /// How much memory to give the process, where no setting fits at the capacity.
-fn capacity(rows: &[PolicyRow], prediction: Option<&JobPrediction>, cap_text: &str) -> Option<Advice> {
+fn more_memory(
+    rows: &[PolicyRow],
+    prediction: Option<&JobPrediction>,
+    capacity: Option<u64>,
+    cap_text: &str,
+) -> Option<Advice> {
     let b = fmt_bytes;
     let recorded = rows.iter().find(|r| r.policy.is_recorded())?;
+    // The recorded settings run out of memory at the capacity, yet the search found a smaller
+    // limit where the replay gets through: more memory is no sure fix there, and the smallest
+    // limit is not "more".
+    if let Some((rec, cap)) = recorded.min_capacity_bytes.zip(capacity).filter(|(rec, cap)| rec <= cap) {
+        let through = if whole_job(rows) { "completes the job" } else { "gets past the request that failed" };
+        return Some(Advice {
+            kind: "capacity",
+            setting: None,
+            text: format!(
+                "more memory is no sure fix: under the recorded settings, the replay at {} {through}, and \
+the one at {cap_text} does not; where the blocks land decides it (replay --capacity N checks a limit N)",
+                b(rec)
+            ),
+            evidence: format!(
+                "the smallest limit the capacity search found under the recorded settings, {} ({} bytes), is not \
+above the limit compared ({cap} bytes), where the replay runs out of memory",
+                b(rec),
+                rec
+            ),
+            proven: false,
+        });
+    }
     // The whole job is in the trace: the smallest capacity is a replay of it.
     if whole_job(rows) {
         let rec = recorded.min_capacity_bytes?;
