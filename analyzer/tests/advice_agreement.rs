@@ -110,6 +110,7 @@ fn check(name: &str, input: &str, cap: u64, with_report: bool) {
         }
     }
     more_memory_agrees_with_the_search(&x, cap, &at);
+    nothing_is_proven_past_the_end(&x, &at);
     // The fix: the first proven advice, else the first setting worth trying.
     let proven = x["advice"].as_array().unwrap().iter().find(|a| a["proven"] == true);
     let fix = &x["fix"];
@@ -169,6 +170,36 @@ fn more_memory_agrees_with_the_search(x: &Value, cap: u64, at: &str) {
             assert_ne!(a["proven"], true, "{at}: {text}");
         }
     }
+}
+
+/// On a trace that stops at the failure, no advice is proven: a replay that serves every
+/// request gets past the failure, and the rest of the job is not in the trace.
+fn nothing_is_proven_past_the_end(x: &Value, at: &str) {
+    let stops_at_failure = x["whatif"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| ["fails_where_recorded", "fails_earlier", "gets_past_failure"].contains(&r["reach"].as_str().unwrap()));
+    if stops_at_failure {
+        for a in x["advice"].as_array().unwrap() {
+            assert_ne!(a["proven"], true, "{at}: proven on a trace that stops at the failure: {a}");
+        }
+        assert_ne!(x["fix"]["strength"], "proven", "{at}: {}", x["fix"]);
+        for e in x["experiments"].as_array().unwrap().iter().filter(|e| e["completes"] == true) {
+            assert_eq!(e["reach"], "gets_past_failure", "{at}: {e}");
+        }
+    }
+}
+
+/// A third-party job's snapshot taken at the failure, where reordering the kept tensors gets
+/// the run past it: that change is advised, unproven.
+#[test]
+fn a_code_change_is_not_proven_on_a_snapshot_that_stops_at_the_failure() {
+    let p = root().join("tests/fixtures/doctor/tv_resnet_varbatch.2509242368.pickle");
+    let x = json(&["explain", "--json", p.to_str().unwrap(), "--capacity", "2509242368"]);
+    let code = x["advice"].as_array().unwrap().iter().find(|a| a["kind"] == "code").expect("a code change");
+    assert!(code["evidence"].as_str().unwrap().contains("gets past the request that failed"), "{code}");
+    nothing_is_proven_past_the_end(&x, "tv_resnet_varbatch");
 }
 
 /// The large real trace: at the limit it inferred, the recorded settings fail, and the search

@@ -30,7 +30,7 @@ use crate::model::sites::Sites;
 use crate::model::units::fmt_bytes;
 pub use crate::model::RecordedOom;
 use crate::model::{CapacitySource, Damage, Trace};
-use crate::replay::{replay, replay_observed, EngineView, LiveMap, Outcome, ReplayOptions, ReplayResult};
+use crate::replay::{replay, replay_observed, EngineView, LiveMap, Outcome, Reach, ReplayOptions, ReplayResult};
 use anyhow::{Context, Result};
 use recorder::trace::{Event, Record, Source, TraceWriter};
 use serde::Serialize;
@@ -99,7 +99,11 @@ pub struct Verdict {
 pub struct Experiment {
     pub name: &'static str,
     pub description: String,
+    /// The replay served every request of the trace.
     pub completes: bool,
+    /// How far it got against the recorded run: on a trace that stops at the failure, serving
+    /// every request gets past it, and the rest of the job is not in the trace.
+    pub reach: Reach,
     pub peak_reserved_bytes: u64,
 }
 
@@ -1137,6 +1141,7 @@ pub fn group_long_lived(trace: &Trace, oom_event: u64) -> Result<Option<Experime
 allocated before the temporaries (freed before it), so temporaries share segments only with temporaries"
             .into(),
         completes: !r.is_oom(),
+        reach: Reach::of(trace, &r),
         peak_reserved_bytes: r.peak_reserved_bytes,
     }))
 }
@@ -1164,6 +1169,9 @@ fn advise(
         VerdictKind::Fragmentation => {
             for e in experiments.iter().filter(|e| e.completes) {
                 let site = top.first().map(|s| s.site.label.clone()).unwrap_or_default();
+                // Proven only where the trace is the whole job: on one that stops at the
+                // failure, the reordered run gets past it, and the rest is not in the trace.
+                let whole = e.reach == Reach::Completes;
                 advice.push(Advice {
                     kind: "code",
                     setting: None,
@@ -1177,11 +1185,13 @@ copy the kept ones into one tensor, e.g. torch.stack, before freeing the tempora
                         }
                     ),
                     evidence: format!(
-                        "replayed with that order the run completes at {cap_text} (peak reserved {}): freeing the \
-temporaries then frees whole segments, which the allocator gives back before failing",
-                        b(e.peak_reserved_bytes)
+                        "replayed with that order the run {} at {cap_text} (peak reserved {}): freeing the \
+temporaries then frees whole segments, which the allocator gives back before failing{}",
+                        if whole { "completes" } else { "gets past the request that failed" },
+                        b(e.peak_reserved_bytes),
+                        if whole { "" } else { "; whether the rest of the job fits is not in the trace" }
                     ),
-                    proven: true,
+                    proven: whole,
                 });
             }
             if let Some(s) = top.first().filter(|s| s.segments_pinned > 0) {

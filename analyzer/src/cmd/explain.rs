@@ -128,9 +128,12 @@ fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::
     for a in r.advice.iter().filter(|a| r.fix.as_ref().is_none_or(|f| f.text != a.text)) {
         writeln!(out, "{}", crate::model::wrap::indented(&a.text, "also: ", "  "))?;
     }
-    if !r.worth_trying.is_empty() {
+    // The setting the fix names is shown above, with its evidence.
+    let more: Vec<_> =
+        r.worth_trying.iter().filter(|w| r.fix.as_ref().is_none_or(|f| f.setting.as_deref() != Some(&w.setting))).collect();
+    if !more.is_empty() {
         writeln!(out, "worth trying (a replay shows each may get through; none is proven to fit):")?;
-        for w in &r.worth_trying {
+        for w in more {
             let predicted = match (w.predicted_to_fit, w.predicted_needs_bytes) {
                 (Some(true), Some(n)) => format!("; predicted to fit, about {}", b(n)),
                 (Some(false), Some(n)) => format!("; the whole job predicted to need about {}", b(n)),
@@ -325,7 +328,11 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
             out,
             "  experiment: {}: {} (peak reserved {})",
             e.name,
-            if e.completes { "completes" } else { "still runs out of memory" },
+            match (e.completes, e.reach) {
+                (true, crate::replay::Reach::GetsPastFailure) => "gets past the request that failed",
+                (true, _) => "completes",
+                (false, _) => "still runs out of memory",
+            },
             b(e.peak_reserved_bytes)
         )?;
     }

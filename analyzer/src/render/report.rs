@@ -1379,13 +1379,13 @@ impl Report {
             }
             if !x.experiments.is_empty() {
                 d.push(Block::Table(
-                    vec!["experiment (replayed)".into(), "completes".into(), "peak reserved".into()],
+                    vec!["experiment (replayed)".into(), "outcome".into(), "peak reserved".into()],
                     x.experiments
                         .iter()
                         .map(|e| {
                             vec![
                                 e.description.clone(),
-                                if e.completes { "yes" } else { "no" }.into(),
+                                e.reach.short().into(),
                                 fmt_bytes(e.peak_reserved_bytes),
                             ]
                         })
