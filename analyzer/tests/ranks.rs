@@ -249,3 +249,21 @@ fn a_two_gpu_ddp_run_gives_one_trace_per_rank_that_replays_to_its_peaks() {
         assert!(c.same(), "rank {rank}: first difference at {:?}", c.first_difference());
     }
 }
+
+/// Fragmentation has one measure: each rank's figure at its peak is `frag --at peak`'s, on the
+/// DDP snapshots and on a shipped trace (where the peak's segment and the request it serves are
+/// two records).
+#[test]
+fn each_ranks_fragmentation_at_its_peak_is_frags() {
+    let gpt2 = root().join("traces/gpt2_train.default.atrace").display().to_string();
+    let inputs = [fixture("ddp_rank0.pickle"), fixture("ddp_rank1.pickle"), gpt2];
+    let v = json(&["ranks", &inputs[0], &inputs[1], &inputs[2], "--json"]);
+    let ranks = v["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 3);
+    for (input, r) in inputs.iter().zip(ranks) {
+        let f = json(&["frag", input, "--at", "peak", "--json"]);
+        let m = f["measures"].as_array().unwrap().iter().find(|m| m["name"] == "reserved_vs_allocated").unwrap();
+        let (ranks_frag, frag) = (r["fragmentation_at_peak"].as_f64().unwrap(), m["at_peak"].as_f64().unwrap());
+        assert!((ranks_frag - frag).abs() < 1e-9, "{input}: ranks {ranks_frag}, frag {frag}");
+    }
+}

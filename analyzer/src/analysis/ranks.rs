@@ -89,7 +89,9 @@ pub struct RankRow {
     /// Allocated bytes are the recorded block sizes (else requests rounded to 512 bytes).
     pub block_sizes_recorded: bool,
     pub ooms: u64,
-    /// Share of reserved bytes not allocated at the peak of reserved bytes.
+    /// Share of reserved bytes not allocated at the peak of reserved bytes, as the replay under
+    /// the recorded settings measures it (the request the peak's segment serves included):
+    /// `frag --at peak`'s and the what-if table's figure.
     pub fragmentation_at_peak: f64,
     /// Segment allocations and maps.
     pub device_allocs: u64,
@@ -175,7 +177,6 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
     let mut live: crate::model::ids::IdMap<(u64, u32)> = Default::default();
     let mut peak_reserved = Peak::default();
     let mut peak_allocated = Peak::default();
-    let mut frag = 0.0;
     let mut block_sizes = false;
     let (mut device_allocs, mut device_frees, mut ooms) = (0u64, 0u64, 0u64);
     trace.scan(|i, r| {
@@ -206,7 +207,6 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
         }
         if reserved > peak_reserved.bytes {
             peak_reserved = Peak { bytes: reserved, event: i, time_ns: r.time_ns };
-            frag = crate::model::layout::ratio_complement(allocated, reserved);
         }
         if allocated > peak_allocated.bytes {
             peak_allocated = Peak { bytes: allocated, event: i, time_ns: r.time_ns };
@@ -218,6 +218,10 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
             runs[slot].1 = runs[slot].1.max(allocated);
         }
     })?;
+    // Fragmentation has one measure: the replay's at its peak of reserved memory.
+    let replayed = crate::replay::replay(trace, &crate::replay::ReplayOptions::default())?;
+    let frag =
+        crate::model::layout::ratio_complement(replayed.allocated_at_peak_reserved_bytes, replayed.peak_reserved_bytes);
     let (anchor_events, iterations_from) = anchors(&trace.facts.iterations);
     // Pass 2: live bytes per call site at the peak of allocated bytes.
     let sites = &trace.facts.sites;
