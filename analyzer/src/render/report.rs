@@ -17,7 +17,7 @@ use crate::model::output::document::Block;
 use crate::model::units::{fmt_bytes, fmt_ns};
 use crate::model::Trace;
 use crate::render::plot::{self, At, XAxis};
-use crate::replay::{Outcome, ReplayResult};
+use crate::replay::{Outcome, Reach, ReplayResult};
 use crate::source::summary::Summary;
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -857,23 +857,34 @@ pub fn findings(
                 }
                 _ => String::new(),
             };
-            // What would have helped, from the what-if table at the same limit.
-            let fits: Vec<String> = crate::analysis::whatif::completing(&w.rows)
-                .filter(|row| !row.alloc_conf.is_empty())
-                .map(|row| code(&row.alloc_conf))
-                .collect();
+            // What would have helped, from the what-if table at the same limit: a whole job that
+            // completes, or a replay that gets past the failure where the trace stops there.
+            let with = |reach: Reach| -> Vec<String> {
+                crate::analysis::whatif::completing(&w.rows)
+                    .filter(|row| !row.alloc_conf.is_empty() && row.reach == reach)
+                    .map(|row| code(&row.alloc_conf))
+                    .collect()
+            };
+            let (whole, past) = (with(Reach::Completes), with(Reach::GetsPastFailure));
             let remedy = if why.is_empty() {
                 String::new()
-            } else if fits.is_empty() {
+            } else if whole.is_empty() && past.is_empty() {
                 " None of the settings tried gets past the request that failed under this limit: the program must \
                  hold less at this moment, or get more memory."
                     .to_string()
             } else {
-                format!(
-                    " Under this limit the replay gets past the request that failed with {}; the rest of the job is \
-                     not in the trace (see the what-if table and its prediction).",
-                    fits.join(", ")
-                )
+                let mut s = String::new();
+                if !whole.is_empty() {
+                    s += &format!(" Under this limit the whole job, replayed, completes with {}.", whole.join(", "));
+                }
+                if !past.is_empty() {
+                    s += &format!(
+                        " Under this limit the replay gets past the request that failed with {}; the rest of the job \
+                         is not in the trace (see the what-if table and its prediction).",
+                        past.join(", ")
+                    );
+                }
+                s
             };
             out.push(Finding {
                 id: "oom",
