@@ -219,6 +219,16 @@ fn snapshot_payloads_stay_text_after_import() {
     assert_report_is_inert(&dir);
     let (o, _) = run(&["dump", path(&t)]);
     assert_no_controls(&text(&o.stdout), "dump");
+    // Read as a snapshot, each command's warnings (its settings string holds an escape
+    // sequence) reach the terminal escaped.
+    for cmd in ["summary", "dump", "replay", "whatif", "explain", "frag", "leaks"] {
+        let (o, _) = run(&[cmd, path(&f)]);
+        assert!(o.status.code().is_some_and(|c| c <= 3), "{cmd}: {}", text(&o.stderr));
+        let err = text(&o.stderr);
+        assert!(err.contains("invalid allocator configuration"), "{cmd}: {err}");
+        assert_no_controls(&err, cmd);
+        assert_no_controls(&text(&o.stdout), cmd);
+    }
 }
 
 #[test]

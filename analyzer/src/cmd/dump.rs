@@ -114,7 +114,7 @@ pub fn run(opts: &DumpOptions, out: &mut dyn Write) -> Result<i32> {
     let scanned = write_records(out, |fold| tracefile::scan(&opts.trace, fold))?;
     writeln!(out, "# end: {} ({} events)", scanned.end.describe(), scanned.events)?;
     if let Some(w) = scanned.damage_warning() {
-        eprintln!("alloctrace: warning: {}", crate::model::escape::terminal(&w));
+        crate::model::escape::warn(&w);
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

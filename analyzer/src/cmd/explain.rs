@@ -381,7 +381,7 @@ pub fn run(opts: &ExplainCmdOptions, out: &mut dyn Write) -> Result<i32> {
         print_short(out, &r)?;
     }
     if let Some(w) = &r.input_damage {
-        eprintln!("alloctrace: warning: {}", crate::model::escape::terminal(&w.to_string()));
+        crate::model::escape::warn(w);
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

@@ -81,7 +81,7 @@ pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     };
     match damage {
         Some(w) => {
-            eprintln!("alloctrace: warning: {w}");
+            crate::model::escape::warn(w);
             Ok(exit::PARTIAL)
         }
         None => Ok(exit::OK),

@@ -283,7 +283,7 @@ pub fn run(opts: &FragCmdOptions, out: &mut dyn Write) -> Result<i32> {
         print_report(out, &r, opts.max_segments, &crate::model::streams::StreamNames::of_trace(&trace)?)?;
     }
     if let Some(w) = &r.input_damage {
-        eprintln!("alloctrace: warning: {}", crate::model::escape::terminal(&w.to_string()));
+        crate::model::escape::warn(w);
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

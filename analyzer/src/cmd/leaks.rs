@@ -132,7 +132,7 @@ pub fn run(opts: &LeaksCmdOptions, out: &mut dyn Write) -> Result<i32> {
         print_report(out, &r, 10)?;
     }
     if let Some(w) = &r.input_damage {
-        eprintln!("alloctrace: warning: {}", crate::model::escape::terminal(&w.to_string()));
+        crate::model::escape::warn(w);
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

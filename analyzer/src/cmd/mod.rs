@@ -38,7 +38,7 @@ pub fn damage_exit(traces: &[&crate::model::Trace]) -> anyhow::Result<i32> {
     let mut code = exit::OK;
     for t in traces {
         if let Some(w) = &t.damage() {
-            eprintln!("alloctrace: warning: {}", crate::model::escape::terminal(&w.to_string()));
+            crate::model::escape::warn(w);
             code = exit::PARTIAL;
         }
     }
@@ -60,7 +60,7 @@ pub fn open_analysable(
     writeln!(out, "{why}")?;
     if let Some(d) = trace.damage() {
         writeln!(out, "partial input: {d}")?;
-        eprintln!("alloctrace: warning: {}", crate::model::escape::terminal(&d.to_string()));
+        crate::model::escape::warn(d);
         return Ok(Err(exit::PARTIAL));
     }
     Ok(Err(exit::OK))

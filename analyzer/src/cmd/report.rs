@@ -59,7 +59,7 @@ pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
         }
     }
     if let Some(w) = &report.replay.input_damage {
-        eprintln!("alloctrace: warning: {}", crate::model::escape::terminal(&w.to_string()));
+        crate::model::escape::warn(w);
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

@@ -156,7 +156,7 @@ reserved; at most {} at once (event {}); {} at the end",
         }
     }
     if let Some(w) = scanned.damage_warning() {
-        eprintln!("alloctrace: warning: {}", crate::model::escape::terminal(&w));
+        crate::model::escape::warn(&w);
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)

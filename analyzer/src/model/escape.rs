@@ -51,6 +51,12 @@ fn is_unsafe(c: char) -> bool {
         )
 }
 
+/// Prints a warning to stderr, as every command does: `alloctrace: warning: ` and the text with
+/// no control character raw (a trace's strings reach warnings too).
+pub fn warn(w: impl std::fmt::Display) {
+    eprintln!("alloctrace: warning: {}", terminal(&w.to_string()));
+}
+
 /// `s` with every unsafe character, and tab, shown as an escape: `\n`, `\t`, `\r`, `\x1b`,
 /// `\u{202e}`; a backslash stays one backslash (the escapes are for a person to read, not to be
 /// undone). The result holds no character this escapes, so escaping it again changes nothing.

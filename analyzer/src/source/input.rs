@@ -52,7 +52,7 @@ pub fn open(path: &Path, facts: &RunFacts) -> Result<Trace> {
             },
         )?;
         for w in &imported.report.warnings {
-            eprintln!("alloctrace: warning: {w}");
+            crate::model::escape::warn(w);
         }
         Trace::from_records(path, imported.header, imported.records)
     } else {
