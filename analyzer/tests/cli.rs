@@ -686,3 +686,46 @@ fn a_given_capacity_is_reported_as_given() {
         }
     }
 }
+
+/// Every command that reads a snapshot takes `--device`, as its warning says: a snapshot of
+/// two devices (`fixtures/two_devices.pickle`: device 0 is `torch/seed_experiments.default`'s
+/// history, device 1 `torch/leak_list_append.default`'s, their segments tagged with the
+/// device) reads device 1 where asked, and a trace refuses it.
+#[test]
+fn every_command_reading_a_snapshot_takes_device() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/two_devices.pickle");
+    let p = p.to_str().unwrap();
+    let events = |device: &str| -> u64 {
+        let o = run(&["summary", "--json", p, "--device", device]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["events"].as_u64().unwrap()
+    };
+    assert_eq!((events("0"), events("1")), (26, 1010));
+    let warning = stderr(&run(&["summary", p]));
+    assert!(warning.contains("--device N picks another"), "{warning}");
+    let out = tmp("two_devices");
+    std::fs::create_dir_all(&out).unwrap();
+    let o = |name: &str| out.join(name).to_str().unwrap().to_string();
+    let commands: Vec<Vec<String>> = vec![
+        vec!["replay".into(), p.into()],
+        vec!["dump".into(), p.into()],
+        vec!["leaks".into(), p.into()],
+        vec!["whatif".into(), "--no-search".into(), p.into()],
+        vec!["explain".into(), p.into()],
+        vec!["frag".into(), p.into()],
+        vec!["plot".into(), p.into(), "-o".into(), o("t.svg")],
+        vec!["export".into(), p.into(), "--format".into(), "perfetto".into(), "-o".into(), o("t.json")],
+        vec!["diff".into(), p.into(), p.into()],
+        vec!["report".into(), p.into(), "-o".into(), o("report")],
+    ];
+    for c in commands {
+        let mut args: Vec<&str> = c.iter().map(String::as_str).collect();
+        args.extend(["--device", "1"]);
+        let r = run(&args);
+        assert_eq!(r.status.code(), Some(0), "{args:?}: {}", stderr(&r));
+        // Device 1 was read: the warning names device 0 as the other one.
+        assert!(stderr(&r).contains("history of device 0"), "{args:?}: {}", stderr(&r));
+    }
+    assert_error(&run(&["dump", trace("gpt2_train.default").to_str().unwrap(), "--device", "1"]), "--device");
+}

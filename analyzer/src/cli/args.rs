@@ -33,6 +33,14 @@ not store it";
 const TORCH_VERSION_HELP: &str =
     "The PyTorch release whose allocator to follow, e.g. 2.12 (default: the trace's, else 2.11)";
 
+/// `--device` wherever a command reads a snapshot without replaying it under the user's facts.
+#[derive(Args)]
+pub struct Device {
+    /// For a PyTorch snapshot (.pickle, imported on the fly): the device to analyse.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+}
+
 /// What the user says about the run that a snapshot does not store.
 #[derive(Args)]
 pub struct RunArgs {

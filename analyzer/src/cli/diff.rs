@@ -21,6 +21,8 @@ alloctrace diff traces/gpt2_train.default.atrace sim.atrace -o diff/"
 pub struct Args {
     pub a: PathBuf,
     pub b: PathBuf,
+    #[command(flatten)]
+    pub device: super::args::Device,
     /// Write timeline-overlay.svg and diff.json into this directory.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
@@ -31,7 +33,7 @@ pub struct Args {
 impl Args {
     pub fn run(self, out: &mut dyn Write) -> Result<i32> {
         cmd::diff::run(
-            &cmd::diff::DiffCmdOptions { a: self.a, b: self.b, output: self.output, json: self.json.json },
+            &cmd::diff::DiffCmdOptions { a: self.a, b: self.b, device: self.device.device, output: self.output, json: self.json.json },
             out,
         )
     }

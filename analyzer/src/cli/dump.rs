@@ -14,10 +14,12 @@ Example:\n  alloctrace dump traces/seed_experiments.default.atrace | grep segmen
 pub struct Args {
     /// A trace (.atrace) or a PyTorch memory snapshot (.pickle).
     pub trace: PathBuf,
+    #[command(flatten)]
+    pub device: super::args::Device,
 }
 
 impl Args {
     pub fn run(self, out: &mut dyn Write) -> Result<i32> {
-        cmd::dump::run(&cmd::dump::DumpOptions { trace: self.trace }, out)
+        cmd::dump::run(&cmd::dump::DumpOptions { trace: self.trace, device: self.device.device }, out)
     }
 }

@@ -26,6 +26,8 @@ alloctrace export traces/gpt2_train.default.atrace --format perfetto -o gpt2.jso
 pub struct Args {
     /// A trace (.atrace) or a PyTorch memory snapshot (.pickle).
     pub trace: PathBuf,
+    #[command(flatten)]
+    pub device: super::args::Device,
     #[arg(long, value_enum)]
     pub format: ExportFormat,
     /// Where to write.
@@ -43,6 +45,7 @@ impl Args {
         cmd::export::run(
             &cmd::export::ExportCmdOptions {
                 trace: self.trace,
+                device: self.device.device,
                 format: match self.format {
                     ExportFormat::MemoryViz => cmd::export::Format::MemoryViz,
                     ExportFormat::Perfetto => cmd::export::Format::Perfetto,

@@ -23,6 +23,8 @@ what empty_cache() would free now, and what it would free if a call site release
 )]
 pub struct Args {
     pub trace: PathBuf,
+    #[command(flatten)]
+    pub device: super::args::Device,
     /// Analyse retention after this event index instead of at the end.
     #[arg(long)]
     pub at: Option<u64>,
@@ -33,7 +35,7 @@ pub struct Args {
 impl Args {
     pub fn run(self, out: &mut dyn Write) -> Result<i32> {
         cmd::leaks::run(
-            &cmd::leaks::LeaksCmdOptions { trace: self.trace, at_event: self.at, json: self.json.json },
+            &cmd::leaks::LeaksCmdOptions { trace: self.trace, device: self.device.device, at_event: self.at, json: self.json.json },
             out,
         )
     }

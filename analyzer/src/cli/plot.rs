@@ -31,6 +31,8 @@ alloctrace plot traces/frag_oom.default.atrace --kind segments --at oom -o oom.s
 )]
 pub struct Args {
     pub trace: PathBuf,
+    #[command(flatten)]
+    pub device: super::args::Device,
     #[arg(long, value_enum, default_value = "timeline")]
     pub kind: PlotKind,
     /// Where to write the SVG.
@@ -54,6 +56,7 @@ impl Args {
         cmd::plot::run(
             &cmd::plot::PlotCmdOptions {
                 trace: self.trace,
+                device: self.device.device,
                 kind: match self.kind {
                     PlotKind::Timeline => analyzer::render::plot::Kind::Timeline,
                     PlotKind::Segments => analyzer::render::plot::Kind::Segments,

@@ -21,6 +21,8 @@ alloctrace replay traces/resnet50_train.default.atrace --conf max_split_size_mb:
 pub struct Args {
     pub trace: PathBuf,
     #[command(flatten)]
+    pub device: super::args::Device,
+    #[command(flatten)]
     pub policy: PolicyArgs,
     /// Write the simulated run as a full trace (segments, splits, merges) here.
     #[arg(short, long)]
@@ -34,6 +36,7 @@ impl Args {
         cmd::replay::run(
             &cmd::replay::ReplayCmdOptions {
                 trace: self.trace,
+                device: self.device.device,
                 replay: analyzer::replay::ReplayOptions {
                     config: self.policy.conf,
                     capacity_bytes: self.policy.capacity,

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 pub struct Args {
     pub trace: PathBuf,
     #[command(flatten)]
+    pub device: super::args::Device,
+    #[command(flatten)]
     pub json: super::args::Json,
     /// Bytes by category (parameter, gradient, ...) also above 2,000,000 events (a second pass).
     #[arg(long)]
@@ -21,7 +23,7 @@ pub struct Args {
 impl Args {
     pub fn run(self, out: &mut dyn Write) -> Result<i32> {
         cmd::summary::run(
-            &cmd::summary::SummaryOptions { trace: self.trace, json: self.json.json, categories: self.categories },
+            &cmd::summary::SummaryOptions { trace: self.trace, device: self.device.device, json: self.json.json, categories: self.categories },
             out,
         )
     }

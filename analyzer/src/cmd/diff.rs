@@ -12,6 +12,8 @@ use std::path::PathBuf;
 pub struct DiffCmdOptions {
     pub a: PathBuf,
     pub b: PathBuf,
+    /// For a PyTorch snapshot: the device whose history to read.
+    pub device: usize,
     /// Write `timeline-overlay.svg` and `diff.json` here.
     pub output: Option<PathBuf>,
     pub json: bool,
@@ -73,7 +75,7 @@ pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
 }
 
 pub fn run(opts: &DiffCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let (a, b) = (crate::source::input::open_any(&opts.a, None)?, crate::source::input::open_any(&opts.b, None)?);
+    let (a, b) = (crate::source::input::open_any(&opts.a, None, opts.device)?, crate::source::input::open_any(&opts.b, None, opts.device)?);
     let d = diff(&a, &b)?;
     if let Some(dir) = &opts.output {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;

@@ -19,6 +19,8 @@ use std::path::PathBuf;
 
 pub struct DumpOptions {
     pub trace: PathBuf,
+    /// For a PyTorch snapshot: the device whose history to read.
+    pub device: usize,
 }
 
 pub fn write_header(out: &mut dyn Write, h: &Header, version: u16) -> std::io::Result<()> {
@@ -108,6 +110,7 @@ pub fn run(opts: &DumpOptions, out: &mut dyn Write) -> Result<i32> {
     if crate::source::input::is_pickle(&opts.trace) {
         return run_snapshot(opts, out);
     }
+    crate::source::input::trace_has_one_device(&opts.trace, opts.device)?;
     let reader = tracefile::open(&opts.trace)?;
     write_header(out, reader.header(), reader.version())?;
     drop(reader);
@@ -123,7 +126,7 @@ pub fn run(opts: &DumpOptions, out: &mut dyn Write) -> Result<i32> {
 /// `dump` of a PyTorch snapshot: the events alloctrace imports from it (as `alloctrace import
 /// torch` would write them), after a header saying so.
 fn run_snapshot(opts: &DumpOptions, out: &mut dyn Write) -> Result<i32> {
-    let trace = crate::source::input::open_any(&opts.trace, None)?;
+    let trace = crate::source::input::open_any(&opts.trace, None, opts.device)?;
     writeln!(out, "# imported from a PyTorch memory snapshot (as `alloctrace import torch` writes it)")?;
     write_header(out, &trace.header, recorder::trace::FORMAT_VERSION)?;
     let scanned = write_records(out, |fold| trace.scan(fold))?;

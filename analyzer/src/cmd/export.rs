@@ -19,6 +19,8 @@ pub enum Format {
 
 pub struct ExportCmdOptions {
     pub trace: PathBuf,
+    /// For a PyTorch snapshot: the device whose history to read.
+    pub device: usize,
     pub format: Format,
     pub output: PathBuf,
     /// Perfetto: time buckets per counter track.
@@ -29,7 +31,7 @@ pub struct ExportCmdOptions {
 pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     crate::model::output::refuse_input(&opts.output, &[&opts.trace])?;
     // Any input every command takes: a trace, or a PyTorch snapshot imported in memory.
-    let trace = crate::source::input::open_any(&opts.trace, None)?;
+    let trace = crate::source::input::open_any(&opts.trace, None, opts.device)?;
     let bytes = |p: &PathBuf| file_bytes(p);
     let damage = match opts.format {
         Format::MemoryViz => {

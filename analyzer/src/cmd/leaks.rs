@@ -11,6 +11,8 @@ use std::path::PathBuf;
 
 pub struct LeaksCmdOptions {
     pub trace: PathBuf,
+    /// For a PyTorch snapshot: the device whose history to read.
+    pub device: usize,
     pub at_event: Option<u64>,
     pub json: bool,
 }
@@ -125,7 +127,7 @@ lazily built caches), not a leak",
 }
 
 pub fn run(opts: &LeaksCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let r = analyze(&crate::source::input::open_any(&opts.trace, None)?, &LeaksOptions { at_event: opts.at_event })?;
+    let r = analyze(&crate::source::input::open_any(&opts.trace, None, opts.device)?, &LeaksOptions { at_event: opts.at_event })?;
     if opts.json {
         write_json(out, &r)?;
     } else {

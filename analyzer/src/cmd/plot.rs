@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 pub struct PlotCmdOptions {
     pub trace: PathBuf,
+    /// For a PyTorch snapshot: the device whose history to read.
+    pub device: usize,
     pub kind: Kind,
     pub output: PathBuf,
     pub at: At,
@@ -20,7 +22,7 @@ pub struct PlotCmdOptions {
 pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let started = std::time::Instant::now();
     crate::model::output::refuse_input(&opts.output, &[&opts.trace])?;
-    let trace = crate::source::input::open_any(&opts.trace, None)?;
+    let trace = crate::source::input::open_any(&opts.trace, None, opts.device)?;
     let (svg, drawn) = plot(&trace, opts.kind, opts.at, opts.stacked, opts.x)?;
     crate::model::output::write_file(&opts.output, svg.as_bytes())?;
     if opts.json {

@@ -23,7 +23,7 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
         let inputs: Vec<&std::path::Path> = opts.traces.iter().map(|p| p.as_path()).collect();
         crate::model::output::refuse_input(path, &inputs)?;
     }
-    let traces = opts.traces.iter().map(|p| crate::source::input::open_any(p, None)).collect::<Result<Vec<_>>>()?;
+    let traces = opts.traces.iter().map(|p| crate::source::input::open_any(p, None, 0)).collect::<Result<Vec<_>>>()?;
     let rep = analyze(&traces)?;
     if let Some(path) = &opts.output {
         crate::model::output::write_file(path, render(&rep)?.as_bytes())?;

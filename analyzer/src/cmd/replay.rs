@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 pub struct ReplayCmdOptions {
     pub trace: PathBuf,
+    /// For a PyTorch snapshot: the device whose history to read.
+    pub device: usize,
     pub replay: ReplayOptions,
     /// Follow this PyTorch release's allocator instead of the trace's.
     pub torch_version: Option<recorder::engine::version::TorchVersion>,
@@ -100,7 +102,7 @@ pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()
 }
 
 pub fn run(opts: &ReplayCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let mut trace = crate::source::input::open_any(&opts.trace, None)?;
+    let mut trace = crate::source::input::open_any(&opts.trace, None, opts.device)?;
     if let Some(v) = opts.torch_version {
         trace.header.torch_version = v.to_string();
     }

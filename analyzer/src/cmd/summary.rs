@@ -10,6 +10,8 @@ use std::path::PathBuf;
 
 pub struct SummaryOptions {
     pub trace: PathBuf,
+    /// For a PyTorch snapshot: the device whose history to read.
+    pub device: usize,
     pub json: bool,
     /// Categories whatever the trace's size (else up to [`crate::analysis::category::SUMMARY_MAX_EVENTS`]).
     pub categories: bool,
@@ -57,7 +59,7 @@ pub struct SummaryJson<'a> {
 
 pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
     // One streaming pass (no records kept: the summary needs none).
-    let trace = crate::source::input::open_any(&opts.trace, Some(0))?;
+    let trace = crate::source::input::open_any(&opts.trace, Some(0), opts.device)?;
     let scanned = trace.scanned();
     let capacity = trace.default_capacity();
     let s: &Summary = &trace.summary;

@@ -30,13 +30,24 @@ pub fn is_pickle(path: &Path) -> bool {
 }
 
 /// Opens `path` as every command does: a trace, or a PyTorch snapshot imported in memory (the
-/// user's facts left as the file has them). `budget_bytes` is the in-memory records budget of
-/// [`Trace::open_with_budget`] for a trace (a snapshot is imported whole).
-pub fn open_any(path: &Path, budget_bytes: Option<usize>) -> Result<Trace> {
+/// user's facts left as the file has them, but for which `device`'s history to read).
+/// `budget_bytes` is the in-memory records budget of [`Trace::open_with_budget`] for a trace (a
+/// snapshot is imported whole).
+pub fn open_any(path: &Path, budget_bytes: Option<usize>, device: usize) -> Result<Trace> {
     match budget_bytes {
-        Some(b) if !is_pickle(path) => Trace::open_with_budget(path, b),
-        _ => open(path, &RunFacts::default()),
+        Some(b) if !is_pickle(path) && device == 0 => Trace::open_with_budget(path, b),
+        _ => open(path, &RunFacts { device, ..RunFacts::default() }),
     }
+}
+
+/// `--device` picks a snapshot's device: a trace holds one, device 0.
+pub fn trace_has_one_device(path: &Path, device: usize) -> Result<()> {
+    anyhow::ensure!(
+        device == 0,
+        "{}: --device picks a device of a PyTorch snapshot; an .atrace file holds one device",
+        path.display()
+    );
+    Ok(())
 }
 
 /// Opens `path` (a trace, or a snapshot imported in memory) with the user's facts applied.
@@ -56,11 +67,7 @@ pub fn open(path: &Path, facts: &RunFacts) -> Result<Trace> {
         }
         Trace::from_records(path, imported.header, imported.records)
     } else {
-        anyhow::ensure!(
-            facts.device == 0,
-            "{}: --device picks a device of a PyTorch snapshot; an .atrace file holds one device",
-            path.display()
-        );
+        trace_has_one_device(path, facts.device)?;
         Trace::open(path)?
     };
     // A given limit is kept beside the header, which stays as recorded (see `Trace::capacity`).
