@@ -128,17 +128,9 @@ fn commands_agree_on_every_trace() {
         }
         // The report's parts are the commands' answers.
         assert_eq!(report["explain"]["verdict"], explain["verdict"], "{name}: verdict");
-        // (frag's moment is the peak unless asked; the report's is the OOM when there is one: the
-        // figures over time and at the peak are the same.)
-        let over_time = |v: &Value| -> Vec<Vec<Value>> {
-            v["measures"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|m| ["name", "mean", "max", "max_event", "at_peak"].iter().map(|k| m[*k].clone()).collect())
-                .collect()
-        };
-        assert_eq!(over_time(&report["frag"]), over_time(&frag), "{name}: frag measures");
+        // One moment: the OOM the replay ran into, else the peak, and the same figures.
+        assert_eq!(report["frag"]["moment"], frag["moment"], "{name}: frag's moment");
+        assert_eq!(frag_measures(&report["frag"]), frag_measures(&frag), "{name}: frag measures");
         // A trace that ends in an OOM is never reported as without one.
         if summary["num_ooms"].as_u64().unwrap() > 0 {
             let oom = report["findings"].as_array().unwrap().iter().find(|f| f["id"] == "oom").unwrap();
@@ -156,6 +148,32 @@ fn commands_agree_on_every_trace() {
             );
         }
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Each fragmentation measure's figures: over time, at the peak and at the moment shown.
+fn frag_measures(v: &Value) -> Vec<Vec<Value>> {
+    v["measures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| ["name", "mean", "max", "max_event", "at_peak", "at_moment"].iter().map(|k| m[*k].clone()).collect())
+        .collect()
+}
+
+/// Under a given limit where the replay runs out of memory though the trace completed, `frag`
+/// and the report show the same moment, the OOM (`frag` showed the peak before).
+#[test]
+fn frag_and_the_report_take_the_replays_oom_under_a_given_limit() {
+    let t = root().join("traces/gpt2_train.default.atrace");
+    let p = t.to_str().unwrap();
+    let dir = std::env::temp_dir().join(format!("alloctrace-agree-cap-{}", std::process::id()));
+    let frag = json(&["frag", "--json", p, "--capacity", "5.5GiB"]);
+    let report = json(&["report", "--json", p, "--capacity", "5.5GiB", "-o", dir.to_str().unwrap()]);
+    assert_eq!(frag["outcome"], "oom");
+    assert_eq!(frag["moment"]["at"], "oom", "{}", frag["moment"]);
+    assert_eq!(report["frag"]["moment"], frag["moment"]);
+    assert_eq!(frag_measures(&report["frag"]), frag_measures(&frag));
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -260,9 +260,28 @@ pub fn analyze(trace: &Trace, opts: &FragOptions) -> Result<FragReport> {
 
 /// [`analyze`], with the trace's [`whatif::Bounds`] when they are already computed.
 pub fn analyze_with(trace: &Trace, opts: &FragOptions, bounds: Option<&whatif::Bounds>) -> Result<FragReport> {
-    let mut watch = FragWatch::new(trace, opts)?;
+    watch_and_finish(trace, FragWatch::new(trace, opts)?, false, bounds)
+}
+
+/// [`analyze`] at the moment that matters, as every command decides it: the out-of-memory error
+/// the replay under the trace's settings and capacity ran into, else the peak of reserved memory.
+pub fn analyze_where_it_matters(trace: &Trace, bounds: Option<&whatif::Bounds>) -> Result<FragReport> {
+    watch_and_finish(trace, FragWatch::new(trace, &FragOptions { at: At::Oom })?, true, bounds)
+}
+
+/// Replays with `watch`; `peak_unless_oom`: a watch made for the OOM turns to the peak where the
+/// replay completes.
+fn watch_and_finish(
+    trace: &Trace,
+    mut watch: FragWatch,
+    peak_unless_oom: bool,
+    bounds: Option<&whatif::Bounds>,
+) -> Result<FragReport> {
     let result =
         replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, _| watch.observe(trace, i, r, view))?;
+    if peak_unless_oom && !result.is_oom() {
+        watch = watch.at_peak();
+    }
     // The segments at the peak, where the peak is the moment: from a second replay that stops
     // there (copying the segments at every new peak of the first one cost more than the replay).
     let peak_segments = match watch.peak_to_take() {

@@ -30,7 +30,7 @@ pub struct Args {
     #[command(flatten)]
     pub run: RunArgs,
     /// The moment to show: peak (peak reserved), oom (the out-of-memory that ended the run), end, or an
-    /// event index. Default: oom when the trace ends in one, else peak.
+    /// event index. Default: oom where the replay at the capacity runs out of memory, else peak.
     #[arg(long, value_parser = parse_at)]
     pub at: Option<analyzer::analysis::frag::At>,
     /// Lines of the segment map to print (segments of the same shape share a line).

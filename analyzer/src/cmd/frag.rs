@@ -13,7 +13,8 @@ pub struct FragCmdOptions {
     pub trace: PathBuf,
     /// What the user says about the run (limit, settings, device of a snapshot).
     pub facts: crate::source::input::RunFacts,
-    /// `None`: the OOM that ended the run, when the trace ends in one; else the peak.
+    /// `None`: the out-of-memory error the replay ran into, else the peak
+    /// ([`crate::analysis::frag::analyze_where_it_matters`]).
     pub at: Option<At>,
     /// Print at most this many lines of the segment map (segments of the same shape share one).
     pub max_segments: usize,
@@ -275,8 +276,10 @@ pub fn run(opts: &FragCmdOptions, out: &mut dyn Write) -> Result<i32> {
         Ok(trace) => trace,
         Err(code) => return Ok(code),
     };
-    let at = opts.at.unwrap_or(if trace.facts.fatal_oom().is_some() { At::Oom } else { At::Peak });
-    let r = analyze(&trace, &FragOptions { at })?;
+    let r = match opts.at {
+        Some(at) => analyze(&trace, &FragOptions { at })?,
+        None => crate::analysis::frag::analyze_where_it_matters(&trace, None)?,
+    };
     if opts.json {
         write_json(out, &r)?;
     } else {
