@@ -198,11 +198,9 @@ fn report_oom_finding_agrees(md: &str, x: &Value, at: &str) {
 /// On a trace that stops at the failure, no advice is proven: a replay that serves every
 /// request gets past the failure, and the rest of the job is not in the trace.
 fn nothing_is_proven_past_the_end(x: &Value, at: &str) {
-    let stops_at_failure = x["whatif"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|r| ["fails_where_recorded", "fails_earlier", "gets_past_failure"].contains(&r["reach"].as_str().unwrap()));
+    let stops_at_failure = x["whatif"].as_array().unwrap().iter().any(|r| {
+        ["fails_where_recorded", "fails_earlier", "gets_past_failure"].contains(&r["reach"].as_str().unwrap())
+    });
     if stops_at_failure {
         for a in x["advice"].as_array().unwrap() {
             assert_ne!(a["proven"], true, "{at}: proven on a trace that stops at the failure: {a}");

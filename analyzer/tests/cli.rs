@@ -729,3 +729,29 @@ fn every_command_reading_a_snapshot_takes_device() {
     }
     assert_error(&run(&["dump", trace("gpt2_train.default").to_str().unwrap(), "--device", "1"]), "--device");
 }
+
+/// Text fits a screen: on every shipped trace, the text of summary, replay, whatif, frag, leaks
+/// and explain keeps every line within 100 columns, but for a single word longer than that (a
+/// URL), which stands alone.
+#[test]
+fn text_output_fits_a_screen() {
+    let mut traces: Vec<PathBuf> = std::fs::read_dir(root().join("traces"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "atrace"))
+        .collect();
+    traces.sort();
+    for t in &traces {
+        for cmd in ["summary", "replay", "whatif", "frag", "leaks", "explain"] {
+            let args: Vec<&str> = match cmd {
+                "whatif" => vec![cmd, "--no-search", t.to_str().unwrap()],
+                _ => vec![cmd, t.to_str().unwrap()],
+            };
+            let o = run(&args);
+            for line in String::from_utf8_lossy(&o.stdout).lines() {
+                let one_word = !line.trim().contains(' ');
+                assert!(line.chars().count() <= 100 || one_word, "{args:?}: {} columns: {line}", line.chars().count());
+            }
+        }
+    }
+}

@@ -21,7 +21,8 @@ fn streams_have_one_name_in_text_svg_and_markdown() {
     alloctrace(&["synth", "--events", "20000", "--streams", "3", "-o", t]);
     let note = "stream 1 = handle 0x1001, stream 2 = handle 0x1002";
 
-    let frag = alloctrace(&["frag", t, "--at", "peak"]);
+    // Words, whitespace collapsed: the text wraps at 100 columns.
+    let frag = alloctrace(&["frag", t, "--at", "peak"]).split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
         frag.contains(" stream 0 (default)") && frag.contains(" stream 1:") && frag.contains(" stream 2:"),
         "{frag}"

@@ -1161,7 +1161,13 @@ fn advise(
     let cap_text = f.capacity_bytes.map(b).unwrap_or_else(|| "no limit".into());
     let recorded = rows.iter().find(|r| r.policy.is_recorded());
     let crate::analysis::advice::SettingsAdvice { mut advice, worth_trying, not_advised } = if is_oom {
-        crate::analysis::advice::settings_at_oom(rows, prediction, f.capacity_bytes, &cap_text, v.kind == VerdictKind::Fragmentation)
+        crate::analysis::advice::settings_at_oom(
+            rows,
+            prediction,
+            f.capacity_bytes,
+            &cap_text,
+            v.kind == VerdictKind::Fragmentation,
+        )
     } else {
         Default::default()
     };

@@ -33,7 +33,13 @@ pub struct Args {
 impl Args {
     pub fn run(self, out: &mut dyn Write) -> Result<i32> {
         cmd::diff::run(
-            &cmd::diff::DiffCmdOptions { a: self.a, b: self.b, device: self.device.device, output: self.output, json: self.json.json },
+            &cmd::diff::DiffCmdOptions {
+                a: self.a,
+                b: self.b,
+                device: self.device.device,
+                output: self.output,
+                json: self.json.json,
+            },
             out,
         )
     }

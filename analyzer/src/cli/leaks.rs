@@ -35,7 +35,12 @@ pub struct Args {
 impl Args {
     pub fn run(self, out: &mut dyn Write) -> Result<i32> {
         cmd::leaks::run(
-            &cmd::leaks::LeaksCmdOptions { trace: self.trace, device: self.device.device, at_event: self.at, json: self.json.json },
+            &cmd::leaks::LeaksCmdOptions {
+                trace: self.trace,
+                device: self.device.device,
+                at_event: self.at,
+                json: self.json.json,
+            },
             out,
         )
     }

@@ -23,7 +23,12 @@ pub struct Args {
 impl Args {
     pub fn run(self, out: &mut dyn Write) -> Result<i32> {
         cmd::summary::run(
-            &cmd::summary::SummaryOptions { trace: self.trace, device: self.device.device, json: self.json.json, categories: self.categories },
+            &cmd::summary::SummaryOptions {
+                trace: self.trace,
+                device: self.device.device,
+                json: self.json.json,
+                categories: self.categories,
+            },
             out,
         )
     }

@@ -75,7 +75,10 @@ pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
 }
 
 pub fn run(opts: &DiffCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let (a, b) = (crate::source::input::open_any(&opts.a, None, opts.device)?, crate::source::input::open_any(&opts.b, None, opts.device)?);
+    let (a, b) = (
+        crate::source::input::open_any(&opts.a, None, opts.device)?,
+        crate::source::input::open_any(&opts.b, None, opts.device)?,
+    );
     let d = diff(&a, &b)?;
     if let Some(dir) = &opts.output {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;

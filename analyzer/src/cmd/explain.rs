@@ -129,8 +129,11 @@ fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::
         writeln!(out, "{}", crate::model::wrap::indented(&a.text, "also: ", "  "))?;
     }
     // The setting the fix names is shown above, with its evidence.
-    let more: Vec<_> =
-        r.worth_trying.iter().filter(|w| r.fix.as_ref().is_none_or(|f| f.setting.as_deref() != Some(&w.setting))).collect();
+    let more: Vec<_> = r
+        .worth_trying
+        .iter()
+        .filter(|w| r.fix.as_ref().is_none_or(|f| f.setting.as_deref() != Some(&w.setting)))
+        .collect();
     if !more.is_empty() {
         writeln!(out, "worth trying (a replay shows each may get through; none is proven to fit):")?;
         for w in more {

@@ -127,11 +127,14 @@ lazily built caches), not a leak",
 }
 
 pub fn run(opts: &LeaksCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let r = analyze(&crate::source::input::open_any(&opts.trace, None, opts.device)?, &LeaksOptions { at_event: opts.at_event })?;
+    let r = analyze(
+        &crate::source::input::open_any(&opts.trace, None, opts.device)?,
+        &LeaksOptions { at_event: opts.at_event },
+    )?;
     if opts.json {
         write_json(out, &r)?;
     } else {
-        print_report(out, &r, 10)?;
+        print_report(&mut crate::model::wrap::ScreenWriter::new(out), &r, 10)?;
     }
     if let Some(w) = &r.input_damage {
         crate::model::escape::warn(w);

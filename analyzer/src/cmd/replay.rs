@@ -118,6 +118,8 @@ pub fn run(opts: &ReplayCmdOptions, out: &mut dyn Write) -> Result<i32> {
     if opts.json {
         write_json(out, &r)?;
     } else {
+        let mut screen = crate::model::wrap::ScreenWriter::new(out);
+        let out: &mut dyn Write = &mut screen;
         print_result(out, &r)?;
         if let Some(o) = &opts.replay.output {
             writeln!(out, "wrote           {}", o.display())?;

@@ -101,6 +101,8 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
             },
         )?;
     } else {
+        let mut screen = crate::model::wrap::ScreenWriter::new(out);
+        let out: &mut dyn Write = &mut screen;
         let peak = |p: &Peak| format!("{:>12}  at event {} ({})", fmt_bytes(p.bytes), p.event, fmt_ns(p.time_ns));
         writeln!(out, "trace        {}", opts.trace.display())?;
         writeln!(out, "source       {}", h.source.as_str())?;

@@ -42,13 +42,13 @@ whose replay completes is not said to fit (cannot tell); run the step for real a
     }
     writeln!(
         out,
-        "{:<33} {:>12} {:>12} {:>11} {:>7} {:>8} {:>11}",
-        "policy", "outcome", "decision", "peak reserv", "frag.", "dev.calls", "min capac."
+        "{:<33} {:>12} {:>12} {:>10} {:>7} {:>9} {:>11}",
+        "policy", "outcome", "decision", "peak rsvd", "frag.", "dev.calls", "min capac."
     )?;
     for r in &w.rows {
         writeln!(
             out,
-            "{:<33} {:>12} {:>12} {:>11} {:>6.1}% {:>8} {:>11}",
+            "{:<33} {:>12} {:>12} {:>10} {:>6.1}% {:>9} {:>11}",
             r.policy,
             r.reach,
             r.decision.short(),
@@ -61,7 +61,7 @@ whose replay completes is not said to fit (cannot tell); run the step for real a
     let b = &w.bounds;
     writeln!(
         out,
-        "{:<33} {:>12} {:>12} {:>11} {:>6.1}% {:>8} {:>11}",
+        "{:<33} {:>12} {:>12} {:>10} {:>6.1}% {:>9} {:>11}",
         "no caching (see the last line)",
         match (w.capacity_bytes.is_none_or(|c| b.no_caching_peak_bytes <= c), w.prediction.is_some()) {
             (true, false) => "completes",
@@ -91,45 +91,58 @@ whose replay completes is not said to fit (cannot tell); run the step for real a
         (None, Some(n)) => writeln!(out, "  offline plan (greedy by size)     {n}")?,
         (None, None) => {}
     }
-    let prefix = w.prediction.is_some();
-    if prefix {
-        writeln!(
+    // Notes are prose: wrapped to the screen, continued two spaces in.
+    let note = |out: &mut dyn Write, text: &str| writeln!(out, "{}", crate::model::wrap::indented(text, "", "  "));
+    if w.prediction.is_some() {
+        note(
             out,
-            "the trace ends in an out-of-memory error: each replay fails there, fails sooner, or gets past the request that \
-failed (the rest of the job is not in the trace); min capacity = smallest limit at which the replay gets past it (2 MiB steps)."
+            "the trace ends in an out-of-memory error: each replay fails there, fails sooner, or gets past the request \
+that failed (the rest of the job is not in the trace); min capacity = smallest limit at which the replay gets past it \
+(2 MiB steps).",
         )?;
     } else {
-        writeln!(out, "frag. = 1 - allocated / reserved at the OOM, else at peak reserved; min capacity = smallest limit at which the run completes (2 MiB steps).")?;
+        note(
+            out,
+            "frag. = 1 - allocated / reserved at the OOM, else at peak reserved; min capacity = smallest limit at \
+which the run completes (2 MiB steps).",
+        )?;
     }
-    writeln!(
+    note(
         out,
         "decision: fits = the whole job is in the trace and completes (advised where the recorded settings fail); \
 worth trying = gets past the failure, the rest of the job not in the trace, or completes here only by where its \
-blocks land (said below)."
+blocks land (said below).",
     )?;
-    writeln!(
+    note(
         out,
-        "a limit above the min capacity can still fail: other limits mean other segments and other pieces; replay the exact limit to check it."
+        "a limit above the min capacity can still fail: other limits mean other segments and other pieces; replay \
+the exact limit to check it.",
     )?;
     for note in w.placement_notes().into_iter().chain(w.same_run_notes()) {
         writeln!(out, "{}", crate::model::wrap::indented(&note, "", "  "))?;
     }
     if let Some(res) = w.rows.iter().filter_map(|r| r.min_capacity_resolution_bytes).max().filter(|&r| r > (2 << 20)) {
-        writeln!(
+        note(
             out,
-            "long trace ({} events): each min capacity completes and lies within {} of the boundary (at most {} replays per policy).",
-            w.bounds.events,
-            fmt_bytes(res),
-            crate::analysis::capacity_search::LONG_TRACE_PROBES
+            &format!(
+                "long trace ({} events): each min capacity completes and lies within {} of the boundary (at most {} \
+replays per policy).",
+                w.bounds.events,
+                fmt_bytes(res),
+                crate::analysis::capacity_search::LONG_TRACE_PROBES
+            ),
         )?;
     }
     if let Some(p) = &w.prediction {
         print_prediction(out, p, w.capacity_bytes)?;
     }
-    writeln!(
+    note(
         out,
-        "no caching (PYTORCH_NO_CUDA_MEMORY_CACHING=1) costs about {:.0} ms of device calls ({DEVICE_CALL_US:.0} us each on an H100).",
-        b.no_caching_device_calls as f64 * DEVICE_CALL_US / 1000.0
+        &format!(
+            "no caching (PYTORCH_NO_CUDA_MEMORY_CACHING=1) costs about {:.0} ms of device calls ({DEVICE_CALL_US:.0} \
+us each on an H100).",
+            b.no_caching_device_calls as f64 * DEVICE_CALL_US / 1000.0
+        ),
     )?;
     Ok(())
 }
@@ -175,7 +188,7 @@ pub fn run(opts: &WhatifCmdOptions, out: &mut dyn Write) -> Result<i32> {
     if opts.json {
         write_json(out, &w)?;
     } else {
-        print_table(out, &w)?;
+        print_table(&mut crate::model::wrap::ScreenWriter::new(out), &w)?;
     }
     damage_exit(&[&trace])
 }

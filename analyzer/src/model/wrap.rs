@@ -145,3 +145,91 @@ mod tests {
         assert_eq!(s, "also: free the blocks from a.py:5 (f\\n\\tg)");
     }
 }
+
+/// A writer for a command's text output that keeps every line within [`WIDTH`] columns: a longer
+/// line is wrapped at spaces, its continuation lines indented to where its value starts (after
+/// the label that ends in a run of two spaces, as in `outcome         OOM at ...`), else two
+/// spaces past its own indentation. A word longer than a line (a URL) stands alone. The text is
+/// written as given: escaping is the caller's.
+pub struct ScreenWriter<'a> {
+    out: &'a mut dyn std::io::Write,
+    line: Vec<u8>,
+}
+
+impl<'a> ScreenWriter<'a> {
+    pub fn new(out: &'a mut dyn std::io::Write) -> Self {
+        ScreenWriter { out, line: Vec::new() }
+    }
+
+    fn emit(&mut self) -> std::io::Result<()> {
+        let line = String::from_utf8_lossy(&self.line).into_owned();
+        self.line.clear();
+        if line.chars().count() <= WIDTH {
+            return writeln!(self.out, "{line}");
+        }
+        let lead = line.len() - line.trim_start_matches(' ').len();
+        // The value's column: the end of the first run of two or more spaces after the label.
+        let value_at = line[lead..].find("  ").map(|k| {
+            let after = lead + k;
+            after + line[after..].len() - line[after..].trim_start_matches(' ').len()
+        });
+        // Split there (else after the indentation); continue at that column (else two further).
+        let (split, cont) = match value_at.filter(|&c| c <= WIDTH / 2) {
+            Some(c) => (c, line[..c].chars().count()),
+            None => (lead, lead + 2),
+        };
+        let (head, body) = line.split_at(split);
+        let width = WIDTH.saturating_sub(head.chars().count().max(cont)).max(20);
+        // A figure stays with its unit ("1.37 MiB") and a segment map's block tag with its size
+        // ("F 1.37 MiB"): joined by a mark no text holds (a terminal-escaped line holds no
+        // control character) while the line is split.
+        const GLUE: char = '\u{1}';
+        let mut glued = String::new();
+        let mut prev = "";
+        for (k, w) in body.split(' ').enumerate() {
+            let unit = matches!(w, "B" | "KiB" | "MiB" | "GiB" | "TiB" | "ms" | "us" | "ns" | "s");
+            let tagged = matches!(prev, "A" | "F" | "P") && w.starts_with(|c: char| c.is_ascii_digit());
+            if k > 0 {
+                let figure = prev.ends_with(|c: char| c.is_ascii_digit());
+                glued.push(if (unit && figure) || tagged { GLUE } else { ' ' });
+            }
+            glued.push_str(w);
+            prev = w;
+        }
+        for (i, l) in lines(&glued, width, false).iter().map(|l| l.replace(GLUE, " ")).enumerate() {
+            if i == 0 {
+                writeln!(self.out, "{head}{l}")?;
+            } else {
+                writeln!(self.out, "{}{l}", " ".repeat(cont))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::io::Write for ScreenWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        for &b in buf {
+            if b == b'\n' {
+                self.emit()?;
+            } else {
+                self.line.push(b);
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.line.is_empty() {
+            let rest = String::from_utf8_lossy(&std::mem::take(&mut self.line)).into_owned();
+            write!(self.out, "{rest}")?;
+        }
+        self.out.flush()
+    }
+}
+
+impl Drop for ScreenWriter<'_> {
+    fn drop(&mut self) {
+        let _ = std::io::Write::flush(self);
+    }
+}

@@ -1393,13 +1393,7 @@ impl Report {
                     vec!["experiment (replayed)".into(), "outcome".into(), "peak reserved".into()],
                     x.experiments
                         .iter()
-                        .map(|e| {
-                            vec![
-                                e.description.clone(),
-                                e.reach.short().into(),
-                                fmt_bytes(e.peak_reserved_bytes),
-                            ]
-                        })
+                        .map(|e| vec![e.description.clone(), e.reach.short().into(), fmt_bytes(e.peak_reserved_bytes)])
                         .collect(),
                 ));
             }
