@@ -755,3 +755,19 @@ fn text_output_fits_a_screen() {
         }
     }
 }
+
+/// Options that would silently mean something else are refused: a fraction of a byte (`1.5`
+/// was read as 2 bytes) and a release whose allocator the engine does not follow (`1.0` was
+/// replayed and labelled "1.0's allocator").
+#[test]
+fn fractional_bytes_and_releases_not_followed_are_refused() {
+    let t = trace("gpt2_train.default");
+    let t = t.to_str().unwrap();
+    assert_error(&run(&["replay", t, "--capacity", "1.5"]), "whole");
+    assert_error(&run(&["replay", t, "--torch-version", "1.0"]), "2.9 to 2.13");
+    assert_error(&run(&["whatif", t, "--torch-version", "9.9"]), "2.9 to 2.13");
+    for ok in [vec!["replay", t, "--capacity", "1.5GiB"], vec!["replay", t, "--torch-version", "2.13.0+cu130"]] {
+        let o = run(&ok);
+        assert_eq!(o.status.code(), Some(0), "{ok:?}: {}", stderr(&o));
+    }
+}

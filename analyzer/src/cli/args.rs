@@ -67,8 +67,16 @@ impl RunArgs {
     }
 }
 
+/// A release whose allocator the engine follows: 2.9 to 2.13 (`recorder::engine::version`).
 pub fn parse_torch_version(s: &str) -> Result<TorchVersion, String> {
-    TorchVersion::parse(s)
+    let v = TorchVersion::parse(s)?;
+    let (oldest, newest) = (TorchVersion::new(2, 9), TorchVersion::new(2, 13));
+    if v < oldest || v > newest {
+        return Err(format!(
+            "PyTorch {v}: the engine follows the allocators of PyTorch {oldest} to {newest} (docs/commands.md, replay); give the nearest"
+        ));
+    }
+    Ok(v)
 }
 
 #[derive(Args)]

@@ -529,6 +529,9 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         _ => return Err(format!("`{text}`: unknown unit `{unit}` (use bytes, KiB, MiB, GiB, TiB, KB, MB, GB or TB)")),
     };
     let value: f64 = num.parse().map_err(|_| format!("`{text}` is not a byte quantity (e.g. 6GiB, 1.5GB, 512MiB)"))?;
+    if mult == 1.0 && value.fract() != 0.0 {
+        return Err(format!("`{text}`: a number without a unit is bytes, which are whole; give a unit (e.g. {t}GiB)"));
+    }
     let bytes = value * mult;
     // `u64::MAX as f64` rounds up to 2^64, which does not fit.
     if !bytes.is_finite() || bytes < 0.0 || bytes >= u64::MAX as f64 {
