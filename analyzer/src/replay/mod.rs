@@ -517,6 +517,7 @@ pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Obser
                 s.torch
             ));
             crate::model::output::refuse_input(out, &[path])?;
+            crate::model::output::refuse_foreign(out, crate::model::output::Kind::Trace)?;
             let pending = crate::model::output::Pending::new(out)?;
             let mut writer = TraceWriter::create(pending.temp_path(), &h)
                 .with_context(|| format!("cannot write {}", out.display()))?;

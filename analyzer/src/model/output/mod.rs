@@ -8,6 +8,8 @@
 //! - Every file is written to a temporary file in its own folder and renamed into place: an
 //!   interrupted command leaves the old file or the new one, never half of one. The rename
 //!   replaces a symlink planted at the output path instead of writing through it.
+//! - A file output replaces only an empty file or one of its own kind ([`refuse_foreign`]): a
+//!   trace, a picture or an export, never notes given as `-o` by mistake.
 //! - A report goes into an empty folder, a new one, or a previous report's; anything else needs
 //!   `--force`.
 
@@ -48,6 +50,60 @@ pub fn refuse_input(output: &Path, inputs: &[&Path]) -> Result<()> {
                 input.display()
             );
         }
+    }
+    Ok(())
+}
+
+/// What an output file holds: an existing file at an output's path is replaced only where it
+/// holds that (a command's earlier output), never a file of another kind ([`refuse_foreign`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    Trace,
+    Svg,
+    Json,
+    Pickle,
+}
+
+impl Kind {
+    fn describe(self) -> &'static str {
+        match self {
+            Kind::Trace => "an alloctrace trace",
+            Kind::Svg => "an SVG picture",
+            Kind::Json => "JSON",
+            Kind::Pickle => "a pickle",
+        }
+    }
+
+    fn holds(self, head: &[u8]) -> bool {
+        let text = std::str::from_utf8(head).unwrap_or("").trim_start_matches(['\u{feff}', ' ', '\t', '\r', '\n']);
+        match self {
+            Kind::Trace => head.starts_with(&recorder::trace::MAGIC),
+            Kind::Svg => text.starts_with("<?xml") || text.starts_with("<svg"),
+            Kind::Json => text.starts_with('{') || text.starts_with('['),
+            Kind::Pickle => head.first() == Some(&0x80),
+        }
+    }
+}
+
+/// Refuses to replace an existing file that is not of the output's kind (notes given as `-o`
+/// by mistake): a command replaces only what it could have written, or an empty file.
+pub fn refuse_foreign(output: &Path, kind: Kind) -> Result<()> {
+    let Ok(meta) = std::fs::metadata(output) else { return Ok(()) };
+    if meta.is_dir() {
+        bail!("{}: is a folder; give the path of a file", output.display());
+    }
+    let mut head = Vec::with_capacity(64);
+    if let Ok(f) = std::fs::File::open(output) {
+        use std::io::Read;
+        let _ = f.take(64).read_to_end(&mut head);
+    }
+    if meta.len() > 0 && !kind.holds(&head) {
+        bail!(
+            "{}: the file exists and is not {}; alloctrace replaces only its own outputs: remove it or choose \
+             another path",
+            output.display(),
+            kind.describe()
+        );
     }
     Ok(())
 }
