@@ -39,8 +39,9 @@ pub fn print_report(out: &mut dyn Write, r: &LeaksReport, top: usize) -> std::io
     for s in r.live_at_end.iter().take(top) {
         writeln!(
             out,
-            "  {:>6} x {:>12}  oldest {} events / {} ago  {}",
+            "  {:>6} {:<6} {:>12}  oldest {} events / {} ago  {}",
             s.count,
+            if s.count == 1 { "block" } else { "blocks" },
             fmt_bytes(s.requested_bytes),
             s.oldest_age_events,
             fmt_ns(s.oldest_age_ns),

@@ -42,13 +42,13 @@ whose replay completes is not said to fit (cannot tell); run the step for real a
     }
     writeln!(
         out,
-        "{:<33} {:>12} {:>12} {:>10} {:>7} {:>9} {:>11}",
+        "{:<32} {:>12} {:>12} {:>11} {:>7} {:>9} {:>11}",
         "policy", "outcome", "decision", "peak rsvd", "frag.", "dev.calls", "min capac."
     )?;
     for r in &w.rows {
         writeln!(
             out,
-            "{:<33} {:>12} {:>12} {:>10} {:>6.1}% {:>9} {:>11}",
+            "{:<32} {:>12} {:>12} {:>11} {:>6.1}% {:>9} {:>11}",
             r.policy,
             r.reach,
             r.decision.short(),
@@ -61,7 +61,7 @@ whose replay completes is not said to fit (cannot tell); run the step for real a
     let b = &w.bounds;
     writeln!(
         out,
-        "{:<33} {:>12} {:>12} {:>10} {:>6.1}% {:>9} {:>11}",
+        "{:<32} {:>12} {:>12} {:>11} {:>6.1}% {:>9} {:>11}",
         "no caching (see the last line)",
         match (w.capacity_bytes.is_none_or(|c| b.no_caching_peak_bytes <= c), w.prediction.is_some()) {
             (true, false) => "completes",

@@ -196,7 +196,9 @@ impl<'a> ScreenWriter<'a> {
             glued.push_str(w);
             prev = w;
         }
-        for (i, l) in lines(&glued, width, false).iter().map(|l| l.replace(GLUE, " ")).enumerate() {
+        for (i, l) in
+            lines(&glued, width, false).iter().map(|l| l.replace(GLUE, " ").trim_end().to_string()).enumerate()
+        {
             if i == 0 {
                 writeln!(self.out, "{head}{l}")?;
             } else {
