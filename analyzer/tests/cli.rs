@@ -388,7 +388,7 @@ fn error_causes_are_not_repeated() {
     let t = trace("seed_experiments.default");
     let mut cases = vec![
         (vec!["import", "torch", "/nonexistent/snap.pickle", "-o", "x.atrace"], "No such file"),
-        (vec!["replay", t.to_str().unwrap(), "-o", dir.to_str().unwrap()], "Is a directory"),
+        (vec!["replay", t.to_str().unwrap(), "-o", dir.to_str().unwrap()], "is a folder"),
     ];
     if snapshot.is_some() {
         cases.push((vec!["import", "torch", cut.to_str().unwrap(), "-o", "x.atrace"], "truncated pickle"));
@@ -619,20 +619,21 @@ fn export_and_ranks_replace_their_output_by_a_rename() {
     std::fs::create_dir_all(&dir).unwrap();
     let (t, u) = (trace("frag_oom.default"), trace("seed_experiments.default"));
     let (ts, us) = (t.to_str().unwrap(), u.to_str().unwrap());
-    for (name, args) in [
-        ("p.json", vec!["export", ts, "--format", "perfetto"]),
-        ("m.pickle", vec!["export", ts, "--format", "memory-viz"]),
-        ("r.svg", vec!["ranks", ts, us]),
+    // Each over an earlier output of its kind (a file of another kind is refused).
+    for (name, old, args) in [
+        ("p.json", &b"{\"old\": 1}"[..], vec!["export", ts, "--format", "perfetto"]),
+        ("m.pickle", &b"\x80old"[..], vec!["export", ts, "--format", "memory-viz"]),
+        ("r.svg", &b"<svg>old</svg>"[..], vec!["ranks", ts, us]),
     ] {
         let out = dir.join(name);
-        std::fs::write(&out, "old").unwrap();
+        std::fs::write(&out, old).unwrap();
         let keep = dir.join(format!("{name}.link"));
         std::fs::hard_link(&out, &keep).unwrap();
         let mut args = args.clone();
         args.extend(["-o", out.to_str().unwrap()]);
         let o = run(&args);
         assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
-        assert_eq!(std::fs::read_to_string(&keep).unwrap(), "old", "{name}: written in place");
+        assert_eq!(std::fs::read(&keep).unwrap(), old, "{name}: written in place");
         assert!(std::fs::metadata(&out).unwrap().len() > 100, "{name}");
     }
     let left: Vec<String> = std::fs::read_dir(&dir)

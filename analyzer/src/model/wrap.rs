@@ -102,50 +102,6 @@ pub fn indented(text: &str, first: &str, rest: &str) -> String {
         .join("\n")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wraps_at_spaces_within_the_width() {
-        let text = "the request needs one contiguous block of 1.00 GiB and the largest free block is 4.00 MiB; \
-                    no segment is wholly free, so releasing the cache frees 0 B";
-        let l = lines(text, 40, false);
-        assert!(l.iter().all(|l| l.chars().count() <= 40), "{l:?}");
-        assert_eq!(l.join(" "), text);
-        assert_eq!(lines("a-very-long-word-without-spaces", 5, false), vec!["a-very-long-word-without-spaces"]);
-    }
-
-    #[test]
-    fn markdown_keeps_fenced_spans_whole_and_escaped_backticks_open_none() {
-        // A span fenced by two backticks holds a single one; an escaped backtick is text.
-        let l = lines("from ``u.py:4 (x` # INJECTED HEADING `y)`` and \\` # not code \\` here", 12, true);
-        assert!(l.iter().any(|l| l.contains("``u.py:4 (x` # INJECTED HEADING `y)``")), "{l:?}");
-        assert!(l.iter().all(|l| !l.starts_with('#')), "{l:?}");
-        assert_eq!(l.join(" "), "from ``u.py:4 (x` # INJECTED HEADING `y)`` and \\` # not code \\` here");
-    }
-
-    #[test]
-    fn markdown_keeps_code_spans_whole_and_never_starts_a_block() {
-        let l = lines("set `max_split_size_mb:128 and more` now", 12, true);
-        assert!(l.contains(&"`max_split_size_mb:128 and more`".to_string()), "{l:?}");
-        for risky in ["- x", "# x", "> x", "| x", "1. x", "12) x", "```x"] {
-            let l = lines(&format!("aaaa bbbb {risky}"), 9, true);
-            assert!(l.iter().skip(1).all(|l| !l.starts_with(&risky[..1])), "{risky}: {l:?}");
-        }
-    }
-
-    #[test]
-    fn indented_lines() {
-        let s = indented(&"word ".repeat(40), "  - ", "    ");
-        assert!(s.lines().all(|l| l.chars().count() <= WIDTH));
-        assert!(s.starts_with("  - word") && s.lines().nth(1).unwrap().starts_with("    word"));
-        // A function name of the trace's with a newline and a tab stays on its line, escaped.
-        let s = indented("free the blocks from a.py:5 (f\n\tg)", "also: ", "  ");
-        assert_eq!(s, "also: free the blocks from a.py:5 (f\\n\\tg)");
-    }
-}
-
 /// A writer for a command's text output that keeps every line within [`WIDTH`] columns: a longer
 /// line is wrapped at spaces, its continuation lines indented to where its value starts (after
 /// the label that ends in a run of two spaces, as in `outcome         OOM at ...`), else two
@@ -233,5 +189,75 @@ impl std::io::Write for ScreenWriter<'_> {
 impl Drop for ScreenWriter<'_> {
     fn drop(&mut self) {
         let _ = std::io::Write::flush(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wraps_at_spaces_within_the_width() {
+        let text = "the request needs one contiguous block of 1.00 GiB and the largest free block is 4.00 MiB; \
+                    no segment is wholly free, so releasing the cache frees 0 B";
+        let l = lines(text, 40, false);
+        assert!(l.iter().all(|l| l.chars().count() <= 40), "{l:?}");
+        assert_eq!(l.join(" "), text);
+        assert_eq!(lines("a-very-long-word-without-spaces", 5, false), vec!["a-very-long-word-without-spaces"]);
+    }
+
+    #[test]
+    fn markdown_keeps_fenced_spans_whole_and_escaped_backticks_open_none() {
+        // A span fenced by two backticks holds a single one; an escaped backtick is text.
+        let l = lines("from ``u.py:4 (x` # INJECTED HEADING `y)`` and \\` # not code \\` here", 12, true);
+        assert!(l.iter().any(|l| l.contains("``u.py:4 (x` # INJECTED HEADING `y)``")), "{l:?}");
+        assert!(l.iter().all(|l| !l.starts_with('#')), "{l:?}");
+        assert_eq!(l.join(" "), "from ``u.py:4 (x` # INJECTED HEADING `y)`` and \\` # not code \\` here");
+    }
+
+    #[test]
+    fn markdown_keeps_code_spans_whole_and_never_starts_a_block() {
+        let l = lines("set `max_split_size_mb:128 and more` now", 12, true);
+        assert!(l.contains(&"`max_split_size_mb:128 and more`".to_string()), "{l:?}");
+        for risky in ["- x", "# x", "> x", "| x", "1. x", "12) x", "```x"] {
+            let l = lines(&format!("aaaa bbbb {risky}"), 9, true);
+            assert!(l.iter().skip(1).all(|l| !l.starts_with(&risky[..1])), "{risky}: {l:?}");
+        }
+    }
+
+    #[test]
+    fn indented_lines() {
+        let s = indented(&"word ".repeat(40), "  - ", "    ");
+        assert!(s.lines().all(|l| l.chars().count() <= WIDTH));
+        assert!(s.starts_with("  - word") && s.lines().nth(1).unwrap().starts_with("    word"));
+        // A function name of the trace's with a newline and a tab stays on its line, escaped.
+        let s = indented("free the blocks from a.py:5 (f\n\tg)", "also: ", "  ");
+        assert_eq!(s, "also: free the blocks from a.py:5 (f\\n\\tg)");
+    }
+
+    /// A long line wraps under its value's column, a figure keeps its unit, a word longer than
+    /// a line stands alone, and a line that fits is left as it is.
+    #[test]
+    fn screen_writer_wraps_under_the_value() {
+        use std::io::Write;
+        let mut out = Vec::new();
+        {
+            let mut w = ScreenWriter::new(&mut out);
+            let long = format!("outcome         {}", "a request of 12.50 MiB failed; ".repeat(5));
+            writeln!(w, "{long}").unwrap();
+            writeln!(w, "short line").unwrap();
+            write!(w, "  {}", "x".repeat(120)).unwrap();
+        }
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.iter().all(|l| l.chars().count() <= WIDTH || !l.trim().contains(' ')), "{text}");
+        assert!(lines[0].starts_with("outcome         a request"), "{text}");
+        assert!(lines[1].starts_with(&" ".repeat(16)) && !lines[1].starts_with(&" ".repeat(17)), "{text}");
+        assert!(lines.iter().all(|l| !l.trim_start().starts_with("MiB")), "a unit apart from its figure: {text}");
+        assert!(lines.contains(&"short line"), "{text}");
+        assert_eq!(*lines.last().unwrap(), format!("  {}", "x".repeat(120)));
+        let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        let expected = format!("outcome {}", "a request of 12.50 MiB failed; ".repeat(5));
+        assert!(words(&text).starts_with(words(&expected).as_str()), "{text}");
     }
 }
