@@ -107,6 +107,18 @@ pub struct Experiment {
     pub peak_reserved_bytes: u64,
 }
 
+impl Experiment {
+    /// What the replay with the change did, in the words every output uses.
+    pub fn outcome(&self) -> &'static str {
+        match (self.completes, self.reach) {
+            (false, _) => "still runs out of memory",
+            (true, Reach::GetsPastFailure) => "gets past the request that failed",
+            (true, Reach::ReachesDamage) => "serves every request read before the damage",
+            (true, _) => "completes",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ExplainReport {
     pub trace: String,
@@ -1193,7 +1205,7 @@ copy the kept ones into one tensor, e.g. torch.stack, before freeing the tempora
                     evidence: format!(
                         "replayed with that order the run {} at {cap_text} (peak reserved {}): freeing the \
 temporaries then frees whole segments, which the allocator gives back before failing{}",
-                        if whole { "completes" } else { "gets past the request that failed" },
+                        e.outcome(),
                         b(e.peak_reserved_bytes),
                         if whole { "" } else { "; whether the rest of the job fits is not in the trace" }
                     ),

@@ -327,17 +327,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         super::whatif::print_prediction(out, p, f.capacity_bytes)?;
     }
     for e in &r.experiments {
-        writeln!(
-            out,
-            "  experiment: {}: {} (peak reserved {})",
-            e.name,
-            match (e.completes, e.reach) {
-                (true, crate::replay::Reach::GetsPastFailure) => "gets past the request that failed",
-                (true, _) => "completes",
-                (false, _) => "still runs out of memory",
-            },
-            b(e.peak_reserved_bytes)
-        )?;
+        writeln!(out, "  experiment: {}: {} (peak reserved {})", e.name, e.outcome(), b(e.peak_reserved_bytes))?;
     }
     if let Some(e) = &r.empty_cache_calls {
         writeln!(out, "{}", crate::model::wrap::indented(&format!("pattern: {}", e.text()), "  ", "    "))?;
