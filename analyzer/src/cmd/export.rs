@@ -29,12 +29,11 @@ pub struct ExportCmdOptions {
 }
 
 pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    crate::model::output::refuse_input(&opts.output, &[&opts.trace])?;
     let kind = match opts.format {
         Format::MemoryViz => crate::model::output::Kind::Pickle,
         Format::Perfetto => crate::model::output::Kind::Json,
     };
-    crate::model::output::refuse_foreign(&opts.output, kind)?;
+    crate::model::output::check_output_file(&opts.output, &[&opts.trace], kind)?;
     // Any input every command takes: a trace, or a PyTorch snapshot imported in memory.
     let trace = crate::source::input::open_any(&opts.trace, None, opts.device)?;
     let bytes = |p: &PathBuf| file_bytes(p);

@@ -17,8 +17,7 @@ pub struct ImportCmdOptions {
 
 pub fn run(opts: &ImportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let started = std::time::Instant::now();
-    crate::model::output::refuse_input(&opts.output, &[&opts.snapshot])?;
-    crate::model::output::refuse_foreign(&opts.output, crate::model::output::Kind::Trace)?;
+    crate::model::output::check_output_file(&opts.output, &[&opts.snapshot], crate::model::output::Kind::Trace)?;
     let imported = import_file(&opts.snapshot, &opts.import)?;
     let pending = crate::model::output::Pending::new(&opts.output)?;
     let mut w = TraceWriter::create(pending.temp_path(), &imported.header)

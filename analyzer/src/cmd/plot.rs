@@ -21,8 +21,7 @@ pub struct PlotCmdOptions {
 
 pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let started = std::time::Instant::now();
-    crate::model::output::refuse_input(&opts.output, &[&opts.trace])?;
-    crate::model::output::refuse_foreign(&opts.output, crate::model::output::Kind::Svg)?;
+    crate::model::output::check_output_file(&opts.output, &[&opts.trace], crate::model::output::Kind::Svg)?;
     let trace = crate::source::input::open_any(&opts.trace, None, opts.device)?;
     let (svg, drawn) = plot(&trace, opts.kind, opts.at, opts.stacked, opts.x)?;
     crate::model::output::write_file(&opts.output, svg.as_bytes())?;

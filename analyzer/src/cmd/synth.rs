@@ -10,7 +10,7 @@ pub fn run(opts: &SynthOptions, json: bool, out: &mut dyn Write) -> Result<i32> 
     let started = std::time::Instant::now();
     // Written beside its path and renamed there: an interrupted run leaves no half trace, and a
     // file of another kind at the path is refused.
-    crate::model::output::refuse_foreign(&opts.output, crate::model::output::Kind::Trace)?;
+    crate::model::output::check_output_file(&opts.output, &[], crate::model::output::Kind::Trace)?;
     let pending = crate::model::output::Pending::new(&opts.output)?;
     let r = synth(&SynthOptions { output: pending.temp_path().to_path_buf(), ..opts.clone() })?;
     pending.commit()?;

@@ -516,8 +516,7 @@ pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Obser
                 capacity.map(|c| format!(" with capacity {c} bytes")).unwrap_or_default(),
                 s.torch
             ));
-            crate::model::output::refuse_input(out, &[path])?;
-            crate::model::output::refuse_foreign(out, crate::model::output::Kind::Trace)?;
+            crate::model::output::check_output_file(out, &[path], crate::model::output::Kind::Trace)?;
             let pending = crate::model::output::Pending::new(out)?;
             let mut writer = TraceWriter::create(pending.temp_path(), &h)
                 .with_context(|| format!("cannot write {}", out.display()))?;

@@ -8,7 +8,7 @@
 //! - Every file is written to a temporary file in its own folder and renamed into place: an
 //!   interrupted command leaves the old file or the new one, never half of one. The rename
 //!   replaces a symlink planted at the output path instead of writing through it.
-//! - A file output replaces only an empty file or one of its own kind ([`refuse_foreign`]): a
+//! - A file output replaces only an empty file or one of its own kind ([`check_output_file`]): a
 //!   trace, a picture or an export, never notes given as `-o` by mistake.
 //! - A report goes into an empty folder, a new one, or a previous report's; anything else needs
 //!   `--force`.
@@ -55,7 +55,7 @@ pub fn refuse_input(output: &Path, inputs: &[&Path]) -> Result<()> {
 }
 
 /// What an output file holds: an existing file at an output's path is replaced only where it
-/// holds that (a command's earlier output), never a file of another kind ([`refuse_foreign`]).
+/// holds that (a command's earlier output), never a file of another kind ([`check_output_file`]).
 #[derive(Clone, Copy, Debug)]
 pub enum Kind {
     Trace,
@@ -85,9 +85,16 @@ impl Kind {
     }
 }
 
+/// The checks before a command writes the file `output` of `kind`: it is none of the `inputs`
+/// ([`refuse_input`]), and a file already there is empty or of its kind.
+pub fn check_output_file(output: &Path, inputs: &[&Path], kind: Kind) -> Result<()> {
+    refuse_input(output, inputs)?;
+    refuse_foreign(output, kind)
+}
+
 /// Refuses to replace an existing file that is not of the output's kind (notes given as `-o`
 /// by mistake): a command replaces only what it could have written, or an empty file.
-pub fn refuse_foreign(output: &Path, kind: Kind) -> Result<()> {
+fn refuse_foreign(output: &Path, kind: Kind) -> Result<()> {
     let Ok(meta) = std::fs::metadata(output) else { return Ok(()) };
     if meta.is_dir() {
         bail!("{}: is a folder; give the path of a file", output.display());
