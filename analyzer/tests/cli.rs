@@ -731,6 +731,38 @@ fn every_command_reading_a_snapshot_takes_device() {
     assert_error(&run(&["dump", trace("gpt2_train.default").to_str().unwrap(), "--device", "1"]), "--device");
 }
 
+/// `plot` replays under the run's facts as `frag` does: the segment map at the OOM under a given
+/// limit, and at the peak under given settings, is taken at `frag`'s moment.
+#[test]
+fn plot_replays_under_the_given_limit_and_settings() {
+    let t = trace("gpt2_train.default");
+    let t = t.to_str().unwrap();
+    let svg = tmp("plot_facts.svg");
+    let svg = svg.to_str().unwrap();
+    let json = |args: &[&str]| -> serde_json::Value {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    // The whole trace completes under its own limit: there is no OOM to draw.
+    let o = run(&["plot", t, "--kind", "segments", "--at", "oom", "-o", svg]);
+    assert_ne!(o.status.code(), Some(0));
+    // At 5.5 GiB the replay runs out of memory; the map is drawn after that event.
+    let frag = json(&["frag", t, "--capacity", "5.5GiB", "--json"]);
+    let oom = frag["oom_event"].as_u64().expect("frag runs out of memory at 5.5 GiB");
+    let drawn = json(&["plot", t, "--kind", "segments", "--at", "oom", "--capacity", "5.5GiB", "-o", svg, "--json"]);
+    assert_eq!(drawn["events"].as_u64(), Some(oom + 1));
+    // Under another setting the peak moves, and the map follows it.
+    for conf in ["max_split_size_mb:64", "expandable_segments:True"] {
+        let frag = json(&["frag", t, "--at", "peak", "--conf", conf, "--json"]);
+        let drawn = json(&["plot", t, "--kind", "segments", "--conf", conf, "-o", svg, "--json"]);
+        assert_eq!(drawn["events"].as_u64(), frag["moment"]["event"].as_u64().map(|e| e + 1), "{conf}");
+    }
+    let default = json(&["plot", t, "--kind", "segments", "-o", svg, "--json"]);
+    let split = json(&["plot", t, "--kind", "segments", "--conf", "max_split_size_mb:64", "-o", svg, "--json"]);
+    assert_ne!(default["events"], split["events"], "the setting changes the peak on this trace");
+}
+
 /// Text fits a screen: on every shipped trace, the text of summary, replay, whatif, frag, leaks
 /// and explain keeps every line within 100 columns, but for a single word longer than that (a
 /// URL), which stands alone.

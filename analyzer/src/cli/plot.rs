@@ -24,15 +24,19 @@ requested bytes (no allocator needs less).\n\n\
 frag: two fragmentation measures over time: 1 - allocated / reserved (cached memory no tensor \
 uses) and 1 - largest free block / total free (how broken up the free memory is).\n\n\
 Long traces are folded into one column per pixel keeping each column's minimum and maximum, \
-so the true peak always shows.",
+so the true peak always shows.\n\n\
+Every picture replays the trace under the run's facts: the trace's own limit and settings, or \
+those given with --capacity, --conf and --torch-version (a snapshot stores neither limit nor \
+settings), as `replay`, `frag` and `report` take them.",
     after_help = "Examples:\n  alloctrace plot traces/gpt2_train.default.atrace --kind timeline -o gpt2.svg\n  \
 alloctrace plot traces/gpt2_train.default.atrace --kind timeline --stacked -o gpt2-sites.svg\n  \
-alloctrace plot traces/frag_oom.default.atrace --kind segments --at oom -o oom.svg"
+alloctrace plot traces/frag_oom.default.atrace --kind segments --at oom -o oom.svg\n  \
+alloctrace plot traces/gpt2_train.default.atrace --kind whatif --capacity 5.5GiB -o gpt2-5.5g.svg"
 )]
 pub struct Args {
     pub trace: PathBuf,
     #[command(flatten)]
-    pub device: super::args::Device,
+    pub run: super::args::RunArgs,
     #[arg(long, value_enum, default_value = "timeline")]
     pub kind: PlotKind,
     /// Where to write the SVG.
@@ -56,7 +60,7 @@ impl Args {
         cmd::plot::run(
             &cmd::plot::PlotCmdOptions {
                 trace: self.trace,
-                device: self.device.device,
+                facts: self.run.facts(),
                 kind: match self.kind {
                     PlotKind::Timeline => analyzer::render::plot::Kind::Timeline,
                     PlotKind::Segments => analyzer::render::plot::Kind::Segments,

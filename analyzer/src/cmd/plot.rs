@@ -9,8 +9,9 @@ use std::path::PathBuf;
 
 pub struct PlotCmdOptions {
     pub trace: PathBuf,
-    /// For a PyTorch snapshot: the device whose history to read.
-    pub device: usize,
+    /// What the user says about the run: the limit, the settings, the release, a snapshot's
+    /// device. Every picture replays under them.
+    pub facts: crate::source::input::RunFacts,
     pub kind: Kind,
     pub output: PathBuf,
     pub at: At,
@@ -22,7 +23,7 @@ pub struct PlotCmdOptions {
 pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let started = std::time::Instant::now();
     crate::model::output::check_output_file(&opts.output, &[&opts.trace], crate::model::output::Kind::Svg)?;
-    let trace = crate::source::input::open_any(&opts.trace, None, opts.device)?;
+    let trace = crate::source::input::open(&opts.trace, &opts.facts)?;
     let (svg, drawn) = plot(&trace, opts.kind, opts.at, opts.stacked, opts.x)?;
     crate::model::output::write_file(&opts.output, svg.as_bytes())?;
     if opts.json {
