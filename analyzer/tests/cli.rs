@@ -838,3 +838,29 @@ fn a_file_of_another_kind_at_an_output_path_is_left_alone() {
         }
     }
 }
+
+/// `diff`'s table keeps its columns: each figure ends under its column's heading, the replayed
+/// outcome ("oom at event 1012", wider than a byte figure) included.
+#[test]
+fn diff_columns_end_under_their_headings() {
+    let (a, b) = (trace("frag_oom.default"), trace("gpt2_train.default"));
+    let o = run(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let head =
+        lines.iter().position(|l| l.trim_start().starts_with("A ") && l.ends_with("B - A")).expect("the heading");
+    let ends: Vec<usize> = ["A", "B"].iter().map(|h| lines[head].find(&format!(" {h} ")).unwrap() + 2).collect();
+    let rows = &lines[head + 1..head + 9];
+    assert!(rows.iter().any(|l| l.starts_with("outcome (replayed)") && l.contains("oom at event 1012")), "{text}");
+    for row in rows {
+        for &end in &ends {
+            assert!(row.is_char_boundary(end) && row.len() >= end, "{row}");
+            let (left, right) = row.split_at(end);
+            assert!(
+                !left.ends_with(' ') && (right.is_empty() || right.starts_with(' ')),
+                "a figure does not end at column {end}: {row}\n{text}"
+            );
+        }
+    }
+}

@@ -28,23 +28,27 @@ pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
     let cap = |c: u64| if c > 0 { format!(", capacity {}", fmt_bytes(c)) } else { String::new() };
     writeln!(out, "A  {}  {}{}", terminal(&d.a.trace), conf(&d.a.alloc_conf), cap(d.a.capacity_bytes))?;
     writeln!(out, "B  {}  {}{}", terminal(&d.b.trace), conf(&d.b.alloc_conf), cap(d.b.capacity_bytes))?;
-    writeln!(out, "{:<28} {:>14} {:>14} {:>14}", "", "A", "B", "B - A")?;
+    let outcome = |s: &crate::analysis::diff::Side| match s.replayed_oom_event {
+        Some(e) => format!("oom at event {e}"),
+        None => s.replayed_outcome.to_string(),
+    };
+    let outcomes = (outcome(&d.a), outcome(&d.b));
+    // The columns are as wide as their widest figure (an OOM's event): 14, or up to 22 for an
+    // event of nine digits, so that a line stays within 100 columns.
+    let w = [14, outcomes.0.len(), outcomes.1.len()].into_iter().max().unwrap_or(14);
+    writeln!(out, "{:<28} {:>w$} {:>w$} {:>w$}", "", "A", "B", "B - A")?;
     let bytes = |out: &mut dyn Write, name: &str, a: u64, b: u64| {
-        writeln!(out, "{name:<28} {:>14} {:>14} {:>14}", fmt_bytes(a), fmt_bytes(b), fmt_delta(b as i64 - a as i64))
+        writeln!(out, "{name:<28} {:>w$} {:>w$} {:>w$}", fmt_bytes(a), fmt_bytes(b), fmt_delta(b as i64 - a as i64))
     };
     let count = |out: &mut dyn Write, name: &str, a: u64, b: u64| {
-        writeln!(out, "{name:<28} {a:>14} {b:>14} {:>+14}", b as i64 - a as i64)
+        writeln!(out, "{name:<28} {a:>w$} {b:>w$} {:>+w$}", b as i64 - a as i64)
     };
     bytes(out, "peak reserved (recorded)", d.a.recorded_peak_reserved_bytes, d.b.recorded_peak_reserved_bytes)?;
     bytes(out, "peak requested", d.a.peak_requested_bytes, d.b.peak_requested_bytes)?;
     bytes(out, "peak reserved (replayed)", d.a.replayed_peak_reserved_bytes, d.b.replayed_peak_reserved_bytes)?;
     bytes(out, "peak allocated (replayed)", d.a.replayed_peak_allocated_bytes, d.b.replayed_peak_allocated_bytes)?;
     count(out, "OOMs (recorded)", d.a.recorded_ooms, d.b.recorded_ooms)?;
-    let outcome = |s: &crate::analysis::diff::Side| match s.replayed_oom_event {
-        Some(e) => format!("oom at event {e}"),
-        None => s.replayed_outcome.to_string(),
-    };
-    writeln!(out, "{:<28} {:>14} {:>14}", "outcome (replayed)", outcome(&d.a), outcome(&d.b))?;
+    writeln!(out, "{:<28} {:>w$} {:>w$}", "outcome (replayed)", outcomes.0, outcomes.1)?;
     count(out, "events", d.a.events, d.b.events)?;
     count(out, "allocations", d.a.allocations, d.b.allocations)?;
     let changed: Vec<_> =
