@@ -864,3 +864,40 @@ fn diff_columns_end_under_their_headings() {
         }
     }
 }
+
+/// In `whatif` at a capacity, the peak column is the run under that capacity: no row, the
+/// no-caching row included, shows a peak above the capacity (a run that fails there shows its
+/// peak up to the failure, or none; its need is the min capacity).
+#[test]
+fn whatif_shows_no_peak_above_the_capacity_compared() {
+    let bytes = |s: &str| -> Option<f64> {
+        let (n, unit) = s.trim().split_once(' ')?;
+        let scale = match unit {
+            "B" => 1.0,
+            "KiB" => 1024.0,
+            "MiB" => 1024.0 * 1024.0,
+            "GiB" => 1024.0 * 1024.0 * 1024.0,
+            _ => return None,
+        };
+        Some(n.parse::<f64>().ok()? * scale)
+    };
+    for (name, cap, gib) in [("recorded_bert_infer_varlen", "1GiB", 1.0), ("gpt2_train.default", "5.5GiB", 5.5)] {
+        let t = trace(name);
+        let o = run(&["whatif", "--no-search", t.to_str().unwrap(), "--capacity", cap]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let text = String::from_utf8(o.stdout).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let head = lines.iter().position(|l| l.starts_with("policy")).expect("the table");
+        let end = lines[head].find("peak rsvd").unwrap() + "peak rsvd".len();
+        let rows: Vec<&str> = lines[head + 1..].iter().take_while(|l| !l.starts_with("what the")).copied().collect();
+        assert!(rows.iter().any(|r| r.starts_with("no caching")), "{text}");
+        for row in rows {
+            let cell = &row[end - 11..end];
+            if let Some(b) = bytes(cell) {
+                assert!(b <= gib * (1u64 << 30) as f64, "{name} at {cap}: {row}");
+            } else {
+                assert_eq!(cell.trim(), "-", "{row}");
+            }
+        }
+    }
+}

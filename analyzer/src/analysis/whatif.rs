@@ -481,7 +481,36 @@ fn whatif_inner<T: Send>(
     finish(trace, opts, (&list, &same_as), replays, table, bounds, runs)
 }
 
+/// The no-caching row at the capacity compared ([`Whatif::no_caching`]).
+pub struct NoCachingRow {
+    /// Its outcome, in the words of the table's reach.
+    pub outcome: &'static str,
+    /// Its peak reserved where it fits under the capacity; `None` where it does not (its need,
+    /// the peak with no limit, is its min capacity).
+    pub peak_reserved_bytes: Option<u64>,
+    pub min_capacity_bytes: u64,
+}
+
 impl Whatif {
+    /// The no-caching row, decided once for every output. Without caching, reserved memory is
+    /// the live blocks' rounded bytes, so the run fails at the capacity exactly where that peak
+    /// passes it. A run that fails is not replayed up to its failure: its peak there is not
+    /// shown, its need is (the min capacity).
+    pub fn no_caching(&self) -> NoCachingRow {
+        let b = &self.bounds;
+        let fits = self.capacity_bytes.is_none_or(|c| b.no_caching_peak_bytes <= c);
+        NoCachingRow {
+            outcome: match (fits, self.prediction.is_some()) {
+                (true, false) => "completes",
+                (true, true) => "gets past",
+                (false, false) => "oom",
+                (false, true) => "fails",
+            },
+            peak_reserved_bytes: fits.then_some(b.no_caching_peak_bytes),
+            min_capacity_bytes: b.no_caching_peak_bytes,
+        }
+    }
+
     /// The row whose replay row `k` is: itself, or the earlier row it is the same run as
     /// ([`PolicyRow::same_as`]).
     pub fn replayed_by(&self, k: usize) -> usize {

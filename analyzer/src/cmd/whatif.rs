@@ -59,22 +59,19 @@ whose replay completes is not said to fit (cannot tell); run the step for real a
         )?;
     }
     let b = &w.bounds;
+    let none = w.no_caching();
     writeln!(
         out,
-        "{:<32} {:>12} {:>12} {:>11} {:>6.1}% {:>9} {:>11}",
+        "{:<32} {:>12} {:>12} {:>11} {:>7} {:>9} {:>11}",
         "no caching (see the last line)",
-        match (w.capacity_bytes.is_none_or(|c| b.no_caching_peak_bytes <= c), w.prediction.is_some()) {
-            (true, false) => "completes",
-            (true, true) => "gets past",
-            (false, false) => "oom",
-            (false, true) => "fails",
-        },
+        none.outcome,
         "-",
-        fmt_bytes(b.no_caching_peak_bytes),
-        0.0,
+        none.peak_reserved_bytes.map(fmt_bytes).unwrap_or_else(|| "-".into()),
+        none.peak_reserved_bytes.map(|_| "0.0%").unwrap_or("-"),
         b.no_caching_device_calls,
-        fmt_bytes(b.no_caching_peak_bytes)
+        fmt_bytes(none.min_capacity_bytes)
     )?;
+
     let failed = if b.includes_failed_request { "  (with the request that failed)" } else { "" };
     writeln!(out, "what the requests themselves need:")?;
     writeln!(

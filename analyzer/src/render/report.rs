@@ -1201,19 +1201,14 @@ impl Report {
             })
             .collect();
         let b = &w.bounds;
+        let none = w.no_caching();
         rows.push(vec![
             "no caching (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`)".into(),
-            match (w.capacity_bytes.is_none_or(|c| b.no_caching_peak_bytes <= c), prefix) {
-                (true, false) => "completes",
-                (true, true) => "gets past",
-                (false, false) => "oom",
-                (false, true) => "fails",
-            }
-            .into(),
-            fmt_bytes(b.no_caching_peak_bytes),
-            pct(0.0),
+            none.outcome.into(),
+            none.peak_reserved_bytes.map(fmt_bytes).unwrap_or_else(|| "-".into()),
+            none.peak_reserved_bytes.map(|_| pct(0.0)).unwrap_or_else(|| "-".into()),
             b.no_caching_device_calls.to_string(),
-            fmt_bytes(b.no_caching_peak_bytes),
+            fmt_bytes(none.min_capacity_bytes),
         ]);
         d.push(Block::Table(
             ["policy", "outcome", "peak reserved", "fragmentation", "device calls", "min capacity"]
