@@ -59,6 +59,15 @@ pub struct Placement {
     gaps: MaxTree,
 }
 
+/// Address ranges a predicted segment keeps off ([`Placement::predict_clear`]).
+pub trait KeepOff {
+    /// The lowest start of a range that overlaps `[from, to)`, if one does.
+    fn lowest_overlapping(&self, from: u64, to: u64) -> Option<u64>;
+    /// The highest end of the ranges that start below `to` (0 if none): `[from, to)` overlaps
+    /// one exactly when this lies above `from`.
+    fn max_end_before(&self, to: u64) -> u64;
+}
+
 impl Placement {
     /// Where a segment of `bytes` goes; `None` when the address space below runs out.
     /// `first_top` is the top when nothing was ever placed.
@@ -82,40 +91,39 @@ impl Placement {
     /// Where a segment of `bytes` goes when it must keep off some address ranges as well as
     /// the live segments: the first candidate in the order of [`predict`](Self::predict) (free
     /// runs lowest first, then free stretches highest first, then below the lowest range) that
-    /// `clash` passes. `clash(from, to)` gives a range to keep off that overlaps `[from, to)`,
-    /// if one does; the segment then moves past it (up in a free run, down in a stretch) and is
-    /// tried again. `None` when no candidate passed within `tries` calls of `clash`, or the
-    /// address space ran out: the caller falls back to [`predict`](Self::predict).
-    pub fn predict_clear(
-        &self,
-        bytes: u64,
-        first_top: u64,
-        tries: usize,
-        mut clash: impl FnMut(u64, u64) -> Option<(u64, u64)>,
-    ) -> Option<u64> {
-        let mut left = tries;
-        let mut ask = |p: u64| -> Option<Option<(u64, u64)>> {
-            left = left.checked_sub(1)?;
-            Some(clash(p, p.checked_add(bytes)?))
+    /// clears the ranges of `keep`. A candidate that overlaps one moves past it (up in a free
+    /// run, past the highest end of those starting below its end; down in a stretch, below the
+    /// lowest start of those it overlaps) and is tried again. `None` when no candidate cleared
+    /// them within `tries` tries, or the address space ran out: the caller falls back to
+    /// [`predict`](Self::predict).
+    pub fn predict_clear(&self, bytes: u64, first_top: u64, tries: usize, keep: &impl KeepOff) -> Option<u64> {
+        let left = std::cell::Cell::new(tries);
+        let ask = || -> Option<()> {
+            left.set(left.get().checked_sub(1)?);
+            Some(())
         };
         let mut hole = self.holes.leftmost_at_least(bytes);
         while let Some((start, usable)) = hole {
             let end = start.checked_next_multiple_of(ALIGN)? + usable;
             let mut p = start.checked_next_multiple_of(ALIGN)?;
-            while p.checked_add(bytes).is_some_and(|q| q <= end) {
-                match ask(p)? {
-                    None => return Some(p),
-                    Some((_, e)) => p = e.max(p + 1).checked_next_multiple_of(ALIGN)?,
+            while let Some(q) = p.checked_add(bytes).filter(|&q| q <= end) {
+                ask()?;
+                // `[p, q)` overlaps a range exactly when one starting below `q` ends past `p`.
+                let e = keep.max_end_before(q);
+                if e <= p {
+                    return Some(p);
                 }
+                p = e.max(p + 1).checked_next_multiple_of(ALIGN)?;
             }
             hole = self.holes.leftmost_at_least_after(start, bytes);
         }
         let range = bytes.checked_next_multiple_of(RANGE_BYTES)?;
         // A range opened with its segment at `p` that clashes moves down until its segment ends
         // below the clash, and no further than `floor`.
-        let mut down = |mut p: u64, floor: u64| -> Option<Option<u64>> {
+        let down = |mut p: u64, floor: u64| -> Option<Option<u64>> {
             loop {
-                let Some((s, _)) = ask(p)? else { return Some(Some(p)) };
+                ask()?;
+                let Some(s) = keep.lowest_overlapping(p, p.checked_add(bytes)?) else { return Some(Some(p)) };
                 match align_down(s).checked_sub(bytes).map(align_down).filter(|&q| q >= floor && q < p) {
                     Some(q) => p = q,
                     None => return Some(None),

@@ -92,7 +92,15 @@ impl HintRanges {
     /// Whether a range overlaps `[from, to)`: if so, the lowest start of one that does, and the
     /// highest end of those that start below `to` (past `from`): `[from, to)` clears them all
     /// once below the one or above the other.
+    #[cfg(test)]
     fn clash(&self, from: u64, to: u64) -> Option<(u64, u64)> {
+        use super::placement::KeepOff;
+        self.lowest_overlapping(from, to).map(|lowest| (lowest, self.max_end_before(to)))
+    }
+}
+
+impl super::placement::KeepOff for HintRanges {
+    fn lowest_overlapping(&self, from: u64, to: u64) -> Option<u64> {
         // The lowest-starting range that ends past `from`: down the left side while it holds one.
         if self.tree.get(1).is_none_or(|&m| m <= from) {
             return None;
@@ -102,10 +110,9 @@ impl HintRanges {
             node = if self.tree[2 * node] > from { 2 * node } else { 2 * node + 1 };
         }
         let lowest = self.starts[node - self.width];
-        (lowest < to).then(|| (lowest, self.max_end_before(to)))
+        (lowest < to).then_some(lowest)
     }
 
-    /// The highest end of the ranges that start below `to`.
     fn max_end_before(&self, to: u64) -> u64 {
         // Leaves `[0, n)` start below `to`: the maximum over that prefix, bottom up.
         let n = self.starts.partition_point(|&s| s < to);
@@ -278,9 +285,7 @@ impl Device for SimDevice {
                 // went there, and the replay's will ask for them.
                 let kept_off = &self.kept_off;
                 let clear = (!self.segment_hints.is_empty())
-                    .then(|| {
-                        self.placement.predict_clear(bytes, SEGMENT_BASE, KEEP_OFF_TRIES, |f, t| kept_off.clash(f, t))
-                    })
+                    .then(|| self.placement.predict_clear(bytes, SEGMENT_BASE, KEEP_OFF_TRIES, kept_off))
                     .flatten();
                 let predicted = clear.or_else(|| self.placement.predict(bytes, SEGMENT_BASE));
                 debug_assert!(
