@@ -271,10 +271,20 @@ above the limit compared ({cap} bytes), where the replay runs out of memory",
                     format!("give the process {} (the whole job needs that; no setting fits it at {cap_text})", b(rec))
                 }
             },
-            evidence: format!(
-                "the smallest capacity at which the replay of the whole job completes: {} under the recorded settings",
-                b(rec)
-            ),
+            evidence: match setting {
+                Some((m, r)) => format!(
+                    "the smallest capacity at which the replay of the whole job completes: {} with {}, {} under the \
+recorded settings",
+                    b(m),
+                    env_setting(&r.alloc_conf),
+                    b(rec)
+                ),
+                None => format!(
+                    "the smallest capacity at which the replay of the whole job completes: {} under the recorded \
+settings",
+                    b(rec)
+                ),
+            },
             proven: true,
         });
     }

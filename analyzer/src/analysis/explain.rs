@@ -594,7 +594,7 @@ pub fn explain_prelude(
         Some(g) => g,
         None => leaks::growth_only(trace)?.0,
     };
-    let mut verdict = verdict(is_oom, &figures, growth.as_ref(), &lm);
+    let mut verdict = verdict(is_oom, &figures, growth.as_ref(), &lm, &trace.header.config);
     if !is_oom && trace.predicted_lower_bound() {
         // Completing is not fitting when the prediction leaves memory out.
         verdict.reason = format!(
@@ -630,7 +630,7 @@ memory its note names), so this does not say the step fits; {}",
                         headroom_bytes: Some(from.saturating_sub(figures.reserved_bytes)),
                         ..figures.clone()
                     };
-                    verdict = self::verdict(true, &g, growth.as_ref(), &lm);
+                    verdict = self::verdict(true, &g, growth.as_ref(), &lm, &trace.header.config);
                     from
                 }
                 _ => capacity.unwrap_or(0),
@@ -810,7 +810,13 @@ fn growth_share(g: &Growth, allocated: u64) -> f64 {
     }
 }
 
-fn verdict(is_oom: bool, f: &Figures, growth: Option<&Growth>, lm: &LayoutMeasures) -> Verdict {
+fn verdict(
+    is_oom: bool,
+    f: &Figures,
+    growth: Option<&Growth>,
+    lm: &LayoutMeasures,
+    config: &recorder::engine::config::AllocatorConfig,
+) -> Verdict {
     let b = fmt_bytes;
     if !is_oom {
         let mut reason = format!(
@@ -861,16 +867,32 @@ iteration over {} iterations ({:.0}% of what is live), mostly from {}",
                 };
             }
         }
-        return Verdict {
-            kind: VerdictKind::TrueExhaustion,
-            reason: format!(
+        // Live blocks rounded by powers of two hold more than the program asked for: where what
+        // it asked for, plus the request, is within the limit, another rounding may serve it.
+        let asked = f.live_requested_bytes.saturating_add(f.requested_bytes);
+        let reason = if !config.rounds_plainly_up_to(u64::MAX) && asked <= limit {
+            format!(
+                "live bytes ({}) plus the request ({}) = {} exceed the limit ({}); the program asked for {} of \
+those live bytes, which with the request come to {}, within the limit: the rounding of roundup_power2_divisions \
+adds {}",
+                b(f.allocated_bytes),
+                b(f.requested_bytes),
+                b(needed),
+                b(limit),
+                b(f.live_requested_bytes),
+                b(asked),
+                b(f.allocated_bytes.saturating_sub(f.live_requested_bytes))
+            )
+        } else {
+            format!(
                 "live bytes ({}) plus the request ({}) = {} exceed the limit ({}): no allocator could serve it",
                 b(f.allocated_bytes),
                 b(f.requested_bytes),
                 b(needed),
                 b(limit)
-            ),
+            )
         };
+        return Verdict { kind: VerdictKind::TrueExhaustion, reason };
     }
     // The request fits under the limit in bytes, but the cause that explains the most bytes is
     // the growth: a job whose live bytes grow every iteration is a leak even where its last
@@ -967,7 +989,7 @@ pub fn verdict_by_limit(
             headroom_bytes: Some(limit.saturating_sub(f.reserved_bytes)),
             ..f.clone()
         };
-        verdict(true, &g, growth, lm).kind
+        verdict(true, &g, growth, lm, config).kind
     };
     let needed = f.allocated_bytes.saturating_add(f.requested_bytes);
     let cache = f.reserved_bytes.saturating_sub(f.releasable_bytes).saturating_add(f.alloc_bytes);

@@ -18,7 +18,7 @@ use crate::replay::{EngineView, ReplayOptions, ReplayResult};
 use anyhow::Result;
 use rayon::prelude::*;
 use recorder::engine::config::AllocatorConfig;
-use recorder::engine::round_size;
+use recorder::engine::{round_plain, round_size};
 use recorder::trace::{Event, Pool, Record};
 use serde::Serialize;
 
@@ -110,7 +110,8 @@ pub struct Bounds {
     /// The trace ends in a failed request, and the peak and the plan count it (the program
     /// needs it to go on).
     pub includes_failed_request: bool,
-    /// Peak with every request a `cudaMalloc` of its rounded size (no caching at all).
+    /// Peak with every request a `cudaMalloc` of its own size, to 512 bytes (no caching at all:
+    /// PyTorch's `uncached_allocate` ignores the settings' rounding).
     pub no_caching_peak_bytes: u64,
     pub no_caching_device_calls: u64,
     /// An offline plan that knows every lifetime in advance (greedy by size, Pisarchyk & Lee
@@ -178,6 +179,12 @@ pub fn policies(recorded: &AllocatorConfig, with_capacity: bool) -> Vec<(Policy,
     }
     for d in [4u32, 8] {
         push(&format!("roundup_power2_divisions:{d}"), &|c| c.roundup_power2_divisions = [d; 16]);
+    }
+    // Settings that round requests by powers of two are also tried without it: one division
+    // (PyTorch takes only powers of two, and rounds a request with one division as with none,
+    // to 512 bytes), the default's rounding.
+    if !recorded.rounds_plainly_up_to(u64::MAX) {
+        push("roundup_power2_divisions:1", &|c| c.roundup_power2_divisions = [1; 16]);
     }
     if with_capacity {
         push("garbage_collection_threshold:0.6", &|c| c.garbage_collection_threshold = Some(0.6));
@@ -695,7 +702,7 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
             Event::FreeCompleted { id, .. } => {
                 if let Some((req, stream, held)) = req_of.remove(id) {
                     live_req = live_req.saturating_sub(req);
-                    live_rounded = live_rounded.saturating_sub(round_size(config, req));
+                    live_rounded = live_rounded.saturating_sub(round_plain(req));
                     if held {
                         floor.free(stream, req);
                     }
@@ -712,7 +719,9 @@ pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
             allocs += 1;
             // Saturating: a hostile request near 2^64 must not wrap the sums.
             live_req = live_req.saturating_add(requested_bytes);
-            live_rounded = live_rounded.saturating_add(rounded);
+            // Without caching, PyTorch hands each request to cudaMalloc as asked
+            // (`uncached_allocate(size)`): no setting's rounding, only the device's 512 bytes.
+            live_rounded = live_rounded.saturating_add(round_plain(requested_bytes));
             peak_req = peak_req.max(live_req);
             peak_rounded = peak_rounded.max(live_rounded);
             if let Some(stream) = stream {
