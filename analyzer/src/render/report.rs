@@ -865,12 +865,20 @@ pub fn findings(
                     .map(|row| code(&row.alloc_conf))
                     .collect()
             };
-            let (whole, past) = (with(Reach::Completes), with(Reach::GetsPastFailure));
+            let (mut whole, mut past) = (with(Reach::Completes), with(Reach::GetsPastFailure));
+            // The no-caching row of the same table, as it decides it.
+            let none = w.no_caching();
+            let uncached = "no caching (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`, a device call per request)".to_string();
+            match none.outcome {
+                "completes" => whole.push(uncached),
+                "gets past" => past.push(uncached),
+                _ => {}
+            }
             let remedy = if why.is_empty() {
                 String::new()
             } else if whole.is_empty() && past.is_empty() {
-                " None of the settings tried gets past the request that failed under this limit: the program must \
-                 hold less at this moment, or get more memory."
+                " None of the settings tried gets past the request that failed under this limit: what would is a \
+                 change to the program (what it holds, or the order it allocates in: see the advice), or more memory."
                     .to_string()
             } else {
                 let mut s = String::new();

@@ -254,8 +254,8 @@ pub struct ReplayResult {
     pub failure_may_be_caught: Option<MayBeCaught>,
     /// False when the input was damaged: the replay covers what came before the damage.
     pub complete: bool,
-    /// The input trace was damaged; the replay covers what came before the damage.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The input trace was damaged; the replay covers what came before the damage (`null` in
+    /// JSON where it was not, as in every output).
     pub input_damage: Option<Damage>,
     /// Scratch buffers whose request failed and that the replay went on without
     /// ([`ReplayOptions::past_caught_scratch`]); 0 otherwise.
