@@ -129,11 +129,14 @@ impl Pending {
             _ => Path::new("."),
         };
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let temp = tempfile::Builder::new()
-            .prefix(&format!(".{name}."))
-            .suffix(".partial")
-            .tempfile_in(dir)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        let prefix = format!(".{name}.");
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(&prefix).suffix(".partial");
+        // A temporary file is private (0600); the output is a file like any other, readable as
+        // the user's umask allows (0666 less the umask, as `File::create` makes it).
+        #[cfg(unix)]
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+        let temp = builder.tempfile_in(dir).with_context(|| format!("cannot write {}", path.display()))?;
         Ok(Pending { temp, path: path.to_path_buf() })
     }
 
