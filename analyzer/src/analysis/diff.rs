@@ -18,7 +18,9 @@ use std::collections::BTreeMap;
 pub struct Side {
     pub trace: String,
     pub alloc_conf: String,
-    pub capacity_bytes: u64,
+    /// The limit the replay ran under (`None`: none), and where it came from.
+    pub capacity_bytes: Option<u64>,
+    pub capacity_source: crate::model::CapacitySource,
     pub events: u64,
     pub allocations: u64,
     /// OOM events in the trace.
@@ -107,7 +109,8 @@ fn side(trace: &Trace) -> Result<(SiteFigures, Side)> {
     let side = Side {
         trace: trace.name(),
         alloc_conf: trace.header.alloc_conf.clone(),
-        capacity_bytes: trace.stated_capacity().unwrap_or(0),
+        capacity_bytes: r.capacity_bytes,
+        capacity_source: r.capacity_source,
         events: s.events,
         allocations: s.count("alloc"),
         recorded_ooms: s.num_ooms,

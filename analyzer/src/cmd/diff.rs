@@ -25,9 +25,13 @@ pub const SHOWN_CALLSITES: usize = 15;
 pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
     // Strings of the traces' (settings, call sites) stay on their line.
     let conf = |c: &str| if c.is_empty() { "(defaults)".to_string() } else { terminal(c).into_owned() };
-    let cap = |c: u64| if c > 0 { format!(", capacity {}", fmt_bytes(c)) } else { String::new() };
-    writeln!(out, "A  {}  {}{}", terminal(&d.a.trace), conf(&d.a.alloc_conf), cap(d.a.capacity_bytes))?;
-    writeln!(out, "B  {}  {}{}", terminal(&d.b.trace), conf(&d.b.alloc_conf), cap(d.b.capacity_bytes))?;
+    let cap = |s: &crate::analysis::diff::Side| {
+        s.capacity_bytes
+            .map(|c| format!(", capacity {} ({})", fmt_bytes(c), s.capacity_source.text()))
+            .unwrap_or_default()
+    };
+    writeln!(out, "A  {}  {}{}", terminal(&d.a.trace), conf(&d.a.alloc_conf), cap(&d.a))?;
+    writeln!(out, "B  {}  {}{}", terminal(&d.b.trace), conf(&d.b.alloc_conf), cap(&d.b))?;
     let outcome = |s: &crate::analysis::diff::Side| match s.replayed_oom_event {
         Some(e) => format!("oom at event {e}"),
         None => s.replayed_outcome.to_string(),

@@ -62,8 +62,9 @@ pub fn open(path: &Path, facts: &RunFacts) -> Result<Trace> {
                 ..Default::default()
             },
         )?;
+        // Named by file: a command reading several (diff, ranks) says which one.
         for w in &imported.report.warnings {
-            crate::model::escape::warn(w);
+            crate::model::escape::warn(format!("{}: {w}", path.display()));
         }
         Trace::from_records(path, imported.header, imported.records)
     } else {
