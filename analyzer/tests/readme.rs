@@ -68,3 +68,51 @@ fn run_shell_blocks(root: &Path, file: &Path, tmp: &Path) -> usize {
     }
     ran
 }
+
+/// Where the README shows what a command prints (a `text` block right after an `sh` block of one
+/// command), the command prints those lines today.
+#[test]
+fn readme_outputs_are_current() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let text = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let blocks: Vec<(String, Vec<&str>)> = {
+        let mut out = Vec::new();
+        let mut lines = text.lines().peekable();
+        while let Some(line) = lines.next() {
+            if let Some(kind) = line.strip_prefix("```").filter(|k| !k.is_empty()) {
+                let body: Vec<&str> = lines.by_ref().take_while(|l| !l.starts_with("```")).collect();
+                out.push((kind.to_string(), body));
+                // What lies between two blocks breaks the pair unless it is blank.
+                if lines.peek().is_some_and(|l| !l.trim().is_empty() && !l.starts_with("```")) {
+                    out.push(("prose".into(), Vec::new()));
+                }
+            }
+        }
+        out
+    };
+    let mut checked = 0;
+    for pair in blocks.windows(2) {
+        let [(sh, cmd), (shown, lines)] = pair else { continue };
+        if sh != "sh" || shown != "text" || cmd.len() != 1 {
+            continue;
+        }
+        let Some(args) = cmd[0].trim().strip_prefix("alloctrace ") else { continue };
+        let o = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+            .args(args.split_whitespace())
+            .current_dir(&root)
+            .output()
+            .unwrap();
+        let printed = String::from_utf8_lossy(&o.stdout);
+        let printed: Vec<&str> = printed.lines().map(str::trim_end).collect();
+        for l in lines.iter().filter(|l| !l.trim().is_empty()) {
+            assert!(
+                printed.contains(&l.trim_end()),
+                "README shows {l:?} for `{}`; it prints:\n{}",
+                cmd[0],
+                printed.join("\n")
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 1, "no command output shown in the README was found");
+}
