@@ -594,6 +594,9 @@ pub fn explain_prelude(
         Some(g) => g,
         None => leaks::growth_only(trace)?.0,
     };
+    // At an OOM, the growth that led to it: the iterations before the failure, not those the
+    // trace holds after it (a whole trace replayed under a smaller limit fails part way).
+    let growth = if is_oom { growth.and_then(|g| g.before(figures.event)) } else { growth };
     let mut verdict = verdict(is_oom, &figures, growth.as_ref(), &lm, &trace.header.config);
     if !is_oom && trace.predicted_lower_bound() {
         // Completing is not fitting when the prediction leaves memory out.

@@ -82,7 +82,7 @@ pub struct Growth {
     pub boundaries: Vec<u64>,
     /// Live requested bytes at each boundary.
     pub live_bytes: Vec<u64>,
-    /// Median change of live bytes from one iteration to the next.
+    /// What live bytes grow by from one iteration to the next ([`growth_step`]).
     #[serde(serialize_with = "crate::model::units::whole_bytes")]
     pub per_iteration_bytes: f64,
     /// Sites whose live bytes grew, largest growth first.
@@ -90,6 +90,25 @@ pub struct Growth {
     /// Live bytes added in the first iteration beyond the steady median: one-time state (the
     /// optimizer's state made on its first step, lazily built caches), not a leak.
     pub one_time_bytes: u64,
+}
+
+impl Growth {
+    /// The growth up to `event` (a failure part way through the trace): the samples at or before
+    /// it, and the growth per iteration over them; `None` where fewer than three remain. The
+    /// sites keep their figures over the whole trace.
+    pub fn before(self, event: u64) -> Option<Growth> {
+        let n = self.boundaries.partition_point(|&b| b <= event);
+        if n == self.boundaries.len() {
+            return Some(self);
+        }
+        if n < 3 {
+            return None;
+        }
+        let live_bytes = self.live_bytes[..n].to_vec();
+        let live: Vec<i64> = live_bytes.iter().map(|&b| b as i64).collect();
+        let per_iteration_bytes = growth_step(growth_window(&live));
+        Some(Growth { boundaries: self.boundaries[..n].to_vec(), live_bytes, per_iteration_bytes, ..self })
+    }
 }
 
 /// A live block and the segment it keeps.
@@ -394,10 +413,10 @@ fn growth(trace: &Trace, p: &Pass1, source: String, bounds: Vec<u64>) -> Result<
             // least MIN_GROWTH_INTERVALS of them, and persist: the net change over the window at
             // least half of what the median step adds (live bytes that only oscillate, as with a
             // batch size that varies, have a positive median step but no net growth).
-            let window = if bytes.len() > MIN_GROWTH_INTERVALS + 1 { &bytes[1..] } else { &bytes[..] };
+            let window = growth_window(&bytes);
             let intervals = window.len().saturating_sub(1);
             let rising = window.windows(2).filter(|w| w[1] > w[0]).count();
-            let per_iteration_bytes = median_step(window);
+            let per_iteration_bytes = growth_step(window);
             let net = window.last().copied().unwrap_or(0) - window.first().copied().unwrap_or(0);
             let persists = 2.0 * net as f64 >= per_iteration_bytes * intervals as f64;
             (per_iteration_bytes > 0.0 && intervals >= MIN_GROWTH_INTERVALS && 2 * rising > intervals && persists).then(
@@ -414,7 +433,8 @@ fn growth(trace: &Trace, p: &Pass1, source: String, bounds: Vec<u64>) -> Result<
     sites.sort_by(|a, b| b.per_iteration_bytes.total_cmp(&a.per_iteration_bytes).then(a.site.cmp(&b.site)));
     let live_bytes: Vec<u64> =
         samples.iter().map(|v| v.iter().fold(0u64, |a, x| a.saturating_add(x.1.max(0) as u64))).collect();
-    let per_iteration_bytes = median_step(&live_bytes.iter().map(|&b| b as i64).collect::<Vec<_>>());
+    let live: Vec<i64> = live_bytes.iter().map(|&b| b as i64).collect();
+    let per_iteration_bytes = growth_step(growth_window(&live));
     let one_time_bytes = match live_bytes.as_slice() {
         [a, b, _, ..] if (*b as f64 - *a as f64) > 2.0 * per_iteration_bytes.max(0.0) => {
             (b - a).saturating_sub(per_iteration_bytes.max(0.0) as u64)
@@ -422,6 +442,41 @@ fn growth(trace: &Trace, p: &Pass1, source: String, bounds: Vec<u64>) -> Result<
         _ => 0,
     };
     Ok(Growth { source, boundaries: bounds, live_bytes, per_iteration_bytes, sites, one_time_bytes })
+}
+
+/// The samples growth is measured over: without the first step where there are enough (one-time
+/// state: an optimizer's first step, a lazily built cache).
+fn growth_window(v: &[i64]) -> &[i64] {
+    if v.len() > MIN_GROWTH_INTERVALS + 1 {
+        &v[1..]
+    } else {
+        v
+    }
+}
+
+/// What live bytes grow by per iteration over `window`: the median step, so that a jump now and
+/// then does not count as growth, but, where it is growth, no more than the trend (the
+/// least-squares slope). Live
+/// bytes that rise by a large step most iterations and drop every few (a sawtooth: a site that
+/// frees what it kept every eighth iteration) grow by the trend, about 8 MiB an iteration, not by
+/// the 56 MiB rise; the slope, unlike the change from first to last, does not swing with where in
+/// its cycle the window ends.
+pub fn growth_step(window: &[i64]) -> f64 {
+    let median = median_step(window);
+    let n = window.len();
+    // Only growth is capped: live bytes that do not grow keep their median step.
+    if n < 2 || median <= 0.0 {
+        return median;
+    }
+    let mid = (n - 1) as f64 / 2.0;
+    let mean = window.iter().map(|&y| y as f64).sum::<f64>() / n as f64;
+    let (mut cov, mut var) = (0.0, 0.0);
+    for (i, &y) in window.iter().enumerate() {
+        let dx = i as f64 - mid;
+        cov += dx * (y as f64 - mean);
+        var += dx * dx;
+    }
+    median.min(cov / var)
 }
 
 /// The median change from one sample to the next: a warm-up iteration (optimizer state made
@@ -811,6 +866,21 @@ mod tests {
         stray.insert(13, 99);
         stray.insert(29, 99);
         assert_eq!(outer_loop(&stray, 4), None);
+    }
+
+    #[test]
+    fn growth_step_is_the_trend_of_a_sawtooth() {
+        // +56 seven times, then -328: 64 every 8 steps, 8 a step, though the median step is 56.
+        // The trend stays near 8 wherever the window ends in the cycle.
+        for n in [20, 25, 30, 33] {
+            let saw: Vec<i64> = (0..n).map(|k| 56 * (k % 8) + 64 * (k / 8)).collect();
+            assert_eq!(median_step(&saw), 56.0);
+            let g = growth_step(&saw);
+            assert!((8.0..=12.0).contains(&g), "{n} samples: {g}");
+        }
+        // A steady leak and a warm-up jump are as the median has them.
+        assert_eq!(growth_step(&[0, 12, 24, 36]), 12.0);
+        assert_eq!(growth_step(&[0, 100, 100, 100]), 0.0);
     }
 
     #[test]
