@@ -65,15 +65,16 @@ pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
         writeln!(out, "call sites, largest changes first (bytes live at each trace's peak of requested bytes):")?;
         writeln!(out, "{:>14} {:>12} {:>12} {:>9}  call site", "delta at peak", "A at peak", "B at peak", "d allocs")?;
         for c in changed.iter().take(SHOWN_CALLSITES) {
-            writeln!(
-                out,
-                "{:>14} {:>12} {:>12} {:>+9}  {}",
+            // A long call site wraps under its column.
+            let lead = format!(
+                "{:>14} {:>12} {:>12} {:>+9}  ",
                 fmt_delta(c.delta_bytes_at_peak),
                 fmt_bytes(c.a_bytes_at_peak),
                 fmt_bytes(c.b_bytes_at_peak),
-                c.delta_allocations,
-                terminal(&c.callsite)
-            )?;
+                c.delta_allocations
+            );
+            let under = " ".repeat(lead.chars().count());
+            writeln!(out, "{}", crate::model::wrap::indented(&c.callsite, &lead, &under))?;
         }
         if changed.len() > SHOWN_CALLSITES {
             writeln!(out, "... {} more (see --json)", changed.len() - SHOWN_CALLSITES)?;

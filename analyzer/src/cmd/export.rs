@@ -43,6 +43,8 @@ pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
             if opts.json {
                 write_json(out, &Written::of(&opts.output, &s))?;
             } else {
+                // Lines that fit a screen, continued two spaces in.
+                let out = &mut crate::model::wrap::ScreenWriter::new(out);
                 writeln!(
                     out,
                     "wrote {} ({}): a PyTorch memory snapshot of {} trace entries, {} segments and {} live blocks at the end",
@@ -54,7 +56,7 @@ pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
                 )?;
                 writeln!(
                     out,
-                    "open it at https://pytorch.org/memory_viz, or: python -m torch.cuda._memory_viz trace_plot {} -o plot.html",
+                    "open it at https://pytorch.org/memory_viz, or run (one line):\n  python -m torch.cuda._memory_viz trace_plot {} -o plot.html",
                     opts.output.display()
                 )?;
             }
@@ -67,6 +69,7 @@ pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
             if opts.json {
                 write_json(out, &Written::of(&opts.output, &s))?;
             } else {
+                let out = &mut crate::model::wrap::ScreenWriter::new(out);
                 writeln!(
                     out,
                     "wrote {} ({}): {} counter samples of {} events ({} stream{}), {} instant events, {} iteration slices; peak reserved {}",

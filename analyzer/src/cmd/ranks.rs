@@ -37,28 +37,25 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
             "not aligned (no iterations found in every trace)"
         };
         writeln!(out, "ranks        {} traces, timelines {aligned}", rep.ranks.len())?;
+        // The traces first, then the figures: a table of names and figures side by side would
+        // not fit a screen.
+        for r in &rep.ranks {
+            writeln!(
+                out,
+                "{}",
+                crate::model::wrap::indented(&r.trace, &format!("  rank {:<6}", r.rank), "             ")
+            )?;
+        }
         writeln!(
             out,
-            "{:>4}  {:<28} {:>11} {:>8} {:>12} {:>11} {:>8} {:>12} {:>5} {:>9} {:>12} {:>10}",
-            "rank",
-            "trace",
-            "peak rsvd",
-            "event",
-            "at",
-            "peak alloc",
-            "event",
-            "at",
-            "OOMs",
-            "frag@peak",
-            "device calls",
-            "iterations"
+            "{:>4} {:>11} {:>7} {:>9} {:>11} {:>7} {:>9} {:>4} {:>9} {:>9} {:>5}",
+            "rank", "peak rsvd", "event", "at", "peak alloc", "event", "at", "OOMs", "frag@peak", "dev.calls", "iters"
         )?;
         for r in &rep.ranks {
             writeln!(
                 out,
-                "{:>4}  {:<28} {:>11} {:>8} {:>12} {:>11} {:>8} {:>12} {:>5} {:>8.1}% {:>12} {:>10}",
+                "{:>4} {:>11} {:>7} {:>9} {:>11} {:>7} {:>9} {:>4} {:>8.1}% {:>9} {:>5}",
                 r.rank,
-                r.trace,
                 fmt_bytes(r.peak_reserved.bytes),
                 r.peak_reserved.event,
                 fmt_ns(r.peak_reserved.time_ns),
@@ -69,6 +66,14 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
                 r.fragmentation_at_peak * 100.0,
                 r.device_allocs + r.device_frees,
                 r.iterations
+            )?;
+        }
+        if rep.ranks.len() > 1
+            && rep.ranks.iter().any(|r| r.rank_source == crate::analysis::ranks::RankSource::Position)
+        {
+            writeln!(
+                out,
+                "note         ranks by position on the command line: the files name no rank, or two name the same one"
             )?;
         }
         if rep.ranks.iter().any(|r| !r.block_sizes_recorded) {
@@ -92,14 +97,14 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
             writeln!(out, "by category at each rank's peak of allocated bytes:")?;
             let unknown = rep.ranks.iter().filter_map(|r| r.categories_at_peak.map(|c| c.unknown)).max().unwrap_or(0);
             let shown: Vec<_> = crate::analysis::category::shown(unknown).collect();
-            let names: Vec<String> = shown.iter().map(|c| format!("{:>16}", c.as_str())).collect();
-            writeln!(out, "  rank {}", names.join(""))?;
+            let names: Vec<String> = shown.iter().map(|c| format!(" {:>15}", c.as_str())).collect();
+            writeln!(out, "rank{}", names.join(""))?;
             for r in &rep.ranks {
                 let cols: Vec<String> = match &r.categories_at_peak {
-                    Some(c) => shown.iter().map(|&k| format!("{:>16}", fmt_bytes(c.get(k)))).collect(),
-                    None => vec![format!("{:>16}", "(no phases)")],
+                    Some(c) => shown.iter().map(|&k| format!(" {:>15}", fmt_bytes(c.get(k)))).collect(),
+                    None => vec![format!(" {:>15}", "(no phases)")],
                 };
-                writeln!(out, "  {:>4} {}", r.rank, cols.join(""))?;
+                writeln!(out, "{:>4}{}", r.rank, cols.join(""))?;
             }
         }
         if rep.differing_sites.is_empty() {
@@ -110,8 +115,10 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
             writeln!(out, "  {} {:>11}  site", heads.join(" "), "spread")?;
             for s in &rep.differing_sites {
                 let cols: Vec<String> = s.bytes.iter().map(|b| format!("{:>11}", fmt_bytes(*b))).collect();
-                let site = crate::model::escape::terminal(&s.site);
-                writeln!(out, "  {} {:>11}  {site}", cols.join(" "), fmt_bytes(s.spread_bytes))?;
+                // A long site wraps under its column.
+                let lead = format!("  {} {:>11}  ", cols.join(" "), fmt_bytes(s.spread_bytes));
+                let under = " ".repeat(lead.chars().count());
+                writeln!(out, "{}", crate::model::wrap::indented(&s.site, &lead, &under))?;
             }
         }
         if let Some(path) = &opts.output {

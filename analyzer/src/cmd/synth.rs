@@ -17,6 +17,7 @@ pub fn run(opts: &SynthOptions, json: bool, out: &mut dyn Write) -> Result<i32> 
     if json {
         write_json(out, &r)?;
     } else {
+        let out = &mut crate::model::wrap::ScreenWriter::new(out);
         writeln!(
             out,
             "wrote {}: {} events ({} requests, {} iterations), {} ({:.2} bytes/event) in {:.1} s",
