@@ -361,7 +361,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
 }
 
 pub fn run(opts: &ExplainCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let trace = match super::open_analysable(&opts.trace, &opts.facts, out)? {
+    let trace = match super::open_analysable(&opts.trace, &opts.facts, opts.json, out)? {
         Ok(trace) => trace,
         Err(code) => return Ok(code),
     };

@@ -272,7 +272,7 @@ largest free block overall {}:",
 }
 
 pub fn run(opts: &FragCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let trace = match super::open_analysable(&opts.trace, &opts.facts, out)? {
+    let trace = match super::open_analysable(&opts.trace, &opts.facts, opts.json, out)? {
         Ok(trace) => trace,
         Err(code) => return Ok(code),
     };

@@ -50,16 +50,33 @@ pub use crate::model::output::json::{write_json, SCHEMA_VERSION, V1};
 /// Opens the trace (or snapshot) an analysis reads, with what the user said about the run.
 /// `Err(code)` when there is nothing to analyse: the reason, and any damage, went to `out`, and
 /// the command exits with `code`.
+/// With `json`, the reason is a JSON object (`trace`, `nothing_to_analyse`, `input_damage`).
 pub fn open_analysable(
     path: &std::path::Path,
     facts: &crate::source::input::RunFacts,
+    json: bool,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<Result<crate::model::Trace, i32>> {
     let trace = crate::source::input::open(path, facts)?;
     let Some(why) = crate::source::input::nothing_to_analyse(&trace) else { return Ok(Ok(trace)) };
-    writeln!(out, "{why}")?;
+    if json {
+        #[derive(serde::Serialize)]
+        struct Nothing<'a> {
+            trace: String,
+            nothing_to_analyse: &'a str,
+            input_damage: Option<crate::model::Damage>,
+        }
+        write_json(
+            out,
+            &Nothing { trace: path.display().to_string(), nothing_to_analyse: &why, input_damage: trace.damage() },
+        )?;
+    } else {
+        writeln!(out, "{why}")?;
+        if let Some(d) = trace.damage() {
+            writeln!(out, "partial input: {d}")?;
+        }
+    }
     if let Some(d) = trace.damage() {
-        writeln!(out, "partial input: {d}")?;
         crate::model::escape::warn(d);
         return Ok(Err(exit::PARTIAL));
     }

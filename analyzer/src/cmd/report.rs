@@ -38,7 +38,7 @@ pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
         Some(r) => &opts.traces[r.peaking_index],
         None => &opts.traces[0],
     };
-    let trace = match super::open_analysable(subject, &opts.facts, out)? {
+    let trace = match super::open_analysable(subject, &opts.facts, opts.json, out)? {
         Ok(trace) => trace,
         Err(code) => return Ok(code),
     };

@@ -172,7 +172,7 @@ pub fn print_prediction(
 }
 
 pub fn run(opts: &WhatifCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let trace = match super::open_analysable(&opts.trace, &opts.facts, out)? {
+    let trace = match super::open_analysable(&opts.trace, &opts.facts, opts.json, out)? {
         Ok(trace) => trace,
         Err(code) => return Ok(code),
     };
