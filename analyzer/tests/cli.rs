@@ -787,6 +787,72 @@ fn text_output_fits_a_screen() {
             }
         }
     }
+    // The commands of two inputs, and those that write a file.
+    let out = tmp("screen");
+    std::fs::create_dir_all(&out).unwrap();
+    let o = |name: &str| out.join(name).to_str().unwrap().to_string();
+    let ranks = root().join("analyzer/tests/fixtures/ranks");
+    let (r0, r1) = (ranks.join("ddp_rank0.pickle"), ranks.join("ddp_rank1.pickle"));
+    let (a, b) = (trace("gpt2_train.default"), trace("recorded_gpt2_train"));
+    let commands: Vec<Vec<String>> = vec![
+        vec!["ranks".into(), r0.display().to_string(), r1.display().to_string()],
+        vec!["diff".into(), a.display().to_string(), b.display().to_string()],
+        vec!["export".into(), a.display().to_string(), "--format".into(), "perfetto".into(), "-o".into(), o("t.json")],
+        vec![
+            "export".into(),
+            a.display().to_string(),
+            "--format".into(),
+            "memory-viz".into(),
+            "-o".into(),
+            o("t.pickle"),
+        ],
+        vec!["synth".into(), "--events".into(), "2000".into(), "-o".into(), o("s.atrace")],
+    ];
+    for args in commands {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = run(&args);
+        assert_eq!(r.status.code(), Some(0), "{args:?}: {}", stderr(&r));
+        for line in String::from_utf8_lossy(&r.stdout).lines() {
+            let one_word = !line.trim().contains(' ');
+            assert!(line.chars().count() <= 100 || one_word, "{args:?}: {} columns: {line}", line.chars().count());
+        }
+    }
+}
+
+/// `ranks` says where it numbered the ranks by position: two files that name the same rank.
+#[test]
+fn ranks_says_when_it_numbers_by_position() {
+    let r0 = root().join("analyzer/tests/fixtures/ranks/ddp_rank0.pickle");
+    let r0 = r0.to_str().unwrap();
+    let o = run(&["ranks", r0, r0]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("ranks by position on the command line"));
+    let r1 = root().join("analyzer/tests/fixtures/ranks/ddp_rank1.pickle");
+    let o = run(&["ranks", r0, r1.to_str().unwrap()]);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("ranks by position"));
+}
+
+/// With `--json`, an input with nothing to analyse (a trace damaged before its first request)
+/// gives JSON saying so, not a line of text, and exit code 3 for the damage.
+#[test]
+fn nothing_to_analyse_is_json_under_json() {
+    let bytes = std::fs::read(trace("gpt2_train.default")).unwrap();
+    let f = tmp("headless.atrace");
+    std::fs::write(&f, &bytes[..bytes.len().min(600)]).unwrap();
+    let f = f.to_str().unwrap();
+    let report = tmp("headless_report");
+    for args in [
+        vec!["whatif", f, "--json"],
+        vec!["explain", f, "--json"],
+        vec!["frag", f, "--json"],
+        vec!["report", f, "--json", "-o", report.to_str().unwrap()],
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {}", stderr(&o));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        assert!(j["nothing_to_analyse"].as_str().is_some_and(|w| w.contains("nothing to analyse")), "{j}");
+        assert!(j["input_damage"].as_str().is_some_and(|d| d.contains("byte")), "{j}");
+    }
 }
 
 /// Options that would silently mean something else are refused: a fraction of a byte (`1.5`
@@ -991,4 +1057,28 @@ fn diff_states_each_sides_limit_as_replay_does() {
             assert_eq!(d[side]["capacity_source"], r["capacity_source"], "{path}");
         }
     }
+}
+
+/// The growth behind an OOM verdict is the growth that led to it: on a synthetic job leaking
+/// 8 MiB an iteration, whose other live bytes rise by 56 MiB an iteration and drop every eighth
+/// (`synth --fragment`), replayed under a limit it fails part way through, `explain` counts the
+/// iterations before the failure only, and gives a growth near the 8 MiB trend, not the 56 MiB
+/// rise.
+#[test]
+fn growth_behind_an_oom_is_the_trend_before_it() {
+    let t = tmp("leaky.atrace");
+    let t = t.to_str().unwrap();
+    let o = run(&["synth", "--events", "60000", "--seed", "3", "--leak-bytes-per-iter", "8MiB", "--fragment", "-o", t]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run(&["explain", t, "--capacity", "1GiB", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let x: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let oom = x["oom_event"].as_u64().expect("the job fails at 1 GiB");
+    let g = &x["growth"];
+    let bounds: Vec<u64> = g["boundaries"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).collect();
+    assert!(bounds.len() >= 3 && bounds.iter().all(|&b| b <= oom), "{bounds:?} past {oom}");
+    let per = g["per_iteration_bytes"].as_f64().unwrap() / (1u64 << 20) as f64;
+    assert!((6.0..=14.0).contains(&per), "{per} MiB an iteration");
+    let reason = x["verdict"]["reason"].as_str().unwrap();
+    assert!(reason.contains(&format!("over {} iterations", bounds.len())), "{reason}");
 }

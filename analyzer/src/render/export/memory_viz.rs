@@ -417,8 +417,13 @@ impl Exporter {
             p.uint(*d as u64)?;
         }
         p.end_dict()?;
-        p.str("trace_alloc_overflowed")?;
-        p.bool(false)?;
+        // PyTorch 2.13 and later write whether the history overflowed; an earlier release's
+        // snapshot has no such key, and a reader takes the key for 2.13's.
+        let version = recorder::engine::version::TorchVersion::from_header(&header.torch_version).unwrap_or_default();
+        if version >= recorder::engine::version::TorchVersion::new(2, 13) {
+            p.str("trace_alloc_overflowed")?;
+            p.bool(false)?;
+        }
         p.end_dict()
     }
 
