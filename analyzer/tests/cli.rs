@@ -1082,3 +1082,20 @@ fn growth_behind_an_oom_is_the_trend_before_it() {
     let reason = x["verdict"]["reason"].as_str().unwrap();
     assert!(reason.contains(&format!("over {} iterations", bounds.len())), "{reason}");
 }
+
+/// A snapshot exported from a trace of no named release reads back as that: not as PyTorch
+/// 2.13's, whose snapshots alone carry `trace_alloc_overflowed`.
+#[test]
+fn an_exported_snapshot_keeps_its_release() {
+    let t = trace("gpt2_train.default");
+    let p = tmp("keeps_release.pickle");
+    let _ = std::fs::remove_file(&p);
+    let o = run(&["export", t.to_str().unwrap(), "--format", "memory-viz", "-o", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let back = run(&["replay", p.to_str().unwrap(), "--json"]);
+    assert_eq!(back.status.code(), Some(0), "{}", stderr(&back));
+    let j: serde_json::Value = serde_json::from_slice(&back.stdout).unwrap();
+    let orig: serde_json::Value = serde_json::from_slice(&run(&["replay", t.to_str().unwrap(), "--json"]).stdout).unwrap();
+    assert_eq!(j["torch_version"], orig["torch_version"]);
+    assert!(!stderr(&back).contains("2.13"), "{}", stderr(&back));
+}
