@@ -1095,7 +1095,33 @@ fn an_exported_snapshot_keeps_its_release() {
     let back = run(&["replay", p.to_str().unwrap(), "--json"]);
     assert_eq!(back.status.code(), Some(0), "{}", stderr(&back));
     let j: serde_json::Value = serde_json::from_slice(&back.stdout).unwrap();
-    let orig: serde_json::Value = serde_json::from_slice(&run(&["replay", t.to_str().unwrap(), "--json"]).stdout).unwrap();
+    let orig: serde_json::Value =
+        serde_json::from_slice(&run(&["replay", t.to_str().unwrap(), "--json"]).stdout).unwrap();
     assert_eq!(j["torch_version"], orig["torch_version"]);
     assert!(!stderr(&back).contains("2.13"), "{}", stderr(&back));
+}
+
+/// A what-if row that cannot tell says why, as the replay of its setting does.
+#[test]
+fn a_row_that_cannot_tell_says_why() {
+    let p = root().join("tests/fixtures/doctor/lightning_resnet.1410334720.pickle");
+    let p = p.to_str().unwrap();
+    let json = |args: &[&str]| -> serde_json::Value {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let w = json(&["whatif", "--no-search", p, "--json"]);
+    let mut cannot = 0;
+    for row in w["rows"].as_array().unwrap() {
+        let conf = row["alloc_conf"].as_str().unwrap();
+        let r = json(&["replay", p, "--conf", conf, "--json"]);
+        assert_eq!(row["reach"], r["reach"], "{conf}");
+        assert_eq!(row["failure_may_be_caught"], r["failure_may_be_caught"], "{conf}");
+        if row["reach"] == "cannot_tell" {
+            cannot += 1;
+            assert!(row["failure_may_be_caught"].is_string(), "{conf}: {row}");
+        }
+    }
+    assert!(cannot > 0, "the fixture has rows that cannot tell");
 }

@@ -60,6 +60,8 @@ pub struct PolicyRow {
     /// How far the replay got against the recorded run: for a trace that ends in an OOM, never
     /// "completes".
     pub reach: Reach,
+    /// Where the reach is `cannot_tell`: why (the replay's, as `replay --json` gives it).
+    pub failure_may_be_caught: Option<crate::replay::MayBeCaught>,
     /// What alloctrace says of this setting at the capacity compared (from `reach`): the one
     /// decision that the advice, the report and the JSON render.
     pub decision: crate::analysis::outcome::Decision,
@@ -219,6 +221,7 @@ fn row_of(
         alloc_conf: r.alloc_conf.clone(),
         outcome: r.outcome_kind(),
         reach: Reach::of(trace, r),
+        failure_may_be_caught: r.failure_may_be_caught,
         decision: if fits_by_placement { Decision::WorthTrying } else { decision },
         scratch_failures_skipped: 0,
         fits_by_placement,
