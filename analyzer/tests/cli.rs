@@ -1125,3 +1125,18 @@ fn a_row_that_cannot_tell_says_why() {
     }
     assert!(cannot > 0, "the fixture has rows that cannot tell");
 }
+
+/// Unknown is null: a call site that was not recorded has its label, and `null` for its file,
+/// line and function, never `""` and `0`.
+#[test]
+fn an_unrecorded_call_site_is_null_in_json() {
+    let t = trace("frag_oom.default");
+    let o = run(&["explain", t.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let x: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let site = &x["top_sites"][0]["site"];
+    assert_eq!(site["label"], "(no call site recorded)", "{site}");
+    for key in ["file", "line", "function"] {
+        assert!(site[key].is_null(), "{key}: {site}");
+    }
+}

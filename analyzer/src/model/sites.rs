@@ -25,9 +25,30 @@ use std::collections::HashMap;
 pub struct Site {
     /// `FILE:LINE (function)`, or `(no call site recorded)`; raw (see the module documentation).
     pub label: String,
+    /// The model frame's file, line and function; JSON `null` where no call site was recorded
+    /// (unknown is null, never `""` or `0`).
+    #[serde(serialize_with = "empty_is_null")]
     pub file: String,
+    #[serde(serialize_with = "zero_is_null")]
     pub line: u32,
+    #[serde(serialize_with = "empty_is_null")]
     pub function: String,
+}
+
+fn empty_is_null<S: serde::Serializer>(v: &str, s: S) -> Result<S::Ok, S::Error> {
+    if v.is_empty() {
+        s.serialize_none()
+    } else {
+        s.serialize_str(v)
+    }
+}
+
+fn zero_is_null<S: serde::Serializer>(v: &u32, s: S) -> Result<S::Ok, S::Error> {
+    if *v == 0 {
+        s.serialize_none()
+    } else {
+        s.serialize_u32(*v)
+    }
 }
 
 impl Site {
