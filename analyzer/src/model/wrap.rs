@@ -8,13 +8,20 @@ pub const WIDTH: usize = 100;
 /// at spaces only. `markdown`: never inside an inline code span, and never so that a line starts
 /// with what Markdown would read as a heading, quote, list item, table row or fence.
 pub fn lines(text: &str, width: usize, markdown: bool) -> Vec<String> {
+    lines_after(text, width, width, markdown)
+}
+
+/// [`lines`], the first line of at most `first` columns and the others of `width` (a first line
+/// that follows a label, the others under a shorter indentation).
+pub fn lines_after(text: &str, first: usize, width: usize, markdown: bool) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let mut line = String::new();
     // Words, where a word inside a code span takes the spaces up to its end with it.
     let words: Vec<String> =
         if markdown { markdown_words(text) } else { text.split(' ').map(str::to_string).collect() };
     for w in words {
-        let fits = line.chars().count() + 1 + w.chars().count() <= width;
+        let room = if out.is_empty() { first } else { width };
+        let fits = line.chars().count() + 1 + w.chars().count() <= room;
         if line.is_empty() || fits || (markdown && starts_block(&w)) {
             if !line.is_empty() {
                 line.push(' ');
@@ -93,8 +100,8 @@ fn starts_block(word: &str) -> bool {
 /// that quotes a call site or a mark from the trace stays one paragraph, and a newline or tab of
 /// the trace's shows as `\n`, `\t`), so it is given raw, never escaped already.
 pub fn indented(text: &str, first: &str, rest: &str) -> String {
-    let width = WIDTH.saturating_sub(first.chars().count().max(rest.chars().count())).max(20);
-    lines(&crate::model::escape::terminal(text), width, false)
+    let room = |lead: &str| WIDTH.saturating_sub(lead.chars().count()).max(20);
+    lines_after(&crate::model::escape::terminal(text), room(first), room(rest), false)
         .iter()
         .enumerate()
         .map(|(i, l)| format!("{}{l}", if i == 0 { first } else { rest }))
@@ -233,6 +240,12 @@ mod tests {
         // A function name of the trace's with a newline and a tab stays on its line, escaped.
         let s = indented("free the blocks from a.py:5 (f\n\tg)", "also: ", "  ");
         assert_eq!(s, "also: free the blocks from a.py:5 (f\\n\\tg)");
+        // Each line takes the room its own lead leaves: after a long label the first line is
+        // shorter, the lines under a short indentation run to the width.
+        let s = indented(&"word ".repeat(60), "suggestion: ", "  ");
+        let widths: Vec<usize> = s.lines().map(|l| l.chars().count()).collect();
+        assert!(widths.iter().all(|&w| w <= WIDTH), "{widths:?}");
+        assert!(widths[1] > WIDTH - 5, "a continuation line of {} columns: {s}", widths[1]);
     }
 
     /// A long line wraps under its value's column, a figure keeps its unit, a word longer than
