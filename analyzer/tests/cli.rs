@@ -1140,3 +1140,27 @@ fn an_unrecorded_call_site_is_null_in_json() {
         assert!(site[key].is_null(), "{key}: {site}");
     }
 }
+
+/// Every JSON output says where its input was damaged, as the analyses do: `diff` per side,
+/// `ranks` per rank, `plot` for its picture.
+#[test]
+fn diff_ranks_and_plot_say_where_the_input_was_damaged() {
+    let good = trace("gpt2_train.default");
+    let bytes = std::fs::read(&good).unwrap();
+    let cut = tmp("cut_for_json.atrace");
+    std::fs::write(&cut, &bytes[..bytes.len() - 100]).unwrap();
+    let (good, cut) = (good.to_str().unwrap(), cut.to_str().unwrap());
+    let svg = tmp("cut_for_json.svg");
+    let json = |args: &[&str]| -> serde_json::Value {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {}", stderr(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let damaged = |v: &serde_json::Value| v.as_str().is_some_and(|d| d.contains("cut_for_json.atrace") && d.contains("byte"));
+    let d = json(&["diff", good, cut, "--json"]);
+    assert!(d["a"]["input_damage"].is_null() && damaged(&d["b"]["input_damage"]), "{d}");
+    let r = json(&["ranks", cut, "--json"]);
+    assert!(damaged(&r["ranks"][0]["input_damage"]), "{r}");
+    let p = json(&["plot", cut, "-o", svg.to_str().unwrap(), "--json"]);
+    assert!(damaged(&p["input_damage"]), "{p}");
+}

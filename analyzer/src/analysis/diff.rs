@@ -36,6 +36,8 @@ pub struct Side {
     /// The request that failed in the replay, if one did.
     pub replayed_oom_event: Option<u64>,
     pub has_callsites: bool,
+    /// `null`, or where the trace was damaged: its figures cover what came before.
+    pub input_damage: Option<crate::model::Damage>,
 }
 
 /// A call site's change.
@@ -121,6 +123,7 @@ fn side(trace: &Trace) -> Result<(SiteFigures, Side)> {
         replayed_outcome: r.outcome_kind(),
         replayed_oom_event: r.oom_event(),
         has_callsites,
+        input_damage: trace.damage(),
     };
     Ok((sites, side))
 }

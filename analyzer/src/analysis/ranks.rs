@@ -83,6 +83,8 @@ pub struct RankRow {
     pub rank: u32,
     pub rank_source: RankSource,
     pub trace: String,
+    /// `null`, or where the trace was damaged: its figures cover what came before.
+    pub input_damage: Option<crate::model::Damage>,
     pub events: u64,
     pub peak_reserved: Peak,
     pub peak_allocated: Peak,
@@ -262,6 +264,7 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
             rank,
             rank_source,
             trace: trace.name(),
+            input_damage: trace.damage(),
             events: trace.events,
             peak_reserved,
             peak_allocated,

@@ -32,8 +32,13 @@ pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
             output: String,
             #[serde(flatten)]
             drawn: &'a crate::render::plot::Drawn,
+            /// `null`, or where the input was damaged: the picture covers what came before.
+            input_damage: Option<crate::model::Damage>,
         }
-        write_json(out, &Out { output: opts.output.display().to_string(), drawn: &drawn })?;
+        write_json(
+            out,
+            &Out { output: opts.output.display().to_string(), drawn: &drawn, input_damage: trace.damage() },
+        )?;
     } else {
         let folded = if drawn.columns > 0 {
             format!(", {} events in {} columns", drawn.events, drawn.columns)
