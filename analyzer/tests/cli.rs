@@ -1156,11 +1156,32 @@ fn diff_ranks_and_plot_say_where_the_input_was_damaged() {
         assert_eq!(o.status.code(), Some(3), "{args:?}: {}", stderr(&o));
         serde_json::from_slice(&o.stdout).unwrap()
     };
-    let damaged = |v: &serde_json::Value| v.as_str().is_some_and(|d| d.contains("cut_for_json.atrace") && d.contains("byte"));
+    let damaged =
+        |v: &serde_json::Value| v.as_str().is_some_and(|d| d.contains("cut_for_json.atrace") && d.contains("byte"));
     let d = json(&["diff", good, cut, "--json"]);
     assert!(d["a"]["input_damage"].is_null() && damaged(&d["b"]["input_damage"]), "{d}");
     let r = json(&["ranks", cut, "--json"]);
     assert!(damaged(&r["ranks"][0]["input_damage"]), "{r}");
     let p = json(&["plot", cut, "-o", svg.to_str().unwrap(), "--json"]);
     assert!(damaged(&p["input_damage"]), "{p}");
+}
+
+/// "The end" of a replay that runs out of memory is its failure, and `frag` and `plot` say so
+/// (the trace itself goes on: `summary`'s end is another moment).
+#[test]
+fn the_end_of_a_failed_replay_is_named_as_such() {
+    let t = trace("frag_oom.default");
+    let t = t.to_str().unwrap();
+    let o = run(&["frag", t, "--at", "end"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).replace("\n  ", " ");
+    assert!(text.contains("at the end of the replay, which stops at its out-of-memory: event 1012"), "{text}");
+    let svg = tmp("end_of_replay.svg");
+    let o = run(&["plot", t, "--kind", "segments", "--at", "end", "-o", svg.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("end of the replay, at its out-of-memory (event 1012)"));
+    // A replay that completes ends where the trace does.
+    let g = trace("gpt2_train.default");
+    let o = run(&["frag", g.to_str().unwrap(), "--at", "end"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("at the end: event"));
 }

@@ -167,6 +167,10 @@ pub fn print_report(
     let what = match m.at {
         At::Peak => "at peak reserved".to_string(),
         At::Oom => "at the out-of-memory".to_string(),
+        // A replay that runs out of memory stops there: its end is the failure, not the trace's.
+        At::End if matches!(r.replay_outcome, Outcome::Oom { .. }) => {
+            "at the end of the replay, which stops at its out-of-memory".to_string()
+        }
         At::End => "at the end".to_string(),
         At::Event(_) => "at the chosen event".to_string(),
     };

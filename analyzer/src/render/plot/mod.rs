@@ -481,7 +481,11 @@ impl MomentTrack {
             }
             At::End => {
                 let i = self.last_i.ok_or_else(|| anyhow!("{}: the trace has no events", path.display()))?;
-                (i, format!("end (event {i})"), None)
+                // A replay that runs out of memory stops there: its end is the failure.
+                match self.oom {
+                    Some((o, _)) if o == i => (i, format!("end of the replay, at its out-of-memory (event {i})"), None),
+                    _ => (i, format!("end (event {i})"), None),
+                }
             }
             At::Oom => match self.oom {
                 Some((i, req)) => (i, format!("out of memory: request of {} (event {i})", fmt_bytes(req)), Some(req)),
