@@ -24,6 +24,13 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The JSON a command prints, checking that it exits with `code`.
+fn json_of(args: &[&str], code: i32) -> serde_json::Value {
+    let o = run(args);
+    assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("alloctrace-cli-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
@@ -739,11 +746,7 @@ fn plot_replays_under_the_given_limit_and_settings() {
     let t = t.to_str().unwrap();
     let svg = tmp("plot_facts.svg");
     let svg = svg.to_str().unwrap();
-    let json = |args: &[&str]| -> serde_json::Value {
-        let o = run(args);
-        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
-        serde_json::from_slice(&o.stdout).unwrap()
-    };
+    let json = |args: &[&str]| json_of(args, 0);
     // The whole trace completes under its own limit: there is no OOM to draw.
     let o = run(&["plot", t, "--kind", "segments", "--at", "oom", "-o", svg]);
     assert_ne!(o.status.code(), Some(0));
@@ -1006,11 +1009,7 @@ fn outputs_are_as_readable_as_the_umask_allows() {
 fn power_of_two_rounding_is_named_and_tried_without() {
     let t = trace("gpt2_train.default");
     let t = t.to_str().unwrap();
-    let json = |args: &[&str]| -> serde_json::Value {
-        let o = run(args);
-        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
-        serde_json::from_slice(&o.stdout).unwrap()
-    };
+    let json = |args: &[&str]| json_of(args, 0);
     let rounded = ["--capacity", "5.5GiB", "--conf", "roundup_power2_divisions:4", "--json"];
     let x = json(&[&["explain", t][..], &rounded[..]].concat());
     let reason = x["verdict"]["reason"].as_str().unwrap();
@@ -1043,11 +1042,7 @@ fn diff_states_each_sides_limit_as_replay_does() {
         trace("frag_oom.default"),
         root().join("tests/fixtures/doctor/hf_trainer.4732223488.pickle"),
     ];
-    let json = |args: &[&str]| -> serde_json::Value {
-        let o = run(args);
-        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
-        serde_json::from_slice(&o.stdout).unwrap()
-    };
+    let json = |args: &[&str]| json_of(args, 0);
     for pair in [[0, 1], [2, 1]] {
         let (a, b) = (sides[pair[0]].to_str().unwrap(), sides[pair[1]].to_str().unwrap());
         let d = json(&["diff", a, b, "--json"]);
@@ -1106,11 +1101,7 @@ fn an_exported_snapshot_keeps_its_release() {
 fn a_row_that_cannot_tell_says_why() {
     let p = root().join("tests/fixtures/doctor/lightning_resnet.1410334720.pickle");
     let p = p.to_str().unwrap();
-    let json = |args: &[&str]| -> serde_json::Value {
-        let o = run(args);
-        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
-        serde_json::from_slice(&o.stdout).unwrap()
-    };
+    let json = |args: &[&str]| json_of(args, 0);
     let w = json(&["whatif", "--no-search", p, "--json"]);
     let mut cannot = 0;
     for row in w["rows"].as_array().unwrap() {
@@ -1151,11 +1142,7 @@ fn diff_ranks_and_plot_say_where_the_input_was_damaged() {
     std::fs::write(&cut, &bytes[..bytes.len() - 100]).unwrap();
     let (good, cut) = (good.to_str().unwrap(), cut.to_str().unwrap());
     let svg = tmp("cut_for_json.svg");
-    let json = |args: &[&str]| -> serde_json::Value {
-        let o = run(args);
-        assert_eq!(o.status.code(), Some(3), "{args:?}: {}", stderr(&o));
-        serde_json::from_slice(&o.stdout).unwrap()
-    };
+    let json = |args: &[&str]| json_of(args, 3);
     let damaged =
         |v: &serde_json::Value| v.as_str().is_some_and(|d| d.contains("cut_for_json.atrace") && d.contains("byte"));
     let d = json(&["diff", good, cut, "--json"]);
