@@ -805,7 +805,7 @@ the consuming stream allocate the tensors it uses, instead of record_stream on t
 
 /// The share of the live bytes that growth over the run accounts for.
 fn growth_share(g: &Growth, allocated: u64) -> f64 {
-    let total = g.per_iteration_bytes.max(0.0) * g.live_bytes.len().saturating_sub(1) as f64;
+    let total = g.per_iteration_bytes.max(0.0) * g.iterations() as f64;
     if allocated == 0 {
         0.0
     } else {
@@ -863,7 +863,7 @@ iteration over {} iterations ({:.0}% of what is live), mostly from {}",
                         b(f.requested_bytes),
                         b(limit),
                         b(g.per_iteration_bytes as u64),
-                        g.live_bytes.len(),
+                        g.iterations(),
                         100.0 * share.min(1.0),
                         g.sites[0].site.label
                     ),
@@ -910,7 +910,7 @@ adds {}",
                     "live bytes grew by {} per iteration over {} iterations ({:.0}% of the {} live at the failure), \
 mostly from {}: more than the {} free inside segments; the {} request failed when it needed a new segment",
                     b(g.per_iteration_bytes as u64),
-                    g.live_bytes.len(),
+                    g.iterations(),
                     100.0 * share.min(1.0),
                     b(f.allocated_bytes),
                     g.sites[0].site.label,

@@ -93,6 +93,11 @@ pub struct Growth {
 }
 
 impl Growth {
+    /// The iterations the growth is measured over: the steps between its samples.
+    pub fn iterations(&self) -> usize {
+        self.live_bytes.len().saturating_sub(1)
+    }
+
     /// The growth up to `event` (a failure part way through the trace): the samples at or before
     /// it, and the growth per iteration over them; `None` where fewer than three remain. The
     /// sites keep their figures over the whole trace.

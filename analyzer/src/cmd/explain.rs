@@ -292,10 +292,10 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
     if let Some(g) = &r.growth {
         writeln!(
             out,
-            "growth: median {}{} live per iteration over {} iterations ({})",
+            "growth: {}{} live per iteration over {} iterations ({})",
             if g.per_iteration_bytes < 0.0 { "-" } else { "+" },
             b(g.per_iteration_bytes.abs() as u64),
-            g.live_bytes.len(),
+            g.iterations(),
             terminal(&g.source)
         )?;
     }

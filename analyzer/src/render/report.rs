@@ -589,7 +589,17 @@ fn analyse_recorded(
             if let (Some(e), Ok(s)) = (explain_second.as_mut(), seg.as_ref()) {
                 e.give_layout(s.segments.clone());
             }
-            keep("leaks", leaks.map(|x| leaks_report = Some(x)));
+            // Under a limit the run fails part way: its growth is over the iterations before the
+            // failure, as explain measures it (one growth in the document).
+            keep(
+                "leaks",
+                leaks.map(|mut x: LeaksReport| {
+                    if let Some(e) = replay.oom_event() {
+                        x.growth = x.growth.take().and_then(|g| g.before(e));
+                    }
+                    leaks_report = Some(x)
+                }),
+            );
             // Explain's findings, frag, and the segment map's picture (drawn and rasterized here, off
             // the what-if table's path where the table calls these analyses beside its searches).
             let ((ex, fr), segments_picture) = crate::replay::join_within(
@@ -800,7 +810,7 @@ fn refine_live_at_end(findings: &mut [Finding], l: &LeaksReport) {
             f.explanation = format!(
                 "Live bytes rose in {:.0}% of {} iterations (iterations from {}).{}{}{}",
                 rising_share(&g.live_bytes) * 100.0,
-                g.live_bytes.len().saturating_sub(1),
+                g.iterations(),
                 g.source,
                 site.unwrap_or_default(),
                 top.unwrap_or_default(),
@@ -1478,7 +1488,7 @@ through the cuDNN workspaces that fail; none is proven to fit):"
                     d.push(Block::Para(format!(
                         "Growth: {} live per iteration over {} iterations (iterations from {}).",
                         crate::model::units::fmt_delta(g.per_iteration_bytes.round() as i64),
-                        g.live_bytes.len().saturating_sub(1),
+                        g.iterations(),
                         g.source
                     )));
                     let growing: Vec<Vec<String>> = g
