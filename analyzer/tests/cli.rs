@@ -1173,3 +1173,11 @@ fn the_end_of_a_failed_replay_is_named_as_such() {
     let o = run(&["frag", g.to_str().unwrap(), "--at", "end"]);
     assert!(String::from_utf8_lossy(&o.stdout).contains("at the end: event"));
 }
+
+/// Unknown is null: a trace that names no PyTorch release gives `torch_version: null`.
+#[test]
+fn an_unknown_release_is_null_in_summary() {
+    let t = trace("gpt2_train.default");
+    let s = json_of(&["summary", t.to_str().unwrap(), "--json"], 0);
+    assert!(s["torch_version"].is_null(), "{}", s["torch_version"]);
+}

@@ -25,8 +25,8 @@ pub struct SummaryJson<'a> {
     pub device_name: &'a str,
     pub device_total_bytes: u64,
     pub alloc_conf: &'a str,
-    /// The PyTorch release the traced program ran, as the header names it (`""`: unknown).
-    pub torch_version: &'a str,
+    /// The PyTorch release the traced program ran, as the header names it (`null`: unknown).
+    pub torch_version: Option<&'a str>,
     /// The limit the analyses run under (`null`: none), as `replay --json` gives it: the recorded
     /// one, else one inferred from the first OOM; `capacity_source` says which.
     pub capacity_bytes: Option<u64>,
@@ -74,7 +74,7 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
                 device_name: &h.device_name,
                 device_total_bytes: h.device_total_bytes,
                 alloc_conf: &h.alloc_conf,
-                torch_version: &h.torch_version,
+                torch_version: Some(h.torch_version.as_str()).filter(|v| !v.is_empty()),
                 capacity_bytes: capacity.bytes,
                 capacity_source: capacity.source,
                 events: s.events,
