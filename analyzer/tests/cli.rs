@@ -1181,3 +1181,28 @@ fn an_unknown_release_is_null_in_summary() {
     let s = json_of(&["summary", t.to_str().unwrap(), "--json"], 0);
     assert!(s["torch_version"].is_null(), "{}", s["torch_version"]);
 }
+
+/// Call sites have one shape everywhere: `diff` and `ranks` give them as objects with a label,
+/// as `explain` and `leaks` do.
+#[test]
+fn diff_and_ranks_give_call_sites_in_the_one_shape() {
+    let (a, b) = (trace("gpt2_train.default"), trace("recorded_gpt2_train"));
+    let d = json_of(&["diff", a.to_str().unwrap(), b.to_str().unwrap(), "--json"], 0);
+    let ranks = root().join("analyzer/tests/fixtures/ranks");
+    let (r0, r1) = (ranks.join("ddp_rank0.pickle"), ranks.join("ddp_rank1.pickle"));
+    let r = json_of(&["ranks", r0.to_str().unwrap(), r1.to_str().unwrap(), "--json"], 0);
+    let sites: Vec<&serde_json::Value> = d["callsites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["callsite"])
+        .chain(r["differing_sites"].as_array().unwrap().iter().map(|s| &s["site"]))
+        .collect();
+    assert!(sites.len() > 2);
+    for s in sites {
+        assert!(
+            s["label"].is_string() && s.get("file").is_some() && s.get("line").is_some() && s.get("function").is_some(),
+            "{s}"
+        );
+    }
+}

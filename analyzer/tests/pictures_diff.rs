@@ -37,7 +37,7 @@ fn deltas_of_a_constructed_pair() {
     assert_eq!(d.deltas.allocations, 1);
     assert_eq!(d.deltas.recorded_ooms, 0);
     let rows: Vec<(&str, i64, i64)> =
-        d.callsites.iter().map(|c| (c.callsite.as_str(), c.delta_bytes_at_peak, c.delta_allocations)).collect();
+        d.callsites.iter().map(|c| (c.callsite.label.as_str(), c.delta_bytes_at_peak, c.delta_allocations)).collect();
     assert_eq!(
         rows,
         vec![("b.py:2 (g)", -4 * MIB as i64, -1), ("c.py:3 (h)", 2 * MIB as i64, 1), ("a.py:1 (f)", MIB as i64, 1)],

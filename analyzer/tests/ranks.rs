@@ -59,8 +59,11 @@ fn the_unequal_ddp_run_names_rank_1_and_the_sites_that_differ() {
     // The site that differs most is the model's forward (activations scale with the batch),
     // then the batch itself; every differing site holds more on rank 1.
     let sites = v["differing_sites"].as_array().unwrap();
-    assert!(sites[0]["site"].as_str().unwrap().starts_with("scripts/gpu/ranks_ddp.py:30 (forward)"), "{sites:?}");
-    let named: Vec<&str> = sites.iter().map(|s| s["site"].as_str().unwrap()).collect();
+    assert!(
+        sites[0]["site"]["label"].as_str().unwrap().starts_with("scripts/gpu/ranks_ddp.py:30 (forward)"),
+        "{sites:?}"
+    );
+    let named: Vec<&str> = sites.iter().map(|s| s["site"]["label"].as_str().unwrap()).collect();
     assert!(named.iter().any(|s| s.starts_with("scripts/gpu/ranks_ddp.py:44 (worker)")), "the batch: {named:?}");
     for s in sites {
         let b = s["bytes"].as_array().unwrap();

@@ -43,7 +43,8 @@ pub struct Side {
 /// A call site's change.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct CallsiteDelta {
-    pub callsite: String,
+    /// The call site, in the one shape of every output (matched across the traces by label).
+    pub callsite: crate::model::sites::Site,
     pub a_bytes_at_peak: u64,
     pub b_bytes_at_peak: u64,
     pub delta_bytes_at_peak: i64,
@@ -75,8 +76,8 @@ pub struct Diff {
 /// Per call-site figures of one trace.
 #[derive(Debug, Default)]
 struct SiteFigures {
-    /// label -> (bytes at the peak, allocations)
-    by_label: BTreeMap<String, (u64, u64)>,
+    /// label -> (the site, bytes at the peak, allocations)
+    by_label: BTreeMap<String, (crate::model::sites::Site, u64, u64)>,
     has_callsites: bool,
 }
 
@@ -95,7 +96,7 @@ fn sites(trace: &Trace) -> Result<SiteFigures> {
     let mut by_label = BTreeMap::new();
     for (l, site) in f.sites.sites.iter().enumerate() {
         if f.allocations.get(l).is_some_and(|&n| n > 0) {
-            by_label.insert(site.label.clone(), (at_peak[l], f.allocations[l]));
+            by_label.insert(site.label.clone(), (site.clone(), at_peak[l], f.allocations[l]));
         }
     }
     Ok(SiteFigures { by_label, has_callsites: f.sites.any_defined() })
@@ -145,10 +146,11 @@ pub fn diff(a: &Trace, b: &Trace) -> Result<Diff> {
     let mut callsites: Vec<CallsiteDelta> = labels
         .into_iter()
         .map(|l| {
-            let (ab, an) = sa.by_label.get(l).copied().unwrap_or((0, 0));
-            let (bb, bn) = sb.by_label.get(l).copied().unwrap_or((0, 0));
+            let (sa, sb) = (sa.by_label.get(l), sb.by_label.get(l));
+            let (ab, an) = sa.map_or((0, 0), |x| (x.1, x.2));
+            let (bb, bn) = sb.map_or((0, 0), |x| (x.1, x.2));
             CallsiteDelta {
-                callsite: l.clone(),
+                callsite: sa.or(sb).map(|x| x.0.clone()).expect("a label of one side"),
                 a_bytes_at_peak: ab,
                 b_bytes_at_peak: bb,
                 delta_bytes_at_peak: d(ab, bb),
@@ -163,7 +165,7 @@ pub fn diff(a: &Trace, b: &Trace) -> Result<Diff> {
             .unsigned_abs()
             .cmp(&x.delta_bytes_at_peak.unsigned_abs())
             .then(y.delta_allocations.unsigned_abs().cmp(&x.delta_allocations.unsigned_abs()))
-            .then(x.callsite.cmp(&y.callsite))
+            .then(x.callsite.label.cmp(&y.callsite.label))
     });
     let deltas = Deltas {
         recorded_peak_reserved_bytes: d(a.recorded_peak_reserved_bytes, b.recorded_peak_reserved_bytes),

@@ -110,7 +110,8 @@ pub struct RankRow {
 /// A call site's live allocated bytes at each rank's peak (in the order of `ranks`).
 #[derive(Debug, Clone, Serialize)]
 pub struct SiteSpread {
-    pub site: String,
+    /// The call site, in the one shape of every output (matched across the ranks by label).
+    pub site: crate::model::sites::Site,
     pub bytes: Vec<u64>,
     /// Largest minus smallest.
     pub spread_bytes: u64,
@@ -148,7 +149,8 @@ struct RankData {
     /// Position among the traces given.
     position: usize,
     row: RankRow,
-    sites_at_peak: HashMap<String, u64>,
+    /// label -> (the site, its bytes at the peak)
+    sites_at_peak: HashMap<String, (crate::model::sites::Site, u64)>,
     timeline: Vec<(f64, u64)>,
 }
 
@@ -246,9 +248,10 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
         }
         std::ops::ControlFlow::Continue(())
     })?;
-    let mut sites_at_peak: HashMap<String, u64> = HashMap::new();
+    let mut sites_at_peak: HashMap<String, (crate::model::sites::Site, u64)> = HashMap::new();
     for (b, s) in live_sites.values() {
-        *sites_at_peak.entry(sites.sites[*s].label.clone()).or_default() += b;
+        let site = &sites.sites[*s];
+        sites_at_peak.entry(site.label.clone()).or_insert_with(|| (site.clone(), 0)).1 += b;
     }
     let timeline = runs
         .iter()
@@ -332,13 +335,14 @@ pub fn analyze(traces: &[Trace]) -> Result<RanksReport> {
     let mut differing_sites: Vec<SiteSpread> = labels
         .into_iter()
         .map(|l| {
-            let bytes: Vec<u64> = data.iter().map(|d| d.sites_at_peak.get(l).copied().unwrap_or(0)).collect();
+            let bytes: Vec<u64> = data.iter().map(|d| d.sites_at_peak.get(l).map_or(0, |x| x.1)).collect();
             let spread_bytes = bytes.iter().max().unwrap_or(&0) - bytes.iter().min().unwrap_or(&0);
-            SiteSpread { site: l.clone(), bytes, spread_bytes }
+            let site = data.iter().find_map(|d| d.sites_at_peak.get(l)).map(|x| x.0.clone()).expect("a rank's label");
+            SiteSpread { site, bytes, spread_bytes }
         })
         .filter(|s| s.spread_bytes > 0)
         .collect();
-    differing_sites.sort_by(|a, b| b.spread_bytes.cmp(&a.spread_bytes).then(a.site.cmp(&b.site)));
+    differing_sites.sort_by(|a, b| b.spread_bytes.cmp(&a.spread_bytes).then(a.site.label.cmp(&b.site.label)));
     differing_sites.truncate(TOP_SITES);
     let aligned_on_iterations = data.iter().all(|d| d.row.iterations > 0);
     let timelines = data.iter().map(|d| AlignedTimeline { rank: d.row.rank, points: d.timeline.clone() }).collect();

@@ -74,7 +74,7 @@ pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
                 c.delta_allocations
             );
             let under = " ".repeat(lead.chars().count());
-            writeln!(out, "{}", crate::model::wrap::indented(&c.callsite, &lead, &under))?;
+            writeln!(out, "{}", crate::model::wrap::indented(&c.callsite.label, &lead, &under))?;
         }
         if changed.len() > SHOWN_CALLSITES {
             writeln!(out, "... {} more (see --json)", changed.len() - SHOWN_CALLSITES)?;

@@ -118,7 +118,7 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
                 // A long site wraps under its column.
                 let lead = format!("  {} {:>11}  ", cols.join(" "), fmt_bytes(s.spread_bytes));
                 let under = " ".repeat(lead.chars().count());
-                writeln!(out, "{}", crate::model::wrap::indented(&s.site, &lead, &under))?;
+                writeln!(out, "{}", crate::model::wrap::indented(&s.site.label, &lead, &under))?;
             }
         }
         if let Some(path) = &opts.output {

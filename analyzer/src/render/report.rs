@@ -1784,7 +1784,7 @@ fn ranks_blocks(rep: &crate::analysis::ranks::RanksReport) -> Vec<Block> {
             .differing_sites
             .iter()
             .map(|s| {
-                let mut row = vec![crate::model::escape::report_code(&s.site)];
+                let mut row = vec![crate::model::escape::report_code(&s.site.label)];
                 row.extend(s.bytes.iter().map(|b| fmt_bytes(*b)));
                 row.push(fmt_bytes(s.spread_bytes));
                 row
