@@ -1206,3 +1206,24 @@ fn diff_and_ranks_give_call_sites_in_the_one_shape() {
         );
     }
 }
+
+/// A memory-viz export names the private pool of each segment live at its end, as PyTorch's
+/// snapshot does (`segment_pool_id`): read back, the pool live at the end is a private pool with
+/// the same bytes. (Pools freed before the end are not in a snapshot's segment list, PyTorch's
+/// own included.)
+#[test]
+fn an_exported_snapshot_names_the_private_pools_live_at_its_end() {
+    let t = trace("recorded_graph_pools");
+    let p = tmp("pools_back.pickle");
+    let _ = std::fs::remove_file(&p);
+    let o = run(&["export", t.to_str().unwrap(), "--format", "memory-viz", "-o", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let orig = json_of(&["summary", t.to_str().unwrap(), "--json"], 0);
+    let back = json_of(&["summary", p.to_str().unwrap(), "--json"], 0);
+    assert!(back["private_pools"].is_object(), "{}", back["private_pools"]);
+    assert_eq!(back["private_pools"]["end_reserved_bytes"], orig["private_pools"]["end_reserved_bytes"]);
+    let ids = orig["private_pools"]["pool_ids"].as_array().unwrap();
+    for id in back["private_pools"]["pool_ids"].as_array().unwrap() {
+        assert!(ids.contains(id), "{id} is not among {ids:?}");
+    }
+}

@@ -70,6 +70,9 @@ struct Seg {
     stream: u64,
     pool: Pool,
     expandable: bool,
+    /// PyTorch's id of the private pool (a CUDA graph's, a MemPool's) the segment serves;
+    /// `[0, 0]` for the default pools.
+    pool_id: [u64; 2],
 }
 
 /// Call sites: their frames until first written, then the memo slot of their list.
@@ -236,7 +239,10 @@ impl Exporter {
                 self.entry(p, "free_completed", "addr", *addr, size, stream, t, NO_CALLSITE)?;
             }
             Event::SegmentAlloc { addr, bytes, stream, pool } => {
-                self.segments.insert(*addr, Seg { bytes: *bytes, stream: *stream, pool: *pool, expandable: false });
+                self.segments.insert(
+                    *addr,
+                    Seg { bytes: *bytes, stream: *stream, pool: *pool, expandable: false, pool_id: [0, 0] },
+                );
                 self.entry(p, "segment_alloc", "addr", *addr, *bytes, *stream, t, NO_CALLSITE)?;
             }
             Event::SegmentFree { addr, bytes, stream, pool: _ } => {
@@ -244,7 +250,10 @@ impl Exporter {
                 self.entry(p, "segment_free", "addr", *addr, *bytes, *stream, t, NO_CALLSITE)?;
             }
             Event::SegmentMap { addr, bytes, stream, pool } => {
-                self.segments.insert(*addr, Seg { bytes: *bytes, stream: *stream, pool: *pool, expandable: true });
+                self.segments.insert(
+                    *addr,
+                    Seg { bytes: *bytes, stream: *stream, pool: *pool, expandable: true, pool_id: [0, 0] },
+                );
                 self.entry(p, "segment_map", "addr", *addr, *bytes, *stream, t, NO_CALLSITE)?;
             }
             Event::SegmentUnmap { addr, bytes, stream, pool: _ } => {
@@ -276,8 +285,12 @@ impl Exporter {
             | Event::Merge { .. }
             | Event::CacheRelease { .. }
             | Event::DeviceMemInfo { .. }
-            | Event::Dropped { .. }
-            | Event::SegmentPool { .. } => self.stats.skipped_events += 1,
+            | Event::Dropped { .. } => self.stats.skipped_events += 1,
+            // The segment's private pool, which the snapshot's segment list names.
+            Event::SegmentPool { addr, pool_id } => match self.segments.get_mut(addr) {
+                Some(s) => s.pool_id = *pool_id,
+                None => self.stats.skipped_events += 1,
+            },
         }
         Ok(())
     }
@@ -351,7 +364,7 @@ impl Exporter {
             p.name("segment_type")?;
             p.name(s.pool.as_str())?;
             p.name("segment_pool_id")?;
-            p.int_pair(0, 0)?;
+            p.int_pair(i128::from(s.pool_id[0]), i128::from(s.pool_id[1]))?;
             p.name("is_expandable")?;
             p.bool(s.expandable)?;
             p.name("frames")?;
