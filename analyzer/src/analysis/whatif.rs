@@ -493,12 +493,26 @@ fn whatif_inner<T: Send>(
 
 /// The no-caching row at the capacity compared ([`Whatif::no_caching`]).
 pub struct NoCachingRow {
-    /// Its outcome, in the words of the table's reach.
-    pub outcome: &'static str,
+    /// How far it gets where it fits under the capacity: it completes, or on a trace that stops at
+    /// its failure gets past it; `None` where it does not fit (where it fails is not computed).
+    pub reach: Option<Reach>,
+    /// The trace stops at a failure (the outcome of a run that does not fit is then "fails").
+    stops_at_failure: bool,
     /// Its peak reserved where it fits under the capacity; `None` where it does not (its need,
     /// the peak with no limit, is its min capacity).
     pub peak_reserved_bytes: Option<u64>,
     pub min_capacity_bytes: u64,
+}
+
+impl NoCachingRow {
+    /// Its outcome in the table's words.
+    pub fn outcome(&self) -> &'static str {
+        match (self.reach, self.stops_at_failure) {
+            (Some(r), _) => r.short(),
+            (None, true) => "fails",
+            (None, false) => "oom",
+        }
+    }
 }
 
 impl Whatif {
@@ -509,13 +523,10 @@ impl Whatif {
     pub fn no_caching(&self) -> NoCachingRow {
         let b = &self.bounds;
         let fits = self.capacity_bytes.is_none_or(|c| b.no_caching_peak_bytes <= c);
+        let stops_at_failure = self.prediction.is_some();
         NoCachingRow {
-            outcome: match (fits, self.prediction.is_some()) {
-                (true, false) => "completes",
-                (true, true) => "gets past",
-                (false, false) => "oom",
-                (false, true) => "fails",
-            },
+            reach: fits.then_some(if stops_at_failure { Reach::GetsPastFailure } else { Reach::Completes }),
+            stops_at_failure,
             peak_reserved_bytes: fits.then_some(b.no_caching_peak_bytes),
             min_capacity_bytes: b.no_caching_peak_bytes,
         }

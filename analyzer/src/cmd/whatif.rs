@@ -64,7 +64,7 @@ whose replay completes is not said to fit (cannot tell); run the step for real a
         out,
         "{:<32} {:>12} {:>12} {:>11} {:>7} {:>9} {:>11}",
         "no caching (see the last line)",
-        none.outcome,
+        none.outcome(),
         "-",
         none.peak_reserved_bytes.map(fmt_bytes).unwrap_or_else(|| "-".into()),
         none.peak_reserved_bytes.map(|_| "0.0%").unwrap_or("-"),

@@ -879,9 +879,9 @@ pub fn findings(
             // The no-caching row of the same table, as it decides it.
             let none = w.no_caching();
             let uncached = "no caching (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`, a device call per request)".to_string();
-            match none.outcome {
-                "completes" => whole.push(uncached),
-                "gets past" => past.push(uncached),
+            match none.reach {
+                Some(Reach::Completes) => whole.push(uncached),
+                Some(Reach::GetsPastFailure) => past.push(uncached),
                 _ => {}
             }
             let remedy = if why.is_empty() {
@@ -1222,7 +1222,7 @@ impl Report {
         let none = w.no_caching();
         rows.push(vec![
             "no caching (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`)".into(),
-            none.outcome.into(),
+            none.outcome().into(),
             none.peak_reserved_bytes.map(fmt_bytes).unwrap_or_else(|| "-".into()),
             none.peak_reserved_bytes.map(|_| pct(0.0)).unwrap_or_else(|| "-".into()),
             b.no_caching_device_calls.to_string(),
