@@ -1079,15 +1079,21 @@ fn growth_behind_an_oom_is_the_trend_before_it() {
     assert!(reason.contains(&format!("over {} iterations", bounds.len() - 1)), "{reason}");
 }
 
+/// The shipped trace `name` exported as a memory-viz snapshot at the temporary path `out`.
+fn exported_snapshot(name: &str, out: &str) -> PathBuf {
+    let p = tmp(out);
+    let _ = std::fs::remove_file(&p);
+    let t = trace(name);
+    let o = run(&["export", t.to_str().unwrap(), "--format", "memory-viz", "-o", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    p
+}
+
 /// A snapshot exported from a trace of no named release reads back as that: not as PyTorch
 /// 2.13's, whose snapshots alone carry `trace_alloc_overflowed`.
 #[test]
 fn an_exported_snapshot_keeps_its_release() {
-    let t = trace("gpt2_train.default");
-    let p = tmp("keeps_release.pickle");
-    let _ = std::fs::remove_file(&p);
-    let o = run(&["export", t.to_str().unwrap(), "--format", "memory-viz", "-o", p.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (t, p) = (trace("gpt2_train.default"), exported_snapshot("gpt2_train.default", "keeps_release.pickle"));
     let back = run(&["replay", p.to_str().unwrap(), "--json"]);
     assert_eq!(back.status.code(), Some(0), "{}", stderr(&back));
     let j: serde_json::Value = serde_json::from_slice(&back.stdout).unwrap();
@@ -1213,11 +1219,7 @@ fn diff_and_ranks_give_call_sites_in_the_one_shape() {
 /// own included.)
 #[test]
 fn an_exported_snapshot_names_the_private_pools_live_at_its_end() {
-    let t = trace("recorded_graph_pools");
-    let p = tmp("pools_back.pickle");
-    let _ = std::fs::remove_file(&p);
-    let o = run(&["export", t.to_str().unwrap(), "--format", "memory-viz", "-o", p.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (t, p) = (trace("recorded_graph_pools"), exported_snapshot("recorded_graph_pools", "pools_back.pickle"));
     let orig = json_of(&["summary", t.to_str().unwrap(), "--json"], 0);
     let back = json_of(&["summary", p.to_str().unwrap(), "--json"], 0);
     assert!(back["private_pools"].is_object(), "{}", back["private_pools"]);
