@@ -110,8 +110,7 @@ impl Growth {
             return None;
         }
         let live_bytes = self.live_bytes[..n].to_vec();
-        let live: Vec<i64> = live_bytes.iter().map(|&b| b as i64).collect();
-        let per_iteration_bytes = growth_step(growth_window(&live));
+        let per_iteration_bytes = total_step(&live_bytes);
         Some(Growth { boundaries: self.boundaries[..n].to_vec(), live_bytes, per_iteration_bytes, ..self })
     }
 }
@@ -438,8 +437,7 @@ fn growth(trace: &Trace, p: &Pass1, source: String, bounds: Vec<u64>) -> Result<
     sites.sort_by(|a, b| b.per_iteration_bytes.total_cmp(&a.per_iteration_bytes).then(a.site.cmp(&b.site)));
     let live_bytes: Vec<u64> =
         samples.iter().map(|v| v.iter().fold(0u64, |a, x| a.saturating_add(x.1.max(0) as u64))).collect();
-    let live: Vec<i64> = live_bytes.iter().map(|&b| b as i64).collect();
-    let per_iteration_bytes = growth_step(growth_window(&live));
+    let per_iteration_bytes = total_step(&live_bytes);
     let one_time_bytes = match live_bytes.as_slice() {
         [a, b, _, ..] if (*b as f64 - *a as f64) > 2.0 * per_iteration_bytes.max(0.0) => {
             (b - a).saturating_sub(per_iteration_bytes.max(0.0) as u64)
@@ -447,6 +445,13 @@ fn growth(trace: &Trace, p: &Pass1, source: String, bounds: Vec<u64>) -> Result<
         _ => 0,
     };
     Ok(Growth { source, boundaries: bounds, live_bytes, per_iteration_bytes, sites, one_time_bytes })
+}
+
+/// What the live bytes sampled at each iteration grow by per iteration: [`growth_step`] over
+/// their [`growth_window`], as each site's growth is measured.
+fn total_step(live_bytes: &[u64]) -> f64 {
+    let live: Vec<i64> = live_bytes.iter().map(|&b| b as i64).collect();
+    growth_step(growth_window(&live))
 }
 
 /// The samples growth is measured over: without the first step where there are enough (one-time
@@ -461,11 +466,10 @@ fn growth_window(v: &[i64]) -> &[i64] {
 
 /// What live bytes grow by per iteration over `window`: the median step, so that a jump now and
 /// then does not count as growth, but, where it is growth, no more than the trend (the
-/// least-squares slope). Live
-/// bytes that rise by a large step most iterations and drop every few (a sawtooth: a site that
-/// frees what it kept every eighth iteration) grow by the trend, about 8 MiB an iteration, not by
-/// the 56 MiB rise; the slope, unlike the change from first to last, does not swing with where in
-/// its cycle the window ends.
+/// least-squares slope). Live bytes that rise by a large step most iterations and drop every few
+/// (a sawtooth: a site that frees what it kept every eighth iteration) grow by the trend, about
+/// 8 MiB an iteration, not by the 56 MiB rise; the slope, unlike the change from first to last,
+/// does not swing with where in its cycle the window ends.
 pub fn growth_step(window: &[i64]) -> f64 {
     let median = median_step(window);
     let n = window.len();

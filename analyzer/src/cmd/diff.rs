@@ -73,8 +73,7 @@ pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
                 fmt_bytes(c.b_bytes_at_peak),
                 c.delta_allocations
             );
-            let under = " ".repeat(lead.chars().count());
-            writeln!(out, "{}", crate::model::wrap::indented(&c.callsite.label, &lead, &under))?;
+            writeln!(out, "{}", crate::model::wrap::under_lead(&c.callsite.label, &lead))?;
         }
         if changed.len() > SHOWN_CALLSITES {
             writeln!(out, "... {} more (see --json)", changed.len() - SHOWN_CALLSITES)?;

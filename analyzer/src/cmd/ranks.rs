@@ -117,8 +117,7 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
                 let cols: Vec<String> = s.bytes.iter().map(|b| format!("{:>11}", fmt_bytes(*b))).collect();
                 // A long site wraps under its column.
                 let lead = format!("  {} {:>11}  ", cols.join(" "), fmt_bytes(s.spread_bytes));
-                let under = " ".repeat(lead.chars().count());
-                writeln!(out, "{}", crate::model::wrap::indented(&s.site.label, &lead, &under))?;
+                writeln!(out, "{}", crate::model::wrap::under_lead(&s.site.label, &lead))?;
             }
         }
         if let Some(path) = &opts.output {

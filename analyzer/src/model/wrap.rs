@@ -109,6 +109,12 @@ pub fn indented(text: &str, first: &str, rest: &str) -> String {
         .join("\n")
 }
 
+/// `text` after `lead` (a table row's figures), its continuation lines under where `text` starts:
+/// [`indented`] with the lead's width in spaces.
+pub fn under_lead(text: &str, lead: &str) -> String {
+    indented(text, lead, &" ".repeat(lead.chars().count()))
+}
+
 /// A writer for a command's text output that keeps every line within [`WIDTH`] columns: a longer
 /// line is wrapped at spaces, its continuation lines indented to where its value starts (after
 /// the label that ends in a run of two spaces, as in `outcome         OOM at ...`), else two
