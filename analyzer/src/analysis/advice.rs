@@ -14,7 +14,7 @@
 
 use crate::analysis::outcome::{Decision, JobPrediction, Reach};
 use crate::analysis::whatif::PolicyRow;
-use crate::model::units::fmt_bytes;
+use crate::model::units::{fmt_bytes, fmt_need};
 use serde::Serialize;
 
 /// One piece of advice.
@@ -263,25 +263,26 @@ above the limit compared ({cap} bytes), where the replay runs out of memory",
             text: match setting {
                 Some((m, r)) => format!(
                     "give the process {} (the whole job needs that with {}; {} under the recorded settings)",
-                    b(m),
+                    fmt_need(m),
                     env_setting(&r.alloc_conf),
-                    b(rec)
+                    fmt_need(rec)
                 ),
-                None => {
-                    format!("give the process {} (the whole job needs that; no setting fits it at {cap_text})", b(rec))
-                }
+                None => format!(
+                    "give the process {} (the whole job needs that; no setting fits it at {cap_text})",
+                    fmt_need(rec)
+                ),
             },
             evidence: match setting {
                 Some((m, r)) => format!(
-                    "the smallest capacity at which the replay of the whole job completes: {} with {}, {} under the \
-recorded settings",
+                    "the smallest capacity at which the replay of the whole job completes: {} ({m} bytes) with {}, {} \
+({rec} bytes) under the recorded settings",
                     b(m),
                     env_setting(&r.alloc_conf),
                     b(rec)
                 ),
                 None => format!(
-                    "the smallest capacity at which the replay of the whole job completes: {} under the recorded \
-settings",
+                    "the smallest capacity at which the replay of the whole job completes: {} ({rec} bytes) under the \
+recorded settings",
                     b(rec)
                 ),
             },

@@ -20,6 +20,17 @@ pub fn fmt_bytes(bytes: u64) -> String {
     format!("{v:.2} {}", UNITS[i])
 }
 
+/// An amount of memory to give: as [`fmt_bytes`], rounded up in its last place, so that the figure
+/// read back (`--capacity 5.83GiB`, or a fraction worked out from it) is never less than `bytes`.
+pub fn fmt_need(bytes: u64) -> String {
+    let shown = fmt_bytes(bytes);
+    let Some((_, unit)) = shown.split_once(' ').filter(|_| bytes >= 1024) else { return shown };
+    let scale = 1u64 << (10 * (["KiB", "MiB", "GiB", "TiB", "PiB"].iter().position(|u| *u == unit).unwrap_or(0) + 1));
+    // Hundredths of the unit, rounded up: exact integer arithmetic, no float rounding.
+    let hundredths = (bytes as u128 * 100).div_ceil(scale as u128);
+    format!("{}.{:02} {unit}", hundredths / 100, hundredths % 100)
+}
+
 /// Formats a signed byte difference: `+4.00 MiB`, `-512 B`.
 /// For `#[serde(skip_serializing_if)]`: a count or a byte figure of zero is left out of the JSON.
 pub fn is_zero(n: &u64) -> bool {
@@ -81,5 +92,19 @@ mod tests {
         assert_eq!(fmt_bytes(4 << 20), "4.00 MiB");
         assert_eq!(fmt_bytes(1_929_379_840), "1.80 GiB");
         assert_eq!(fmt_delta(-(2 << 20)), "-2.00 MiB");
+    }
+
+    /// An amount to give reads back as no less than the bytes: GPT-2's smallest limit under
+    /// `max_split_size_mb:64,roundup_power2_divisions:4`, 5.8203 GiB, is shown as 5.83 GiB, where
+    /// `fmt_bytes`'s 5.82 GiB (6,249,172,910 bytes) ran out of memory in PyTorch.
+    #[test]
+    fn needs_round_up() {
+        assert_eq!(fmt_bytes(6_249_512_960), "5.82 GiB");
+        assert_eq!(fmt_need(6_249_512_960), "5.83 GiB");
+        assert!(parse_bytes("5.83GiB").unwrap() >= 6_249_512_960);
+        assert_eq!(fmt_need(6 << 30), "6.00 GiB");
+        assert_eq!(fmt_need((6 << 30) + 1), "6.01 GiB");
+        assert_eq!(fmt_need(512), "512 B");
+        assert_eq!(fmt_need(1536), "1.50 KiB");
     }
 }
