@@ -1229,3 +1229,47 @@ fn an_exported_snapshot_names_the_private_pools_live_at_its_end() {
         assert!(ids.contains(id), "{id} is not among {ids:?}");
     }
 }
+
+/// Without caching PyTorch does not apply its memory fraction (checked on an H100:
+/// `tests/fixtures/gpt2_limits_h100.jsonl`): the no-caching row says so wherever its limit is, or
+/// may be, a fraction, in the table's notes, the report's table and the report's OOM finding, and
+/// says nothing where there is no limit.
+#[test]
+fn no_caching_row_says_a_memory_fraction_does_not_bound_it() {
+    let frag = trace("frag_oom.default");
+    let gpt2 = trace("gpt2_train.default");
+    // frag_oom ran under a fraction (recorded): the note is certain.
+    let w = json_of(&["whatif", frag.to_str().unwrap(), "--json"], 0);
+    assert_eq!(w["no_caching"]["limit"], "ignored");
+    assert_eq!(w["no_caching"]["reach"], "gets_past_failure");
+    let o = run(&["whatif", frag.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&o.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(text.contains("the limit of 2.00 GiB here, a memory fraction, does not bound the process"), "{text}");
+    // A given limit may be a fraction or the device: the note says which case it is about.
+    let w = json_of(&["whatif", gpt2.to_str().unwrap(), "--capacity", "5.5GiB", "--json"], 0);
+    assert_eq!(w["no_caching"]["limit"], "ignored_if_fraction");
+    let o = run(&["whatif", gpt2.to_str().unwrap(), "--capacity", "5.5GiB"]);
+    let text = String::from_utf8_lossy(&o.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(text.contains("where the limit of 5.50 GiB is a memory fraction"), "{text}");
+    // No limit: nothing to say.
+    let w = json_of(&["whatif", gpt2.to_str().unwrap(), "--no-search", "--json"], 0);
+    assert_eq!(w["no_caching"]["limit"], "no_limit");
+    let o = run(&["whatif", gpt2.to_str().unwrap(), "--no-search"]);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("does not bound the process"));
+    // The report's OOM finding names no caching as what gets past, with the same caveat.
+    let dir = tmp("no-caching-report");
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = run(&["report", frag.to_str().unwrap(), "-o", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let md = md.split_whitespace().collect::<Vec<_>>().join(" ");
+    let finding = md.split("Diagnosis:").nth(1).expect("the OOM finding");
+    assert!(
+        finding.contains(
+            "no caching (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`, a device call per request; PyTorch does not apply this \
+limit, a memory fraction, without caching: see the what-if table)"
+        ),
+        "{finding}"
+    );
+    assert!(md.contains("No caching: PyTorch does not apply its memory fraction without caching"), "{md}");
+}

@@ -145,6 +145,8 @@ pub struct Whatif {
     pub capacity_source: crate::model::CapacitySource,
     pub rows: Vec<PolicyRow>,
     pub bounds: Bounds,
+    /// The no-caching row at the capacity, decided once ([`Whatif::no_caching`]).
+    pub no_caching: NoCachingRow,
     /// Set when the trace is truncated or corrupt: the rows cover the events before the damage.
     pub input_damage: Option<Damage>,
     /// For a trace that ends in an OOM: whether the whole job fits under each policy, predicted
@@ -492,16 +494,51 @@ fn whatif_inner<T: Send>(
 }
 
 /// The no-caching row at the capacity compared ([`Whatif::no_caching`]).
+#[derive(Debug, Clone, Serialize)]
 pub struct NoCachingRow {
     /// How far it gets where it fits under the capacity: it completes, or on a trace that stops at
     /// its failure gets past it; `None` where it does not fit (where it fails is not computed).
     pub reach: Option<Reach>,
     /// The trace stops at a failure (the outcome of a run that does not fit is then "fails").
+    #[serde(skip)]
     stops_at_failure: bool,
     /// Its peak reserved where it fits under the capacity; `None` where it does not (its need,
     /// the peak with no limit, is its min capacity).
     pub peak_reserved_bytes: Option<u64>,
     pub min_capacity_bytes: u64,
+    /// Whether the limit compared holds without caching ([`LimitWithoutCaching`]).
+    pub limit: LimitWithoutCaching,
+}
+
+/// Whether a limit holds without caching. PyTorch applies its memory fraction
+/// (`set_per_process_memory_fraction`) only on the caching path: with
+/// `PYTORCH_NO_CUDA_MEMORY_CACHING=1` each request goes straight to `cudaMalloc`
+/// (`uncached_allocate` in `CUDACachingAllocator.cpp`), which no fraction checks, so only the
+/// device's own memory bounds the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitWithoutCaching {
+    /// No limit is compared.
+    NoLimit,
+    /// The limit is the device's own memory (inferred from an OOM where the device was full).
+    Holds,
+    /// The limit is a memory fraction (recorded, or inferred below the device): PyTorch does not
+    /// apply it without caching.
+    Ignored,
+    /// A given limit: it holds where it is the device's memory, not where it is a fraction.
+    IgnoredIfFraction,
+}
+
+impl LimitWithoutCaching {
+    pub fn of(source: crate::model::CapacitySource) -> Self {
+        use crate::model::CapacitySource::*;
+        match source {
+            None => LimitWithoutCaching::NoLimit,
+            InferredFromOom => LimitWithoutCaching::Holds,
+            Recorded | InferredLimit => LimitWithoutCaching::Ignored,
+            Given => LimitWithoutCaching::IgnoredIfFraction,
+        }
+    }
 }
 
 impl NoCachingRow {
@@ -513,23 +550,44 @@ impl NoCachingRow {
             (None, false) => "oom",
         }
     }
+
+    /// The same in a few words, for a sentence that names the row among others.
+    pub fn limit_aside(&self) -> Option<&'static str> {
+        match self.limit {
+            LimitWithoutCaching::NoLimit | LimitWithoutCaching::Holds => None,
+            LimitWithoutCaching::Ignored => {
+                Some("PyTorch does not apply this limit, a memory fraction, without caching")
+            }
+            LimitWithoutCaching::IgnoredIfFraction => {
+                Some("where this limit is a memory fraction, PyTorch does not apply it without caching")
+            }
+        }
+    }
+
+    /// Where the limit compared may not hold without caching: what that means for the row, in
+    /// the words every output uses. `None` where it holds or no limit is compared.
+    pub fn limit_note(&self, capacity_bytes: u64) -> Option<String> {
+        let cap = crate::model::units::fmt_bytes(capacity_bytes);
+        let need = crate::model::units::fmt_bytes(self.min_capacity_bytes);
+        let which = match self.limit {
+            LimitWithoutCaching::NoLimit | LimitWithoutCaching::Holds => return None,
+            LimitWithoutCaching::Ignored => format!("the limit of {cap} here, a memory fraction,"),
+            LimitWithoutCaching::IgnoredIfFraction => {
+                format!("where the limit of {cap} is a memory fraction (set_per_process_memory_fraction), it")
+            }
+        };
+        Some(format!(
+            "PyTorch does not apply its memory fraction without caching (each request goes straight to cudaMalloc), \
+so {which} does not bound the process: it takes what it needs ({need}), and the no-caching row is what a device of \
+{cap} would do."
+        ))
+    }
 }
 
 impl Whatif {
-    /// The no-caching row, decided once for every output. Without caching, reserved memory is
-    /// the live blocks' rounded bytes, so the run fails at the capacity exactly where that peak
-    /// passes it. A run that fails is not replayed up to its failure: its peak there is not
-    /// shown, its need is (the min capacity).
-    pub fn no_caching(&self) -> NoCachingRow {
-        let b = &self.bounds;
-        let fits = self.capacity_bytes.is_none_or(|c| b.no_caching_peak_bytes <= c);
-        let stops_at_failure = self.prediction.is_some();
-        NoCachingRow {
-            reach: fits.then_some(if stops_at_failure { Reach::GetsPastFailure } else { Reach::Completes }),
-            stops_at_failure,
-            peak_reserved_bytes: fits.then_some(b.no_caching_peak_bytes),
-            min_capacity_bytes: b.no_caching_peak_bytes,
-        }
+    /// The no-caching row, decided once for every output ([`no_caching_row`]).
+    pub fn no_caching(&self) -> &NoCachingRow {
+        &self.no_caching
     }
 
     /// The row whose replay row `k` is: itself, or the earlier row it is the same run as
@@ -615,6 +673,7 @@ fn finish<T>(
     } else {
         crate::analysis::outcome::predict(trace, list, &past, &past_from, same_as, opts.capacity.bytes, opts.repeats)?
     };
+    let no_caching = no_caching_row(&bounds, opts.capacity, prediction.is_some());
     let w = Whatif {
         trace: trace.path.display().to_string(),
         predicted: trace.predicted().map(str::to_string),
@@ -623,12 +682,31 @@ fn finish<T>(
         capacity_source: opts.capacity.source,
         rows: table,
         bounds,
+        no_caching,
         complete: trace.damage().is_none(),
         input_damage: trace.damage(),
         prediction,
         replays,
     };
     Ok((w, runs))
+}
+
+/// The no-caching row. Without caching, reserved memory is the live blocks' rounded bytes, so the
+/// run fails at the capacity exactly where that peak passes it. A run that fails is not replayed
+/// up to its failure: its peak there is not shown, its need is (the min capacity).
+fn no_caching_row(bounds: &Bounds, capacity: crate::model::Capacity, stops_at_failure: bool) -> NoCachingRow {
+    let fits = capacity.bytes.is_none_or(|c| bounds.no_caching_peak_bytes <= c);
+    NoCachingRow {
+        reach: fits.then_some(if stops_at_failure { Reach::GetsPastFailure } else { Reach::Completes }),
+        stops_at_failure,
+        peak_reserved_bytes: fits.then_some(bounds.no_caching_peak_bytes),
+        min_capacity_bytes: bounds.no_caching_peak_bytes,
+        limit: LimitWithoutCaching::of(if capacity.bytes.is_some() {
+            capacity.source
+        } else {
+            crate::model::CapacitySource::None
+        }),
+    }
 }
 
 /// The rows that cannot tell because a scratch buffer failed at the capacity (a cuDNN

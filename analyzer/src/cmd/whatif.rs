@@ -141,6 +141,9 @@ us each on an H100).",
             b.no_caching_device_calls as f64 * DEVICE_CALL_US / 1000.0
         ),
     )?;
+    if let Some(n) = w.capacity_bytes.and_then(|c| w.no_caching().limit_note(c)) {
+        note(out, &format!("no caching: {n}"))?;
+    }
     Ok(())
 }
 

@@ -878,7 +878,13 @@ pub fn findings(
             let (mut whole, mut past) = (with(Reach::Completes), with(Reach::GetsPastFailure));
             // The no-caching row of the same table, as it decides it.
             let none = w.no_caching();
-            let uncached = "no caching (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`, a device call per request)".to_string();
+            let uncached = match none.limit_aside() {
+                Some(aside) => format!(
+                    "no caching (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`, a device call per request; {aside}: see the \
+                     what-if table)"
+                ),
+                None => "no caching (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`, a device call per request)".to_string(),
+            };
             match none.reach {
                 Some(Reach::Completes) => whole.push(uncached),
                 Some(Reach::GetsPastFailure) => past.push(uncached),
@@ -1235,7 +1241,8 @@ impl Report {
                 .collect(),
             rows,
         ));
-        for note in w.placement_notes().into_iter().chain(w.same_run_notes()) {
+        let caching_note = w.capacity_bytes.and_then(|c| none.limit_note(c)).map(|n| format!("No caching: {n}"));
+        for note in w.placement_notes().into_iter().chain(w.same_run_notes()).chain(caching_note) {
             d.push(Block::Para(prose(&note)));
         }
         d.push(Block::Para(format!(

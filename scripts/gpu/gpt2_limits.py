@@ -1,0 +1,59 @@
+"""GPT-2 training (the job behind traces/gpt2_train.default.atrace: the same model, seed, batch
+and steps as that recording) under one limit and one set of allocator settings, in a fresh
+process; prints one JSON line with PyTorch's outcome and figures.
+
+Usage: PYTORCH_CUDA_ALLOC_CONF=... python3 gpt2_limits.py LIMIT_BYTES|none [LABEL]
+       python3 gpt2_limits.py nocache-fraction LIMIT_BYTES REQUEST_BYTES
+The second form asks whether set_per_process_memory_fraction holds without caching
+(PYTORCH_NO_CUDA_MEMORY_CACHING=1): one request of REQUEST_BYTES under a limit of LIMIT_BYTES.
+"""
+import json, os, random, sys
+import torch
+
+dev = torch.device("cuda")
+total = torch.cuda.get_device_properties(0).total_memory
+conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+no_caching = os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "") not in ("", "0")
+
+if sys.argv[1] == "nocache-fraction":
+    limit, request = int(sys.argv[2]), int(sys.argv[3])
+    torch.cuda.set_per_process_memory_fraction(limit / total)
+    try:
+        t = torch.empty(request, dtype=torch.uint8, device=dev)
+        outcome = "ok"
+    except torch.OutOfMemoryError:
+        outcome = "oom"
+    print(json.dumps({"check": "nocache-fraction", "no_caching": no_caching, "limit_bytes": limit,
+                      "request_bytes": request, "outcome": outcome, "torch": torch.__version__}))
+    sys.exit(0)
+
+limit = None if sys.argv[1] == "none" else int(sys.argv[1])
+label = sys.argv[2] if len(sys.argv) > 2 else ""
+if limit is not None:
+    torch.cuda.set_per_process_memory_fraction(limit / total)
+torch.manual_seed(0)
+random.seed(0)
+torch.backends.cudnn.benchmark = False
+
+from transformers import GPT2Config, GPT2LMHeadModel
+
+outcome, err = "ok", None
+try:
+    cfg = GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
+    m = GPT2LMHeadModel(cfg).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    for _ in range(4):
+        ids = torch.randint(0, 50257, (4, 512), device=dev)
+        out = m(input_ids=ids, labels=ids)
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        opt.step()
+    torch.cuda.synchronize()
+except torch.OutOfMemoryError as e:
+    outcome, err = "oom", str(e).splitlines()[0]
+st = torch.cuda.memory_stats()
+print(json.dumps({"label": label, "conf": conf, "no_caching": no_caching, "limit_bytes": limit,
+                  "outcome": outcome, "peak_reserved": st.get("reserved_bytes.all.peak"),
+                  "peak_allocated": st.get("allocated_bytes.all.peak"),
+                  "num_alloc_retries": st.get("num_alloc_retries"), "num_ooms": st.get("num_ooms"),
+                  "error": err, "torch": torch.__version__}))
