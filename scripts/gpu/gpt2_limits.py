@@ -2,7 +2,7 @@
 and steps as that recording) under one limit and one set of allocator settings, in a fresh
 process; prints one JSON line with PyTorch's outcome and figures.
 
-Usage: PYTORCH_CUDA_ALLOC_CONF=... python3 gpt2_limits.py LIMIT_BYTES|none [LABEL]
+Usage: PYTORCH_CUDA_ALLOC_CONF=... python3 gpt2_limits.py LIMIT_BYTES|none [LABEL [SNAPSHOT.pickle]]
        python3 gpt2_limits.py nocache-fraction LIMIT_BYTES REQUEST_BYTES
 The second form asks whether set_per_process_memory_fraction holds without caching
 (PYTORCH_NO_CUDA_MEMORY_CACHING=1): one request of REQUEST_BYTES under a limit of LIMIT_BYTES.
@@ -29,8 +29,12 @@ if sys.argv[1] == "nocache-fraction":
 
 limit = None if sys.argv[1] == "none" else int(sys.argv[1])
 label = sys.argv[2] if len(sys.argv) > 2 else ""
+snapshot = sys.argv[3] if len(sys.argv) > 3 else None
 if limit is not None:
     torch.cuda.set_per_process_memory_fraction(limit / total)
+if snapshot:
+    # PyTorch's own history, as traces/gpt2_train.default.atrace was recorded (no stacks).
+    torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python", max_entries=3_000_000)
 torch.manual_seed(0)
 random.seed(0)
 torch.backends.cudnn.benchmark = False
@@ -51,6 +55,9 @@ try:
     torch.cuda.synchronize()
 except torch.OutOfMemoryError as e:
     outcome, err = "oom", str(e).splitlines()[0]
+if snapshot:
+    torch.cuda.memory._dump_snapshot(snapshot)
+    torch.cuda.memory._record_memory_history(enabled=None)
 st = torch.cuda.memory_stats()
 print(json.dumps({"label": label, "conf": conf, "no_caching": no_caching, "limit_bytes": limit,
                   "outcome": outcome, "peak_reserved": st.get("reserved_bytes.all.peak"),

@@ -4,15 +4,17 @@
 # GPU (each limited by set_per_process_memory_fraction). Writes one JSON line per run; the lines
 # are kept in tests/fixtures/gpt2_limits_h100.jsonl, which tests/tests/fidelity.rs checks the engine against.
 # Usage: scripts/gpu/gpt2_limits.sh OUTFILE
+#        SNAPSHOTS=DIR scripts/gpu/gpt2_limits.sh   (the runs that differ, with PyTorch's snapshots)
 set -u
 cd "$(dirname "$0")"
 OUT=${1:-/dev/stdout}
 M=$((1 << 20))
+SNAPSHOTS=${SNAPSHOTS:-}
 run() { # label conf limit [env...]
   local label=$1 conf=$2 lim=$3; shift 3
   env PYTORCH_CUDA_ALLOC_CONF="$conf" "$@" python3 gpt2_limits.py "$lim" "$label" 2>/dev/null | tail -1
 }
-{
+[ -z "$SNAPSHOTS" ] && {
   # no caching: does the memory fraction hold? (one 2 GiB request under a 1 GiB limit)
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 gpt2_limits.py nocache-fraction $((1 << 30)) $((2 << 30)) &
   python3 gpt2_limits.py nocache-fraction $((1 << 30)) $((2 << 30)) &
@@ -37,3 +39,16 @@ run() { # label conf limit [env...]
   run r1_none roundup_power2_divisions:1 none &
   wait
 } > "$OUT"
+# With SNAPSHOTS=DIR instead: the runs where the replay of the default run's trace differs from
+# PyTorch, again, each recording PyTorch's own snapshot into DIR (to replay each run's own
+# addresses), and what each run reported in DIR/runs.jsonl.
+if [ -n "${SNAPSHOTS:-}" ]; then
+  mkdir -p "$SNAPSHOTS"
+  {
+    env PYTORCH_CUDA_ALLOC_CONF=roundup_power2_divisions:4 python3 gpt2_limits.py 6958350336 r4_min_snap "$SNAPSHOTS/r4_min.pickle" 2>/dev/null | tail -1 &
+    env PYTORCH_CUDA_ALLOC_CONF=roundup_power2_divisions:4 python3 gpt2_limits.py $((6958350336 - 2 * M)) r4_below_snap "$SNAPSHOTS/r4_below.pickle" 2>/dev/null | tail -1 &
+    env PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.6,roundup_power2_divisions:4 python3 gpt2_limits.py 6882852864 gc_r4_min_snap "$SNAPSHOTS/gc_r4_min.pickle" 2>/dev/null | tail -1 &
+    env PYTORCH_CUDA_ALLOC_CONF=roundup_power2_divisions:4 python3 gpt2_limits.py none r4_none_snap "$SNAPSHOTS/r4_none.pickle" 2>/dev/null | tail -1 &
+    wait
+  } > "$SNAPSHOTS/runs.jsonl"
+fi

@@ -300,3 +300,56 @@ fn gpt2_limits_under_rounding_agree_with_pytorch() {
     assert_eq!(LimitWithoutCaching::of(CapacitySource::InferredLimit), LimitWithoutCaching::Ignored);
     assert_eq!(LimitWithoutCaching::of(CapacitySource::InferredFromOom), LimitWithoutCaching::Holds);
 }
+
+/// The runs of `gpt2_limits_under_rounding_agree_with_pytorch` that a replay of the default run
+/// gets wrong, under `roundup_power2_divisions:4`, replay as PyTorch ran them from a trace
+/// recorded under that setting (`tests/fixtures/gpt2_rp2_4/`): the difference is where the
+/// segments lie, which only such a trace tells.
+#[test]
+fn own_addresses_under_rounding_replay_as_pytorch_ran() {
+    let dir = root().join("tests/fixtures/gpt2_rp2_4");
+    let text = std::fs::read_to_string(dir.join("runs.jsonl")).unwrap();
+    let runs: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let run = |label: &str| runs.iter().find(|v| v["label"] == label).unwrap_or_else(|| panic!("{label}"));
+    let at = |path: &Path, conf: &str, limit: Option<u64>| {
+        let opts = ReplayOptions {
+            config: Some(AllocatorConfig::parse(conf).unwrap()),
+            capacity_bytes: limit,
+            unlimited: limit.is_none(),
+            ..Default::default()
+        };
+        replay_file(path, &opts).unwrap()
+    };
+    let mut checked = 0;
+    for name in ["r4_min", "r4_below", "gc_r4_min", "r4_none"] {
+        let v = run(&format!("{name}_snap"));
+        let conf = v["conf"].as_str().unwrap();
+        // These limits are ones where (size_t)(fraction * total) is the limit itself.
+        let limit = v["limit_bytes"].as_u64();
+        let real_peak = v["peak_reserved"].as_u64().unwrap();
+        assert_eq!(v["outcome"], "ok");
+        // The run's own trace, at its limit.
+        let own = at(&dir.join(format!("{name}.atrace")), conf, limit);
+        assert!(!own.is_oom(), "{name}: own trace");
+        assert_eq!(own.peak_reserved_bytes, real_peak, "{name}: own trace, peak reserved");
+        // The setting's unlimited run, at the limit: the same addresses for the same segments.
+        let from_setting = at(&dir.join("r4_none.atrace"), conf, limit);
+        assert!(!from_setting.is_oom(), "{name}: from the setting's unlimited run");
+        if !conf.contains("garbage_collection") {
+            assert_eq!(from_setting.peak_reserved_bytes, real_peak, "{name}: from r4_none, peak reserved");
+            assert_eq!(from_setting.num_alloc_retries, v["num_alloc_retries"].as_u64().unwrap(), "{name}");
+        } else {
+            let off = from_setting.peak_reserved_bytes as f64 / real_peak as f64 - 1.0;
+            assert!(off.abs() < 0.005, "{name}: from r4_none, peak reserved {off:+.4}");
+        }
+        // The default run's trace, where most segments have other sizes: what differs.
+        let from_default = replay("gpt2_train.default", Some(AllocatorConfig::parse(conf).unwrap()), limit);
+        if name == "r4_below" {
+            assert!(from_default.is_oom(), "{name}: the default run's trace");
+        } else if limit.is_some() {
+            assert_eq!(Some(from_default.peak_reserved_bytes), limit, "{name}: the default run's trace");
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 4);
+}
