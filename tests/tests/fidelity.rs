@@ -315,7 +315,6 @@ fn own_addresses_under_rounding_replay_as_pytorch_ran() {
         let opts = ReplayOptions {
             config: Some(AllocatorConfig::parse(conf).unwrap()),
             capacity_bytes: limit,
-            unlimited: limit.is_none(),
             ..Default::default()
         };
         replay_file(path, &opts).unwrap()
@@ -328,10 +327,12 @@ fn own_addresses_under_rounding_replay_as_pytorch_ran() {
         let limit = v["limit_bytes"].as_u64();
         let real_peak = v["peak_reserved"].as_u64().unwrap();
         assert_eq!(v["outcome"], "ok");
-        // The run's own trace, at its limit.
-        let own = at(&dir.join(format!("{name}.atrace")), conf, limit);
+        // The run's own trace, at its limit (recorded in its header at the import).
+        let own = at(&dir.join(format!("{name}.atrace")), conf, None);
+        assert_eq!(own.capacity_bytes, limit, "{name}: own trace, the limit");
         assert!(!own.is_oom(), "{name}: own trace");
         assert_eq!(own.peak_reserved_bytes, real_peak, "{name}: own trace, peak reserved");
+        assert_eq!(own.num_alloc_retries, v["num_alloc_retries"].as_u64().unwrap(), "{name}: own trace, retries");
         // The setting's unlimited run, at the limit: the same addresses for the same segments.
         let from_setting = at(&dir.join("r4_none.atrace"), conf, limit);
         assert!(!from_setting.is_oom(), "{name}: from the setting's unlimited run");
