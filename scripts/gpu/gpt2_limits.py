@@ -39,20 +39,11 @@ torch.manual_seed(0)
 random.seed(0)
 torch.backends.cudnn.benchmark = False
 
-from transformers import GPT2Config, GPT2LMHeadModel
+from train_gpt2 import train
 
 outcome, err = "ok", None
 try:
-    cfg = GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
-    m = GPT2LMHeadModel(cfg).to(dev)
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-    for _ in range(4):
-        ids = torch.randint(0, 50257, (4, 512), device=dev)
-        out = m(input_ids=ids, labels=ids)
-        opt.zero_grad(set_to_none=True)
-        out.loss.backward()
-        opt.step()
-    torch.cuda.synchronize()
+    train(dev)
 except torch.OutOfMemoryError as e:
     outcome, err = "oom", str(e).splitlines()[0]
 if snapshot:

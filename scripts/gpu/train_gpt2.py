@@ -2,17 +2,24 @@
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-torch.manual_seed(0)
-dev = torch.device("cuda")
-cfg = GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
-m = GPT2LMHeadModel(cfg).to(dev)
-opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-for step in range(4):
-    ids = torch.randint(0, 50257, (4, 512), device=dev)
-    out = m(input_ids=ids, labels=ids)
-    opt.zero_grad(set_to_none=True)
-    out.loss.backward()
-    opt.step()
-    print(f"step {step} loss {out.loss.item():.4f}")
-torch.cuda.synchronize()
-print("allocator backend:", torch.cuda.memory.get_allocator_backend())
+
+def train(dev, report=None):
+    """The four steps on `dev`; `report(step, loss)` after each, where given."""
+    cfg = GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
+    m = GPT2LMHeadModel(cfg).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    for step in range(4):
+        ids = torch.randint(0, 50257, (4, 512), device=dev)
+        out = m(input_ids=ids, labels=ids)
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        opt.step()
+        if report:
+            report(step, out.loss)
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    train(torch.device("cuda"), lambda step, loss: print(f"step {step} loss {loss.item():.4f}"))
+    print("allocator backend:", torch.cuda.memory.get_allocator_backend())
