@@ -3,6 +3,7 @@ and steps as that recording) under one limit and one set of allocator settings, 
 process; prints one JSON line with PyTorch's outcome and figures.
 
 Usage: PYTORCH_CUDA_ALLOC_CONF=... python3 gpt2_limits.py LIMIT_BYTES|none [LABEL [SNAPSHOT.pickle]]
+       (GPT2_CHECKPOINTING=1: with the model's activation checkpointing)
        python3 gpt2_limits.py nocache-fraction LIMIT_BYTES REQUEST_BYTES
 The second form asks whether set_per_process_memory_fraction holds without caching
 (PYTORCH_NO_CUDA_MEMORY_CACHING=1): one request of REQUEST_BYTES under a limit of LIMIT_BYTES.
@@ -43,7 +44,7 @@ from train_gpt2 import train
 
 outcome, err = "ok", None
 try:
-    train(dev)
+    train(dev, checkpointing=os.environ.get("GPT2_CHECKPOINTING", "") not in ("", "0"))
 except torch.OutOfMemoryError as e:
     outcome, err = "oom", str(e).splitlines()[0]
 if snapshot:
@@ -53,5 +54,7 @@ st = torch.cuda.memory_stats()
 print(json.dumps({"label": label, "conf": conf, "no_caching": no_caching, "limit_bytes": limit,
                   "outcome": outcome, "peak_reserved": st.get("reserved_bytes.all.peak"),
                   "peak_allocated": st.get("allocated_bytes.all.peak"),
+                  "peak_requested": st.get("requested_bytes.all.peak"),
+                  "checkpointing": os.environ.get("GPT2_CHECKPOINTING", "") not in ("", "0"),
                   "num_alloc_retries": st.get("num_alloc_retries"), "num_ooms": st.get("num_ooms"),
                   "error": err, "torch": torch.__version__}))

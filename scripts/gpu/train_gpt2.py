@@ -3,10 +3,13 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 
-def train(dev, report=None):
-    """The four steps on `dev`; `report(step, loss)` after each, where given."""
+def train(dev, report=None, checkpointing=False):
+    """The four steps on `dev`; `report(step, loss)` after each, where given. `checkpointing`:
+    with the model's own activation checkpointing (each of the 12 blocks recomputed in backward)."""
     cfg = GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
     m = GPT2LMHeadModel(cfg).to(dev)
+    if checkpointing:
+        m.gradient_checkpointing_enable()
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
     for step in range(4):
         ids = torch.randint(0, 50257, (4, 512), device=dev)
