@@ -66,6 +66,90 @@ pub trait KeepOff {
     /// The highest end of the ranges that start below `to` (0 if none): `[from, to)` overlaps
     /// one exactly when this lies above `from`.
     fn max_end_before(&self, to: u64) -> u64;
+    /// Where the walks down from a candidate ended, for ranges that change less often than
+    /// they are asked: a walk reads nothing else, so while the ranges stay the same it ends the
+    /// same way. `None`: no such memory.
+    fn walks(&self) -> Option<&WalkMemo> {
+        None
+    }
+}
+
+/// How a walk down from a candidate ended ([`Placement::predict_clear`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalkEnd {
+    /// A place clear of the ranges.
+    Clear(u64),
+    /// The next place down lies below the floor: this candidate has none.
+    Blocked,
+    /// The address space ran out above a place.
+    Overflow,
+    /// No end within the tries allowed.
+    Unfinished,
+}
+
+/// Walks down already made over one set of ranges, keyed by `(start, floor, bytes, tries)`, with
+/// how each ended and the tries it took ([`KeepOff::walks`]). Its owner empties it whenever
+/// its ranges change. A copy starts empty: it is a memory of answers, not state.
+#[derive(Debug, Default)]
+pub struct WalkMemo(std::sync::Mutex<std::collections::HashMap<WalkKey, (WalkEnd, usize)>>);
+
+/// A walk's start, floor, bytes and tries allowed.
+type WalkKey = (u64, u64, u64, usize);
+
+/// A memory of walks stops growing past this many, and starts again.
+const WALK_MEMO_MAX: usize = 1 << 14;
+
+impl WalkMemo {
+    pub fn clear(&mut self) {
+        self.0.get_mut().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+    fn get(&self, key: &WalkKey) -> Option<(WalkEnd, usize)> {
+        self.0.lock().ok()?.get(key).copied()
+    }
+    fn put(&self, key: WalkKey, value: (WalkEnd, usize)) {
+        if let Ok(mut m) = self.0.lock() {
+            if m.len() >= WALK_MEMO_MAX {
+                m.clear();
+            }
+            m.insert(key, value);
+        }
+    }
+}
+
+impl Clone for WalkMemo {
+    fn clone(&self) -> Self {
+        WalkMemo::default()
+    }
+}
+
+/// The walk down from `p` of [`Placement::predict_clear`]: a place for `bytes` that clashes
+/// with a range moves below the lowest start of those it overlaps, and no further than
+/// `floor`. Each place looked at takes one try; `tries` bounds them (the end is then
+/// [`WalkEnd::Unfinished`], counted as one try more than allowed). Remembered in `keep`'s
+/// [`KeepOff::walks`] where it has one.
+fn walk_down(keep: &impl KeepOff, start: u64, floor: u64, bytes: u64, tries: usize) -> (WalkEnd, usize) {
+    let key = (start, floor, bytes, tries);
+    if let Some(known) = keep.walks().and_then(|m| m.get(&key)) {
+        return known;
+    }
+    let mut p = start;
+    let mut taken = 0;
+    let end = loop {
+        if taken == tries {
+            break (WalkEnd::Unfinished, tries + 1);
+        }
+        taken += 1;
+        let Some(to) = p.checked_add(bytes) else { break (WalkEnd::Overflow, taken) };
+        let Some(s) = keep.lowest_overlapping(p, to) else { break (WalkEnd::Clear(p), taken) };
+        match align_down(s).checked_sub(bytes).map(align_down).filter(|&q| q >= floor && q < p) {
+            Some(q) => p = q,
+            None => break (WalkEnd::Blocked, taken),
+        }
+    };
+    if let Some(m) = keep.walks() {
+        m.put(key, end);
+    }
+    end
 }
 
 impl Placement {
@@ -119,15 +203,15 @@ impl Placement {
         }
         let range = bytes.checked_next_multiple_of(RANGE_BYTES)?;
         // A range opened with its segment at `p` that clashes moves down until its segment ends
-        // below the clash, and no further than `floor`.
-        let down = |mut p: u64, floor: u64| -> Option<Option<u64>> {
-            loop {
-                ask()?;
-                let Some(s) = keep.lowest_overlapping(p, p.checked_add(bytes)?) else { return Some(Some(p)) };
-                match align_down(s).checked_sub(bytes).map(align_down).filter(|&q| q >= floor && q < p) {
-                    Some(q) => p = q,
-                    None => return Some(None),
-                }
+        // below the clash, and no further than `floor` ([`walk_down`]); its tries come out of
+        // the same count.
+        let down = |p: u64, floor: u64| -> Option<Option<u64>> {
+            let (end, taken) = walk_down(keep, p, floor, bytes, tries);
+            left.set(left.get().checked_sub(taken)?);
+            match end {
+                WalkEnd::Clear(p) => Some(Some(p)),
+                WalkEnd::Blocked => Some(None),
+                WalkEnd::Overflow | WalkEnd::Unfinished => None,
             }
         };
         let mut gap = self.gaps.rightmost_at_least(range);

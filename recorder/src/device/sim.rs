@@ -55,6 +55,8 @@ struct HintRanges {
     width: usize,
     /// The first leaf of each `(start, end)` not yet taken: equal ranges leave in any order.
     next: std::collections::HashMap<(u64, u64), usize>,
+    /// The walks down made over these ranges (emptied when one leaves).
+    walks: super::placement::WalkMemo,
 }
 
 impl HintRanges {
@@ -71,7 +73,7 @@ impl HintRanges {
         for i in (1..width).rev() {
             tree[i] = tree[2 * i].max(tree[2 * i + 1]);
         }
-        HintRanges { starts: ranges.iter().map(|&(s, _)| s).collect(), tree, width, next }
+        HintRanges { starts: ranges.iter().map(|&(s, _)| s).collect(), tree, width, next, walks: Default::default() }
     }
 
     fn remove(&mut self, addr: u64, bytes: u64) {
@@ -83,6 +85,7 @@ impl HintRanges {
         let mut node = self.width + *i;
         *i += 1;
         self.tree[node] = 0;
+        self.walks.clear();
         while node > 1 {
             node /= 2;
             self.tree[node] = self.tree[2 * node].max(self.tree[2 * node + 1]);
@@ -111,6 +114,10 @@ impl super::placement::KeepOff for HintRanges {
         }
         let lowest = self.starts[node - self.width];
         (lowest < to).then_some(lowest)
+    }
+
+    fn walks(&self) -> Option<&super::placement::WalkMemo> {
+        Some(&self.walks)
     }
 
     fn max_end_before(&self, to: u64) -> u64 {
@@ -379,6 +386,67 @@ mod tests {
                 h.remove(a + 1, b);
             }
         }
+    }
+
+    /// The walks down that the hint ranges remember give what a walk made afresh gives, through
+    /// every try count (the walk's tries come out of the same count as the others'), as the
+    /// ranges change (a range leaving forgets them) and the placement fills.
+    #[test]
+    fn remembered_walks_answer_as_fresh_ones() {
+        struct Fresh<'a>(&'a HintRanges);
+        impl super::super::placement::KeepOff for Fresh<'_> {
+            fn lowest_overlapping(&self, from: u64, to: u64) -> Option<u64> {
+                self.0.lowest_overlapping(from, to)
+            }
+            fn max_end_before(&self, to: u64) -> u64 {
+                self.0.max_end_before(to)
+            }
+        }
+        let mut rnd = crate::engine::test_rng(0x6a09_e667_f3bc_c908);
+        let top = SEGMENT_BASE;
+        let mut queued: Vec<(u64, u64)> =
+            (0..120).map(|_| (top - (1 + rnd() % 400) * 2 * MIB, (1 + rnd() % 24) * 2 * MIB)).collect();
+        let mut h = HintRanges::new(&queued);
+        let mut segments = BTreeMap::new();
+        let mut placement = Placement::default();
+        let (mut placed, mut none) = (0, 0);
+        for round in 0..200 {
+            let asks: Vec<(u64, usize)> = (0..8)
+                .map(|_| ((1 + rnd() % 40) * 2 * MIB, [1usize, 2, 3, 8, 40, KEEP_OFF_TRIES][(rnd() % 6) as usize]))
+                .collect();
+            // The same questions before and after a queued range leaves: what was remembered
+            // over the ranges before must not answer after.
+            for leaves in [false, true] {
+                if leaves && !queued.is_empty() {
+                    let (a, b) = queued.swap_remove((rnd() % queued.len() as u64) as usize);
+                    h.remove(a, b);
+                }
+                for &(bytes, tries) in &asks {
+                    let fresh = placement.predict_clear(bytes, top, tries, &Fresh(&h));
+                    // Twice: made (or remembered from before), then remembered.
+                    assert_eq!(placement.predict_clear(bytes, top, tries, &h), fresh, "round {round}");
+                    assert_eq!(placement.predict_clear(bytes, top, tries, &h), fresh, "round {round}, remembered");
+                    if fresh.is_some() {
+                        placed += 1;
+                    } else {
+                        none += 1;
+                    }
+                }
+            }
+            // The placement fills and empties.
+            let bytes = (1 + rnd() % 16) * 2 * MIB;
+            if let Some(a) = placement.predict(bytes, top).filter(|&a| !overlaps(&segments, a, bytes)) {
+                segments.insert(a, bytes);
+                placement.place(&segments, a, bytes, true);
+            }
+            if round % 3 == 0 && !segments.is_empty() {
+                let k = *segments.keys().nth((rnd() % segments.len() as u64) as usize).unwrap();
+                let b = segments.remove(&k).unwrap();
+                placement.free(&segments, k, b);
+            }
+        }
+        // Both ends were met: a place found, and the tries running out or the space below.
+        assert!(placed > 100 && none > 100, "{placed} placed, {none} not");
     }
 
     #[test]
