@@ -248,12 +248,13 @@ fn a_gpt2_run_cut_by_its_oom_says_unknown_and_estimates_nothing() {
 /// The estimate on a job we did not write: GPT-2 small (transformers, AdamW, batch 4 x 512),
 /// run for real on an H100 with and without the model's own activation checkpointing
 /// (`gradient_checkpointing_enable()`, each of its 12 blocks recomputed in backward;
-/// `GPT2_CHECKPOINTING=1 python3 scripts/gpu/gpt2_limits.py none checkpointing`, kept in
-/// `tests/fixtures/gpt2_checkpointing_h100.jsonl`). `explain` on the run without it, cut by an
-/// OOM at 5.5 GiB, estimates the peak with the forward checkpointed. The estimate must not be
-/// below what the checkpointed run reached, since a user plans memory by it. Measured: 3.66 GB
-/// with 16 blocks and 3.82 GB with 8, where the run with 12 reached 3.39 GB. The estimate stays
-/// 8% to 12% high, and says "about".
+/// `scripts/gpu/gpt2_limits.py`, kept in `tests/fixtures/gpt2_checkpointing_h100.jsonl`).
+/// transformers also turns the model's cache of keys and values off under checkpointing, which
+/// the estimate cannot know: from the run with the cache (the shipped trace, cut by an OOM at
+/// 5.5 GiB) it stays above the checkpointed run, 7.9% with 16 blocks. From the run without the
+/// cache (`SNAPSHOT_CONTEXT=all GPT2_USE_CACHE=0 ... gpt2_limits.py none plain_no_cache SNAPSHOT`,
+/// imported as `tests/fixtures/gpt2_train.no_kv_cache.atrace`), the checkpointed run's 12 blocks
+/// lie between the estimates for 8 and 16 blocks (3.51 and 3.36 GB; it reached 3.39 GB).
 #[test]
 fn the_checkpointing_estimate_against_gpt2_checkpointed_for_real() {
     let u = |v: &Value| v.as_u64().unwrap();
@@ -264,22 +265,36 @@ fn the_checkpointing_estimate_against_gpt2_checkpointed_for_real() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let run = |label: &str| runs.iter().find(|r| r["label"] == label).unwrap();
-    let (plain, checkpointed) = (run("plain"), run("checkpointing"));
+    let checkpointed = run("checkpointing");
     assert_eq!(checkpointed["checkpointing"], true);
-    let trace = root.join("traces/gpt2_train.default.atrace");
-    let e = run_json(&["explain", trace.to_str().unwrap(), "--capacity", "5.5GiB", "--json"]);
-    let k = &e["categories"]["checkpointing"];
-    // The estimate starts from the run's own peak (requests rounded to 512 bytes).
-    let peak = u(&k["peak_bytes"]);
-    assert!(peak >= u(&plain["peak_requested"]) && peak <= u(&plain["peak_allocated"]), "{peak}");
     let real = u(&checkpointed["peak_allocated"]);
-    for r in k["blocks"].as_array().unwrap() {
-        let est = u(&r["peak_bytes"]);
-        println!(
-            "{} blocks: estimate {est}, the run with 12 blocks {real} ({:+.1}%)",
-            r["blocks"],
-            (est as f64 / real as f64 - 1.0) * 100.0
-        );
-        assert!(est >= real && est < peak, "{} blocks: estimate {est}, checkpointed run {real}", r["blocks"]);
+    let estimate = |trace: &Path| -> (u64, Vec<(u64, u64)>) {
+        let e = run_json(&["explain", trace.to_str().unwrap(), "--capacity", "5GiB", "--json"]);
+        let k = &e["categories"]["checkpointing"];
+        let rows = k["blocks"].as_array().unwrap().iter().map(|r| (u(&r["blocks"]), u(&r["peak_bytes"]))).collect();
+        (u(&k["peak_bytes"]), rows)
+    };
+    for (trace, plain) in [
+        (root.join("traces/gpt2_train.default.atrace"), run("plain")),
+        (root.join("tests/fixtures/gpt2_train.no_kv_cache.atrace"), run("plain_no_cache")),
+    ] {
+        let (peak, rows) = estimate(&trace);
+        // The estimate starts from the run's own peak (requests rounded to 512 bytes).
+        assert!(peak >= u(&plain["peak_requested"]) && peak <= u(&plain["peak_allocated"]), "{peak}");
+        for &(blocks, est) in &rows {
+            println!(
+                "{}: {blocks} blocks: estimate {est}, the run with 12 blocks {real} ({:+.1}%)",
+                plain["label"],
+                (est as f64 / real as f64 - 1.0) * 100.0
+            );
+        }
+        let at = |b: u64| rows.iter().find(|r| r.0 == b).unwrap().1;
+        if plain["use_cache"] == false {
+            // The same model as the checkpointed run, but for the checkpointing itself.
+            assert!(at(16) <= real && real <= at(8), "12 blocks: {real}, between {} and {}", at(16), at(8));
+        } else {
+            // With the cache, which the checkpointed run did not keep: never below it.
+            assert!(rows.iter().all(|&(_, est)| est >= real && est < peak), "{rows:?} against {real}");
+        }
     }
 }

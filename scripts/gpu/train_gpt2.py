@@ -3,10 +3,11 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 
-def train(dev, report=None, checkpointing=False):
+def train(dev, report=None, checkpointing=False, use_cache=True):
     """The four steps on `dev`; `report(step, loss)` after each, where given. `checkpointing`:
-    with the model's own activation checkpointing (each of the 12 blocks recomputed in backward)."""
-    cfg = GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
+    with the model's own activation checkpointing (each of the 12 blocks recomputed in backward,
+    which turns the model's cache of keys and values off); `use_cache=False` turns it off alone."""
+    cfg = GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257, use_cache=use_cache)
     m = GPT2LMHeadModel(cfg).to(dev)
     if checkpointing:
         m.gradient_checkpointing_enable()
