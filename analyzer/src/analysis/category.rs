@@ -803,7 +803,9 @@ pub fn checkpoint_text(k: &CheckpointEstimate) -> String {
     format!(
         "activations hold {} at the peak of {}; with the forward's activations \
          checkpointed in blocks of equal bytes (each block's freed when the block's forward ends and \
-         recomputed when backward reaches it; the blocks' kept inputs not counted) the peak would be about {}",
+         recomputed when backward reaches it; the blocks' kept inputs not counted, all else as recorded: a model \
+         that turns more off under checkpointing, as transformers does its key/value cache, needs less) the peak \
+         would be about {}",
         fmt_bytes(k.activation_bytes_at_peak),
         fmt_bytes(k.peak_bytes),
         rows.join(", ")
