@@ -257,6 +257,41 @@ fn the_oom_moment_is_decided_once() {
     std::fs::remove_file(svg).ok();
 }
 
+/// The end of a replay, and whether it stopped there out of memory, is decided once
+/// (`analysis::moment`): `frag --at end` and `plot --kind segments --at end` name the same event,
+/// and both say it is where the replay stopped at an out-of-memory exactly where the replay did
+/// (`frag` read the replay's outcome, the segment map compared the OOM moment with the last
+/// event: they disagree where a run serves the recorded OOM and fails later).
+#[test]
+fn the_end_is_decided_once() {
+    let svg = std::env::temp_dir().join(format!("alloctrace-end-moment-{}.svg", std::process::id()));
+    let svg_s = svg.to_str().unwrap();
+    let mut paths = traces();
+    paths.push(root().join("tests/fixtures/truth/oom_catch.default.atrace"));
+    let mut stopped_seen = [false, false];
+    for p in &paths {
+        let t = p.to_str().unwrap();
+        let frag = json(&["frag", "--json", t, "--at", "end"]);
+        let event = frag["moment"]["event"].as_u64().unwrap();
+        let stopped = frag["moment"]["replay_stopped"].as_bool().unwrap();
+        assert_eq!(stopped, frag["outcome"] == "oom", "{t}: the replay's end is its failure exactly where it failed");
+        stopped_seen[stopped as usize] = true;
+        let text = Command::new(env!("CARGO_BIN_EXE_alloctrace")).args(["frag", t, "--at", "end"]).output().unwrap();
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert_eq!(text.contains("which stops at its out-of-memory"), stopped, "{t}: {text}");
+        let o = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+            .args(["plot", t, "--kind", "segments", "--at", "end", "-o", svg_s])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{t}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("layout after event {event},")), "{t}");
+        let drawn = std::fs::read_to_string(&svg).unwrap();
+        assert_eq!(drawn.contains("at its out-of-memory"), stopped, "{t}");
+    }
+    assert_eq!(stopped_seen, [true, true], "traces that end both ways");
+    std::fs::remove_file(svg).ok();
+}
+
 /// Contiguity has one definition (`model::layout::LayoutMeasures`): the largest free block is one
 /// a request outside a private pool could get (a CUDA graph's or MemPool's free blocks serve
 /// only that pool), in frag, in the report's finding and layout, and in the segment map's legend.

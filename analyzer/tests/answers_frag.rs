@@ -1,7 +1,8 @@
 //! `frag` on the shipped traces: the four measures stay in [0, 1] and agree with the bytes
 //! behind them, and the OOM moment of `frag_oom` shows why the 1 GiB request did not fit.
 
-use analyzer::analysis::frag::{analyze, At, FragOptions, FragReport};
+use analyzer::analysis::frag::{analyze, FragOptions, FragReport};
+use analyzer::analysis::moment::At;
 use analyzer::model::layout::LayoutMeasures;
 use std::path::PathBuf;
 

@@ -3,7 +3,8 @@
 
 mod pictures_gen;
 
-use analyzer::render::plot::{self, At, Kind, XAxis};
+use analyzer::analysis::moment::At;
+use analyzer::render::plot::{self, Kind, XAxis};
 use analyzer::replay::{replay_file, ReplayOptions};
 use pictures_gen::*;
 

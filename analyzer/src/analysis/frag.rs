@@ -24,6 +24,7 @@
 //! at the chosen moment and at the peak (a second replay that stops at the peak). Memory is
 //! bounded by the layout (the live blocks and segments), plus one copy of it for the moment.
 
+use crate::analysis::moment::{At, Moments};
 use crate::analysis::whatif;
 use crate::model::layout::{ratio_complement, LayoutMeasures};
 use crate::model::Trace;
@@ -32,35 +33,6 @@ use anyhow::{bail, Result};
 use recorder::engine::SegmentView;
 use recorder::trace::{Event, Pool, Record, ReleaseCause};
 use serde::Serialize;
-
-/// The moment to show in detail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum At {
-    /// When reserved bytes first reached their peak.
-    Peak,
-    /// The first out-of-memory: the replay's, else the first recorded `oom` event.
-    Oom,
-    /// After the last event the replay processed.
-    End,
-    /// After the event with this index.
-    Event(u64),
-}
-
-impl At {
-    /// Parses `peak`, `oom`, `end` or an event index.
-    pub fn parse(s: &str) -> Result<At, String> {
-        match s {
-            "peak" => Ok(At::Peak),
-            "oom" => Ok(At::Oom),
-            "end" => Ok(At::End),
-            n => n
-                .parse::<u64>()
-                .map(At::Event)
-                .map_err(|_| format!("expected peak, oom, end or an event index, got {n:?}")),
-        }
-    }
-}
 
 /// One measure, defined, over time and at the moment.
 #[derive(Debug, Clone, Serialize)]
@@ -171,6 +143,8 @@ pub struct FailedRequest {
 pub struct Moment {
     pub at: At,
     pub event: u64,
+    /// The replay stopped at this event, out of memory ([`crate::analysis::moment`]).
+    pub replay_stopped: bool,
     pub time_ns: u64,
     pub measures: LayoutMeasures,
     pub failed_request: Option<FailedRequest>,
@@ -306,11 +280,9 @@ fn watch_and_finish(
 /// ([`FragWatch::peak_to_take`]) and handed to [`FragWatch::finish`].
 pub struct FragWatch {
     at: At,
-    last: u64,
-    oom: OomMoment,
+    moments: Moments,
     runs: [Running; 4],
     samples: u64,
-    peak_reserved: u64,
     peak: Option<(u64, u64)>,
     moment: Option<Captured>,
     last_seen: Option<(u64, u64)>,
@@ -327,11 +299,9 @@ impl FragWatch {
         }
         Ok(FragWatch {
             at: opts.at,
-            last: events.saturating_sub(1),
-            oom: OomMoment::default(),
+            moments: Moments::default(),
             runs: [Running::default(); 4],
             samples: 0,
-            peak_reserved: 0,
             peak: None,
             moment: None,
             last_seen: None,
@@ -356,17 +326,9 @@ impl FragWatch {
 
     pub fn observe(&mut self, trace: &Trace, i: u64, r: &Record, view: &dyn EngineView) {
         self.last_seen = Some((i, r.time_ns));
-        let reserved = view.stats().reserved_bytes.all.current;
-        let oom_at = self.oom.observe(trace, i, r, view);
-        let want_moment = self.moment.is_none()
-            && match self.at {
-                At::Peak => false,
-                At::Oom => oom_at.moment,
-                At::End => i == self.last || oom_at.stopped,
-                At::Event(e) => i == e,
-            };
-        if reserved > self.peak_reserved {
-            self.peak_reserved = reserved;
+        let passing = self.moments.observe(trace, i, r, view);
+        let want_moment = self.moment.is_none() && passing.is(self.at, i);
+        if passing.peak {
             self.peak = Some((i, r.time_ns));
             // The four measures at the peak need only the figures the engine keeps (constant
             // time); the segments themselves only where the peak is the moment drawn.
@@ -396,18 +358,22 @@ impl FragWatch {
         peak_segments: &[SegmentView],
         bounds: Option<&whatif::Bounds>,
     ) -> Result<FragReport> {
-        let FragWatch { at, runs, samples, peak, moment, last_seen, peak_m, .. } = self;
-        finish(trace, at, result, (runs, samples, peak, moment, last_seen, peak_m), peak_segments, bounds)
+        let FragWatch { at, runs, samples, peak, moment, last_seen, peak_m, moments, .. } = self;
+        let stopped_at = moments.stopped_at();
+        finish(trace, at, result, (runs, samples, peak, moment, last_seen, peak_m, stopped_at), peak_segments, bounds)
     }
 }
 
-type Watched = ([Running; 4], u64, Option<(u64, u64)>, Option<Captured>, Option<(u64, u64)>, LayoutMeasures);
+/// What [`FragWatch`] saw: the measures' runs, the samples, the peak, the moment, the last
+/// event, the measures at the peak, and the event the replay stopped at, out of memory.
+type Watched =
+    ([Running; 4], u64, Option<(u64, u64)>, Option<Captured>, Option<(u64, u64)>, LayoutMeasures, Option<u64>);
 
 fn finish(
     trace: &Trace,
     at: At,
     result: ReplayResult,
-    (runs, samples, peak, moment, last_seen, peak_m): Watched,
+    (runs, samples, peak, moment, last_seen, peak_m, stopped_at): Watched,
     peak_segments: &[SegmentView],
     bounds: Option<&whatif::Bounds>,
 ) -> Result<FragReport> {
@@ -520,6 +486,7 @@ fn finish(
         moment: Moment {
             at,
             event: moment_event,
+            replay_stopped: stopped_at == Some(moment_event),
             time_ns: moment_time_ns,
             measures: mm,
             failed_request,
@@ -638,12 +605,5 @@ mod tests {
                 BlockRun { state: "allocated", bytes: 4, count: 1 }
             ]
         );
-    }
-
-    #[test]
-    fn at_parses() {
-        assert_eq!(At::parse("peak"), Ok(At::Peak));
-        assert_eq!(At::parse("12"), Ok(At::Event(12)));
-        assert!(At::parse("soon").is_err());
     }
 }

@@ -9,6 +9,7 @@ pub mod diff;
 pub mod explain;
 pub mod frag;
 pub mod leaks;
+pub mod moment;
 pub mod outcome;
 pub mod patterns;
 pub mod ranks;

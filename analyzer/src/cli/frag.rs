@@ -31,8 +31,8 @@ pub struct Args {
     pub run: RunArgs,
     /// The moment to show: peak (peak reserved), oom (the out-of-memory that ended the run), end, or an
     /// event index. Default: oom where the replay at the capacity runs out of memory, else peak.
-    #[arg(long, value_parser = parse_at)]
-    pub at: Option<analyzer::analysis::frag::At>,
+    #[arg(long)]
+    pub at: Option<analyzer::analysis::moment::At>,
     /// Lines of the segment map to print (segments of the same shape share a line).
     #[arg(long, default_value_t = 40)]
     pub max_segments: usize,
@@ -53,8 +53,4 @@ impl Args {
             out,
         )
     }
-}
-
-fn parse_at(s: &str) -> Result<analyzer::analysis::frag::At, String> {
-    analyzer::analysis::frag::At::parse(s)
 }

@@ -43,8 +43,8 @@ pub struct Args {
     #[arg(short, long)]
     pub output: PathBuf,
     /// The moment of a segment map: peak (reserved), oom, end, or an event index.
-    #[arg(long, default_value = "peak", value_parser = parse_plot_at)]
-    pub at: analyzer::render::plot::At,
+    #[arg(long, default_value = "peak")]
+    pub at: analyzer::analysis::moment::At,
     /// Timeline: live bytes by call site, stacked.
     #[arg(long)]
     pub stacked: bool,
@@ -99,8 +99,4 @@ pub enum PlotX {
     Time,
     /// Event index.
     Event,
-}
-
-fn parse_plot_at(s: &str) -> Result<analyzer::render::plot::At, String> {
-    s.parse()
 }

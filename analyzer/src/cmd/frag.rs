@@ -2,7 +2,8 @@
 //! segment map at one moment.
 
 use super::{exit, write_json};
-use crate::analysis::frag::{analyze, At, FragOptions, FragReport, SegmentMap};
+use crate::analysis::frag::{analyze, FragOptions, FragReport, SegmentMap};
+use crate::analysis::moment::At;
 use crate::model::units::{fmt_bytes, fmt_ns};
 use crate::replay::Outcome;
 use anyhow::Result;
@@ -168,9 +169,7 @@ pub fn print_report(
         At::Peak => "at peak reserved".to_string(),
         At::Oom => "at the out-of-memory".to_string(),
         // A replay that runs out of memory stops there: its end is the failure, not the trace's.
-        At::End if matches!(r.replay_outcome, Outcome::Oom { .. }) => {
-            "at the end of the replay, which stops at its out-of-memory".to_string()
-        }
+        At::End if r.moment.replay_stopped => "at the end of the replay, which stops at its out-of-memory".to_string(),
         At::End => "at the end".to_string(),
         At::Event(_) => "at the chosen event".to_string(),
     };

@@ -1,8 +1,9 @@
 //! `alloctrace plot TRACE --kind timeline|segments|whatif|frag -o FILE.svg`.
 
 use super::{damage_exit, write_json};
+use crate::analysis::moment::At;
 use crate::model::units::fmt_bytes;
-use crate::render::plot::{plot, At, Kind, XAxis};
+use crate::render::plot::{plot, Kind, XAxis};
 use anyhow::Result;
 use std::io::Write;
 use std::path::PathBuf;

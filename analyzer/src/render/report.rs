@@ -12,11 +12,12 @@ use crate::analysis::capacity_search::LONG_TRACE_EVENTS;
 use crate::analysis::explain::{ExplainOptions, ExplainReport};
 use crate::analysis::frag::{FragOptions, FragReport};
 use crate::analysis::leaks::{LeaksOptions, LeaksReport};
+use crate::analysis::moment::At;
 use crate::analysis::whatif::{whatif_observed, Whatif, WhatifOptions};
 use crate::model::output::document::Block;
 use crate::model::units::{fmt_bytes, fmt_ns};
 use crate::model::Trace;
-use crate::render::plot::{self, At, XAxis};
+use crate::render::plot::{self, XAxis};
 use crate::replay::{Outcome, Reach, ReplayResult};
 use crate::source::summary::Summary;
 use anyhow::{Context, Result};
@@ -223,7 +224,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     let leaks_opts = LeaksOptions::default();
     // The moment of `frag` is the OOM where the run has one, else the peak: a watch made for
     // the OOM serves both, and the run's outcome picks one.
-    let frag_opts = FragOptions { at: crate::analysis::frag::At::Oom };
+    let frag_opts = FragOptions { at: crate::analysis::moment::At::Oom };
     // Taken by the recorded settings' row (row 0) of the what-if table.
     let recorded = std::sync::Mutex::new(Some((
         Drawing {

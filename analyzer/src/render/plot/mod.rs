@@ -13,13 +13,15 @@ mod ranks;
 pub use categories::render_categories;
 pub use ranks::render_ranks;
 
+use crate::analysis::moment::At;
+use crate::analysis::moment::{Moment, MomentKind, Moments};
 use crate::analysis::timeline::{Downsampled, Mode, Timeline};
 use crate::analysis::whatif::{whatif_observed, WhatifOptions};
 use crate::model::layout::LayoutMeasures;
 use crate::model::units::fmt_bytes;
 use crate::model::{trace_name, Trace};
-use crate::replay::{replay_observed, EngineView, OomMoment, ReplayOptions, ReplayResult};
-use anyhow::{anyhow, bail, Result};
+use crate::replay::{replay_observed, EngineView, ReplayOptions, ReplayResult};
+use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use recorder::engine::SegmentView;
@@ -44,31 +46,6 @@ pub enum XAxis {
     Time,
     /// The index of the event in the trace.
     Event,
-}
-
-/// The moment of a segment map.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum At {
-    /// When reserved bytes first reached their peak.
-    Peak,
-    /// The first failed allocation.
-    Oom,
-    /// After the last event replayed.
-    End,
-    /// After the event with this index.
-    Event(u64),
-}
-
-impl std::str::FromStr for At {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "peak" => Ok(At::Peak),
-            "oom" => Ok(At::Oom),
-            "end" => Ok(At::End),
-            n => n.parse().map(At::Event).map_err(|_| format!("`{s}`: expected peak, oom, end or an event index")),
-        }
-    }
 }
 
 fn x_of(x: XAxis, index: u64, time_ns: u64) -> u64 {
@@ -398,15 +375,10 @@ impl SegmentsData {
 }
 
 /// Where the moment of a segment map falls: pass 1 of [`segments_data`], an observer of a
-/// replay under the recorded settings.
+/// replay under the recorded settings ([`Moments`] decides it).
 #[derive(Default)]
 pub struct MomentTrack {
-    best: u64,
-    best_i: Option<u64>,
-    last_i: Option<u64>,
-    /// The OOM moment (the replay's, decided by [`OomMoment`]) and the failed request's size.
-    oom: Option<(u64, u64)>,
-    moment: OomMoment,
+    moments: Moments,
     /// Where asked ([`MomentTrack::taking_the_oom_layout`]), the segment map at the OOM moment
     /// as a [`SegmentsWatch`] aimed at it would take it: that moment is known as the replay
     /// passes it, so no second replay is needed for it (a peak is known only at the end).
@@ -427,26 +399,12 @@ impl MomentTrack {
     }
 
     pub fn observe(&mut self, trace: &Trace, i: u64, r: &Record, view: &dyn EngineView) {
-        let st = view.stats();
-        let res = st.reserved_bytes.all.current;
-        if res > self.best {
-            self.best = res;
-            self.best_i = Some(i);
-        }
-        self.last_i = Some(i);
-        let at_oom = self.at_oom.as_mut().filter(|_| self.oom.is_none());
-        if let Some(l) = at_oom {
+        let passing = self.moments.observe(trace, i, r, view);
+        if let Some(l) = self.at_oom.as_mut().filter(|l| l.taken.is_none()) {
             if let Some(s) = crate::model::streams::stream_of(&r.event) {
                 l.streams.observe(s);
             }
-        }
-        if self.moment.observe(trace, i, r, view).moment {
-            let req = match &r.event {
-                Event::Alloc { requested_bytes, .. } | Event::Oom { requested_bytes, .. } => *requested_bytes,
-                _ => 0,
-            };
-            self.oom = Some((i, req));
-            if let Some(l) = self.at_oom.as_mut() {
+            if passing.oom {
                 l.taken = Some((r.time_ns, view.segments()));
             }
         }
@@ -472,25 +430,22 @@ impl MomentTrack {
 
     /// The event, the words for the moment, and the failed request at an OOM.
     pub fn moment(&self, trace: &Trace, at: At) -> Result<(u64, String, Option<u64>)> {
-        let path = &trace.path;
-        Ok(match at {
-            At::Event(n) => (n, format!("after event {n}"), None),
-            At::Peak => {
-                let i = self.best_i.ok_or_else(|| anyhow!("{}: nothing was ever reserved", path.display()))?;
-                (i, format!("peak reserved {} (event {i})", fmt_bytes(self.best)), None)
+        let Moment { event: i, kind } = self.moments.resolve(trace, at)?;
+        Ok(match kind {
+            MomentKind::Event => (i, format!("after event {i}"), None),
+            MomentKind::Peak { reserved_bytes } => {
+                (i, format!("peak reserved {} (event {i})", fmt_bytes(reserved_bytes)), None)
             }
-            At::End => {
-                let i = self.last_i.ok_or_else(|| anyhow!("{}: the trace has no events", path.display()))?;
-                // A replay that runs out of memory stops there: its end is the failure.
-                match self.oom {
-                    Some((o, _)) if o == i => (i, format!("end of the replay, at its out-of-memory (event {i})"), None),
-                    _ => (i, format!("end (event {i})"), None),
-                }
+            // A replay that runs out of memory stops there: its end is the failure.
+            MomentKind::End { stopped: true } => {
+                (i, format!("end of the replay, at its out-of-memory (event {i})"), None)
             }
-            At::Oom => match self.oom {
-                Some((i, req)) => (i, format!("out of memory: request of {} (event {i})", fmt_bytes(req)), Some(req)),
-                None => bail!("{}", OomMoment::missing(trace)),
-            },
+            MomentKind::End { stopped: false } => (i, format!("end (event {i})"), None),
+            MomentKind::Oom { requested_bytes } => (
+                i,
+                format!("out of memory: request of {} (event {i})", fmt_bytes(requested_bytes)),
+                Some(requested_bytes),
+            ),
         })
     }
 }
