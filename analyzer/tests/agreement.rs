@@ -218,6 +218,39 @@ fn reserved_but_unallocated_is_one_figure() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Under a given limit at which the replay serves the request that failed in the recording,
+/// every command says it gets past: `explain` took the recorded failure as its moment whatever
+/// the limit (at 3 GiB on frag_oom.default it said "out of memory at event 1012" and advised a
+/// fix, where `replay` and `whatif` said it gets past), and `replay`'s fragmentation missed the
+/// peak that the served request made (36.3% where `frag` said 32.1%).
+#[test]
+fn a_limit_that_serves_the_recorded_failure_gets_past_it_everywhere() {
+    let t = root().join("traces/frag_oom.default.atrace");
+    let t = t.to_str().unwrap();
+    let pct = |f: &Value| format!("{:.1}%", f.as_f64().unwrap() * 100.0);
+    for cap in ["2.8GiB", "3GiB"] {
+        let replay = json(&["replay", "--json", t, "--capacity", cap]);
+        assert_eq!(replay["outcome"], "ok", "{cap}");
+        let whatif = json(&["whatif", "--json", "--no-search", t, "--capacity", cap]);
+        let recorded = whatif["rows"].as_array().unwrap().iter().find(|r| r["policy"] == "recorded").unwrap();
+        assert_eq!(recorded["reach"], "gets_past_failure", "{cap}");
+        let explain = json(&["explain", "--json", t, "--capacity", cap]);
+        assert_eq!(explain["outcome"], "ok", "{cap}");
+        assert_eq!(explain["reach"], "gets_past_failure", "{cap}");
+        assert_eq!(explain["moment"], "peak", "{cap}");
+        assert_eq!(explain["verdict"]["kind"], "no_oom", "{cap}");
+        assert!(explain["fix"].is_null(), "{cap}: nothing to fix: {}", explain["fix"]);
+        let frag = json(&["frag", "--json", "--at", "peak", t, "--capacity", cap]);
+        let figure = pct(&moment_measure(&frag, "reserved_vs_allocated"));
+        assert_eq!(figure, pct(&recorded["fragmentation"]), "{cap}: frag and the what-if table");
+        let o = Command::new(env!("CARGO_BIN_EXE_alloctrace")).args(["replay", t, "--capacity", cap]).output().unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        let line = text.lines().find(|l| l.starts_with("fragmentation")).unwrap_or_default();
+        assert!(line.contains(&format!(" {figure}  (reserved but unallocated")), "{cap}: replay says {line:?}");
+        assert_eq!(explain["figures"]["event"], frag["peak_event"], "{cap}: the peak's event");
+    }
+}
+
 /// The out-of-memory moment is decided once (`replay::OomMoment`): a recorded OOM that the
 /// program caught and went on from is replayed past by `replay`, `explain` and `frag`, and now by
 /// `leaks` (whose retention was taken "after event 51") and `plot --kind segments --at oom`

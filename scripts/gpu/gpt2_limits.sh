@@ -5,6 +5,7 @@
 # are kept in tests/fixtures/gpt2_limits_h100.jsonl, which tests/tests/fidelity.rs checks the engine against.
 # Usage: scripts/gpu/gpt2_limits.sh OUTFILE
 #        SNAPSHOTS=DIR scripts/gpu/gpt2_limits.sh   (the runs that differ, with PyTorch's snapshots)
+#        ADVICE=1 scripts/gpu/gpt2_limits.sh OUTFILE   (the doctor's printed figures, typed back)
 set -u
 cd "$(dirname "$0")"
 OUT=${1:-/dev/stdout}
@@ -14,6 +15,20 @@ run() { # label conf limit [env...]
   local label=$1 conf=$2 lim=$3; shift 3
   env PYTORCH_CUDA_ALLOC_CONF="$conf" "$@" python3 gpt2_limits.py "$lim" "$label" 2>/dev/null | tail -1
 }
+# With ADVICE=1 instead: the figures the doctor prints, typed back as a user would (`explain` at
+# --capacity 5GiB: "give the process 5.50 GiB ... with max_split_size_mb:64; 6.03 GiB under the
+# recorded settings"; the table's min capacity 6.03 GiB, which printed 6.02 GiB before it rounded up).
+if [ -n "${ADVICE:-}" ]; then
+  {
+    run def_602 "" 6463925780 &
+    run def_603 "" 6474663198 &
+    run ms64_550 max_split_size_mb:64 5905580032 &
+    run ms64_min max_split_size_mb:64 5903482880 &
+    run ms64_below max_split_size_mb:64 $((5903482880 - 2 * M)) &
+    wait
+  } > "$OUT"
+  exit 0
+fi
 [ -z "$SNAPSHOTS" ] && {
   # no caching: does the memory fraction hold? (one 2 GiB request under a 1 GiB limit)
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 gpt2_limits.py nocache-fraction $((1 << 30)) $((2 << 30)) &

@@ -301,6 +301,50 @@ fn gpt2_limits_under_rounding_agree_with_pytorch() {
     assert_eq!(LimitWithoutCaching::of(CapacitySource::InferredFromOom), LimitWithoutCaching::Holds);
 }
 
+/// The doctor's figures for GPT-2 at `--capacity 5GiB`, typed back as a user would, run on an
+/// H100 under PyTorch 2.11 (`ADVICE=1 scripts/gpu/gpt2_limits.sh`, kept in
+/// `tests/fixtures/gpt2_advice_h100.jsonl`): "give the process 5.50 GiB with
+/// max_split_size_mb:64; 6.03 GiB under the recorded settings". The table's smallest capacity
+/// under the recorded settings is 6,465,519,616 bytes: printed rounded to nearest it read
+/// 6.02 GiB, which runs out of memory; rounded up ([`analyzer::model::units::fmt_need`]) it reads
+/// 6.03 GiB, which completes. Every run replays with PyTorch's outcome and, where it completes,
+/// its peak reserved.
+#[test]
+fn the_doctors_printed_figures_typed_back_run_as_pytorch_ran() {
+    use analyzer::model::units::{fmt_bytes, fmt_need};
+    const TOTAL: u64 = 85_017_493_504;
+    let typed = |shown: String| recorder::engine::config::parse_bytes(&shown.replace(' ', "")).unwrap();
+    let text = std::fs::read_to_string(root().join("tests/fixtures/gpt2_advice_h100.jsonl")).unwrap();
+    let runs: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let run = |label: &str| runs.iter().find(|v| v["label"] == label).unwrap_or_else(|| panic!("{label}"));
+    let recorded_min = 6_465_519_616;
+    // Each run's limit is the figure typed back, to the byte (the script rounds 6.03 GiB down,
+    // `--capacity` to nearest: one byte apart).
+    let near = |label: &str, shown: String| {
+        let limit = run(label)["limit_bytes"].as_u64().unwrap();
+        assert!(typed(shown.clone()).abs_diff(limit) <= 1, "{label}: {shown} against {limit}");
+    };
+    near("def_602", fmt_bytes(recorded_min));
+    assert_eq!(run("def_602")["outcome"], "oom");
+    near("def_603", fmt_need(recorded_min));
+    assert_eq!(run("def_603")["outcome"], "ok");
+    near("ms64_550", fmt_need(5_903_482_880));
+    assert_eq!(run("ms64_550")["outcome"], "ok");
+    for v in &runs {
+        let config = AllocatorConfig::parse(v["conf"].as_str().unwrap()).unwrap();
+        let limit = v["limit_bytes"].as_u64().unwrap();
+        // PyTorch allows `(size_t)(fraction * total)` of the fraction `limit / total`.
+        let capacity = ((limit as f64 / TOTAL as f64) * TOTAL as f64) as u64;
+        let r = replay("gpt2_train.default", Some(config), Some(capacity));
+        let ok = v["outcome"] == "ok";
+        assert_eq!(!r.is_oom(), ok, "{}: outcome", v["label"]);
+        if ok {
+            assert_eq!(r.peak_reserved_bytes, v["peak_reserved"].as_u64().unwrap(), "{}: peak reserved", v["label"]);
+        }
+    }
+    assert_eq!(runs.len(), 5);
+}
+
 /// The runs of `gpt2_limits_under_rounding_agree_with_pytorch` that a replay of the default run
 /// gets wrong, under `roundup_power2_divisions:4`, replay as PyTorch ran them from a trace
 /// recorded under that setting (`tests/fixtures/gpt2_rp2_4/`): the difference is where the

@@ -129,7 +129,7 @@ pub fn settings_at_oom(
                 "the whole job, replayed under it at {cap_text}, completes (peak reserved {}, {} device calls){}",
                 b(r.peak_reserved_bytes),
                 r.num_device_alloc + r.num_device_free,
-                r.min_capacity_bytes.map(|m| format!("; it needs {}", b(m))).unwrap_or_default()
+                r.min_capacity_bytes.map(|m| format!("; it needs {}", fmt_need(m))).unwrap_or_default()
             ),
             proven: true,
         });
@@ -153,7 +153,7 @@ pub fn settings_at_oom(
 limits (it completes from {}): where its blocks land decides it, which depends on where the CUDA driver places \
 segments, and the trace tells that only for the recorded settings",
                     b(r.peak_reserved_bytes),
-                    r.min_capacity_bytes.map(b).unwrap_or_default()
+                    r.min_capacity_bytes.map(fmt_need).unwrap_or_default()
                 )
             } else if r.scratch_failures_skipped > 0 {
                 format!(
@@ -228,7 +228,6 @@ fn more_memory(
     capacity: Option<u64>,
     cap_text: &str,
 ) -> Option<Advice> {
-    let b = fmt_bytes;
     let recorded = rows.iter().find(|r| r.policy.is_recorded())?;
     // The recorded settings run out of memory at the capacity, yet the search found a smaller
     // limit where the replay gets through: more memory is no sure fix there, and the smallest
@@ -241,12 +240,12 @@ fn more_memory(
             text: format!(
                 "more memory is no sure fix: under the recorded settings, the replay at {} {through}, and \
 the one at {cap_text} does not; where the blocks land decides it (replay --capacity N checks a limit N)",
-                b(rec)
+                fmt_need(rec)
             ),
             evidence: format!(
                 "the smallest limit the capacity search found under the recorded settings, {} ({} bytes), is not \
 above the limit compared ({cap} bytes), where the replay runs out of memory",
-                b(rec),
+                fmt_need(rec),
                 rec
             ),
             proven: false,
@@ -256,7 +255,8 @@ above the limit compared ({cap} bytes), where the replay runs out of memory",
     if whole_job(rows) {
         let rec = recorded.min_capacity_bytes?;
         let best = rows.iter().filter_map(|r| r.min_capacity_bytes.map(|m| (m, r))).min_by_key(|(m, _)| *m);
-        let setting = best.filter(|(m, r)| !r.policy.is_recorded() && (*m as f64) < 0.9 * rec as f64);
+        // Each figure is a replay of the whole job: any setting that needs less is named.
+        let setting = best.filter(|(m, r)| !r.policy.is_recorded() && *m < rec);
         return Some(Advice {
             kind: "capacity",
             setting: setting.map(|(_, r)| env_setting(&r.alloc_conf)),
@@ -276,14 +276,14 @@ above the limit compared ({cap} bytes), where the replay runs out of memory",
                 Some((m, r)) => format!(
                     "the smallest capacity at which the replay of the whole job completes: {} ({m} bytes) with {}, {} \
 ({rec} bytes) under the recorded settings",
-                    b(m),
+                    fmt_need(m),
                     env_setting(&r.alloc_conf),
-                    b(rec)
+                    fmt_need(rec)
                 ),
                 None => format!(
                     "the smallest capacity at which the replay of the whole job completes: {} ({rec} bytes) under the \
 recorded settings",
-                    b(rec)
+                    fmt_need(rec)
                 ),
             },
             proven: true,
@@ -300,8 +300,10 @@ recorded settings",
                 kind: "capacity",
                 setting: setting.as_ref().map(|s| s.1.clone()),
                 text: match &setting {
-                    Some((n, s)) => format!("the whole job is predicted to need about {} of memory with {s}", b(*n)),
-                    None => format!("the whole job is predicted to need about {} of memory", b(rec)),
+                    Some((n, s)) => {
+                        format!("the whole job is predicted to need about {} of memory with {s}", fmt_need(*n))
+                    }
+                    None => format!("the whole job is predicted to need about {} of memory", fmt_need(rec)),
                 },
                 evidence: format!("{} (a prediction, not a replay of the job)", p.basis()),
                 proven: false,
@@ -315,12 +317,12 @@ recorded settings",
                 text: format!(
                     "with more memory than {cap_text}: from {} the program gets past the request that failed; whether \
 the rest of the job fits is not in the trace",
-                    b(rec)
+                    fmt_need(rec)
                 ),
                 evidence: format!(
                     "the smallest capacity at which the replay gets past the failed request, under the recorded \
 settings: {}",
-                    b(rec)
+                    fmt_need(rec)
                 ),
                 proven: false,
             })

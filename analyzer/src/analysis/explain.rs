@@ -27,7 +27,7 @@ use crate::analysis::outcome::JobPrediction;
 use crate::analysis::whatif::{self, PolicyRow, Whatif, WhatifOptions};
 use crate::model::layout::LayoutMeasures;
 use crate::model::sites::Sites;
-use crate::model::units::fmt_bytes;
+use crate::model::units::{fmt_bytes, fmt_need};
 pub use crate::model::RecordedOom;
 use crate::model::{CapacitySource, Damage, Trace};
 use crate::replay::{replay, replay_observed, EngineView, LiveMap, Outcome, Reach, ReplayOptions, ReplayResult};
@@ -136,6 +136,9 @@ pub struct ExplainReport {
     /// The replay's outcome (JSON: `outcome`, `oom_event`, `oom`).
     #[serde(flatten, serialize_with = "crate::replay::outcome_fields")]
     pub replay_outcome: Outcome,
+    /// How far the replay gets against the recorded run (as a what-if row's `reach`): on a
+    /// trace that stops at its failure, a replay that serves the request `gets_past_failure`.
+    pub reach: Reach,
     pub recorded_ooms: Vec<RecordedOom>,
     pub figures: Figures,
     /// PyTorch's OOM message with these figures (at an OOM).
@@ -385,7 +388,14 @@ impl ExplainWatch {
     pub fn new(trace: &Trace, first_iteration: Option<u64>, peak_at: Option<u64>) -> Self {
         ExplainWatch {
             first_iteration,
-            fatal_recorded: trace.facts.fatal_oom().map(|o| o.event),
+            // Under the trace's own capacity a replay that serves the recorded failure differs
+            // from the run, and the failure is what to explain; under a given one the replay is
+            // the answer: where it serves the request, that limit gets past the failure.
+            fatal_recorded: trace
+                .facts
+                .fatal_oom()
+                .map(|o| o.event)
+                .filter(|_| trace.default_capacity().source != crate::model::CapacitySource::Given),
             peak_at,
             callsite_of: Default::default(),
             early: Default::default(),
@@ -597,7 +607,10 @@ pub fn explain_prelude(
     // At an OOM, the growth that led to it: the iterations before the failure, not those the
     // trace holds after it (a whole trace replayed under a smaller limit fails part way).
     let growth = if is_oom { growth.and_then(|g| g.before(figures.event)) } else { growth };
-    let mut verdict = verdict(is_oom, &figures, growth.as_ref(), &lm, &trace.header.config);
+    let gets_past = (!is_oom && Reach::of(trace, &result) == Reach::GetsPastFailure)
+        .then(|| trace.facts.fatal_oom().map(|o| o.event))
+        .flatten();
+    let mut verdict = verdict(is_oom, gets_past, &figures, growth.as_ref(), &lm, &trace.header.config);
     if !is_oom && trace.predicted_lower_bound() {
         // Completing is not fitting when the prediction leaves memory out.
         verdict.reason = format!(
@@ -633,7 +646,7 @@ memory its note names), so this does not say the step fits; {}",
                         headroom_bytes: Some(from.saturating_sub(figures.reserved_bytes)),
                         ..figures.clone()
                     };
-                    verdict = self::verdict(true, &g, growth.as_ref(), &lm, &trace.header.config);
+                    verdict = self::verdict(true, None, &g, growth.as_ref(), &lm, &trace.header.config);
                     from
                 }
                 _ => capacity.unwrap_or(0),
@@ -776,6 +789,7 @@ the consuming stream allocate the tensors it uses, instead of record_stream on t
         capacity_source: result.capacity_source,
         moment: if is_oom { "oom" } else { "peak" },
         replay_outcome: result.outcome.clone(),
+        reach: Reach::of(trace, &result),
         recorded_ooms,
         pytorch_message: message.as_ref().map(|m| m.0.clone()),
         pytorch_message_note: message.and_then(|m| m.1).map(str::to_string),
@@ -813,8 +827,11 @@ fn growth_share(g: &Growth, allocated: u64) -> f64 {
     }
 }
 
+/// `gets_past`: the replay served the request at which the recorded run failed (this event), and
+/// the trace stops there.
 fn verdict(
     is_oom: bool,
+    gets_past: Option<u64>,
     f: &Figures,
     growth: Option<&Growth>,
     lm: &LayoutMeasures,
@@ -822,9 +839,16 @@ fn verdict(
 ) -> Verdict {
     let b = fmt_bytes;
     if !is_oom {
+        let head = match gets_past {
+            Some(e) => format!(
+                "the replay serves the request at which the recorded run failed (event {e}); the rest of the job is \
+not in the trace. At"
+            ),
+            None => "the run completed. At".to_string(),
+        };
         let mut reason = format!(
-            "the run completed. At peak reserved ({} at event {}), {} is allocated and {} is reserved but \
-unallocated ({:.1}%), the largest free block being {}",
+            "{head} peak reserved ({} at event {}), {} is allocated and {} is reserved but unallocated ({:.1}%), the \
+largest free block being {}",
             b(f.reserved_bytes),
             f.event,
             b(f.allocated_bytes),
@@ -992,7 +1016,7 @@ pub fn verdict_by_limit(
             headroom_bytes: Some(limit.saturating_sub(f.reserved_bytes)),
             ..f.clone()
         };
-        verdict(true, &g, growth, lm, config).kind
+        verdict(true, None, &g, growth, lm, config).kind
     };
     let needed = f.allocated_bytes.saturating_add(f.requested_bytes);
     let cache = f.reserved_bytes.saturating_sub(f.releasable_bytes).saturating_add(f.alloc_bytes);
@@ -1346,17 +1370,17 @@ that still hold their autograd graph: store `.item()` or `.detach()` instead)",
                             "to run in less memory, set PYTORCH_CUDA_ALLOC_CONF={} (it completes in {}; at {cap_text} \
 it reserves {}, {} device calls)",
                             x.alloc_conf,
-                            b(m),
+                            fmt_need(m),
                             b(x.peak_reserved_bytes),
                             x.num_device_alloc + x.num_device_free
                         ),
                         evidence: format!(
                             "the recorded settings need {} (at {cap_text} they reserve {}, {} device calls); {} needs {}",
-                            b(r.0),
+                            fmt_need(r.0),
                             b(r.1.peak_reserved_bytes),
                             r.1.num_device_alloc + r.1.num_device_free,
                             x.policy,
-                            b(m)
+                            fmt_need(m)
                         ),
                         proven: true,
                     });

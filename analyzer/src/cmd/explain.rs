@@ -3,7 +3,8 @@
 use super::{exit, write_json};
 use crate::analysis::explain::{explain_with, ExplainOptions, ExplainReport};
 use crate::model::escape::terminal;
-use crate::model::units::{fmt_bytes, fmt_ns};
+use crate::model::units::{fmt_bytes, fmt_need, fmt_ns};
+use crate::replay::Reach;
 use anyhow::Result;
 use std::io::Write;
 use std::path::PathBuf;
@@ -95,12 +96,20 @@ fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::
             )?;
         }
     } else {
-        writeln!(
-            out,
-            "no out-of-memory (limit: {cap}); the peak of reserved memory is at event {} ({}).",
-            f.event,
-            b(f.reserved_bytes)
-        )?;
+        let head = match r.reach {
+            Reach::GetsPastFailure => format!(
+                "no out-of-memory (limit: {cap}): the replay gets past the request that failed in the recording. The \
+peak of reserved memory is at event {} ({}).",
+                f.event,
+                b(f.reserved_bytes)
+            ),
+            _ => format!(
+                "no out-of-memory (limit: {cap}); the peak of reserved memory is at event {} ({}).",
+                f.event,
+                b(f.reserved_bytes)
+            ),
+        };
+        writeln!(out, "{}", crate::model::wrap::indented(&head, "", "  "))?;
     }
     writeln!(out, "verdict: {}", r.verdict.kind.as_str())?;
     writeln!(out, "{}", crate::model::wrap::indented(&r.verdict.reason, "  ", "  "))?;
@@ -314,7 +323,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
             w.reach,
             w.decision.short(),
             b(w.peak_reserved_bytes),
-            w.min_capacity_bytes.map(b).unwrap_or_else(|| "-".into())
+            w.min_capacity_bytes.map(fmt_need).unwrap_or_else(|| "-".into())
         )?;
     }
     if let Some(n) = &r.capacity_search_note {

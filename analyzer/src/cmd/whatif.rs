@@ -2,7 +2,7 @@
 
 use super::{damage_exit, write_json};
 use crate::analysis::whatif::{whatif, Whatif, WhatifOptions, DEVICE_CALL_US};
-use crate::model::units::fmt_bytes;
+use crate::model::units::{fmt_bytes, fmt_need};
 use anyhow::Result;
 use std::io::Write;
 use std::path::PathBuf;
@@ -55,7 +55,7 @@ whose replay completes is not said to fit (cannot tell); run the step for real a
             fmt_bytes(r.peak_reserved_bytes),
             r.fragmentation * 100.0,
             r.num_device_alloc + r.num_device_free,
-            r.min_capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "-".into())
+            r.min_capacity_bytes.map(fmt_need).unwrap_or_else(|| "-".into())
         )?;
     }
     let b = &w.bounds;
@@ -69,7 +69,7 @@ whose replay completes is not said to fit (cannot tell); run the step for real a
         none.peak_reserved_bytes.map(fmt_bytes).unwrap_or_else(|| "-".into()),
         none.peak_reserved_bytes.map(|_| "0.0%").unwrap_or("-"),
         b.no_caching_device_calls,
-        fmt_bytes(none.min_capacity_bytes)
+        fmt_need(none.min_capacity_bytes)
     )?;
 
     let failed = if b.includes_failed_request { "  (with the request that failed)" } else { "" };

@@ -15,7 +15,7 @@ use crate::analysis::leaks::{LeaksOptions, LeaksReport};
 use crate::analysis::moment::At;
 use crate::analysis::whatif::{whatif_observed, Whatif, WhatifOptions};
 use crate::model::output::document::Block;
-use crate::model::units::{fmt_bytes, fmt_ns};
+use crate::model::units::{fmt_bytes, fmt_need, fmt_ns};
 use crate::model::Trace;
 use crate::render::plot::{self, XAxis};
 use crate::replay::{Outcome, Reach, ReplayResult};
@@ -1040,7 +1040,7 @@ pub fn findings(
             format!(
                 " Of the policies tried, {} needs the least: {} ({} less).",
                 if best.alloc_conf.is_empty() { "the default policy".into() } else { code(&best.alloc_conf) },
-                fmt_bytes(need(best)),
+                fmt_need(need(best)),
                 fmt_bytes(need(rec) - need(best))
             )
         } else {
@@ -1221,7 +1221,7 @@ impl Report {
                     fmt_bytes(row.peak_reserved_bytes),
                     pct(row.fragmentation),
                     (row.num_device_alloc + row.num_device_free).to_string(),
-                    row.min_capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "-".into()),
+                    row.min_capacity_bytes.map(fmt_need).unwrap_or_else(|| "-".into()),
                 ]
             })
             .collect();
@@ -1233,7 +1233,7 @@ impl Report {
             none.peak_reserved_bytes.map(fmt_bytes).unwrap_or_else(|| "-".into()),
             none.peak_reserved_bytes.map(|_| pct(0.0)).unwrap_or_else(|| "-".into()),
             b.no_caching_device_calls.to_string(),
-            fmt_bytes(none.min_capacity_bytes),
+            fmt_need(none.min_capacity_bytes),
         ]);
         d.push(Block::Table(
             ["policy", "outcome", "peak reserved", "fragmentation", "device calls", "min capacity"]

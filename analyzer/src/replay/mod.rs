@@ -778,6 +778,14 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
     }
 
     fn step_record(&mut self, index: u64, r: &Record) {
+        /// After a request served: the allocated bytes at the first peak of reserved bytes.
+        fn note_peak<S: Sink>(engine: &Engine<SimDevice, S>, peak_seen: &mut u64, allocated_at_peak: &mut u64) {
+            let st = engine.stats();
+            if st.reserved_bytes.all.current > *peak_seen {
+                *peak_seen = st.reserved_bytes.all.current;
+                *allocated_at_peak = st.allocated_bytes.all.current;
+            }
+        }
         let engine = &mut self.engine;
         let pools_only = self.pools.follow(&r.event, engine);
         match &r.event {
@@ -786,11 +794,7 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
                 match self.pools.malloc(engine, *addr, *requested_bytes, *stream, *callsite) {
                     Ok(a) => {
                         self.live.insert(*id, a.addr);
-                        let st = engine.stats();
-                        if st.reserved_bytes.all.current > self.peak_seen {
-                            self.peak_seen = st.reserved_bytes.all.current;
-                            self.allocated_at_peak = st.allocated_bytes.all.current;
-                        }
+                        note_peak(engine, &mut self.peak_seen, &mut self.allocated_at_peak);
                     }
                     Err(oom) => {
                         self.outcome = oom_outcome(index, r.time_ns, *stream, &oom);
@@ -823,9 +827,10 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
                     // Served here; the program, which got nothing there, made its next requests
                     // without it.
                     Ok(a) if caught => {
+                        note_peak(engine, &mut self.peak_seen, &mut self.allocated_at_peak);
                         let _ = engine.free(a.addr);
                     }
-                    Ok(_) => {}
+                    Ok(_) => note_peak(engine, &mut self.peak_seen, &mut self.allocated_at_peak),
                 }
             }
             // A MemPool's own release was replayed by `follow`.
