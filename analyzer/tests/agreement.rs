@@ -251,6 +251,25 @@ fn a_limit_that_serves_the_recorded_failure_gets_past_it_everywhere() {
     }
 }
 
+/// Fragmentation is free memory in pieces. On frag_oom.default at 1 GiB, nothing is free inside
+/// segments and the limit leaves 4 MiB where the allocator asks the device for a 20 MiB segment:
+/// `explain` called that fragmentation ("the largest free block is 0 B"), while its own what-if
+/// table found no setting that helps. It is exhaustion at the segment's size; at the trace's own
+/// limit the verdict stays fragmentation (1.10 GiB free in all, the largest block 4 MiB).
+#[test]
+fn fragmentation_needs_free_memory() {
+    let t = root().join("traces/frag_oom.default.atrace");
+    let t = t.to_str().unwrap();
+    let explain = json(&["explain", "--json", t, "--capacity", "1GiB"]);
+    assert_eq!(explain["verdict"]["kind"], "true_exhaustion", "{}", explain["verdict"]);
+    assert_eq!(explain["figures"]["reserved_unallocated_bytes"], 0);
+    let whatif = json(&["whatif", "--json", "--no-search", t, "--capacity", "1GiB"]);
+    for row in whatif["rows"].as_array().unwrap() {
+        assert_eq!(row["outcome"], "oom", "{}: no setting helps where memory is used up", row["policy"]);
+    }
+    assert_eq!(json(&["explain", "--json", t])["verdict"]["kind"], "fragmentation");
+}
+
 /// The out-of-memory moment is decided once (`replay::OomMoment`): a recorded OOM that the
 /// program caught and went on from is replayed past by `replay`, `explain` and `frag`, and now by
 /// `leaks` (whose retention was taken "after event 51") and `plot --kind segments --at oom`

@@ -1273,3 +1273,23 @@ limit, a memory fraction, without caching: see the what-if table)"
     );
     assert!(md.contains("No caching: PyTorch does not apply its memory fraction without caching"), "{md}");
 }
+
+/// `plot -o x.png` writes a PNG (it wrote the SVG under that name), rasterized as the report's
+/// pictures are, and replaces only a PNG: notes named `x.png` by mistake are left alone.
+#[test]
+fn plot_to_a_png_name_writes_a_png() {
+    let out = tmp("plot.png");
+    std::fs::remove_file(&out).ok();
+    let t = trace("frag_oom.default");
+    let o = run(&["plot", t.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let bytes = std::fs::read(&out).unwrap();
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    // Replaced again: it holds a PNG.
+    assert_eq!(run(&["plot", t.to_str().unwrap(), "-o", out.to_str().unwrap()]).status.code(), Some(0));
+    std::fs::write(&out, "my notes").unwrap();
+    let o = run(&["plot", t.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "my notes");
+    std::fs::remove_file(&out).ok();
+}

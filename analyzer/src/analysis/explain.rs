@@ -957,6 +957,26 @@ for the {} segment",
             ),
         };
     }
+    // Fragmentation is free memory in pieces: where what is free inside segments could not hold
+    // the request even in one piece, and all that is free, inside segments and under the limit,
+    // is less than the segment the allocator asks the device for, memory is used up at the size
+    // the allocator asks for.
+    if f.reserved_unallocated_bytes < f.requested_bytes && f.reserved_unallocated_bytes + headroom < f.alloc_bytes {
+        return Verdict {
+            kind: VerdictKind::TrueExhaustion,
+            reason: format!(
+                "live bytes plus the request ({}) come within {} of the limit{}, but only {} is free inside segments, \
+less than the {} request even in one piece, and the allocator asks the device for a {} segment for it, more than \
+is free in all: memory is used up at the size the allocator asks for",
+                b(needed),
+                b(headroom),
+                limit.map(|l| format!(" ({})", b(l))).unwrap_or_default(),
+                b(f.reserved_unallocated_bytes),
+                b(f.requested_bytes),
+                b(f.alloc_bytes)
+            ),
+        };
+    }
     Verdict {
         kind: VerdictKind::Fragmentation,
         reason: format!(

@@ -6,7 +6,7 @@ use clap::{Args as ClapArgs, ValueEnum};
 use std::io::Write;
 use std::path::PathBuf;
 
-/// Draw a picture of a trace as SVG: memory over time, the segment map, policies, fragmentation.
+/// Draw a picture of a trace as SVG (or PNG, for an output named .png): memory over time, the segment map, policies, fragmentation.
 #[derive(ClapArgs)]
 #[command(
     long_about = "Draw one picture of the trace as a deterministic SVG (same trace, same bytes).\n\n\
@@ -39,7 +39,7 @@ pub struct Args {
     pub run: super::args::RunArgs,
     #[arg(long, value_enum, default_value = "timeline")]
     pub kind: PlotKind,
-    /// Where to write the SVG.
+    /// Where to write the picture: an SVG, or a PNG where the name ends in .png.
     #[arg(short, long)]
     pub output: PathBuf,
     /// The moment of a segment map: peak (reserved), oom, end, or an event index.

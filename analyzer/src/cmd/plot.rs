@@ -23,10 +23,17 @@ pub struct PlotCmdOptions {
 
 pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let started = std::time::Instant::now();
-    crate::model::output::check_output_file(&opts.output, &[&opts.trace], crate::model::output::Kind::Svg)?;
+    // A name ending in .png gets a PNG, rasterized as the report's pictures are; else an SVG.
+    let png = opts.output.extension().is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    let kind = if png { crate::model::output::Kind::Png } else { crate::model::output::Kind::Svg };
+    crate::model::output::check_output_file(&opts.output, &[&opts.trace], kind)?;
     let trace = crate::source::input::open(&opts.trace, &opts.facts)?;
     let (svg, drawn) = plot(&trace, opts.kind, opts.at, opts.stacked, opts.x)?;
-    crate::model::output::write_file(&opts.output, svg.as_bytes())?;
+    if png {
+        crate::model::output::write_file(&opts.output, &crate::render::raster::png_of_svg(&svg)?)?;
+    } else {
+        crate::model::output::write_file(&opts.output, svg.as_bytes())?;
+    }
     if opts.json {
         #[derive(serde::Serialize)]
         struct Out<'a> {

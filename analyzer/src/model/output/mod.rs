@@ -60,6 +60,7 @@ pub fn refuse_input(output: &Path, inputs: &[&Path]) -> Result<()> {
 pub enum Kind {
     Trace,
     Svg,
+    Png,
     Json,
     Pickle,
 }
@@ -69,6 +70,7 @@ impl Kind {
         match self {
             Kind::Trace => "an alloctrace trace",
             Kind::Svg => "an SVG picture",
+            Kind::Png => "a PNG picture",
             Kind::Json => "JSON",
             Kind::Pickle => "a pickle",
         }
@@ -79,6 +81,7 @@ impl Kind {
         match self {
             Kind::Trace => head.starts_with(&recorder::trace::MAGIC),
             Kind::Svg => text.starts_with("<?xml") || text.starts_with("<svg"),
+            Kind::Png => head.starts_with(b"\x89PNG"),
             Kind::Json => text.starts_with('{') || text.starts_with('['),
             Kind::Pickle => head.first() == Some(&0x80),
         }
