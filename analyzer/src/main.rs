@@ -11,6 +11,8 @@ use std::io::Write;
 #[derive(Parser)]
 #[command(
     name = "alloctrace",
+    // Help wraps to the terminal, at most 100 columns (100 where output is not a terminal).
+    max_term_width = 100,
     about = "Record, replay and explain GPU caching-allocator memory traces",
     long_about = "alloctrace reads allocator traces (its own .atrace files and PyTorch memory snapshots), \
 replays them through a faithful model of PyTorch's CUDA caching allocator, and answers \

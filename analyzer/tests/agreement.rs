@@ -115,6 +115,11 @@ fn commands_agree_on_every_trace() {
         for k in ["peak_reserved", "peak_requested", "peak_allocated", "num_ooms", "events"] {
             assert_eq!(report["summary"][k], summary[k], "{name}: summary {k}");
         }
+        // Where the replay reaches the recorded peak, at the same event: the request that the
+        // segment was made for (summary named the segment's record, one before).
+        if summary["peak_reserved"]["bytes"] == replay["peak_reserved_bytes"] {
+            assert_eq!(summary["peak_reserved"]["event"], frag["peak_event"], "{name}: the peak's event");
+        }
         // Recorded OOMs.
         assert_eq!(explain["recorded_ooms"].as_array().unwrap().len() as u64, summary["num_ooms"], "{name}: OOM count");
         // Smallest capacities: the report's and explain's tables are the whatif table.

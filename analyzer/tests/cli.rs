@@ -1293,3 +1293,24 @@ fn plot_to_a_png_name_writes_a_png() {
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "my notes");
     std::fs::remove_file(&out).ok();
 }
+
+/// `report -o` names a folder: a file there is refused by name, and left as it was (the input
+/// trace given as `-o` got a raw "File exists (os error 17)"); an output in a folder that does not
+/// exist names the folder, not the temporary file written meanwhile.
+#[test]
+fn outputs_name_what_is_wrong_with_their_path() {
+    let t = trace("frag_oom.default");
+    let t = t.to_str().unwrap();
+    let o = run(&["report", t, "-o", t]);
+    assert_error(&o, "the output is the input");
+    let notes = tmp("notes.txt");
+    std::fs::write(&notes, "my notes").unwrap();
+    let o = run(&["report", t, "-o", notes.to_str().unwrap()]);
+    assert_error(&o, "is a file; a report is a folder of files");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "my notes");
+    let missing = tmp("no-such-folder").join("x.atrace");
+    let snapshot = root().join("analyzer/tests/fixtures/ranks/ddp_rank0.pickle");
+    let o = run(&["import", "torch", snapshot.to_str().unwrap(), "-o", missing.to_str().unwrap()]);
+    assert_error(&o, "does not exist");
+    assert!(!stderr(&o).contains(".partial"), "{}", stderr(&o));
+}

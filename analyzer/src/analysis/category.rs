@@ -290,6 +290,9 @@ pub struct Categories {
     pub forward_passes: usize,
     /// The event at which allocated bytes first reached their peak.
     pub peak_event: u64,
+    /// The trace records block sizes; where it does not, each request counts rounded up to 512
+    /// bytes (PyTorch's smallest rounding), and the peak is of those bytes.
+    pub block_sizes_known: bool,
     /// Live bytes by category at that peak (they add up to the peak of allocated bytes).
     pub at_peak: ByCategory,
     /// The most live bytes of each category at any moment (not at the same moment).
@@ -304,6 +307,17 @@ pub struct Categories {
     pub at_moment: Option<CategorySample>,
     /// What activation checkpointing would do to the peak, estimated (`null`: no activations).
     pub checkpointing: Option<CheckpointEstimate>,
+}
+
+impl Categories {
+    /// The peak the categories are taken at, in words.
+    pub fn peak_words(&self) -> &'static str {
+        if self.block_sizes_known {
+            "the peak of allocated bytes"
+        } else {
+            "the peak of live requests, each rounded up to 512 bytes as the trace has no block sizes"
+        }
+    }
 }
 
 /// An estimate of the peak of allocated bytes under activation checkpointing, from the trace's
@@ -366,6 +380,7 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
     // The event at which each run starts.
     let mut run_starts: Vec<u64> = Vec::new();
     let mut allocs: Vec<Alloc> = Vec::new();
+    let mut sizes_known = true;
     let mut by_id: crate::model::ids::IdMap<usize> = Default::default();
     let mut current: Option<Phase> = None;
     let mut marked = false;
@@ -412,6 +427,7 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
                 run_starts.push(i);
                 current = Some(Phase::None);
             }
+            sizes_known &= *block_bytes > 0;
             let bytes =
                 if *block_bytes > 0 { *block_bytes } else { requested_bytes.max(&1).div_ceil(512).saturating_mul(512) };
             by_id.insert(*id, allocs.len());
@@ -604,6 +620,7 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
         phases_from: if marked { "phase marks" } else { "frames" },
         forward_passes: forwards.len(),
         peak_event,
+        block_sizes_known: sizes_known,
         at_peak,
         max,
         allocations,
@@ -772,8 +789,11 @@ pub fn write_text(out: &mut dyn std::io::Write, c: &Categories) -> Result<()> {
     let total = c.at_peak.total().max(1);
     writeln!(
         out,
-        "by category  at the peak of allocated bytes (event {}; phases from {}, {} forward passes):",
-        c.peak_event, c.phases_from, c.forward_passes
+        "by category  at {} (event {}; phases from {}, {} forward passes):",
+        c.peak_words(),
+        c.peak_event,
+        c.phases_from,
+        c.forward_passes
     )?;
     for cat in shown(c.max.unknown) {
         writeln!(

@@ -314,12 +314,22 @@ fn boundaries(iterations: &IterationFold, p: &Pass1) -> (Option<(String, Vec<u64
     // Marks or a repeated annotation: the one rule of every analysis, folded when the trace was read.
     let found = iterations.iterations();
     // What the marks gave, where they gave too few iterations (the notes below say it).
-    let too_few = found
-        .as_ref()
-        .map(|it| format!("{} iterations from {}, too few to measure growth (at least 3)", it.starts.len(), it.source));
+    let too_few = found.as_ref().map(|it| {
+        format!(
+            "{} from {}, too few to measure growth (at least 3)",
+            crate::model::units::count(it.starts.len() as u64, "iteration"),
+            it.source
+        )
+    });
     match found {
         Some(Iterations { source: IterationSource::Marks, starts }) if starts.len() < 3 => {
-            return (None, Some(format!("{} iteration marks: too few to measure growth (at least 3)", starts.len())));
+            return (
+                None,
+                Some(format!(
+                    "{}: too few to measure growth (at least 3)",
+                    crate::model::units::count(starts.len() as u64, "iteration mark")
+                )),
+            );
         }
         Some(Iterations { source: IterationSource::Marks, starts }) => {
             return (Some((IterationSource::Marks.to_string(), starts)), None);

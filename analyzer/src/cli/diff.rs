@@ -19,7 +19,9 @@ alloctrace replay traces/gpt2_train.default.atrace --conf expandable_segments:Tr
 alloctrace diff traces/gpt2_train.default.atrace sim.atrace -o diff/"
 )]
 pub struct Args {
+    /// The trace compared from (.atrace or .pickle): the before.
     pub a: PathBuf,
+    /// The trace compared with it (.atrace or .pickle): the after.
     pub b: PathBuf,
     #[command(flatten)]
     pub device: super::args::Device,

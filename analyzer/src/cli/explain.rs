@@ -37,6 +37,7 @@ alloctrace explain snap.pickle --capacity 6GiB --verbose\n  \
 alloctrace explain traces/leak_list_append.default.atrace --json"
 )]
 pub struct Args {
+    /// A trace (.atrace) or a PyTorch memory snapshot (.pickle).
     pub trace: PathBuf,
     #[command(flatten)]
     pub run: RunArgs,

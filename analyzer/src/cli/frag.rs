@@ -26,6 +26,7 @@ where they sat in the real run.",
 alloctrace frag traces/gpt2_train.default.atrace --json"
 )]
 pub struct Args {
+    /// A trace (.atrace) or a PyTorch memory snapshot (.pickle).
     pub trace: PathBuf,
     #[command(flatten)]
     pub run: RunArgs,

@@ -22,6 +22,7 @@ what empty_cache() would free now, and what it would free if a call site release
     after_help = "Example:\n  alloctrace leaks traces/leak_list_append.default.atrace"
 )]
 pub struct Args {
+    /// A trace (.atrace) or a PyTorch memory snapshot (.pickle).
     pub trace: PathBuf,
     #[command(flatten)]
     pub device: super::args::Device,

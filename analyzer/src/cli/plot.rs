@@ -34,6 +34,7 @@ alloctrace plot traces/frag_oom.default.atrace --kind segments --at oom -o oom.s
 alloctrace plot traces/gpt2_train.default.atrace --kind whatif --capacity 5.5GiB -o gpt2-5.5g.svg"
 )]
 pub struct Args {
+    /// A trace (.atrace) or a PyTorch memory snapshot (.pickle).
     pub trace: PathBuf,
     #[command(flatten)]
     pub run: super::args::RunArgs,

@@ -20,6 +20,7 @@ else its position.",
 alloctrace ranks run.rank_0.atrace run.rank_1.atrace run.rank_2.atrace --json"
 )]
 pub struct Args {
+    /// One trace or snapshot per rank of the job, in rank order.
     #[arg(required = true)]
     pub traces: Vec<PathBuf>,
     /// Write the picture (SVG) here.

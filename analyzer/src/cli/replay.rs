@@ -19,6 +19,7 @@ alloctrace replay traces/gpt2_train.default.atrace --conf expandable_segments:Tr
 alloctrace replay traces/resnet50_train.default.atrace --conf max_split_size_mb:64 -o sim.atrace"
 )]
 pub struct Args {
+    /// A trace (.atrace) or a PyTorch memory snapshot (.pickle).
     pub trace: PathBuf,
     #[command(flatten)]
     pub device: super::args::Device,

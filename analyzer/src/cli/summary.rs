@@ -10,6 +10,7 @@ use std::path::PathBuf;
 #[derive(ClapArgs)]
 #[command(after_help = "Example:\n  alloctrace summary traces/gpt2_train.default.atrace --json")]
 pub struct Args {
+    /// A trace (.atrace) or a PyTorch memory snapshot (.pickle).
     pub trace: PathBuf,
     #[command(flatten)]
     pub device: super::args::Device,

@@ -20,6 +20,7 @@ at which the run completes.",
     after_help = "Example:\n  alloctrace whatif traces/gpt2_train.default.atrace --capacity 5.5GiB"
 )]
 pub struct Args {
+    /// A trace (.atrace) or a PyTorch memory snapshot (.pickle).
     pub trace: PathBuf,
     #[command(flatten)]
     pub run: RunArgs,

@@ -36,7 +36,11 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
         } else {
             "not aligned (no iterations found in every trace)"
         };
-        writeln!(out, "ranks        {} traces, timelines {aligned}", rep.ranks.len())?;
+        writeln!(
+            out,
+            "ranks        {}, timelines {aligned}",
+            crate::model::units::count(rep.ranks.len() as u64, "trace")
+        )?;
         // The traces first, then the figures: a table of names and figures side by side would
         // not fit a screen.
         for r in &rep.ranks {

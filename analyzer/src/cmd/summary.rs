@@ -145,7 +145,12 @@ reserved; at most {} at once (event {}); {} at the end",
                 fmt_bytes(p.end_reserved_bytes)
             )?;
         }
-        writeln!(out, "at the end   {} live blocks, {} reserved", s.end_live_blocks, fmt_bytes(s.end_reserved_bytes))?;
+        writeln!(
+            out,
+            "at the end   {}, {} reserved",
+            crate::model::units::count(s.end_live_blocks, "live block"),
+            fmt_bytes(s.end_reserved_bytes)
+        )?;
         if s.dropped_events > 0 {
             writeln!(out, "WARNING      the recorder dropped {} events; figures may be low", s.dropped_events)?;
         }

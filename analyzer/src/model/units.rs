@@ -31,6 +31,15 @@ pub fn fmt_need(bytes: u64) -> String {
     format!("{}.{:02} {unit}", hundredths / 100, hundredths % 100)
 }
 
+/// A count and its noun, singular for one: `1 live block`, `3 live blocks`.
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Formats a signed byte difference: `+4.00 MiB`, `-512 B`.
 /// For `#[serde(skip_serializing_if)]`: a count or a byte figure of zero is left out of the JSON.
 pub fn is_zero(n: &u64) -> bool {

@@ -1044,7 +1044,19 @@ pub fn findings(
                 fmt_bytes(need(rec) - need(best))
             )
         } else {
-            " None of the other policies tried needs less than the recorded settings.".to_string()
+            // The what-if table shows no caching too: where it needs less, say so beside.
+            let none = w.no_caching();
+            let uncached = (none.min_capacity_bytes < need(rec)).then(|| {
+                format!(
+                    " (no caching needs {}, at the cost of a device call for every allocation and free: {} here)",
+                    fmt_need(none.min_capacity_bytes),
+                    b.no_caching_device_calls
+                )
+            });
+            format!(
+                " None of the other settings tried needs less than the recorded settings{}.",
+                uncached.unwrap_or_default()
+            )
         };
         out.push(Finding {
             id: "gap_to_plan",
@@ -1291,9 +1303,10 @@ impl Report {
         d.push(Block::Heading(2, "What the memory is for".into()));
         d.push(Block::Para(format!(
             "Each allocation gets a category from the phase that allocated it (phases from {}; {} forward passes) \
-             and its lifetime. At the peak of allocated bytes (event {}): {}.",
+             and its lifetime. At {} (event {}): {}.",
             c.phases_from,
             c.forward_passes,
+            c.peak_words(),
             c.peak_event,
             c.at_peak.shares_text()
         )));
@@ -1715,7 +1728,10 @@ fn inline(s: &str) -> String {
 /// call sites (its picture is among the report's pictures).
 fn ranks_blocks(rep: &crate::analysis::ranks::RanksReport) -> Vec<Block> {
     use crate::model::units::{fmt_bytes, fmt_ns};
-    let mut d = vec![Block::Heading(2, format!("Across the ranks ({} traces)", rep.ranks.len()))];
+    let mut d = vec![Block::Heading(
+        2,
+        format!("Across the ranks ({})", crate::model::units::count(rep.ranks.len() as u64, "trace")),
+    )];
     let peak = rep.ranks.iter().find(|r| r.rank == rep.peaking_rank);
     if let Some(p) = peak {
         d.push(Block::Para(format!(

@@ -8,7 +8,8 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
 pub struct Peak {
     pub bytes: u64,
-    /// Index of the event at which the peak was first reached.
+    /// Index of the event at which the peak was first reached (for reserved bytes, the request
+    /// that the segment taking them there was made for, as a replay has it).
     pub event: u64,
     pub time_ns: u64,
 }
@@ -38,6 +39,9 @@ pub struct SummaryFold {
     live_blocks: u64,
     peak_live: u64,
     peak_reserved: Peak,
+    /// The segment that took reserved memory to its peak is for a request still to come: the
+    /// peak is that request's event, as a replay (which makes the segment for the request) has it.
+    peak_reserved_for_request: bool,
     peak_requested: Peak,
     peak_allocated: Peak,
     dropped_events: u64,
@@ -128,6 +132,11 @@ impl SummaryFold {
                 }
             }
         }
+        if self.peak_reserved_for_request && matches!(r.event, Event::Alloc { .. } | Event::Oom { .. }) {
+            self.peak_reserved_for_request = false;
+            self.peak_reserved.event = index;
+            self.peak_reserved.time_ns = t;
+        }
         match &r.event {
             Event::Alloc { id, requested_bytes, block_bytes, .. } => {
                 self.any_alloc = true;
@@ -175,12 +184,15 @@ impl SummaryFold {
                 self.reserved = self.reserved.saturating_add(*bytes);
                 if self.reserved > self.peak_reserved.bytes {
                     self.private_at_peak_reserved = self.private_reserved;
+                    self.peak_reserved_for_request = true;
                 }
                 self.peak_reserved.offer(self.reserved, index, t);
             }
             // Counted above, through the recording's pools.
             Event::SegmentPool { .. } => {}
             Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
+                // A release before the request: the peak was the segment's own.
+                self.peak_reserved_for_request = false;
                 self.reserved = self.reserved.saturating_sub(*bytes);
             }
             Event::Dropped { events } => self.dropped_events = self.dropped_events.saturating_add(*events),

@@ -131,6 +131,9 @@ impl Pending {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
+        if !dir.is_dir() {
+            bail!("cannot write {}: the folder {} does not exist", path.display(), dir.display());
+        }
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let prefix = format!(".{name}.");
         let mut builder = tempfile::Builder::new();
@@ -226,6 +229,12 @@ pub fn write_report(dir: &Path, inputs: &[&Path], files: &[(String, Vec<u8>)]) -
             body.len()
         ))
         .into());
+    }
+    // A report is a folder: a file there (the input trace given as -o by mistake) is refused by
+    // name before anything else.
+    if dir.is_file() {
+        refuse_input(dir, inputs)?;
+        bail!("{}: is a file; a report is a folder of files: give a folder's path", dir.display());
     }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut written = Vec::new();
