@@ -1314,3 +1314,49 @@ fn outputs_name_what_is_wrong_with_their_path() {
     assert_error(&o, "does not exist");
     assert!(!stderr(&o).contains(".partial"), "{}", stderr(&o));
 }
+
+/// `diff -o DIR` writes only files it could have written: a file of the user's under one of its
+/// names is refused before anything is written (it was replaced), an input under one of its names
+/// is refused before the other file is written, and a file given as DIR is refused.
+#[test]
+fn diff_outputs_never_replace_the_users_files() {
+    let (a, b) = (trace("frag_oom.default"), trace("frag_oom.expandable"));
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let dir = tmp("diff-out");
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("timeline-overlay.svg");
+    let json = dir.join("diff.json");
+    std::fs::remove_file(&svg).ok();
+    std::fs::write(&json, "my notes").unwrap();
+    let o = run(&["diff", a, b, "-o", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&json).unwrap(), "my notes");
+    assert!(!svg.exists(), "nothing is written before the refusal");
+    std::fs::remove_file(&json).unwrap();
+    assert_eq!(run(&["diff", a, b, "-o", dir.to_str().unwrap()]).status.code(), Some(0));
+    // Its own files are replaced.
+    assert_eq!(run(&["diff", a, b, "-o", dir.to_str().unwrap()]).status.code(), Some(0));
+    let o = run(&["diff", a, b, "-o", a]);
+    assert_error(&o, "is a file");
+}
+
+/// `ranks` given one rank says there is nothing to compare (it said "1 traces ... skew 1.00x ...
+/// the ranks hold the same bytes per call site"); `-o x.png` writes a PNG.
+#[test]
+fn ranks_of_one_rank_compares_nothing_and_draws_a_png() {
+    let r0 = root().join("analyzer/tests/fixtures/ranks/ddp_rank0.pickle");
+    let r1 = root().join("analyzer/tests/fixtures/ranks/ddp_rank1.pickle");
+    let o = run(&["ranks", r0.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("ranks        1 trace,") && text.contains("one rank: its figures, nothing to compare"),
+        "{text}"
+    );
+    assert!(!text.contains("skew") && !text.contains("the ranks hold the same"), "{text}");
+    let png = tmp("ranks.png");
+    std::fs::remove_file(&png).ok();
+    let o = run(&["ranks", r0.to_str().unwrap(), r1.to_str().unwrap(), "-o", png.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+}

@@ -345,6 +345,33 @@ fn the_doctors_printed_figures_typed_back_run_as_pytorch_ran() {
     assert_eq!(runs.len(), 5);
 }
 
+/// The doctor's answers on frag_oom at other limits, run on an H100 under PyTorch 2.11, each in a
+/// fresh process (`scripts/gpu/frag_oom_limits.sh`, kept in
+/// `tests/fixtures/frag_oom_limits_h100.jsonl`): at 1 GiB memory is used up (the verdict is
+/// exhaustion, and no setting gets through: the defaults and expandable segments run out of
+/// memory); the what-if table's smallest capacity completes and 2 MiB below it does not; at
+/// 3 GiB the request that failed at 2 GiB is served (`explain` used to say it ran out of memory
+/// there). Every run replays with PyTorch's outcome and peaks, byte for byte.
+#[test]
+fn frag_oom_at_other_limits_runs_as_pytorch_ran() {
+    const TOTAL: u64 = 85_017_493_504;
+    let text = std::fs::read_to_string(root().join("tests/fixtures/frag_oom_limits_h100.jsonl")).unwrap();
+    let mut runs = 0;
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let config = AllocatorConfig::parse(v["conf"].as_str().unwrap()).unwrap();
+        let limit = v["limit_bytes"].as_u64().unwrap();
+        let capacity = ((limit as f64 / TOTAL as f64) * TOTAL as f64) as u64;
+        let r = replay("frag_oom.default", Some(config), Some(capacity));
+        let label = &v["label"];
+        assert_eq!(r.is_oom(), v["outcome"] == "oom", "{label}: outcome");
+        assert_eq!(r.peak_reserved_bytes, v["peak_reserved"].as_u64().unwrap(), "{label}: peak reserved");
+        assert_eq!(r.peak_allocated_bytes, v["peak_allocated"].as_u64().unwrap(), "{label}: peak allocated");
+        runs += 1;
+    }
+    assert_eq!(runs, 6);
+}
+
 /// The runs of `gpt2_limits_under_rounding_agree_with_pytorch` that a replay of the default run
 /// gets wrong, under `roundup_power2_divisions:4`, replay as PyTorch ran them from a trace
 /// recorded under that setting (`tests/fixtures/gpt2_rp2_4/`): the difference is where the

@@ -596,7 +596,7 @@ pub fn explain_prelude(
         },
     };
 
-    let mut retention = leaks::retention(&cap.held, sites);
+    let mut retention = leaks::retention(&cap.held, sites, if is_oom { "oom" } else { "peak" });
     retention.sites.sort_by(|a, b| b.block_bytes.cmp(&a.block_bytes).then(a.site.cmp(&b.site)));
     let top_sites: Vec<SitePin> = retention.sites.iter().take(10).cloned().collect();
     // Growth with the verdict, and the reordering experiment where it is fragmentation.

@@ -100,8 +100,9 @@ pub struct RankRow {
     /// Segment frees and unmaps.
     pub device_frees: u64,
     pub iterations: usize,
-    /// What the iterations were taken from: `iteration marks`, `the annotation "TEXT"`, or `none`.
-    pub iterations_from: String,
+    /// What the iterations were taken from: `iteration marks`, `the annotation "TEXT"`; `None`
+    /// (JSON `null`) where no iterations were found.
+    pub iterations_from: Option<String>,
     /// Live bytes by category at the peak of allocated bytes ([`crate::analysis::category`]); `null` when
     /// the trace gives no phases.
     pub categories_at_peak: Option<crate::analysis::category::ByCategory>,
@@ -156,10 +157,10 @@ struct RankData {
 
 /// The iteration anchors (event indices) of a trace and where they came from
 /// ([`crate::model::iterations`]).
-fn anchors(fold: &IterationFold) -> (Vec<u64>, String) {
+fn anchors(fold: &IterationFold) -> (Vec<u64>, Option<String>) {
     match fold.iterations() {
-        Some(Iterations { source, starts }) => (starts, source.to_string()),
-        None => (Vec::new(), "none".into()),
+        Some(Iterations { source, starts }) => (starts, Some(source.to_string())),
+        None => (Vec::new(), None),
     }
 }
 
@@ -177,9 +178,10 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
     let events = trace.events.max(1);
     let run = events.div_ceil(TIMELINE_POINTS as u64).max(1);
     let mut runs: Vec<(u64, u64)> = Vec::new();
-    let (mut reserved, mut allocated) = (0u64, 0u64);
+    let mut allocated = 0u64;
     let mut live: crate::model::ids::IdMap<(u64, u32)> = Default::default();
-    let mut peak_reserved = Peak::default();
+    // The peak of reserved bytes is the summary's (one rule: the request its segment was for).
+    let peak_reserved = trace.summary.peak_reserved;
     let mut peak_allocated = Peak::default();
     let mut block_sizes = false;
     let (mut device_allocs, mut device_frees, mut ooms) = (0u64, 0u64, 0u64);
@@ -198,19 +200,10 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
                     allocated -= b;
                 }
             }
-            Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
-                reserved += bytes;
-                device_allocs += 1;
-            }
-            Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
-                reserved = reserved.saturating_sub(*bytes);
-                device_frees += 1;
-            }
+            Event::SegmentAlloc { .. } | Event::SegmentMap { .. } => device_allocs += 1,
+            Event::SegmentFree { .. } | Event::SegmentUnmap { .. } => device_frees += 1,
             Event::Oom { .. } => ooms += 1,
             _ => {}
-        }
-        if reserved > peak_reserved.bytes {
-            peak_reserved = Peak { bytes: reserved, event: i, time_ns: r.time_ns };
         }
         if allocated > peak_allocated.bytes {
             peak_allocated = Peak { bytes: allocated, event: i, time_ns: r.time_ns };

@@ -17,8 +17,8 @@ iteration marks, else from an annotation that repeats (e.g. Optimizer.zero_grad)
 the repeating pattern of allocations (call site and size). Call sites whose live bytes rise \
 every iteration are reported as \"+N allocations, +X per iteration from FILE:LINE\".\n\n\
 Retention: a segment goes back to the device only when every block in it is free, so one \
-small live tensor can pin a 20 MiB segment. For the end of the run (or --at EVENT) this lists \
-what empty_cache() would free now, and what it would free if a call site released its blocks.",
+small live tensor can pin a 20 MiB segment. At the end of the run (at its out-of-memory where \
+it ends in one; or --at EVENT) this lists what empty_cache() would free now, and what it would free if a call site released its blocks.",
     after_help = "Example:\n  alloctrace leaks traces/leak_list_append.default.atrace"
 )]
 pub struct Args {
@@ -26,7 +26,7 @@ pub struct Args {
     pub trace: PathBuf,
     #[command(flatten)]
     pub device: super::args::Device,
-    /// Analyse retention after this event index instead of at the end.
+    /// Analyse retention after this event index instead of at the end (or the out-of-memory).
     #[arg(long)]
     pub at: Option<u64>,
     #[command(flatten)]

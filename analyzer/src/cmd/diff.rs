@@ -5,7 +5,7 @@ use crate::analysis::diff::{diff, Diff};
 use crate::model::escape::terminal;
 use crate::model::units::{fmt_bytes, fmt_delta};
 use crate::render::plot::{render_overlay, timeline_data, XAxis, COLUMNS};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -83,20 +83,29 @@ pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
 }
 
 pub fn run(opts: &DiffCmdOptions, out: &mut dyn Write) -> Result<i32> {
+    use crate::model::output::{check_output_file, Kind};
+    // Both outputs are checked before anything is read or written: neither is an input, and a
+    // file already there is one `diff` could have written (not the user's notes).
+    let outputs = opts.output.as_ref().map(|dir| (dir.join("timeline-overlay.svg"), dir.join("diff.json")));
+    if let (Some(dir), Some((svg, json))) = (&opts.output, &outputs) {
+        if dir.is_file() {
+            bail!("{}: is a file; -o names a folder for timeline-overlay.svg and diff.json", dir.display());
+        }
+        check_output_file(svg, &[&opts.a, &opts.b], Kind::Svg)?;
+        check_output_file(json, &[&opts.a, &opts.b], Kind::Json)?;
+    }
     let (a, b) = (
         crate::source::input::open_any(&opts.a, None, opts.device)?,
         crate::source::input::open_any(&opts.b, None, opts.device)?,
     );
     let d = diff(&a, &b)?;
-    if let Some(dir) = &opts.output {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    if let (Some(dir), Some((svg, json))) = (&opts.output, &outputs) {
         let (ta, tb) = (timeline_data(&a, XAxis::Time, COLUMNS)?, timeline_data(&b, XAxis::Time, COLUMNS)?);
-        let svg = dir.join("timeline-overlay.svg");
-        crate::model::output::refuse_input(&svg, &[&opts.a, &opts.b])?;
-        crate::model::output::write_file(&svg, render_overlay(&ta, &tb)?.as_bytes())?;
-        let json = dir.join("diff.json");
-        crate::model::output::refuse_input(&json, &[&opts.a, &opts.b])?;
-        crate::model::output::write_file(&json, (serde_json::to_string_pretty(&super::V1::of(&d))? + "\n").as_bytes())?;
+        let overlay = render_overlay(&ta, &tb)?;
+        let summary = serde_json::to_string_pretty(&super::V1::of(&d))? + "\n";
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        crate::model::output::write_file(svg, overlay.as_bytes())?;
+        crate::model::output::write_file(json, summary.as_bytes())?;
         if !opts.json {
             writeln!(out, "wrote {} and {}", svg.display(), json.display())?;
         }

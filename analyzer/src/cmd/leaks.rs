@@ -94,8 +94,12 @@ lazily built caches), not a leak",
     let t = &r.retention;
     writeln!(
         out,
-        "retention after event {}: {} reserved, {} allocated; empty_cache() would free {} now",
-        t.event,
+        "retention {}: {} reserved, {} allocated; empty_cache() would free {} now",
+        match t.moment {
+            "oom" => format!("at the out-of-memory (event {})", t.event),
+            "end" => format!("at the end of the replay (event {})", t.event),
+            _ => format!("after event {}", t.event),
+        },
         fmt_bytes(t.reserved_bytes),
         fmt_bytes(t.allocated_bytes),
         fmt_bytes(t.empty_cache_now_bytes)

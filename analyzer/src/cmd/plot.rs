@@ -23,17 +23,11 @@ pub struct PlotCmdOptions {
 
 pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let started = std::time::Instant::now();
-    // A name ending in .png gets a PNG, rasterized as the report's pictures are; else an SVG.
-    let png = opts.output.extension().is_some_and(|e| e.eq_ignore_ascii_case("png"));
-    let kind = if png { crate::model::output::Kind::Png } else { crate::model::output::Kind::Svg };
+    let kind = crate::model::output::picture_kind(&opts.output);
     crate::model::output::check_output_file(&opts.output, &[&opts.trace], kind)?;
     let trace = crate::source::input::open(&opts.trace, &opts.facts)?;
     let (svg, drawn) = plot(&trace, opts.kind, opts.at, opts.stacked, opts.x)?;
-    if png {
-        crate::model::output::write_file(&opts.output, &crate::render::raster::png_of_svg(&svg)?)?;
-    } else {
-        crate::model::output::write_file(&opts.output, svg.as_bytes())?;
-    }
+    crate::render::raster::write_picture(&opts.output, &svg)?;
     if opts.json {
         #[derive(serde::Serialize)]
         struct Out<'a> {

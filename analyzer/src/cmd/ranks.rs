@@ -21,12 +21,12 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
     }
     if let Some(path) = &opts.output {
         let inputs: Vec<&std::path::Path> = opts.traces.iter().map(|p| p.as_path()).collect();
-        crate::model::output::check_output_file(path, &inputs, crate::model::output::Kind::Svg)?;
+        crate::model::output::check_output_file(path, &inputs, crate::model::output::picture_kind(path))?;
     }
     let traces = opts.traces.iter().map(|p| crate::source::input::open_any(p, None, 0)).collect::<Result<Vec<_>>>()?;
     let rep = analyze(&traces)?;
     if let Some(path) = &opts.output {
-        crate::model::output::write_file(path, render(&rep)?.as_bytes())?;
+        crate::render::raster::write_picture(path, &render(&rep)?)?;
     }
     if opts.json {
         write_json(out, &rep)?;
@@ -87,7 +87,14 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
             )?;
         }
         let peak = rep.ranks.iter().find(|r| r.rank == rep.peaking_rank);
-        if let Some(p) = peak {
+        let one = rep.ranks.len() == 1;
+        if one {
+            writeln!(
+                out,
+                "note         one rank: its figures, nothing to compare (give one trace or snapshot per rank)"
+            )?;
+        }
+        if let Some(p) = peak.filter(|_| !one) {
             writeln!(
                 out,
                 "peaking rank {}: {} reserved at its peak; skew (max/median) {:.2}x reserved, {:.2}x allocated",
@@ -111,7 +118,8 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
                 writeln!(out, "{:>4}{}", r.rank, cols.join(""))?;
             }
         }
-        if rep.differing_sites.is_empty() {
+        if one {
+        } else if rep.differing_sites.is_empty() {
             writeln!(out, "call sites   the ranks hold the same bytes per call site at their peaks")?;
         } else {
             writeln!(out, "call sites whose bytes at the peak differ most between ranks:")?;

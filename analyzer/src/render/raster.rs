@@ -26,6 +26,16 @@ fn fonts() -> Arc<resvg::usvg::fontdb::Database> {
     .clone()
 }
 
+/// Writes the picture `svg` to `path` as [`crate::model::output::picture_kind`] asks: the SVG,
+/// or a PNG rasterized from it as the report's are.
+pub fn write_picture(path: &std::path::Path, svg: &str) -> Result<()> {
+    use crate::model::output::{picture_kind, write_file, Kind};
+    match picture_kind(path) {
+        Kind::Png => write_file(path, &png_of_svg(svg)?),
+        _ => write_file(path, svg.as_bytes()),
+    }
+}
+
 /// Rasterises an SVG document at its own size (one pixel per SVG unit) into PNG bytes.
 pub fn png_of_svg(svg: &str) -> Result<Vec<u8>> {
     let opt = resvg::usvg::Options {

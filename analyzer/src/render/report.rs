@@ -1276,9 +1276,14 @@ impl Report {
             d.push(Block::Picture(i));
             d.push(Block::Para(p.caption.clone()));
         }
+        // Given one trace per rank, the report was made from all of them.
+        let traces = match &self.ranks {
+            Some(r) => r.ranks.iter().map(|row| row.trace.as_str()).collect::<Vec<_>>().join(" "),
+            None => self.trace.clone(),
+        };
         d.push(Block::Para(format!(
             "Made with {}; regenerate any picture with `alloctrace plot`.",
-            code(&format!("alloctrace report {}", self.trace))
+            code(&format!("alloctrace report {traces}"))
         )));
         d
     }
@@ -1772,7 +1777,10 @@ fn ranks_blocks(rep: &crate::analysis::ranks::RanksReport) -> Vec<Block> {
                 r.ooms.to_string(),
                 format!("{:.1}%", r.fragmentation_at_peak * 100.0),
                 (r.device_allocs + r.device_frees).to_string(),
-                format!("{} ({})", r.iterations, r.iterations_from),
+                match &r.iterations_from {
+                    Some(from) => format!("{} ({from})", r.iterations),
+                    None => "none found".to_string(),
+                },
             ]
         })
         .collect();

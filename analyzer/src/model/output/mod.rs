@@ -165,6 +165,15 @@ impl Pending {
     }
 }
 
+/// The kind of picture an output path asks for: a PNG where its name ends in `.png`, else an SVG.
+pub fn picture_kind(path: &Path) -> Kind {
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
+        Kind::Png
+    } else {
+        Kind::Svg
+    }
+}
+
 /// Writes `bytes` to `path` through a temporary file and a rename.
 pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut p = Pending::new(path)?;
