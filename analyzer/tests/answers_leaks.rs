@@ -96,3 +96,21 @@ fn bert_inference_over_batches_of_other_shapes_reads_as_its_batches() {
     assert_eq!(g.live_bytes.len(), 41, "{}", g.source);
     assert!(g.sites.is_empty(), "no leak");
 }
+
+/// The same leak from a snapshot whose ring buffer dropped its oldest 300 entries: the blocks
+/// rebuilt from its segments are alike, and the repetition was looked for in them ("repeats every
+/// 8 allocations, too much alike, to be an iteration": no growth measured). The pattern is
+/// found after them, with the same sites and rate as in the whole snapshot.
+#[test]
+fn a_leak_is_found_where_the_snapshot_dropped_its_oldest_entries() {
+    let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/leak_list_append.drop300.pickle"));
+    let trace = analyzer::source::input::open(&path, &Default::default()).unwrap();
+    let r = analyze(&trace, &LeaksOptions::default()).unwrap();
+    let g = r.growth.as_ref().unwrap_or_else(|| panic!("no growth: {:?}", r.growth_note));
+    assert!(g.source.contains("repeating pattern"), "{}", g.source);
+    let whole = leaks("leak_list_append.default.atrace");
+    let w = whole.growth.as_ref().unwrap();
+    assert_eq!(g.sites[0].site.label, w.sites[0].site.label);
+    assert_eq!(g.sites[0].per_iteration_bytes, w.sites[0].per_iteration_bytes);
+    assert!(g.per_iteration_bytes >= (12 << 20) as f64 && g.per_iteration_bytes < (13 << 20) as f64);
+}

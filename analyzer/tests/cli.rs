@@ -1360,3 +1360,15 @@ fn ranks_of_one_rank_compares_nothing_and_draws_a_png() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
 }
+
+/// `synth` counts requests as `replay` does: allocations (it counted frees too, 2,084 where
+/// `replay` said 1,054).
+#[test]
+fn synth_counts_requests_as_replay_does() {
+    let out = tmp("synth_requests.atrace");
+    std::fs::remove_file(&out).ok();
+    let s = json_of(&["synth", "--json", "-o", out.to_str().unwrap(), "--events", "3000"], 0);
+    let r = json_of(&["replay", "--json", out.to_str().unwrap()], 0);
+    assert_eq!(s["requests"], r["requests"]);
+    assert!(s["requests"].as_u64().unwrap() > 0);
+}

@@ -263,8 +263,15 @@ pub fn detect_period<T: Eq + std::hash::Hash>(sig: &[T]) -> Option<(usize, usize
         return None;
     }
     let (period, _) = *scores.iter().find(|&&(_, x)| x >= best - 0.05)?;
-    // The first position from which one whole period repeats exactly.
-    let start = (0..n.saturating_sub(2 * period)).find(|&i| s[i..i + period] == s[i + period..i + 2 * period])?;
+    // The first position from which one whole period repeats exactly, with different requests
+    // in it: a run of alike requests (blocks rebuilt from a snapshot's segments where its ring
+    // buffer dropped the oldest entries) repeats at every period and is not the pattern. Where
+    // only such runs repeat, the first of them (the caller finds it too much alike).
+    let repeats = |i: usize| s[i..i + period] == s[i + period..i + 2 * period];
+    let alike = |i: usize| s[i..i + period].iter().all(|x| *x == s[i]);
+    let positions = 0..n.saturating_sub(2 * period);
+    let start =
+        positions.clone().find(|&i| repeats(i) && !alike(i)).or_else(|| positions.clone().find(|&i| repeats(i)))?;
     Some((period, start))
 }
 
@@ -301,7 +308,9 @@ pub fn outer_loop<T: PartialEq>(sig: &[T], period: usize) -> Option<Vec<usize>> 
     }
     let mut starts: Vec<usize> = Vec::new();
     let mut previous: Option<usize> = None;
-    for (a, _) in stretches {
+    // A run of alike requests repeats at every period and is no iteration (blocks rebuilt from a
+    // snapshot's segments where its ring buffer dropped the oldest entries).
+    for (a, _) in stretches.into_iter().filter(|&(a, _)| !sig[a..a + period].iter().all(|x| *x == sig[a])) {
         // The same pattern as the previous stretch, at any phase.
         let same = previous.is_some_and(|b| (0..period).any(|k| sig[a..a + period] == sig[b + k..b + k + period]));
         if !same {

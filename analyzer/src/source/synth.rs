@@ -56,6 +56,7 @@ impl Default for SynthOptions {
 pub struct SynthReport {
     pub events: u64,
     pub iterations: u64,
+    /// Allocation requests (as `replay` counts them; frees are not requests).
     pub requests: u64,
     pub bytes: u64,
 }
@@ -131,7 +132,6 @@ impl Gen {
     fn free(&mut self, addr: Option<u64>) -> Result<()> {
         if let Some(addr) = addr {
             self.time_ns += 100 + self.rng.below(400);
-            self.requests += 1;
             // Stream-ordered: the free is requested, then completed once the stream's work is done.
             if self.engine.free_requested(addr).is_ok() {
                 let _ = self.engine.free_completed(addr);
