@@ -380,7 +380,6 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
     // The event at which each run starts.
     let mut run_starts: Vec<u64> = Vec::new();
     let mut allocs: Vec<Alloc> = Vec::new();
-    let mut sizes_known = true;
     let mut by_id: crate::model::ids::IdMap<usize> = Default::default();
     let mut current: Option<Phase> = None;
     let mut marked = false;
@@ -427,7 +426,6 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
                 run_starts.push(i);
                 current = Some(Phase::None);
             }
-            sizes_known &= *block_bytes > 0;
             let bytes =
                 if *block_bytes > 0 { *block_bytes } else { requested_bytes.max(&1).div_ceil(512).saturating_mul(512) };
             by_id.insert(*id, allocs.len());
@@ -620,7 +618,8 @@ pub fn analyze_at(trace: &Trace, moment: Option<u64>) -> Result<Option<Categorie
         phases_from: if marked { "phase marks" } else { "frames" },
         forward_passes: forwards.len(),
         peak_event,
-        block_sizes_known: sizes_known,
+        // The summary's decision: every allocation recorded its block's size.
+        block_sizes_known: trace.summary.peak_allocated.is_some(),
         at_peak,
         max,
         allocations,

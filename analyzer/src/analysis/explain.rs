@@ -491,6 +491,9 @@ impl ExplainWatch {
 /// the table. Made apart so that it can run while the table's capacity searches do.
 pub struct ExplainPrelude {
     result: ReplayResult,
+    /// How far the replay gets against the recorded run, decided once for the verdict and the
+    /// report.
+    reach: Reach,
     recorded_ooms: Vec<crate::model::RecordedOom>,
     is_oom: bool,
     figures: Figures,
@@ -607,9 +610,9 @@ pub fn explain_prelude(
     // At an OOM, the growth that led to it: the iterations before the failure, not those the
     // trace holds after it (a whole trace replayed under a smaller limit fails part way).
     let growth = if is_oom { growth.and_then(|g| g.before(figures.event)) } else { growth };
-    let gets_past = (!is_oom && Reach::of(trace, &result) == Reach::GetsPastFailure)
-        .then(|| trace.facts.fatal_oom().map(|o| o.event))
-        .flatten();
+    let reach = Reach::of(trace, &result);
+    let gets_past =
+        (!is_oom && reach == Reach::GetsPastFailure).then(|| trace.facts.fatal_oom().map(|o| o.event)).flatten();
     let mut verdict = verdict(is_oom, gets_past, &figures, growth.as_ref(), &lm, &trace.header.config);
     if !is_oom && trace.predicted_lower_bound() {
         // Completing is not fitting when the prediction leaves memory out.
@@ -675,6 +678,7 @@ real one): {}",
     let categories = crate::analysis::category::at_moment(trace, figures.event)?;
     Ok(ExplainPrelude {
         result,
+        reach,
         recorded_ooms,
         is_oom,
         figures,
@@ -704,6 +708,7 @@ impl ExplainPrelude {
 fn finish(trace: &Trace, p: ExplainPrelude, w: &Whatif, search: bool) -> Result<ExplainReport> {
     let ExplainPrelude {
         result,
+        reach,
         recorded_ooms,
         is_oom,
         figures,
@@ -789,7 +794,7 @@ the consuming stream allocate the tensors it uses, instead of record_stream on t
         capacity_source: result.capacity_source,
         moment: if is_oom { "oom" } else { "peak" },
         replay_outcome: result.outcome.clone(),
-        reach: Reach::of(trace, &result),
+        reach,
         recorded_ooms,
         pytorch_message: message.as_ref().map(|m| m.0.clone()),
         pytorch_message_note: message.and_then(|m| m.1).map(str::to_string),
