@@ -268,11 +268,17 @@ pub fn detect_period<T: Eq + std::hash::Hash>(sig: &[T]) -> Option<(usize, usize
     // buffer dropped the oldest entries) repeats at every period and is not the pattern. Where
     // only such runs repeat, the first of them (the caller finds it too much alike).
     let repeats = |i: usize| s[i..i + period] == s[i + period..i + 2 * period];
-    let alike = |i: usize| s[i..i + period].iter().all(|x| *x == s[i]);
+    let alike = |i: usize| all_alike(&s[i..i + period]);
     let positions = 0..n.saturating_sub(2 * period);
     let start =
         positions.clone().find(|&i| repeats(i) && !alike(i)).or_else(|| positions.clone().find(|&i| repeats(i)))?;
     Some((period, start))
+}
+
+/// Whether every request of `s` is the same one: a run of alike requests repeats at any period
+/// and is no pattern of an iteration.
+fn all_alike<T: PartialEq>(s: &[T]) -> bool {
+    s.iter().all(|x| s.first() == Some(x))
 }
 
 /// When the repetition at `period` is an inner loop: the allocation (index into `sig`) at the
@@ -310,7 +316,7 @@ pub fn outer_loop<T: PartialEq>(sig: &[T], period: usize) -> Option<Vec<usize>> 
     let mut previous: Option<usize> = None;
     // A run of alike requests repeats at every period and is no iteration (blocks rebuilt from a
     // snapshot's segments where its ring buffer dropped the oldest entries).
-    for (a, _) in stretches.into_iter().filter(|&(a, _)| !sig[a..a + period].iter().all(|x| *x == sig[a])) {
+    for (a, _) in stretches.into_iter().filter(|&(a, _)| !all_alike(&sig[a..a + period])) {
         // The same pattern as the previous stretch, at any phase.
         let same = previous.is_some_and(|b| (0..period).any(|k| sig[a..a + period] == sig[b + k..b + k + period]));
         if !same {
@@ -358,8 +364,7 @@ fn boundaries(iterations: &IterationFold, p: &Pass1) -> (Option<(String, Vec<u64
     let sig: Vec<(u32, u64)> = p.signatures.iter().map(|&(_, c, b)| (c, b)).collect();
     match detect_period(&sig) {
         Some((period, start))
-            if period < MIN_PERIOD_ALLOCS
-                || sig[start..(start + period).min(sig.len())].iter().all(|x| *x == sig[start]) =>
+            if period < MIN_PERIOD_ALLOCS || all_alike(&sig[start..(start + period).min(sig.len())]) =>
         {
             (
                 None,
