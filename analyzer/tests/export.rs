@@ -138,9 +138,10 @@ fn counter(doc: &Value, name: &str) -> Vec<(f64, u64)> {
 fn perfetto_keeps_the_peaks_oom_and_marks() {
     let t = root().join("traces/frag_oom.default.atrace");
     let out = tmp("frag.json");
-    ok(&["export", t.to_str().unwrap(), "--format", "perfetto", "-o", out.to_str().unwrap()]);
+    let s = json(&["export", t.to_str().unwrap(), "--format", "perfetto", "-o", out.to_str().unwrap(), "--json"]);
     let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let summary = json(&["summary", "--json", t.to_str().unwrap()]);
+    assert_eq!(s["block_sizes_known"], false, "{s}");
     let reserved = counter(&doc, "reserved");
     assert_eq!(reserved.iter().map(|p| p.1).max(), summary["peak_reserved_bytes"].as_u64());
     // An imported snapshot does not know block sizes: allocated is estimated, and says so.
@@ -162,6 +163,7 @@ fn perfetto_keeps_the_peaks_oom_and_marks() {
     let summary = json(&["summary", "--json", t.to_str().unwrap()]);
     assert_eq!(s["peak_reserved_bytes"], summary["peak_reserved_bytes"]);
     assert_eq!(s["peak_allocated_bytes"], summary["peak_allocated_bytes"]);
+    assert_eq!(s["block_sizes_known"], true);
     assert!(slices > 0);
 }
 

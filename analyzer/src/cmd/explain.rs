@@ -167,13 +167,21 @@ peak of reserved memory is at event {} ({}).",
         writeln!(out, "{}", crate::model::wrap::indented(&format!("the whole job: {}", p.basis()), "", "  "))?;
     }
     if r.moment == "oom" && r.prediction.is_some() {
+        let (limit, exact) = f.capacity_bytes.map(crate::model::units::capacity_arg).unwrap_or(("LIMIT".into(), true));
+        // A full device cannot serve past its own memory: the whole job needs a larger one.
+        let larger = if r.capacity_source == crate::model::CapacitySource::InferredFromOom {
+            " on a GPU with more memory"
+        } else {
+            ""
+        };
+        let rounded = if exact { "" } else { " (the limit rounded down)" };
         writeln!(
             out,
             "{}",
             crate::model::wrap::indented(
                 &format!(
-                    "the whole job at this limit: alloctrace record --capacity {} -o run.atrace -- python train.py",
-                    f.capacity_bytes.map(crate::model::units::fmt_capacity_arg).unwrap_or_else(|| "LIMIT".into())
+                    "the whole job at this limit{larger}: alloctrace record --capacity {limit} -o run.atrace -- python \
+                     train.py{rounded}"
                 ),
                 "",
                 "  "

@@ -40,23 +40,34 @@ pub fn count(n: u64, noun: &str) -> String {
     }
 }
 
-/// Formats a signed byte difference: `+4.00 MiB`, `-512 B`.
 /// For `#[serde(skip_serializing_if)]`: a count or a byte figure of zero is left out of the JSON.
 pub fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// A capacity as `--capacity` takes it back exactly: whole GiB or MiB where it is one, else bytes.
-pub fn fmt_capacity_arg(bytes: u64) -> String {
-    if bytes > 0 && bytes.is_multiple_of(1 << 30) {
-        format!("{}GiB", bytes >> 30)
-    } else if bytes > 0 && bytes.is_multiple_of(1 << 20) {
-        format!("{}MiB", bytes >> 20)
+/// A capacity as a user would type it to `--capacity`, and whether it is the capacity exactly:
+/// whole GiB or MiB where it is one; else rounded down, to the hundredth of a GiB from 1 GiB up
+/// (`78.59GiB` for 84,391,690,240 bytes) and to the MiB below, where byte-exact figures of
+/// eleven digits would be unreadable and a limit inferred from an OOM is not that exact anyway.
+pub fn capacity_arg(bytes: u64) -> (String, bool) {
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+    if bytes > 0 && bytes.is_multiple_of(GIB) {
+        (format!("{}GiB", bytes / GIB), true)
+    } else if bytes > 0 && bytes.is_multiple_of(MIB) {
+        (format!("{}MiB", bytes / MIB), true)
+    } else if bytes >= GIB {
+        // Hundredths of a GiB, rounded down, in integers (no float rounding up past the limit).
+        let hundredths = (bytes as u128 * 100 / GIB as u128) as u64;
+        (format!("{}.{:02}GiB", hundredths / 100, hundredths % 100), false)
+    } else if bytes >= MIB {
+        (format!("{}MiB", bytes / MIB), false)
     } else {
-        bytes.to_string()
+        (bytes.to_string(), true)
     }
 }
 
+/// Formats a signed byte difference: `+4.00 MiB`, `-512 B`.
 pub fn fmt_delta(delta: i64) -> String {
     let sign = if delta < 0 { "-" } else { "+" };
     format!("{sign}{}", fmt_bytes(delta.unsigned_abs()))
@@ -115,5 +126,22 @@ mod tests {
         assert_eq!(fmt_need((6 << 30) + 1), "6.01 GiB");
         assert_eq!(fmt_need(512), "512 B");
         assert_eq!(fmt_need(1536), "1.50 KiB");
+    }
+
+    /// A limit to type back: exact where it is whole GiB or MiB, else rounded down (a limit
+    /// given above the one the trace had could hide its failure) and readable.
+    #[test]
+    fn capacity_args_read_back_at_or_below_the_limit() {
+        assert_eq!(capacity_arg(80 << 30), ("80GiB".into(), true));
+        assert_eq!(capacity_arg(6100 << 20), ("6100MiB".into(), true));
+        assert_eq!(capacity_arg(84_391_690_240), ("78.59GiB".into(), false));
+        assert_eq!(capacity_arg((1 << 30) + 1), ("1.00GiB".into(), false));
+        assert_eq!(capacity_arg((300 << 20) + 7), ("300MiB".into(), false));
+        assert_eq!(capacity_arg(4096), ("4096".into(), true));
+        for bytes in [84_391_690_240u64, 6_474_663_198, (1 << 30) + 1, (300 << 20) + 7] {
+            let (text, _) = capacity_arg(bytes);
+            let back = parse_bytes(&text).unwrap();
+            assert!(back <= bytes && bytes - back < (1 << 30) / 100 + 1, "{text}: {back} vs {bytes}");
+        }
     }
 }

@@ -60,6 +60,10 @@ pub struct PerfettoStats {
     pub peak_reserved_bytes: u64,
     pub peak_allocated_bytes: u64,
     pub peak_active_bytes: u64,
+    /// False where the trace does not know block sizes (an imported snapshot): allocated and
+    /// active bytes count each request rounded as the allocator rounds it (`summary` then
+    /// leaves peak allocated unknown).
+    pub block_sizes_known: bool,
     /// Where the trace was damaged (the export covers what came before).
     pub damage: Option<String>,
 }
@@ -298,6 +302,7 @@ pub fn export(trace: &Trace, out: &mut dyn Write, opts: &PerfettoOptions) -> Res
             stats.slices += 1;
         }
         out.write_all(b"\n],\"displayTimeUnit\":\"ms\",\"otherData\":")?;
+        stats.block_sizes_known = sizes_known;
         let other = json!({
             "trace": trace.path.display().to_string(),
             "source": header.source.as_str(),
