@@ -626,22 +626,27 @@ fn export_and_ranks_replace_their_output_by_a_rename() {
     std::fs::create_dir_all(&dir).unwrap();
     let (t, u) = (trace("frag_oom.default"), trace("seed_experiments.default"));
     let (ts, us) = (t.to_str().unwrap(), u.to_str().unwrap());
-    // Each over an earlier output of its kind (a file of another kind is refused).
-    for (name, old, args) in [
-        ("p.json", &b"{\"old\": 1}"[..], vec!["export", ts, "--format", "perfetto"]),
-        ("m.pickle", &b"\x80old"[..], vec!["export", ts, "--format", "memory-viz"]),
-        ("r.svg", &b"<svg>old</svg>"[..], vec!["ranks", ts, us]),
+    // Each over an earlier output of its kind, made by the same command of another trace (a
+    // file of another kind is refused: `exports_never_replace_a_users_file`).
+    for (name, args, earlier) in [
+        ("p.json", vec!["export", ts, "--format", "perfetto"], vec!["export", us, "--format", "perfetto"]),
+        ("m.pickle", vec!["export", ts, "--format", "memory-viz"], vec!["export", us, "--format", "memory-viz"]),
+        ("r.svg", vec!["ranks", ts, us], vec!["ranks", us, ts]),
     ] {
         let out = dir.join(name);
-        std::fs::write(&out, old).unwrap();
+        let with_out = |args: &[&str]| {
+            let mut args = args.to_vec();
+            args.extend(["-o", out.to_str().unwrap()]);
+            let o = run(&args);
+            assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        };
+        with_out(&earlier);
+        let old = std::fs::read(&out).unwrap();
         let keep = dir.join(format!("{name}.link"));
         std::fs::hard_link(&out, &keep).unwrap();
-        let mut args = args.clone();
-        args.extend(["-o", out.to_str().unwrap()]);
-        let o = run(&args);
-        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        with_out(&args);
         assert_eq!(std::fs::read(&keep).unwrap(), old, "{name}: written in place");
-        assert!(std::fs::metadata(&out).unwrap().len() > 100, "{name}");
+        assert_ne!(std::fs::read(&out).unwrap(), old, "{name}: not replaced");
     }
     let left: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
@@ -649,6 +654,45 @@ fn export_and_ranks_replace_their_output_by_a_rename() {
         .filter(|n| n.ends_with(".partial"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// An export never replaces what a user keeps at its path: a PyTorch snapshot (the evidence of
+/// the OOM being debugged), another tool's JSON, or a read-only file, even of its own kind.
+#[test]
+fn exports_never_replace_a_users_file() {
+    let dir = tmp("exports-keep");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let t = trace("frag_oom.default");
+    let ts = t.to_str().unwrap();
+    let snapshot = root().join("analyzer/tests/fixtures/torch/frag_oom.default.pickle");
+    let users: [(&str, Vec<u8>, &str); 3] = [
+        ("snap.pickle", std::fs::read(&snapshot).unwrap(), "memory-viz"),
+        ("other.json", b"{\"a\": 1}\n".to_vec(), "perfetto"),
+        ("other.pickle", b"\x80\x04K\x01.".to_vec(), "memory-viz"),
+    ];
+    for (name, content, format) in users {
+        let out = dir.join(name);
+        std::fs::write(&out, &content).unwrap();
+        let o = run(&["export", ts, "--format", format, "-o", out.to_str().unwrap()]);
+        assert_error(&o, "alloctrace replaces only its own outputs");
+        assert_eq!(std::fs::read(&out).unwrap(), content, "{name}");
+    }
+    // A read-only earlier export is kept too.
+    let out = dir.join("ro.json");
+    let o = run(&["export", ts, "--format", "perfetto", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let before = std::fs::read(&out).unwrap();
+    let mut perms = std::fs::metadata(&out).unwrap().permissions();
+    perms.set_readonly(true);
+    std::fs::set_permissions(&out, perms).unwrap();
+    let u = trace("seed_experiments.default");
+    assert_error(
+        &run(&["export", u.to_str().unwrap(), "--format", "perfetto", "-o", out.to_str().unwrap()]),
+        "read-only",
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), before);
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -31,7 +31,7 @@ pub struct ExportCmdOptions {
 pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let kind = match opts.format {
         Format::MemoryViz => crate::model::output::Kind::Pickle,
-        Format::Perfetto => crate::model::output::Kind::Json,
+        Format::Perfetto => crate::model::output::Kind::Perfetto,
     };
     crate::model::output::check_output_file(&opts.output, &[&opts.trace], kind)?;
     // Any input every command takes: a trace, or a PyTorch snapshot imported in memory.

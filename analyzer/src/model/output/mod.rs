@@ -9,7 +9,8 @@
 //!   interrupted command leaves the old file or the new one, never half of one. The rename
 //!   replaces a symlink planted at the output path instead of writing through it.
 //! - A file output replaces only an empty file or one of its own kind ([`check_output_file`]): a
-//!   trace, a picture or an export, never notes given as `-o` by mistake.
+//!   trace, a picture or an export, never notes given as `-o` by mistake; an export replaces
+//!   only one that alloctrace wrote (never a PyTorch snapshot), and no read-only file is replaced.
 //! - A report goes into an empty folder, a new one, or a previous report's; anything else needs
 //!   `--force`.
 
@@ -61,9 +62,18 @@ pub enum Kind {
     Trace,
     Svg,
     Png,
+    /// A JSON document of alloctrace's own (the envelope: `schema_version` first).
     Json,
+    /// A Perfetto export (`export --format perfetto`).
+    Perfetto,
+    /// A memory-viz export (`export --format memory-viz`): a PyTorch snapshot that alloctrace
+    /// wrote, never one PyTorch wrote (the evidence a user is debugging).
     Pickle,
 }
+
+/// How alloctrace's memory-viz exports begin (pickle protocol 2, `device_traces` first);
+/// PyTorch's own snapshots begin otherwise (protocol 4, `segments` first).
+pub const MEMORY_VIZ_HEAD: &[u8] = b"\x80\x02}(X\x0d\x00\x00\x00device_traces";
 
 impl Kind {
     fn describe(self) -> &'static str {
@@ -71,22 +81,29 @@ impl Kind {
             Kind::Trace => "an alloctrace trace",
             Kind::Svg => "an SVG picture",
             Kind::Png => "a PNG picture",
-            Kind::Json => "JSON",
-            Kind::Pickle => "a pickle",
+            Kind::Json => "alloctrace's JSON",
+            Kind::Perfetto => "alloctrace's Perfetto export",
+            Kind::Pickle => "alloctrace's memory-viz export (a PyTorch snapshot is never replaced)",
         }
     }
 
+    /// Whether a file beginning with `head` (its first [`HEAD_BYTES`]) holds this kind.
     fn holds(self, head: &[u8]) -> bool {
-        let text = std::str::from_utf8(head).unwrap_or("").trim_start_matches(['\u{feff}', ' ', '\t', '\r', '\n']);
+        let text = String::from_utf8_lossy(head);
+        let text = text.trim_start_matches(['\u{feff}', ' ', '\t', '\r', '\n']);
         match self {
             Kind::Trace => head.starts_with(&recorder::trace::MAGIC),
             Kind::Svg => text.starts_with("<?xml") || text.starts_with("<svg"),
             Kind::Png => head.starts_with(b"\x89PNG"),
-            Kind::Json => text.starts_with('{') || text.starts_with('['),
-            Kind::Pickle => head.first() == Some(&0x80),
+            Kind::Json => text.strip_prefix('{').is_some_and(|t| t.trim_start().starts_with("\"schema_version\"")),
+            Kind::Perfetto => text.starts_with("{\"traceEvents\":[") && text.contains("\"alloctrace: "),
+            Kind::Pickle => head.starts_with(MEMORY_VIZ_HEAD),
         }
     }
 }
+
+/// How much of an existing file [`Kind::holds`] reads.
+const HEAD_BYTES: u64 = 128;
 
 /// The checks before a command writes the file `output` of `kind`: it is none of the `inputs`
 /// ([`refuse_input`]), and a file already there is empty or of its kind.
@@ -102,10 +119,13 @@ fn refuse_foreign(output: &Path, kind: Kind) -> Result<()> {
     if meta.is_dir() {
         bail!("{}: is a folder; give the path of a file", output.display());
     }
-    let mut head = Vec::with_capacity(64);
+    if meta.permissions().readonly() {
+        bail!("{}: the file is read-only; alloctrace does not replace it: choose another path", output.display());
+    }
+    let mut head = Vec::with_capacity(HEAD_BYTES as usize);
     if let Ok(f) = std::fs::File::open(output) {
         use std::io::Read;
-        let _ = f.take(64).read_to_end(&mut head);
+        let _ = f.take(HEAD_BYTES).read_to_end(&mut head);
     }
     if meta.len() > 0 && !kind.holds(&head) {
         bail!(
