@@ -535,3 +535,48 @@ fn the_whatif_picture_draws_the_tables_rows() {
         assert_eq!(picture.capacity_bytes, table.capacity_bytes, "{name}");
     }
 }
+
+/// A smallest capacity is one figure wherever it is printed, rounded up so that typed back it
+/// completes: the report's "memory needed" finding rounded the recorded settings' need to the
+/// nearest (6.02 GiB on gpt2_train.default, a limit at which PyTorch ran out of memory) where
+/// its fix line, `whatif` and `explain` said 6.03 GiB.
+#[test]
+fn the_recorded_settings_need_is_one_figure() {
+    let dir = std::env::temp_dir().join(format!("alloctrace-need-{}", std::process::id()));
+    let t = root().join("traces/gpt2_train.default.atrace");
+    let p = t.to_str().unwrap();
+    for extra in [&[][..], &["--capacity", "5GiB"][..]] {
+        let out = dir.join(format!("r{}", extra.len()));
+        let mut args = vec!["report", p, "-o", out.to_str().unwrap()];
+        args.extend(extra);
+        let o = Command::new(env!("CARGO_BIN_EXE_alloctrace")).args(&args).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let mut wargs = vec!["whatif", "--json", p];
+        wargs.extend(extra);
+        let whatif = json(&wargs);
+        let recorded = whatif["rows"].as_array().unwrap().iter().find(|r| r["policy"] == "recorded").unwrap();
+        let bytes = recorded["min_capacity_bytes"].as_u64().unwrap();
+        // Hundredths of a GiB, rounded up.
+        let hundredths = (bytes as u128 * 100).div_ceil(1 << 30);
+        let need = format!("{}.{:02} GiB", hundredths / 100, hundredths % 100);
+        let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+        // "the recorded settings need X", and the fix's "X under the recorded settings".
+        let mut said: Vec<String> = md
+            .match_indices("recorded settings need ")
+            .map(|(i, m)| &md[i + m.len()..])
+            .filter(|s| s.starts_with(|c: char| c.is_ascii_digit()))
+            .map(|s| s.split(' ').take(2).collect::<Vec<_>>().join(" "))
+            .collect();
+        for (i, _) in md.match_indices(" under the recorded settings") {
+            let before: Vec<&str> = md[..i].rsplit([' ', '(']).take(2).collect();
+            if before[1].starts_with(|c: char| c.is_ascii_digit()) && before[0].ends_with("iB") {
+                said.push(format!("{} {}", before[1], before[0]));
+            }
+        }
+        assert!(said.len() >= 2, "{extra:?}: the fix and the finding: {said:?}");
+        for s in said {
+            assert!(s.starts_with(&need), "{extra:?}: the report says {s:?}, the table needs {need}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -568,7 +568,7 @@ impl NoCachingRow {
     /// the words every output uses. `None` where it holds or no limit is compared.
     pub fn limit_note(&self, capacity_bytes: u64) -> Option<String> {
         let cap = crate::model::units::fmt_bytes(capacity_bytes);
-        let need = crate::model::units::fmt_bytes(self.min_capacity_bytes);
+        let need = crate::model::units::fmt_need(self.min_capacity_bytes);
         let which = match self.limit {
             LimitWithoutCaching::NoLimit | LimitWithoutCaching::Holds => return None,
             LimitWithoutCaching::Ignored => format!("the limit of {cap} here, a memory fraction,"),
@@ -609,7 +609,7 @@ impl Whatif {
 blocks land decides it, and that depends on where the CUDA driver places segments, which this trace tells only for the \
 recorded settings. Worth trying, not advised; a trace recorded under it would tell.",
                     r.policy.name(),
-                    r.min_capacity_bytes.map(crate::model::units::fmt_bytes).unwrap_or_default()
+                    r.min_capacity_bytes.map(crate::model::units::fmt_need).unwrap_or_default()
                 )
             })
             .collect()

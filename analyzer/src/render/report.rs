@@ -1070,7 +1070,7 @@ pub fn findings(
             explanation: format!(
                 "The recorded settings need {}; the requests themselves need at least {} (the peak of live \
                  requested bytes{}){}.{advice}",
-                fmt_bytes(need(rec)),
+                crate::model::units::fmt_need(need(rec)),
                 fmt_bytes(floor),
                 if b.includes_failed_request { ", with the request that failed" } else { "" },
                 b.offline_plan_bytes
