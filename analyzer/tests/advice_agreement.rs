@@ -106,8 +106,15 @@ fn check(name: &str, input: &str, cap: u64, with_report: bool) {
             _ => {
                 assert!(!advised.contains(&setting), "{at}: {policy} is advised but decided {decision}");
                 assert!(!worth.contains(&setting), "{at}: {policy} is worth trying but decided {decision}");
+                // The trace cannot tell: neither advised nor ruled out (it was "not advised").
+                if decision == "cannot_tell" {
+                    assert!(!named_not_advised, "{at}: {policy} cannot be told but is named not advised");
+                }
             }
         }
+        // The setting the advice builds on is never also named not advised.
+        let named_by_advice = x["advice"].as_array().unwrap().iter().any(|a| a["setting"] == setting.as_str());
+        assert!(!(named_by_advice && named_not_advised), "{at}: {policy} is advised and named not advised");
     }
     more_memory_agrees_with_the_search(&x, cap, &at);
     nothing_is_proven_past_the_end(&x, &at);
@@ -271,4 +278,22 @@ fn advice_whatif_report_and_json_agree_at_three_capacities() {
             check(&name, p, cap, k != 2);
         }
     }
+}
+
+/// Where the advice gives more memory with a setting, that setting is not also "not advised"
+/// (gpt2_train at 5 GiB: "give the process 5.50 GiB ... with max_split_size_mb:64", then "not
+/// advised: ..., max_split_size_mb:64, ..."); and a setting whose replay fails where the program
+/// may have caught the failure is "cannot tell", not "not advised" (amp_adamw at its inferred
+/// limit: expandable segments completed in PyTorch at the real one, `truth.tsv`).
+#[test]
+fn advice_names_no_setting_both_ways() {
+    let gpt2 = root().join("traces/gpt2_train.default.atrace");
+    check("gpt2_train.default", gpt2.to_str().unwrap(), 5 << 30, true);
+    let amp = root().join("tests/fixtures/truth/amp_adamw.default.1.00.pickle");
+    let amp = amp.to_str().unwrap();
+    check("amp_adamw.default.1.00", amp, 1_117_782_016, false);
+    let x = json(&["explain", "--json", amp]);
+    let cannot: Vec<&str> = x["cannot_tell"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(cannot.iter().any(|n| n.starts_with("expandable_segments:True")), "{cannot:?}");
+    assert!(!x["not_advised"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("expandable")));
 }

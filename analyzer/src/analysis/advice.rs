@@ -105,6 +105,9 @@ pub struct SettingsAdvice {
     pub advice: Vec<Advice>,
     pub worth_trying: Vec<WorthTrying>,
     pub not_advised: Vec<String>,
+    /// Settings whose replay fails where the recorded run may have caught a failure: the trace
+    /// cannot tell whether they help.
+    pub cannot_tell: Vec<String>,
 }
 
 /// The setting and capacity advice for a replay that runs out of memory at the capacity
@@ -179,39 +182,48 @@ hold",
             },
         });
     }
-    // Would not have helped, grouped by why (one line each).
-    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    // More memory, where no setting fits at the capacity: it may name a setting that needs less.
+    let more = if fits.is_empty() { more_memory(rows, prediction, capacity, cap_text) } else { None };
+    let advised = more.as_ref().and_then(|a| a.setting.clone());
+    // Would not have helped, grouped by why (one line each). The setting that the advice to give
+    // more memory names is not also "not advised" (it fails at this limit, and the advice says
+    // what it needs); one whose replay fails where the program may have caught the failure is
+    // "cannot tell", not "not advised".
+    let mut groups: Vec<(bool, String, Vec<String>)> = Vec::new();
     for r in rows
         .iter()
         .filter(|r| matches!(r.decision, Decision::DoesNotHelp | Decision::DoesNotFit | Decision::CannotTell))
     {
         let expandable = r.policy.name().starts_with("expandable_segments:True");
-        if !(expandable || fragmentation) {
+        if !(expandable || fragmentation) || advised.as_deref() == Some(env_setting(&r.alloc_conf).as_str()) {
             continue;
         }
         let why = match (r.decision, r.reach) {
             (Decision::DoesNotFit, _) => format!("the whole job, replayed at {cap_text}, runs out of memory"),
             (_, Reach::FailsEarlier) => format!("replayed at {cap_text}, fails earlier than the recorded run"),
             (Decision::CannotTell, _) => format!(
-                "cannot tell: replayed at {cap_text}, each fails at a request the recorded run served, which the \
-program may catch (a cuDNN workspace)"
+                "replayed at {cap_text}, each fails at a request the recorded run served, which the program may \
+catch (a cuDNN workspace): a trace recorded under it would tell"
             ),
             _ => format!("replayed at {cap_text}, fails at the same request"),
         };
         // Each one's smallest capacity is in the what-if table.
         let name = r.policy.to_string();
-        match groups.iter_mut().find(|g| g.0 == why) {
-            Some(g) => g.1.push(name),
-            None => groups.push((why, vec![name])),
+        let unknown = r.decision == Decision::CannotTell;
+        match groups.iter_mut().find(|g| g.1 == why) {
+            Some(g) => g.2.push(name),
+            None => groups.push((unknown, why, vec![name])),
         }
     }
-    for (why, names) in groups {
-        out.not_advised.push(format!("{}: {why}", names.join(", ")));
+    for (unknown, why, names) in groups {
+        let line = format!("{}: {why}", names.join(", "));
+        if unknown {
+            out.cannot_tell.push(line);
+        } else {
+            out.not_advised.push(line);
+        }
     }
-    if !fits.is_empty() {
-        return out;
-    }
-    out.advice.extend(more_memory(rows, prediction, capacity, cap_text));
+    out.advice.extend(more);
     out
 }
 
@@ -303,7 +315,10 @@ recorded settings",
                     Some((n, s)) => {
                         format!("the whole job is predicted to need about {} of memory with {s}", fmt_need(*n))
                     }
-                    None => format!("the whole job is predicted to need about {} of memory", fmt_need(rec)),
+                    None => format!(
+                        "the whole job is predicted to need about {} of memory under the recorded settings",
+                        fmt_need(rec)
+                    ),
                 },
                 evidence: format!("{} (a prediction, not a replay of the job)", p.basis()),
                 proven: false,

@@ -173,6 +173,9 @@ pub struct ExplainReport {
     pub worth_trying: Vec<WorthTrying>,
     /// Changes that the evidence rules out, with why (e.g. the setting PyTorch's message suggests).
     pub not_advised: Vec<String>,
+    /// Settings the trace cannot judge, with why (their replay fails where the program may have
+    /// caught the failure).
+    pub cannot_tell: Vec<String>,
     /// For a trace that ends in an OOM: whether the whole job fits under each setting,
     /// predicted from a repeated iteration, or why the trace cannot tell.
     pub prediction: Option<JobPrediction>,
@@ -733,7 +736,7 @@ several times; `alloctrace whatif` searches them",
 
     // Made above where the verdict is fragmentation at an OOM.
     let experiments: Vec<Experiment> = grouped.into_iter().collect();
-    let (mut advice, worth_trying, mut not_advised) =
+    let crate::analysis::advice::SettingsAdvice { mut advice, worth_trying, mut not_advised, cannot_tell } =
         advise(&figures, &verdict, &w.rows, w.prediction.as_ref(), &experiments, &top_sites, growth.as_ref(), is_oom);
     // Never "free the weights": blocks alive from before the first iteration.
     if let Some(top) = top_sites.first() {
@@ -814,6 +817,7 @@ the consuming stream allocate the tensors it uses, instead of record_stream on t
         advice,
         worth_trying,
         not_advised,
+        cannot_tell,
         prediction: w.prediction.clone(),
         empty_cache_calls,
         held_for_streams,
@@ -1242,11 +1246,11 @@ fn advise(
     top: &[SitePin],
     growth: Option<&Growth>,
     is_oom: bool,
-) -> (Vec<Advice>, Vec<WorthTrying>, Vec<String>) {
+) -> crate::analysis::advice::SettingsAdvice {
     let b = fmt_bytes;
     let cap_text = f.capacity_bytes.map(b).unwrap_or_else(|| "no limit".into());
     let recorded = rows.iter().find(|r| r.policy.is_recorded());
-    let crate::analysis::advice::SettingsAdvice { mut advice, worth_trying, not_advised } = if is_oom {
+    let crate::analysis::advice::SettingsAdvice { mut advice, worth_trying, not_advised, cannot_tell } = if is_oom {
         crate::analysis::advice::settings_at_oom(
             rows,
             prediction,
@@ -1413,7 +1417,7 @@ it reserves {}, {} device calls)",
             }
         }
     }
-    (advice, worth_trying, not_advised)
+    crate::analysis::advice::SettingsAdvice { advice, worth_trying, not_advised, cannot_tell }
 }
 
 /// The strongest advice first: what a replay proves before what is predicted or read off the

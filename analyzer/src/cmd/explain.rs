@@ -158,6 +158,9 @@ peak of reserved memory is at event {} ({}).",
     for n in &r.not_advised {
         writeln!(out, "{}", crate::model::wrap::indented(n, "not advised: ", "  "))?;
     }
+    for n in &r.cannot_tell {
+        writeln!(out, "{}", crate::model::wrap::indented(n, "cannot tell: ", "  "))?;
+    }
     if let Some(p) = r
         .prediction
         .as_ref()
@@ -371,6 +374,12 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
     if !r.not_advised.is_empty() {
         writeln!(out, "not advised:")?;
         for n in &r.not_advised {
+            writeln!(out, "{}", crate::model::wrap::indented(n, "  - ", "    "))?;
+        }
+    }
+    if !r.cannot_tell.is_empty() {
+        writeln!(out, "cannot tell:")?;
+        for n in &r.cannot_tell {
             writeln!(out, "{}", crate::model::wrap::indented(n, "  - ", "    "))?;
         }
     }

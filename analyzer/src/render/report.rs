@@ -1461,6 +1461,9 @@ through the cuDNN workspaces that fail; none is proven to fit):"
             for n in &x.not_advised {
                 d.push(Block::Para(format!("Not advised: {}", prose(n))));
             }
+            for n in &x.cannot_tell {
+                d.push(Block::Para(format!("Cannot tell: {}", prose(n))));
+            }
             // The patterns explain found, where its advice does not already state them.
             let patterns =
                 [x.empty_cache_calls.as_ref().map(|e| e.text()), x.held_for_streams.as_ref().map(|h| h.text())];
