@@ -497,6 +497,18 @@ fn an_unknown_limit_gives_the_verdict_over_the_range_of_limits() {
     let r: serde_json::Value =
         serde_json::from_slice(&run(&["replay", "--json", t, "--capacity", &cap]).stdout).unwrap();
     assert_eq!(r["reach"], "gets_past_failure");
+    // Where an earlier OOM the program caught (a cuDNN workspace) set the range, the request that
+    // failed needs more than its top: explain said "at 1.13 GiB or above the failed request gets
+    // its segment" on amp_adamw, where the replay at 1.13 GiB fails at that request.
+    let amp = root().join("tests/fixtures/truth/amp_adamw.default.1.00.pickle");
+    let amp = amp.to_str().unwrap();
+    let e: serde_json::Value = serde_json::from_slice(&run(&["explain", "--json", amp]).stdout).unwrap();
+    let from = e["verdict_by_limit"].as_array().unwrap().last().unwrap()["from_bytes"].as_u64().unwrap();
+    let replayed = |cap: u64| -> serde_json::Value {
+        serde_json::from_slice(&run(&["replay", "--json", amp, "--capacity", &cap.to_string()]).stdout).unwrap()
+    };
+    assert_eq!(replayed(from)["reach"], "gets_past_failure", "at {from}");
+    assert_eq!(replayed(from - 1)["oom_event"], e["figures"]["event"], "below {from}");
     // The terminal text is wrapped: compare with its whitespace folded.
     let text = String::from_utf8_lossy(&run(&["explain", t]).stdout).split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(

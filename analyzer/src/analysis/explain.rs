@@ -1061,7 +1061,10 @@ pub fn verdict_by_limit(
             _ => out.push(LimitVerdict { from_bytes: from, to_bytes: Some(to), kind: Some(kind) }),
         }
     }
-    out.push(LimitVerdict { from_bytes: high, to_bytes: None, kind: None });
+    // From where the failed request gets its segment: `high` where this OOM set the range; where
+    // an earlier OOM did (a cuDNN workspace the program caught), this request needs more, and
+    // the limit was under `high` all the same.
+    out.push(LimitVerdict { from_bytes: high.max(cache), to_bytes: None, kind: None });
     Some(out)
 }
 
