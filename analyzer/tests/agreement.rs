@@ -292,6 +292,9 @@ fn the_oom_moment_is_decided_once() {
     assert_eq!(replay["caught_recorded_ooms"], 1);
     let end = replay["events"].as_u64().unwrap() - 1;
     assert_eq!(json(&["explain", "--json", t])["moment"], "peak");
+    // Not the moment, but named: it is what a user came to ask about ("no out-of-memory" alone).
+    let text = String::from_utf8_lossy(&run(&["explain", t]).stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(text.contains("the program caught 1 out-of-memory error and went on (the first at event 51"), "{text}");
     let leaks = json(&["leaks", "--json", t]);
     assert_eq!(leaks["retention"]["event"], end, "leaks takes retention at the end, past the caught OOM");
     for args in [vec!["frag", t, "--at", "oom"], vec!["plot", t, "--kind", "segments", "--at", "oom", "-o", svg]] {

@@ -109,7 +109,24 @@ peak of reserved memory is at event {} ({}).",
                 b(f.reserved_bytes)
             ),
         };
+        // Out-of-memory errors the program caught and went on from are not the moment (the
+        // replay goes on past them, as the run did), but they are what a user came to ask about.
+        let fatal = usize::from(r.reach == Reach::GetsPastFailure);
+        let caught = &r.recorded_ooms[..r.recorded_ooms.len().saturating_sub(fatal)];
+        let caught_line = caught.first().map(|first| {
+            format!(
+                "the program caught {} and went on (the first at event {}, a {} request); the replay \
+                 goes past {}, as the run did",
+                crate::model::units::count(caught.len() as u64, "out-of-memory error"),
+                first.event,
+                b(first.requested_bytes),
+                if caught.len() == 1 { "it" } else { "them" }
+            )
+        });
         writeln!(out, "{}", crate::model::wrap::indented(&head, "", "  "))?;
+        if let Some(line) = caught_line {
+            writeln!(out, "{}", crate::model::wrap::indented(&line, "", "  "))?;
+        }
     }
     writeln!(out, "verdict: {}", r.verdict.kind.as_str())?;
     writeln!(out, "{}", crate::model::wrap::indented(&r.verdict.reason, "  ", "  "))?;
