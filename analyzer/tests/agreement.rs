@@ -583,3 +583,30 @@ fn the_recorded_settings_need_is_one_figure() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The report's findings agree with its verdict: where the diagnosis at an OOM is fragmentation,
+/// "free memory in pieces" is a problem (on timm's ViT snapshot the headline said fragmentation
+/// while both fragmentation findings said "ok": 48.8% fell under the finding's own threshold).
+#[test]
+fn the_findings_agree_with_the_verdict() {
+    let dir = std::env::temp_dir().join(format!("alloctrace-findings-{}", std::process::id()));
+    let timm = root().join("tests/fixtures/doctor/timm_vit_amp.2828009472.pickle");
+    let mut inputs: Vec<(PathBuf, Vec<&str>)> = shipped_traces().into_iter().map(|t| (t, vec![])).collect();
+    inputs.push((timm, vec!["--capacity", "2828009472"]));
+    let mut fragmented = 0;
+    for (t, extra) in inputs {
+        let name = t.file_name().unwrap().to_string_lossy().into_owned();
+        let out = dir.join(&name);
+        let mut args = vec!["report", "--json", "--no-search", t.to_str().unwrap(), "-o", out.to_str().unwrap()];
+        args.extend(extra);
+        let report = json(&args);
+        if report["replay"]["outcome"] != "oom" || report["explain"]["verdict"]["kind"] != "fragmentation" {
+            continue;
+        }
+        fragmented += 1;
+        let finding = report["findings"].as_array().unwrap().iter().find(|f| f["id"] == "free_memory_in_pieces");
+        assert_eq!(finding.map(|f| f["verdict"].clone()), Some("problem".into()), "{name}");
+    }
+    assert!(fragmented >= 2, "{fragmented}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -858,6 +858,8 @@ pub fn findings(
     verdict: Option<&crate::analysis::explain::Verdict>,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
+    let fragmentation_caused_it =
+        verdict.is_some_and(|v| v.kind == crate::analysis::explain::VerdictKind::Fragmentation);
     // 1. Did it run out of memory?
     match &r.outcome {
         Outcome::Oom { event, requested_bytes, reserved_bytes, allocated_bytes, .. } => {
@@ -985,7 +987,11 @@ pub fn findings(
         // Measure 2 of the layout ([`crate::model::layout::LayoutMeasures::contiguity`]): the
         // largest free block is one a request outside a private pool could get.
         let c = crate::model::layout::ratio_complement(l.largest_free_bytes, l.free_bytes);
-        let verdict = if l.free_bytes < (64 << 20) || c < 0.5 {
+        // Where the diagnosis is fragmentation, the pieces caused the OOM, whatever their share.
+        let caused = l.failed_request_bytes.is_some() && fragmentation_caused_it;
+        let verdict = if caused {
+            Verdict::Problem
+        } else if l.free_bytes < (64 << 20) || c < 0.5 {
             Verdict::Ok
         } else if l.failed_request_bytes.is_some() {
             Verdict::Problem
@@ -1006,11 +1012,15 @@ pub fn findings(
                          a large request cannot use."
                 .into(),
             explanation: format!(
-                "{} segments, {} reserved, {} free in the cache, the largest free block {}.",
+                "{} segments, {} reserved, {} free in the cache, the largest free block {}{}.",
                 l.segments,
                 fmt_bytes(l.reserved_bytes),
                 fmt_bytes(l.free_bytes),
-                fmt_bytes(l.largest_free_bytes)
+                fmt_bytes(l.largest_free_bytes),
+                match l.failed_request_bytes.filter(|_| caused) {
+                    Some(f) => format!("; the request that failed needed one block of {}", fmt_bytes(f)),
+                    None => String::new(),
+                }
             ),
         });
     }
