@@ -1077,9 +1077,10 @@ pub fn limits_text(v: &[LimitVerdict]) -> String {
             (Some(k), Some(to)) if b(l.from_bytes) == b(to) => format!("{} at a limit of about {}", k.as_str(), b(to)),
             (Some(k), Some(to)) => format!("{} at any limit from {} to under {}", k.as_str(), b(l.from_bytes), b(to)),
             (Some(k), None) => format!("{} at any limit from {}", k.as_str(), b(l.from_bytes)),
+            // A limit to give: rounded up, as every need is (`fmt_need`).
             (None, _) => format!(
                 "at {} or above the failed request gets its segment, and what the run did next is not in the trace",
-                b(l.from_bytes)
+                fmt_need(l.from_bytes)
             ),
         })
         .collect::<Vec<_>>()

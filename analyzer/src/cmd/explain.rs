@@ -237,12 +237,26 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         writeln!(out, "partial input: {d}; everything below covers only what was read")?;
     }
     if !r.recorded_ooms.is_empty() {
-        let at: Vec<String> =
-            r.recorded_ooms.iter().map(|o| format!("event {} ({})", o.event, b(o.requested_bytes))).collect();
-        writeln!(out, "the trace recorded {} out-of-memory: {}", r.recorded_ooms.len(), at.join(", "))?;
+        // The first few (a cuDNN search can fail 100 times): --json lists them all.
+        const SHOWN: usize = 6;
+        let mut at: Vec<String> = r
+            .recorded_ooms
+            .iter()
+            .take(SHOWN)
+            .map(|o| format!("event {} ({})", o.event, b(o.requested_bytes)))
+            .collect();
+        if r.recorded_ooms.len() > SHOWN {
+            at.push(format!("and {} more (--json lists them)", r.recorded_ooms.len() - SHOWN));
+        }
+        let n = crate::model::units::count(r.recorded_ooms.len() as u64, "out-of-memory error");
+        writeln!(
+            out,
+            "{}",
+            crate::model::wrap::indented(&format!("the trace recorded {n}: {}", at.join(", ")), "", "  ")
+        )?;
     }
     if let Some(n) = &r.capacity_note {
-        writeln!(out, "note: {n}")?;
+        writeln!(out, "{}", crate::model::wrap::indented(&format!("note: {n}"), "", "  "))?;
     }
     writeln!(out)?;
     if r.moment == "oom" {
@@ -342,11 +356,12 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         "what-if at {} (replays of the same requests):",
         f.capacity_bytes.map(b).unwrap_or_else(|| "no limit".into())
     )?;
-    let to = if r.prediction.is_some() { "gets past the failure" } else { "completes" };
+    let to = if r.prediction.is_some() { "gets past from" } else { "completes from" };
+    writeln!(out, "  {:<33} {:>12} {:>12} {:>10}  {to:>14}", "setting", "outcome", "decision", "peak rsvd")?;
     for w in &r.whatif {
         writeln!(
             out,
-            "  {:<33} {:>12} {:>12}  peak reserved {:>10}  {to} from {}",
+            "  {:<33} {:>12} {:>12} {:>10}  {:>14}",
             terminal(&w.policy.to_string()),
             w.reach,
             w.decision.short(),
@@ -411,10 +426,15 @@ pub fn run(opts: &ExplainCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let r = explain_with(&trace, &ExplainOptions { repeats: Some(opts.repeats), ..Default::default() })?;
     if opts.json {
         write_json(out, &r)?;
-    } else if opts.verbose {
-        print_report(out, &r)?;
     } else {
-        print_short(out, &r)?;
+        // Every line within the screen's width (a table row's meaning continues under itself).
+        let screen = &mut crate::model::wrap::ScreenWriter::new(out);
+        if opts.verbose {
+            print_report(screen, &r)?;
+        } else {
+            print_short(screen, &r)?;
+        }
+        screen.flush()?;
     }
     if let Some(w) = &r.input_damage {
         crate::model::escape::warn(w);

@@ -131,7 +131,8 @@ impl<'a> ScreenWriter<'a> {
     }
 
     fn emit(&mut self) -> std::io::Result<()> {
-        let line = String::from_utf8_lossy(&self.line).into_owned();
+        // No line ends in spaces (a wrapped sentence's double space left one).
+        let line = String::from_utf8_lossy(&self.line).trim_end().to_string();
         self.line.clear();
         if line.chars().count() <= WIDTH {
             return writeln!(self.out, "{line}");
