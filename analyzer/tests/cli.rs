@@ -823,8 +823,9 @@ fn plot_replays_under_the_given_limit_and_settings() {
 }
 
 /// Text fits a screen: on every shipped trace, the text of summary, replay, whatif, frag, leaks
-/// and explain keeps every line within 100 columns, but for a single word longer than that (a
-/// URL), which stands alone.
+/// and explain (also `--verbose`, and on a snapshot with 164 recorded OOMs, which it listed on one
+/// line of 3,908 columns) keeps every line within 100 columns, but for a single word longer than
+/// that (a URL), which stands alone; no line ends in a space.
 #[test]
 fn text_output_fits_a_screen() {
     let mut traces: Vec<PathBuf> = std::fs::read_dir(root().join("traces"))
@@ -833,16 +834,19 @@ fn text_output_fits_a_screen() {
         .filter(|p| p.extension().is_some_and(|x| x == "atrace"))
         .collect();
     traces.sort();
+    traces.push(root().join("tests/fixtures/truth/amp_adamw.default.1.00.pickle"));
     for t in &traces {
-        for cmd in ["summary", "replay", "whatif", "frag", "leaks", "explain"] {
+        for cmd in ["summary", "replay", "whatif", "frag", "leaks", "explain", "explain --verbose"] {
             let args: Vec<&str> = match cmd {
                 "whatif" => vec![cmd, "--no-search", t.to_str().unwrap()],
+                "explain --verbose" => vec!["explain", "--verbose", t.to_str().unwrap()],
                 _ => vec![cmd, t.to_str().unwrap()],
             };
             let o = run(&args);
             for line in String::from_utf8_lossy(&o.stdout).lines() {
                 let one_word = !line.trim().contains(' ');
                 assert!(line.chars().count() <= 100 || one_word, "{args:?}: {} columns: {line}", line.chars().count());
+                assert!(!line.ends_with(' '), "{args:?}: a line ends in a space: {line:?}");
             }
         }
     }
