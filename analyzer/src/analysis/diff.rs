@@ -110,7 +110,7 @@ fn side(trace: &Trace) -> Result<(SiteFigures, Side)> {
     let s = &trace.summary;
     let has_callsites = sites.has_callsites;
     let side = Side {
-        trace: trace.name(),
+        trace: trace.path.display().to_string(),
         alloc_conf: trace.header.alloc_conf.clone(),
         capacity_bytes: r.capacity_bytes,
         capacity_source: r.capacity_source,

@@ -259,7 +259,7 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
         row: RankRow {
             rank,
             rank_source,
-            trace: trace.name(),
+            trace: trace.path.display().to_string(),
             input_damage: trace.damage(),
             events: trace.events,
             peak_reserved,

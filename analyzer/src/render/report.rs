@@ -1299,7 +1299,12 @@ impl Report {
     }
 
     /// Adds the section across ranks (this report being of the peaking rank's trace) and its picture.
-    pub fn add_ranks(&mut self, ranks: crate::analysis::ranks::RanksReport) -> Result<()> {
+    pub fn add_ranks(&mut self, mut ranks: crate::analysis::ranks::RanksReport) -> Result<()> {
+        // The traces by file name, as the report names its own: a report is a function of the
+        // traces, not of where they lie.
+        for row in &mut ranks.ranks {
+            row.trace = crate::model::trace_name(std::path::Path::new(&row.trace));
+        }
         let mut picture = Picture::new(
             "ranks.svg",
             "Across the ranks".into(),
