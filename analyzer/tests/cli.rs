@@ -1432,3 +1432,28 @@ fn synth_counts_requests_as_replay_does() {
     assert_eq!(s["requests"], r["requests"]);
     assert!(s["requests"].as_u64().unwrap() > 0);
 }
+
+/// Advice a user can act on where the trace has no call sites: explain said "free the 230 blocks
+/// from (no call site recorded)", and leaks "if (no call site recorded) released its 230
+/// block(s)"; both now say the blocks have no call site, and explain how to record them.
+#[test]
+fn blocks_without_a_call_site_are_not_named_as_one() {
+    let p = root().join("analyzer/tests/fixtures/torch/frag_oom.default.pickle");
+    let p = p.to_str().unwrap();
+    let x: serde_json::Value = serde_json::from_slice(&run(&["explain", "--json", p]).stdout).unwrap();
+    let code: Vec<&str> = x["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["kind"] == "code")
+        .map(|a| a["text"].as_str().unwrap())
+        .collect();
+    assert!(!code.is_empty(), "{x}");
+    for text in code {
+        assert!(!text.contains("(no call site recorded)"), "{text}");
+        assert!(text.contains("_record_memory_history(stacks=\"python\")"), "{text}");
+    }
+    let leaks = String::from_utf8_lossy(&run(&["leaks", p]).stdout).into_owned();
+    assert!(!leaks.contains("if (no call site recorded)"), "{leaks}");
+    assert!(leaks.contains("block(s) without a call site"), "{leaks}");
+}

@@ -1298,12 +1298,23 @@ temporaries then frees whole segments, which the allocator gives back before fai
                 advice.push(Advice {
                     kind: "code",
                     setting: None,
-                    text: format!(
-                        "free the {} blocks from {} before the {} request",
-                        s.blocks,
-                        s.site.label,
-                        b(f.requested_bytes)
-                    ),
+                    text: if s.site.is_known() {
+                        format!(
+                            "free the {} blocks from {} before the {} request",
+                            s.blocks,
+                            s.site.label,
+                            b(f.requested_bytes)
+                        )
+                    } else {
+                        // Without call sites the blocks cannot be named: say how to name them.
+                        format!(
+                            "free the {} blocks ({}) live at the {} request sooner; the trace has no call sites to \
+name them: record with torch.cuda.memory._record_memory_history(stacks=\"python\") or alloctrace record --stacks",
+                            s.blocks,
+                            b(s.block_bytes),
+                            b(f.requested_bytes)
+                        )
+                    },
                     evidence: format!(
                         "those {} live blocks ({}) keep {} segments ({}) from being released; without them the cache \
 release before an OOM would free {}",

@@ -106,15 +106,24 @@ lazily built caches), not a leak",
     )?;
     writeln!(out, "  (a segment goes back to the device only when every block in it is free)")?;
     for s in t.sites.iter().filter(|s| s.pinned_segment_bytes > 0).take(top) {
-        writeln!(
-            out,
-            "  if {} released its {} block(s) ({}), empty_cache() would free {} ({} segment(s) it alone pins)",
-            terminal(&s.site.label),
-            s.blocks,
-            fmt_bytes(s.block_bytes),
-            fmt_bytes(s.empty_cache_if_released_bytes),
-            s.segments_pinned
-        )?;
+        let (blocks, bytes, frees) = (s.blocks, fmt_bytes(s.block_bytes), fmt_bytes(s.empty_cache_if_released_bytes));
+        if s.site.is_known() {
+            writeln!(
+                out,
+                "  if {} released its {blocks} block(s) ({bytes}), empty_cache() would free {frees} ({} segment(s) it \
+                 alone pins)",
+                terminal(&s.site.label),
+                s.segments_pinned
+            )?;
+        } else {
+            // The blocks the trace cannot name: without call sites.
+            writeln!(
+                out,
+                "  if the {blocks} block(s) without a call site ({bytes}) were freed, empty_cache() would free {frees} \
+                 ({} segment(s) they alone pin)",
+                s.segments_pinned
+            )?;
+        }
     }
     for b in t.blocks.iter().filter(|b| b.alone && b.segment_bytes > b.block_bytes).take(top.min(5)) {
         writeln!(

@@ -56,6 +56,11 @@ impl Site {
         Site { label: "(no call site recorded)".into(), file: String::new(), line: 0, function: String::new() }
     }
 
+    /// Whether the trace named where these blocks were allocated.
+    pub fn is_known(&self) -> bool {
+        !self.file.is_empty()
+    }
+
     /// The named frame alone, without the user's line beside it (for a line that lists several
     /// sites): `transformers/activations.py:56 (forward)`.
     pub fn frame_label(&self) -> String {
