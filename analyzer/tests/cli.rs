@@ -1352,6 +1352,10 @@ fn plot_to_a_png_name_writes_a_png() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "my notes");
     std::fs::remove_file(&out).ok();
+    // A picture named for a format alloctrace does not draw is refused (an SVG went under x.pdf).
+    let pdf = tmp("plot.pdf");
+    assert_error(&run(&["plot", t.to_str().unwrap(), "-o", pdf.to_str().unwrap()]), "name the picture .svg or .png");
+    assert!(!pdf.exists());
 }
 
 /// `report -o` names a folder: a file there is refused by name, and left as it was (the input

@@ -23,7 +23,7 @@ pub struct PlotCmdOptions {
 
 pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let started = std::time::Instant::now();
-    let kind = crate::model::output::picture_kind(&opts.output);
+    let kind = crate::model::output::picture_kind(&opts.output)?;
     crate::model::output::check_output_file(&opts.output, &[&opts.trace], kind)?;
     let trace = crate::source::input::open(&opts.trace, &opts.facts)?;
     let (svg, drawn) = plot(&trace, opts.kind, opts.at, opts.stacked, opts.x)?;

@@ -30,7 +30,7 @@ fn fonts() -> Arc<resvg::usvg::fontdb::Database> {
 /// or a PNG rasterized from it as the report's are.
 pub fn write_picture(path: &std::path::Path, svg: &str) -> Result<()> {
     use crate::model::output::{picture_kind, write_file, Kind};
-    match picture_kind(path) {
+    match picture_kind(path)? {
         Kind::Png => write_file(path, &png_of_svg(svg)?),
         _ => write_file(path, svg.as_bytes()),
     }

@@ -185,12 +185,15 @@ impl Pending {
     }
 }
 
-/// The kind of picture an output path asks for: a PNG where its name ends in `.png`, else an SVG.
-pub fn picture_kind(path: &Path) -> Kind {
-    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
-        Kind::Png
-    } else {
-        Kind::Svg
+/// The kind of picture an output path asks for: a PNG where its name ends in `.png`, an SVG where
+/// it ends in `.svg` or has no extension; another extension is refused.
+pub fn picture_kind(path: &Path) -> Result<Kind> {
+    match path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()) {
+        Some(e) if e == "png" => Ok(Kind::Png),
+        Some(e) if e == "svg" => Ok(Kind::Svg),
+        None => Ok(Kind::Svg),
+        // An SVG under another name (`out.pdf`) is a file that its name misdescribes.
+        Some(e) => bail!("{}: alloctrace draws SVG or PNG, not .{e}: name the picture .svg or .png", path.display()),
     }
 }
 
