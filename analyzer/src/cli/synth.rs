@@ -24,8 +24,10 @@ pub struct Args {
     /// Number of events to generate (at least; an iteration is finished).
     #[arg(long, default_value_t = 1_000_000)]
     pub events: u64,
+    /// The seed of the random sizes and lifetimes: the same seed and options give the same bytes.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// The trace to write (an existing file is replaced only if it is a trace).
     #[arg(short, long)]
     pub output: PathBuf,
     /// Allocator settings of the synthetic run.
