@@ -610,3 +610,34 @@ fn the_findings_agree_with_the_verdict() {
     assert!(fragmented >= 2, "{fragmented}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The run's facts have one home (`source::input::open`): a memory fraction in `--conf` gives the
+/// limit for `replay` as for every other command. `replay` applied it only where the trace had
+/// no limit of its own, so on a trace recorded at 2 GiB it replayed at 2 GiB ("recorded") where
+/// `explain`, `whatif` and `frag` replayed at the fraction's 3.96 GiB ("given"); with `--capacity`
+/// too, the given limit wins everywhere.
+#[test]
+fn the_run_facts_are_applied_once() {
+    let t = root().join("traces/frag_oom.default.atrace");
+    let t = t.to_str().unwrap();
+    for extra in [
+        &["--conf", "per_process_memory_fraction:0.05"][..],
+        &["--conf", "per_process_memory_fraction:0.05", "--capacity", "3GiB"][..],
+    ] {
+        let mut seen = Vec::new();
+        for cmd in ["replay", "explain", "whatif", "frag"] {
+            let mut args = vec![cmd, "--json", t];
+            if cmd == "whatif" {
+                args.push("--no-search");
+            }
+            args.extend(extra);
+            let v = json(&args);
+            seen.push((cmd, v["capacity_bytes"].clone(), v["capacity_source"].clone()));
+        }
+        assert!(seen.iter().all(|s| (&s.1, &s.2) == (&seen[0].1, &seen[0].2)), "{extra:?}: {seen:?}");
+        assert_eq!(seen[0].2, "given", "{extra:?}");
+        if extra.len() == 4 {
+            assert_eq!(seen[0].1, 3u64 << 30);
+        }
+    }
+}

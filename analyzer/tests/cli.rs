@@ -942,25 +942,27 @@ fn a_file_of_another_kind_at_an_output_path_is_left_alone() {
     let t = trace("gpt2_train.default");
     let t = t.to_str().unwrap();
     let snapshot = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/torch/seed_experiments.default.pickle");
-    let notes = tmp("notes.txt");
-    let n = notes.to_str().unwrap();
+    // Notes under a name the command writes (a picture's is .svg or .png).
+    let (notes, drawing) = (tmp("notes.txt"), tmp("notes.svg"));
+    let (n, d) = (notes.to_str().unwrap(), drawing.to_str().unwrap());
     let commands: Vec<Vec<&str>> = vec![
         vec!["import", "torch", snapshot.to_str().unwrap(), "-o", n],
         vec!["replay", t, "-o", n],
         vec!["synth", "--events", "1000", "-o", n],
-        vec!["plot", t, "-o", n],
+        vec!["plot", t, "-o", d],
         vec!["export", t, "--format", "perfetto", "-o", n],
         vec!["export", t, "--format", "memory-viz", "-o", n],
-        vec!["ranks", t, t, "-o", n],
+        vec!["ranks", t, t, "-o", d],
     ];
     for args in &commands {
-        std::fs::write(&notes, "my notes\n").unwrap();
+        let notes = Path::new(args.last().unwrap());
+        std::fs::write(notes, "my notes\n").unwrap();
         assert_error(&run(args), "is not");
-        assert_eq!(std::fs::read_to_string(&notes).unwrap(), "my notes\n", "{args:?}");
+        assert_eq!(std::fs::read_to_string(notes).unwrap(), "my notes\n", "{args:?}");
     }
     // Each command's earlier output is replaced.
     for args in &commands {
-        std::fs::remove_file(&notes).ok();
+        std::fs::remove_file(args.last().unwrap()).ok();
         for _ in 0..2 {
             let o = run(args);
             assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));

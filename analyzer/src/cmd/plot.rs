@@ -23,6 +23,8 @@ pub struct PlotCmdOptions {
 
 pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let started = std::time::Instant::now();
+    // The input named as the output first: that is the mistake to name, whatever its extension.
+    crate::model::output::refuse_input(&opts.output, &[&opts.trace])?;
     let kind = crate::model::output::picture_kind(&opts.output)?;
     crate::model::output::check_output_file(&opts.output, &[&opts.trace], kind)?;
     let trace = crate::source::input::open(&opts.trace, &opts.facts)?;

@@ -21,6 +21,7 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
     }
     if let Some(path) = &opts.output {
         let inputs: Vec<&std::path::Path> = opts.traces.iter().map(|p| p.as_path()).collect();
+        crate::model::output::refuse_input(path, &inputs)?;
         crate::model::output::check_output_file(path, &inputs, crate::model::output::picture_kind(path)?)?;
     }
     let traces = opts.traces.iter().map(|p| crate::source::input::open_any(p, None, 0)).collect::<Result<Vec<_>>>()?;

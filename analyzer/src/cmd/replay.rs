@@ -102,19 +102,16 @@ pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()
 }
 
 pub fn run(opts: &ReplayCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let mut trace = crate::source::input::open_any(&opts.trace, None, opts.device)?;
-    if let Some(v) = opts.torch_version {
-        trace.header.torch_version = v.to_string();
-    }
-    crate::source::input::check_keys_for_release(&trace)?;
-    if let Some(c) = &opts.replay.config {
-        let version =
-            recorder::engine::version::TorchVersion::from_header(&trace.header.torch_version).unwrap_or_default();
-        for (key, _) in &c.other {
-            version.check_key(key).map_err(|e| anyhow::anyhow!("{e} (replaying as PyTorch {version})"))?;
-        }
-    }
-    let r = replay(&trace, &opts.replay)?;
+    // The run's facts (limit, settings, release, device) are applied where every command's are:
+    // a memory fraction in the settings gives the limit as it does for explain or whatif.
+    let facts = crate::source::input::RunFacts {
+        capacity_bytes: opts.replay.capacity_bytes,
+        conf: opts.replay.config.clone(),
+        device: opts.device,
+        torch_version: opts.torch_version,
+    };
+    let trace = crate::source::input::open(&opts.trace, &facts)?;
+    let r = replay(&trace, &ReplayOptions { config: None, capacity_bytes: None, ..opts.replay.clone() })?;
     if opts.json {
         write_json(out, &r)?;
     } else {
