@@ -872,7 +872,7 @@ pool's requests",
                 b(f.private_pool_bytes)
             ));
         }
-        if let Some(g) = growth.filter(|g| g.per_iteration_bytes > 0.0 && !g.sites.is_empty()) {
+        if let Some(g) = growth.filter(|g| g.is_steady() && !g.sites.is_empty()) {
             reason.push_str(&format!(
                 "; live bytes grow by {} per iteration ({})",
                 b(g.per_iteration_bytes as u64),
@@ -884,7 +884,7 @@ pool's requests",
     let limit = f.capacity_bytes.or(f.device_total_bytes.map(|t| t.saturating_sub(f.held_outside_bytes.unwrap_or(0))));
     let needed = f.allocated_bytes.saturating_add(f.requested_bytes);
     if let Some(limit) = limit.filter(|&l| needed > l) {
-        if let Some(g) = growth.filter(|g| g.per_iteration_bytes > 0.0 && !g.sites.is_empty()) {
+        if let Some(g) = growth.filter(|g| g.is_steady() && !g.sites.is_empty()) {
             let share = growth_share(g, f.allocated_bytes);
             if share >= 0.25 {
                 return Verdict {
@@ -933,7 +933,7 @@ adds {}",
     // The request fits under the limit in bytes, but the cause that explains the most bytes is
     // the growth: a job whose live bytes grow every iteration is a leak even where its last
     // request failed for want of a contiguous block.
-    if let Some(g) = growth.filter(|g| g.per_iteration_bytes > 0.0 && !g.sites.is_empty()) {
+    if let Some(g) = growth.filter(|g| g.is_steady() && !g.sites.is_empty()) {
         let share = growth_share(g, f.allocated_bytes);
         let grown = (share.min(1.0) * f.allocated_bytes as f64) as u64;
         if share >= 0.25 && grown > f.reserved_unallocated_bytes {

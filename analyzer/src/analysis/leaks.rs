@@ -98,6 +98,22 @@ impl Growth {
         self.live_bytes.len().saturating_sub(1)
     }
 
+    /// The share of the iterations in which live bytes rose.
+    pub fn rising_share(&self) -> f64 {
+        if self.live_bytes.len() < 2 {
+            return 0.0;
+        }
+        let up = self.live_bytes.windows(2).filter(|w| w[1] > w[0]).count();
+        up as f64 / (self.live_bytes.len() - 1) as f64
+    }
+
+    /// Growth that is steady: live bytes rise in at least three iterations of four, by a positive
+    /// amount per iteration (a leak, or growth the program lets go by the end), not one-time
+    /// state or noise. The one rule for "memory grows every iteration", in every output.
+    pub fn is_steady(&self) -> bool {
+        self.per_iteration_bytes > 0.0 && self.rising_share() >= 0.75
+    }
+
     /// The growth up to `event` (a failure part way through the trace): the samples at or before
     /// it, and the growth per iteration over them; `None` where fewer than three remain. The
     /// sites keep their figures over the whole trace.

@@ -419,7 +419,8 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     let verdict = explained.as_ref().map(|x| &x.verdict);
     let mut findings = findings(&summary, &replay, layout.as_ref(), &wi, verdict);
     if let Some(l) = &leaks {
-        refine_live_at_end(&mut findings, l);
+        let steady = verdict.is_some_and(|v| v.kind == crate::analysis::explain::VerdictKind::SteadyGrowth);
+        refine_live_at_end(&mut findings, l, steady);
     }
     Ok(Report {
         trace: name,
@@ -771,16 +772,10 @@ impl Watches {
 }
 
 /// Live iterations rising: the share of successive iterations whose live bytes went up.
-fn rising_share(live: &[u64]) -> f64 {
-    if live.len() < 2 {
-        return 0.0;
-    }
-    let up = live.windows(2).filter(|w| w[1] > w[0]).count();
-    up as f64 / (live.len() - 1) as f64
-}
-
 /// Turns "still live at the end" into a leak verdict with the growth per iteration.
-fn refine_live_at_end(findings: &mut [Finding], l: &LeaksReport) {
+/// `steady_verdict`: explain's verdict is the growth (then the finding says so too, whatever its
+/// size per iteration).
+fn refine_live_at_end(findings: &mut [Finding], l: &LeaksReport, steady_verdict: bool) {
     let Some(f) = findings.iter_mut().find(|f| f.id == "live_at_end") else { return };
     let top = l.live_at_end.first().map(|s| {
         format!(
@@ -791,7 +786,7 @@ fn refine_live_at_end(findings: &mut [Finding], l: &LeaksReport) {
         )
     });
     match &l.growth {
-        Some(g) if g.per_iteration_bytes >= (1 << 20) as f64 && rising_share(&g.live_bytes) >= 0.75 => {
+        Some(g) if g.is_steady() && (g.per_iteration_bytes >= (1 << 20) as f64 || steady_verdict) => {
             // Growth that the program let go of by the end raises the peak but is no leak.
             let released = l.live_at_end_count == 0;
             f.verdict = if released { Verdict::Warning } else { Verdict::Problem };
@@ -810,7 +805,7 @@ fn refine_live_at_end(findings: &mut [Finding], l: &LeaksReport) {
             });
             f.explanation = format!(
                 "Live bytes rose in {:.0}% of {} iterations (iterations from {}).{}{}{}",
-                rising_share(&g.live_bytes) * 100.0,
+                g.rising_share() * 100.0,
                 g.iterations(),
                 g.source,
                 site.unwrap_or_default(),
