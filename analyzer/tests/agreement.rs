@@ -651,3 +651,36 @@ fn the_run_facts_are_applied_once() {
         }
     }
 }
+
+/// Peak allocated has one definition: blocks from their allocation to the program's free
+/// (PyTorch's `allocated_bytes`). `ranks` counted them to the free's completion (a free waiting
+/// on another stream's work), which is active bytes, above `summary`'s wherever a free waits
+/// (`record_stream`). Checked on every shipped trace with block sizes and a synthetic one of
+/// three streams.
+#[test]
+fn peak_allocated_is_one_figure() {
+    let mut inputs = shipped_traces();
+    let synth = std::env::temp_dir().join(format!("alloctrace-peak-allocated-{}.atrace", std::process::id()));
+    let o = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+        .args(["synth", "--events", "20000", "--streams", "3", "--seed", "2", "-o", synth.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    inputs.push(synth.clone());
+    let mut compared = 0;
+    for t in inputs {
+        let p = t.to_str().unwrap();
+        let summary = json(&["summary", "--json", p]);
+        let ranks = json(&["ranks", "--json", p]);
+        let row = &ranks["ranks"][0];
+        if summary["peak_allocated_bytes"].is_null() {
+            assert_eq!(row["block_sizes_recorded"], false, "{p}");
+            continue;
+        }
+        compared += 1;
+        assert_eq!(row["peak_allocated"]["bytes"], summary["peak_allocated_bytes"], "{p}");
+        assert_eq!(row["peak_allocated"]["event"], summary["peak_allocated"]["event"], "{p}");
+    }
+    assert!(compared >= 6, "{compared}");
+    std::fs::remove_file(synth).ok();
+}

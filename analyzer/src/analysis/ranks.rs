@@ -195,7 +195,9 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
                 }
                 allocated += b;
             }
-            Event::FreeCompleted { id, .. } => {
+            // Allocated bytes fall when the program frees (PyTorch's `allocated_bytes`, and the
+            // summary's peak), not when a free waiting for other streams completes.
+            Event::FreeRequested { id, .. } => {
                 if let Some((b, _)) = live.remove(id) {
                     allocated -= b;
                 }
@@ -233,7 +235,7 @@ fn analyse(trace: &Trace, position: u32) -> Result<RankData> {
                     let b = if *block_bytes > 0 { *block_bytes } else { rounded(*requested_bytes) };
                     live_sites.insert(*id, (b, sites.of(*callsite)));
                 }
-                Event::FreeCompleted { id, .. } => {
+                Event::FreeRequested { id, .. } => {
                     live_sites.remove(id);
                 }
                 _ => {}
