@@ -1463,3 +1463,23 @@ fn blocks_without_a_call_site_are_not_named_as_one() {
     assert!(!leaks.contains("if (no call site recorded)"), "{leaks}");
     assert!(leaks.contains("block(s) without a call site"), "{leaks}");
 }
+
+/// A picture's title holds the trace's file name as text: a control character in the name is
+/// shown escaped, never written raw into the SVG (where it made the file invalid XML).
+#[cfg(unix)]
+#[test]
+fn a_file_name_with_control_characters_draws_valid_svg() {
+    let dir = tmp("ctl-name");
+    std::fs::create_dir_all(&dir).unwrap();
+    let t = dir.join("a\u{1}b<&.atrace");
+    std::fs::copy(trace("frag_oom.default"), &t).unwrap();
+    for kind in ["timeline", "segments", "frag", "whatif"] {
+        let svg = dir.join(format!("{kind}.svg"));
+        let o = run(&["plot", t.to_str().unwrap(), "--kind", kind, "-o", svg.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{kind}: {}", stderr(&o));
+        let bytes = std::fs::read(&svg).unwrap();
+        assert!(bytes.iter().all(|&b| b >= 0x20 || b"\n\r\t".contains(&b)), "{kind}: a control character in the SVG");
+        assert!(String::from_utf8_lossy(&bytes).contains("a\\x01b&lt;&amp;.atrace"), "{kind}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -914,7 +914,7 @@ fn render_line_chart(c: &LineChart) -> Result<String> {
         let (x0, x1) = nonempty_range(c.x_range.0, c.x_range.1);
         let y1 = if c.y_max > 0.0 { c.y_max * 1.08 } else { 1.0 };
         let mut chart = ChartBuilder::on(&top)
-            .caption(&c.title, ("sans-serif", TITLE_PX))
+            .caption(crate::model::escape::terminal(&c.title), ("sans-serif", TITLE_PX))
             .margin(14)
             .x_label_area_size(48)
             .y_label_area_size(78)
@@ -1080,7 +1080,7 @@ pub fn render_stacked(d: &StackedData) -> Result<String> {
             format!("Live requested bytes (the trace records no call sites): {}", d.trace)
         };
         let mut chart = ChartBuilder::on(&top)
-            .caption(title, ("sans-serif", TITLE_PX))
+            .caption(crate::model::escape::terminal(&title), ("sans-serif", TITLE_PX))
             .margin(14)
             .x_label_area_size(48)
             .y_label_area_size(78)
@@ -1245,7 +1245,7 @@ pub fn render_segments(d: &SegmentsData) -> Result<String> {
             })
             .collect();
         let mut chart = ChartBuilder::on(&top)
-            .caption(title, ("sans-serif", TITLE_PX))
+            .caption(crate::model::escape::terminal(&title), ("sans-serif", TITLE_PX))
             .margin(14)
             .x_label_area_size(48)
             .y_label_area_size(if side_streams { 200 } else { 130 })
