@@ -225,3 +225,48 @@ fn version_names_the_trace_format() {
         format!("alloctrace {} (trace format {})", env!("CARGO_PKG_VERSION"), recorder::trace::FORMAT_VERSION)
     );
 }
+
+/// Streams are numbered once, in the order the trace first names them, an OOM's included: a side
+/// stream that first appears in an OOM is "stream 1" everywhere, and the next one "stream 2" (the
+/// export numbered only streams whose bytes changed, so it called the second "stream 1").
+#[test]
+fn perfetto_numbers_streams_as_every_output() {
+    use recorder::trace::{Header, Pool, Record, Source, TraceWriter};
+    let path = tmp("oom-stream.atrace");
+    let mut w = TraceWriter::create(&path, &Header::new(Source::Recorded)).unwrap();
+    let mut t = 0u64;
+    let mut put = |w: &mut TraceWriter<_>, event: Event| {
+        t += 1;
+        w.write_owned(Record { time_ns: t, event }).unwrap();
+    };
+    let alloc = |id: u64, stream: u64| Event::Alloc {
+        id,
+        addr: 0,
+        requested_bytes: 1 << 20,
+        block_bytes: 0,
+        stream,
+        pool: Pool::Large,
+        callsite: 0,
+    };
+    put(&mut w, alloc(1, 0));
+    put(
+        &mut w,
+        Event::Oom {
+            requested_bytes: 1 << 30,
+            alloc_bytes: 1 << 30,
+            device_free_bytes: 0,
+            reserved_bytes: 2 << 20,
+            allocated_bytes: 1 << 20,
+            limit_bytes: 0,
+            stream: 0xb0,
+        },
+    );
+    put(&mut w, alloc(2, 0xc0));
+    put(&mut w, alloc(3, 0));
+    w.finish().unwrap();
+    let out = tmp("oom-stream.json");
+    ok(&["export", path.to_str().unwrap(), "--format", "perfetto", "-o", out.to_str().unwrap()]);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let streams = doc["otherData"]["streams"].as_object().unwrap();
+    assert_eq!(streams.get("stream 2").and_then(|h| h.as_str()), Some("0xc0"), "{streams:?}");
+}
