@@ -270,3 +270,21 @@ fn perfetto_numbers_streams_as_every_output() {
     let streams = doc["otherData"]["streams"].as_object().unwrap();
     assert_eq!(streams.get("stream 2").and_then(|h| h.as_str()), Some("0xc0"), "{streams:?}");
 }
+
+/// A snapshot names the private pool only of the segments it holds at the end: the export says
+/// how many private-pool segments were freed before (a re-import counts them as the default
+/// pools') instead of losing them without a word.
+#[test]
+fn memory_viz_says_which_private_pools_it_cannot_keep() {
+    let t = root().join("traces/recorded_graph_pools.atrace");
+    let out = tmp("pools.pickle");
+    let args = ["export", t.to_str().unwrap(), "--format", "memory-viz", "-o", out.to_str().unwrap()];
+    let o = bin().args(args).arg("--json").output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(s["private_pool_segments_freed"].as_u64().unwrap() > 0, "{s}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("segment(s) of private pools"));
+    let t = root().join("traces/frag_oom.default.atrace");
+    let s = json(&["export", t.to_str().unwrap(), "--format", "memory-viz", "-o", out.to_str().unwrap(), "--json"]);
+    assert_eq!(s["private_pool_segments_freed"], 0);
+}

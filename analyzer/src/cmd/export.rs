@@ -60,6 +60,15 @@ pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
                     opts.output.display()
                 )?;
             }
+            if s.private_pool_segments_freed > 0 {
+                crate::model::escape::warn(format!(
+                    "{}: {} segment(s) of private pools (CUDA graphs, MemPools) were freed before the end; a snapshot \
+                     names the pool only of the segments it holds at the end, so a re-import counts those as the \
+                     default pools' (the .atrace keeps them)",
+                    opts.output.display(),
+                    s.private_pool_segments_freed
+                ));
+            }
             s.damage
         }
         Format::Perfetto => {

@@ -51,6 +51,10 @@ pub struct MemoryVizStats {
     pub annotations: u64,
     /// Events with no snapshot counterpart (splits, merges, cache releases, ...).
     pub skipped_events: u64,
+    /// Segments of a private pool (a CUDA graph's, a MemPool's) freed before the end: a snapshot
+    /// names the pool only of the segments in its end state, so a re-import counts these as the
+    /// default pools'.
+    pub private_pool_segments_freed: u64,
     /// Where the trace was damaged (the export covers what came before).
     pub damage: Option<String>,
 }
@@ -246,7 +250,9 @@ impl Exporter {
                 self.entry(p, "segment_alloc", "addr", *addr, *bytes, *stream, t, NO_CALLSITE)?;
             }
             Event::SegmentFree { addr, bytes, stream, pool: _ } => {
-                self.segments.remove(addr);
+                if self.segments.remove(addr).is_some_and(|s| s.pool_id != [0, 0]) {
+                    self.stats.private_pool_segments_freed += 1;
+                }
                 self.entry(p, "segment_free", "addr", *addr, *bytes, *stream, t, NO_CALLSITE)?;
             }
             Event::SegmentMap { addr, bytes, stream, pool } => {
@@ -306,6 +312,9 @@ impl Exporter {
                 continue;
             }
             self.segments.remove(&a);
+            if s.pool_id != [0, 0] && addr <= a && end >= s_end {
+                self.stats.private_pool_segments_freed += 1;
+            }
             if a < addr {
                 self.segments.insert(a, Seg { bytes: addr - a, ..s });
             }
