@@ -51,11 +51,14 @@ pub fn convert_histories(dir: &Path, output: &Path, capacity: Option<&str>) -> V
                     "PyTorch's caching allocator ran the job; converted from its allocator history, dumped at {why} \
                      (the live helper could not be used)"
                 ));
-                let mut w = TraceWriter::create(&path, &imported.header)?;
+                // Written whole or not at all: beside the trace, then renamed into place.
+                let pending = crate::model::output::Pending::new(std::path::Path::new(&path))?;
+                let mut w = TraceWriter::create(pending.temp_path(), &imported.header)?;
                 for r in &imported.records {
                     w.write(r)?;
                 }
                 w.finish()?;
+                pending.commit()?;
                 Ok(imported.report.entries)
             });
             lines.push(match result {
@@ -68,4 +71,31 @@ pub fn convert_histories(dir: &Path, output: &Path, capacity: Option<&str>) -> V
         }
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dumped history becomes a trace at the recorder's path, written whole (beside it, then
+    /// renamed: no temporary file is left), with the dump's reason in its notes.
+    #[test]
+    fn a_dumped_history_becomes_a_whole_trace() {
+        let dir = tempfile::tempdir().unwrap();
+        let snapshot = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/torch/frag_oom.default.pickle");
+        std::fs::copy(&snapshot, dir.path().join("snapshot.1.pickle")).unwrap();
+        std::fs::write(dir.path().join("snapshot.1.json"), r#"{"reason": "oom", "devices": [0]}"#).unwrap();
+        let out_dir = tempfile::tempdir().unwrap();
+        let output = out_dir.path().join("run.atrace");
+        let lines = convert_histories(dir.path(), &output, None);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("dumped at oom"), "{lines:?}");
+        let trace = crate::model::Trace::open(&output).unwrap();
+        assert!(trace.header.notes.iter().any(|n| n.contains("dumped at oom")));
+        let names: Vec<String> = std::fs::read_dir(out_dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into())
+            .collect();
+        assert_eq!(names, ["run.atrace"]);
+    }
 }
