@@ -297,3 +297,29 @@ fn advice_names_no_setting_both_ways() {
     assert!(cannot.iter().any(|n| n.starts_with("expandable_segments:True")), "{cannot:?}");
     assert!(!x["not_advised"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("expandable")));
 }
+
+/// A setting to try is never an empty `PYTORCH_CUDA_ALLOC_CONF=`: where a run recorded with
+/// expandable segments would do better without them, the setting is named
+/// (`expandable_segments:False`), as the what-if row is.
+#[test]
+fn a_setting_to_try_is_never_empty() {
+    let own = root().join("tests/fixtures/truth/own");
+    let mut named = 0;
+    for name in ["two_streams.expandable.1.00.atrace", "empty_cache_loop.expandable.1.00.atrace"] {
+        let p = own.join(name);
+        let x = json(&["explain", "--json", p.to_str().unwrap()]);
+        let mut settings: Vec<String> = x["worth_trying"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(x["advice"].as_array().unwrap())
+            .filter_map(|a| a["setting"].as_str().map(str::to_string))
+            .collect();
+        settings.extend(x["fix"]["setting"].as_str().map(str::to_string));
+        for s in &settings {
+            assert_ne!(s, "PYTORCH_CUDA_ALLOC_CONF=", "{name}: {settings:?}");
+        }
+        named += settings.iter().filter(|s| s.ends_with("expandable_segments:False")).count();
+    }
+    assert!(named > 0, "the fixtures have a setting that turns expandable segments off");
+}

@@ -99,6 +99,17 @@ pub fn env_setting(alloc_conf: &str) -> String {
     format!("PYTORCH_CUDA_ALLOC_CONF={alloc_conf}")
 }
 
+/// The setting to give for a what-if row: its settings, or where they are PyTorch's defaults (a
+/// knob turned back, `expandable_segments:False` of a run recorded with it on) the knob itself,
+/// never an empty `PYTORCH_CUDA_ALLOC_CONF=`.
+pub fn row_setting(r: &PolicyRow) -> String {
+    if r.alloc_conf.is_empty() {
+        env_setting(r.policy.name())
+    } else {
+        env_setting(&r.alloc_conf)
+    }
+}
+
 /// What [`settings_at_oom`] gives: advice, settings worth trying, and what would not help.
 #[derive(Debug, Default)]
 pub struct SettingsAdvice {
@@ -126,8 +137,8 @@ pub fn settings_at_oom(
     for r in &fits {
         out.advice.push(Advice {
             kind: "setting",
-            setting: Some(env_setting(&r.alloc_conf)),
-            text: format!("set {}", env_setting(&r.alloc_conf)),
+            setting: Some(row_setting(r)),
+            text: format!("set {}", row_setting(r)),
             evidence: format!(
                 "the whole job, replayed under it at {cap_text}, completes (peak reserved {}, {} device calls){}",
                 b(r.peak_reserved_bytes),
@@ -145,7 +156,7 @@ pub fn settings_at_oom(
     for r in past {
         let p = predicted(r);
         out.worth_trying.push(WorthTrying {
-            setting: env_setting(&r.alloc_conf),
+            setting: row_setting(r),
             policy: r.policy.to_string(),
             peak_reserved_bytes: r.peak_reserved_bytes,
             predicted_needs_bytes: p.and_then(|p| p.needs_bytes),
@@ -195,7 +206,7 @@ hold",
         .filter(|r| matches!(r.decision, Decision::DoesNotHelp | Decision::DoesNotFit | Decision::CannotTell))
     {
         let expandable = r.policy.name().starts_with("expandable_segments:True");
-        if !(expandable || fragmentation) || advised.as_deref() == Some(env_setting(&r.alloc_conf).as_str()) {
+        if !(expandable || fragmentation) || advised.as_deref() == Some(row_setting(r).as_str()) {
             continue;
         }
         let why = match (r.decision, r.reach) {
@@ -271,12 +282,12 @@ above the limit compared ({cap} bytes), where the replay runs out of memory",
         let setting = best.filter(|(m, r)| !r.policy.is_recorded() && *m < rec);
         return Some(Advice {
             kind: "capacity",
-            setting: setting.map(|(_, r)| env_setting(&r.alloc_conf)),
+            setting: setting.map(|(_, r)| row_setting(r)),
             text: match setting {
                 Some((m, r)) => format!(
                     "give the process {} (the whole job needs that with {}; {} under the recorded settings)",
                     fmt_need(m),
-                    env_setting(&r.alloc_conf),
+                    row_setting(r),
                     fmt_need(rec)
                 ),
                 None => format!(
@@ -289,7 +300,7 @@ above the limit compared ({cap} bytes), where the replay runs out of memory",
                     "the smallest capacity at which the replay of the whole job completes: {} ({m} bytes) with {}, {} \
 ({rec} bytes) under the recorded settings",
                     fmt_need(m),
-                    env_setting(&r.alloc_conf),
+                    row_setting(r),
                     fmt_need(rec)
                 ),
                 None => format!(
@@ -307,7 +318,7 @@ recorded settings",
             let best = policies.iter().filter_map(|p| p.needs_bytes.map(|n| (n, p))).min_by_key(|(n, _)| *n);
             let setting = best
                 .filter(|(n, p)| !p.policy.is_recorded() && (*n as f64) < 0.9 * rec as f64)
-                .and_then(|(n, p)| rows.iter().find(|r| r.policy == p.policy).map(|r| (n, env_setting(&r.alloc_conf))));
+                .and_then(|(n, p)| rows.iter().find(|r| r.policy == p.policy).map(|r| (n, row_setting(r))));
             Some(Advice {
                 kind: "capacity",
                 setting: setting.as_ref().map(|s| s.1.clone()),

@@ -1409,11 +1409,11 @@ that still hold their autograd graph: store `.item()` or `.detach()` instead)",
                 if let Some((m, x)) = best.filter(|(m, x)| !x.policy.is_recorded() && (*m as f64) < 0.95 * r.0 as f64) {
                     advice.push(Advice {
                         kind: "setting",
-                        setting: Some(crate::analysis::advice::env_setting(&x.alloc_conf)),
+                        setting: Some(crate::analysis::advice::row_setting(x)),
                         text: format!(
-                            "to run in less memory, set PYTORCH_CUDA_ALLOC_CONF={} (it completes in {}; at {cap_text} \
-it reserves {}, {} device calls)",
-                            x.alloc_conf,
+                            "to run in less memory, set {} (it completes in {}; at {cap_text} it reserves {}, {} device \
+calls)",
+                            crate::analysis::advice::row_setting(x),
                             fmt_need(m),
                             b(x.peak_reserved_bytes),
                             x.num_device_alloc + x.num_device_free
