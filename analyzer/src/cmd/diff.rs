@@ -59,6 +59,14 @@ pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
         d.callsites.iter().filter(|c| c.delta_bytes_at_peak != 0 || c.delta_allocations != 0).collect();
     if !d.a.has_callsites && !d.b.has_callsites {
         writeln!(out, "call sites: neither trace records any")?;
+    } else if d.a.has_callsites != d.b.has_callsites {
+        // One side's bytes would all move to "(no call site recorded)": a difference of
+        // recording, not of the program.
+        let (with, without) = if d.a.has_callsites { ("A", "B") } else { ("B", "A") };
+        writeln!(
+            out,
+            "call sites: only {with} records them ({without} was recorded without stacks), so none are compared"
+        )?;
     } else if changed.is_empty() {
         writeln!(out, "call sites: no change in bytes at the peak or allocation counts ({} sites)", d.callsites.len())?;
     } else {
