@@ -1483,3 +1483,83 @@ fn a_file_name_with_control_characters_draws_valid_svg() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Nothing that cannot be made again is replaced: a recording (an import, a replay or a synthetic
+/// trace wrote over one, exit 0); and an export's name says its format (a pickle went under
+/// `.json`, JSON under `.pickle`).
+#[test]
+fn a_recording_is_never_replaced_and_exports_are_named_for_their_format() {
+    let dir = tmp("keep-recording");
+    std::fs::create_dir_all(&dir).unwrap();
+    let rec = dir.join("rec.atrace");
+    std::fs::copy(trace("recorded_rust_workload"), &rec).unwrap();
+    let before = std::fs::read(&rec).unwrap();
+    let r = rec.to_str().unwrap();
+    let snapshot = root().join("analyzer/tests/fixtures/torch/frag_oom.default.pickle");
+    let t = trace("frag_oom.default");
+    for args in [
+        vec!["import", "torch", snapshot.to_str().unwrap(), "-o", r],
+        vec!["replay", t.to_str().unwrap(), "-o", r],
+        vec!["synth", "--events", "1000", "-o", r],
+    ] {
+        assert_error(&run(&args), "is a recording");
+        assert_eq!(std::fs::read(&rec).unwrap(), before, "{args:?}");
+    }
+    // An import's own output is replaced as before.
+    let imported = dir.join("imported.atrace");
+    for _ in 0..2 {
+        let o = run(&["import", "torch", snapshot.to_str().unwrap(), "-o", imported.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    }
+    for (format, name) in [("memory-viz", "x.json"), ("perfetto", "x.pickle")] {
+        let out = dir.join(name);
+        assert_error(
+            &run(&["export", t.to_str().unwrap(), "--format", format, "-o", out.to_str().unwrap()]),
+            "name it",
+        );
+        assert!(!out.exists());
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A report written into an earlier report's folder leaves none of the earlier report's files
+/// behind (gpt2_train's categories picture stayed beside frag_oom's report); a folder written
+/// with --force keeps what is not the report's.
+#[test]
+fn a_report_over_an_earlier_one_leaves_none_of_its_files() {
+    let dir = tmp("report-over");
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().unwrap();
+    let ok = |args: &[&str]| {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+    };
+    ok(&["report", trace("gpt2_train.default").to_str().unwrap(), "-o", d]);
+    assert!(dir.join("categories.svg").exists(), "gpt2_train's report draws categories");
+    ok(&["report", trace("frag_oom.default").to_str().unwrap(), "-o", d]);
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        let stem = name.trim_end_matches(".svg").trim_end_matches(".png");
+        assert!(name.starts_with("report.") || name == "summary.json" || md.contains(stem), "{name} left behind");
+    }
+    assert!(!dir.join("categories.svg").exists());
+    // With --force, the user's files stay.
+    std::fs::write(dir.join("notes.txt"), "mine").unwrap();
+    ok(&["report", trace("gpt2_train.default").to_str().unwrap(), "-o", d, "--force"]);
+    ok(&["report", trace("frag_oom.default").to_str().unwrap(), "-o", d, "--force"]);
+    assert_eq!(std::fs::read_to_string(dir.join("notes.txt")).unwrap(), "mine");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `diff` of a trace with call sites and one without compares no call sites: every byte of the
+/// second would be "(no call site recorded)", gigabytes of change that is only how it was recorded.
+#[test]
+fn diff_compares_call_sites_only_where_both_traces_have_them() {
+    let (a, b) = (trace("gpt2_train.default"), trace("recorded_gpt2_train"));
+    let o = run(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("call sites: only A records them"), "{text}");
+    assert!(!text.contains("(no call site recorded)"), "{text}");
+}

@@ -127,6 +127,19 @@ fn refuse_foreign(output: &Path, kind: Kind) -> Result<()> {
         use std::io::Read;
         let _ = f.take(HEAD_BYTES).read_to_end(&mut head);
     }
+    // A recording cannot be made again: an import, a replay or a synthetic trace never replaces
+    // one (`alloctrace record` writes its own).
+    if matches!(kind, Kind::Trace) && kind.holds(&head) {
+        let recorded = recorder::trace::TraceReader::open(output)
+            .is_ok_and(|r| r.header().source == recorder::trace::Source::Recorded);
+        if recorded {
+            bail!(
+                "{}: is a recording (alloctrace record), which cannot be made again; alloctrace does not replace \
+                 it: choose another path",
+                output.display()
+            );
+        }
+    }
     if meta.len() > 0 && !kind.holds(&head) {
         bail!(
             "{}: the file exists and is not {}; alloctrace replaces only its own outputs: remove it or choose \
@@ -268,6 +281,10 @@ pub fn write_report(dir: &Path, inputs: &[&Path], files: &[(String, Vec<u8>)]) -
         refuse_input(dir, inputs)?;
         bail!("{}: is a file; a report is a folder of files: give a folder's path", dir.display());
     }
+    // An earlier report's files that this one does not write (a picture of categories the new
+    // trace has none of) would be taken for this report's: they go once it is written. Only in a
+    // folder that is an earlier report, never in one written with --force.
+    let earlier = earlier_report_files(dir);
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut written = Vec::new();
     for (name, body) in files {
@@ -276,7 +293,24 @@ pub fn write_report(dir: &Path, inputs: &[&Path], files: &[(String, Vec<u8>)]) -
         write_file(&p, body)?;
         written.push(p);
     }
+    for name in earlier.iter().filter(|n| !files.iter().any(|(f, _)| f == *n)) {
+        let p = dir.join(name);
+        std::fs::remove_file(&p).with_context(|| format!("cannot remove the earlier report's {}", p.display()))?;
+    }
     Ok(written)
+}
+
+/// The files of the earlier report that `dir` holds, if it is one (see [`check_report_dir`]).
+fn earlier_report_files(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let names: Vec<String> =
+        entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    let is_report = is_report_summary(&dir.join("summary.json")) && names.iter().all(|n| is_report_name(n));
+    if is_report {
+        names
+    } else {
+        Vec::new()
+    }
 }
 
 /// Checks that `dir` may receive a report: missing, empty, a previous report, or `force`. A
