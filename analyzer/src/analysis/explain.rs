@@ -657,12 +657,24 @@ memory its note names), so this does not say the step fits; {}",
                 }
                 _ => capacity.unwrap_or(0),
             };
+            // Told where the headline holds: where that is above the limit assumed, the figures
+            // and the replays (at the least limit the trace allows) are said to be elsewhere.
+            let assumed = capacity.unwrap_or(0);
+            let at_text = if at == assumed {
+                format!("At {}", fmt_bytes(at))
+            } else {
+                format!(
+                    "At {}, the least limit with this verdict (the figures and replays assume {}, the least the trace \
+allows)",
+                    fmt_bytes(at),
+                    fmt_bytes(assumed)
+                )
+            };
             verdict.reason = format!(
-                "the limit was not recorded (the trace allows any from {} to under {}): {}. At {}: {}",
+                "the limit was not recorded (the trace allows any from {} to under {}): {}. {at_text}: {}",
                 fmt_bytes(v.first().map(|l| l.from_bytes).unwrap_or(0)),
                 fmt_bytes(range.map(|r| r.1).unwrap_or(0)),
                 limits_text(v),
-                fmt_bytes(at),
                 verdict.reason
             );
         } else if let Some(c) = capacity {
@@ -989,7 +1001,7 @@ is free in all: memory is used up at the size the allocator asks for",
     Verdict {
         kind: VerdictKind::Fragmentation,
         reason: format!(
-            "live bytes plus the request ({}) fit under the limit{}, and {} is free in total ({} free inside segments + \
+            "live bytes plus the request ({}) fit within the limit{}, and {} is free in total ({} free inside segments + \
 {} the limit still allows), but the request needs one contiguous block of {} and the largest free block is {}; \
 no segment is wholly free, so releasing the cache frees {}",
             b(needed),
