@@ -684,3 +684,30 @@ fn peak_allocated_is_one_figure() {
     assert!(compared >= 6, "{compared}");
     std::fs::remove_file(synth).ok();
 }
+
+/// The report's what-if table shows each setting's one decision, the what-if table's (it had no
+/// decision column, though the docs said every table shows it).
+#[test]
+fn the_reports_whatif_table_shows_the_decisions() {
+    let dir = std::env::temp_dir().join(format!("alloctrace-report-decisions-{}", std::process::id()));
+    for name in ["frag_oom.default", "gpt2_train.default"] {
+        let t = root().join(format!("traces/{name}.atrace"));
+        let p = t.to_str().unwrap();
+        let out = dir.join(name);
+        let report = json(&["report", "--json", p, "-o", out.to_str().unwrap()]);
+        let whatif = json(&["whatif", "--json", p]);
+        let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+        for row in whatif["rows"].as_array().unwrap() {
+            let policy = row["policy"].as_str().unwrap();
+            let line = md.lines().find(|l| l.starts_with(&format!("| `{policy}` |"))).unwrap();
+            let decision = row["decision"].as_str().unwrap().replace('_', " ");
+            let short = match decision.as_str() {
+                "does not help" => "no help".to_string(),
+                d => d.to_string(),
+            };
+            assert_eq!(line.split(" | ").nth(2), Some(short.as_str()), "{name}: {line}");
+        }
+        assert_eq!(report["whatif"]["rows"], whatif["rows"], "{name}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

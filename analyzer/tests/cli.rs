@@ -890,6 +890,8 @@ fn ranks_says_when_it_numbers_by_position() {
     let o = run(&["ranks", r0, r0]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("ranks by position on the command line"));
+    // The same file twice is said to be one rank compared with itself.
+    assert!(stderr(&o).contains("given more than once"), "{}", stderr(&o));
     let r1 = root().join("analyzer/tests/fixtures/ranks/ddp_rank1.pickle");
     let o = run(&["ranks", r0, r1.to_str().unwrap()]);
     assert!(!String::from_utf8_lossy(&o.stdout).contains("ranks by position"));

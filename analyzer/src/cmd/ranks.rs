@@ -24,6 +24,17 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
         crate::model::output::refuse_input(path, &inputs)?;
         crate::model::output::check_output_file(path, &inputs, crate::model::output::picture_kind(path)?)?;
     }
+    // The same file twice is one rank compared with itself: say so (the table would show no skew).
+    let canonical: Vec<Option<std::path::PathBuf>> =
+        opts.traces.iter().map(|p| std::fs::canonicalize(p).ok()).collect();
+    for (k, c) in canonical.iter().enumerate() {
+        if c.is_some() && canonical[..k].contains(c) {
+            crate::model::escape::warn(format!(
+                "{}: given more than once; it is one rank's trace compared with itself",
+                opts.traces[k].display()
+            ));
+        }
+    }
     let traces = opts.traces.iter().map(|p| crate::source::input::open_any(p, None, 0)).collect::<Result<Vec<_>>>()?;
     let rep = analyze(&traces)?;
     if let Some(path) = &opts.output {

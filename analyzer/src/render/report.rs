@@ -1235,6 +1235,8 @@ impl Report {
                 vec![
                     code(&row.policy.to_string()),
                     row.reach.to_string(),
+                    // The one decision, as the what-if table, explain and the advice give it.
+                    row.decision.short().to_string(),
                     fmt_bytes(row.peak_reserved_bytes),
                     pct(row.fragmentation),
                     (row.num_device_alloc + row.num_device_free).to_string(),
@@ -1247,13 +1249,14 @@ impl Report {
         rows.push(vec![
             "no caching (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`)".into(),
             none.outcome().into(),
+            "-".into(),
             none.peak_reserved_bytes.map(fmt_bytes).unwrap_or_else(|| "-".into()),
             none.peak_reserved_bytes.map(|_| pct(0.0)).unwrap_or_else(|| "-".into()),
             b.no_caching_device_calls.to_string(),
             fmt_need(none.min_capacity_bytes),
         ]);
         d.push(Block::Table(
-            ["policy", "outcome", "peak reserved", "fragmentation", "device calls", "min capacity"]
+            ["policy", "outcome", "decision", "peak reserved", "fragmentation", "device calls", "min capacity"]
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
