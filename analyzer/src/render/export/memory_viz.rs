@@ -147,9 +147,24 @@ pub fn export(trace: &Trace, out: &mut dyn Write) -> Result<MemoryVizStats> {
     ex.write_segments(&mut p)?;
     ex.write_settings(&mut p, &header)?;
     ex.write_annotations(&mut p)?;
+    write_trace_facts(&mut p, &header)?;
     p.end_dict()?;
     p.finish()?;
     Ok(ex.stats)
+}
+
+/// What the trace knows that a snapshot has no place for, under a key of alloctrace's own
+/// ([`crate::source::import::torch::EXPORTED_KEY`]; the viewers ignore it): the recorded limit,
+/// the device, the PyTorch release. `import` reads them back, so that an export re-imported
+/// answers at the same limit on the same device.
+fn write_trace_facts<W: Write>(p: &mut PickleWriter<W>, header: &Header) -> std::io::Result<()> {
+    p.str(crate::source::import::torch::EXPORTED_KEY)?;
+    p.begin_dict()?;
+    p.kv_uint("capacity_bytes", header.capacity_bytes)?;
+    p.kv_uint("device_total_bytes", header.device_total_bytes)?;
+    p.kv_str("device_name", &header.device_name)?;
+    p.kv_str("torch_version", &header.torch_version)?;
+    p.end_dict()
 }
 
 struct Exporter {

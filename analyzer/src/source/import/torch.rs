@@ -13,6 +13,7 @@
 //! | `snapshot` | [`Event::Snapshot`] |
 //! | `frames` | an interned [`Event::CallSite`], written once before its first use |
 //! | `external_annotations` | [`Event::Mark`] of kind `Annotation` (`"forward START"`), merged by time |
+//! | `alloctrace_trace` | the limit, device and PyTorch release of the trace an alloctrace export was made from ([`EXPORTED_KEY`]), where the user gives none |
 //! | `alloctrace_predicted` | a header note: the stream was predicted, not recorded ([`PREDICTED_KEY`]); its `START` annotations become phase and iteration marks |
 //!
 //! Times are nanoseconds since the first entry's `time_us`; an annotation older than that, or
@@ -83,6 +84,10 @@ use std::borrow::Cow;
 /// runs a step under PyTorch's fake tensors and writes one): a dict whose `by` and `what` (text)
 /// say what made it; it becomes a header note starting with [`PREDICTED_NOTE`].
 pub const PREDICTED_KEY: &str = "alloctrace_predicted";
+/// The top-level key of alloctrace's own memory-viz exports: what the trace knew that a snapshot
+/// has no place for (its limit, its device, its PyTorch release), read back by the importer so
+/// that an export re-imported answers at the same limit. PyTorch's viewers ignore it.
+pub const EXPORTED_KEY: &str = "alloctrace_trace";
 /// How the header note of a predicted trace starts ([`crate::model::Trace::predicted`]).
 pub const PREDICTED_NOTE: &str = "predicted, not recorded: made by";
 /// What a predicted trace's note says when the step used something whose memory is not
@@ -305,7 +310,18 @@ struct Snapshot<'a> {
     written_since: Option<(TorchVersion, &'static str)>,
     /// `alloctrace_predicted`: the request stream was predicted, not recorded (what made it).
     predicted: Option<String>,
+    /// [`EXPORTED_KEY`]: the exported trace's limit, device total and name, PyTorch release.
+    exported: Exported,
     warnings: Vec<String>,
+}
+
+/// What an alloctrace export carries beside the snapshot ([`EXPORTED_KEY`]).
+#[derive(Default)]
+struct Exported {
+    capacity_bytes: Option<u64>,
+    device_total_bytes: Option<u64>,
+    device_name: Option<String>,
+    torch_version: Option<TorchVersion>,
 }
 
 fn describe(pk: &Pickle<'_>, v: Value<'_>) -> String {
@@ -392,6 +408,7 @@ impl<'a> Snapshot<'a> {
             settings_say_overflow: None,
             written_since: None,
             predicted: None,
+            exported: Exported::default(),
             warnings: Vec::new(),
         };
         let segments = match pk.root {
@@ -446,6 +463,17 @@ impl<'a> Snapshot<'a> {
                     let by = text("by").unwrap_or_else(|| "a prediction".into());
                     let what = text("what").map(|w| format!(" ({w})")).unwrap_or_default();
                     snap.predicted = Some(format!("{PREDICTED_NOTE} {by}{what}"));
+                }
+                if let Some(x) = pk.get(pk.root, EXPORTED_KEY) {
+                    let num =
+                        |k| pk.get(x, k).and_then(|v| pk.int(v)).and_then(|v| u64::try_from(v).ok()).filter(|&v| v > 0);
+                    let text = |k| pk.get(x, k).and_then(|v| pk.str(v)).map(|s| bounded_text(s).into_owned());
+                    snap.exported = Exported {
+                        capacity_bytes: num("capacity_bytes"),
+                        device_total_bytes: num("device_total_bytes"),
+                        device_name: text("device_name").filter(|n| !n.is_empty()),
+                        torch_version: text("torch_version").and_then(|v| TorchVersion::parse(&v).ok()),
+                    };
                 }
                 if let Some(ann) = pk.get(pk.root, "external_annotations") {
                     snap.read_annotations(pk, ann, opts.device, text_budget);
@@ -1025,13 +1053,14 @@ impl<'p, 'a> Importer<'p, 'a> {
         let mut header = Header::new(Source::ImportedTorch);
         header.alloc_conf = snap.alloc_conf.clone();
         header.config = config.clone();
-        header.capacity_bytes = opts.capacity_bytes.unwrap_or(0);
+        // The user's facts first, then what an alloctrace export carried.
+        header.capacity_bytes = opts.capacity_bytes.or(snap.exported.capacity_bytes).unwrap_or(0);
         if let Some(note) = &snap.predicted {
             header.notes.push(note.clone());
         }
-        header.device_name = opts.device_name.clone().unwrap_or_default();
-        header.device_total_bytes = opts.device_total_bytes.unwrap_or(0);
-        match (opts.torch_version, snap.written_since) {
+        header.device_name = opts.device_name.clone().or_else(|| snap.exported.device_name.clone()).unwrap_or_default();
+        header.device_total_bytes = opts.device_total_bytes.or(snap.exported.device_total_bytes).unwrap_or(0);
+        match (opts.torch_version.or(snap.exported.torch_version), snap.written_since) {
             (Some(v), _) => header.torch_version = v.to_string(),
             (None, Some((v, key))) => {
                 header.torch_version = v.to_string();
