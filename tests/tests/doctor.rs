@@ -96,6 +96,15 @@ impl Score {
                 wrong.push(format!("{at}: advised {a}, which ran out of memory in PyTorch"));
             }
         }
+        // A setting said to be predicted to fit completed in PyTorch (on UNet's snapshots, whose
+        // resolution varies per step, six were predicted to fit from the one whole iteration
+        // before the failure, and ran out of memory).
+        for w in r.worth_trying.iter().filter(|w| w.predicted_to_fit == Some(true)) {
+            let s = w.setting.trim_start_matches("PYTORCH_CUDA_ALLOC_CONF=");
+            if !completed.contains(s) {
+                wrong.push(format!("{at}: {s} predicted to fit, and it ran out of memory in PyTorch"));
+            }
+        }
         self.worth += worth.len() as u32;
         self.worth_completed += worth.iter().filter(|w| completed.contains(*w)).count() as u32;
         if !completed.is_empty() {
@@ -222,7 +231,7 @@ fn the_doctor_on_third_party_jobs_holds_in_real_pytorch() {
             100.0 * err
         );
     }
-    assert!(wrong.is_empty(), "{} advised settings ran out of memory in real PyTorch", wrong.len());
+    assert!(wrong.is_empty(), "{} settings advised or predicted to fit ran out of memory in real PyTorch", wrong.len());
     assert!(worst <= 0.03, "a whole-job figure is {:.1}% from PyTorch's", 100.0 * worst);
     assert_eq!(past.found, past.fixable, "recall from traces recorded past the limit (target 100%)");
     assert!(snap.found * 10 >= snap.fixable * 9, "recall from snapshots: {}/{} (target 90%)", snap.found, snap.fixable);

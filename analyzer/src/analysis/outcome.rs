@@ -379,6 +379,19 @@ pub fn predict(
     // Where iterations differ in size, the largest whole one is repeated, and the basis says so.
     let sizes = iteration_sizes(trace, &bounds, fatal)?;
     let (repeated, note) = match unlike_iterations(&sizes) {
+        // One whole iteration, the first, which also makes one-time state (an optimizer's state,
+        // caches): nothing shows whether the later ones ask for the same (a UNet whose resolution
+        // varies per step asked for more, and ran out of memory where this one was predicted to
+        // fit under every setting).
+        None if whole_iterations == 1 => (
+            (first, end),
+            Some(
+                "only one whole iteration precedes the failure, and the trace cannot tell whether later ones ask \
+for more: the figures are what the job needs if every iteration asks what that one did, and no setting is \
+predicted to fit"
+                    .to_string(),
+            ),
+        ),
         None => ((first, end), None),
         Some(reason) => {
             let (failing, whole) = sizes.split_last().expect("two bounds at least");
