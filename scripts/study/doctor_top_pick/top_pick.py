@@ -6,7 +6,8 @@ bytes), runs `alloctrace explain --json --capacity LIMIT` and looks up the fix's
 `tests/fixtures/doctor/truth.tsv` (each setting run for real at that limit). Prints one line per
 snapshot (the setting, PyTorch's outcome, the fix's strength, and which settings completed in
 PyTorch), then the counts: where some setting completed, how often the first pick was one of
-them; where none did, how often a setting was still named.
+them; where none did, how often a setting was still named. Last, every setting named worth
+trying: whether it was predicted to fit, against what PyTorch did.
 
     cargo build --release -p alloctrace
     python3 scripts/study/doctor_top_pick/top_pick.py [target/release/alloctrace]
@@ -26,6 +27,8 @@ for r in csv.DictReader(open(os.path.join(doctor, "truth.tsv")), delimiter="\t")
     truth.setdefault((r["job"], r["limit_bytes"]), {})[r["setting"]] = r["outcome"]
 
 some = right = none_ = named = 0
+# Every setting named worth trying: predicted to fit (or not, or unknown) against PyTorch.
+predicted = {}
 for f in sorted(glob.glob(os.path.join(doctor, "*.pickle"))):
     name = os.path.basename(f)
     job, limit = name.split(".")[:2]
@@ -34,6 +37,10 @@ for f in sorted(glob.glob(os.path.join(doctor, "*.pickle"))):
     fix = x.get("fix") or {}
     setting = (fix.get("setting") or "").replace("PYTORCH_CUDA_ALLOC_CONF=", "") or None
     real = truth.get((job, limit), {})
+    for w in x["worth_trying"]:
+        if w["policy"] in real:
+            key = (str(w["predicted_to_fit"]), real[w["policy"]])
+            predicted[key] = predicted.get(key, 0) + 1
     completed = sorted(s for s, o in real.items() if o == "ok")
     outcome = real.get(setting, "-") if setting else "-"
     print(f"{name:40} {str(setting):32} {outcome:4} {str(fix.get('strength')):13} completed: {', '.join(completed) or 'none'}")
@@ -45,3 +52,6 @@ for f in sorted(glob.glob(os.path.join(doctor, "*.pickle"))):
         named += setting is not None
 print(f"snapshots where a setting completed in PyTorch: {some}; the first pick was one of them: {right}")
 print(f"snapshots where none completed: {none_}; a setting was still named (worth trying): {named}")
+print("settings named worth trying, (predicted to fit, PyTorch's outcome): count")
+for (fit, outcome), n in sorted(predicted.items()):
+    print(f"  ({fit}, {outcome}): {n}")
