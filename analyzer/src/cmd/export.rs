@@ -34,17 +34,7 @@ pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
         Format::Perfetto => crate::model::output::Kind::Perfetto,
     };
     crate::model::output::check_output_file(&opts.output, &[&opts.trace], kind)?;
-    // A name that says another format (a pickle named .json) misleads whoever opens it.
-    let ext = opts.output.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
-    let (wrong, writes): (&[&str], &str) = match opts.format {
-        Format::MemoryViz => (&["json", "html", "svg", "png", "atrace"], "a PyTorch snapshot pickle: name it .pickle"),
-        Format::Perfetto => {
-            (&["pickle", "pkl", "html", "svg", "png", "atrace"], "Chrome trace-event JSON: name it .json")
-        }
-    };
-    if wrong.contains(&ext.as_str()) {
-        anyhow::bail!("{}: this export writes {writes}, not .{ext}", opts.output.display());
-    }
+    crate::model::output::refuse_misnamed(&opts.output, kind)?;
     // Any input every command takes: a trace, or a PyTorch snapshot imported in memory.
     let trace = crate::source::input::open_any(&opts.trace, None, opts.device)?;
     let bytes = |p: &PathBuf| file_bytes(p);

@@ -210,6 +210,23 @@ pub fn picture_kind(path: &Path) -> Result<Kind> {
     }
 }
 
+/// Refuses an export whose name says another format (a pickle named `.json`), which misleads
+/// whoever opens it; pictures are named by [`picture_kind`].
+pub fn refuse_misnamed(path: &Path, kind: Kind) -> Result<()> {
+    let ext = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+    let (wrong, writes): (&[&str], &str) = match kind {
+        Kind::Pickle => (&["json", "html", "svg", "png", "atrace"], "a PyTorch snapshot pickle: name it .pickle"),
+        Kind::Perfetto => {
+            (&["pickle", "pkl", "html", "svg", "png", "atrace"], "Chrome trace-event JSON: name it .json")
+        }
+        _ => (&[], ""),
+    };
+    if wrong.contains(&ext.as_str()) {
+        bail!("{}: this export writes {writes}, not .{ext}", path.display());
+    }
+    Ok(())
+}
+
 /// Writes `bytes` to `path` through a temporary file and a rename.
 pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut p = Pending::new(path)?;
