@@ -317,17 +317,22 @@ pub fn write_report(dir: &Path, inputs: &[&Path], files: &[(String, Vec<u8>)]) -
     Ok(written)
 }
 
-/// The files of the earlier report that `dir` holds, if it is one (see [`check_report_dir`]).
+/// The files of the earlier report that `dir` holds, if it is one ([`is_earlier_report`]).
 fn earlier_report_files(dir: &Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     let names: Vec<String> =
         entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
-    let is_report = is_report_summary(&dir.join("summary.json")) && names.iter().all(|n| is_report_name(n));
-    if is_report {
+    if is_earlier_report(dir, &names) {
         names
     } else {
         Vec::new()
     }
+}
+
+/// Whether the folder `dir`, holding the files `names`, is an earlier report: its `summary.json`
+/// is a report's and it holds nothing but a report's files.
+fn is_earlier_report(dir: &Path, names: &[String]) -> bool {
+    is_report_summary(&dir.join("summary.json")) && names.iter().all(|n| is_report_name(n))
 }
 
 /// Checks that `dir` may receive a report: missing, empty, a previous report, or `force`. A
@@ -348,8 +353,7 @@ pub fn check_report_dir(dir: &Path, inputs: &[&Path], force: bool) -> Result<()>
     if force || names.is_empty() {
         return Ok(());
     }
-    let is_report = is_report_summary(&dir.join("summary.json")) && names.iter().all(|n| is_report_name(n));
-    if !is_report {
+    if !is_earlier_report(dir, &names) {
         let mut shown: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
         shown.sort_unstable();
         let more = shown.len() > 3;
