@@ -519,9 +519,9 @@ fn commands_agree_with_a_given_capacity() {
 /// wherever a capacity was known: one row more than the table on the large trace.
 #[test]
 fn the_whatif_picture_draws_the_tables_rows() {
+    use analyzer::analysis::picture::{whatif_data, XAxis, COLUMNS};
     use analyzer::analysis::whatif::{whatif, WhatifOptions};
     use analyzer::model::Trace;
-    use analyzer::render::plot::{whatif_data, XAxis, COLUMNS};
     for path in traces() {
         let name = path.display().to_string();
         let trace = Trace::open(&path).unwrap();

@@ -5,7 +5,8 @@
 
 mod pictures_gen;
 
-use analyzer::render::plot::{self, XAxis};
+use analyzer::analysis::picture::{self, XAxis};
+use analyzer::render::plot;
 use pictures_gen::*;
 use std::time::Instant;
 
@@ -26,7 +27,7 @@ fn plot_ten_million_events() {
     let r = analyzer::replay::replay_file(&path, &Default::default()).expect("replay");
     eprintln!("replay only: {} requests in {:.2} s", r.requests, t.elapsed().as_secs_f64());
     let t = Instant::now();
-    let d = plot::timeline_data(&analyzer::model::Trace::open(&path).unwrap(), XAxis::Time, plot::COLUMNS)
+    let d = picture::timeline_data(&analyzer::model::Trace::open(&path).unwrap(), XAxis::Time, picture::COLUMNS)
         .expect("timeline");
     let folded = t.elapsed().as_secs_f64();
     let svg = plot::render_timeline(&d).expect("render");
@@ -43,7 +44,7 @@ fn plot_ten_million_events() {
     let opts = analyzer::replay::ReplayOptions { output: Some(full.clone()), ..Default::default() };
     analyzer::replay::replay_file(&path, &opts).expect("write the full trace");
     let t = Instant::now();
-    let f = plot::timeline_recorded(&analyzer::model::Trace::open(&full).unwrap(), XAxis::Time, plot::COLUMNS)
+    let f = picture::timeline_recorded(&analyzer::model::Trace::open(&full).unwrap(), XAxis::Time, picture::COLUMNS)
         .expect("fold")
         .expect("block sizes");
     let svg_full = plot::render_timeline(&f).expect("render");
@@ -58,13 +59,15 @@ fn plot_ten_million_events() {
         let t = Instant::now();
         let len = if f == 0 {
             plot::render_stacked(
-                &plot::stacked_data(&analyzer::model::Trace::open(&path).unwrap(), XAxis::Time, plot::COLUMNS).unwrap(),
+                &picture::stacked_data(&analyzer::model::Trace::open(&path).unwrap(), XAxis::Time, picture::COLUMNS)
+                    .unwrap(),
             )
             .unwrap()
             .len()
         } else {
             plot::render_frag(
-                &plot::frag_data(&analyzer::model::Trace::open(&path).unwrap(), XAxis::Time, plot::COLUMNS).unwrap(),
+                &picture::frag_data(&analyzer::model::Trace::open(&path).unwrap(), XAxis::Time, picture::COLUMNS)
+                    .unwrap(),
             )
             .unwrap()
             .len()

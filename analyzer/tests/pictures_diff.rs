@@ -62,7 +62,8 @@ fn a_trace_against_itself_has_no_deltas() {
 
 #[test]
 fn overlay_names_both_runs() {
-    use analyzer::render::plot::{render_overlay, timeline_data, XAxis, COLUMNS};
+    use analyzer::analysis::picture::{timeline_data, XAxis, COLUMNS};
+    use analyzer::render::plot::render_overlay;
     let a = timeline_data(
         &analyzer::model::Trace::open(&shipped("frag_oom.default.atrace")).unwrap(),
         XAxis::Time,

@@ -4,7 +4,9 @@
 mod pictures_gen;
 
 use analyzer::analysis::moment::At;
-use analyzer::render::plot::{self, Kind, XAxis};
+use analyzer::analysis::picture::{self, XAxis};
+use analyzer::cmd::plot::Kind;
+use analyzer::render::plot;
 use analyzer::replay::{replay_file, ReplayOptions};
 use pictures_gen::*;
 
@@ -21,12 +23,22 @@ fn same_trace_same_bytes_for_every_kind() {
     for trace in ["frag_oom.default.atrace", "gpt2_train.default.atrace"] {
         let path = shipped(trace);
         for (kind, stacked) in KINDS {
-            let (a, _) =
-                plot::plot(&analyzer::model::Trace::open(&path).unwrap(), kind, At::Peak, stacked, XAxis::Time)
-                    .expect("plot");
-            let (b, _) =
-                plot::plot(&analyzer::model::Trace::open(&path).unwrap(), kind, At::Peak, stacked, XAxis::Time)
-                    .expect("plot");
+            let (a, _) = analyzer::cmd::plot::plot(
+                &analyzer::model::Trace::open(&path).unwrap(),
+                kind,
+                At::Peak,
+                stacked,
+                XAxis::Time,
+            )
+            .expect("plot");
+            let (b, _) = analyzer::cmd::plot::plot(
+                &analyzer::model::Trace::open(&path).unwrap(),
+                kind,
+                At::Peak,
+                stacked,
+                XAxis::Time,
+            )
+            .expect("plot");
             assert!(a == b, "{trace} {kind:?} stacked={stacked}: two runs differ");
         }
     }
@@ -87,9 +99,14 @@ fn svgs_are_well_formed_with_title_legend_and_axes() {
         ),
     ];
     for (kind, stacked, needles) in expect {
-        let (svg, drawn) =
-            plot::plot(&analyzer::model::Trace::open(&path).unwrap(), kind, At::Peak, stacked, XAxis::Time)
-                .expect("plot");
+        let (svg, drawn) = analyzer::cmd::plot::plot(
+            &analyzer::model::Trace::open(&path).unwrap(),
+            kind,
+            At::Peak,
+            stacked,
+            XAxis::Time,
+        )
+        .expect("plot");
         let elements = check_well_formed(&svg);
         assert!(elements > 20, "{kind:?}: only {elements} elements");
         for n in needles {
@@ -103,7 +120,8 @@ fn svgs_are_well_formed_with_title_legend_and_axes() {
 #[test]
 fn oom_picture_marks_the_failed_request_and_the_largest_free_block() {
     let path = shipped("frag_oom.default.atrace");
-    let d = plot::segments_data(&analyzer::model::Trace::open(&path).unwrap(), At::Oom).expect("segments at the OOM");
+    let d =
+        picture::segments_data(&analyzer::model::Trace::open(&path).unwrap(), At::Oom).expect("segments at the OOM");
     assert_eq!(d.failed_request_bytes, Some(1 << 30));
     assert_eq!(d.segments.len(), 92, "92 segments of 20 MiB");
     assert_eq!(d.largest_free_bytes(), 4 << 20, "every other 4 MiB tensor freed");
@@ -111,7 +129,7 @@ fn oom_picture_marks_the_failed_request_and_the_largest_free_block() {
     check_well_formed(&svg);
     assert!(svg.contains("failed request (1.00 GiB"), "the request is in the legend");
     assert!(svg.contains("largest free block (4.00 MiB of 920.00 MiB free)"));
-    let t = plot::timeline_data(&analyzer::model::Trace::open(&path).unwrap(), XAxis::Event, plot::COLUMNS)
+    let t = picture::timeline_data(&analyzer::model::Trace::open(&path).unwrap(), XAxis::Event, picture::COLUMNS)
         .expect("timeline");
     assert_eq!(t.ooms.len(), 1);
     assert_eq!(t.capacity_bytes, Some(2 << 30));
@@ -130,10 +148,10 @@ fn downsampling_keeps_the_true_peak() {
     let spike = 3u64 << 30;
     let events = random_trace(&path, 200_000, spike);
     let replayed = replay_file(&path, &ReplayOptions::default()).expect("replay");
-    let d = plot::timeline_data(&analyzer::model::Trace::open(&path).unwrap(), XAxis::Event, plot::COLUMNS)
+    let d = picture::timeline_data(&analyzer::model::Trace::open(&path).unwrap(), XAxis::Event, picture::COLUMNS)
         .expect("timeline");
     assert_eq!(d.series.samples, events);
-    assert!(d.series.columns() <= plot::COLUMNS);
+    assert!(d.series.columns() <= picture::COLUMNS);
     // One column spans hundreds of events, yet the spike (3 events wide) is the maximum drawn.
     assert!(d.series.width >= 128, "width {}", d.series.width);
     assert_eq!(d.series.max(1), replayed.peak_reserved_bytes as f64, "reserved");
@@ -158,7 +176,7 @@ fn no_font_machinery_is_compiled_in_and_text_stays_text() {
     {
         assert!(!lock.contains(&format!("name = \"{krate}\"")), "{krate} is in the dependency graph");
     }
-    let (svg, _) = plot::plot(
+    let (svg, _) = analyzer::cmd::plot::plot(
         &analyzer::model::Trace::open(&shipped("seed_experiments.default.atrace")).unwrap(),
         Kind::Timeline,
         At::Peak,
@@ -175,9 +193,10 @@ fn a_trace_with_block_sizes_is_folded_without_replay_and_shows_what_its_run_comp
     let sim = dir.join("sim.atrace");
     let opts = ReplayOptions { output: Some(sim.clone()), ..Default::default() };
     let run = replay_file(&shipped("gpt2_train.default.atrace"), &opts).expect("replay to a full trace");
-    let folded = plot::timeline_recorded(&analyzer::model::Trace::open(&sim).unwrap(), XAxis::Event, plot::COLUMNS)
-        .expect("fold")
-        .expect("block sizes known");
+    let folded =
+        picture::timeline_recorded(&analyzer::model::Trace::open(&sim).unwrap(), XAxis::Event, picture::COLUMNS)
+            .expect("fold")
+            .expect("block sizes known");
     // The fold of the written trace shows exactly what the run that wrote it computed.
     assert_eq!(folded.peak_reserved.1, run.peak_reserved_bytes);
     assert_eq!(folded.peak_allocated.1, run.peak_allocated_bytes);
@@ -186,14 +205,16 @@ fn a_trace_with_block_sizes_is_folded_without_replay_and_shows_what_its_run_comp
     assert_eq!(folded.series.max(2), run.peak_active_bytes as f64);
     assert_eq!(folded.series.max(3), run.peak_requested_bytes as f64);
     assert_eq!(
-        plot::timeline_data(&analyzer::model::Trace::open(&sim).unwrap(), XAxis::Event, plot::COLUMNS).unwrap().events,
+        picture::timeline_data(&analyzer::model::Trace::open(&sim).unwrap(), XAxis::Event, picture::COLUMNS)
+            .unwrap()
+            .events,
         folded.events
     );
     // An imported snapshot records no block sizes: it must be replayed.
-    let imported = plot::timeline_recorded(
+    let imported = picture::timeline_recorded(
         &analyzer::model::Trace::open(&shipped("gpt2_train.default.atrace")).unwrap(),
         XAxis::Event,
-        plot::COLUMNS,
+        picture::COLUMNS,
     );
     assert!(imported.expect("scan").is_none());
     let _ = std::fs::remove_dir_all(dir);

@@ -12,6 +12,7 @@ pub mod leaks;
 pub mod moment;
 pub mod outcome;
 pub mod patterns;
+pub mod picture;
 pub mod ranks;
 pub mod timeline;
 pub mod whatif;

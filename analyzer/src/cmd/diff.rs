@@ -2,9 +2,10 @@
 
 use super::{damage_exit, write_json};
 use crate::analysis::diff::{diff, Diff};
+use crate::analysis::picture::{timeline_data, XAxis, COLUMNS};
 use crate::model::escape::terminal;
 use crate::model::units::{fmt_bytes, fmt_delta};
-use crate::render::plot::{render_overlay, timeline_data, XAxis, COLUMNS};
+use crate::render::plot::render_overlay;
 use anyhow::{bail, Context, Result};
 use std::io::Write;
 use std::path::PathBuf;

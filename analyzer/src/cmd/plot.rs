@@ -2,8 +2,10 @@
 
 use super::{damage_exit, write_json};
 use crate::analysis::moment::At;
+use crate::analysis::picture::{frag_data, segments_data, stacked_data, timeline_data, whatif_data, XAxis, COLUMNS};
 use crate::model::units::fmt_bytes;
-use crate::render::plot::{plot, Kind, XAxis};
+use crate::model::Trace;
+use crate::render::plot::{render_frag, render_segments, render_stacked, render_timeline, render_whatif};
 use anyhow::Result;
 use std::io::Write;
 use std::path::PathBuf;
@@ -35,7 +37,7 @@ pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
         struct Out<'a> {
             output: String,
             #[serde(flatten)]
-            drawn: &'a crate::render::plot::Drawn,
+            drawn: &'a Drawn,
             /// `null`, or where the input was damaged: the picture covers what came before.
             input_damage: Option<crate::model::Damage>,
         }
@@ -59,4 +61,51 @@ pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
         )?;
     }
     damage_exit(&[&trace])
+}
+
+/// The kinds of `alloctrace plot`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Timeline,
+    Segments,
+    Whatif,
+    Frag,
+}
+
+/// What `plot` drew, for its output line and `--json`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Drawn {
+    pub kind: &'static str,
+    pub svg_bytes: u64,
+    /// Events folded, and the columns they were downsampled into (0 for a segment map).
+    pub events: u64,
+    pub columns: u64,
+}
+
+/// Computes and draws one picture.
+pub fn plot(trace: &Trace, kind: Kind, at: At, stacked: bool, x: XAxis) -> Result<(String, Drawn)> {
+    let (svg, name, events, columns) = match (kind, stacked) {
+        (Kind::Timeline, false) => {
+            let d = timeline_data(trace, x, COLUMNS)?;
+            (render_timeline(&d)?, "timeline", d.series.samples, d.series.columns() as u64)
+        }
+        (Kind::Timeline, true) => {
+            let d = stacked_data(trace, x, COLUMNS)?;
+            (render_stacked(&d)?, "timeline-stacked", d.series.samples, d.series.columns() as u64)
+        }
+        (Kind::Segments, _) => {
+            let d = segments_data(trace, at)?;
+            (render_segments(&d)?, "segments", d.event + 1, 0)
+        }
+        (Kind::Whatif, _) => {
+            let d = whatif_data(trace, x, COLUMNS)?;
+            (render_whatif(&d)?, "whatif", d.requested.samples, d.requested.columns() as u64)
+        }
+        (Kind::Frag, _) => {
+            let d = frag_data(trace, x, COLUMNS)?;
+            (render_frag(&d)?, "frag", d.unallocated.samples, d.unallocated.columns() as u64)
+        }
+    };
+    let drawn = Drawn { kind: name, svg_bytes: svg.len() as u64, events, columns };
+    Ok((svg, drawn))
 }

@@ -13,11 +13,12 @@ use crate::analysis::explain::{ExplainOptions, ExplainReport};
 use crate::analysis::frag::{FragOptions, FragReport};
 use crate::analysis::leaks::{LeaksOptions, LeaksReport};
 use crate::analysis::moment::At;
+use crate::analysis::picture::{self, XAxis};
 use crate::analysis::whatif::{whatif_observed, Whatif, WhatifOptions};
 use crate::model::output::document::Block;
 use crate::model::units::{fmt_bytes, fmt_need, fmt_ns};
 use crate::model::Trace;
-use crate::render::plot::{self, XAxis};
+use crate::render::plot;
 use crate::replay::{Outcome, Reach, ReplayResult};
 use crate::source::summary::Summary;
 use anyhow::{Context, Result};
@@ -228,11 +229,12 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     // Taken by the recorded settings' row (row 0) of the what-if table.
     let recorded = std::sync::Mutex::new(Some((
         Drawing {
-            frag_track: plot::FragTrack::new(XAxis::Time, plot::COLUMNS),
-            timeline: (!plot::timeline_foldable(trace)).then(|| plot::TimelineTrack::new(XAxis::Time, plot::COLUMNS)),
+            frag_track: picture::FragTrack::new(XAxis::Time, picture::COLUMNS),
+            timeline: (!picture::timeline_foldable(trace))
+                .then(|| picture::TimelineTrack::new(XAxis::Time, picture::COLUMNS)),
         },
         Watches {
-            moment: plot::MomentTrack::taking_the_oom_layout(),
+            moment: picture::MomentTrack::taking_the_oom_layout(),
             held: crate::analysis::leaks::HeldWatch::new(leaks_opts.at_event, trace.events),
             explain: crate::analysis::explain::ExplainWatch::new(trace, first_iteration, None),
             frag: crate::analysis::frag::FragWatch::new(trace, &frag_opts)?,
@@ -241,7 +243,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
     // The runs at the capacity that have ended (row, its track, whether it ran out of memory
     // and its peak reserved), and the what-if picture drawn from them once all have: beside
     // the capacity searches, where the table calls its rows ready there.
-    type AtCapacity = Vec<(usize, plot::WhatifTrack, (bool, u64))>;
+    type AtCapacity = Vec<(usize, picture::WhatifTrack, (bool, u64))>;
     let at_capacity: std::sync::Mutex<AtCapacity> = std::sync::Mutex::new(Vec::new());
     let whatif_drawn: std::sync::Mutex<Option<Result<Picture>>> = std::sync::Mutex::new(None);
     let (whatif_run, folded) = crate::replay::join_within(
@@ -261,7 +263,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                         _ => (None, None),
                     };
                     ReportTrack {
-                        whatif: plot::WhatifTrack::new(plot::COLUMNS),
+                        whatif: picture::WhatifTrack::new(picture::COLUMNS),
                         drawing,
                         watches,
                         found: None,
@@ -288,7 +290,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
                     if let Some(all) = all {
                         let track = |k: usize| all.iter().find(|a| a.0 == k).map(|a| &a.1);
                         let result = |k: usize| all.iter().find(|a| a.0 == k).map_or((false, 0), |a| a.2);
-                        let wd = plot::whatif_data_of(name.clone(), XAxis::Time, rows, result, track);
+                        let wd = picture::whatif_data_of(name.clone(), XAxis::Time, rows, result, track);
                         let drawn = whatif_picture(&wd).and_then(|mut p| p.rasterize().map(|()| p));
                         if let Ok(mut w) = whatif_drawn.lock() {
                             *w = Some(drawn);
@@ -306,8 +308,10 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         || -> Result<Folded> {
             // Live bytes by call site are drawn only where the trace names call sites.
             let callsites = trace.summary.count("callsite") > 0;
-            let timeline = plot::timeline_recorded(trace, XAxis::Time, plot::COLUMNS)?.map(|tl| timeline_picture(&tl));
-            let stacked = if callsites { Some(plot::stacked_data(trace, XAxis::Time, plot::COLUMNS)?) } else { None };
+            let timeline =
+                picture::timeline_recorded(trace, XAxis::Time, picture::COLUMNS)?.map(|tl| timeline_picture(&tl));
+            let stacked =
+                if callsites { Some(picture::stacked_data(trace, XAxis::Time, picture::COLUMNS)?) } else { None };
             Ok((
                 timeline.transpose()?,
                 stacked.filter(|st| st.has_callsites).map(|st| callsites_picture(&st)).transpose()?,
@@ -338,7 +342,7 @@ pub fn build(trace: &Trace, opts: &ReportOptions) -> Result<Report> {
         None => {
             let result = |k: usize| (results[k].is_oom(), results[k].peak_reserved_bytes);
             let track = |k: usize| tracks[k].as_ref().map(|t| &t.whatif);
-            whatif_picture(&plot::whatif_data_of(name.clone(), XAxis::Time, &wi.replays, result, track))?
+            whatif_picture(&picture::whatif_data_of(name.clone(), XAxis::Time, &wi.replays, result, track))?
         }
     };
 
@@ -473,7 +477,7 @@ fn category_section(
 
 /// What [`build`] observes in each what-if replay.
 struct ReportTrack {
-    whatif: plot::WhatifTrack,
+    whatif: picture::WhatifTrack,
     /// Only in the recorded configuration's replay: what the pictures draw from it.
     drawing: Option<Drawing>,
     /// Only in the recorded configuration's replay, until its analyses take them.
@@ -488,7 +492,7 @@ struct ReportTrack {
 /// the analyses (`explain` up to its advice, which needs the table), with the errors of those
 /// that failed.
 struct Found {
-    seg: Result<plot::SegmentsData>,
+    seg: Result<picture::SegmentsData>,
     /// The segment map drawn and rasterized, where there is one.
     segments_picture: Option<Result<Picture>>,
     explained: Option<crate::analysis::explain::ExplainPrelude>,
@@ -535,7 +539,7 @@ fn analyse_recorded(
             let taken = if at == At::Oom { w.moment.oom_segments(trace) } else { None };
             let mut seg = match taken {
                 Some(taken) => Ok(SegmentMap::Taken(taken)),
-                None => w.moment.moment(trace, at).map(|m| SegmentMap::Watching(plot::SegmentsWatch::new(m))),
+                None => w.moment.moment(trace, at).map(|m| SegmentMap::Watching(picture::SegmentsWatch::new(m))),
             };
             let seg_target = match &seg {
                 Ok(SegmentMap::Watching(s)) => Some(s.target()),
@@ -650,12 +654,12 @@ fn analyse_recorded(
 
 /// The segment map of [`analyse_recorded`]: taken by the recorded run, or to take by a replay.
 enum SegmentMap {
-    Taken(plot::SegmentsData),
-    Watching(plot::SegmentsWatch),
+    Taken(picture::SegmentsData),
+    Watching(picture::SegmentsWatch),
 }
 
 /// The segment map at its moment, drawn and rasterized.
-fn segments_picture(seg: &plot::SegmentsData) -> Result<Picture> {
+fn segments_picture(seg: &picture::SegmentsData) -> Result<Picture> {
     Picture::drawn(
         "segments.svg",
         format!("Segments at {}", seg.moment),
@@ -669,7 +673,7 @@ fn segments_picture(seg: &plot::SegmentsData) -> Result<Picture> {
 }
 
 /// Memory over time, drawn and rasterized.
-fn timeline_picture(tl: &plot::TimelineData) -> Result<Picture> {
+fn timeline_picture(tl: &picture::TimelineData) -> Result<Picture> {
     Picture::drawn(
         "timeline.svg",
         "Memory over time".into(),
@@ -682,14 +686,14 @@ fn timeline_picture(tl: &plot::TimelineData) -> Result<Picture> {
 }
 
 /// Live bytes by call site, drawn and rasterized.
-fn callsites_picture(st: &plot::StackedData) -> Result<Picture> {
+fn callsites_picture(st: &picture::StackedData) -> Result<Picture> {
     Picture::drawn(
         "timeline-callsites.svg",
         "Live bytes by call site".into(),
         format!(
             "Live requested bytes stacked by call site (the top {}, the rest as \"other\"). The top edge is the true \
              peak of each pixel column.",
-            plot::TOP_CALLSITES
+            picture::TOP_CALLSITES
         ),
         plot::render_stacked(st)?,
     )
@@ -704,7 +708,7 @@ struct DrawnRecorded {
 }
 
 /// The what-if picture (not rasterized).
-fn whatif_picture(wd: &plot::WhatifData) -> Result<Picture> {
+fn whatif_picture(wd: &picture::WhatifData) -> Result<Picture> {
     Ok(Picture::new(
         "whatif.svg",
         "Reserved bytes under each policy".into(),
@@ -732,9 +736,9 @@ fn draw_recorded(trace: &Trace, drawing: Drawing, replay: &ReplayResult) -> Resu
 /// What the pictures of fragmentation and memory over time draw from the replay under the
 /// recorded settings.
 struct Drawing {
-    frag_track: plot::FragTrack,
-    /// Only where the trace's own figures cannot be folded ([`plot::timeline_foldable`]).
-    timeline: Option<plot::TimelineTrack>,
+    frag_track: picture::FragTrack,
+    /// Only where the trace's own figures cannot be folded ([`picture::timeline_foldable`]).
+    timeline: Option<picture::TimelineTrack>,
 }
 
 impl Drawing {
@@ -749,7 +753,7 @@ impl Drawing {
 /// The analyses' watches of the replay under the recorded settings: the segment map's moment,
 /// and the watches of `leaks`, `explain` and `frag`.
 struct Watches {
-    moment: plot::MomentTrack,
+    moment: picture::MomentTrack,
     held: crate::analysis::leaks::HeldWatch,
     explain: crate::analysis::explain::ExplainWatch,
     frag: crate::analysis::frag::FragWatch,
