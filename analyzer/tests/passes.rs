@@ -44,7 +44,7 @@ fn report_makes_the_passes_it_names() {
         ((Fold, "category"), 2),
         ((Fold, "leaks"), 2),
         ((Fold, "patterns"), 1),
-        ((Fold, "plot"), 2),
+        ((Fold, "picture"), 2),
         ((Fold, "whatif"), 1),
         ((Replay, "capacity_search"), 37),
         ((Replay, "report"), 1),

@@ -14,5 +14,6 @@ pub mod outcome;
 pub mod patterns;
 pub mod picture;
 pub mod ranks;
+pub mod report;
 pub mod timeline;
 pub mod whatif;

@@ -73,6 +73,11 @@ pub fn fmt_delta(delta: i64) -> String {
     format!("{sign}{}", fmt_bytes(delta.unsigned_abs()))
 }
 
+/// A share as a percentage with one decimal: `0.1234` is "12.3%".
+pub fn pct(share: f64) -> String {
+    format!("{:.1}%", share * 100.0)
+}
+
 /// Formats nanoseconds as seconds or milliseconds.
 pub fn fmt_ns(ns: u64) -> String {
     if ns >= 1_000_000_000 {
