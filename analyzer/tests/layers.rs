@@ -506,3 +506,21 @@ fn one_replay_loop() {
     let replay = code_only(&mods["replay"]);
     assert_eq!(replay.matches("scan_chunks").count(), 0, "the replay reads records through its pass only");
 }
+
+/// Renderers take data and a writer, never a path: no module of `render` opens, reads or
+/// writes a file or opens a trace (the commands do, through the one opener and the safe output
+/// path).
+#[test]
+fn renderers_never_touch_files() {
+    let mods = modules();
+    let mut found = Vec::new();
+    for (name, src) in mods.iter().filter(|(m, _)| m.starts_with("render")) {
+        let code = code_only(src);
+        for what in ["fs::", "File::", "write_file", "Trace::open", "input::open", "OpenOptions"] {
+            if code.contains(what) {
+                found.push(format!("{name}: {what}"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "renderers touching files: {found:?}");
+}

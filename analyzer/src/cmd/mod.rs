@@ -32,6 +32,13 @@ pub mod exit {
     pub const TOO_LARGE: i32 = 3;
 }
 
+/// Writes the picture `svg` to `path` as its name asks ([`crate::model::output::picture_kind`]):
+/// the SVG, or a PNG rasterized from it as the report's are; whole or not at all.
+pub fn write_picture(path: &std::path::Path, svg: &str) -> anyhow::Result<()> {
+    let kind = crate::model::output::picture_kind(path)?;
+    crate::model::output::write_file(path, &crate::render::raster::picture_file(svg, kind)?)
+}
+
 /// The exit code after a command's output about these traces: `PARTIAL`, with the warning on
 /// stderr, for each one that was damaged (its results cover what came before the damage).
 pub fn damage_exit(traces: &[&crate::model::Trace]) -> anyhow::Result<i32> {

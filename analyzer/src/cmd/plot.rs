@@ -31,7 +31,7 @@ pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
     crate::model::output::check_output_file(&opts.output, &[&opts.trace], kind)?;
     let trace = crate::source::input::open(&opts.trace, &opts.facts)?;
     let (svg, drawn) = plot(&trace, opts.kind, opts.at, opts.stacked, opts.x)?;
-    crate::render::raster::write_picture(&opts.output, &svg)?;
+    super::write_picture(&opts.output, &svg)?;
     if opts.json {
         #[derive(serde::Serialize)]
         struct Out<'a> {

@@ -38,7 +38,7 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let traces = opts.traces.iter().map(|p| crate::source::input::open_any(p, None, 0)).collect::<Result<Vec<_>>>()?;
     let rep = analyze(&traces)?;
     if let Some(path) = &opts.output {
-        crate::render::raster::write_picture(path, &render(&rep)?)?;
+        super::write_picture(path, &render(&rep)?)?;
     }
     if opts.json {
         write_json(out, &rep)?;

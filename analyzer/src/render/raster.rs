@@ -26,13 +26,12 @@ fn fonts() -> Arc<resvg::usvg::fontdb::Database> {
     .clone()
 }
 
-/// Writes the picture `svg` to `path` as [`crate::model::output::picture_kind`] asks: the SVG,
-/// or a PNG rasterized from it as the report's are.
-pub fn write_picture(path: &std::path::Path, svg: &str) -> Result<()> {
-    use crate::model::output::{picture_kind, write_file, Kind};
-    match picture_kind(path)? {
-        Kind::Png => write_file(path, &png_of_svg(svg)?),
-        _ => write_file(path, svg.as_bytes()),
+/// The picture `svg` as a file of `kind` ([`crate::model::output::picture_kind`]): the SVG
+/// itself, or a PNG rasterized from it as the report's are.
+pub fn picture_file(svg: &str, kind: crate::model::output::Kind) -> Result<Vec<u8>> {
+    match kind {
+        crate::model::output::Kind::Png => png_of_svg(svg),
+        _ => Ok(svg.as_bytes().to_vec()),
     }
 }
 
