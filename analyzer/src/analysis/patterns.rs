@@ -93,8 +93,8 @@ pub fn empty_cache_calls(trace: &Trace, capacity: Option<u64>, with: &ReplayResu
             false
         }
     };
-    // Each call is a cache release: a trace with too few releases of any cause is not read.
-    if trace.summary.count("cache_release") < MIN_EMPTY_CACHE_CALLS {
+    // Each call is a release of the program's: a trace with too few is not read.
+    if trace.facts.empty_cache_releases < MIN_EMPTY_CACHE_CALLS {
         return Ok(None);
     }
     let mut calls = 0u64;
@@ -198,9 +198,9 @@ trace: {}; {}{}",
 /// Follows the held-back bytes (`None` when they never reach [`MIN_HELD_SHARE`] of reserved
 /// memory; [`HeldForStreams::raised_the_peak`] says whether they were held when it peaked).
 pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
-    // A block is held between the program's free and its completion: a trace with no
-    // `free_requested` holds nothing, and is not read.
-    if trace.summary.count("free_requested") == 0 {
+    // A block is held between the program's free and its completion: a trace where no free
+    // waited holds nothing, and is not read.
+    if trace.facts.waited_frees == 0 {
         return Ok(None);
     }
     let mut stream_names = crate::model::streams::StreamNames::default();

@@ -279,6 +279,13 @@ pub struct Facts {
     /// The trace's call sites, named by the one rule and interned once ([`sites`]): every
     /// analysis names an allocation's site `sites.label(sites.of(callsite))`.
     pub sites: sites::Sites,
+    /// Cache releases the program asked for (`empty_cache()`, a MemPool's deletion among them):
+    /// the most calls of `empty_cache()` the trace can hold.
+    pub empty_cache_releases: u64,
+    /// Frees that waited: the program's free of a block (`free_requested`) not completed by the
+    /// next record (PyTorch records both under one lock when no other stream used the block).
+    /// None waited in a trace where this is 0: no block was held back for another stream.
+    pub waited_frees: u64,
 }
 
 /// Whether a trace whose last request is `last_request` went on after the recorded OOM at
@@ -312,12 +319,19 @@ struct FactsFold {
     facts: Facts,
     reserved: u64,
     peak_reserved: u64,
+    /// The block whose free the previous record asked for.
+    asked: Option<u64>,
 }
 
 impl FactsFold {
     #[inline]
     fn record(&mut self, i: u64, r: &Record) {
         let p = &mut self.facts;
+        if let Some(id) = self.asked.take() {
+            if !matches!(r.event, Event::FreeCompleted { id: done, .. } if done == id) {
+                p.waited_frees += 1;
+            }
+        }
         match &r.event {
             Event::Mark { .. } => p.iterations.observe(i, &r.event),
             Event::CallSite { id, frames } => p.sites.define(*id, frames),
@@ -343,6 +357,8 @@ impl FactsFold {
             Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
                 self.reserved = self.reserved.saturating_sub(bytes)
             }
+            Event::FreeRequested { id, .. } => self.asked = Some(id),
+            Event::CacheRelease { cause: recorder::trace::ReleaseCause::EmptyCache, .. } => p.empty_cache_releases += 1,
             Event::DeviceMemInfo { free_bytes, total_bytes } if p.recorded_ooms.is_empty() => {
                 p.mem_info = Some((free_bytes, total_bytes))
             }
