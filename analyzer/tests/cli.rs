@@ -1565,3 +1565,24 @@ fn diff_compares_call_sites_only_where_both_traces_have_them() {
     assert!(text.contains("call sites: only A records them"), "{text}");
     assert!(!text.contains("(no call site recorded)"), "{text}");
 }
+
+/// A run with no limit is said one way by every command that states the limit ("no limit"),
+/// never "none", "unlimited" or "no capacity limit".
+#[test]
+fn no_limit_is_said_one_way() {
+    let t = trace("gpt2_train.default");
+    let t = t.to_str().unwrap();
+    let commands: [&[&str]; 5] =
+        [&["summary", t], &["replay", t], &["whatif", "--no-search", t], &["explain", t], &["frag", t]];
+    for args in commands {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("no limit"), "{args:?} does not state the limit:\n{text}");
+        for other in ["unlimited", "no capacity limit", "limit: none", "capacity     none", "capacity        none"] {
+            assert!(!text.contains(other), "{args:?} says {other:?}:\n{text}");
+        }
+    }
+    let report = std::fs::read_to_string(root().join("reports/gpt2_train.default/report.md")).unwrap();
+    assert!(report.contains("with no limit") && !report.contains("unlimited"), "the report names the limit otherwise");
+}

@@ -1264,7 +1264,7 @@ fn advise(
     is_oom: bool,
 ) -> crate::analysis::advice::SettingsAdvice {
     let b = fmt_bytes;
-    let cap_text = f.capacity_bytes.map(b).unwrap_or_else(|| "no limit".into());
+    let cap_text = crate::model::units::fmt_limit(f.capacity_bytes);
     let recorded = rows.iter().find(|r| r.policy.is_recorded());
     let crate::analysis::advice::SettingsAdvice { mut advice, worth_trying, not_advised, cannot_tell } = if is_oom {
         crate::analysis::advice::settings_at_oom(

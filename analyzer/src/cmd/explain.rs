@@ -42,7 +42,10 @@ pub fn print_short(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<()
 fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::io::Result<()> {
     let b = fmt_bytes;
     let f = &r.figures;
-    let cap = f.capacity_bytes.map(b).unwrap_or_else(|| "none".into());
+    let cap = match f.capacity_bytes {
+        Some(c) => format!("limit: {}", b(c)),
+        None => crate::model::units::fmt_limit(None),
+    };
     let settings = if r.alloc_conf.is_empty() { "defaults" } else { &r.alloc_conf };
     writeln!(
         out,
@@ -98,13 +101,13 @@ fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::
     } else {
         let head = match r.reach {
             Reach::GetsPastFailure => format!(
-                "no out-of-memory (limit: {cap}): the replay gets past the request that failed in the recording. The \
+                "no out-of-memory ({cap}): the replay gets past the request that failed in the recording. The \
 peak of reserved memory is at event {} ({}).",
                 f.event,
                 b(f.reserved_bytes)
             ),
             _ => format!(
-                "no out-of-memory (limit: {cap}); the peak of reserved memory is at event {} ({}).",
+                "no out-of-memory ({cap}); the peak of reserved memory is at event {} ({}).",
                 f.event,
                 b(f.reserved_bytes)
             ),
@@ -351,11 +354,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
         )?;
     }
     writeln!(out)?;
-    writeln!(
-        out,
-        "what-if at {} (replays of the same requests):",
-        f.capacity_bytes.map(b).unwrap_or_else(|| "no limit".into())
-    )?;
+    writeln!(out, "what-if at {} (replays of the same requests):", crate::model::units::fmt_limit(f.capacity_bytes))?;
     let to = if r.prediction.is_some() { "gets past from" } else { "completes from" };
     writeln!(out, "  {:<33} {:>12} {:>12} {:>10}  {to:>14}", "setting", "outcome", "decision", "peak rsvd")?;
     for w in &r.whatif {

@@ -150,7 +150,9 @@ pub fn print_report(
         out,
         "replayed under {} with {}: {}",
         if r.alloc_conf.is_empty() { "the default settings" } else { &r.alloc_conf },
-        r.capacity_bytes.map(|c| format!("capacity {}", fmt_bytes(c))).unwrap_or_else(|| "no capacity limit".into()),
+        r.capacity_bytes
+            .map(|c| format!("capacity {}", fmt_bytes(c)))
+            .unwrap_or_else(|| crate::model::units::fmt_limit(None)),
         match &r.replay_outcome {
             Outcome::Ok => format!("completed, {} events", r.events),
             Outcome::Oom { event, requested_bytes, .. } =>

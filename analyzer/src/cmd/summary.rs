@@ -115,9 +115,7 @@ pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
         if !h.torch_version.is_empty() {
             writeln!(out, "pytorch      {}", crate::model::escape::terminal(&h.torch_version))?;
         }
-        if capacity.bytes.is_some() {
-            writeln!(out, "capacity     {}", capacity.text())?;
-        }
+        writeln!(out, "capacity     {}", capacity.text())?;
         writeln!(out, "events       {} over {}", s.events, fmt_ns(s.duration_ns))?;
         let kinds: Vec<String> = s.events_by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
         writeln!(out, "  by kind    {}", kinds.join(", "))?;

@@ -20,8 +20,11 @@ pub struct WhatifCmdOptions {
 }
 
 pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
-    let cap = w.capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "unlimited".into());
-    writeln!(out, "what-if for {} at capacity {cap}", w.trace)?;
+    let at = match w.capacity_bytes {
+        Some(c) => format!("at capacity {}", fmt_bytes(c)),
+        None => format!("with {}", crate::model::units::fmt_limit(None)),
+    };
+    writeln!(out, "what-if for {} {at}", w.trace)?;
     if let Some(p) = &w.predicted {
         writeln!(out, "{}", crate::model::wrap::indented(p, "", "  "))?;
     }
@@ -154,7 +157,7 @@ pub fn print_prediction(
     capacity: Option<u64>,
 ) -> std::io::Result<()> {
     use crate::analysis::outcome::JobPrediction;
-    let cap = capacity.map(fmt_bytes).unwrap_or_else(|| "no limit".into());
+    let cap = crate::model::units::fmt_limit(capacity);
     writeln!(out, "{}", crate::model::wrap::indented(&format!("the whole job: {}", p.basis()), "", "  "))?;
     if let JobPrediction::FromRepeatedIteration { policies, .. } = p {
         for q in policies {

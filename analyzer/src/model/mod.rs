@@ -104,11 +104,11 @@ impl Capacity {
         Capacity { bytes: Some(bytes), source: CapacitySource::Given, range: None }
     }
 
-    /// The capacity in a few words, as every command and document says it: "none", else its
-    /// bytes and where they came from ("8.00 GiB (recorded)").
+    /// The capacity in a few words, as every command and document says it: "no limit", else
+    /// its bytes and where they came from ("8.00 GiB (recorded)").
     pub fn text(&self) -> String {
         match self.bytes {
-            None => "none".into(),
+            None => crate::model::units::fmt_limit(None),
             Some(c) => format!("{} ({})", crate::model::units::fmt_bytes(c), self.source.text()),
         }
     }

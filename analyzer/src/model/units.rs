@@ -73,6 +73,11 @@ pub fn fmt_delta(delta: i64) -> String {
     format!("{sign}{}", fmt_bytes(delta.unsigned_abs()))
 }
 
+/// A limit as every output says it: its bytes, or "no limit".
+pub fn fmt_limit(limit: Option<u64>) -> String {
+    limit.map(fmt_bytes).unwrap_or_else(|| "no limit".into())
+}
+
 /// A share as a percentage with one decimal: `0.1234` is "12.3%".
 pub fn pct(share: f64) -> String {
     format!("{:.1}%", share * 100.0)

@@ -263,10 +263,13 @@ impl Report {
 
         d.push(Block::Heading(2, "What if: other allocator settings".into()));
         let w = &self.whatif;
-        let cap = w.capacity_bytes.map(fmt_bytes).unwrap_or_else(|| "unlimited".into());
+        let cap = match w.capacity_bytes {
+            Some(c) => format!("at capacity {}", fmt_bytes(c)),
+            None => format!("with {}", crate::model::units::fmt_limit(None)),
+        };
         let prefix = w.prediction.is_some();
         d.push(Block::Para(format!(
-            "The same requests replayed under each policy at capacity {cap}. *Fragmentation* is 1 - allocated / \
+            "The same requests replayed under each policy {cap}. *Fragmentation* is 1 - allocated / \
              reserved at the OOM, else at peak reserved; *min capacity* is the smallest limit at which the {} (2 MiB \
              steps). A limit above it can still fail (other limits mean other segments and other pieces): replay the \
              exact limit to check it.{}",
