@@ -202,6 +202,14 @@ fn header_and_call_site_payloads_stay_text_in_reports_and_on_the_terminal() {
     let (o, _) = run(&["summary", "--json", path(&f)]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("--json stays valid JSON");
     assert!(v.is_object());
+    // The picture's title (the device's name) and mark labels show the newlines escaped: no
+    // forged line inside the SVG's text.
+    let svg = tmp("hdr-timeline.svg");
+    let (o, _) = run(&["plot", path(&f), "-o", path(&svg)]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains(r"a\n\n# INJECTED HEADING"), "the device's name, escaped, is in the title");
+    assert!(!svg.contains("\n# INJECTED"), "a raw newline of the trace's in the picture");
 }
 
 #[test]

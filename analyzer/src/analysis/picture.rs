@@ -64,8 +64,8 @@ pub struct TimelineData {
 fn device_text(h: &recorder::trace::Header) -> String {
     match (h.device_name.is_empty(), h.device_total_bytes) {
         (true, 0) => String::new(),
-        (false, 0) => crate::model::escape::terminal(&h.device_name).into_owned(),
-        (_, t) => format!("{} {}", crate::model::escape::terminal(&h.device_name), fmt_bytes(t)).trim().to_string(),
+        (false, 0) => h.device_name.clone(),
+        (_, t) => format!("{} {}", h.device_name, fmt_bytes(t)).trim().to_string(),
     }
 }
 
@@ -183,7 +183,7 @@ fn mark_label(kind: MarkKind, text: &str) -> Option<String> {
         // PyTorch's record_function ranges come in START/END pairs: mark the starts.
         MarkKind::Annotation => !text.ends_with(" END"),
     };
-    keep.then(|| crate::model::escape::terminal(text.trim_end_matches(" START")).into_owned())
+    keep.then(|| text.trim_end_matches(" START").to_string())
 }
 
 /// Replays the trace under its recorded settings and folds the engine's four byte counters.

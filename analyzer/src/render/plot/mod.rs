@@ -316,8 +316,10 @@ fn render_line_chart(c: &LineChart) -> Result<String> {
             }
             // A mark's label at the top of its line, where no earlier label is; the rest are
             // left out.
-            // "Optimizer.step#AdamW.step" (a record_function name) reads best after the '#'.
-            let short = label.rsplit('#').next().unwrap_or(label);
+            // "Optimizer.step#AdamW.step" (a record_function name) reads best after the '#'. The
+            // trace's text with its control characters shown escaped, as in every output.
+            let label = crate::model::escape::terminal(label);
+            let short = label.rsplit('#').next().unwrap_or(&label);
             let text: String = short.chars().take(24).collect();
             let w = text_width_px(&text, MARK_PX);
             let h = MARK_PX as f64 / 1.24 * 1.2;
