@@ -85,8 +85,9 @@ impl Score {
         // What the user reads first fits a screen.
         let mut text = Vec::new();
         analyzer::cmd::explain::print_short(&mut text, r).unwrap();
-        let lines = String::from_utf8(text).unwrap().lines().count();
-        assert!(lines <= 40, "{at}: explain's text is {lines} lines");
+        let shown = String::from_utf8(text).unwrap();
+        let lines = shown.lines().count();
+        assert!(lines <= 40, "{at}: explain's text is {lines} lines:\n{shown}");
         let (advised, worth) = named(r);
         for a in &advised {
             self.advised += 1;

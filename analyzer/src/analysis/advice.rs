@@ -91,6 +91,12 @@ pub struct WorthTrying {
     pub predicted_needs_bytes: Option<u64>,
     /// Whether the whole job is predicted to fit at the capacity, if predicted.
     pub predicted_to_fit: Option<bool>,
+    /// What the prediction says of the whole job under it, as a clause
+    /// ([`crate::analysis::outcome::Outlook::clause`]), and for a table's cell (`whole_job_short`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_job: Option<String>,
+    #[serde(skip)]
+    pub whole_job_short: Option<String>,
     pub text: String,
 }
 
@@ -151,6 +157,7 @@ pub fn settings_at_oom(
     // Worth trying: gets past the failure; ordered by what the rest of the job is predicted to
     // need, else by what the replay reserved up to the failure.
     let predicted = |r: &PolicyRow| prediction.and_then(|p| p.of(&r.policy));
+    let outlook = |r: &PolicyRow| Some(prediction?.outlook(predicted(r)?, capacity));
     let mut past: Vec<&PolicyRow> = rows.iter().filter(|r| r.decision == Decision::WorthTrying).collect();
     past.sort_by_key(|r| (predicted(r).and_then(|p| p.needs_bytes).unwrap_or(u64::MAX), r.peak_reserved_bytes));
     for r in past {
@@ -161,6 +168,8 @@ pub fn settings_at_oom(
             peak_reserved_bytes: r.peak_reserved_bytes,
             predicted_needs_bytes: p.and_then(|p| p.needs_bytes),
             predicted_to_fit: p.map(|p| p.fits),
+            whole_job: outlook(r).map(|o| o.clause()),
+            whole_job_short: outlook(r).map(|o| o.short()),
             text: if r.fits_by_placement {
                 format!(
                     "the whole job, replayed under it at {cap_text}, completes (peak reserved {}), yet fails at larger \
@@ -180,15 +189,7 @@ hold",
                 format!(
                     "its replay serves the request that failed at {cap_text} (peak reserved {} up to there){}",
                     b(r.peak_reserved_bytes),
-                    match p {
-                        Some(p) => match (p.fits, p.needs_bytes) {
-                            (true, Some(n)) => format!("; the rest of the job is predicted to fit (about {})", b(n)),
-                            (true, None) => "; the rest of the job is predicted to fit".into(),
-                            (false, Some(n)) => format!("; the whole job is predicted to need about {}", b(n)),
-                            (false, None) => "; the whole job is predicted to run out of memory later".into(),
-                        },
-                        None => String::new(),
-                    }
+                    outlook(r).map(|o| format!("; {}", o.clause())).unwrap_or_default()
                 )
             },
         });
@@ -319,15 +320,21 @@ recorded settings",
             let setting = best
                 .filter(|(n, p)| !p.policy.is_recorded() && (*n as f64) < 0.9 * rec as f64)
                 .and_then(|(n, p)| rows.iter().find(|r| r.policy == p.policy).map(|r| (n, row_setting(r))));
+            // Where the figures hold only if later iterations ask no more, the advice says so.
+            let alike = matches!(
+                policies.first().map(|q| p.outlook(q, None)),
+                Some(crate::analysis::outcome::Outlook::IfAlike(_))
+            );
+            let hedge = if alike { " if later iterations ask no more" } else { "" };
             Some(Advice {
                 kind: "capacity",
                 setting: setting.as_ref().map(|s| s.1.clone()),
                 text: match &setting {
                     Some((n, s)) => {
-                        format!("the whole job is predicted to need about {} of memory with {s}", fmt_need(*n))
+                        format!("the whole job is predicted to need about {} of memory with {s}{hedge}", fmt_need(*n))
                     }
                     None => format!(
-                        "the whole job is predicted to need about {} of memory under the recorded settings",
+                        "the whole job is predicted to need about {} of memory under the recorded settings{hedge}",
                         fmt_need(rec)
                     ),
                 },

@@ -678,9 +678,13 @@ allows)",
                 verdict.reason
             );
         } else if let Some(c) = capacity {
+            // How the limit was inferred, as the capacity's note says it.
+            let how = match result.capacity_source {
+                CapacitySource::InferredFromOom => "the device itself was full: the most the allocator could have had",
+                _ => "inferred, the least it can have been",
+            };
             verdict.reason = format!(
-                "if the limit was {} (not recorded: inferred, the least it can have been; pass --capacity for the \
-real one): {}",
+                "if the limit was {} (not recorded: {how}; pass --capacity for the real one): {}",
                 fmt_bytes(c),
                 verdict.reason
             );
@@ -1034,7 +1038,9 @@ pub struct LimitVerdict {
 /// above `low` before it, and the limit is read only when a segment is asked for), so the
 /// layout at the failure is too; only the verdict's comparisons with the limit change. They
 /// change where the limit reaches live bytes plus the request (below: no allocator could
-/// serve it) and where releasing the cache would have made room for the segment. Worked
+/// serve it), where all that is free, inside segments and under the limit, first holds the
+/// segment asked for (below: memory is used up at that size), and where releasing the cache
+/// would have made room for the segment. Worked
 /// example (the textbook fragmentation OOM): 920 MiB live, a 1 GiB request, 920 MiB free in
 /// 4 MiB pieces, range [1.80 GiB, 2.80 GiB): true exhaustion under 1.90 GiB, fragmentation
 /// from 1.90 GiB, and from 2.80 GiB the segment is had.
@@ -1061,7 +1067,11 @@ pub fn verdict_by_limit(
     };
     let needed = f.allocated_bytes.saturating_add(f.requested_bytes);
     let cache = f.reserved_bytes.saturating_sub(f.releasable_bytes).saturating_add(f.alloc_bytes);
-    let mut cuts: Vec<u64> = [low, needed, cache].into_iter().filter(|&c| c >= low && c < high).collect();
+    // Where what is free inside segments and under the limit first holds the segment asked for
+    // (the last test of `verdict` before fragmentation): below it, memory is used up at the size
+    // the allocator asks for.
+    let pieces = f.reserved_bytes.saturating_add(f.alloc_bytes).saturating_sub(f.reserved_unallocated_bytes);
+    let mut cuts: Vec<u64> = [low, needed, pieces, cache].into_iter().filter(|&c| c >= low && c < high).collect();
     cuts.sort_unstable();
     cuts.dedup();
     let mut out: Vec<LimitVerdict> = Vec::new();
@@ -1419,26 +1429,37 @@ that still hold their autograd graph: store `.item()` or `.detach()` instead)",
             if let Some(r) = recorded.and_then(|r| r.min_capacity_bytes.map(|m| (m, r))) {
                 let best = rows.iter().filter_map(|x| x.min_capacity_bytes.map(|m| (m, x))).min_by_key(|(m, _)| *m);
                 if let Some((m, x)) = best.filter(|(m, x)| !x.policy.is_recorded() && (*m as f64) < 0.95 * r.0 as f64) {
+                    // A trace that stops at its failure holds no more of the job: the replays get
+                    // past that request from their smallest capacities, which says nothing of the
+                    // rest (never "completes", never proven).
+                    let prefix = prediction.is_some();
+                    let (goal, through) = if prefix {
+                        ("to get past the request that failed in less memory", "it gets past it from")
+                    } else {
+                        ("to run in less memory", "it completes in")
+                    };
                     advice.push(Advice {
                         kind: "setting",
                         setting: Some(crate::analysis::advice::row_setting(x)),
                         text: format!(
-                            "to run in less memory, set {} (it completes in {}; at {cap_text} it reserves {}, {} device \
-calls)",
+                            "{goal}, set {} ({through} {}; at {cap_text} it reserves {}, {} device calls){}",
                             crate::analysis::advice::row_setting(x),
                             fmt_need(m),
                             b(x.peak_reserved_bytes),
-                            x.num_device_alloc + x.num_device_free
+                            x.num_device_alloc + x.num_device_free,
+                            if prefix { "; the rest of the job is not in the trace" } else { "" }
                         ),
                         evidence: format!(
-                            "the recorded settings need {} (at {cap_text} they reserve {}, {} device calls); {} needs {}",
+                            "the recorded settings {} {} (at {cap_text} they reserve {}, {} device calls); {} {} {}",
+                            if prefix { "get past it from" } else { "need" },
                             fmt_need(r.0),
                             b(r.1.peak_reserved_bytes),
                             r.1.num_device_alloc + r.1.num_device_free,
                             x.policy,
+                            if prefix { "from" } else { "needs" },
                             fmt_need(m)
                         ),
-                        proven: true,
+                        proven: !prefix,
                     });
                 }
             }

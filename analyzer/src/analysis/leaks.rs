@@ -92,6 +92,9 @@ pub struct Growth {
     pub one_time_bytes: u64,
 }
 
+/// Steady growth is told over at least this many iterations ([`Growth::is_steady`]).
+pub const MIN_STEADY_ITERATIONS: usize = 3;
+
 impl Growth {
     /// The iterations the growth is measured over: the steps between its samples.
     pub fn iterations(&self) -> usize {
@@ -107,11 +110,13 @@ impl Growth {
         up as f64 / (self.live_bytes.len() - 1) as f64
     }
 
-    /// Growth that is steady: live bytes rise in at least three iterations of four, by a positive
-    /// amount per iteration (a leak, or growth the program lets go by the end), not one-time
-    /// state or noise. The one rule for "memory grows every iteration", in every output.
+    /// Growth that is steady: live bytes rise in at least three iterations of four, over three
+    /// iterations at least, by a positive amount per iteration (a leak, or growth the program
+    /// lets go by the end), not one-time state or noise. Two iterations cannot tell growth from
+    /// state that an optimizer's first step makes once. The one rule for "memory grows every
+    /// iteration", in every output.
     pub fn is_steady(&self) -> bool {
-        self.per_iteration_bytes > 0.0 && self.rising_share() >= 0.75
+        self.iterations() >= MIN_STEADY_ITERATIONS && self.per_iteration_bytes > 0.0 && self.rising_share() >= 0.75
     }
 
     /// The growth up to `event` (a failure part way through the trace): the samples at or before

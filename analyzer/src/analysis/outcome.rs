@@ -125,7 +125,91 @@ pub enum JobPrediction {
     CannotTell { reason: String },
 }
 
+/// What a whole-job prediction says under one setting at the capacity compared: decided once
+/// ([`JobPrediction::outlook`]), worded the same by every output ([`Outlook::clause`],
+/// [`Outlook::short`]). Each holds the bytes the job is predicted to need (2 MiB steps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outlook {
+    /// Predicted to fit at the capacity.
+    Fits(Option<u64>),
+    /// The extended job completes at the capacity only by where its blocks land.
+    ByPlacement(Option<u64>),
+    /// The figure holds only if later iterations ask no more than those before the failure,
+    /// which the trace cannot tell (one whole iteration, or iterations of different sizes):
+    /// never said to fit, whatever the figure.
+    IfAlike(u64),
+    /// Predicted to need more than the capacity.
+    MoreThanLimit(u64),
+    /// Predicted not to fit at the capacity, though the least capacity found is below it (where
+    /// its blocks land decides it).
+    Needs(u64),
+    /// Predicted to run out of memory later, at any capacity searched.
+    RunsOutLater,
+}
+
+impl Outlook {
+    /// The clause every sentence about the whole job under a setting uses.
+    pub fn clause(self) -> String {
+        let b = crate::model::units::fmt_need;
+        match self {
+            Outlook::Fits(Some(n)) => format!("the rest of the job is predicted to fit (about {})", b(n)),
+            Outlook::Fits(None) => "the rest of the job is predicted to fit".into(),
+            Outlook::ByPlacement(n) => format!(
+                "the whole job completes at this limit only by where its blocks land{}",
+                n.map(|n| format!(" (it needs {} at larger limits)", b(n))).unwrap_or_default()
+            ),
+            Outlook::IfAlike(n) => {
+                format!("the whole job needs about {} if later iterations ask no more than those before", b(n))
+            }
+            Outlook::MoreThanLimit(n) => {
+                format!("the whole job is predicted to need about {}, more than the limit", b(n))
+            }
+            Outlook::Needs(n) => format!(
+                "the whole job is predicted to run out of memory at this limit, though it fits in about {} (where its \
+blocks land decides it)",
+                b(n)
+            ),
+            Outlook::RunsOutLater => "the whole job is predicted to run out of memory later".into(),
+        }
+    }
+
+    /// The same, for a table's cell.
+    pub fn short(self) -> String {
+        let b = crate::model::units::fmt_need;
+        match self {
+            Outlook::Fits(Some(n)) => format!("fits, about {}", b(n)),
+            Outlook::Fits(None) => "fits".into(),
+            Outlook::ByPlacement(_) => "fits only by where blocks land".into(),
+            Outlook::IfAlike(n) => format!("about {} if later iterations ask no more", b(n)),
+            Outlook::MoreThanLimit(n) => format!("about {}, more than the limit", b(n)),
+            Outlook::Needs(n) => format!("runs out here; fits in about {}", b(n)),
+            Outlook::RunsOutLater => "runs out later".into(),
+        }
+    }
+}
+
 impl JobPrediction {
+    /// What the prediction says under `q`'s setting at `capacity`: the one decision every
+    /// output words ([`Outlook`]).
+    pub fn outlook(&self, q: &PolicyPrediction, capacity: Option<u64>) -> Outlook {
+        let alike_unknown = self.alike_unknown();
+        match (q.fits, q.fits_by_placement, q.needs_bytes) {
+            (true, _, n) => Outlook::Fits(n),
+            (false, true, n) => Outlook::ByPlacement(n),
+            (false, false, Some(n)) if alike_unknown => Outlook::IfAlike(n),
+            (false, false, Some(n)) if capacity.is_none_or(|c| n > c) => Outlook::MoreThanLimit(n),
+            (false, false, Some(n)) => Outlook::Needs(n),
+            (false, false, None) => Outlook::RunsOutLater,
+        }
+    }
+
+    /// Whether the figures hold only if later iterations ask no more than those before the
+    /// failure, which the trace cannot tell: one whole iteration, or iterations of different
+    /// sizes ([`Outlook::IfAlike`] for every setting).
+    pub fn alike_unknown(&self) -> bool {
+        matches!(self, JobPrediction::FromRepeatedIteration { varying: Some(_), .. })
+    }
+
     /// The prediction for `policy`, if one was made.
     pub fn of(&self, policy: &Policy) -> Option<&PolicyPrediction> {
         match self {
@@ -386,9 +470,8 @@ pub fn predict(
         None if whole_iterations == 1 => (
             (first, end),
             Some(
-                "only one whole iteration precedes the failure, and the trace cannot tell whether later ones ask \
-for more: the figures are what the job needs if every iteration asks what that one did, and no setting is \
-predicted to fit"
+                "only one whole iteration precedes the failure: the figures hold if later ones ask no more, which \
+the trace cannot tell, so no setting is predicted to fit"
                     .to_string(),
             ),
         ),

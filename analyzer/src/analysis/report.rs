@@ -778,6 +778,16 @@ fn refine_live_at_end(findings: &mut [Finding], l: &LeaksReport, steady_verdict:
                 }
             );
         }
+        Some(g) if l.live_at_end_count > 0 && g.iterations() < crate::analysis::leaks::MIN_STEADY_ITERATIONS => {
+            f.explanation = format!(
+                "{} (iterations from {}) are too few to tell growth from state made once, as an optimizer's first \
+step makes it ({} per iteration over them).{}",
+                crate::model::units::count(g.iterations() as u64, "iteration"),
+                g.source,
+                crate::model::units::fmt_delta(g.per_iteration_bytes.round() as i64),
+                top.clone().unwrap_or_default()
+            );
+        }
         Some(g) if l.live_at_end_count > 0 => {
             f.explanation = format!(
                 "Live bytes do not grow steadily from one iteration to the next ({} per iteration, iterations \

@@ -164,12 +164,24 @@ peak of reserved memory is at event {} ({}).",
         .filter(|w| r.fix.as_ref().is_none_or(|f| f.setting.as_deref() != Some(&w.setting)))
         .collect();
     if !more.is_empty() {
-        writeln!(out, "worth trying (a replay shows each may get through; none is proven to fit):")?;
+        // Where every figure holds only if later iterations ask no more, that is said once.
+        let alike = r.prediction.as_ref().is_some_and(|p| p.alike_unknown());
+        writeln!(
+            out,
+            "{}",
+            crate::model::wrap::indented(
+                &format!(
+                    "worth trying (a replay shows each may get through; none is proven to fit{}):",
+                    if alike { "; the whole job's figures hold if later iterations ask no more" } else { "" }
+                ),
+                "",
+                "  "
+            )
+        )?;
         for w in more {
-            let predicted = match (w.predicted_to_fit, w.predicted_needs_bytes) {
-                (Some(true), Some(n)) => format!("; predicted to fit, about {}", b(n)),
-                (Some(false), Some(n)) => format!("; the whole job predicted to need about {}", b(n)),
-                (Some(false), None) => "; predicted to run out of memory later".into(),
+            let predicted = match (alike, w.predicted_needs_bytes, &w.whole_job_short) {
+                (true, Some(n), _) => format!("; the whole job: about {}", fmt_need(n)),
+                (_, _, Some(c)) => format!("; the whole job: {c}"),
                 _ => String::new(),
             };
             writeln!(out, "  {}{predicted}", terminal(&w.setting))?;

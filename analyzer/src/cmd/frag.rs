@@ -150,9 +150,14 @@ pub fn print_report(
         out,
         "replayed under {} with {}: {}",
         if r.alloc_conf.is_empty() { "the default settings" } else { &r.alloc_conf },
-        r.capacity_bytes
-            .map(|c| format!("capacity {}", fmt_bytes(c)))
-            .unwrap_or_else(|| crate::model::units::fmt_limit(None)),
+        match r.capacity_bytes {
+            // The capacity as every command says it: with where it came from.
+            Some(_) => format!(
+                "capacity {}",
+                crate::model::Capacity { bytes: r.capacity_bytes, source: r.capacity_source, range: None }.text()
+            ),
+            None => crate::model::units::fmt_limit(None),
+        },
         match &r.replay_outcome {
             Outcome::Ok => format!("completed, {} events", r.events),
             Outcome::Oom { event, requested_bytes, .. } =>

@@ -55,8 +55,8 @@ pub fn print_report(out: &mut dyn Write, r: &LeaksReport, top: usize) -> std::io
             let (first, last) = (g.live_bytes.first().copied().unwrap_or(0), g.live_bytes.last().copied().unwrap_or(0));
             writeln!(
                 out,
-                "  live bytes at the same phase of {} iterations: {} -> {} ({}{} per iteration)",
-                g.live_bytes.len(),
+                "  live bytes over {} iterations, each at the same phase: {} -> {} ({}{} per iteration)",
+                g.iterations(),
                 fmt_bytes(first),
                 fmt_bytes(last),
                 if g.per_iteration_bytes < 0.0 { "-" } else { "+" },

@@ -20,8 +20,10 @@ pub struct WhatifCmdOptions {
 }
 
 pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
+    // The capacity as every command says it: with where it came from.
+    let capacity = crate::model::Capacity { bytes: w.capacity_bytes, source: w.capacity_source, range: None };
     let at = match w.capacity_bytes {
-        Some(c) => format!("at capacity {}", fmt_bytes(c)),
+        Some(_) => format!("at capacity {}", capacity.text()),
         None => format!("with {}", crate::model::units::fmt_limit(None)),
     };
     writeln!(out, "what-if for {} {at}", w.trace)?;
@@ -160,18 +162,9 @@ pub fn print_prediction(
     let cap = crate::model::units::fmt_limit(capacity);
     writeln!(out, "{}", crate::model::wrap::indented(&format!("the whole job: {}", p.basis()), "", "  "))?;
     if let JobPrediction::FromRepeatedIteration { policies, .. } = p {
+        writeln!(out, "  at {cap}:")?;
         for q in policies {
-            writeln!(
-                out,
-                "  {:<36} {} at {cap}; needs about {}",
-                q.policy,
-                match (q.fits, q.fits_by_placement) {
-                    (true, _) => "predicted to fit",
-                    (false, true) => "completes only by where its blocks land",
-                    (false, false) => "predicted to run out of memory",
-                },
-                q.needs_bytes.map(fmt_bytes).unwrap_or_else(|| "(unknown)".into())
-            )?;
+            writeln!(out, "  {:<36} {}", q.policy, p.outlook(q, capacity).short())?;
         }
     }
     Ok(())

@@ -522,9 +522,7 @@ through the cuDNN workspaces that fail; none is proven to fit):"
                             vec![
                                 code(&w.setting),
                                 fmt_bytes(w.peak_reserved_bytes),
-                                w.predicted_needs_bytes
-                                    .map(|n| format!("about {}", fmt_bytes(n)))
-                                    .unwrap_or("-".into()),
+                                w.whole_job_short.clone().unwrap_or("-".into()),
                             ]
                         })
                         .collect(),
