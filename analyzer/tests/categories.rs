@@ -133,7 +133,7 @@ fn explain_says_what_the_memory_at_its_moment_is_for() {
     let mut lines = text.lines().skip_while(|l| !l.starts_with("  at that peak: "));
     let first = lines.next().expect(&text).to_string();
     let line = lines.take_while(|l| l.starts_with("    ")).fold(first, |a, l| a + " " + l.trim());
-    assert!(line.contains("optimizer state 15%") && line.ends_with("(phases from frames)"), "{line}");
+    assert!(line.contains("optimizer state 15%") && line.ends_with("(phases from the call stacks)"), "{line}");
     assert!(text.contains("  checkpointing (an estimate): activations hold "), "{text}");
 }
 

@@ -1647,3 +1647,16 @@ fn whole_job_claims_on_a_snapshot_never_overreach() {
     assert_ne!(live["verdict"], "problem", "{live}");
     assert!(!live["title"].as_str().unwrap().contains("leak"), "{live}");
 }
+
+/// `frag`'s segment map says which segments belong to a private pool (a CUDA graph's): their
+/// free blocks serve only that pool, and the largest free block overall leaves them out.
+#[test]
+fn frag_marks_private_pool_segments() {
+    let t = trace("recorded_graph_pools");
+    let o = run(&["frag", t.to_str().unwrap(), "--at", "end"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("largest free block overall 16.00 MiB outside private pools"), "{text}");
+    let pooled: Vec<&str> = text.lines().filter(|l| l.contains("private pool [0, 2]")).collect();
+    assert!(pooled.iter().any(|l| l.contains("F 32.00 MiB")), "{text}");
+}

@@ -791,7 +791,7 @@ pub fn write_text(out: &mut dyn std::io::Write, c: &Categories) -> Result<()> {
         "by category  at {} (event {}; phases from {}, {} forward passes):",
         c.peak_words(),
         c.peak_event,
-        c.phases_from,
+        phases_from_text(c.phases_from),
         c.forward_passes
     )?;
     for cat in shown(c.max.unknown) {
@@ -829,6 +829,15 @@ pub fn checkpoint_text(k: &CheckpointEstimate) -> String {
         fmt_bytes(k.peak_bytes),
         rows.join(", ")
     )
+}
+
+/// Where the phases came from, in words (`phases_from` is `"phase marks"` or `"frames"`: the
+/// frames of each allocation's call stack).
+pub fn phases_from_text(phases_from: &str) -> &str {
+    match phases_from {
+        "frames" => "the call stacks",
+        other => other,
+    }
 }
 
 #[cfg(test)]

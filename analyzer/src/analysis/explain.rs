@@ -1290,7 +1290,8 @@ fn advise(
     match v.kind {
         VerdictKind::Fragmentation => {
             for e in experiments.iter().filter(|e| e.completes) {
-                let site = top.first().map(|s| s.site.label.clone()).unwrap_or_default();
+                // Only a call site the trace names is named.
+                let site = top.first().filter(|s| s.site.is_known()).map(|s| s.site.label.clone()).unwrap_or_default();
                 // Proven only where the trace is the whole job: on one that stops at the
                 // failure, the reordered run gets past it, and the rest is not in the trace.
                 let whole = e.reach == Reach::Completes;
@@ -1300,11 +1301,7 @@ fn advise(
                     text: format!(
                         "allocate the tensors you keep before the temporaries made in the same stretch of code (or \
 copy the kept ones into one tensor, e.g. torch.stack, before freeing the temporaries){}",
-                        if site.is_empty() || site.starts_with("(no call site") {
-                            String::new()
-                        } else {
-                            format!("; the kept blocks come from {site}")
-                        }
+                        if site.is_empty() { String::new() } else { format!("; the kept blocks come from {site}") }
                     ),
                     evidence: format!(
                         "replayed with that order the run {} at {cap_text} (peak reserved {}): freeing the \

@@ -1,6 +1,7 @@
 //! What the analyzer finds in a trace: folds over its records, watches of a replay, and the
 //! interpreters that turn them into verdicts and advice (`whatif`, `explain`, `frag`, `leaks`
-//! and the rest). Nothing here writes a file or draws.
+//! and the rest), and the data the pictures and the report are drawn from. Nothing here opens or
+//! writes a file, or draws.
 
 pub mod advice;
 pub mod capacity_search;

@@ -72,7 +72,9 @@ pub fn rank_of(path: &Path, header: &Header) -> Option<(u32, RankSource)> {
     ["cuda", "device", "gpu"].iter().find_map(|k| number_after(&name, k)).map(|r| (r, RankSource::Device))
 }
 
-/// PyTorch's rounding of a request to a block (512-byte multiples, at least 512).
+/// A request rounded as PyTorch rounds it to a block (512-byte multiples, at least 512): an
+/// estimate of its block where the trace records no block sizes. The block that served it can
+/// be larger (a free block not split), which only a replay tells.
 fn rounded(requested: u64) -> u64 {
     requested.max(1).div_ceil(512).saturating_mul(512)
 }
@@ -93,7 +95,7 @@ pub struct RankRow {
     pub ooms: u64,
     /// Share of reserved bytes not allocated at the peak of reserved bytes, as the replay under
     /// the recorded settings measures it (the request the peak's segment serves included):
-    /// `frag --at peak`'s and the what-if table's figure.
+    /// `frag --at peak`'s figure. (The what-if table's is at the OOM where the run has one.)
     pub fragmentation_at_peak: f64,
     /// Segment allocations and maps.
     pub device_allocs: u64,

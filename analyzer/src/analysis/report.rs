@@ -1019,13 +1019,14 @@ pub fn findings(
             let none = w.no_caching();
             let uncached = (none.min_capacity_bytes < need(rec)).then(|| {
                 format!(
-                    " (no caching needs {}, at the cost of a device call for every allocation and free: {} here)",
+                    " Without caching the run needs {}, at the cost of a device call for every allocation and free \
+({} here).",
                     fmt_need(none.min_capacity_bytes),
                     b.no_caching_device_calls
                 )
             });
             format!(
-                " None of the other settings tried needs less than the recorded settings{}.",
+                " None of the other allocator settings tried needs less than the recorded settings.{}",
                 uncached.unwrap_or_default()
             )
         };

@@ -232,7 +232,11 @@ peak of reserved memory is at event {} ({}).",
 fn print_categories(out: &mut dyn Write, r: &ExplainReport, source: bool) -> std::io::Result<()> {
     if let Some(c) = &r.categories {
         let at = if r.moment == "oom" { "at the OOM" } else { "at that peak" };
-        let from = if source { format!(" (phases from {})", c.phases_from) } else { String::new() };
+        let from = if source {
+            format!(" (phases from {})", crate::analysis::category::phases_from_text(c.phases_from))
+        } else {
+            String::new()
+        };
         let text = format!("{at}: {}{from}", c.bytes.shares_text());
         writeln!(out, "{}", crate::model::wrap::indented(&text, "  ", "    "))?;
         if let Some(k) = &c.checkpointing {

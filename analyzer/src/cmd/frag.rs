@@ -4,7 +4,7 @@
 use super::{exit, write_json};
 use crate::analysis::frag::{analyze, FragOptions, FragReport, SegmentMap};
 use crate::analysis::moment::At;
-use crate::model::units::{fmt_bytes, fmt_ns};
+use crate::model::units::{fmt_bytes, fmt_ns, pct};
 use crate::replay::Outcome;
 use anyhow::Result;
 use std::io::Write;
@@ -20,10 +20,6 @@ pub struct FragCmdOptions {
     /// Print at most this many lines of the segment map (segments of the same shape share one).
     pub max_segments: usize,
     pub json: bool,
-}
-
-fn pct(x: f64) -> String {
-    format!("{:.1}%", x * 100.0)
 }
 
 /// Tokens of a segment's block runs beyond this many are summarised.
@@ -120,12 +116,15 @@ pub fn print_segment_map(
         let times = if n > 1 { format!(" (x{n} segments like it)") } else { String::new() };
         writeln!(
             out,
-            "  {:#014x} {:>10} {:<5} {}{}{}: {}   largest free {}",
+            "  {:#014x} {:>10} {:<5} {}{}{}{}: {}   largest free {}",
             s.addr,
             fmt_bytes(s.bytes),
             s.pool.as_str(),
             streams.name(s.stream),
             if s.is_expandable { " expandable" } else { "" },
+            // A private pool's free blocks serve only its own requests: the figures above
+            // (largest free block overall) leave them out.
+            if s.pool_id != [0, 0] { format!(" private pool {:?}", s.pool_id) } else { String::new() },
             times,
             block_runs(s),
             fmt_bytes(s.largest_free_bytes)
@@ -265,8 +264,9 @@ the largest free block is {}{}.",
     writeln!(
         out,
         "segment map (A allocated, F free, P freed but pending stream work; xN = N equal blocks in a row), \
-largest free block overall {}:",
-        fmt_bytes(lm.largest_free_bytes)
+largest free block overall {}{}:",
+        fmt_bytes(lm.largest_free_bytes),
+        if m.segments.iter().any(|s| s.pool_id != [0, 0]) { " outside private pools" } else { "" }
     )?;
     print_segment_map(out, &m.segments, max_segments, streams)?;
     if let Some(n) = streams.handles_note() {

@@ -110,8 +110,8 @@ lazily built caches), not a leak",
         if s.site.is_known() {
             writeln!(
                 out,
-                "  if {} released its {blocks} block(s) ({bytes}), empty_cache() would free {frees} ({} segment(s) it \
-                 alone pins)",
+                "  if {} released its {blocks} block(s) ({bytes}), empty_cache() would free {frees} in all, with the \
+                 {} segment(s) it alone pins",
                 terminal(&s.site.label),
                 s.segments_pinned
             )?;

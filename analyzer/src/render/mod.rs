@@ -1,5 +1,6 @@
 //! How findings are shown: pictures, the report's documents, and exports to other tools'
-//! formats. Renderers take data and a writer.
+//! formats. Renderers take data and return what they drew (an SVG, a document) or write to a
+//! writer they are given (exports); never a path.
 
 pub mod export;
 pub mod plot;

@@ -163,7 +163,7 @@ fn categories_picture(c: &crate::analysis::category::Categories) -> Result<Pictu
         format!(
             "Live allocated bytes stacked by what they are for (phases from {}); the black line is the peak of \
              allocated bytes. Each point is the highest total in its stretch of events.",
-            c.phases_from
+            crate::analysis::category::phases_from_text(c.phases_from)
         ),
         plot::render_categories(c, "Live bytes by category")?,
     ))
@@ -381,7 +381,7 @@ impl Report {
         d.push(Block::Para(format!(
             "Each allocation gets a category from the phase that allocated it (phases from {}; {} forward passes) \
              and its lifetime. At {} (event {}): {}.",
-            c.phases_from,
+            crate::analysis::category::phases_from_text(c.phases_from),
             c.forward_passes,
             c.peak_words(),
             c.peak_event,
