@@ -32,7 +32,8 @@ fn markdown_has_every_section_and_the_oom_explained() {
         "### Diagnosis: fragmentation",
         "CUDA out of memory. Tried to allocate 1024.00 MiB",
         "### Fragmentation, four ways",
-        "### Leaks",
+        // A trace that stops at its failure: what is live there is no leak by itself.
+        "### Still live at the failure, and growth",
         "## What if: other allocator settings",
         "| `expandable_segments:True` |",
         "No allocator needs less than the peak of live requested bytes",

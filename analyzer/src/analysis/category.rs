@@ -817,8 +817,22 @@ pub fn write_text(out: &mut dyn std::io::Write, c: &Categories) -> Result<()> {
 /// introduce as an estimate.
 pub fn checkpoint_text(k: &CheckpointEstimate) -> String {
     use crate::model::units::fmt_bytes;
-    let rows: Vec<String> =
-        k.blocks.iter().map(|r| format!("{} with {} blocks", fmt_bytes(r.peak_bytes), r.blocks)).collect();
+    // Block counts whose peaks read the same are one figure ("2.25 GiB with 2 to 32 blocks").
+    let mut rows: Vec<String> = Vec::new();
+    let mut k0 = 0;
+    while k0 < k.blocks.len() {
+        let shown = fmt_bytes(k.blocks[k0].peak_bytes);
+        let mut k1 = k0;
+        while k1 + 1 < k.blocks.len() && fmt_bytes(k.blocks[k1 + 1].peak_bytes) == shown {
+            k1 += 1;
+        }
+        rows.push(if k1 == k0 {
+            format!("{shown} with {} blocks", k.blocks[k0].blocks)
+        } else {
+            format!("{shown} with {} to {} blocks", k.blocks[k0].blocks, k.blocks[k1].blocks)
+        });
+        k0 = k1 + 1;
+    }
     format!(
         "activations hold {} at the peak of {}; with the forward's activations \
          checkpointed in blocks of equal bytes (each block's freed when the block's forward ends and \

@@ -658,15 +658,18 @@ fn unlike_iterations(per: &[(u64, u64, u64)]) -> Option<String> {
             crate::model::units::fmt_bytes(steady.iter().map(|w| w.0).max().unwrap_or(0))
         ));
     }
-    if failing.0 > last.0 || failing.1.saturating_mul(50) > last.1.saturating_mul(51) {
-        return Some(format!(
-            "the iteration that failed asked for more than the last whole one (largest request {} against {}, {} \
-against {} in all)",
-            crate::model::units::fmt_bytes(failing.0),
-            crate::model::units::fmt_bytes(last.0),
-            crate::model::units::fmt_bytes(failing.1),
-            crate::model::units::fmt_bytes(last.1)
-        ));
+    let (larger_request, more_in_all) = (failing.0 > last.0, failing.1.saturating_mul(50) > last.1.saturating_mul(51));
+    if larger_request || more_in_all {
+        let b = crate::model::units::fmt_bytes;
+        // Each comparison said where it holds: a larger request with less in all is not "more".
+        let mut what = Vec::new();
+        if larger_request {
+            what.push(format!("made a larger request ({} against {})", b(failing.0), b(last.0)));
+        }
+        if more_in_all {
+            what.push(format!("asked for more in all ({} against {})", b(failing.1), b(last.1)));
+        }
+        return Some(format!("the iteration that failed {} than the last whole one", what.join(" and ")));
     }
     None
 }

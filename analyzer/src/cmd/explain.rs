@@ -252,6 +252,12 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
     let f = &r.figures;
     writeln!(out, "explain {}", terminal(&r.trace))?;
     writeln!(out, "settings {}", if r.alloc_conf.is_empty() { "(defaults)".into() } else { terminal(&r.alloc_conf) })?;
+    // The limit every figure and replay below is at, with where it came from.
+    writeln!(
+        out,
+        "limit    {}",
+        crate::model::Capacity { bytes: f.capacity_bytes, source: r.capacity_source, range: None }.text()
+    )?;
     if let Some(d) = &r.input_damage {
         writeln!(out, "partial input: {d}; everything below covers only what was read")?;
     }

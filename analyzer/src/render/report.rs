@@ -566,11 +566,18 @@ through the cuDNN workspaces that fail; none is proven to fit):"
             ));
         }
         if let Some(l) = &self.leaks {
-            d.push(Block::Heading(3, "Leaks".into()));
+            // A trace that stops at its failure ends there: what is live is what the job held when
+            // it failed, not what it leaked.
+            let at_failure = self.whatif.prediction.is_some();
+            d.push(Block::Heading(
+                3,
+                if at_failure { "Still live at the failure, and growth".into() } else { "Leaks".into() },
+            ));
             d.push(Block::Para(format!(
-                "{} allocations ({}) are still live at the end of the trace.",
+                "{} allocations ({}) are still live at the end of the trace{}.",
                 l.live_at_end_count,
-                fmt_bytes(l.live_at_end_bytes)
+                fmt_bytes(l.live_at_end_bytes),
+                if at_failure { ", where it failed: the job held them then, which is no leak by itself" } else { "" }
             )));
             if !l.live_at_end.is_empty() {
                 d.push(Block::Table(
@@ -585,10 +592,15 @@ through the cuDNN workspaces that fail; none is proven to fit):"
             match &l.growth {
                 Some(g) => {
                     d.push(Block::Para(format!(
-                        "Growth: {} live per iteration over {} iterations (iterations from {}).",
+                        "Growth: {} live per iteration over {} iterations (iterations from {}){}.",
                         crate::model::units::fmt_delta(g.per_iteration_bytes.round() as i64),
                         g.iterations(),
-                        g.source
+                        g.source,
+                        if g.iterations() < crate::analysis::leaks::MIN_STEADY_ITERATIONS {
+                            ": too few to tell growth from state made once"
+                        } else {
+                            ""
+                        }
                     )));
                     let growing: Vec<Vec<String>> = g
                         .sites
