@@ -1660,3 +1660,21 @@ fn frag_marks_private_pool_segments() {
     let pooled: Vec<&str> = text.lines().filter(|l| l.contains("private pool [0, 2]")).collect();
     assert!(pooled.iter().any(|l| l.contains("F 32.00 MiB")), "{text}");
 }
+
+/// Where a snapshot's limit was not recorded, a setting that fails at the least limit the trace
+/// allows but gets past the failure below the most it allows is "cannot tell", never "not
+/// advised": on a Hugging Face Trainer's snapshot (limit in [4.51, 4.90) GiB; the real one,
+/// 4.76 GiB, is in its name) `expandable_segments:True`, `max_split_size_mb:64` and `:128`
+/// completed the job in PyTorch, and were ruled out.
+#[test]
+fn an_unknown_limit_rules_out_no_setting_that_may_help_at_it() {
+    let hf = root().join("tests/fixtures/doctor/hf_trainer.5116002304.pickle");
+    let j = json_of(&["explain", "--json", hf.to_str().unwrap()], 0);
+    assert_eq!(j["capacity_source"], "inferred_limit");
+    let lines = |k: &str| j[k].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect::<Vec<_>>();
+    let (not_advised, cannot_tell) = (lines("not_advised"), lines("cannot_tell"));
+    for completed in ["expandable_segments:True", "max_split_size_mb:64", "max_split_size_mb:128"] {
+        assert!(!not_advised.iter().any(|l| l.contains(completed)), "{completed}: {not_advised:?}");
+        assert!(cannot_tell.iter().any(|l| l.contains(completed) && l.contains("--capacity")), "{cannot_tell:?}");
+    }
+}

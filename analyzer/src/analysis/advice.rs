@@ -129,12 +129,16 @@ pub struct SettingsAdvice {
 
 /// The setting and capacity advice for a replay that runs out of memory at the capacity
 /// compared (`capacity`, written `cap_text`). `fragmentation`: the verdict is fragmentation.
+/// `limits`: where the limit was not recorded, the range `[low, high)` the trace allows (the
+/// capacity compared is `low`): a setting that fails there but gets past the failure below
+/// `high` may help at the real limit, so it is "cannot tell", not "not advised".
 pub fn settings_at_oom(
     rows: &[PolicyRow],
     prediction: Option<&JobPrediction>,
     capacity: Option<u64>,
     cap_text: &str,
     fragmentation: bool,
+    limits: Option<(u64, u64)>,
 ) -> SettingsAdvice {
     let b = fmt_bytes;
     let mut out = SettingsAdvice::default();
@@ -210,7 +214,21 @@ hold",
         if !(expandable || fragmentation) || advised.as_deref() == Some(row_setting(r).as_str()) {
             continue;
         }
+        // Fails at the least limit the trace allows, yet gets past the failure under the most.
+        let within = limits
+            .zip(r.min_capacity_bytes)
+            .filter(|&((_, high), m)| r.decision == Decision::DoesNotHelp && m < high)
+            .map(|((_, high), m)| (m, high));
         let why = match (r.decision, r.reach) {
+            _ if within.is_some() => {
+                let (m, high) = within.expect("checked");
+                format!(
+                    "fails at {cap_text}, the least limit the trace allows, but gets past the failure from {} and the \
+limit was under {}: at the real limit it may help (give it with --capacity)",
+                    fmt_need(m),
+                    fmt_bytes(high)
+                )
+            }
             (Decision::DoesNotFit, _) => format!("the whole job, replayed at {cap_text}, runs out of memory"),
             (_, Reach::FailsEarlier) => format!("replayed at {cap_text}, fails earlier than the recorded run"),
             (Decision::CannotTell, _) => format!(
@@ -221,7 +239,7 @@ catch (a cuDNN workspace): a trace recorded under it would tell"
         };
         // Each one's smallest capacity is in the what-if table.
         let name = r.policy.to_string();
-        let unknown = r.decision == Decision::CannotTell;
+        let unknown = r.decision == Decision::CannotTell || within.is_some();
         match groups.iter_mut().find(|g| g.1 == why) {
             Some(g) => g.2.push(name),
             None => groups.push((unknown, why, vec![name])),

@@ -752,8 +752,20 @@ several times; `alloctrace whatif` searches them",
 
     // Made above where the verdict is fragmentation at an OOM.
     let experiments: Vec<Experiment> = grouped.into_iter().collect();
-    let crate::analysis::advice::SettingsAdvice { mut advice, worth_trying, mut not_advised, cannot_tell } =
-        advise(&figures, &verdict, &w.rows, w.prediction.as_ref(), &experiments, &top_sites, growth.as_ref(), is_oom);
+    let crate::analysis::advice::SettingsAdvice { mut advice, worth_trying, mut not_advised, cannot_tell } = advise(
+        &figures,
+        &verdict,
+        &w.rows,
+        w.prediction.as_ref(),
+        &experiments,
+        &top_sites,
+        growth.as_ref(),
+        is_oom,
+        {
+            // The limits the trace allows, where the limit was inferred as the least of them.
+            trace.default_capacity().range.filter(|_| result.capacity_source == CapacitySource::InferredLimit)
+        },
+    );
     // Never "free the weights": blocks alive from before the first iteration.
     if let Some(top) = top_sites.first() {
         let early = from_before_iterations.get(&top.site.label).copied().unwrap_or(0);
@@ -1272,6 +1284,7 @@ fn advise(
     top: &[SitePin],
     growth: Option<&Growth>,
     is_oom: bool,
+    limits: Option<(u64, u64)>,
 ) -> crate::analysis::advice::SettingsAdvice {
     let b = fmt_bytes;
     let cap_text = crate::model::units::fmt_limit(f.capacity_bytes);
@@ -1283,6 +1296,7 @@ fn advise(
             f.capacity_bytes,
             &cap_text,
             v.kind == VerdictKind::Fragmentation,
+            limits,
         )
     } else {
         Default::default()
