@@ -100,13 +100,13 @@ whose replay completes is not said to fit (cannot tell); run the step for real a
             out,
             "the trace ends in an out-of-memory error: each replay fails there, fails sooner, or gets past the request \
 that failed (the rest of the job is not in the trace); min capacity = smallest limit at which the replay gets past it \
-(2 MiB steps).",
+(2 MiB steps; rounded up, where peaks are rounded to the nearest).",
         )?;
     } else {
         note(
             out,
             "frag. = 1 - allocated / reserved at the OOM, else at peak reserved; min capacity = smallest limit at \
-which the run completes (2 MiB steps).",
+which the run completes (2 MiB steps; rounded up, where peaks are rounded to the nearest).",
         )?;
     }
     note(
