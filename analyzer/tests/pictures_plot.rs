@@ -23,22 +23,12 @@ fn same_trace_same_bytes_for_every_kind() {
     for trace in ["frag_oom.default.atrace", "gpt2_train.default.atrace"] {
         let path = shipped(trace);
         for (kind, stacked) in KINDS {
-            let (a, _) = analyzer::cmd::plot::plot(
-                &analyzer::model::Trace::open(&path).unwrap(),
-                kind,
-                At::Peak,
-                stacked,
-                XAxis::Time,
-            )
-            .expect("plot");
-            let (b, _) = analyzer::cmd::plot::plot(
-                &analyzer::model::Trace::open(&path).unwrap(),
-                kind,
-                At::Peak,
-                stacked,
-                XAxis::Time,
-            )
-            .expect("plot");
+            // Each run opens the trace afresh: nothing carries over from one to the next.
+            let draw = || {
+                let t = analyzer::model::Trace::open(&path).unwrap();
+                analyzer::cmd::plot::plot(&t, kind, At::Peak, stacked, XAxis::Time).expect("plot").0
+            };
+            let (a, b) = (draw(), draw());
             assert!(a == b, "{trace} {kind:?} stacked={stacked}: two runs differ");
         }
     }
