@@ -219,19 +219,16 @@ hold",
             .zip(r.min_capacity_bytes)
             .filter(|&((_, high), m)| r.decision == Decision::DoesNotHelp && m < high)
             .map(|((_, high), m)| (m, high));
-        let why = match (r.decision, r.reach) {
-            _ if within.is_some() => {
-                let (m, high) = within.expect("checked");
-                format!(
-                    "fails at {cap_text}, the least limit the trace allows, but gets past the failure from {} and the \
-limit was under {}: at the real limit it may help (give it with --capacity)",
-                    fmt_need(m),
-                    fmt_bytes(high)
-                )
-            }
-            (Decision::DoesNotFit, _) => format!("the whole job, replayed at {cap_text}, runs out of memory"),
-            (_, Reach::FailsEarlier) => format!("replayed at {cap_text}, fails earlier than the recorded run"),
-            (Decision::CannotTell, _) => format!(
+        let why = match (r.decision, r.reach, within) {
+            (_, _, Some((m, high))) => format!(
+                "fails at {cap_text}, the least limit the trace allows, but gets past the failure from {} and the limit \
+was under {}: at the real limit it may help (give it with --capacity)",
+                fmt_need(m),
+                fmt_bytes(high)
+            ),
+            (Decision::DoesNotFit, _, _) => format!("the whole job, replayed at {cap_text}, runs out of memory"),
+            (_, Reach::FailsEarlier, _) => format!("replayed at {cap_text}, fails earlier than the recorded run"),
+            (Decision::CannotTell, _, _) => format!(
                 "replayed at {cap_text}, each fails at a request the recorded run served, which the program may \
 catch (a cuDNN workspace): a trace recorded under it would tell"
             ),
@@ -339,11 +336,7 @@ recorded settings",
                 .filter(|(n, p)| !p.policy.is_recorded() && (*n as f64) < 0.9 * rec as f64)
                 .and_then(|(n, p)| rows.iter().find(|r| r.policy == p.policy).map(|r| (n, row_setting(r))));
             // Where the figures hold only if later iterations ask no more, the advice says so.
-            let alike = matches!(
-                policies.first().map(|q| p.outlook(q, None)),
-                Some(crate::analysis::outcome::Outlook::IfAlike(_))
-            );
-            let hedge = if alike { " if later iterations ask no more" } else { "" };
+            let hedge = if p.alike_unknown() { " if later iterations ask no more" } else { "" };
             Some(Advice {
                 kind: "capacity",
                 setting: setting.as_ref().map(|s| s.1.clone()),
