@@ -782,37 +782,6 @@ pub fn of_summary(trace: &Trace, always: bool) -> Result<Option<Categories>> {
     analyze(trace)
 }
 
-/// The text block of `summary`: bytes by category at the peak, and each category's most.
-pub fn write_text(out: &mut dyn std::io::Write, c: &Categories) -> Result<()> {
-    use crate::model::units::fmt_bytes;
-    let total = c.at_peak.total().max(1);
-    writeln!(
-        out,
-        "by category  at {} (event {}; phases from {}, {} forward passes):",
-        c.peak_words(),
-        c.peak_event,
-        phases_from_text(c.phases_from),
-        c.forward_passes
-    )?;
-    for cat in shown(c.max.unknown) {
-        writeln!(
-            out,
-            "  {:<16} {:>12} {:>5.1}%   most {:>12}",
-            cat.as_str(),
-            fmt_bytes(c.at_peak.get(cat)),
-            c.at_peak.get(cat) as f64 * 100.0 / total as f64,
-            fmt_bytes(c.max.get(cat))
-        )?;
-    }
-    if c.at_peak.unknown > 0 {
-        writeln!(out, "unknown: held when the trace ended in an out-of-memory error, made in the step it cut short")?;
-    }
-    if let Some(k) = &c.checkpointing {
-        writeln!(out, "checkpointing (an estimate): {}", checkpoint_text(k))?;
-    }
-    Ok(())
-}
-
 /// What activation checkpointing would do (what it assumes included), as a clause that callers
 /// introduce as an estimate.
 pub fn checkpoint_text(k: &CheckpointEstimate) -> String {

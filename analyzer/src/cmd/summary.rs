@@ -159,7 +159,7 @@ reserved; at most {} at once (event {}); {} at the end",
             writeln!(out, "note         {}", crate::model::escape::terminal(n))?;
         }
         if let Some(c) = &categories {
-            crate::analysis::category::write_text(out, c)?;
+            print_categories(out, c)?;
         }
     }
     if let Some(w) = scanned.damage_warning() {
@@ -167,4 +167,34 @@ reserved; at most {} at once (event {}); {} at the end",
         return Ok(exit::PARTIAL);
     }
     Ok(exit::OK)
+}
+
+/// The text block of `summary`: bytes by category at the peak, and each category's most.
+fn print_categories(out: &mut dyn Write, c: &crate::analysis::category::Categories) -> Result<()> {
+    let total = c.at_peak.total().max(1);
+    writeln!(
+        out,
+        "by category  at {} (event {}; phases from {}, {} forward passes):",
+        c.peak_words(),
+        c.peak_event,
+        crate::analysis::category::phases_from_text(c.phases_from),
+        c.forward_passes
+    )?;
+    for cat in crate::analysis::category::shown(c.max.unknown) {
+        writeln!(
+            out,
+            "  {:<16} {:>12} {:>5.1}%   most {:>12}",
+            cat.as_str(),
+            fmt_bytes(c.at_peak.get(cat)),
+            c.at_peak.get(cat) as f64 * 100.0 / total as f64,
+            fmt_bytes(c.max.get(cat))
+        )?;
+    }
+    if c.at_peak.unknown > 0 {
+        writeln!(out, "unknown: held when the trace ended in an out-of-memory error, made in the step it cut short")?;
+    }
+    if let Some(k) = &c.checkpointing {
+        writeln!(out, "checkpointing (an estimate): {}", crate::analysis::category::checkpoint_text(k))?;
+    }
+    Ok(())
 }
