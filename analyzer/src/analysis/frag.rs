@@ -83,6 +83,14 @@ fn is_default_pool(id: &[u64; 2]) -> bool {
 }
 
 impl SegmentMap {
+    /// The segment belongs to a private pool (a CUDA graph's, a MemPool's), whose free blocks
+    /// serve only that pool's requests.
+    pub fn in_private_pool(&self) -> bool {
+        !is_default_pool(&self.pool_id)
+    }
+}
+
+impl SegmentMap {
     pub fn of(s: &SegmentView) -> Self {
         let mut runs: Vec<BlockRun> = Vec::new();
         let (mut allocated, mut free, mut largest) = (0, 0, 0);

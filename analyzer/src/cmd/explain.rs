@@ -56,7 +56,7 @@ fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::
                 source => format!(
                     "explain {} (settings: {settings}; limit: {})",
                     r.trace,
-                    crate::model::Capacity { bytes: f.capacity_bytes, source, range: None }.text()
+                    crate::model::Capacity::of(f.capacity_bytes, source).text()
                 ),
             },
             "",
@@ -253,11 +253,7 @@ pub fn print_report(out: &mut dyn Write, r: &ExplainReport) -> std::io::Result<(
     writeln!(out, "explain {}", terminal(&r.trace))?;
     writeln!(out, "settings {}", if r.alloc_conf.is_empty() { "(defaults)".into() } else { terminal(&r.alloc_conf) })?;
     // The limit every figure and replay below is at, with where it came from.
-    writeln!(
-        out,
-        "limit    {}",
-        crate::model::Capacity { bytes: f.capacity_bytes, source: r.capacity_source, range: None }.text()
-    )?;
+    writeln!(out, "limit    {}", crate::model::Capacity::of(f.capacity_bytes, r.capacity_source).text())?;
     if let Some(d) = &r.input_damage {
         writeln!(out, "partial input: {d}; everything below covers only what was read")?;
     }

@@ -124,7 +124,7 @@ pub fn print_segment_map(
             if s.is_expandable { " expandable" } else { "" },
             // A private pool's free blocks serve only its own requests: the figures above
             // (largest free block overall) leave them out.
-            if s.pool_id != [0, 0] { format!(" private pool {:?}", s.pool_id) } else { String::new() },
+            if s.in_private_pool() { format!(" private pool {:?}", s.pool_id) } else { String::new() },
             times,
             block_runs(s),
             fmt_bytes(s.largest_free_bytes)
@@ -151,10 +151,7 @@ pub fn print_report(
         if r.alloc_conf.is_empty() { "the default settings" } else { &r.alloc_conf },
         match r.capacity_bytes {
             // The capacity as every command says it: with where it came from.
-            Some(_) => format!(
-                "capacity {}",
-                crate::model::Capacity { bytes: r.capacity_bytes, source: r.capacity_source, range: None }.text()
-            ),
+            Some(_) => format!("capacity {}", crate::model::Capacity::of(r.capacity_bytes, r.capacity_source).text()),
             None => crate::model::units::fmt_limit(None),
         },
         match &r.replay_outcome {
@@ -266,7 +263,7 @@ the largest free block is {}{}.",
         "segment map (A allocated, F free, P freed but pending stream work; xN = N equal blocks in a row), \
 largest free block overall {}{}:",
         fmt_bytes(lm.largest_free_bytes),
-        if m.segments.iter().any(|s| s.pool_id != [0, 0]) { " outside private pools" } else { "" }
+        if m.segments.iter().any(|s| s.in_private_pool()) { " outside private pools" } else { "" }
     )?;
     print_segment_map(out, &m.segments, max_segments, streams)?;
     if let Some(n) = streams.handles_note() {

@@ -26,7 +26,7 @@ pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()
         "  (the trace's release, or --torch-version)"
     };
     writeln!(out, "pytorch         {}'s allocator{release}", r.torch_version)?;
-    let capacity = crate::model::Capacity { bytes: r.capacity_bytes, source: r.capacity_source, range: None };
+    let capacity = crate::model::Capacity::of(r.capacity_bytes, r.capacity_source);
     writeln!(out, "capacity        {}", capacity.text())?;
     if let Some(n) = capacity.note() {
         writeln!(

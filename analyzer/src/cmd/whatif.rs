@@ -21,7 +21,7 @@ pub struct WhatifCmdOptions {
 
 pub fn print_table(out: &mut dyn Write, w: &Whatif) -> std::io::Result<()> {
     // The capacity as every command says it: with where it came from.
-    let capacity = crate::model::Capacity { bytes: w.capacity_bytes, source: w.capacity_source, range: None };
+    let capacity = crate::model::Capacity::of(w.capacity_bytes, w.capacity_source);
     let at = match w.capacity_bytes {
         Some(_) => format!("at capacity {}", capacity.text()),
         None => format!("with {}", crate::model::units::fmt_limit(None)),

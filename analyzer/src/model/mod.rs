@@ -104,6 +104,11 @@ impl Capacity {
         Capacity { bytes: Some(bytes), source: CapacitySource::Given, range: None }
     }
 
+    /// The capacity a result ran under, from its figures (its range is not kept with them).
+    pub fn of(bytes: Option<u64>, source: CapacitySource) -> Capacity {
+        Capacity { bytes, source, range: None }
+    }
+
     /// The capacity in a few words, as every command and document says it: "no limit", else
     /// its bytes and where they came from ("8.00 GiB (recorded)").
     pub fn text(&self) -> String {

@@ -208,10 +208,7 @@ impl Report {
                 "allocator settings".into(),
                 if e.alloc_conf.is_empty() { "(defaults)".into() } else { code(&e.alloc_conf) },
             ],
-            vec![
-                "capacity limit".into(),
-                crate::model::Capacity { bytes: e.capacity_bytes, source: e.capacity_source, range: None }.text(),
-            ],
+            vec!["capacity limit".into(), crate::model::Capacity::of(e.capacity_bytes, e.capacity_source).text()],
             vec!["trace source".into(), e.source.into()],
             vec!["written by".into(), format!("alloctrace {}", e.trace_tool_version)],
             vec!["report by".into(), format!("alloctrace {}", e.report_tool_version)],
@@ -852,7 +849,7 @@ fn ranks_blocks(rep: &crate::analysis::ranks::RanksReport) -> Vec<Block> {
                     fmt_ns(r.peak_allocated.time_ns)
                 ),
                 r.ooms.to_string(),
-                format!("{:.1}%", r.fragmentation_at_peak * 100.0),
+                crate::model::units::pct(r.fragmentation_at_peak),
                 (r.device_allocs + r.device_frees).to_string(),
                 match &r.iterations_from {
                     Some(from) => format!("{} ({from})", r.iterations),
