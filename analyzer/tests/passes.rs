@@ -73,3 +73,20 @@ fn report_makes_the_passes_it_names() {
         assert!(replays <= 24, "{trace}: {replays} replay passes besides the capacity search");
     }
 }
+
+/// `frag` (as its command runs it, at the moment that matters): one replay, and the bounds'
+/// fold beside it (the offline plan it compares with). The streams it names are the trace's
+/// own numbering, taken as the trace is read, with no pass of their own.
+#[test]
+fn frag_makes_one_replay_and_the_bounds_fold() {
+    use PassKind::{Fold, Replay};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let t = Trace::open(&root.join("traces/frag_oom.default.atrace")).unwrap();
+    analyzer::analysis::frag::analyze_where_it_matters(&t, None).unwrap();
+    let mut named = BTreeMap::new();
+    for p in t.passes() {
+        *named.entry((p.kind, p.by)).or_insert(0) += 1;
+    }
+    let held: BTreeMap<(PassKind, &str), usize> = [((Fold, "whatif"), 1), ((Replay, "frag"), 1)].into_iter().collect();
+    assert_eq!(named, held);
+}

@@ -259,8 +259,14 @@ fn watch_and_finish(
     peak_unless_oom: bool,
     bounds: Option<&whatif::Bounds>,
 ) -> Result<FragReport> {
-    let result =
-        replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, _| watch.observe(trace, i, r, view))?;
+    // The bounds, where the caller has none, are a fold of their own: beside the replay.
+    let (result, computed) = crate::replay::join_within(
+        trace,
+        || replay_observed(trace, &ReplayOptions::default(), &mut |i, r, view, _| watch.observe(trace, i, r, view)),
+        || bounds.is_none().then(|| whatif::bounds(trace, &trace.header.config)).transpose(),
+    );
+    let (result, computed) = (result?, computed?);
+    let bounds = bounds.or(computed.as_ref());
     if peak_unless_oom && !result.is_oom() {
         watch = watch.at_peak();
     }

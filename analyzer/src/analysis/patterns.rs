@@ -203,7 +203,6 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
     if trace.facts.waited_frees == 0 {
         return Ok(None);
     }
-    let mut stream_names = crate::model::streams::StreamNames::default();
     let mut size: crate::model::ids::IdMap<(u64, u64, bool)> = Default::default(); // id -> (stream, bytes, free asked)
     let mut held: crate::model::ids::IdMap<(u64, u64)> = Default::default();
     let (mut held_bytes, mut live, mut reserved) = (0u64, 0u64, 0u64);
@@ -224,9 +223,6 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
     // record comes between.
     let mut asked: Option<u64> = None;
     trace.scan(|i, r| {
-        if let Some(s) = crate::model::streams::stream_of(&r.event) {
-            stream_names.observe(s);
-        }
         if let Some(id) = asked.take() {
             if !matches!(r.event, Event::FreeCompleted { id: done, .. } if done == id) {
                 if let Some(&(stream, b, _)) = size.get(&id) {
@@ -295,7 +291,7 @@ pub fn held_for_streams(trace: &Trace) -> Result<Option<HeldForStreams>> {
         return Ok(None);
     };
     // Every stream the trace names, numbered in the order it first uses them.
-    best.stream_names = stream_names;
+    best.stream_names = trace.facts.streams.clone();
     best.peak_reserved_bytes = peak_reserved;
     best.held_at_peak_reserved_bytes = held_at_peak_reserved;
     // The blocks held at the peak, by the stream that allocated them (summed exactly, then

@@ -290,12 +290,7 @@ pub fn run(opts: &FragCmdOptions, out: &mut dyn Write) -> Result<i32> {
     if opts.json {
         write_json(out, &r)?;
     } else {
-        print_report(
-            &mut crate::model::wrap::ScreenWriter::new(out),
-            &r,
-            opts.max_segments,
-            &crate::model::streams::StreamNames::of_trace(&trace)?,
-        )?;
+        print_report(&mut crate::model::wrap::ScreenWriter::new(out), &r, opts.max_segments, &trace.facts.streams)?;
     }
     if let Some(w) = &r.input_damage {
         crate::model::escape::warn(w);

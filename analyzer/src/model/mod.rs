@@ -291,6 +291,9 @@ pub struct Facts {
     /// next record (PyTorch records both under one lock when no other stream used the block).
     /// None waited in a trace where this is 0: no block was held back for another stream.
     pub waited_frees: u64,
+    /// The streams the trace's allocations, segments and OOMs name, numbered in the order it
+    /// first uses them: every output names a stream by this numbering ([`streams`]).
+    pub streams: streams::StreamNames,
 }
 
 /// Whether a trace whose last request is `last_request` went on after the recorded OOM at
@@ -326,6 +329,8 @@ struct FactsFold {
     peak_reserved: u64,
     /// The block whose free the previous record asked for.
     asked: Option<u64>,
+    /// The stream of the previous record that named one (most records name the stream before).
+    last_stream: Option<u64>,
 }
 
 impl FactsFold {
@@ -336,6 +341,10 @@ impl FactsFold {
             if !matches!(r.event, Event::FreeCompleted { id: done, .. } if done == id) {
                 p.waited_frees += 1;
             }
+        }
+        if let Some(s) = streams::stream_of(&r.event).filter(|&s| self.last_stream != Some(s)) {
+            self.last_stream = Some(s);
+            p.streams.observe(s);
         }
         match &r.event {
             Event::Mark { .. } => p.iterations.observe(i, &r.event),

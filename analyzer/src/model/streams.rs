@@ -4,8 +4,6 @@
 //! such as 1167922496) means nothing to a reader and differs from run to run: it is given once,
 //! in a note beside the names ([`StreamNames::handles_note`]).
 
-use crate::model::Trace;
-use anyhow::Result;
 use recorder::trace::Event;
 
 /// The name of the stream numbered `n` (0 is the default stream).
@@ -40,17 +38,6 @@ impl StreamNames {
                 self.side.len()
             }
         }
-    }
-
-    /// The streams the trace's allocations and segments name, in the order it first uses them.
-    pub fn of_trace(trace: &Trace) -> Result<StreamNames> {
-        let mut names = StreamNames::default();
-        trace.scan(|_, r| {
-            if let Some(s) = stream_of(&r.event) {
-                names.observe(s);
-            }
-        })?;
-        Ok(names)
     }
 
     /// The number of `handle`, if the trace uses it.

@@ -120,8 +120,8 @@ pub fn export(trace: &Trace, out: &mut dyn Write, opts: &PerfettoOptions) -> Res
     let mut stats = PerfettoStats::default();
 
     // Streams are numbered in the order the trace first names them (an OOM's included), as in
-    // every other output: each record's stream is observed before its bytes are counted.
-    let names = std::cell::RefCell::new(crate::model::streams::StreamNames::default());
+    // every other output: the trace's own numbering ([`crate::model::Facts::streams`]).
+    let names = &trace.facts.streams;
     // Per-stream tracks for at most MAX_STREAM_TRACKS streams: past that (a trace that names a
     // new stream at every allocation) only the all-streams tracks are written.
     let mut too_many_streams = false;
@@ -135,7 +135,7 @@ pub fn export(trace: &Trace, out: &mut dyn Write, opts: &PerfettoOptions) -> Res
             return None;
         }
         // The one naming of streams (crate::model::streams), as in every other output.
-        let name = crate::model::streams::stream_name(names.borrow_mut().observe(handle));
+        let name = names.name(handle);
         streams.push(Track::new(name, handle, buckets));
         stream_index.insert(handle, streams.len() - 1);
         Some(streams.len() - 1)
@@ -157,9 +157,6 @@ pub fn export(trace: &Trace, out: &mut dyn Write, opts: &PerfettoOptions) -> Res
             }
         }
         last_t = last_t.max(t);
-        if let Some(handle) = crate::model::streams::stream_of(&r.event) {
-            names.borrow_mut().observe(handle);
-        }
         // (stream, series, +bytes or -bytes)
         let mut change = |stream: u64, deltas: &[(usize, i128)], streams: &mut Vec<Track>| {
             let s = stream_of(stream, streams);
