@@ -34,7 +34,7 @@ use crate::replay::{replay, replay_observed, EngineView, LiveMap, Outcome, Reach
 use anyhow::{Context, Result};
 use recorder::trace::{Event, Record, Source, TraceWriter};
 use serde::Serialize;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// The figures of the moment.
 #[derive(Debug, Clone, Serialize)]
@@ -195,6 +195,9 @@ struct Capture {
     held: Held,
     /// Live blocks made before the first iteration (model weights, buffers), by site label.
     from_before_iterations: HashMap<String, u64>,
+    /// The allocations the program still held: made and not freed (the free neither asked for
+    /// nor completed). The reordering experiment ([`group_long_lived`]) moves these ahead.
+    held_ids: crate::model::ids::IdSet,
 }
 
 /// Options of [`explain_with`].
@@ -375,6 +378,12 @@ pub struct ExplainWatch {
     /// Live trace ids -> call site id, and those made before the first iteration.
     callsite_of: crate::model::ids::CallsiteOf,
     early: crate::model::ids::IdSet,
+    /// Live allocations whose free the program asked for (not yet completed, or completed and
+    /// held back by the replay): with `asked_last`, the last one asked, which is nearly always
+    /// completed by the next record (kept apart from the set, so that such a free costs no
+    /// insertion).
+    asked: crate::model::ids::IdSet,
+    asked_last: Option<u64>,
     at_oom: Option<Capture>,
     at_peak: Option<Capture>,
     peak_event: Option<u64>,
@@ -402,6 +411,8 @@ impl ExplainWatch {
             peak_at,
             callsite_of: Default::default(),
             early: Default::default(),
+            asked: Default::default(),
+            asked_last: None,
             at_oom: None,
             at_peak: None,
             peak_event: None,
@@ -429,6 +440,7 @@ impl ExplainWatch {
     pub fn replayed(mut self) -> Self {
         self.callsite_of = Default::default();
         self.early = Default::default();
+        self.asked = Default::default();
         self
     }
 
@@ -444,10 +456,29 @@ impl ExplainWatch {
                 if self.first_iteration.is_some_and(|f| i < f) {
                     self.early.insert(*id);
                 }
+                // An id used again is a new allocation.
+                if !self.asked.is_empty() {
+                    self.asked.remove(id);
+                }
+            }
+            Event::FreeRequested { id, .. } => {
+                if let Some(before) = self.asked_last.replace(*id) {
+                    self.asked.insert(before);
+                }
             }
             Event::FreeCompleted { id, .. } => {
                 self.callsite_of.free(*id);
                 self.early.remove(id);
+                if self.asked_last == Some(*id) {
+                    self.asked_last = None;
+                } else if !self.asked.is_empty() {
+                    self.asked.remove(id);
+                }
+                // A completion the replay holds back (it frees the block later): freed for the
+                // program all the same.
+                if live.contains_key(id) {
+                    self.asked.insert(*id);
+                }
             }
             _ => {}
         }
@@ -475,8 +506,11 @@ impl ExplainWatch {
         for id in live.keys().filter(|id| self.early.contains(id)) {
             *from_before_iterations.entry(sites.label(site(id)).to_string()).or_default() += 1;
         }
+        let held_ids =
+            live.keys().copied().filter(|id| !self.asked.contains(id) && self.asked_last != Some(*id)).collect();
         Capture {
             from_before_iterations,
+            held_ids,
             event: i,
             time_ns: r.time_ns,
             held: Held {
@@ -567,6 +601,7 @@ pub fn explain_prelude(
         time_ns: 0,
         held: Held { event: 0, segments: Vec::new(), site_of_block: HashMap::new() },
         from_before_iterations: HashMap::new(),
+        held_ids: Default::default(),
     });
     let lm = LayoutMeasures::of(&cap.held.segments);
     let capacity = result.capacity_bytes;
@@ -626,8 +661,11 @@ memory its note names), so this does not say the step fits; {}",
         );
     }
     // The reordering experiment answers fragmentation at an OOM only.
-    let grouped =
-        if is_oom && verdict.kind == VerdictKind::Fragmentation { group_long_lived(trace, cap.event)? } else { None };
+    let grouped = if is_oom && verdict.kind == VerdictKind::Fragmentation {
+        group_long_lived(trace, cap.event, &cap.held_ids)?
+    } else {
+        None
+    };
     // An unknown limit is never a confident verdict: with the range of limits the trace allows,
     // the verdict at each (see [`verdict_by_limit`]); otherwise it holds only at the limit assumed.
     let range = trace.default_capacity().range.filter(|_| result.capacity_source == CapacitySource::InferredLimit);
@@ -1168,26 +1206,11 @@ PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See do
 
 /// Replays the code change "allocate the tensors still live at `oom_event` before the
 /// temporaries": each maximal run of consecutive allocations (no free in between) before the
-/// OOM is reordered so that the allocations still live at the OOM come first. Live bytes at
+/// OOM is reordered so that the allocations still live at the OOM (`live`: made and not freed,
+/// as the replay that failed there saw them, [`Capture::held_ids`]) come first. Live bytes at
 /// the end of each run are unchanged, so the peak of live bytes is too. The replay does not
 /// reuse recorded addresses (the order differs). `None` when no run has both kinds.
-pub fn group_long_lived(trace: &Trace, oom_event: u64) -> Result<Option<Experiment>> {
-    // Which allocations are still live at the OOM.
-    let mut live: HashSet<u64> = HashSet::new();
-    trace.scan(|i, r| {
-        if i >= oom_event {
-            return;
-        }
-        match &r.event {
-            Event::Alloc { id, .. } => {
-                live.insert(*id);
-            }
-            Event::FreeCompleted { id, .. } | Event::FreeRequested { id, .. } => {
-                live.remove(id);
-            }
-            _ => {}
-        }
-    })?;
+fn group_long_lived(trace: &Trace, oom_event: u64, live: &crate::model::ids::IdSet) -> Result<Option<Experiment>> {
     let mut h = trace.header.clone();
     h.source = Source::Simulated;
     h.notes.push("experiment: allocations live at the OOM moved ahead of the temporaries of their run".into());
@@ -1202,7 +1225,11 @@ pub fn group_long_lived(trace: &Trace, oom_event: u64) -> Result<Option<Experime
     } else {
         let temp =
             tempfile::Builder::new().prefix("alloctrace-grouped-").suffix(".atrace").tempfile()?.into_temp_path();
-        let w = TraceWriter::create(&temp, &h).with_context(|| format!("cannot write {}", temp.display()))?;
+        let mut w = TraceWriter::create(&temp, &h).with_context(|| format!("cannot write {}", temp.display()))?;
+        // Read once, by the replay just after: written fast (zstd level 1, as a live recorder
+        // writes), its chunks compressed beside the reordering where a thread can start.
+        w.set_compression_level(1);
+        let _ = w.compress_in_background();
         Out::File(Box::new(w), temp)
     };
     let mut failed: Option<recorder::trace::TraceError> = None;
@@ -1488,5 +1515,62 @@ fn order_advice(advice: &mut [Advice], verdict: VerdictKind) {
         advice.sort_by_key(|a| a.kind == "capacity");
     } else {
         advice.sort_by_key(|a| (!a.proven, a.kind == "capacity"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The allocations the program held at an OOM, as the replay's watch takes them, are those
+    /// the trace itself holds there: made before the failure, and neither freed nor asked to be.
+    /// (The reordering experiment read them in a pass of its own before.)
+    #[test]
+    fn held_at_the_oom_as_the_trace_holds_them() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut checked = 0;
+        let mut paths: Vec<std::path::PathBuf> = std::fs::read_dir(root.join("traces"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "atrace"))
+            .collect();
+        paths.push(root.join("traces/large/mixed_sizes_big.default.atrace"));
+        // Real runs at 0.9x their peak: OOMs with frees that waited for another stream, caught
+        // cuDNN workspace OOMs, batches of every length.
+        for name in ["two_streams", "amp_adamw", "varlen_train", "empty_cache_loop"] {
+            paths.push(root.join(format!("tests/fixtures/truth/{name}.default.0.90.atrace")));
+        }
+        paths.push(root.join("tests/fixtures/truth/oom_catch.default.atrace"));
+        for path in paths.into_iter().filter(|p| p.exists()) {
+            let trace = Trace::open(&path).unwrap();
+            let mut w = ExplainWatch::new(&trace, first_iteration(&trace), None);
+            replay_observed(&trace, &ReplayOptions::default(), &mut |i, r, view, live| {
+                w.observe(&trace, i, r, view, live)
+            })
+            .unwrap();
+            let Some(at) = w.at_oom.as_ref() else { continue };
+            let mut held = std::collections::HashSet::new();
+            trace
+                .scan(|i, r| {
+                    if i >= at.event {
+                        return;
+                    }
+                    match &r.event {
+                        Event::Alloc { id, .. } => {
+                            held.insert(*id);
+                        }
+                        Event::FreeCompleted { id, .. } | Event::FreeRequested { id, .. } => {
+                            held.remove(id);
+                        }
+                        _ => {}
+                    }
+                })
+                .unwrap();
+            let taken: std::collections::HashSet<u64> = at.held_ids.iter().copied().collect();
+            assert_eq!(taken, held, "{}", path.display());
+            assert!(!held.is_empty(), "{}", path.display());
+            checked += 1;
+        }
+        assert!(checked >= 6, "{checked} traces with an OOM");
     }
 }
