@@ -213,15 +213,27 @@ struct Pass1<'a> {
 }
 
 fn pass1(trace: &Trace) -> Result<Pass1<'_>> {
-    let mut p = Pass1 {
-        sites: &trace.facts.sites,
-        live: Default::default(),
-        signatures: Vec::new(),
-        events: 0,
-        last_time_ns: 0,
-        damage: None,
-    };
-    let scanned = trace.scan(|i, r| {
+    let mut p = Pass1::new(trace);
+    let scanned = trace.scan(|i, r| p.observe(i, r))?;
+    p.events = scanned.events;
+    Ok(p)
+}
+
+impl<'a> Pass1<'a> {
+    fn new(trace: &'a Trace) -> Pass1<'a> {
+        Pass1 {
+            sites: &trace.facts.sites,
+            live: Default::default(),
+            signatures: Vec::new(),
+            events: 0,
+            last_time_ns: 0,
+            damage: trace.damage(),
+        }
+    }
+
+    #[inline]
+    fn observe(&mut self, i: u64, r: &Record) {
+        let p = self;
         p.last_time_ns = r.time_ns;
         match &r.event {
             Event::Alloc { id, requested_bytes, callsite, .. } => {
@@ -249,11 +261,26 @@ fn pass1(trace: &Trace) -> Result<Pass1<'_>> {
             | Event::Dropped { .. }
             | Event::SegmentPool { .. } => {}
         }
-    })?;
-    p.events = scanned.events;
-    p.damage = trace.damage();
-    let _ = scanned;
-    Ok(p)
+    }
+}
+
+/// [`fold`]'s first pass, for a pass over the records that carries other folds too: feed it
+/// every record, then [`LeaksFold::finish`].
+pub struct LeaksFold<'a>(Pass1<'a>);
+
+impl<'a> LeaksFold<'a> {
+    pub fn new(trace: &'a Trace) -> Self {
+        LeaksFold(Pass1::new(trace))
+    }
+    #[inline]
+    pub fn observe(&mut self, i: u64, r: &Record) {
+        self.0.observe(i, r)
+    }
+    /// The folds, after `events` records (the growth's pass, where the trace has iterations).
+    pub fn finish(mut self, trace: &Trace, events: u64) -> Result<LeaksFolds> {
+        self.0.events = events;
+        folds_of(trace, self.0)
+    }
 }
 
 /// The period of a signature sequence and where it starts repeating: `(period, start)`.
@@ -877,7 +904,10 @@ pub struct LeaksFolds {
 }
 
 pub fn fold(trace: &Trace) -> Result<LeaksFolds> {
-    let p = pass1(trace)?;
+    folds_of(trace, pass1(trace)?)
+}
+
+fn folds_of(trace: &Trace, p: Pass1<'_>) -> Result<LeaksFolds> {
     let (growth, growth_note) = match boundaries(&trace.facts.iterations, &p) {
         (Some((source, b)), _) => (Some(self::growth(trace, &p, source, b)?), None),
         (None, note) => (None, note),

@@ -90,90 +90,115 @@ pub fn timeline_foldable(trace: &Trace) -> bool {
 
 /// Folds the counters the trace records; `None` where it cannot ([`timeline_foldable`]).
 pub fn timeline_recorded(trace: &Trace, x: XAxis, columns: usize) -> Result<Option<TimelineData>> {
-    if !timeline_foldable(trace) {
-        return Ok(None);
+    let Some(mut fold) = TimelineFold::new(trace, x, columns) else { return Ok(None) };
+    let scanned = trace.scan(|i, r| fold.observe(i, r))?;
+    Ok(Some(fold.finish(trace, scanned.events)))
+}
+
+/// The fold of [`timeline_recorded`], for a pass that carries other folds too.
+pub struct TimelineFold {
+    x: XAxis,
+    tl: Timeline,
+    /// Allocated, reserved, active and requested bytes.
+    now: [u64; 4],
+    /// id -> (block bytes, requested bytes, free requested)
+    live: crate::model::ids::IdMap<(u64, u64, bool)>,
+    peak_r: (u64, u64),
+    peak_a: (u64, u64),
+    ooms: Vec<(u64, u64)>,
+    marks: Vec<(u64, String)>,
+}
+
+impl TimelineFold {
+    /// `None` where the trace's records do not hold the counters ([`timeline_foldable`]).
+    pub fn new(trace: &Trace, x: XAxis, columns: usize) -> Option<TimelineFold> {
+        timeline_foldable(trace).then(|| TimelineFold {
+            x,
+            tl: Timeline::new(&["allocated", "reserved", "active", "requested"], columns, Mode::Envelope),
+            now: [0; 4],
+            live: Default::default(),
+            peak_r: (0, 0),
+            peak_a: (0, 0),
+            ooms: Vec::new(),
+            marks: Vec::new(),
+        })
     }
-    let header = &trace.header;
-    let path = &trace.path;
-    let mut tl = Timeline::new(&["allocated", "reserved", "active", "requested"], columns, Mode::Envelope);
-    let (mut allocated, mut reserved, mut active, mut requested) = (0u64, 0u64, 0u64, 0u64);
-    // id -> (block bytes, requested bytes, free requested)
-    let mut live: crate::model::ids::IdMap<(u64, u64, bool)> = Default::default();
-    let (mut peak_r, mut peak_a) = ((0u64, 0u64), (0u64, 0u64));
-    let mut ooms = Vec::new();
-    let mut marks = Vec::new();
-    let scanned = trace.scan_chunks(|first, chunk| {
-        for (k, r) in chunk.iter().enumerate() {
-            let i = first + k as u64;
-            let xv = x_of(x, i, r.time_ns);
-            match &r.event {
-                Event::Alloc { id, requested_bytes, block_bytes, .. } => {
-                    live.insert(*id, (*block_bytes, *requested_bytes, false));
-                    // Saturating: hostile sizes near 2^64 must not wrap.
-                    allocated = allocated.saturating_add(*block_bytes);
-                    active = active.saturating_add(*block_bytes);
-                    requested = requested.saturating_add(*requested_bytes);
-                }
-                Event::FreeRequested { id, .. } => {
-                    if let Some(b) = live.get_mut(id) {
-                        if !b.2 {
-                            b.2 = true;
-                            allocated = allocated.saturating_sub(b.0);
-                        }
+
+    #[inline]
+    pub fn observe(&mut self, i: u64, r: &Record) {
+        let [allocated, reserved, active, requested] = &mut self.now;
+        let xv = x_of(self.x, i, r.time_ns);
+        match &r.event {
+            Event::Alloc { id, requested_bytes, block_bytes, .. } => {
+                self.live.insert(*id, (*block_bytes, *requested_bytes, false));
+                // Saturating: hostile sizes near 2^64 must not wrap.
+                *allocated = allocated.saturating_add(*block_bytes);
+                *active = active.saturating_add(*block_bytes);
+                *requested = requested.saturating_add(*requested_bytes);
+            }
+            Event::FreeRequested { id, .. } => {
+                if let Some(b) = self.live.get_mut(id) {
+                    if !b.2 {
+                        b.2 = true;
+                        *allocated = allocated.saturating_sub(b.0);
                     }
                 }
-                Event::FreeCompleted { id, .. } => {
-                    if let Some((block, req, freed)) = live.remove(id) {
-                        if !freed {
-                            allocated = allocated.saturating_sub(block);
-                        }
-                        active = active.saturating_sub(block);
-                        requested = requested.saturating_sub(req);
+            }
+            Event::FreeCompleted { id, .. } => {
+                if let Some((block, req, freed)) = self.live.remove(id) {
+                    if !freed {
+                        *allocated = allocated.saturating_sub(block);
                     }
+                    *active = active.saturating_sub(block);
+                    *requested = requested.saturating_sub(req);
                 }
-                Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
-                    reserved = reserved.saturating_add(*bytes);
-                }
-                Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
-                    reserved = reserved.saturating_sub(*bytes)
-                }
-                Event::Oom { requested_bytes, .. } => ooms.push((xv, *requested_bytes)),
-                Event::Mark { kind, text } => {
-                    if let Some(label) = mark_label(*kind, text) {
-                        marks.push((xv, label));
-                    }
-                }
-                Event::Split { .. }
-                | Event::Merge { .. }
-                | Event::CacheRelease { .. }
-                | Event::CallSite { .. }
-                | Event::Snapshot { .. }
-                | Event::DeviceMemInfo { .. }
-                | Event::Dropped { .. }
-                | Event::SegmentPool { .. } => {}
             }
-            tl.push(xv, &[allocated as f64, reserved as f64, active as f64, requested as f64]);
-            if reserved > peak_r.1 {
-                peak_r = (xv, reserved);
+            Event::SegmentAlloc { bytes, .. } | Event::SegmentMap { bytes, .. } => {
+                *reserved = reserved.saturating_add(*bytes);
             }
-            if allocated > peak_a.1 {
-                peak_a = (xv, allocated);
+            Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
+                *reserved = reserved.saturating_sub(*bytes)
             }
+            Event::Oom { requested_bytes, .. } => self.ooms.push((xv, *requested_bytes)),
+            Event::Mark { kind, text } => {
+                if let Some(label) = mark_label(*kind, text) {
+                    self.marks.push((xv, label));
+                }
+            }
+            Event::Split { .. }
+            | Event::Merge { .. }
+            | Event::CacheRelease { .. }
+            | Event::CallSite { .. }
+            | Event::Snapshot { .. }
+            | Event::DeviceMemInfo { .. }
+            | Event::Dropped { .. }
+            | Event::SegmentPool { .. } => {}
         }
-        std::ops::ControlFlow::Continue(())
-    })?;
-    Ok(Some(TimelineData {
-        trace: trace_name(path),
-        device: device_text(header),
-        x,
-        series: tl.finish(),
-        peak_reserved: peak_r,
-        peak_allocated: peak_a,
-        ooms,
-        marks,
-        capacity_bytes: trace.stated_capacity(),
-        events: scanned.events,
-    }))
+        let (allocated, reserved) = (*allocated, *reserved);
+        self.tl.push(xv, &self.now.map(|v| v as f64));
+        if reserved > self.peak_r.1 {
+            self.peak_r = (xv, reserved);
+        }
+        if allocated > self.peak_a.1 {
+            self.peak_a = (xv, allocated);
+        }
+    }
+
+    /// The picture's data, after `events` records.
+    pub fn finish(self, trace: &Trace, events: u64) -> TimelineData {
+        TimelineData {
+            trace: trace_name(&trace.path),
+            device: device_text(&trace.header),
+            x: self.x,
+            series: self.tl.finish(),
+            peak_reserved: self.peak_r,
+            peak_allocated: self.peak_a,
+            ooms: self.ooms,
+            marks: self.marks,
+            capacity_bytes: trace.stated_capacity(),
+            events,
+        }
+    }
 }
 
 /// The label of a mark on a timeline, or `None` for marks left out.
@@ -284,6 +309,17 @@ pub fn stacked_data(trace: &Trace, x: XAxis, columns: usize) -> Result<StackedDa
     // Pass 1: sites, and each site's peak of live requested bytes.
     let mut fold = crate::model::sites::LiveBySite::new(&trace.facts.sites);
     trace.scan(|_, r| fold.observe(&r.event))?;
+    stacked_data_from(trace, x, columns, fold)
+}
+
+/// [`stacked_data`]'s second pass, from its first (`fold`, made over every record of `trace`,
+/// maybe in a pass that carried other folds too).
+pub fn stacked_data_from(
+    trace: &Trace,
+    x: XAxis,
+    columns: usize,
+    fold: crate::model::sites::LiveBySite<'_>,
+) -> Result<StackedData> {
     let crate::model::sites::LiveBySite { sites, most: max, .. } = fold;
     let has_callsites = sites.any_defined();
     let labels: Vec<&str> = sites.sites.iter().map(|s| s.label.as_str()).collect();

@@ -305,21 +305,40 @@ pub fn build<P: Painter>(trace: &Trace, opts: &ReportOptions, painter: &P) -> Re
             )
         },
         || -> Result<Folded<P::Picture>> {
-            // Live bytes by call site are drawn only where the trace names call sites.
-            let callsites = trace.summary.count("callsite") > 0;
-            let timeline = picture::timeline_recorded(trace, XAxis::Time, picture::COLUMNS)?
-                .map(|tl| drawn(painter, PictureData::Timeline(&tl)));
+            // One pass carries the folds of the records: memory over time where the records
+            // hold its counters, the first pass of live bytes by call site (drawn only where
+            // the trace names call sites), and `leaks`' folds where the table does not call the
+            // analyses of the recorded run beside its searches (which make them there).
+            let mut timeline = picture::TimelineFold::new(trace, XAxis::Time, picture::COLUMNS);
+            let mut by_site =
+                (trace.summary.count("callsite") > 0).then(|| crate::model::sites::LiveBySite::new(&trace.facts.sites));
+            let mut leaks = (!search).then(|| crate::analysis::leaks::LeaksFold::new(trace));
+            let mut events = 0;
+            if timeline.is_some() || by_site.is_some() || leaks.is_some() {
+                events = trace
+                    .scan(|i, r| {
+                        if let Some(f) = timeline.as_mut() {
+                            f.observe(i, r);
+                        }
+                        if let Some(f) = by_site.as_mut() {
+                            f.observe(&r.event);
+                        }
+                        if let Some(f) = leaks.as_mut() {
+                            f.observe(i, r);
+                        }
+                    })?
+                    .events;
+            }
+            let timeline = timeline.map(|f| drawn(painter, PictureData::Timeline(&f.finish(trace, events))));
             let stacked =
-                if callsites { Some(picture::stacked_data(trace, XAxis::Time, picture::COLUMNS)?) } else { None };
+                by_site.map(|f| picture::stacked_data_from(trace, XAxis::Time, picture::COLUMNS, f)).transpose()?;
             Ok((
                 timeline.transpose()?,
                 stacked
                     .filter(|st| st.has_callsites)
                     .map(|st| drawn(painter, PictureData::Callsites(&st)))
                     .transpose()?,
-                // `leaks`' folds of the records, where the table does not call the analyses of
-                // the recorded run beside its searches (which make them there).
-                (!search).then(|| crate::analysis::leaks::fold(trace)),
+                leaks.map(|f| f.finish(trace, events)),
             ))
         },
     );

@@ -323,10 +323,12 @@ fn whatif_inner<T: Send>(
     bar: &indicatif::ProgressBar,
     observing: Option<Observing<'_, T>>,
 ) -> Result<Table<T>> {
-    let bounds = bounds(trace, &trace.header.config)?;
+    // The bounds are a fold of their own: the capacity search needs them first (its lower bound
+    // and floor); a table without a search folds them beside its replays.
+    let searched_bounds = opts.search_capacity.then(|| bounds(trace, &trace.header.config)).transpose()?;
     // garbage_collection_threshold acts only under a memory fraction.
     let list = policies(&trace.header.config, crate::analysis::outcome::memory_fraction(trace, opts.capacity.bytes));
-    let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { 16 };
+    let max_probes = if trace.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { 16 };
     bar.set_length(list.len() as u64 * if opts.search_capacity { 1 + max_probes as u64 } else { 1 });
     let given = opts.capacity.bytes.filter(|_| opts.capacity.source == crate::model::CapacitySource::Given);
     let at_cap_options = |config: &AllocatorConfig| ReplayOptions {
@@ -341,7 +343,8 @@ fn whatif_inner<T: Send>(
     // request reaches) are replayed once:
     // each row names the row it is replayed with, and that replay observes every state of its
     // group.
-    let same_as = same_runs(&list, bounds.largest_request_bytes);
+    let largest_request_bytes = trace.facts.largest_request_bytes;
+    let same_as = same_runs(&list, largest_request_bytes);
     let replays = Rows {
         names: list.iter().map(|(p, _)| p.name().to_string()).collect(),
         replayed_by: (0..list.len()).map(|k| same_as[k].unwrap_or(k)).collect(),
@@ -360,7 +363,7 @@ fn whatif_inner<T: Send>(
         if let Some((_, _, ready)) = observing {
             for (m, st) in sts.iter_mut() {
                 if let Some(st) = st.as_mut() {
-                    ready(*m, st, r, &bounds, &replays)
+                    ready(*m, st, r, searched_bounds.as_ref().expect("bounds are folded first for a search"), &replays)
                 }
             }
         }
@@ -374,7 +377,7 @@ fn whatif_inner<T: Send>(
             }
         };
     // Without a search: every policy at the capacity, from one read of the trace.
-    let done: Vec<GroupRun<T>> = if !opts.search_capacity {
+    let (done, bounds): (Vec<GroupRun<T>>, Bounds) = if !opts.search_capacity {
         let mut states: Vec<Vec<(usize, Option<T>)>> =
             groups.iter().map(|(k, members)| states_of(*k, members)).collect();
         let runs: Vec<(ReplayOptions, Box<crate::replay::Observer<'_>>)> = groups
@@ -387,10 +390,21 @@ fn whatif_inner<T: Send>(
                 (at_cap_options(&list[*k].1), observer)
             })
             .collect();
-        let results = crate::replay::replay_many(trace, runs)?;
+        // The bounds' fold rides the replays' pass.
+        let mut fold = BoundsFold::new(trace, &trace.header.config);
+        let mut events = 0;
+        let mut ride = |first: u64, chunk: &[Record]| {
+            for (k, r) in chunk.iter().enumerate() {
+                fold.observe(first + k as u64, r);
+            }
+            events = first + chunk.len() as u64;
+        };
+        let results = crate::replay::replay_many_with(trace, runs, &mut [&mut ride])?;
+        let bounds = fold.finish(events);
         bar.inc(list.len() as u64);
-        states.into_iter().zip(results).map(|(sts, r)| (sts, r, None)).collect()
+        (states.into_iter().zip(results).map(|(sts, r)| (sts, r, None)).collect(), bounds)
     } else {
+        let bounds = searched_bounds.as_ref().expect("bounds are folded first for a search");
         // With a search, the policies in parallel: each policy's unlimited run, saved at a few
         // levels for the probes to resume from, shows the observer the run at the capacity for
         // as long as the two are the same run; the run at the capacity goes on from there (see
@@ -438,7 +452,7 @@ fn whatif_inner<T: Send>(
                 // Nothing saved (garbage collection with expandable segments): a whole replay.
                 None => crate::replay::replay_observed(trace, &at_cap_options(config), &mut observe)?,
             };
-            let max_probes = if bounds.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
+            let max_probes = if trace.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
             let mut search = || {
                 let min = min_capacity(
                     trace,
@@ -467,7 +481,7 @@ fn whatif_inner<T: Send>(
             let ran: Result<Vec<GroupRun<T>>> = turn.par_iter().map(run_group).collect();
             done.extend(ran?);
         }
-        done
+        (done, searched_bounds.expect("bounds are folded first for a search"))
     };
     let mut rows: Vec<Option<(PolicyRow, Option<T>, ReplayResult)>> = (0..list.len()).map(|_| None).collect();
     for (sts, r, min) in done {
@@ -477,7 +491,7 @@ fn whatif_inner<T: Send>(
             if let Some(k) = same_as[m] {
                 // The figures are the group's run; the setting is the row's own.
                 row.same_as = Some(list[k].0.name().to_string());
-                row.same_because = list[k].1.same_run(&list[m].1, bounds.largest_request_bytes);
+                row.same_because = list[k].1.same_run(&list[m].1, largest_request_bytes);
                 row.alloc_conf = list[m].1.to_string();
                 r.alloc_conf = row.alloc_conf.clone();
             }
@@ -752,119 +766,160 @@ fn past_caught_scratch(
 
 /// Computes the two bounds and the no-caching row from the request stream.
 pub fn bounds(trace: &Trace, config: &AllocatorConfig) -> Result<Bounds> {
-    // id -> (index into lifetimes)
-    let mut open: crate::model::ids::IdMap<usize> = Default::default();
-    let mut lifetimes: Vec<(u64, u64, u64)> = Vec::new(); // (start, end, rounded bytes)
-    let (mut live_req, mut peak_req) = (0u64, 0u64);
-    let (mut live_rounded, mut peak_rounded) = (0u64, 0u64);
-    // id -> (requested bytes, stream, still counted by the floor: until its free request)
-    let mut req_of: crate::model::ids::IdMap<(u64, u64, bool)> = Default::default();
-    let mut allocs = 0u64;
-    let mut too_many = false;
-    let mut peak_live_blocks = 0u64;
-    // The failed request of a recorded OOM is a request too (it has no id and is never freed).
-    let mut next_oom_id = u64::MAX;
-    let mut largest = 0u64;
-    let mut floor = HeldFloor::default();
-    let scanned = trace.scan(|i, r| {
+    let mut fold = BoundsFold::new(trace, config);
+    let scanned = trace.scan(|i, r| fold.observe(i, r))?;
+    Ok(fold.finish(scanned.events))
+}
+
+/// The fold of [`bounds`], for a pass that carries it beside other work (a table's replays).
+pub struct BoundsFold<'a> {
+    trace: &'a Trace,
+    config: &'a AllocatorConfig,
+    /// id -> (index into lifetimes)
+    open: crate::model::ids::IdMap<usize>,
+    /// (start, end, rounded bytes)
+    lifetimes: Vec<(u64, u64, u64)>,
+    live_req: u64,
+    peak_req: u64,
+    live_rounded: u64,
+    peak_rounded: u64,
+    /// id -> (requested bytes, stream, still counted by the floor: until its free request)
+    req_of: crate::model::ids::IdMap<(u64, u64, bool)>,
+    allocs: u64,
+    too_many: bool,
+    peak_live_blocks: u64,
+    /// The failed request of a recorded OOM is a request too (it has no id and is never freed).
+    next_oom_id: u64,
+    largest: u64,
+    floor: HeldFloor,
+}
+
+impl<'a> BoundsFold<'a> {
+    pub fn new(trace: &'a Trace, config: &'a AllocatorConfig) -> Self {
+        BoundsFold {
+            trace,
+            config,
+            open: Default::default(),
+            lifetimes: Vec::new(),
+            live_req: 0,
+            peak_req: 0,
+            live_rounded: 0,
+            peak_rounded: 0,
+            req_of: Default::default(),
+            allocs: 0,
+            too_many: false,
+            peak_live_blocks: 0,
+            next_oom_id: u64::MAX,
+            largest: 0,
+            floor: HeldFloor::default(),
+        }
+    }
+
+    #[inline]
+    pub fn observe(&mut self, i: u64, r: &Record) {
+        let f = self;
         if let Event::Alloc { requested_bytes, .. } | Event::Oom { requested_bytes, .. } = &r.event {
-            largest = largest.max(*requested_bytes);
+            f.largest = f.largest.max(*requested_bytes);
         }
         // (id, bytes, the stream of a block the program got)
         let request = match &r.event {
             Event::Alloc { id, requested_bytes, stream, .. } => Some((*id, *requested_bytes, Some(*stream))),
             // A recorded OOM the program caught gave it nothing: not a request it held.
-            Event::Oom { .. } if trace.facts.survived(i) => {
-                floor.oom = true;
+            Event::Oom { .. } if f.trace.facts.survived(i) => {
+                f.floor.oom = true;
                 None
             }
             Event::Oom { requested_bytes, .. } => {
-                floor.oom = true;
-                next_oom_id -= 1;
-                Some((next_oom_id, *requested_bytes, None))
+                f.floor.oom = true;
+                f.next_oom_id -= 1;
+                Some((f.next_oom_id, *requested_bytes, None))
             }
             Event::FreeRequested { id, .. } => {
-                if let Some((req, stream, held)) = req_of.get_mut(id) {
+                if let Some((req, stream, held)) = f.req_of.get_mut(id) {
                     if std::mem::take(held) {
-                        floor.free(*stream, *req);
+                        f.floor.free(*stream, *req);
                     }
                 }
                 None
             }
             Event::FreeCompleted { id, .. } => {
-                if let Some((req, stream, held)) = req_of.remove(id) {
-                    live_req = live_req.saturating_sub(req);
-                    live_rounded = live_rounded.saturating_sub(round_plain(req));
+                if let Some((req, stream, held)) = f.req_of.remove(id) {
+                    f.live_req = f.live_req.saturating_sub(req);
+                    f.live_rounded = f.live_rounded.saturating_sub(round_plain(req));
                     if held {
-                        floor.free(stream, req);
+                        f.floor.free(stream, req);
                     }
                 }
-                if let Some(k) = open.remove(id) {
-                    lifetimes[k].1 = i;
+                if let Some(k) = f.open.remove(id) {
+                    f.lifetimes[k].1 = i;
                 }
                 None
             }
             _ => None,
         };
         if let Some((id, requested_bytes, stream)) = request {
-            let rounded = round_size(config, requested_bytes);
-            allocs += 1;
+            let rounded = round_size(f.config, requested_bytes);
+            f.allocs += 1;
             // Saturating: a hostile request near 2^64 must not wrap the sums.
-            live_req = live_req.saturating_add(requested_bytes);
+            f.live_req = f.live_req.saturating_add(requested_bytes);
             // Without caching, PyTorch hands each request to cudaMalloc as asked
             // (`uncached_allocate(size)`): no setting's rounding, only the device's 512 bytes.
-            live_rounded = live_rounded.saturating_add(round_plain(requested_bytes));
-            peak_req = peak_req.max(live_req);
-            peak_rounded = peak_rounded.max(live_rounded);
+            f.live_rounded = f.live_rounded.saturating_add(round_plain(requested_bytes));
+            f.peak_req = f.peak_req.max(f.live_req);
+            f.peak_rounded = f.peak_rounded.max(f.live_rounded);
             if let Some(stream) = stream {
-                floor.alloc(stream, requested_bytes);
+                f.floor.alloc(stream, requested_bytes);
             }
             if let Some((req, stream, true)) =
-                req_of.insert(id, (requested_bytes, stream.unwrap_or(0), stream.is_some()))
+                f.req_of.insert(id, (requested_bytes, stream.unwrap_or(0), stream.is_some()))
             {
                 // An id used twice (a damaged trace): the first block is gone.
-                floor.free(stream, req);
+                f.floor.free(stream, req);
             }
-            peak_live_blocks = peak_live_blocks.max(req_of.len() as u64);
-            if lifetimes.len() < OFFLINE_PLAN_MAX_ALLOCS {
-                open.insert(id, lifetimes.len());
-                lifetimes.push((i, u64::MAX, rounded));
+            f.peak_live_blocks = f.peak_live_blocks.max(f.req_of.len() as u64);
+            if f.lifetimes.len() < OFFLINE_PLAN_MAX_ALLOCS {
+                f.open.insert(id, f.lifetimes.len());
+                f.lifetimes.push((i, u64::MAX, rounded));
             } else {
-                too_many = true;
+                f.too_many = true;
             }
-        }
-    })?;
-    let end = scanned.events;
-    for l in &mut lifetimes {
-        if l.1 == u64::MAX {
-            l.1 = end;
         }
     }
-    let work = allocs.saturating_mul(peak_live_blocks);
-    let (offline_plan_bytes, offline_plan_note) = if too_many {
-        (None, Some(format!("skipped: more than {OFFLINE_PLAN_MAX_ALLOCS} allocations")))
-    } else if work > OFFLINE_PLAN_MAX_WORK {
-        (
-            None,
-            Some(format!(
-                "skipped: {allocs} allocations with up to {peak_live_blocks} live at once would take about {work} \
-                 comparisons (the limit is {OFFLINE_PLAN_MAX_WORK})"
-            )),
-        )
-    } else {
-        (Some(greedy_by_size(&mut lifetimes)), None)
-    };
-    Ok(Bounds {
-        live_requested_peak_bytes: peak_req,
-        includes_failed_request: next_oom_id != u64::MAX,
-        no_caching_peak_bytes: peak_rounded,
-        no_caching_device_calls: 2 * allocs,
-        offline_plan_bytes,
-        offline_plan_note,
-        events: scanned.events,
-        largest_request_bytes: largest,
-        held_floor_bytes: floor.peak(),
-    })
+
+    /// The bounds, after `events` records.
+    pub fn finish(self, events: u64) -> Bounds {
+        let BoundsFold { mut lifetimes, allocs, peak_live_blocks, too_many, .. } = self;
+        for l in &mut lifetimes {
+            if l.1 == u64::MAX {
+                l.1 = events;
+            }
+        }
+        let work = allocs.saturating_mul(peak_live_blocks);
+        let (offline_plan_bytes, offline_plan_note) = if too_many {
+            (None, Some(format!("skipped: more than {OFFLINE_PLAN_MAX_ALLOCS} allocations")))
+        } else if work > OFFLINE_PLAN_MAX_WORK {
+            (
+                None,
+                Some(format!(
+                    "skipped: {allocs} allocations with up to {peak_live_blocks} live at once would take about \
+                     {work} comparisons (the limit is {OFFLINE_PLAN_MAX_WORK})"
+                )),
+            )
+        } else {
+            (Some(greedy_by_size(&mut lifetimes)), None)
+        };
+        Bounds {
+            live_requested_peak_bytes: self.peak_req,
+            includes_failed_request: self.next_oom_id != u64::MAX,
+            no_caching_peak_bytes: self.peak_rounded,
+            no_caching_device_calls: 2 * allocs,
+            offline_plan_bytes,
+            offline_plan_note,
+            events,
+            largest_request_bytes: self.largest,
+            held_floor_bytes: self.floor.peak(),
+        }
+    }
 }
 
 /// The least a device must hold for the blocks a trace keeps live, under any setting: PyTorch
@@ -1019,6 +1074,35 @@ mod tests {
     use super::*;
     use crate::model::CapacitySource;
     use proptest::prelude::*;
+
+    /// A table without a search folds its bounds on its replays' pass: the same bounds as a pass
+    /// of their own, and the largest request the trace's facts hold (which groups the settings
+    /// that are one run before any replay), on every shipped trace.
+    #[test]
+    fn bounds_folded_beside_the_replays_are_the_bounds() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut checked = 0;
+        for e in std::fs::read_dir(root.join("traces")).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_none_or(|x| x != "atrace") {
+                continue;
+            }
+            let trace = Trace::open(&path).unwrap();
+            let own = bounds(&trace, &trace.header.config).unwrap();
+            let opts = WhatifOptions {
+                capacity: trace.default_capacity(),
+                search_capacity: false,
+                repeats: 0,
+                rows_only: true,
+            };
+            let w = whatif(&trace, &opts).unwrap();
+            let json = |b: &Bounds| serde_json::to_value(b).unwrap();
+            assert_eq!(json(&w.bounds), json(&own), "{}", path.display());
+            assert_eq!(own.largest_request_bytes, trace.facts.largest_request_bytes, "{}", path.display());
+            checked += 1;
+        }
+        assert!(checked >= 10);
+    }
 
     /// The reference: every placed block scanned for each new one.
     fn greedy_by_size_naive(lifetimes: &mut [(u64, u64, u64)]) -> u64 {

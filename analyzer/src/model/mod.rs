@@ -294,6 +294,8 @@ pub struct Facts {
     /// The streams the trace's allocations, segments and OOMs name, numbered in the order it
     /// first uses them: every output names a stream by this numbering ([`streams`]).
     pub streams: streams::StreamNames,
+    /// The largest request, served or failed (an allocation's or an OOM's requested bytes).
+    pub largest_request_bytes: u64,
 }
 
 /// Whether a trace whose last request is `last_request` went on after the recorded OOM at
@@ -352,7 +354,8 @@ impl FactsFold {
             _ => {}
         }
         match r.event {
-            Event::Alloc { .. } => {
+            Event::Alloc { requested_bytes, .. } => {
+                p.largest_request_bytes = p.largest_request_bytes.max(requested_bytes);
                 p.last_alloc = Some(i);
                 p.last_request = Some(i);
             }
@@ -396,6 +399,7 @@ impl FactsFold {
                     }
                 }
                 p.last_request = Some(i);
+                p.largest_request_bytes = p.largest_request_bytes.max(requested_bytes);
                 p.recorded_ooms.push(RecordedOom {
                     event: i,
                     requested_bytes,

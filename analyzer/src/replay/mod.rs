@@ -952,8 +952,25 @@ impl<'r, 'a, S: Sink> Job<'r, 'a, S> {
 /// checkpoints ([`resumable_watched`]) and a run resumed from one ([`replay_resumed_watched`]).
 #[track_caller]
 fn drive<S: Sink + ForwardEvents + Send>(trace: &Trace, jobs: &mut [Job<'_, '_, S>]) -> Result<()> {
+    drive_with(trace, jobs, &mut [])
+}
+
+/// A fold that rides a replay pass ([`drive_with`]): shown every record of the trace, chunk by
+/// chunk (the first record's index, the records), beside the jobs.
+pub type Rider<'a> = dyn FnMut(u64, &[Record]) + Send + 'a;
+
+/// [`drive`], with `riders` shown every record of the trace beside the jobs: the pass then
+/// reads the trace from its start and to its end, whatever the jobs need, so that a fold of
+/// the whole trace costs no read of its own.
+#[track_caller]
+fn drive_with<S: Sink + ForwardEvents + Send>(
+    trace: &Trace,
+    jobs: &mut [Job<'_, '_, S>],
+    riders: &mut [&mut Rider<'_>],
+) -> Result<()> {
     use rayon::prelude::*;
     let Some(from) = jobs.iter().map(|j| j.from).min() else { return Ok(()) };
+    let from = if riders.is_empty() { from } else { 0 };
     trace.replay_pass(from, |first, chunk| {
         let step = |job: &mut Job<'_, '_, S>| {
             if job.done || job.rp.stopped {
@@ -975,12 +992,19 @@ fn drive<S: Sink + ForwardEvents + Send>(trace: &Trace, jobs: &mut [Job<'_, '_, 
                 }
             }
         };
-        if jobs.iter().filter(|j| !j.done).count() > 1 {
-            jobs.par_iter_mut().for_each(step);
+        let step_all = |jobs: &mut [Job<'_, '_, S>]| {
+            if jobs.iter().filter(|j| !j.done).count() > 1 {
+                jobs.par_iter_mut().for_each(step);
+            } else {
+                jobs.iter_mut().for_each(step);
+            }
+        };
+        if riders.is_empty() {
+            step_all(jobs);
         } else {
-            jobs.iter_mut().for_each(step);
+            rayon::join(|| step_all(jobs), || riders.iter_mut().for_each(|ride| ride(first, chunk)));
         }
-        if jobs.iter().all(|j| j.done) {
+        if riders.is_empty() && jobs.iter().all(|j| j.done) {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())
@@ -1035,6 +1059,18 @@ fn run<S: Sink + ForwardEvents + Send>(
 /// run in turns of as many as fit, one read each, each turn's states let go before the next.
 #[track_caller]
 pub fn replay_many(trace: &Trace, runs: Vec<(ReplayOptions, Box<Observer<'_>>)>) -> Result<Vec<ReplayResult>> {
+    replay_many_with(trace, runs, &mut [])
+}
+
+/// [`replay_many`], with `riders` carried by its (first) pass: folds of the whole trace that then
+/// cost no read of their own ([`drive_with`]).
+#[track_caller]
+pub fn replay_many_with(
+    trace: &Trace,
+    runs: Vec<(ReplayOptions, Box<Observer<'_>>)>,
+    riders: &mut [&mut Rider<'_>],
+) -> Result<Vec<ReplayResult>> {
+    let mut riders = Some(riders);
     // No more at once than there are runs: a trace with no live allocation allows any number.
     let at_once = concurrent_replays(trace).min(runs.len().max(1));
     let mut results = Vec::with_capacity(runs.len());
@@ -1057,7 +1093,7 @@ pub fn replay_many(trace: &Trace, runs: Vec<(ReplayOptions, Box<Observer<'_>>)>)
         }
         let mut jobs: Vec<Job<'_, '_, NullSink>> =
             states.iter_mut().zip(duties.iter_mut()).map(|((rp, _, _), after)| Job::new(rp, &mut **after)).collect();
-        drive(trace, &mut jobs)?;
+        drive_with(trace, &mut jobs, riders.take().unwrap_or(&mut []))?;
         drop(jobs);
         results.extend(states.iter().map(|(rp, used_hints, source)| rp.result(*used_hints, *source, trace)));
     }
