@@ -170,3 +170,40 @@ fn growth_every_iteration_is_steady_growth() {
     check_advice_is_backed(&r);
     std::fs::remove_file(&path).unwrap();
 }
+
+/// Which recorded OOMs the program caught is decided once, as the trace is read (a later
+/// request was made): explain's JSON flags them and its text counts them. `oom_catch` caught its
+/// one OOM and went on; `frag_oom`, replayed under a limit that serves its failed request, gets
+/// past an OOM that ended the run, which it neither counts nor flags as caught.
+#[test]
+fn caught_ooms_are_decided_once_and_rendered() {
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_alloctrace")).args(args).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let catch = root.join("tests/fixtures/truth/oom_catch.default.atrace");
+    let frag = trace("frag_oom.default.atrace");
+    for (path, capacity, caught) in [(catch.as_path(), None, 1usize), (frag.as_path(), Some("8GiB"), 0)] {
+        let p = path.to_str().unwrap();
+        let mut args = vec!["explain", p];
+        if let Some(c) = capacity {
+            args.extend(["--capacity", c]);
+        }
+        let text = run(&args).split_whitespace().collect::<Vec<_>>().join(" ");
+        args.push("--json");
+        let json: serde_json::Value = serde_json::from_str(&run(&args)).unwrap();
+        let ooms = json["recorded_ooms"].as_array().unwrap();
+        assert!(!ooms.is_empty(), "{p}");
+        let flagged = ooms.iter().filter(|o| o["caught"] == true).count();
+        assert_eq!(flagged, caught, "{p}: {ooms:?}");
+        let t = Trace::open(path).unwrap();
+        assert_eq!(t.facts.caught_ooms(), caught, "{p}");
+        if caught > 0 {
+            assert!(text.contains(&format!("the program caught {caught} out-of-memory error")), "{p}: {text}");
+        } else {
+            assert!(!text.contains("the program caught"), "{p}: {text}");
+        }
+    }
+}

@@ -114,8 +114,7 @@ peak of reserved memory is at event {} ({}).",
         };
         // Out-of-memory errors the program caught and went on from are not the moment (the
         // replay goes on past them, as the run did), but they are what a user came to ask about.
-        let fatal = usize::from(r.reach == Reach::GetsPastFailure);
-        let caught = &r.recorded_ooms[..r.recorded_ooms.len().saturating_sub(fatal)];
+        let caught: Vec<&crate::model::RecordedOom> = r.recorded_ooms.iter().filter(|o| o.caught).collect();
         let caught_line = caught.first().map(|first| {
             format!(
                 "the program caught {} and went on (the first at event {}, a {} request); the replay \

@@ -254,6 +254,9 @@ pub struct RecordedOom {
     pub allocated_bytes: u64,
     /// `None` = no limit recorded (the format's 0).
     pub limit_bytes: Option<u64>,
+    /// The program caught this error and went on: a later request was made
+    /// ([`Facts::survived`], decided once the whole trace is read).
+    pub caught: bool,
 }
 
 /// What the first pass over a trace folds, besides the summary.
@@ -316,11 +319,11 @@ impl Facts {
     }
     /// The recorded OOM that ended the run: the last one, when no request follows it.
     pub fn fatal_oom(&self) -> Option<&RecordedOom> {
-        self.recorded_ooms.last().filter(|o| !self.survived(o.event))
+        self.recorded_ooms.last().filter(|o| !o.caught)
     }
     /// Recorded OOMs the program caught and went on from.
     pub fn caught_ooms(&self) -> usize {
-        self.recorded_ooms.iter().filter(|o| self.survived(o.event)).count()
+        self.recorded_ooms.iter().filter(|o| o.caught).count()
     }
 }
 
@@ -336,6 +339,15 @@ struct FactsFold {
 }
 
 impl FactsFold {
+    /// The facts, once every record has been folded.
+    fn finish(mut self) -> Facts {
+        let last_request = self.facts.last_request;
+        for o in &mut self.facts.recorded_ooms {
+            o.caught = went_on_after(last_request, o.event);
+        }
+        self.facts
+    }
+
     #[inline]
     fn record(&mut self, i: u64, r: &Record) {
         let p = &mut self.facts;
@@ -408,6 +420,7 @@ impl FactsFold {
                     reserved_bytes,
                     allocated_bytes,
                     limit_bytes: (limit_bytes > 0).then_some(limit_bytes),
+                    caught: false,
                 });
             }
             _ => {}
@@ -516,7 +529,7 @@ impl Trace {
             end: scanned.end,
             events: scanned.events,
             summary: summary.finish(),
-            facts: facts.facts,
+            facts: facts.finish(),
             given_capacity: None,
             records: match kept {
                 Some(chunks) => Records::InMemory(chunks),
@@ -541,7 +554,7 @@ impl Trace {
             end: TraceEnd::Reading,
             events,
             summary: summary.finish(),
-            facts: facts.facts,
+            facts: facts.finish(),
             given_capacity: None,
             records: Records::InMemory(vec![records]),
             passes: Default::default(),
