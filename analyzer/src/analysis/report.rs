@@ -313,21 +313,35 @@ pub fn build<P: Painter>(trace: &Trace, opts: &ReportOptions, painter: &P) -> Re
             let mut by_site =
                 (trace.summary.count("callsite") > 0).then(|| crate::model::sites::LiveBySite::new(&trace.facts.sites));
             let mut leaks = (!search).then(|| crate::analysis::leaks::LeaksFold::new(trace));
+            // Each fold keeps a state per live allocation: where three such states do not fit
+            // beside each other (the memory replays may keep, `concurrent_replays`), a pass each.
             let mut events = 0;
-            if timeline.is_some() || by_site.is_some() || leaks.is_some() {
-                events = trace
-                    .scan(|i, r| {
-                        if let Some(f) = timeline.as_mut() {
-                            f.observe(i, r);
-                        }
-                        if let Some(f) = by_site.as_mut() {
-                            f.observe(&r.event);
-                        }
-                        if let Some(f) = leaks.as_mut() {
-                            f.observe(i, r);
-                        }
-                    })?
-                    .events;
+            if crate::replay::concurrent_replays(trace) >= 3 {
+                if timeline.is_some() || by_site.is_some() || leaks.is_some() {
+                    events = trace
+                        .scan(|i, r| {
+                            if let Some(f) = timeline.as_mut() {
+                                f.observe(i, r);
+                            }
+                            if let Some(f) = by_site.as_mut() {
+                                f.observe(&r.event);
+                            }
+                            if let Some(f) = leaks.as_mut() {
+                                f.observe(i, r);
+                            }
+                        })?
+                        .events;
+                }
+            } else {
+                if let Some(f) = timeline.as_mut() {
+                    events = trace.scan(|i, r| f.observe(i, r))?.events;
+                }
+                if let Some(f) = by_site.as_mut() {
+                    events = trace.scan(|_, r| f.observe(&r.event))?.events;
+                }
+                if let Some(f) = leaks.as_mut() {
+                    events = trace.scan(|i, r| f.observe(i, r))?.events;
+                }
             }
             let timeline = timeline.map(|f| drawn(painter, PictureData::Timeline(&f.finish(trace, events))));
             let stacked =

@@ -390,17 +390,23 @@ fn whatif_inner<T: Send>(
                 (at_cap_options(&list[*k].1), observer)
             })
             .collect();
-        // The bounds' fold rides the replays' pass.
-        let mut fold = BoundsFold::new(trace, &trace.header.config);
-        let mut events = 0;
-        let mut ride = |first: u64, chunk: &[Record]| {
-            for (k, r) in chunk.iter().enumerate() {
-                fold.observe(first + k as u64, r);
-            }
-            events = first + chunk.len() as u64;
+        // The bounds' fold rides the replays' pass, where its state (one per live allocation)
+        // fits beside theirs; else it is a pass of its own, after them.
+        let (results, bounds) = if crate::replay::concurrent_replays(trace) > runs.len() {
+            let mut fold = BoundsFold::new(trace, &trace.header.config);
+            let mut events = 0;
+            let mut ride = |first: u64, chunk: &[Record]| {
+                for (k, r) in chunk.iter().enumerate() {
+                    fold.observe(first + k as u64, r);
+                }
+                events = first + chunk.len() as u64;
+            };
+            let results = crate::replay::replay_many_with(trace, runs, &mut [&mut ride])?;
+            (results, fold.finish(events))
+        } else {
+            let results = crate::replay::replay_many(trace, runs)?;
+            (results, bounds(trace, &trace.header.config)?)
         };
-        let results = crate::replay::replay_many_with(trace, runs, &mut [&mut ride])?;
-        let bounds = fold.finish(events);
         bar.inc(list.len() as u64);
         (states.into_iter().zip(results).map(|(sts, r)| (sts, r, None)).collect(), bounds)
     } else {
