@@ -266,7 +266,7 @@ fn watch_and_finish(
         || bounds.is_none().then(|| whatif::bounds(trace, &trace.header.config)).transpose(),
     );
     let (result, computed) = (result?, computed?);
-    let bounds = bounds.or(computed.as_ref());
+    let bounds = bounds.or(computed.as_ref()).expect("the bounds are given or folded beside the replay");
     if peak_unless_oom && !result.is_oom() {
         watch = watch.at_peak();
     }
@@ -370,7 +370,7 @@ impl FragWatch {
         trace: &Trace,
         result: ReplayResult,
         peak_segments: &[SegmentView],
-        bounds: Option<&whatif::Bounds>,
+        bounds: &whatif::Bounds,
     ) -> Result<FragReport> {
         let FragWatch { at, runs, samples, peak, moment, last_seen, peak_m, moments, .. } = self;
         let stopped_at = moments.stopped_at();
@@ -389,9 +389,8 @@ fn finish(
     result: ReplayResult,
     (runs, samples, peak, moment, last_seen, peak_m, stopped_at): Watched,
     peak_segments: &[SegmentView],
-    bounds: Option<&whatif::Bounds>,
+    bounds: &whatif::Bounds,
 ) -> Result<FragReport> {
-    let header = &trace.header;
     let path = &trace.path;
     let first_oom = trace.facts.fatal_oom().map(|o| o.event);
     let (peak_event, peak_time_ns) = peak.unwrap_or((0, 0));
@@ -467,14 +466,6 @@ fn finish(
             max_event: r.max_event,
         })
         .collect();
-    let computed;
-    let bounds = match bounds {
-        Some(b) => b,
-        None => {
-            computed = whatif::bounds(trace, &header.config)?;
-            &computed
-        }
-    };
     let plan = PlanGap {
         peak_reserved_bytes: result.peak_reserved_bytes,
         live_requested_peak_bytes: bounds.live_requested_peak_bytes,

@@ -10,7 +10,7 @@ use crate::analysis::timeline::{Downsampled, Mode, Timeline};
 use crate::analysis::whatif::{whatif_observed, WhatifOptions};
 use crate::model::layout::LayoutMeasures;
 use crate::model::units::fmt_bytes;
-use crate::model::{trace_name, Trace};
+use crate::model::Trace;
 use crate::replay::{replay_observed, EngineView, ReplayOptions, ReplayResult};
 use anyhow::{anyhow, Result};
 use recorder::engine::SegmentView;
@@ -95,39 +95,86 @@ pub fn timeline_recorded(trace: &Trace, x: XAxis, columns: usize) -> Result<Opti
     Ok(Some(fold.finish(trace, scanned.events)))
 }
 
-/// The fold of [`timeline_recorded`], for a pass that carries other folds too.
-pub struct TimelineFold {
+/// Memory over time as it is drawn, whether folded from the records ([`TimelineFold`]) or watched
+/// in a replay ([`TimelineTrack`]): the four series, their peaks, the OOMs and the marks.
+struct TimelineSeries {
     x: XAxis,
     tl: Timeline,
-    /// Allocated, reserved, active and requested bytes.
-    now: [u64; 4],
-    /// id -> (block bytes, requested bytes, free requested)
-    live: crate::model::ids::IdMap<(u64, u64, bool)>,
     peak_r: (u64, u64),
     peak_a: (u64, u64),
     ooms: Vec<(u64, u64)>,
     marks: Vec<(u64, String)>,
 }
 
-impl TimelineFold {
-    /// `None` where the trace's records do not hold the counters ([`timeline_foldable`]).
-    pub fn new(trace: &Trace, x: XAxis, columns: usize) -> Option<TimelineFold> {
-        timeline_foldable(trace).then(|| TimelineFold {
+impl TimelineSeries {
+    fn new(x: XAxis, columns: usize) -> Self {
+        TimelineSeries {
             x,
             tl: Timeline::new(&["allocated", "reserved", "active", "requested"], columns, Mode::Envelope),
-            now: [0; 4],
-            live: Default::default(),
             peak_r: (0, 0),
             peak_a: (0, 0),
             ooms: Vec::new(),
             marks: Vec::new(),
+        }
+    }
+
+    /// Allocated, reserved, active and requested bytes at `xv`.
+    #[inline]
+    fn push(&mut self, xv: u64, [allocated, reserved, active, requested]: [u64; 4]) {
+        self.tl.push(xv, &[allocated as f64, reserved as f64, active as f64, requested as f64]);
+        if reserved > self.peak_r.1 {
+            self.peak_r = (xv, reserved);
+        }
+        if allocated > self.peak_a.1 {
+            self.peak_a = (xv, allocated);
+        }
+    }
+
+    fn mark(&mut self, xv: u64, kind: MarkKind, text: &str) {
+        if let Some(label) = mark_label(kind, text) {
+            self.marks.push((xv, label));
+        }
+    }
+
+    fn data(self, trace: &Trace, capacity_bytes: Option<u64>, events: u64) -> TimelineData {
+        TimelineData {
+            trace: trace.name(),
+            device: device_text(&trace.header),
+            x: self.x,
+            series: self.tl.finish(),
+            peak_reserved: self.peak_r,
+            peak_allocated: self.peak_a,
+            ooms: self.ooms,
+            marks: self.marks,
+            capacity_bytes,
+            events,
+        }
+    }
+}
+
+/// The fold of [`timeline_recorded`], for a pass that carries other folds too.
+pub struct TimelineFold {
+    series: TimelineSeries,
+    /// Allocated, reserved, active and requested bytes.
+    now: [u64; 4],
+    /// id -> (block bytes, requested bytes, free requested)
+    live: crate::model::ids::IdMap<(u64, u64, bool)>,
+}
+
+impl TimelineFold {
+    /// `None` where the trace's records do not hold the counters ([`timeline_foldable`]).
+    pub fn new(trace: &Trace, x: XAxis, columns: usize) -> Option<TimelineFold> {
+        timeline_foldable(trace).then(|| TimelineFold {
+            series: TimelineSeries::new(x, columns),
+            now: [0; 4],
+            live: Default::default(),
         })
     }
 
     #[inline]
     pub fn observe(&mut self, i: u64, r: &Record) {
         let [allocated, reserved, active, requested] = &mut self.now;
-        let xv = x_of(self.x, i, r.time_ns);
+        let xv = x_of(self.series.x, i, r.time_ns);
         match &r.event {
             Event::Alloc { id, requested_bytes, block_bytes, .. } => {
                 self.live.insert(*id, (*block_bytes, *requested_bytes, false));
@@ -159,12 +206,8 @@ impl TimelineFold {
             Event::SegmentFree { bytes, .. } | Event::SegmentUnmap { bytes, .. } => {
                 *reserved = reserved.saturating_sub(*bytes)
             }
-            Event::Oom { requested_bytes, .. } => self.ooms.push((xv, *requested_bytes)),
-            Event::Mark { kind, text } => {
-                if let Some(label) = mark_label(*kind, text) {
-                    self.marks.push((xv, label));
-                }
-            }
+            Event::Oom { requested_bytes, .. } => self.series.ooms.push((xv, *requested_bytes)),
+            Event::Mark { kind, text } => self.series.mark(xv, *kind, text),
             Event::Split { .. }
             | Event::Merge { .. }
             | Event::CacheRelease { .. }
@@ -174,30 +217,12 @@ impl TimelineFold {
             | Event::Dropped { .. }
             | Event::SegmentPool { .. } => {}
         }
-        let (allocated, reserved) = (*allocated, *reserved);
-        self.tl.push(xv, &self.now.map(|v| v as f64));
-        if reserved > self.peak_r.1 {
-            self.peak_r = (xv, reserved);
-        }
-        if allocated > self.peak_a.1 {
-            self.peak_a = (xv, allocated);
-        }
+        self.series.push(xv, self.now);
     }
 
     /// The picture's data, after `events` records.
     pub fn finish(self, trace: &Trace, events: u64) -> TimelineData {
-        TimelineData {
-            trace: trace_name(&trace.path),
-            device: device_text(&trace.header),
-            x: self.x,
-            series: self.tl.finish(),
-            peak_reserved: self.peak_r,
-            peak_allocated: self.peak_a,
-            ooms: self.ooms,
-            marks: self.marks,
-            capacity_bytes: trace.stated_capacity(),
-            events,
-        }
+        self.series.data(trace, trace.stated_capacity(), events)
     }
 }
 
@@ -221,74 +246,44 @@ pub fn timeline_replayed(trace: &Trace, x: XAxis, columns: usize) -> Result<Time
 /// The timeline of a replay ([`timeline_replayed`]): the engine's four byte counters after each
 /// record, the peaks, the OOMs and the marks.
 pub struct TimelineTrack {
-    x: XAxis,
-    tl: Timeline,
-    peak_r: (u64, u64),
-    peak_a: (u64, u64),
-    ooms: Vec<(u64, u64)>,
-    marks: Vec<(u64, String)>,
+    series: TimelineSeries,
     seen_ooms: u64,
 }
 
 impl TimelineTrack {
     pub fn new(x: XAxis, columns: usize) -> Self {
-        TimelineTrack {
-            x,
-            tl: Timeline::new(&["allocated", "reserved", "active", "requested"], columns, Mode::Envelope),
-            peak_r: (0, 0),
-            peak_a: (0, 0),
-            ooms: Vec::new(),
-            marks: Vec::new(),
-            seen_ooms: 0,
-        }
+        TimelineTrack { series: TimelineSeries::new(x, columns), seen_ooms: 0 }
     }
 
     pub fn observe(&mut self, i: u64, r: &Record, view: &dyn EngineView) {
-        let xv = x_of(self.x, i, r.time_ns);
+        let xv = x_of(self.series.x, i, r.time_ns);
         let st = view.stats();
-        let (a, res) = (st.allocated_bytes.all.current, st.reserved_bytes.all.current);
-        self.tl.push(
+        self.series.push(
             xv,
-            &[a as f64, res as f64, st.active_bytes.all.current as f64, st.requested_bytes.all.current as f64],
+            [
+                st.allocated_bytes.all.current,
+                st.reserved_bytes.all.current,
+                st.active_bytes.all.current,
+                st.requested_bytes.all.current,
+            ],
         );
-        if res > self.peak_r.1 {
-            self.peak_r = (xv, res);
-        }
-        if a > self.peak_a.1 {
-            self.peak_a = (xv, a);
-        }
         let failed = st.num_ooms > self.seen_ooms;
         self.seen_ooms = st.num_ooms;
         match &r.event {
             Event::Oom { requested_bytes, .. } => {
-                self.ooms.push((xv, *requested_bytes));
+                self.series.ooms.push((xv, *requested_bytes));
             }
             Event::Alloc { requested_bytes, .. } if failed => {
-                self.ooms.push((xv, *requested_bytes));
+                self.series.ooms.push((xv, *requested_bytes));
             }
-            Event::Mark { kind, text } => {
-                if let Some(label) = mark_label(*kind, text) {
-                    self.marks.push((xv, label));
-                }
-            }
+            Event::Mark { kind, text } => self.series.mark(xv, *kind, text),
             _ => {}
         }
     }
 
     /// The picture's data, from the replay this watched.
     pub fn finish(self, trace: &Trace, result: &ReplayResult) -> TimelineData {
-        TimelineData {
-            trace: trace.name(),
-            device: device_text(&trace.header),
-            x: self.x,
-            series: self.tl.finish(),
-            peak_reserved: self.peak_r,
-            peak_allocated: self.peak_a,
-            ooms: self.ooms,
-            marks: self.marks,
-            capacity_bytes: result.capacity_bytes,
-            events: result.events,
-        }
+        self.series.data(trace, result.capacity_bytes, result.events)
     }
 }
 

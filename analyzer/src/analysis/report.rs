@@ -313,10 +313,12 @@ pub fn build<P: Painter>(trace: &Trace, opts: &ReportOptions, painter: &P) -> Re
             let mut by_site =
                 (trace.summary.count("callsite") > 0).then(|| crate::model::sites::LiveBySite::new(&trace.facts.sites));
             let mut leaks = (!search).then(|| crate::analysis::leaks::LeaksFold::new(trace));
-            // Each fold keeps a state per live allocation: where three such states do not fit
-            // beside each other (the memory replays may keep, `concurrent_replays`), a pass each.
+            // Each fold keeps a state per live allocation, beside the table's replays (one per
+            // setting, and the bounds that may ride them): where the three do not fit beside
+            // those within the memory replays may keep (`concurrent_replays`), a pass each.
+            let table_states = crate::analysis::whatif::policies(&trace.header.config, true).len() + 1;
             let mut events = 0;
-            if crate::replay::concurrent_replays(trace) >= 3 {
+            if crate::replay::concurrent_replays(trace) >= table_states + 3 {
                 if timeline.is_some() || by_site.is_some() || leaks.is_some() {
                     events = trace
                         .scan(|i, r| {
@@ -670,7 +672,7 @@ fn analyse_recorded<P: Painter>(
                                 (Ok(s), Some(p)) if s.event == p => &s.segments,
                                 _ => &frag_segments,
                             };
-                            frag_watch.finish(trace, replay.clone(), peak_layout, Some(bounds))
+                            frag_watch.finish(trace, replay.clone(), peak_layout, bounds)
                         },
                     )
                 },

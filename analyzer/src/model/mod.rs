@@ -295,7 +295,8 @@ pub struct Facts {
     /// None waited in a trace where this is 0: no block was held back for another stream.
     pub waited_frees: u64,
     /// The streams the trace's allocations, segments and OOMs name, numbered in the order it
-    /// first uses them: every output names a stream by this numbering ([`streams`]).
+    /// first uses them: every output numbers a stream so ([`streams`]; the segment map at a
+    /// moment names, in its note, only the streams used up to that moment).
     pub streams: streams::StreamNames,
     /// The largest request, served or failed (an allocation's or an OOM's requested bytes).
     pub largest_request_bytes: u64,

@@ -340,13 +340,8 @@ impl OomMoment {
     }
     /// Why a replay of `trace` that ran to its end has no OOM moment, for `--at oom`.
     pub fn missing(trace: &Trace) -> String {
-        let caught: Vec<String> = trace
-            .facts
-            .recorded_ooms
-            .iter()
-            .filter(|o| trace.facts.survived(o.event))
-            .map(|o| o.event.to_string())
-            .collect();
+        let caught: Vec<String> =
+            trace.facts.recorded_ooms.iter().filter(|o| o.caught).map(|o| o.event.to_string()).collect();
         match caught.first() {
             None => format!("{}: no out-of-memory in the trace or its replay (try --at peak)", trace.path.display()),
             Some(first) => format!(
@@ -884,12 +879,9 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             reach: Reach::Completes,
             caught_recorded_ooms: match &self.outcome {
                 Outcome::Ok => trace.facts.caught_ooms() as u64,
-                Outcome::Oom { event, .. } => trace
-                    .facts
-                    .recorded_ooms
-                    .iter()
-                    .filter(|o| o.event < *event && trace.facts.survived(o.event))
-                    .count() as u64,
+                Outcome::Oom { event, .. } => {
+                    trace.facts.recorded_ooms.iter().filter(|o| o.event < *event && o.caught).count() as u64
+                }
             },
             failure_may_be_caught: match self.failed_alloc {
                 None => None,
