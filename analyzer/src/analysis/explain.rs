@@ -1247,9 +1247,12 @@ fn group_long_lived(trace: &Trace, oom_event: u64, live: &crate::model::ids::IdS
         Out::File(Box::new(w), temp)
     };
     let mut failed: Option<recorder::trace::TraceError> = None;
+    // What a read of the written file would fold, folded as it is written.
+    let mut read = crate::model::ReadFolds::default();
     let mut emit = |r: &Record| match &mut out {
         Out::Memory(v) => v.push(r.clone()),
         Out::File(w, _) => {
+            read.record(r);
             if let Err(e) = w.write(r) {
                 failed.get_or_insert(e);
             }
@@ -1298,7 +1301,7 @@ fn group_long_lived(trace: &Trace, oom_event: u64, live: &crate::model::ids::IdS
         Out::Memory(records) => (trace.derived(h, records), None),
         Out::File(w, temp) => {
             w.finish().context("cannot write the reordered trace")?;
-            let mut t = Trace::open(&temp)?;
+            let mut t = Trace::written(&temp, h, read);
             t.given_capacity = trace.given_capacity;
             (t, Some(temp))
         }

@@ -442,6 +442,42 @@ fn record_bytes(r: &Record) -> usize {
     std::mem::size_of::<Record>() + heap
 }
 
+/// What reading a trace folds (its summary and facts), fed record by record: for a trace made
+/// by this process ([`Trace::from_records`], [`Trace::written`]).
+pub struct ReadFolds {
+    summary: SummaryFold,
+    facts: FactsFold,
+    events: u64,
+}
+
+impl Default for ReadFolds {
+    fn default() -> Self {
+        ReadFolds { summary: SummaryFold::new(), facts: FactsFold::default(), events: 0 }
+    }
+}
+
+impl ReadFolds {
+    pub fn record(&mut self, r: &Record) {
+        self.summary.record(self.events, r);
+        self.facts.record(self.events, r);
+        self.events += 1;
+    }
+
+    fn trace(self, path: &Path, header: Header, records: Records) -> Trace {
+        Trace {
+            path: path.to_path_buf(),
+            header,
+            end: TraceEnd::Reading,
+            events: self.events,
+            summary: self.summary.finish(),
+            facts: self.facts.finish(),
+            given_capacity: None,
+            records,
+            passes: Default::default(),
+        }
+    }
+}
+
 /// The records of a trace: in memory (the decoded chunks), or re-read from the file.
 enum Records {
     InMemory(Vec<Vec<Record>>),
@@ -542,24 +578,18 @@ impl Trace {
 
     /// A trace made in memory (an experiment's reordered records), as if read from `path`.
     pub fn from_records(path: &Path, header: Header, records: Vec<Record>) -> Trace {
-        let mut summary = SummaryFold::new();
-        let mut facts = FactsFold::default();
-        for (i, r) in records.iter().enumerate() {
-            summary.record(i as u64, r);
-            facts.record(i as u64, r);
+        let mut read = ReadFolds::default();
+        for r in &records {
+            read.record(r);
         }
-        let events = records.len() as u64;
-        Trace {
-            path: path.to_path_buf(),
-            header,
-            end: TraceEnd::Reading,
-            events,
-            summary: summary.finish(),
-            facts: facts.finish(),
-            given_capacity: None,
-            records: Records::InMemory(vec![records]),
-            passes: Default::default(),
-        }
+        read.trace(path, header, Records::InMemory(vec![records]))
+    }
+
+    /// The trace this process has just written to `path` (an experiment's reordered records,
+    /// too many to keep), each record handed to `read` as it was written: what a read of the
+    /// file would fold, without reading it. Its records are streamed from the file.
+    pub fn written(path: &Path, header: Header, read: ReadFolds) -> Trace {
+        read.trace(path, header, Records::Restream)
     }
 
     /// A trace derived from this one (reordered or extended records), keeping the limit the
@@ -742,6 +772,53 @@ impl PartialEq<&str> for Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A trace this process writes, folded record by record as it is written
+    /// ([`Trace::written`]), is the trace a read of the file gives: the same summary and facts,
+    /// and the same records streamed from the file, on every shipped trace.
+    #[test]
+    fn a_written_trace_folds_as_its_read() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let dir = tempfile::tempdir().unwrap();
+        for e in std::fs::read_dir(root.join("traces")).unwrap() {
+            let src = e.unwrap().path();
+            if src.extension().is_none_or(|x| x != "atrace") {
+                continue;
+            }
+            let t = Trace::open(&src).unwrap();
+            let path = dir.path().join("written.atrace");
+            let mut w = recorder::trace::TraceWriter::create(&path, &t.header).unwrap();
+            let mut read = ReadFolds::default();
+            t.scan(|_, r| {
+                read.record(r);
+                w.write(r).unwrap();
+            })
+            .unwrap();
+            w.finish().unwrap();
+            let written = Trace::written(&path, t.header.clone(), read);
+            let opened = Trace::open_with_budget(&path, 0).unwrap();
+            let json = |s: &Summary| serde_json::to_string(s).unwrap();
+            assert_eq!(json(&written.summary), json(&opened.summary), "{}", src.display());
+            // The facts, but for the order of their hash maps.
+            let facts = |f: &Facts| {
+                format!(
+                    "{:?}",
+                    (
+                        (&f.segments, &f.reservations, &f.recorded_ooms, f.mem_info, f.oom_capacity, f.limit_range),
+                        (f.last_alloc, f.last_request, &f.iterations.iterations(), f.empty_cache_releases),
+                        (f.waited_frees, f.streams.handles_note(), f.largest_request_bytes),
+                        f.sites.sites.iter().map(|s| &s.label).collect::<Vec<_>>(),
+                    )
+                )
+            };
+            assert_eq!(facts(&written.facts), facts(&opened.facts), "{}", src.display());
+            assert_eq!((written.events, written.damage().is_none()), (opened.events, true), "{}", src.display());
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            written.scan(|_, r| a.push(r.clone())).unwrap();
+            opened.scan(|_, r| b.push(r.clone())).unwrap();
+            assert!(a == b, "{}", src.display());
+        }
+    }
 
     /// [`RECORDS_PER_FILE_BYTE`] holds on every shipped trace and fixture of 64 KiB or more
     /// (8.5 to 18 times there; in smaller files the header and the frames weigh more): a file
