@@ -113,3 +113,15 @@ fn report_without_a_search_folds_in_one_pass_and_rides_the_replays() {
     assert_eq!(named, held);
     assert_eq!(total, 4);
 }
+
+/// `explain` on GPT-2's training trace, whose iterations a repeated annotation marks: the growth
+/// over those iterations is one fold, with no first fold to find a period in the requests.
+#[test]
+fn explain_folds_the_growth_once_where_marks_say_the_iterations() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let t = Trace::open(&root.join("traces/gpt2_train.default.atrace")).unwrap();
+    assert!(t.facts.iterations.iterations().is_some());
+    analyzer::analysis::explain::explain(&t).unwrap();
+    let leaks = t.passes().iter().filter(|p| p.kind == PassKind::Fold && p.by == "leaks").count();
+    assert_eq!(leaks, 1, "{:?}", t.passes());
+}

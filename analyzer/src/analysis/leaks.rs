@@ -375,9 +375,38 @@ pub fn outer_loop<T: PartialEq>(sig: &[T], period: usize) -> Option<Vec<usize>> 
     (starts.len() >= 3).then_some(starts)
 }
 
+/// The iteration boundaries (event indices) and where they came from, or why there are none.
+type Boundaries = (Option<(String, Vec<u64>)>, Option<String>);
+
+/// [`boundaries`] where the marks or a repeated annotation decide them (the one rule of every
+/// analysis, folded when the trace was read): no fold of the records needed. `None` where the
+/// period of the request stream must decide.
+fn boundaries_by_marks(iterations: &IterationFold) -> Option<Boundaries> {
+    match iterations.iterations() {
+        Some(Iterations { source: IterationSource::Marks, starts }) if starts.len() < 3 => Some((
+            None,
+            Some(format!(
+                "{}: too few to measure growth (at least 3)",
+                crate::model::units::count(starts.len() as u64, "iteration mark")
+            )),
+        )),
+        Some(Iterations { source: IterationSource::Marks, starts }) => {
+            Some((Some((IterationSource::Marks.to_string(), starts)), None))
+        }
+        Some(Iterations { source: IterationSource::Annotation(text), starts }) if starts.len() >= 3 => {
+            let source = IterationSource::Annotation(text);
+            Some((Some((format!("{source}, which repeats {} times", starts.len()), starts)), None))
+        }
+        // Fewer than three from annotations: the period of the request stream.
+        _ => None,
+    }
+}
+
 /// Picks the iteration boundaries (event indices) and says where they came from.
-fn boundaries(iterations: &IterationFold, p: &Pass1) -> (Option<(String, Vec<u64>)>, Option<String>) {
-    // Marks or a repeated annotation: the one rule of every analysis, folded when the trace was read.
+fn boundaries(iterations: &IterationFold, p: &Pass1) -> Boundaries {
+    if let Some(b) = boundaries_by_marks(iterations) {
+        return b;
+    }
     let found = iterations.iterations();
     // What the marks gave, where they gave too few iterations (the notes below say it).
     let too_few = found.as_ref().map(|it| {
@@ -387,26 +416,6 @@ fn boundaries(iterations: &IterationFold, p: &Pass1) -> (Option<(String, Vec<u64
             it.source
         )
     });
-    match found {
-        Some(Iterations { source: IterationSource::Marks, starts }) if starts.len() < 3 => {
-            return (
-                None,
-                Some(format!(
-                    "{}: too few to measure growth (at least 3)",
-                    crate::model::units::count(starts.len() as u64, "iteration mark")
-                )),
-            );
-        }
-        Some(Iterations { source: IterationSource::Marks, starts }) => {
-            return (Some((IterationSource::Marks.to_string(), starts)), None);
-        }
-        Some(Iterations { source: IterationSource::Annotation(text), starts }) if starts.len() >= 3 => {
-            let source = IterationSource::Annotation(text);
-            return (Some((format!("{source}, which repeats {} times", starts.len()), starts)), None);
-        }
-        // Fewer than three from annotations: the period of the request stream (below).
-        _ => {}
-    }
     let marked = too_few.clone().unwrap_or_else(|| "no iteration marks and no repeated annotation".into());
     let unmarked = too_few.clone().unwrap_or_else(|| "no iteration marks".into());
     let sig: Vec<(u32, u64)> = p.signatures.iter().map(|&(_, c, b)| (c, b)).collect();
@@ -850,8 +859,11 @@ fn live_by_site(p: &Pass1) -> Vec<SiteLive> {
 
 /// The growth analysis alone (two streaming passes, no replay): used by `explain`.
 pub fn growth_only(trace: &Trace) -> Result<(Option<Growth>, Option<String>)> {
-    let p = pass1(trace)?;
-    match boundaries(&trace.facts.iterations, &p) {
+    // Where the marks decide the iterations, the growth's own pass is the only one: it needs the
+    // trace's sites, not the first fold (which finds a period where no marks say).
+    let by_marks = boundaries_by_marks(&trace.facts.iterations);
+    let p = if by_marks.is_some() { Pass1::new(trace) } else { pass1(trace)? };
+    match by_marks.unwrap_or_else(|| boundaries(&trace.facts.iterations, &p)) {
         (Some((source, b)), _) => Ok((Some(growth(trace, &p, source, b)?), None)),
         (None, note) => Ok((None, note)),
     }
