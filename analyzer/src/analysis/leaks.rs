@@ -268,13 +268,16 @@ impl<'a> Pass1<'a> {
 /// every record, then [`LeaksFold::finish`].
 pub struct LeaksFold<'a>(Pass1<'a>);
 
+impl crate::model::Fold for LeaksFold<'_> {
+    #[inline]
+    fn observe(&mut self, i: u64, r: &Record) {
+        self.0.observe(i, r)
+    }
+}
+
 impl<'a> LeaksFold<'a> {
     pub fn new(trace: &'a Trace) -> Self {
         LeaksFold(Pass1::new(trace))
-    }
-    #[inline]
-    pub fn observe(&mut self, i: u64, r: &Record) {
-        self.0.observe(i, r)
     }
     /// The folds, after `events` records (the growth's pass, where the trace has iterations).
     pub fn finish(mut self, trace: &Trace, events: u64) -> Result<LeaksFolds> {

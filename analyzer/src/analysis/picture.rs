@@ -161,6 +161,13 @@ pub struct TimelineFold {
     live: crate::model::ids::IdMap<(u64, u64, bool)>,
 }
 
+impl crate::model::Fold for TimelineFold {
+    #[inline]
+    fn observe(&mut self, i: u64, r: &Record) {
+        TimelineFold::observe(self, i, r)
+    }
+}
+
 impl TimelineFold {
     /// `None` where the trace's records do not hold the counters ([`timeline_foldable`]).
     pub fn new(trace: &Trace, x: XAxis, columns: usize) -> Option<TimelineFold> {

@@ -317,34 +317,16 @@ pub fn build<P: Painter>(trace: &Trace, opts: &ReportOptions, painter: &P) -> Re
             // setting, and the bounds that may ride them): where the three do not fit beside
             // those within the memory replays may keep (`concurrent_replays`), a pass each.
             let table_states = crate::analysis::whatif::policies(&trace.header.config, true).len() + 1;
-            let mut events = 0;
-            if crate::replay::concurrent_replays(trace) >= table_states + 3 {
-                if timeline.is_some() || by_site.is_some() || leaks.is_some() {
-                    events = trace
-                        .scan(|i, r| {
-                            if let Some(f) = timeline.as_mut() {
-                                f.observe(i, r);
-                            }
-                            if let Some(f) = by_site.as_mut() {
-                                f.observe(&r.event);
-                            }
-                            if let Some(f) = leaks.as_mut() {
-                                f.observe(i, r);
-                            }
-                        })?
-                        .events;
-                }
-            } else {
-                if let Some(f) = timeline.as_mut() {
-                    events = trace.scan(|i, r| f.observe(i, r))?.events;
-                }
-                if let Some(f) = by_site.as_mut() {
-                    events = trace.scan(|_, r| f.observe(&r.event))?.events;
-                }
-                if let Some(f) = leaks.as_mut() {
-                    events = trace.scan(|i, r| f.observe(i, r))?.events;
-                }
+            let together = crate::replay::concurrent_replays(trace) >= table_states + 3;
+            {
+                use crate::model::Fold;
+                let mut folds: Vec<&mut dyn Fold> = Vec::new();
+                folds.extend(timeline.as_mut().map(|f| f as &mut dyn Fold));
+                folds.extend(by_site.as_mut().map(|f| f as &mut dyn Fold));
+                folds.extend(leaks.as_mut().map(|f| f as &mut dyn Fold));
+                trace.fold_each(together, &mut folds)?;
             }
+            let events = trace.events;
             let timeline = timeline.map(|f| drawn(painter, PictureData::Timeline(&f.finish(trace, events))));
             let stacked =
                 by_site.map(|f| picture::stacked_data_from(trace, XAxis::Time, picture::COLUMNS, f)).transpose()?;

@@ -394,15 +394,8 @@ fn whatif_inner<T: Send>(
         // fits beside theirs; else it is a pass of its own, after them.
         let (results, bounds) = if crate::replay::concurrent_replays(trace) > runs.len() {
             let mut fold = BoundsFold::new(trace, &trace.header.config);
-            let mut events = 0;
-            let mut ride = |first: u64, chunk: &[Record]| {
-                for (k, r) in chunk.iter().enumerate() {
-                    fold.observe(first + k as u64, r);
-                }
-                events = first + chunk.len() as u64;
-            };
-            let results = crate::replay::replay_many_with(trace, runs, &mut [&mut ride])?;
-            (results, fold.finish(events))
+            let results = crate::replay::replay_many_with(trace, runs, &mut [&mut fold])?;
+            (results, fold.finish(trace.events))
         } else {
             let results = crate::replay::replay_many(trace, runs)?;
             (results, bounds(trace, &trace.header.config)?)
@@ -797,6 +790,13 @@ pub struct BoundsFold<'a> {
     /// The failed request of a recorded OOM is a request too (it has no id and is never freed).
     next_oom_id: u64,
     floor: HeldFloor,
+}
+
+impl crate::model::Fold for BoundsFold<'_> {
+    #[inline]
+    fn observe(&mut self, i: u64, r: &Record) {
+        BoundsFold::observe(self, i, r)
+    }
 }
 
 impl<'a> BoundsFold<'a> {

@@ -442,6 +442,12 @@ fn record_bytes(r: &Record) -> usize {
     std::mem::size_of::<Record>() + heap
 }
 
+/// A fold of a trace's records, shown each in order: by a pass of its own, beside others in one
+/// pass ([`Trace::fold_each`]), or riding a replay's pass ([`crate::replay::Rider`]).
+pub trait Fold {
+    fn observe(&mut self, i: u64, r: &Record);
+}
+
 /// What reading a trace folds (its summary and facts), fed record by record: for a trace made
 /// by this process ([`Trace::from_records`], [`Trace::written`]).
 pub struct ReadFolds {
@@ -673,6 +679,22 @@ impl Trace {
             }
             ControlFlow::Continue(())
         })
+    }
+
+    /// Shows every record to each of `folds`: in one pass where `together` (the folds' states fit
+    /// beside each other), else in a pass each.
+    #[track_caller]
+    pub fn fold_each(&self, together: bool, folds: &mut [&mut dyn Fold]) -> Result<()> {
+        if together {
+            if !folds.is_empty() {
+                self.scan(|i, r| folds.iter_mut().for_each(|f| f.observe(i, r)))?;
+            }
+        } else {
+            for f in folds.iter_mut() {
+                self.scan(|i, r| f.observe(i, r))?;
+            }
+        }
+        Ok(())
     }
 
     /// Calls `fold(first, chunk)` for every chunk of records in order, until it breaks.

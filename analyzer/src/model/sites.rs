@@ -221,6 +221,12 @@ pub struct LiveBySite<'a> {
     pub total: u64,
 }
 
+impl crate::model::Fold for LiveBySite<'_> {
+    fn observe(&mut self, _: u64, r: &recorder::trace::Record) {
+        LiveBySite::observe(self, &r.event)
+    }
+}
+
 impl<'a> LiveBySite<'a> {
     pub fn new(sites: &'a Sites) -> Self {
         let n = sites.len();

@@ -947,9 +947,9 @@ fn drive<S: Sink + ForwardEvents + Send>(trace: &Trace, jobs: &mut [Job<'_, '_, 
     drive_with(trace, jobs, &mut [])
 }
 
-/// A fold that rides a replay pass ([`drive_with`]): shown every record of the trace, chunk by
-/// chunk (the first record's index, the records), beside the jobs.
-pub type Rider<'a> = dyn FnMut(u64, &[Record]) + Send + 'a;
+/// A fold that rides a replay pass ([`drive_with`]): shown every record of the trace, beside
+/// the jobs.
+pub type Rider<'a> = dyn crate::model::Fold + Send + 'a;
 
 /// [`drive`], with `riders` shown every record of the trace beside the jobs: the pass then
 /// reads the trace from its start and to its end, whatever the jobs need, so that a fold of
@@ -994,7 +994,12 @@ fn drive_with<S: Sink + ForwardEvents + Send>(
         if riders.is_empty() {
             step_all(jobs);
         } else {
-            rayon::join(|| step_all(jobs), || riders.iter_mut().for_each(|ride| ride(first, chunk)));
+            let ride = |riders: &mut [&mut Rider<'_>]| {
+                for (k, r) in chunk.iter().enumerate() {
+                    riders.iter_mut().for_each(|f| f.observe(first + k as u64, r));
+                }
+            };
+            rayon::join(|| step_all(jobs), || ride(riders));
         }
         if riders.is_empty() && jobs.iter().all(|j| j.done) {
             ControlFlow::Break(())
