@@ -101,7 +101,7 @@ fn a_stream_per_allocation_is_searched_from_its_floor() {
     assert_eq!(b.held_floor_bytes, Some(14 << 20));
     for conf in SETTINGS {
         let config = AllocatorConfig::parse(conf).unwrap();
-        let (unlimited, mut from) =
+        let (unlimited, from) =
             analyzer::replay::resumable(&trace, &config, 0, RESUME_LEVELS, analyzer::replay::SAVED_BLOCKS).unwrap();
         assert!(unlimited.peak_reserved_bytes > 1000 * (2 << 20), "{conf}: the streams' segments stay cached");
         let upper = unlimited.peak_reserved_bytes;
@@ -110,7 +110,7 @@ fn a_stream_per_allocation_is_searched_from_its_floor() {
             replays.fetch_add(1, Ordering::Relaxed);
         };
         let with_floor =
-            min_capacity(&trace, &config, from.as_mut(), 0, b.held_floor_bytes, upper, u32::MAX, &|| 1, &count)
+            min_capacity(&trace, &config, from.as_ref(), 0, b.held_floor_bytes, upper, u32::MAX, &|| 1, &count)
                 .unwrap();
         // The same search without the floor, every probe a whole replay: the bisection's answer.
         let without = min_capacity(&trace, &config, None, 0, None, upper, u32::MAX, &|| 1, &|| ()).unwrap();

@@ -190,12 +190,12 @@ fn the_smallest_capacity_does_not_depend_on_the_levels_searched_at_once() {
         let answers: Vec<_> = [1, 2, 3]
             .into_iter()
             .map(|ahead| {
-                let (_, mut from) =
+                let (_, from) =
                     analyzer::replay::resumable(trace, config, 0, RESUME_LEVELS, analyzer::replay::SAVED_BLOCKS)
                         .unwrap();
                 // Garbage collection too: its saved run counts cache lookups as under a limit.
                 assert!(from.is_some(), "{name} {conf}: no saves");
-                min_capacity(trace, config, from.as_mut(), 0, None, upper, u32::MAX, &|| ahead, &|| ()).unwrap()
+                min_capacity(trace, config, from.as_ref(), 0, None, upper, u32::MAX, &|| ahead, &|| ()).unwrap()
             })
             .collect();
         // Every probe a whole replay from the start, one at a time.
@@ -207,6 +207,43 @@ fn the_smallest_capacity_does_not_depend_on_the_levels_searched_at_once() {
         searched += 1;
     });
     assert_eq!(searched, 20);
+}
+
+/// Replays at several capacities resume from one set of saves side by side (a search's probes
+/// beside the run at the capacity compared), each keeping the save it made on its way while the
+/// others read: each is the whole replay at its capacity, on the shipped traces under five
+/// settings, at capacities from the peak of live requests to the unlimited run's peak reserved.
+#[test]
+fn replays_resumed_side_by_side_are_the_whole_replays() {
+    use rayon::prelude::*;
+    let mut checked = 0;
+    each_trace_and_setting(|name, trace, conf, config| {
+        let (unlimited, from) = analyzer::replay::resumable(
+            trace,
+            config,
+            0,
+            analyzer::analysis::capacity_search::RESUME_LEVELS,
+            analyzer::replay::SAVED_BLOCKS,
+        )
+        .unwrap();
+        let from = from.expect("saves");
+        let (low, high) = (unlimited.peak_requested_bytes, unlimited.peak_reserved_bytes);
+        let caps: Vec<u64> =
+            (0..=8u64).map(|k| (low + (high - low) * k / 8) / CAPACITY_RESOLUTION * CAPACITY_RESOLUTION).collect();
+        let resumed: Vec<ReplayResult> = caps
+            .par_iter()
+            .map(|&cap| {
+                analyzer::replay::replay_resumed(trace, &from, cap, analyzer::model::CapacitySource::Given).unwrap()
+            })
+            .collect();
+        for (&cap, r) in caps.iter().zip(&resumed) {
+            let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: Some(cap), ..Default::default() };
+            let whole = replay(trace, &o).unwrap();
+            assert_eq!(figures(r), figures(&whole), "{name} {conf}: at {cap}");
+            checked += 1;
+        }
+    });
+    assert_eq!(checked, 4 * 5 * 9);
 }
 
 /// A replay's capacity band ([`ReplayResult::capacity_band`]) is what lets a capacity search

@@ -44,7 +44,7 @@ pub const RESUME_LEVELS: u64 = 16;
 pub fn min_capacity(
     trace: &Trace,
     config: &AllocatorConfig,
-    mut from: Option<&mut crate::replay::Resumable>,
+    from: Option<&crate::replay::Resumable>,
     lower: u64,
     floor: Option<u64>,
     upper: u64,
@@ -113,22 +113,17 @@ pub fn min_capacity(
     // unlimited run's peak, would be wrong: it is then not used.)
     let floor = floor.map(|f| f.div_ceil(r).saturating_mul(r)).filter(|&f| f > lo && f <= hi);
     let known_to_fail = |cap: u64| floor.is_some_and(|f| cap < f);
-    let probe_all = |caps: Vec<u64>,
-                     from: &mut Option<&mut crate::replay::Resumable>,
-                     outcome: &mut HashMap<u64, bool>,
-                     bands: &mut Vec<Known>|
-     -> Result<()> {
-        let shared = from.as_deref();
-        let results: Vec<(u64, Known, Option<Save>)> = caps
-            .par_iter()
-            .map(|&cap| completes(shared, cap).map(|(k, save)| (cap, k, save)))
-            .collect::<Result<_>>()?;
+    let probe_all = |caps: Vec<u64>, outcome: &mut HashMap<u64, bool>, bands: &mut Vec<Known>| -> Result<()> {
+        let results: Vec<(u64, Known, Option<Save>)> =
+            caps.par_iter().map(|&cap| completes(from, cap).map(|(k, save)| (cap, k, save))).collect::<Result<_>>()?;
         for (cap, k, save) in results {
             outcome.insert(cap, k.completes);
             if k.high - k.low > 1 {
                 bands.push(k);
             }
-            keep(from, save);
+            if let (Some(from), Some(save)) = (from, save) {
+                from.keep(save);
+            }
         }
         Ok(())
     };
@@ -137,7 +132,7 @@ pub fn min_capacity(
         // trace with a segment per stream, each a replay of millions of segments). Where it
         // fails, it fails at the first request that needs more, which comes early: a replay
         // resumed near the floor.
-        probe_all(vec![f], &mut from, &mut outcome, &mut bands)?;
+        probe_all(vec![f], &mut outcome, &mut bands)?;
         if outcome[&f] {
             // The floor completes and nothing below it can: the smallest capacity.
             return Ok(Some((f, r)));
@@ -152,7 +147,7 @@ pub fn min_capacity(
     caps.dedup();
     loop {
         probed();
-        probe_all(std::mem::take(&mut caps), &mut from, &mut outcome, &mut bands)?;
+        probe_all(std::mem::take(&mut caps), &mut outcome, &mut bands)?;
         // `hi` was replayed, or an earlier replay's band (the floor's) holds it and it was not.
         if known(&outcome, &bands, hi).expect("each capacity probed is replayed or in a band") {
             break;
@@ -169,7 +164,7 @@ pub fn min_capacity(
             .into_iter()
             .filter(|&c| known(&outcome, &bands, c).is_none() && !known_to_fail(c))
             .collect();
-        probe_all(caps, &mut from, &mut outcome, &mut bands)?;
+        probe_all(caps, &mut outcome, &mut bands)?;
         // The bisection, one probe at a time, over the results at hand.
         while hi - lo > r && probes < max_probes {
             let m = mid(lo, hi);
@@ -205,13 +200,6 @@ struct Known {
 /// land ([`crate::analysis::whatif::PolicyRow::fits_by_placement`]).
 pub fn failed_at_or_above((least, resolution): (u64, u64), capacity: u64) -> bool {
     least.saturating_sub(resolution) >= capacity
-}
-
-/// Keeps a save a probe made, for the next probes.
-fn keep(from: &mut Option<&mut crate::replay::Resumable>, save: Option<Save>) {
-    if let (Some(from), Some(save)) = (from.as_deref_mut(), save) {
-        from.keep(save);
-    }
 }
 
 /// How many levels of a capacity search to replay at once when `searches` run side by side on

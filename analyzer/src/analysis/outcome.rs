@@ -509,6 +509,7 @@ least the job needs, so no setting is predicted to fit{}",
     // on the extended job too (the same requests, repeated): predicted once.
     let predicted = same_as.iter().filter(|s| s.is_none()).count();
     let ahead = crate::analysis::capacity_search::levels_ahead(predicted);
+    let side_by_side = crate::replay::concurrent_replays(&extended) >= 2 * predicted;
     let mut out: Vec<Option<PolicyPrediction>> = policies
         .par_iter()
         .enumerate()
@@ -517,48 +518,60 @@ least the job needs, so no setting is predicted to fit{}",
                 return Ok(None);
             }
             let gets_past = past.get(k).copied().unwrap_or(false);
-            let (unlimited, mut from) = crate::replay::resumable(
+            let (unlimited, from) = crate::replay::resumable(
                 &extended,
                 config,
                 0,
                 crate::analysis::capacity_search::RESUME_LEVELS,
                 crate::replay::saved_blocks_share(predicted),
             )?;
-            let fits = gets_past
-                && !match from.as_mut() {
-                    Some(from) => crate::replay::replay_resumed_watched(
-                        &extended,
-                        from,
-                        capacity,
-                        crate::model::CapacitySource::Given,
-                        &mut |_, _, _, _| {},
-                        None,
-                    )?
-                    .is_oom(),
-                    None => {
-                        let at = ReplayOptions {
-                            config: Some(config.clone()),
-                            capacity_bytes: capacity,
-                            unlimited: capacity.is_none(),
-                            ..Default::default()
-                        };
-                        replay(&extended, &at)?.is_oom()
-                    }
-                };
-            let needs = if unlimited.is_oom() {
-                None
-            } else {
+            let from = from.as_ref();
+            // The run at the capacity and the search side by side where their replays fit beside
+            // each other's (they resume from the same saves, and neither waits for the other).
+            let at_capacity = || -> Result<bool> {
+                Ok(gets_past
+                    && !match from {
+                        Some(from) => crate::replay::replay_resumed_watched(
+                            &extended,
+                            from,
+                            capacity,
+                            crate::model::CapacitySource::Given,
+                            &mut |_, _, _, _| {},
+                            None,
+                        )?
+                        .is_oom(),
+                        None => {
+                            let at = ReplayOptions {
+                                config: Some(config.clone()),
+                                capacity_bytes: capacity,
+                                unlimited: capacity.is_none(),
+                                ..Default::default()
+                            };
+                            replay(&extended, &at)?.is_oom()
+                        }
+                    })
+            };
+            let search = || {
+                if unlimited.is_oom() {
+                    return Ok(None);
+                }
                 crate::analysis::capacity_search::min_capacity(
                     &extended,
                     config,
-                    from.as_mut(),
+                    from,
                     0,
                     None,
                     unlimited.peak_reserved_bytes,
                     12,
                     &|| ahead,
                     &|| (),
-                )?
+                )
+            };
+            let (fits, needs) = if side_by_side {
+                let (fits, needs) = rayon::join(at_capacity, search);
+                (fits?, needs?)
+            } else {
+                (at_capacity()?, search()?)
             };
             // Completing at the capacity while the search failed at a limit at least as large is
             // completing by where the blocks land: not a fit.

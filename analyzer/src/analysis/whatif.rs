@@ -424,39 +424,47 @@ fn whatif_inner<T: Send>(
                 crate::analysis::capacity_search::levels_ahead(searching.load(std::sync::atomic::Ordering::Relaxed))
             }
         };
+        // The run at the capacity and the search resume from the same saves, side by side where
+        // the replays of both fit beside each other's in every group at once; the search does not
+        // wait for the run (its answer does not depend on it), and what is done with the row
+        // once its run is over goes on beside the search.
+        let side_by_side = at_once >= 2 * groups.len();
         let run_group = |(k, members): &(usize, Vec<usize>)| {
             let config = &list[*k].1;
             bar.inc(members.len() as u64);
             let mut sts = states_of(*k, members);
-            let mut observe = |i: u64, rec: &Record, view: &dyn EngineView, live: &crate::replay::LiveMap| {
-                observe_all(&mut sts, i, rec, view, live)
-            };
-            let (unlimited, mut from, seen) = crate::replay::resumable_watched(
+            let (unlimited, from, seen) = crate::replay::resumable_watched(
                 trace,
                 config,
                 bounds.live_requested_peak_bytes,
                 RESUME_LEVELS,
                 crate::replay::saved_blocks_share(at_once.min(groups.len())),
-                Some((opts.capacity.bytes, &mut observe)),
+                Some((opts.capacity.bytes, &mut |i, rec, view, live| observe_all(&mut sts, i, rec, view, live))),
             )?;
-            let r = match from.as_mut() {
-                Some(from) => crate::replay::replay_resumed_watched(
-                    trace,
-                    from,
-                    opts.capacity.bytes,
-                    opts.capacity.source,
-                    &mut observe,
-                    seen,
-                )?,
-                // Nothing saved (garbage collection with expandable segments): a whole replay.
-                None => crate::replay::replay_observed(trace, &at_cap_options(config), &mut observe)?,
+            let from = from.as_ref();
+            let at_capacity = |sts: &mut [(usize, Option<T>)]| -> Result<ReplayResult> {
+                let mut observe = |i: u64, rec: &Record, view: &dyn EngineView, live: &crate::replay::LiveMap| {
+                    observe_all(sts, i, rec, view, live)
+                };
+                match from {
+                    Some(from) => crate::replay::replay_resumed_watched(
+                        trace,
+                        from,
+                        opts.capacity.bytes,
+                        opts.capacity.source,
+                        &mut observe,
+                        seen,
+                    ),
+                    // Nothing saved (garbage collection with expandable segments): a whole replay.
+                    None => crate::replay::replay_observed(trace, &at_cap_options(config), &mut observe),
+                }
             };
             let max_probes = if trace.events > LONG_TRACE_EVENTS { LONG_TRACE_PROBES } else { u32::MAX };
-            let mut search = || {
+            let search = || {
                 let min = min_capacity(
                     trace,
                     config,
-                    from.as_mut(),
+                    from,
                     bounds.live_requested_peak_bytes,
                     bounds.held_floor_bytes,
                     unlimited.peak_reserved_bytes.max(CAPACITY_RESOLUTION),
@@ -467,10 +475,26 @@ fn whatif_inner<T: Send>(
                 searching.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 min
             };
-            let min = if ready_beside && observing.is_some() {
-                rayon::join(search, || crate::replay::beside_searches(|| ready_all(&mut sts, &r))).0?
+            let (r, min) = if side_by_side {
+                let (r, min) = rayon::join(
+                    || {
+                        let r = at_capacity(&mut sts)?;
+                        if ready_beside && observing.is_some() {
+                            crate::replay::beside_searches(|| ready_all(&mut sts, &r));
+                        }
+                        Ok::<_, anyhow::Error>(r)
+                    },
+                    search,
+                );
+                (r?, min?)
             } else {
-                search()?
+                let r = at_capacity(&mut sts)?;
+                let min = if ready_beside && observing.is_some() {
+                    rayon::join(search, || crate::replay::beside_searches(|| ready_all(&mut sts, &r))).0?
+                } else {
+                    search()?
+                };
+                (r, min)
             };
             Ok((sts, r, min))
         };

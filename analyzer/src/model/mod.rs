@@ -729,13 +729,15 @@ impl Trace {
             Err(_) => 0,
         };
         let started = std::time::Instant::now();
+        let first = log_passes().then(|| *FIRST_PASS.get_or_init(|| started));
         let scanned = self.pass_over(from, fold);
-        if log_passes() {
+        if let Some(first) = first {
             eprintln!(
-                "pass {n}: {:?} by {} from record {from}: {:.3} s",
+                "pass {n}: {:?} by {} from record {from}: {:.3} s (ends {:.3} s after the first pass began)",
                 pass.kind,
                 pass.by,
-                started.elapsed().as_secs_f64()
+                started.elapsed().as_secs_f64(),
+                first.elapsed().as_secs_f64()
             );
         }
         scanned
@@ -770,9 +772,13 @@ impl Trace {
     }
 }
 
+/// When the first pass began, for [`log_passes`]' timeline.
+static FIRST_PASS: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
 /// Whether each pass is logged to stderr as it ends (`ALLOCTRACE_PASSES=1`): its number, kind,
-/// the analysis that asked for it, the record it started from and its wall time. For developers
-/// who want to see a command's plan; the output of the command is unchanged.
+/// the analysis that asked for it, the record it started from, its wall time and when it ended
+/// after the first pass began (the command's timeline). For developers who want to see a
+/// command's plan; the output of the command is unchanged.
 fn log_passes() -> bool {
     static LOG: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *LOG.get_or_init(|| std::env::var_os("ALLOCTRACE_PASSES").is_some_and(|v| !v.is_empty() && v != "0"))

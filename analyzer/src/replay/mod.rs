@@ -1232,8 +1232,10 @@ pub struct Resumable {
     /// refuses what does not fit as a limit would.
     device_total: u64,
     /// (level, event index, the replay's state before that event), levels ascending: the
-    /// state serves every capacity at or above its level.
-    saves: Vec<(u64, u64, Replaying<NullSink>)>,
+    /// state serves every capacity at or above its level. Behind a lock so that replays at
+    /// several capacities (a search's probes, the run at the capacity compared) resume from it
+    /// at once and keep the saves they make on their way ([`Resumable::keep`]).
+    saves: std::sync::RwLock<Vec<(u64, u64, Replaying<NullSink>)>>,
     /// The blocks its saves may hold in all (its share of [`SAVED_BLOCKS`]).
     saved_blocks: usize,
     /// Each new peak of the unlimited run's demand: (event index, bytes), ascending.
@@ -1381,7 +1383,7 @@ pub fn resumable_watched(
             config: config.clone(),
             device_bytes,
             device_total,
-            saves,
+            saves: std::sync::RwLock::new(saves),
             saved_blocks,
             peaks,
             end,
@@ -1401,12 +1403,7 @@ pub fn resumable_watched(
 /// At or above the unlimited run's peak demand the run is the unlimited one: nothing is
 /// replayed.
 #[track_caller]
-pub fn replay_resumed(
-    trace: &Trace,
-    from: &mut Resumable,
-    capacity: u64,
-    source: CapacitySource,
-) -> Result<ReplayResult> {
+pub fn replay_resumed(trace: &Trace, from: &Resumable, capacity: u64, source: CapacitySource) -> Result<ReplayResult> {
     replay_resumed_watched(trace, from, Some(capacity), source, &mut |_, _, _, _| {}, None)
 }
 
@@ -1429,11 +1426,12 @@ pub struct Save(u64, u64, Replaying<NullSink>);
 impl Resumable {
     /// Keeps `save` for the replays to come, unless the saves held would pass
     /// its share of [`SAVED_BLOCKS`] or one is held at that event already.
-    pub fn keep(&mut self, save: Save) {
-        let held: usize = self.saves.iter().map(|s| s.2.blocks()).sum();
-        let at = self.saves.partition_point(|s| s.1 < save.1);
-        if held + save.2.blocks() <= self.saved_blocks && self.saves.get(at).is_none_or(|s| s.1 != save.1) {
-            self.saves.insert(at, (save.0, save.1, save.2));
+    pub fn keep(&self, save: Save) {
+        let mut saves = self.saves.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let held: usize = saves.iter().map(|s| s.2.blocks()).sum();
+        let at = saves.partition_point(|s| s.1 < save.1);
+        if held + save.2.blocks() <= self.saved_blocks && saves.get(at).is_none_or(|s| s.1 != save.1) {
+            saves.insert(at, (save.0, save.1, save.2));
         }
     }
 }
@@ -1443,7 +1441,7 @@ impl Resumable {
 #[track_caller]
 pub fn replay_resumed_watched(
     trace: &Trace,
-    from: &mut Resumable,
+    from: &Resumable,
     capacity: Option<u64>,
     source: CapacitySource,
     observer: &mut TailObserver<'_>,
@@ -1456,8 +1454,8 @@ pub fn replay_resumed_watched(
     Ok(r)
 }
 
-/// [`replay_resumed_watched`] reading `from` only, so that several capacities can be replayed
-/// from it at once: the save it made on its way, if any, is returned for [`Resumable::keep`].
+/// [`replay_resumed_watched`] that does not keep the save it made on its way, if any: it is
+/// returned, for the caller to [`Resumable::keep`] when it will.
 #[track_caller]
 pub fn replay_resumed_shared(
     trace: &Trace,
@@ -1472,11 +1470,13 @@ pub fn replay_resumed_shared(
     // The peaks within the limit, then the first above it: where the runs differ.
     let within = from.peaks.partition_point(|&(_, bytes)| bytes <= limit);
     let differs_at = from.peaks.get(within).map(|&(event, _)| event);
+    let saves = from.saves.read().unwrap_or_else(std::sync::PoisonError::into_inner);
     let resumable = capacity.is_none_or(|c| c <= from.device_bytes)
-        && from.saves.first().is_some_and(|s| s.0 <= limit)
+        && saves.first().is_some_and(|s| s.0 <= limit)
         // Without a limit, a run that outgrows the device needs the device's own refusals.
         && (capacity.is_some() || differs_at.is_none());
     if !resumable {
+        drop(saves);
         let opts = ReplayOptions {
             config: Some(from.config.clone()),
             capacity_bytes: capacity,
@@ -1497,10 +1497,13 @@ pub fn replay_resumed_shared(
         r.capacity_source = source;
         return Ok((r, None));
     };
-    // The latest save at or before the event where the runs differ.
-    let k = from.saves.partition_point(|s| s.1 <= differs_at) - 1;
-    let (mut rp, start, save) = if differs_at - from.saves[k].1 > LAZY_SAVE_EVENTS {
-        let (mut rp, start) = (from.saves[k].2.clone(), from.saves[k].1);
+    // The latest save at or before the event where the runs differ (a save that another replay
+    // kept meanwhile is the unlimited run's state too: any one before that event serves).
+    let k = saves.partition_point(|s| s.1 <= differs_at) - 1;
+    let (state, at) = (saves[k].2.clone(), saves[k].1);
+    drop(saves);
+    let (mut rp, start, save) = if differs_at - at > LAZY_SAVE_EVENTS {
+        let (mut rp, start) = (state, at);
         replay_range(trace, &mut rp, start, differs_at, &mut |_, _, _, _| {})?;
         // Its level: the run's peak demand before the event where the runs differ (a save with
         // a level within the limit exists, so some peak is within it).
@@ -1508,7 +1511,7 @@ pub fn replay_resumed_shared(
         let save = Save(level, differs_at, rp.clone());
         (rp, differs_at, Some(save))
     } else {
-        (from.saves[k].2.clone(), from.saves[k].1, None)
+        (state, at, None)
     };
     rp.engine.set_capacity(capacity);
     replay_range(trace, &mut rp, start, u64::MAX, &mut |i, rec, view, live| {
