@@ -4,8 +4,10 @@
 //!
 //! A module is one file of `analyzer/src` (`a/b.rs` and `a/b/mod.rs` are `a::b`). Module `a`
 //! imports module `b` when its code (comments and string literals left out) names a path
-//! `crate::b::...` or `super::...` that resolves to `b`, in a `use` or in an expression; a path
-//! resolves to the longest module it starts with. The declarations `mod b;` are not imports.
+//! `crate::b::...`, `super::...`, `self::...` or, for a module `b` it declares (`mod b;`), `b::...`
+//! that resolves to `b`, in a `use` or in an expression; a path resolves to the longest module it
+//! starts with. The declarations `mod b;` are not imports: a parent that names its child's items
+//! (a re-export) imports it, and the child then may not import the parent.
 //! Run with `--nocapture` to see the cycles left.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -215,6 +217,15 @@ fn imports(mods: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>
         let code: Vec<char> = code_only(src).chars().collect();
         let file: Vec<String> = name.split("::").map(String::from).collect();
         let mut targets = BTreeSet::new();
+        // The modules the file declares (`mod b;`), whose paths it may name bare (`b::x`).
+        let children: Vec<String> = (0..code.len())
+            .filter(|&k| (k == 0 || !is_ident(&code[k - 1])) && code[k..].starts_with(&['m', 'o', 'd', ' ']))
+            .filter_map(|k| {
+                let ident: String = code[k + 4..].iter().take_while(|c| is_ident(c)).collect();
+                let rest = code[k + 4 + ident.len()..].iter().find(|c| !c.is_whitespace());
+                (!ident.is_empty() && rest == Some(&';')).then_some(ident)
+            })
+            .collect();
         // Inline modules (`mod tests { ... }`) open inside the file: (name, brace depth inside).
         let mut inline: Vec<(String, usize)> = Vec::new();
         let mut depth = 0usize;
@@ -256,6 +267,9 @@ fn imports(mods: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>
                 Some((7, me[..me.len() - 1].to_vec()))
             } else if word_at("self::") {
                 Some((6, me.clone()))
+            } else if children.iter().any(|c| word_at(&format!("{c}::"))) && inline.is_empty() {
+                // A bare path into a declared child, read from the child's name on.
+                Some((0, file.clone()))
             } else {
                 None
             };
@@ -498,6 +512,12 @@ fn one_replay_loop() {
         // (`synth` builds one to generate a trace, not to replay one).
         if code.contains("Engine::new(") && name != "replay" && name != "source::synth" {
             engines.push(name.clone());
+        }
+        // So would a request served or freed by an engine however it was obtained.
+        for call in [".malloc(", ".malloc_owned(", ".free(", ".free_requested(", ".free_completed(", ".empty_cache("] {
+            if code.contains(&format!("engine{call}")) && name != "replay" && name != "source::synth" {
+                engines.push(format!("{name}: engine{call}"));
+            }
         }
     }
     assert_eq!(steps, ["replay"], "records are stepped in one place");

@@ -25,12 +25,13 @@ pub struct Repeats {
 }
 
 /// `--capacity` wherever a command replays: one meaning, one text.
-const CAPACITY_HELP: &str = "The memory limit, as torch.cuda.set_per_process_memory_fraction sets it: bytes or \
+pub(super) const CAPACITY_HELP: &str =
+    "The memory limit, as torch.cuda.set_per_process_memory_fraction sets it: bytes or \
 6GiB, 1.5GB, 512MiB. Default: the trace's own (recorded, else inferred from its OOM, and said to be); snapshots do \
 not store it";
 
 /// `--torch-version` wherever a command replays.
-const TORCH_VERSION_HELP: &str =
+pub(super) const TORCH_VERSION_HELP: &str =
     "The PyTorch release whose allocator to follow, e.g. 2.12 (default: the trace's, else 2.11)";
 
 /// `--device` wherever a command reads a snapshot without replaying it under the user's facts.
@@ -77,21 +78,6 @@ pub fn parse_torch_version(s: &str) -> Result<TorchVersion, String> {
         ));
     }
     Ok(v)
-}
-
-#[derive(Args)]
-pub struct PolicyArgs {
-    /// Allocator settings as PYTORCH_CUDA_ALLOC_CONF, e.g. "max_split_size_mb:64,expandable_segments:True".
-    /// Default: the settings recorded in the trace.
-    #[arg(long, value_parser = user_conf)]
-    pub conf: Option<AllocatorConfig>,
-    #[arg(long, value_parser = parse_capacity, conflicts_with = "unlimited", help = CAPACITY_HELP)]
-    pub capacity: Option<u64>,
-    /// Replay without any memory limit, even if the trace recorded one.
-    #[arg(long)]
-    pub unlimited: bool,
-    #[arg(long, value_parser = parse_torch_version, help = TORCH_VERSION_HELP)]
-    pub torch_version: Option<TorchVersion>,
 }
 
 /// Checks a configuration string but keeps it as written (it is handed to the recorder).

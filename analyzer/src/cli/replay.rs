@@ -1,9 +1,11 @@
 //! `alloctrace replay`: its arguments, handed to the library's command.
 
-use super::args::PolicyArgs;
+use super::args::{parse_capacity, parse_torch_version, CAPACITY_HELP, TORCH_VERSION_HELP};
 use analyzer::cmd;
 use anyhow::Result;
 use clap::Args as ClapArgs;
+use recorder::engine::config::{user_conf, AllocatorConfig};
+use recorder::engine::version::TorchVersion;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -51,4 +53,20 @@ impl Args {
             out,
         )
     }
+}
+
+/// The settings, limit and PyTorch version a replay follows.
+#[derive(ClapArgs)]
+pub struct PolicyArgs {
+    /// Allocator settings as PYTORCH_CUDA_ALLOC_CONF, e.g. "max_split_size_mb:64,expandable_segments:True".
+    /// Default: the settings recorded in the trace.
+    #[arg(long, value_parser = user_conf)]
+    pub conf: Option<AllocatorConfig>,
+    #[arg(long, value_parser = parse_capacity, conflicts_with = "unlimited", help = CAPACITY_HELP)]
+    pub capacity: Option<u64>,
+    /// Replay without any memory limit, even if the trace recorded one.
+    #[arg(long)]
+    pub unlimited: bool,
+    #[arg(long, value_parser = parse_torch_version, help = TORCH_VERSION_HELP)]
+    pub torch_version: Option<TorchVersion>,
 }

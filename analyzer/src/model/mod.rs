@@ -10,6 +10,7 @@
 //! the trace's size.
 
 pub mod escape;
+pub mod fold;
 pub mod ids;
 pub mod iterations;
 pub mod layout;
@@ -18,6 +19,8 @@ pub mod sites;
 pub mod streams;
 pub mod units;
 pub mod wrap;
+
+pub use fold::Fold;
 
 use crate::source::summary::{Summary, SummaryFold};
 use crate::source::tracefile::{self, Scanned};
@@ -440,12 +443,6 @@ fn record_bytes(r: &Record) -> usize {
         _ => 0,
     };
     std::mem::size_of::<Record>() + heap
-}
-
-/// A fold of a trace's records, shown each in order: by a pass of its own, beside others in one
-/// pass ([`Trace::fold_each`]), or riding a replay's pass ([`crate::replay::Rider`]).
-pub trait Fold {
-    fn observe(&mut self, i: u64, r: &Record);
 }
 
 /// What reading a trace folds (its summary and facts), fed record by record: for a trace made

@@ -221,7 +221,7 @@ pub struct LiveBySite<'a> {
     pub total: u64,
 }
 
-impl crate::model::Fold for LiveBySite<'_> {
+impl crate::model::fold::Fold for LiveBySite<'_> {
     fn observe(&mut self, _: u64, r: &recorder::trace::Record) {
         LiveBySite::observe(self, &r.event)
     }

@@ -9,10 +9,10 @@ use anyhow::Result;
 /// deterministic, font-free style as [`crate::render::plot`].
 pub fn render_categories(c: &Categories, title: &str) -> Result<String> {
     use plotters::prelude::*;
-    let palette = crate::render::plot::PALETTE;
-    let (w, h) = (crate::render::plot::WIDTH, crate::render::plot::HEIGHT);
+    let palette = super::style::PALETTE;
+    let (w, h) = (super::style::WIDTH, super::style::HEIGHT);
     let max = c.over_time.iter().map(|s| s.bytes.total()).max().unwrap_or(0).max(1);
-    let (ys, unit) = super::byte_unit(max as f64);
+    let (ys, unit) = super::style::byte_unit(max as f64);
     let x_max = c.over_time.last().map(|s| s.event + 1).unwrap_or(1) as f64;
     let mut svg = String::new();
     {

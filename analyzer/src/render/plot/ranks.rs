@@ -1,7 +1,7 @@
 //! The picture of several ranks of one job ([`crate::analysis::ranks`]), in the style of every picture
 //! ([`crate::render::plot`]).
 
-use super::byte_unit;
+use super::style::byte_unit;
 use crate::analysis::ranks::RanksReport;
 use anyhow::Result;
 
@@ -9,8 +9,8 @@ use anyhow::Result;
 /// the aligned iteration axis. Same deterministic, font-free style as [`crate::render::plot`].
 pub fn render_ranks(rep: &RanksReport) -> Result<String> {
     use plotters::prelude::*;
-    let palette = crate::render::plot::PALETTE;
-    use crate::render::plot::{draw_legend, legend_height, Swatch};
+    let palette = super::style::PALETTE;
+    use super::style::{draw_legend, legend_height, Swatch};
     // The legends under their charts, in the one legend style of every picture.
     let bar_legend = [
         (Swatch::Block(palette[0]), "peak reserved".to_string()),
@@ -22,16 +22,16 @@ pub fn render_ranks(rep: &RanksReport) -> Result<String> {
         .enumerate()
         .map(|(k, t)| (Swatch::Line(palette[k % palette.len()], 2), format!("rank {}", t.rank)))
         .collect();
-    let w = crate::render::plot::WIDTH;
+    let w = super::style::WIDTH;
     let (bar_legend_h, line_legend_h) = (legend_height(&bar_legend, w), legend_height(&line_legend, w));
-    let h = crate::render::plot::HEIGHT + 240 + bar_legend_h + line_legend_h;
+    let h = super::style::HEIGHT + 240 + bar_legend_h + line_legend_h;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
         root.fill(&WHITE)?;
         let (top, bottom) = root.split_vertically(340 + bar_legend_h);
         let (top, top_legend) = top.split_vertically(340);
-        let (bottom, bottom_legend) = bottom.split_vertically(crate::render::plot::HEIGHT + 240 - 340);
+        let (bottom, bottom_legend) = bottom.split_vertically(super::style::HEIGHT + 240 - 340);
         let n = rep.ranks.len().max(1);
         let max_peak = rep.ranks.iter().map(|r| r.peak_reserved.bytes.max(r.peak_allocated.bytes)).max().unwrap_or(0);
         let (ys, unit) = byte_unit(max_peak as f64);
