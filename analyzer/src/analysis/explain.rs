@@ -224,18 +224,21 @@ pub fn explain(trace: &Trace) -> Result<ExplainReport> {
     explain_with(trace, &ExplainOptions::default())
 }
 
-/// Where the request at `event` is: the last iteration and phase marks before it and its call
+/// Where the request at `event` is: its iteration (by the one rule,
+/// [`crate::model::iterations`]: the last iteration mark's text, or the iteration's number where
+/// a repeated annotation says where they start), the last phase mark before it and its call
 /// site, e.g. `iteration 1, backward, backward MmBackward0 (aten.mm.default)`.
 fn request_context(trace: &Trace, event: u64) -> Result<Option<String>> {
+    use crate::model::iterations::IterationSource;
     use recorder::trace::MarkKind;
-    let (mut iteration, mut phase, mut site) = (None, None, None);
+    let (mut mark, mut phase, mut site) = (None, None, None);
     let sites = &trace.facts.sites;
     trace.scan(|i, r| {
         if i > event {
             return;
         }
         match &r.event {
-            Event::Mark { kind: MarkKind::Iteration, text } => iteration = Some(text.clone()),
+            Event::Mark { kind: MarkKind::Iteration, text } => mark = Some(text.clone()),
             Event::Mark { kind: MarkKind::Phase, text } => phase = Some(text.clone()),
             // A predicted call site is the module or autograd node, and the operator.
             Event::Alloc { callsite, .. } if i == event => {
@@ -244,6 +247,14 @@ fn request_context(trace: &Trace, event: u64) -> Result<Option<String>> {
             _ => {}
         }
     })?;
+    let iteration = trace.facts.iterations.iterations().and_then(|it| {
+        let k = it.starts.partition_point(|&s| s <= event);
+        match it.source {
+            _ if k == 0 => None,
+            IterationSource::Marks => mark,
+            IterationSource::Annotation(_) => Some(format!("iteration {k}")),
+        }
+    });
     let parts: Vec<String> = [iteration, phase, site].into_iter().flatten().collect();
     Ok((!parts.is_empty()).then(|| parts.join(", ")))
 }
@@ -638,7 +649,7 @@ pub fn explain_prelude(
         allocated_bytes: lm.allocated_bytes,
         live_requested_bytes: lm.requested_bytes,
         reserved_bytes: lm.reserved_bytes,
-        reserved_unallocated_bytes: lm.reserved_bytes - lm.allocated_bytes.min(lm.reserved_bytes),
+        reserved_unallocated_bytes: lm.reserved_unallocated_bytes(),
         private_pool_bytes: cap.held.segments.iter().filter(|s| s.kept_by_private_pool()).map(|s| s.bytes).sum(),
         largest_free_bytes: lm.largest_free_bytes,
         releasable_bytes: lm.releasable_bytes,
@@ -1623,5 +1634,38 @@ mod tests {
             checked += 1;
         }
         assert!(checked >= 7, "{checked} traces with an OOM");
+    }
+
+    /// The iteration of the failed request is the one rule's ([`crate::model::iterations`]):
+    /// where a repeated annotation marks the steps (`ProfilerStep#N`, no iteration marks), its
+    /// number; where iteration marks do, the last one's text; with a single iteration mark (the
+    /// rule finds no iterations in one), none.
+    #[test]
+    fn the_failed_requests_iteration_is_the_one_rules() {
+        use recorder::trace::{Header, MarkKind, Pool, Source};
+        let alloc = |id: u64| Event::Alloc {
+            id,
+            addr: 0,
+            requested_bytes: 1 << 20,
+            block_bytes: 0,
+            stream: 0,
+            pool: Pool::Large,
+            callsite: 0,
+        };
+        let mark = |kind: MarkKind, text: &str| Event::Mark { kind, text: text.into() };
+        let context = |marks: [Event; 3]| {
+            let [a, b, c] = marks;
+            let events = vec![a, alloc(1), b, alloc(2), c, alloc(3), alloc(4)];
+            let records: Vec<Record> =
+                events.into_iter().enumerate().map(|(t, event)| Record { time_ns: t as u64, event }).collect();
+            let trace = Trace::from_records(std::path::Path::new("t.atrace"), Header::new(Source::Simulated), records);
+            request_context(&trace, 6).unwrap()
+        };
+        let step = |k: u32| mark(MarkKind::Annotation, &format!("ProfilerStep#{k}"));
+        assert_eq!(context([step(1), step(2), step(3)]).as_deref(), Some("iteration 3"));
+        let it = |t: &str| mark(MarkKind::Iteration, t);
+        assert_eq!(context([it("step 0"), it("step 1"), it("step 2")]).as_deref(), Some("step 2"));
+        let other = |t: &str| mark(MarkKind::Annotation, t);
+        assert_eq!(context([it("step 0"), other("a"), other("b")]), None);
     }
 }

@@ -427,7 +427,7 @@ fn finish(
             "reserved_vs_allocated",
             "1 - allocated / reserved: share of reserved memory that no live block holds",
             mm.reserved_vs_allocated(),
-            mm.reserved_bytes - mm.allocated_bytes.min(mm.reserved_bytes),
+            mm.reserved_unallocated_bytes(),
             peak_m.reserved_vs_allocated(),
         ),
         (

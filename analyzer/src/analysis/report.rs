@@ -957,14 +957,14 @@ pub fn findings(
              normal for a caching allocator; above 25% the cache costs real capacity.",
             fmt_bytes(reserved),
             fmt_bytes(allocated),
-            fmt_bytes(reserved.saturating_sub(allocated))
+            fmt_bytes(crate::model::layout::reserved_unallocated(reserved, allocated))
         ),
     });
     // 3. Contiguity at the moment of the segment map (definition 2).
     if let Some(l) = layout {
         // Measure 2 of the layout ([`crate::model::layout::LayoutMeasures::contiguity`]): the
         // largest free block is one a request outside a private pool could get.
-        let c = crate::model::layout::ratio_complement(l.largest_free_bytes, l.free_bytes);
+        let c = crate::model::layout::contiguity(l.largest_free_bytes, l.free_bytes);
         // Where the diagnosis is fragmentation, the pieces caused the OOM, whatever their share.
         let caused = l.failed_request_bytes.is_some() && fragmentation_caused_it;
         let verdict = if caused {

@@ -28,7 +28,7 @@ pub fn print_diff(out: &mut dyn Write, d: &Diff) -> std::io::Result<()> {
     let conf = |c: &str| if c.is_empty() { "(defaults)".to_string() } else { terminal(c).into_owned() };
     let cap = |s: &crate::analysis::diff::Side| {
         s.capacity_bytes
-            .map(|c| format!(", capacity {} ({})", fmt_bytes(c), s.capacity_source.text()))
+            .map(|_| format!(", capacity {}", crate::model::Capacity::of(s.capacity_bytes, s.capacity_source).text()))
             .unwrap_or_default()
     };
     writeln!(out, "A  {}  {}{}", terminal(&d.a.trace), conf(&d.a.alloc_conf), cap(&d.a))?;

@@ -43,7 +43,7 @@ fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::
     let b = fmt_bytes;
     let f = &r.figures;
     let cap = match f.capacity_bytes {
-        Some(c) => format!("limit: {}", b(c)),
+        Some(_) => format!("limit: {}", crate::model::Capacity::of(f.capacity_bytes, r.capacity_source).text()),
         None => crate::model::units::fmt_limit(None),
     };
     let settings = if r.alloc_conf.is_empty() { "defaults" } else { &r.alloc_conf };

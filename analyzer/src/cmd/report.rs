@@ -44,7 +44,12 @@ pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     };
     let mut report =
         build(&trace, &ReportOptions { search_capacity: opts.search_capacity, search_long_traces: false })?;
-    if let Some(r) = ranks {
+    if let Some(mut r) = ranks {
+        // The traces by file name, as the report names its own: a report is a function of the
+        // traces, not of where they lie.
+        for row in &mut r.ranks {
+            row.trace = crate::model::trace_name(std::path::Path::new(&row.trace));
+        }
         report.add_ranks(r)?;
     }
     let links = if opts.inline_pictures { PictureLinks::Inline } else { PictureLinks::Files };

@@ -105,9 +105,13 @@ impl LayoutMeasures {
     pub fn reserved_vs_allocated(&self) -> f64 {
         ratio_complement(self.allocated_bytes, self.reserved_bytes)
     }
+    /// Measure 1 in bytes: reserved memory that no live block holds.
+    pub fn reserved_unallocated_bytes(&self) -> u64 {
+        reserved_unallocated(self.reserved_bytes, self.allocated_bytes)
+    }
     /// Measure 2: `1 - largest free block / total free` (0 when nothing is free).
     pub fn contiguity(&self) -> f64 {
-        ratio_complement(self.largest_free_bytes, self.free_bytes)
+        contiguity(self.largest_free_bytes, self.free_bytes)
     }
     /// Measure 3a: internal slack as a share of reserved.
     pub fn internal(&self) -> f64 {
@@ -126,6 +130,18 @@ pub fn share(part: u64, whole: u64) -> f64 {
     } else {
         (part as f64 / whole as f64).clamp(0.0, 1.0)
     }
+}
+
+/// "Reserved but unallocated", in bytes: reserved memory that no live block holds (measure 1's
+/// numerator; [`LayoutMeasures::reserved_unallocated_bytes`]).
+pub fn reserved_unallocated(reserved_bytes: u64, allocated_bytes: u64) -> u64 {
+    reserved_bytes.saturating_sub(allocated_bytes)
+}
+
+/// Measure 2 from its two figures: `1 - largest free block / total free` (0 when nothing is
+/// free; [`LayoutMeasures::contiguity`]).
+pub fn contiguity(largest_free_bytes: u64, free_bytes: u64) -> f64 {
+    ratio_complement(largest_free_bytes, free_bytes)
 }
 
 /// `1 - part / whole`, in [0, 1] (0 when `whole` is 0).

@@ -261,7 +261,9 @@ impl Report {
         d.push(Block::Heading(2, "What if: other allocator settings".into()));
         let w = &self.whatif;
         let cap = match w.capacity_bytes {
-            Some(c) => format!("at capacity {}", fmt_bytes(c)),
+            Some(_) => {
+                format!("at capacity {}", crate::model::Capacity::of(w.capacity_bytes, w.capacity_source).text())
+            }
             None => format!("with {}", crate::model::units::fmt_limit(None)),
         };
         let prefix = w.prediction.is_some();
@@ -353,12 +355,7 @@ impl Report {
     }
 
     /// Adds the section across ranks (this report being of the peaking rank's trace) and its picture.
-    pub fn add_ranks(&mut self, mut ranks: crate::analysis::ranks::RanksReport) -> Result<()> {
-        // The traces by file name, as the report names its own: a report is a function of the
-        // traces, not of where they lie.
-        for row in &mut ranks.ranks {
-            row.trace = crate::model::trace_name(std::path::Path::new(&row.trace));
-        }
+    pub fn add_ranks(&mut self, ranks: crate::analysis::ranks::RanksReport) -> Result<()> {
         let mut picture = Picture::new(
             "ranks.svg",
             "Across the ranks".into(),

@@ -506,7 +506,7 @@ pub fn replay_observed(trace: &Trace, opts: &ReplayOptions, observer: &mut Obser
             h.torch_version = s.torch.to_string();
             h.notes.push(format!(
                 "replayed from {} under `{}`{}, as PyTorch {}'s allocator",
-                path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                crate::model::trace_name(path),
                 h.alloc_conf,
                 capacity.map(|c| format!(" with capacity {c} bytes")).unwrap_or_default(),
                 s.torch

@@ -270,7 +270,7 @@ pub fn export(trace: &Trace, out: &mut dyn Write, opts: &PerfettoOptions) -> Res
     };
     let write = || -> std::io::Result<()> {
         out.write_all(b"{\"traceEvents\":[")?;
-        let name = format!("alloctrace: {}", trace.path.file_name().unwrap_or_default().to_string_lossy());
+        let name = format!("alloctrace: {}", trace.name());
         emit(out, &json!({"name": "process_name", "ph": "M", "pid": PID, "args": {"name": name}}))?;
         for (tid, n) in [(TID_EVENTS, "events"), (TID_ITERATIONS, "iterations")] {
             emit(out, &json!({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": n}}))?;
