@@ -1678,3 +1678,37 @@ fn an_unknown_limit_rules_out_no_setting_that_may_help_at_it() {
         assert!(cannot_tell.iter().any(|l| l.contains(completed) && l.contains("--capacity")), "{cannot_tell:?}");
     }
 }
+
+/// A replay under settings that ask for segments the recorded run did not places them by the
+/// driver's rule and says how many, in `replay` and `frag`, text and JSON; under the recorded
+/// settings every segment takes its recorded address and nothing is said of the rule.
+#[test]
+fn segments_placed_by_the_rule_are_counted_and_said() {
+    let t = root().join("tests/fixtures/truth/amp_adamw.default.atrace");
+    let t = t.to_str().unwrap();
+    let own = json_of(&["replay", "--json", "--unlimited", t], 0);
+    assert_eq!(own["used_recorded_addresses"], true);
+    assert_eq!(own["segments_placed_by_rule"], 0);
+    assert_eq!(own["segments_at_recorded_addresses"], own["num_device_alloc"]);
+    let conf = "roundup_power2_divisions:4";
+    let other = json_of(&["replay", "--json", "--unlimited", "--conf", conf, t], 0);
+    let (at, by_rule) =
+        (other["segments_at_recorded_addresses"].as_u64().unwrap(), other["segments_placed_by_rule"].as_u64().unwrap());
+    assert!(at > 0 && by_rule > 0, "{other}");
+    assert_eq!(at + by_rule, other["num_device_alloc"].as_u64().unwrap());
+    let frag = json_of(&["frag", "--json", "--conf", conf, t], 0);
+    assert_eq!(frag["segments_placed_by_rule"].as_u64(), Some(by_rule));
+    for (args, said) in [
+        (vec!["replay", "--unlimited", t], false),
+        (vec!["replay", "--unlimited", "--conf", conf, t], true),
+        (vec!["frag", t], false),
+        (vec!["frag", "--conf", conf, t], true),
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        let text = String::from_utf8_lossy(&o.stdout).replace("\n  ", " ").replace("\n                ", " ");
+        let expected = format!("{at} of {} segments at the recorded addresses", at + by_rule);
+        assert_eq!(text.contains(&expected), said, "{args:?}: {text}");
+        assert_eq!(text.contains("placed by a rule for where the CUDA driver puts them"), said, "{args:?}: {text}");
+    }
+}

@@ -180,6 +180,9 @@ pub struct FragReport {
     #[serde(flatten, serialize_with = "crate::replay::outcome_fields")]
     pub replay_outcome: Outcome,
     pub used_recorded_addresses: bool,
+    /// As `replay`'s ([`crate::replay::ReplayResult::segments_placed_by_rule`]).
+    pub segments_at_recorded_addresses: u64,
+    pub segments_placed_by_rule: u64,
     pub events: u64,
     /// Events at which the over-time figures were taken: every request.
     pub samples: u64,
@@ -484,6 +487,8 @@ fn finish(
         capacity_source: result.capacity_source,
         replay_outcome: result.outcome.clone(),
         used_recorded_addresses: result.used_recorded_addresses,
+        segments_at_recorded_addresses: result.segments_at_recorded_addresses,
+        segments_placed_by_rule: result.segments_placed_by_rule,
         events: result.events,
         samples,
         measures,

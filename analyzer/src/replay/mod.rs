@@ -222,6 +222,13 @@ pub struct ReplayResult {
     pub capacity_bytes: Option<u64>,
     pub capacity_source: CapacitySource,
     pub used_recorded_addresses: bool,
+    /// Where [`ReplayResult::used_recorded_addresses`]: the segments placed at a recorded
+    /// address, and those of a size the recorded run did not ask for there, which the driver's
+    /// rule placed (`recorder::device::placement`): ties between free blocks of one size among
+    /// those can go otherwise than in a real run under these settings. 0 and 0 otherwise, and
+    /// with expandable segments (their reservations take the recorded addresses in order).
+    pub segments_at_recorded_addresses: u64,
+    pub segments_placed_by_rule: u64,
     pub events: u64,
     pub requests: u64,
     pub peak_allocated_bytes: u64,
@@ -859,6 +866,8 @@ impl<S: Sink + ForwardEvents> Replaying<S> {
             capacity_bytes: engine.capacity(),
             capacity_source,
             used_recorded_addresses: used_hints,
+            segments_at_recorded_addresses: if used_hints { engine.device().hints_used } else { 0 },
+            segments_placed_by_rule: if used_hints { engine.device().placed_by_rule } else { 0 },
             events: trace.events,
             requests: self.requests,
             peak_allocated_bytes: st.allocated_bytes.all.peak,

@@ -161,6 +161,8 @@ pub struct SimDevice {
     pub hints_used: u64,
     /// Segments placed by the fallback allocator while hints were given.
     pub hints_missed: u64,
+    /// Segments no hint placed (placed by the driver's rule, [`Placement`]), hints queued or not.
+    pub placed_by_rule: u64,
     /// Recorded events and whether a query has seen them: a simulated stream finishes its
     /// work between the first query of an event and the second, so callers see both states.
     events: BTreeMap<u64, bool>,
@@ -304,6 +306,7 @@ impl Device for SimDevice {
         };
         debug_assert!(self.range_is_free(addr, bytes), "a segment of {bytes} bytes at {addr:#x} overlaps another");
         self.segments.insert(addr, bytes);
+        self.placed_by_rule += u64::from(hinted.is_none());
         self.placement.place(&self.segments, addr, bytes, hinted.is_none());
         self.used += bytes;
         Some(addr)
