@@ -89,6 +89,10 @@ pub struct PolicyRow {
     pub num_device_alloc: u64,
     pub num_device_free: u64,
     pub num_alloc_retries: u64,
+    /// As the row's replay says them ([`ReplayResult::segments_placed_by_rule`]): segments placed
+    /// at a recorded address, and of sizes the recorded run did not ask for, by the driver's rule.
+    pub segments_at_recorded_addresses: u64,
+    pub segments_placed_by_rule: u64,
     /// Smallest capacity at which the trace completes (None when not searched).
     pub min_capacity_bytes: Option<u64>,
     /// How close the search came to the boundary: 2 MiB, or coarser on long traces.
@@ -237,6 +241,8 @@ fn row_of(
         num_device_alloc: r.num_device_alloc,
         num_device_free: r.num_device_free,
         num_alloc_retries: r.num_alloc_retries,
+        segments_at_recorded_addresses: r.segments_at_recorded_addresses,
+        segments_placed_by_rule: r.segments_placed_by_rule,
         min_capacity_bytes: min_capacity,
         min_capacity_resolution_bytes: resolution,
         same_as: None,
@@ -650,6 +656,34 @@ recorded settings. Worth trying, not advised; a trace recorded under it would te
                 )
             })
             .collect()
+    }
+
+    /// Where rows placed segments of sizes the recorded run did not ask for by the rule for where
+    /// the CUDA driver puts them ([`PolicyRow::segments_placed_by_rule`]): one sentence naming
+    /// them, in the words every output uses.
+    pub fn placed_by_rule_notes(&self) -> Vec<String> {
+        let rows: Vec<String> = self
+            .rows
+            .iter()
+            .filter(|r| r.same_as.is_none() && r.segments_placed_by_rule > 0)
+            .map(|r| {
+                format!(
+                    "{} ({} of {} segments)",
+                    r.policy.name(),
+                    r.segments_placed_by_rule,
+                    r.segments_placed_by_rule + r.segments_at_recorded_addresses
+                )
+            })
+            .collect();
+        if rows.is_empty() {
+            return Vec::new();
+        }
+        vec![format!(
+            "{}: segments of sizes the recorded run did not ask for are placed by a rule for where the CUDA driver \
+puts them, not at recorded addresses; best fit's ties among them, and the figures with them, can go otherwise than in \
+a real run (peak reserved by up to 6.8% in docs/fidelity.md). A trace recorded under the setting would tell.",
+            rows.join(", ")
+        )]
     }
 
     /// One sentence per row that other rows are the same run as ([`PolicyRow::same_as`]): which

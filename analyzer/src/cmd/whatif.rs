@@ -120,7 +120,7 @@ blocks land (said below).",
         "a limit above the min capacity can still fail: other limits mean other segments and other pieces; replay \
 the exact limit to check it.",
     )?;
-    for note in w.placement_notes().into_iter().chain(w.same_run_notes()) {
+    for note in w.placement_notes().into_iter().chain(w.placed_by_rule_notes()).chain(w.same_run_notes()) {
         writeln!(out, "{}", crate::model::wrap::indented(&note, "", "  "))?;
     }
     if let Some(res) = w.rows.iter().filter_map(|r| r.min_capacity_resolution_bytes).max().filter(|&r| r > (2 << 20)) {

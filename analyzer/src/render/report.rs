@@ -321,7 +321,13 @@ impl Report {
             rows,
         ));
         let caching_note = w.capacity_bytes.and_then(|c| none.limit_note(c)).map(|n| format!("No caching: {n}"));
-        for note in w.placement_notes().into_iter().chain(w.same_run_notes()).chain(caching_note) {
+        for note in w
+            .placement_notes()
+            .into_iter()
+            .chain(w.placed_by_rule_notes())
+            .chain(w.same_run_notes())
+            .chain(caching_note)
+        {
             d.push(Block::Para(prose(&note)));
         }
         d.push(Block::Para(format!(
