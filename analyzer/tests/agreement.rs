@@ -711,3 +711,55 @@ fn the_reports_whatif_table_shows_the_decisions() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A snapshot that stops at an OOM without a recorded limit implies one, and every command
+/// replays at it; the same limit given with `--capacity` is the same run: the importer tells an
+/// out-of-memory retry from an `empty_cache()` against the limit the replay assumes, so the
+/// replay follows the same releases either way. On every OOM snapshot of the truth and doctor
+/// fixtures (on `empty_cache_loop` at 1.10x the implied limit got past the failure that the
+/// same bytes given failed at, as the recorded run did).
+#[test]
+fn an_implied_limit_replays_as_the_same_limit_given() {
+    let mut checked = 0;
+    for dir in ["tests/fixtures/truth", "tests/fixtures/doctor"] {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "pickle"))
+            .collect();
+        paths.sort();
+        for p in paths {
+            let p = p.to_str().unwrap();
+            let implied = json(&["replay", "--json", p]);
+            if !implied["capacity_source"].as_str().unwrap().starts_with("inferred") {
+                continue;
+            }
+            let cap = implied["capacity_bytes"].as_u64().unwrap().to_string();
+            let given = json(&["replay", "--json", "--capacity", &cap, p]);
+            for k in [
+                "outcome",
+                "oom_event",
+                "reach",
+                "peak_reserved_bytes",
+                "peak_allocated_bytes",
+                "num_device_alloc",
+                "num_device_free",
+                "num_alloc_retries",
+            ] {
+                assert_eq!(implied[k], given[k], "{p}: {k} at the implied limit {cap} and given");
+            }
+            // summary takes the limit as every command does, and says the one the replay takes.
+            let summary = json(&["summary", "--json", p]);
+            assert_eq!(summary["capacity_bytes"], implied["capacity_bytes"], "{p}");
+            assert_eq!(summary["capacity_source"], implied["capacity_source"], "{p}");
+            let summary = json(&["summary", "--json", "--capacity", &cap, p]);
+            assert_eq!(
+                (&summary["capacity_bytes"], summary["capacity_source"].as_str()),
+                (&given["capacity_bytes"], Some("given")),
+                "{p}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 40, "{checked} snapshots with an implied limit");
+}

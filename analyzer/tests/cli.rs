@@ -60,6 +60,12 @@ fn foreign_file_is_refused_with_offset() {
     let o = run(&["summary", f.to_str().unwrap()]);
     assert_error(&o, "not an alloctrace trace");
     assert!(stderr(&o).contains("Cargo.toml") && stderr(&o).contains("byte 0"), "{}", stderr(&o));
+    // The error says what the commands read; a checkpoint (torch.save writes a zip) is named.
+    assert!(stderr(&o).contains("torch.cuda.memory._dump_snapshot"), "{}", stderr(&o));
+    let zip = tmp("model.pickle");
+    std::fs::write(&zip, b"PK\x03\x04rest of a zip").unwrap();
+    let o = run(&["explain", zip.to_str().unwrap()]);
+    assert_error(&o, "zip archive, as torch.save writes a checkpoint");
 }
 
 /// Every analysis takes a PyTorch snapshot as it takes a trace: imported in memory, the same
@@ -151,7 +157,7 @@ fn bad_flags_exit_2() {
     let t = t.to_str().unwrap();
     for (args, needle) in [
         (vec!["replay", t, "--capacity", "6 bananas"], "unknown unit"),
-        (vec!["replay", t, "--capacity", "0"], "leave --capacity out for no limit"),
+        (vec!["replay", t, "--capacity", "0"], "leave --capacity out for the trace's own limit"),
         (vec!["whatif", t, "--capacity", "18446744073709551616"], "out of range"),
         (vec!["replay", t, "--conf", "max_split_size_mb:5"], "max_split_size_mb must be > 20"),
         (vec!["replay", t, "--conf", "expandable_segments:maybe"], "expandable_segments"),
@@ -1711,4 +1717,27 @@ fn segments_placed_by_the_rule_are_counted_and_said() {
         assert_eq!(text.contains(&expected), said, "{args:?}: {text}");
         assert_eq!(text.contains("placed by a rule for where the CUDA driver puts them"), said, "{args:?}: {text}");
     }
+}
+
+/// A trace cut short (a killed job's recorder leaves one without its trailer) that shows no OOM
+/// in what was read is not called a completed run: what came after the damage may have failed.
+#[test]
+fn a_cut_trace_without_an_oom_is_not_called_completed() {
+    let bytes = std::fs::read(root().join("tests/fixtures/doctor/hf_trainer.4994367488.atrace")).unwrap();
+    let f = tmp("killed.atrace");
+    std::fs::write(&f, &bytes[..18541]).unwrap();
+    let f = f.to_str().unwrap();
+    let o = run(&["explain", f]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).replace("\n  ", " ");
+    assert!(text.contains("no out-of-memory in the events read"), "{text}");
+    assert!(text.contains("events read before the damage complete"), "{text}");
+    assert!(!text.contains("the run completed"), "{text}");
+    let j = json_of(&["explain", "--json", f], 3);
+    let reason = j["verdict"]["reason"].as_str().unwrap();
+    assert!(reason.contains("before the damage") && !reason.contains("the run completed"), "{reason}");
+    // The whole trace, which ends in its OOM, is not affected.
+    let whole = root().join("tests/fixtures/doctor/hf_trainer.4994367488.atrace");
+    let text = String::from_utf8_lossy(&run(&["explain", whole.to_str().unwrap()]).stdout).into_owned();
+    assert!(!text.contains("before the damage"), "{text}");
 }

@@ -457,9 +457,13 @@ fn options_reach_the_header() {
         device_name: Some("NVIDIA H100 80GB HBM3".into()),
         device_total_bytes: Some(85017493504),
         torch_version: Some(recorder::engine::version::TorchVersion::new(2, 12)),
+        releases_limit: None,
     };
     let im = import_file(&fixture("torch/frag_oom.default.pickle"), &opts).unwrap();
     assert_eq!(im.header.capacity_bytes, 2 << 30);
+    // The limit releases are told apart against is not a recorded limit.
+    let classified = ImportOptions { capacity_bytes: None, releases_limit: Some(2 << 30), ..opts.clone() };
+    assert_eq!(import_file(&fixture("torch/frag_oom.default.pickle"), &classified).unwrap().header.capacity_bytes, 0);
     assert_eq!(im.header.device_name, "NVIDIA H100 80GB HBM3");
     assert_eq!(im.header.device_total_bytes, 85017493504);
     assert_eq!(im.header.torch_version, "2.12");

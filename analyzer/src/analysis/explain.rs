@@ -676,7 +676,8 @@ pub fn explain_prelude(
     let reach = Reach::of(trace, &result);
     let gets_past =
         (!is_oom && reach == Reach::GetsPastFailure).then(|| trace.facts.fatal_oom().map(|o| o.event)).flatten();
-    let mut verdict = verdict(is_oom, gets_past, &figures, growth.as_ref(), &lm, &trace.header.config);
+    let cut_after = trace.damage().map(|_| trace.events);
+    let mut verdict = verdict(is_oom, gets_past, cut_after, &figures, growth.as_ref(), &lm, &trace.header.config);
     if !is_oom && trace.predicted_lower_bound() {
         // Completing is not fitting when the prediction leaves memory out.
         verdict.reason = format!(
@@ -715,7 +716,7 @@ memory its note names), so this does not say the step fits; {}",
                         headroom_bytes: Some(from.saturating_sub(figures.reserved_bytes)),
                         ..figures.clone()
                     };
-                    verdict = self::verdict(true, None, &g, growth.as_ref(), &lm, &trace.header.config);
+                    verdict = self::verdict(true, None, None, &g, growth.as_ref(), &lm, &trace.header.config);
                     from
                 }
                 _ => capacity.unwrap_or(0),
@@ -928,10 +929,13 @@ fn growth_share(g: &Growth, allocated: u64) -> f64 {
 }
 
 /// `gets_past`: the replay served the request at which the recorded run failed (this event), and
-/// the trace stops there.
+/// the trace stops there. `cut_after`: the input is damaged (a killed recorder leaves a trace
+/// without its trailer) and this many events were read before the damage.
+#[allow(clippy::too_many_arguments)]
 fn verdict(
     is_oom: bool,
     gets_past: Option<u64>,
+    cut_after: Option<u64>,
     f: &Figures,
     growth: Option<&Growth>,
     lm: &LayoutMeasures,
@@ -944,7 +948,14 @@ fn verdict(
                 "the replay serves the request at which the recorded run failed (event {e}); the rest of the job is \
 not in the trace. At"
             ),
-            None => "the run completed. At".to_string(),
+            None => match cut_after {
+                // What came after the damage is not known: the run may have failed there.
+                Some(n) => format!(
+                    "the {n} events read before the damage complete; what came after them (a killed job's end, an \
+out-of-memory error) is not in the file. At"
+                ),
+                None => "the run completed. At".to_string(),
+            },
         };
         let mut reason = format!(
             "{head} peak reserved ({} at event {}), {} is allocated and {} is reserved but unallocated ({:.1}%), the \
@@ -1138,7 +1149,7 @@ pub fn verdict_by_limit(
             headroom_bytes: Some(limit.saturating_sub(f.reserved_bytes)),
             ..f.clone()
         };
-        verdict(true, None, &g, growth, lm, config).kind
+        verdict(true, None, None, &g, growth, lm, config).kind
     };
     let needed = f.allocated_bytes.saturating_add(f.requested_bytes);
     let cache = f.reserved_bytes.saturating_sub(f.releasable_bytes).saturating_add(f.alloc_bytes);

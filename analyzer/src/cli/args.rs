@@ -93,7 +93,11 @@ pub fn parse_capacity_string(s: &str) -> Result<String, String> {
 /// A memory limit: a byte size above zero (no limit is the default, or `--unlimited`).
 pub fn parse_capacity(s: &str) -> Result<u64, String> {
     match parse_bytes(s)? {
-        0 => Err("a limit of 0 bytes fits nothing; leave --capacity out for no limit".into()),
+        0 => {
+            Err("a limit of 0 bytes fits nothing; leave --capacity out for the trace's own limit (replay --unlimited \
+                  replays with none)"
+                .into())
+        }
         b => Ok(b),
     }
 }

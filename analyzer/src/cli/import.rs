@@ -61,6 +61,7 @@ impl Args {
                     device_name: self.device_name,
                     device_total_bytes: self.device_memory,
                     torch_version: self.torch_version,
+                    releases_limit: None,
                 },
                 json: self.json.json,
             },

@@ -13,7 +13,7 @@ pub struct Args {
     /// A trace (.atrace) or a PyTorch memory snapshot (.pickle).
     pub trace: PathBuf,
     #[command(flatten)]
-    pub device: super::args::Device,
+    pub run: super::args::RunArgs,
     #[command(flatten)]
     pub json: super::args::Json,
     /// Bytes by category (parameter, gradient, ...) also above 2,000,000 events (a second pass).
@@ -26,7 +26,7 @@ impl Args {
         cmd::summary::run(
             &cmd::summary::SummaryOptions {
                 trace: self.trace,
-                device: self.device.device,
+                facts: self.run.facts(),
                 json: self.json.json,
                 categories: self.categories,
             },

@@ -106,6 +106,13 @@ peak of reserved memory is at event {} ({}).",
                 f.event,
                 b(f.reserved_bytes)
             ),
+            // A damaged input: what came after the damage may have failed.
+            _ if r.input_damage.is_some() => format!(
+                "no out-of-memory in the events read ({cap}); the peak of reserved memory among them is at event {} \
+({}).",
+                f.event,
+                b(f.reserved_bytes)
+            ),
             _ => format!(
                 "no out-of-memory ({cap}); the peak of reserved memory is at event {} ({}).",
                 f.event,

@@ -2,7 +2,7 @@
 //! (`torch.cuda.memory._dump_snapshot`) into a trace.
 
 use super::{exit, write_json};
-use crate::source::import::torch::{import_file, ImportOptions};
+use crate::source::import::torch::ImportOptions;
 use anyhow::{Context, Result};
 use recorder::trace::TraceWriter;
 use std::io::Write;
@@ -18,7 +18,7 @@ pub struct ImportCmdOptions {
 pub fn run(opts: &ImportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let started = std::time::Instant::now();
     crate::model::output::check_output_file(&opts.output, &[&opts.snapshot], crate::model::output::Kind::Trace)?;
-    let imported = import_file(&opts.snapshot, &opts.import)?;
+    let imported = crate::source::input::import_as_analysed(&opts.snapshot, &opts.import)?;
     let pending = crate::model::output::Pending::new(&opts.output)?;
     let mut w = TraceWriter::create(pending.temp_path(), &imported.header)
         .with_context(|| format!("cannot write {}", opts.output.display()))?;

@@ -10,8 +10,9 @@ use std::path::PathBuf;
 
 pub struct SummaryOptions {
     pub trace: PathBuf,
-    /// For a PyTorch snapshot: the device whose history to read.
-    pub device: usize,
+    /// What the user says about the run (a snapshot's device, the limit, the settings, the
+    /// release), applied as every command applies them.
+    pub facts: crate::source::input::RunFacts,
     pub json: bool,
     /// Categories whatever the trace's size (else up to [`crate::analysis::category::SUMMARY_MAX_EVENTS`]).
     pub categories: bool,
@@ -59,7 +60,7 @@ pub struct SummaryJson<'a> {
 
 pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
     // One streaming pass (no records kept: the summary needs none).
-    let trace = crate::source::input::open_any(&opts.trace, Some(0), opts.device)?;
+    let trace = crate::source::input::open_with_budget(&opts.trace, &opts.facts, Some(0))?;
     let scanned = trace.scanned();
     let capacity = trace.default_capacity();
     let s: &Summary = &trace.summary;

@@ -3,7 +3,7 @@
 //! program ran under nor its `PYTORCH_CUDA_ALLOC_CONF`: `--capacity` and `--conf` give them.
 
 use crate::model::Trace;
-use crate::source::import::torch::{import_file, ImportOptions};
+use crate::source::import::torch::{import_file, ImportOptions, Imported};
 use anyhow::Result;
 use recorder::engine::config::AllocatorConfig;
 use recorder::engine::version::TorchVersion;
@@ -50,10 +50,34 @@ pub fn trace_has_one_device(path: &Path, device: usize) -> Result<()> {
     Ok(())
 }
 
+/// Imports the snapshot at `path` as the analyses read it: where no capacity is given and the
+/// trace implies one (an OOM with room left on the device, or a full device), its cache releases
+/// are told apart against that limit, the one every replay of it then assumes
+/// ([`ImportOptions::releases_limit`]): imported once to find it, and again with it.
+pub fn import_as_analysed(path: &Path, opts: &ImportOptions) -> Result<Imported> {
+    let imported = import_file(path, opts)?;
+    if opts.capacity_bytes.is_some() || imported.header.capacity_bytes > 0 {
+        return Ok(imported);
+    }
+    let implied = Trace::from_records(path, imported.header.clone(), imported.records.clone()).default_capacity();
+    match implied.bytes {
+        Some(limit) if implied.source != crate::model::CapacitySource::None => {
+            Ok(import_file(path, &ImportOptions { releases_limit: Some(limit), ..opts.clone() })?)
+        }
+        _ => Ok(imported),
+    }
+}
+
 /// Opens `path` (a trace, or a snapshot imported in memory) with the user's facts applied.
 pub fn open(path: &Path, facts: &RunFacts) -> Result<Trace> {
+    open_with_budget(path, facts, None)
+}
+
+/// [`open`], a trace's records kept in memory up to `budget_bytes` where given (see
+/// [`Trace::open_with_budget`]; a snapshot is imported whole).
+pub fn open_with_budget(path: &Path, facts: &RunFacts, budget_bytes: Option<usize>) -> Result<Trace> {
     let mut trace = if is_pickle(path) {
-        let imported = import_file(
+        let imported = import_as_analysed(
             path,
             &ImportOptions {
                 device: facts.device,
@@ -69,7 +93,10 @@ pub fn open(path: &Path, facts: &RunFacts) -> Result<Trace> {
         Trace::from_records(path, imported.header, imported.records)
     } else {
         trace_has_one_device(path, facts.device)?;
-        Trace::open(path)?
+        match budget_bytes {
+            Some(b) => Trace::open_with_budget(path, b)?,
+            None => Trace::open(path)?,
+        }
     };
     // A given limit is kept beside the header, which stays as recorded (see `Trace::capacity`).
     if let Some(c) = facts.capacity_bytes {

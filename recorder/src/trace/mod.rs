@@ -194,7 +194,14 @@ fn foreign_start(found: &[u8]) -> String {
         _ if MAGIC.starts_with(found) => {
             format!("the file ends at byte {} inside the 8-byte magic {MAGIC:02x?}", found.len())
         }
-        _ => format!("byte 0 starts with {found:02x?}, expected the magic {MAGIC:02x?}"),
+        // `torch.save` writes a zip: a checkpoint, not a memory snapshot.
+        [b'P', b'K', 3, 4, ..] => "byte 0 starts a zip archive, as torch.save writes a checkpoint; the commands read \
+             an alloctrace trace or a PyTorch memory snapshot (the pickle torch.cuda.memory._dump_snapshot writes)"
+            .into(),
+        _ => format!(
+            "byte 0 starts with {found:02x?}, expected the magic {MAGIC:02x?}; the commands read an alloctrace trace \
+             or a PyTorch memory snapshot (the pickle torch.cuda.memory._dump_snapshot writes)"
+        ),
     }
 }
 

@@ -110,6 +110,12 @@ pub struct ImportOptions {
     /// it; without it the importer records the oldest release that writes what the snapshot
     /// holds, if that tells anything.
     pub torch_version: Option<TorchVersion>,
+    /// Where no capacity is given: the limit the analyses will assume (the one the trace
+    /// implies, [`crate::model::Trace::capacity`]), against which the cache releases are told
+    /// apart (an out-of-memory retry asked for more than the limit; an `empty_cache()` did not),
+    /// so that a replay at that limit follows the releases as they were classified. Not written
+    /// into the header: the trace still says no limit was recorded.
+    pub releases_limit: Option<u64>,
 }
 
 /// An imported snapshot: a trace header, its records and what the import found.
@@ -880,6 +886,8 @@ struct Importer<'p, 'a> {
     snap: &'p Snapshot<'a>,
     config: AllocatorConfig,
     header: Header,
+    /// The limit releases are classified against ([`ImportOptions::releases_limit`]).
+    releases_limit: Option<u64>,
     report: ImportReport,
     warnings_dropped: u64,
     out: Vec<Record>,
@@ -1093,6 +1101,7 @@ impl<'p, 'a> Importer<'p, 'a> {
             snap,
             config,
             header,
+            releases_limit: opts.releases_limit,
             report,
             warnings_dropped: 0,
             out: Vec::with_capacity(snap.entries.len() + snap.annotations.len() + 64),
@@ -1494,7 +1503,7 @@ impl<'p, 'a> Importer<'p, 'a> {
                         _ => NextEntry::HitOrEnd,
                     };
                     let limit = match self.header.capacity_bytes {
-                        0 => None,
+                        0 => self.releases_limit,
                         c => Some(c),
                     };
                     let facts = LimitFacts {
