@@ -1741,3 +1741,16 @@ fn a_cut_trace_without_an_oom_is_not_called_completed() {
     let text = String::from_utf8_lossy(&run(&["explain", whole.to_str().unwrap()]).stdout).into_owned();
     assert!(!text.contains("before the damage"), "{text}");
 }
+
+/// A setting worth trying for the failure whose whole job is predicted to need more than the
+/// limit says so beside it (on amp_adamw at 1.00x, iterations of different sizes: it said "the
+/// whole job needs about 1.16 GiB if later iterations ask no more" under a 1.04 GiB limit).
+#[test]
+fn a_whole_job_over_the_limit_is_said_beside_the_first_pick() {
+    let t = root().join("tests/fixtures/truth/amp_adamw.default.1.00.pickle");
+    let o = run(&["explain", t.to_str().unwrap(), "--capacity", "1069MiB"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).replace("\n  ", " ");
+    let first = text.lines().find(|l| l.starts_with("worth trying first")).expect("a first pick");
+    assert!(first.contains("over the limit, if later iterations ask no more"), "{first}");
+}

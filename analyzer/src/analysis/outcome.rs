@@ -138,6 +138,9 @@ pub enum Outlook {
     /// which the trace cannot tell (one whole iteration, or iterations of different sizes):
     /// never said to fit, whatever the figure.
     IfAlike(u64),
+    /// [`Outlook::IfAlike`] with a figure above the capacity: said beside it, so that a setting
+    /// worth trying for the failure is not read as fitting the whole job.
+    IfAlikeOverLimit(u64),
     /// Predicted to need more than the capacity.
     MoreThanLimit(u64),
     /// Predicted not to fit at the capacity, though the least capacity found is below it (where
@@ -161,6 +164,9 @@ impl Outlook {
             Outlook::IfAlike(n) => {
                 format!("the whole job needs about {} if later iterations ask no more than those before", b(n))
             }
+            Outlook::IfAlikeOverLimit(n) => {
+                format!("the whole job needs about {}, over the limit, if later iterations ask no more", b(n))
+            }
             Outlook::MoreThanLimit(n) => {
                 format!("the whole job is predicted to need about {}, more than the limit", b(n))
             }
@@ -181,6 +187,7 @@ blocks land decides it)",
             Outlook::Fits(None) => "fits".into(),
             Outlook::ByPlacement(_) => "fits only by where blocks land".into(),
             Outlook::IfAlike(n) => format!("about {} if later iterations ask no more", b(n)),
+            Outlook::IfAlikeOverLimit(n) => format!("about {}, more than the limit, if iterations stay alike", b(n)),
             Outlook::MoreThanLimit(n) => format!("about {}, more than the limit", b(n)),
             Outlook::Needs(n) => format!("runs out here; fits in about {}", b(n)),
             Outlook::RunsOutLater => "runs out later".into(),
@@ -196,6 +203,7 @@ impl JobPrediction {
         match (q.fits, q.fits_by_placement, q.needs_bytes) {
             (true, _, n) => Outlook::Fits(n),
             (false, true, n) => Outlook::ByPlacement(n),
+            (false, false, Some(n)) if alike_unknown && capacity.is_some_and(|c| n > c) => Outlook::IfAlikeOverLimit(n),
             (false, false, Some(n)) if alike_unknown => Outlook::IfAlike(n),
             (false, false, Some(n)) if capacity.is_none_or(|c| n > c) => Outlook::MoreThanLimit(n),
             (false, false, Some(n)) => Outlook::Needs(n),
