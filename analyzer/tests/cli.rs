@@ -1753,4 +1753,11 @@ fn a_whole_job_over_the_limit_is_said_beside_the_first_pick() {
     let text = String::from_utf8_lossy(&o.stdout).replace("\n  ", " ");
     let first = text.lines().find(|l| l.starts_with("worth trying first")).expect("a first pick");
     assert!(first.contains("over the limit, if later iterations ask no more"), "{first}");
+    // The whole job's capacity under that same setting is not said again below it ("also: the
+    // whole job is predicted to need about 1.16 GiB ... with max_split_size_mb:64"); the JSON
+    // keeps the advice.
+    assert!(!text.contains("also: the whole job is predicted to need"), "{text}");
+    let j = json_of(&["explain", "--json", t.to_str().unwrap(), "--capacity", "1069MiB"], 0);
+    let capacity = j["advice"].as_array().unwrap().iter().find(|a| a["kind"] == "capacity").expect("capacity advice");
+    assert_eq!(capacity["setting"], j["fix"]["setting"], "{j}");
 }

@@ -188,6 +188,20 @@ pub struct ExplainReport {
     pub input_damage: Option<Damage>,
 }
 
+impl ExplainReport {
+    /// The advice said beside the fix ("also"): not the fix itself, nor the whole job's capacity
+    /// under the setting that the first pick worth trying names, whose sentence already says the
+    /// same figure from the same prediction.
+    pub fn also(&self) -> impl Iterator<Item = &Advice> {
+        let restated = |a: &Advice| {
+            a.kind == "capacity"
+                && self.fix.as_ref().is_some_and(|f| f.strength == "worth_trying" && f.setting == a.setting)
+                && self.worth_trying.first().is_some_and(|w| w.predicted_needs_bytes.is_some())
+        };
+        self.advice.iter().filter(move |a| self.fix.as_ref().is_none_or(|f| f.text != a.text) && !restated(a))
+    }
+}
+
 /// The moment captured in the replay.
 struct Capture {
     event: u64,

@@ -160,7 +160,7 @@ peak of reserved memory is at event {} ({}).",
         None if r.moment == "oom" => writeln!(out, "fix: none that a replay proves")?,
         None => {}
     }
-    for a in r.advice.iter().filter(|a| r.fix.as_ref().is_none_or(|f| f.text != a.text)) {
+    for a in r.also() {
         writeln!(out, "{}", crate::model::wrap::indented(&a.text, "also: ", "  "))?;
     }
     // The setting the fix names is shown above, with its evidence.
