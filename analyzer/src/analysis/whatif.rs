@@ -680,9 +680,9 @@ recorded settings. Worth trying, not advised; a trace recorded under it would te
         }
         vec![format!(
             "{}: segments of sizes the recorded run did not ask for are placed by a rule for where the CUDA driver \
-puts them, not at recorded addresses; best fit's ties among them, and the figures with them, can go otherwise than in \
-a real run (peak reserved by up to 6.8% in docs/fidelity.md). A trace recorded under the setting would tell.",
-            rows.join(", ")
+puts them, not at recorded addresses; {}. A trace recorded under the setting would tell.",
+            rows.join(", "),
+            crate::replay::PLACED_BY_RULE_MISS
         )]
     }
 

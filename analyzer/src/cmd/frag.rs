@@ -160,16 +160,9 @@ pub fn print_report(
                 format!("out of memory at event {event} (a request of {})", fmt_bytes(*requested_bytes)),
         }
     )?;
-    if r.used_recorded_addresses && r.segments_placed_by_rule > 0 {
-        writeln!(
-            out,
-            "layout: {} of {} segments at the recorded addresses; {} of sizes the recorded run did not ask for there \
-             placed by a rule for where the CUDA driver puts them, so blocks may sit otherwise than in a real run \
-             under these settings",
-            r.segments_at_recorded_addresses,
-            r.segments_at_recorded_addresses + r.segments_placed_by_rule,
-            r.segments_placed_by_rule
-        )?;
+    let placed = crate::replay::placed_by_rule(r.segments_at_recorded_addresses, r.segments_placed_by_rule);
+    if let Some(placed) = placed.filter(|_| r.used_recorded_addresses) {
+        writeln!(out, "layout: {placed}, so blocks may sit otherwise than in a real run under these settings")?;
     } else if r.used_recorded_addresses {
         writeln!(
             out,

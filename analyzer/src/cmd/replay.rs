@@ -91,16 +91,12 @@ pub fn print_result(out: &mut dyn Write, r: &ReplayResult) -> std::io::Result<()
     if r.anomalies > 0 {
         writeln!(out, "anomalies       {} frees of blocks the replay does not know", r.anomalies)?;
     }
-    if r.used_recorded_addresses && r.segments_placed_by_rule > 0 {
-        let segments = r.segments_at_recorded_addresses + r.segments_placed_by_rule;
+    let placed = crate::replay::placed_by_rule(r.segments_at_recorded_addresses, r.segments_placed_by_rule);
+    if let Some(placed) = placed.filter(|_| r.used_recorded_addresses) {
         writeln!(
             out,
-            "addresses       {} of {segments} segments at the recorded addresses; {} of sizes the recorded run did not \
-             ask for there placed by a rule for where the CUDA driver puts them. Best fit breaks ties between free \
-             blocks of one size by address, so the figures can differ from a real run under these settings (by up \
-             to 6.8% of peak reserved in docs/fidelity.md); a trace recorded under them has the driver's own \
-             addresses",
-            r.segments_at_recorded_addresses, r.segments_placed_by_rule
+            "addresses       {placed}: {}; a trace recorded under them has the driver's own addresses",
+            crate::replay::PLACED_BY_RULE_MISS
         )?;
     } else if r.used_recorded_addresses {
         writeln!(

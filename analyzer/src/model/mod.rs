@@ -588,6 +588,17 @@ impl Trace {
         read.trace(path, header, Records::InMemory(vec![records]))
     }
 
+    /// The capacity a trace of `records` under `header` runs under ([`Trace::default_capacity`]),
+    /// folded from the records where they lie, without keeping them (an importer's, before it
+    /// decides how to read them again).
+    pub fn default_capacity_of(header: &Header, records: &[Record]) -> Capacity {
+        let mut read = ReadFolds::default();
+        for r in records {
+            read.record(r);
+        }
+        read.trace(Path::new(""), header.clone(), Records::InMemory(Vec::new())).default_capacity()
+    }
+
     /// The trace this process has just written to `path` (an experiment's reordered records,
     /// too many to keep), each record handed to `read` as it was written: what a read of the
     /// file would fold, without reading it. Its records are streamed from the file.

@@ -207,6 +207,25 @@ impl std::fmt::Display for Reach {
     }
 }
 
+/// Where a replay placed segments by the driver's rule ([`ReplayResult::segments_placed_by_rule`]):
+/// how many, against those at recorded addresses, in the words every output uses; `None` where
+/// the rule placed none.
+pub fn placed_by_rule(at_recorded_addresses: u64, placed_by_rule: u64) -> Option<String> {
+    (placed_by_rule > 0).then(|| {
+        format!(
+            "{at_recorded_addresses} of {} segments at the recorded addresses; {placed_by_rule} of sizes the recorded \
+run did not ask for there placed by a rule for where the CUDA driver puts them",
+            at_recorded_addresses + placed_by_rule
+        )
+    })
+}
+
+/// What follows from segments placed by the driver's rule, and how far it went in the truth
+/// table's runs (`docs/fidelity.md`): said by every output that names such segments.
+pub const PLACED_BY_RULE_MISS: &str =
+    "best fit breaks ties between free blocks of one size by address, so the figures \
+can differ from a real run under these settings (peak reserved by up to 6.8% in docs/fidelity.md)";
+
 /// What a replay computed.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReplayResult {

@@ -59,7 +59,7 @@ pub fn import_as_analysed(path: &Path, opts: &ImportOptions) -> Result<Imported>
     if opts.capacity_bytes.is_some() || imported.header.capacity_bytes > 0 {
         return Ok(imported);
     }
-    let implied = Trace::from_records(path, imported.header.clone(), imported.records.clone()).default_capacity();
+    let implied = Trace::default_capacity_of(&imported.header, &imported.records);
     match implied.bytes {
         Some(limit) if implied.source != crate::model::CapacitySource::None => {
             Ok(import_file(path, &ImportOptions { releases_limit: Some(limit), ..opts.clone() })?)
