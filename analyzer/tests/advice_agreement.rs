@@ -103,6 +103,13 @@ fn check(name: &str, input: &str, cap: u64, with_report: bool) {
                 assert!(!named_not_advised, "{at}: {policy} gets past the failure but is named not advised");
             }
             "fits" => {}
+            // The limit was inferred, and the setting gets past the failure only inside the
+            // range the trace allows: worth trying, never ruled out.
+            "limit_decides" => {
+                assert!(worth.contains(&setting), "{at}: {policy} gets past inside the range but is not worth trying");
+                assert!(!advised.contains(&setting), "{at}: {policy} is advised though the limit decides");
+                assert!(!named_not_advised, "{at}: {policy} gets past inside the range but is named not advised");
+            }
             _ => {
                 assert!(!advised.contains(&setting), "{at}: {policy} is advised but decided {decision}");
                 assert!(!worth.contains(&setting), "{at}: {policy} is worth trying but decided {decision}");

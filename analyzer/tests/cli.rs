@@ -1668,21 +1668,41 @@ fn frag_marks_private_pool_segments() {
 }
 
 /// Where a snapshot's limit was not recorded, a setting that fails at the least limit the trace
-/// allows but gets past the failure below the most it allows is "cannot tell", never "not
-/// advised": on a Hugging Face Trainer's snapshot (limit in [4.51, 4.90) GiB; the real one,
-/// 4.76 GiB, is in its name) `expandable_segments:True`, `max_split_size_mb:64` and `:128`
-/// completed the job in PyTorch, and were ruled out.
+/// allows but gets past the failure below the most it allows is for the real limit to decide
+/// (`limit_decides`): worth trying, from the limit where it gets past, never "not advised". On a
+/// Hugging Face Trainer's snapshot (limit in [4.51, 4.90) GiB; the real one, 4.76 GiB, is in its
+/// name) `expandable_segments:True`, `max_split_size_mb:64` and `:128` completed the job in
+/// PyTorch, and were once ruled out; the what-if table, the JSON and the text say the same.
 #[test]
 fn an_unknown_limit_rules_out_no_setting_that_may_help_at_it() {
     let hf = root().join("tests/fixtures/doctor/hf_trainer.5116002304.pickle");
-    let j = json_of(&["explain", "--json", hf.to_str().unwrap()], 0);
+    let hf = hf.to_str().unwrap();
+    let j = json_of(&["explain", "--json", hf], 0);
     assert_eq!(j["capacity_source"], "inferred_limit");
     let lines = |k: &str| j[k].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect::<Vec<_>>();
     let (not_advised, cannot_tell) = (lines("not_advised"), lines("cannot_tell"));
+    let w = json_of(&["whatif", "--json", hf], 0);
+    let text = String::from_utf8_lossy(&run(&["explain", hf]).stdout).into_owned();
     for completed in ["expandable_segments:True", "max_split_size_mb:64", "max_split_size_mb:128"] {
         assert!(!not_advised.iter().any(|l| l.contains(completed)), "{completed}: {not_advised:?}");
-        assert!(cannot_tell.iter().any(|l| l.contains(completed) && l.contains("--capacity")), "{cannot_tell:?}");
+        assert!(!cannot_tell.iter().any(|l| l.contains(completed)), "{completed}: {cannot_tell:?}");
+        let row = j["whatif"].as_array().unwrap().iter().find(|r| r["policy"] == completed).unwrap();
+        let table = w["rows"].as_array().unwrap().iter().find(|r| r["policy"] == completed).unwrap();
+        assert_eq!(row["decision"], "limit_decides", "{completed}: {row}");
+        assert_eq!(table["decision"], row["decision"], "{completed}: whatif and explain decide alike");
+        let worth = j["worth_trying"].as_array().unwrap().iter().find(|x| x["policy"] == completed);
+        let worth = worth.unwrap_or_else(|| panic!("{completed} is not worth trying: {}", j["worth_trying"]));
+        assert_eq!(worth["gets_past_from_bytes"], row["min_capacity_bytes"], "{completed}");
+        let from = worth["gets_past_from_bytes"].as_u64().unwrap();
+        // Inside the range: above the least limit, below the one where the request gets its segment.
+        let high =
+            j["verdict_by_limit"].as_array().unwrap().iter().filter_map(|v| v["to_bytes"].as_u64()).max().unwrap();
+        assert!(from > j["capacity_bytes"].as_u64().unwrap() && from < high, "{completed}: {from}");
+        assert!(text.contains(completed), "{completed}:\n{text}");
     }
+    // The first pick is the one the whole job needs least under.
+    assert_eq!(j["fix"]["setting"], j["worth_trying"][0]["setting"]);
+    assert!(text.contains("give the real one with --capacity"), "{text}");
 }
 
 /// A replay under settings that ask for segments the recorded run did not places them by the

@@ -87,6 +87,10 @@ pub struct WorthTrying {
     pub policy: String,
     /// Peak reserved by its replay up to the end of the trace.
     pub peak_reserved_bytes: u64,
+    /// Where the limit was not recorded and this setting's replay fails at the least the trace
+    /// allows ([`Decision::LimitDecides`]): the limit from which it gets past the failure.
+    /// `null` where it gets past at the capacity compared.
+    pub gets_past_from_bytes: Option<u64>,
     /// What the whole job is predicted to need under it (from a repeated iteration), if predicted.
     pub predicted_needs_bytes: Option<u64>,
     /// Whether the whole job is predicted to fit at the capacity, if predicted.
@@ -129,16 +133,15 @@ pub struct SettingsAdvice {
 
 /// The setting and capacity advice for a replay that runs out of memory at the capacity
 /// compared (`capacity`, written `cap_text`). `fragmentation`: the verdict is fragmentation.
-/// `limits`: where the limit was not recorded, the range `[low, high)` the trace allows (the
-/// capacity compared is `low`): a setting that fails there but gets past the failure below
-/// `high` may help at the real limit, so it is "cannot tell", not "not advised".
+/// Where the limit was not recorded, a setting that fails at the least the trace allows but gets
+/// past the failure inside the range ([`Decision::LimitDecides`]) may help at the real limit, so
+/// it is worth trying, in the order of what the whole job needs under it, never "not advised".
 pub fn settings_at_oom(
     rows: &[PolicyRow],
     prediction: Option<&JobPrediction>,
     capacity: Option<u64>,
     cap_text: &str,
     fragmentation: bool,
-    limits: Option<(u64, u64)>,
 ) -> SettingsAdvice {
     let b = fmt_bytes;
     let mut out = SettingsAdvice::default();
@@ -162,19 +165,35 @@ pub fn settings_at_oom(
     // need, else by what the replay reserved up to the failure.
     let predicted = |r: &PolicyRow| prediction.and_then(|p| p.of(&r.policy));
     let outlook = |r: &PolicyRow| Some(prediction?.outlook(predicted(r)?, capacity));
-    let mut past: Vec<&PolicyRow> = rows.iter().filter(|r| r.decision == Decision::WorthTrying).collect();
-    past.sort_by_key(|r| (predicted(r).and_then(|p| p.needs_bytes).unwrap_or(u64::MAX), r.peak_reserved_bytes));
+    // Where the limit was not recorded, a setting that gets past the failure only from a limit
+    // inside the range the trace allows is worth trying too, ordered by the same figures: the
+    // least the whole job needs, else the least limit that gets past the failure (a setting
+    // that gets past at every limit of the range first).
+    let mut past: Vec<&PolicyRow> =
+        rows.iter().filter(|r| matches!(r.decision, Decision::WorthTrying | Decision::LimitDecides)).collect();
+    past.sort_by_key(|r| {
+        let from = if r.decision == Decision::LimitDecides { r.min_capacity_bytes.unwrap_or(u64::MAX) } else { 0 };
+        (predicted(r).and_then(|p| p.needs_bytes).unwrap_or(u64::MAX), from, r.peak_reserved_bytes)
+    });
     for r in past {
         let p = predicted(r);
         out.worth_trying.push(WorthTrying {
             setting: row_setting(r),
             policy: r.policy.to_string(),
             peak_reserved_bytes: r.peak_reserved_bytes,
+            gets_past_from_bytes: r.min_capacity_bytes.filter(|_| r.decision == Decision::LimitDecides),
             predicted_needs_bytes: p.and_then(|p| p.needs_bytes),
             predicted_to_fit: p.map(|p| p.fits),
             whole_job: outlook(r).map(|o| o.clause()),
             whole_job_short: outlook(r).map(|o| o.short()),
-            text: if r.fits_by_placement {
+            text: if let (Decision::LimitDecides, Some(m)) = (r.decision, r.min_capacity_bytes) {
+                format!(
+                    "its replay gets past the failure from {}, inside the limits the trace allows (it fails at \
+{cap_text}, the least; give the real one with --capacity){}",
+                    fmt_need(m),
+                    outlook(r).map(|o| format!("; {}", o.clause())).unwrap_or_default()
+                )
+            } else if r.fits_by_placement {
                 format!(
                     "the whole job, replayed under it at {cap_text}, completes (peak reserved {}), yet fails at larger \
 limits (it completes from {}): where its blocks land decides it, which depends on where the CUDA driver places \
@@ -214,21 +233,10 @@ hold",
         if !(expandable || fragmentation) || advised.as_deref() == Some(row_setting(r).as_str()) {
             continue;
         }
-        // Fails at the least limit the trace allows, yet gets past the failure under the most.
-        let within = limits
-            .zip(r.min_capacity_bytes)
-            .filter(|&((_, high), m)| r.decision == Decision::DoesNotHelp && m < high)
-            .map(|((_, high), m)| (m, high));
-        let why = match (r.decision, r.reach, within) {
-            (_, _, Some((m, high))) => format!(
-                "fails at {cap_text}, the least limit the trace allows, but gets past the failure from {} and the limit \
-was under {}: at the real limit it may help (give it with --capacity)",
-                fmt_need(m),
-                fmt_bytes(high)
-            ),
-            (Decision::DoesNotFit, _, _) => format!("the whole job, replayed at {cap_text}, runs out of memory"),
-            (_, Reach::FailsEarlier, _) => format!("replayed at {cap_text}, fails earlier than the recorded run"),
-            (Decision::CannotTell, _, _) => format!(
+        let why = match (r.decision, r.reach) {
+            (Decision::DoesNotFit, _) => format!("the whole job, replayed at {cap_text}, runs out of memory"),
+            (_, Reach::FailsEarlier) => format!("replayed at {cap_text}, fails earlier than the recorded run"),
+            (Decision::CannotTell, _) => format!(
                 "replayed at {cap_text}, each fails at a request the recorded run served, which the program may \
 catch (a cuDNN workspace): a trace recorded under it would tell"
             ),
@@ -236,7 +244,7 @@ catch (a cuDNN workspace): a trace recorded under it would tell"
         };
         // Each one's smallest capacity is in the what-if table.
         let name = r.policy.to_string();
-        let unknown = r.decision == Decision::CannotTell || within.is_some();
+        let unknown = r.decision == Decision::CannotTell;
         match groups.iter_mut().find(|g| g.1 == why) {
             Some(g) => g.2.push(name),
             None => groups.push((unknown, why, vec![name])),
@@ -336,18 +344,23 @@ recorded settings",
                 .filter(|(n, p)| !p.policy.is_recorded() && (*n as f64) < 0.9 * rec as f64)
                 .and_then(|(n, p)| rows.iter().find(|r| r.policy == p.policy).map(|r| (n, row_setting(r))));
             // Where the figures hold only if later iterations ask no more, the advice says so.
-            let hedge = if p.alike_unknown() { " if later iterations ask no more" } else { "" };
+            // Hedged, the figure reads as the condition's, as every hedged figure does
+            // ([`crate::analysis::outcome::Outlook::IfAlike`]).
+            let (needs, hedge) = if p.alike_unknown() {
+                ("needs", " if later iterations ask no more")
+            } else {
+                ("is predicted to need", "")
+            };
             Some(Advice {
                 kind: "capacity",
                 setting: setting.as_ref().map(|s| s.1.clone()),
                 text: match &setting {
                     Some((n, s)) => {
-                        format!("the whole job is predicted to need about {} of memory with {s}{hedge}", fmt_need(*n))
+                        format!("the whole job {needs} about {} with {s}{hedge}", fmt_need(*n))
                     }
-                    None => format!(
-                        "the whole job is predicted to need about {} of memory under the recorded settings{hedge}",
-                        fmt_need(rec)
-                    ),
+                    None => {
+                        format!("the whole job {needs} about {} under the recorded settings{hedge}", fmt_need(rec))
+                    }
                 },
                 evidence: format!("{} (a prediction, not a replay of the job)", p.basis()),
                 proven: false,

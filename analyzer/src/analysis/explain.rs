@@ -741,20 +741,11 @@ memory its note names), so this does not say the step fits; {}",
             let at_text = if at == assumed {
                 format!("At {}", fmt_bytes(at))
             } else {
-                format!(
-                    "At {}, the least limit with this verdict (the figures and replays assume {}, the least the trace \
-allows)",
-                    fmt_bytes(at),
-                    fmt_bytes(assumed)
-                )
+                format!("At {}, the least with this verdict (the replays assume {})", fmt_bytes(at), fmt_bytes(assumed))
             };
-            verdict.reason = format!(
-                "the limit was not recorded (the trace allows any from {} to under {}): {}. {at_text}: {}",
-                fmt_bytes(v.first().map(|l| l.from_bytes).unwrap_or(0)),
-                fmt_bytes(range.map(|r| r.1).unwrap_or(0)),
-                limits_text(v),
-                verdict.reason
-            );
+            // The ranges start at the least limit the trace allows and end where the request gets
+            // its segment: they say the range.
+            verdict.reason = format!("the limit was not recorded: {}. {at_text}: {}", limits_text(v), verdict.reason);
         } else if let Some(c) = capacity {
             // How the limit was inferred, as the capacity's note says it.
             let how = match result.capacity_source {
@@ -830,20 +821,8 @@ several times; `alloctrace whatif` searches them",
 
     // Made above where the verdict is fragmentation at an OOM.
     let experiments: Vec<Experiment> = grouped.into_iter().collect();
-    let crate::analysis::advice::SettingsAdvice { mut advice, worth_trying, mut not_advised, cannot_tell } = advise(
-        &figures,
-        &verdict,
-        &w.rows,
-        w.prediction.as_ref(),
-        &experiments,
-        &top_sites,
-        growth.as_ref(),
-        is_oom,
-        {
-            // The limits the trace allows, where the limit was inferred as the least of them.
-            trace.default_capacity().range.filter(|_| result.capacity_source == CapacitySource::InferredLimit)
-        },
-    );
+    let crate::analysis::advice::SettingsAdvice { mut advice, worth_trying, mut not_advised, cannot_tell } =
+        advise(&figures, &verdict, &w.rows, w.prediction.as_ref(), &experiments, &top_sites, growth.as_ref(), is_oom);
     // Never "free the weights": blocks alive from before the first iteration.
     if let Some(top) = top_sites.first() {
         let early = from_before_iterations.get(&top.site.label).copied().unwrap_or(0);
@@ -1209,6 +1188,11 @@ pub fn limits_text(v: &[LimitVerdict]) -> String {
         .join("; ")
 }
 
+/// The link to the documentation that ends PyTorch's out-of-memory message, as it writes it: the
+/// short text leaves it out.
+pub const PYTORCH_MESSAGE_LINK: &str = "  See documentation for Memory Management  \
+(https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)";
+
 /// Sizes as PyTorch's `c10::CachingAllocator::format_size` writes them in its messages: up to
 /// 1024 bytes in bytes, then KiB up to 1 MiB, MiB up to 1 GiB (so 1 GiB reads "1024.00 MiB"),
 /// else GiB, with two decimals.
@@ -1240,8 +1224,7 @@ pub fn pytorch_message(f: &Figures) -> (String, Option<&'static str>) {
     let message = format!(
         "CUDA out of memory. Tried to allocate {}. {}{}Of the allocated memory {} is allocated by PyTorch, and {} is \
 reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting \
-PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  \
-(https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)",
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.{PYTORCH_MESSAGE_LINK}",
         sz(f.alloc_bytes),
         device.as_deref().unwrap_or(""),
         f.capacity_bytes.map(|c| format!("{} allowed; ", sz(c))).unwrap_or_default(),
@@ -1364,7 +1347,6 @@ fn advise(
     top: &[SitePin],
     growth: Option<&Growth>,
     is_oom: bool,
-    limits: Option<(u64, u64)>,
 ) -> crate::analysis::advice::SettingsAdvice {
     let b = fmt_bytes;
     let cap_text = crate::model::units::fmt_limit(f.capacity_bytes);
@@ -1376,7 +1358,6 @@ fn advise(
             f.capacity_bytes,
             &cap_text,
             v.kind == VerdictKind::Fragmentation,
-            limits,
         )
     } else {
         Default::default()

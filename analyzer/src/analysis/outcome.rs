@@ -52,6 +52,12 @@ pub enum Decision {
     DoesNotHelp,
     /// The replay cannot tell (a failure the program may have caught, or a damaged trace).
     CannotTell,
+    /// The limit was not recorded, and the trace allows a range of them
+    /// ([`crate::model::Capacity::range`]): at the least of them, where the table's replays ran,
+    /// this setting's replay fails at the request that failed (or earlier), yet the capacity
+    /// search finds it getting past that request from a limit inside the range. Whether it helps
+    /// depends on the real limit: worth trying, ordered among the others by what it needs.
+    LimitDecides,
 }
 
 impl Decision {
@@ -77,6 +83,7 @@ impl Decision {
             Decision::WorthTrying => "worth trying",
             Decision::DoesNotHelp => "no help",
             Decision::CannotTell => "cannot tell",
+            Decision::LimitDecides => "limit decides",
         }
     }
 }
@@ -120,6 +127,10 @@ pub enum JobPrediction {
         one_time_blocks: u64,
         one_time_bytes: u64,
         policies: Vec<PolicyPrediction>,
+        /// Where the limit was not recorded: the limits `[low, high)` the trace allows, the
+        /// capacity compared being the least ([`crate::model::Capacity::range`]).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        limit_range: Option<(u64, u64)>,
     },
     /// The trace cannot tell what the rest of the job needs.
     CannotTell { reason: String },
@@ -143,6 +154,9 @@ pub enum Outlook {
     IfAlikeOverLimit(u64),
     /// Predicted to need more than the capacity.
     MoreThanLimit(u64),
+    /// The limit was not recorded, and the figure lies inside the range the trace allows
+    /// ([`crate::model::Capacity::range`]): predicted to fit if the real limit is at least that.
+    WithinRange(u64),
     /// Predicted not to fit at the capacity, though the least capacity found is below it (where
     /// its blocks land decides it).
     Needs(u64),
@@ -170,6 +184,9 @@ impl Outlook {
             Outlook::MoreThanLimit(n) => {
                 format!("the whole job is predicted to need about {}, more than the limit", b(n))
             }
+            Outlook::WithinRange(n) => {
+                format!("the whole job is predicted to need about {}: enough if the real limit is at least that", b(n))
+            }
             Outlook::Needs(n) => format!(
                 "the whole job is predicted to run out of memory at this limit, though it fits in about {} (where its \
 blocks land decides it)",
@@ -189,6 +206,7 @@ blocks land decides it)",
             Outlook::IfAlike(n) => format!("about {} if later iterations ask no more", b(n)),
             Outlook::IfAlikeOverLimit(n) => format!("about {}, more than the limit, if iterations stay alike", b(n)),
             Outlook::MoreThanLimit(n) => format!("about {}, more than the limit", b(n)),
+            Outlook::WithinRange(n) => format!("about {}; fits from that limit", b(n)),
             Outlook::Needs(n) => format!("runs out here; fits in about {}", b(n)),
             Outlook::RunsOutLater => "runs out later".into(),
         }
@@ -197,14 +215,24 @@ blocks land decides it)",
 
 impl JobPrediction {
     /// What the prediction says under `q`'s setting at `capacity`: the one decision every
-    /// output words ([`Outlook`]).
+    /// output words ([`Outlook`]). Where the limit was not recorded, a figure inside the range
+    /// the trace allows (`limit_range`; `capacity` is the least of it) is over no limit the real
+    /// run can have had for sure.
     pub fn outlook(&self, q: &PolicyPrediction, capacity: Option<u64>) -> Outlook {
         let alike_unknown = self.alike_unknown();
+        let range = match self {
+            JobPrediction::FromRepeatedIteration { limit_range, .. } => *limit_range,
+            JobPrediction::CannotTell { .. } => None,
+        };
+        let within = |n: u64| range.is_some_and(|(low, high)| low <= n && n < high);
         match (q.fits, q.fits_by_placement, q.needs_bytes) {
             (true, _, n) => Outlook::Fits(n),
             (false, true, n) => Outlook::ByPlacement(n),
-            (false, false, Some(n)) if alike_unknown && capacity.is_some_and(|c| n > c) => Outlook::IfAlikeOverLimit(n),
+            (false, false, Some(n)) if alike_unknown && !within(n) && capacity.is_some_and(|c| n > c) => {
+                Outlook::IfAlikeOverLimit(n)
+            }
             (false, false, Some(n)) if alike_unknown => Outlook::IfAlike(n),
+            (false, false, Some(n)) if within(n) => Outlook::WithinRange(n),
             (false, false, Some(n)) if capacity.is_none_or(|c| n > c) => Outlook::MoreThanLimit(n),
             (false, false, Some(n)) => Outlook::Needs(n),
             (false, false, None) => Outlook::RunsOutLater,
@@ -227,6 +255,15 @@ impl JobPrediction {
     }
     /// One line saying what was predicted, and from what.
     pub fn basis(&self) -> String {
+        self.basis_with(true)
+    }
+
+    /// [`JobPrediction::basis`] without what it took as one-time state: for a text short of room.
+    pub fn basis_short(&self) -> String {
+        self.basis_with(false)
+    }
+
+    fn basis_with(&self, one_time: bool) -> String {
         match self {
             JobPrediction::FromRepeatedIteration {
                 iterations_from,
@@ -238,7 +275,7 @@ impl JobPrediction {
                 varying,
                 ..
             } => {
-                let once = if *one_time_blocks > 0 {
+                let once = if one_time && *one_time_blocks > 0 {
                     format!(
                         "; it is the first whole iteration to keep memory, and the {one_time_blocks} blocks ({}) it kept are taken as one-time \
 state (an optimizer's first step, caches), made once",
@@ -439,9 +476,10 @@ pub fn predict(
     past: &[bool],
     past_from: &[Option<u64>],
     same_as: &[Option<usize>],
-    capacity: Option<u64>,
+    limit: &crate::model::Capacity,
     repeats: u32,
 ) -> Result<Option<JobPrediction>> {
+    let capacity = limit.bytes;
     let Some(fatal) = trace.facts.fatal_oom().map(|o| o.event) else {
         return Ok(None);
     };
@@ -609,6 +647,7 @@ least the job needs, so no setting is predicted to fit{}",
         one_time_blocks,
         one_time_bytes,
         policies: out,
+        limit_range: limit.range,
     }))
 }
 

@@ -222,6 +222,7 @@ fn row_of(
         && min_capacity.zip(cap).is_some_and(|(least, cap)| {
             crate::analysis::capacity_search::failed_at_or_above((least, resolution.unwrap_or(0)), cap)
         });
+
     PolicyRow {
         policy: policy.clone(),
         alloc_conf: r.alloc_conf.clone(),
@@ -533,7 +534,24 @@ fn whatif_inner<T: Send>(
         table.push(row);
         runs.push((st, r));
     }
+    limit_decides(&mut table, &opts.capacity);
     finish(trace, opts, (&list, &same_as), replays, table, bounds, runs)
+}
+
+/// Where the limit was not recorded and the trace allows a range of them (the table's replays
+/// ran at the least), a row whose replay fails there, yet which the capacity search finds
+/// getting past the failure from a limit inside the range, and below the one from which the
+/// recorded settings do, is for the real limit to decide ([`Decision::LimitDecides`]). One that
+/// gets past only where the recorded settings do too would not have helped.
+fn limit_decides(table: &mut [PolicyRow], capacity: &crate::model::Capacity) {
+    use crate::analysis::outcome::Decision;
+    let Some((_, high)) = capacity.range else { return };
+    let recorded = table.iter().find(|r| r.policy.is_recorded()).and_then(|r| r.min_capacity_bytes).unwrap_or(high);
+    for row in table.iter_mut().filter(|r| r.decision == Decision::DoesNotHelp) {
+        if row.min_capacity_bytes.is_some_and(|m| m < high.min(recorded)) {
+            row.decision = Decision::LimitDecides;
+        }
+    }
 }
 
 /// The no-caching row at the capacity compared ([`Whatif::no_caching`]).
@@ -742,7 +760,7 @@ fn finish<T>(
     let prediction = if opts.rows_only {
         None
     } else {
-        crate::analysis::outcome::predict(trace, list, &past, &past_from, same_as, opts.capacity.bytes, opts.repeats)?
+        crate::analysis::outcome::predict(trace, list, &past, &past_from, same_as, &opts.capacity, opts.repeats)?
     };
     let no_caching = no_caching_row(&bounds, opts.capacity, prediction.is_some());
     let w = Whatif {

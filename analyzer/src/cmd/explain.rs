@@ -82,13 +82,19 @@ fn print_short_with(out: &mut dyn Write, r: &ExplainReport, full: bool) -> std::
     }
     if r.moment == "oom" {
         if let Some(m) = &r.pytorch_message {
-            let head = match &r.pytorch_message_note {
+            let head = match r.pytorch_message_note.as_ref().filter(|_| full) {
                 Some(n) => {
                     format!("out of memory at event {}. PyTorch's message, restated from the figures ({n}):", f.event)
                 }
                 None => format!("out of memory at event {}. PyTorch's message, restated from the figures:", f.event),
             };
             writeln!(out, "{}", crate::model::wrap::indented(&head, "", "  "))?;
+            // The short text leaves out the link to PyTorch's documentation that ends it.
+            let m = if full {
+                m.as_str()
+            } else {
+                m.strip_suffix(crate::analysis::explain::PYTORCH_MESSAGE_LINK).unwrap_or(m)
+            };
             writeln!(out, "{}", crate::model::wrap::indented(m, "  ", "  "))?;
         }
         if let Some(w) = &r.predicted_where {
@@ -190,7 +196,10 @@ peak of reserved memory is at event {} ({}).",
                 (_, _, Some(c)) => format!("; the whole job: {c}"),
                 _ => String::new(),
             };
-            writeln!(out, "  {}{predicted}", terminal(&w.setting))?;
+            let from = w.gets_past_from_bytes.map(|m| format!(" (gets past from {})", fmt_need(m))).unwrap_or_default();
+            // The settings as the not-advised lines name them: the fix above shows the variable.
+            let setting = w.setting.strip_prefix("PYTORCH_CUDA_ALLOC_CONF=").unwrap_or(&w.setting);
+            writeln!(out, "  {}{from}{predicted}", terminal(setting))?;
         }
     }
     for n in &r.not_advised {
@@ -205,7 +214,9 @@ peak of reserved memory is at event {} ({}).",
         .filter(|_| !r.worth_trying.is_empty() || r.advice.iter().any(|a| !a.proven))
         .filter(|p| !r.fix.as_ref().is_some_and(|f| f.evidence.contains(&p.basis())))
     {
-        writeln!(out, "{}", crate::model::wrap::indented(&format!("the whole job: {}", p.basis()), "", "  "))?;
+        // Short of room, without what was taken as one-time state (--verbose says it).
+        let basis = if full { p.basis() } else { p.basis_short() };
+        writeln!(out, "{}", crate::model::wrap::indented(&format!("the whole job: {basis}"), "", "  "))?;
     }
     if r.moment == "oom" && r.prediction.is_some() {
         let (limit, exact) = f.capacity_bytes.map(crate::model::units::capacity_arg).unwrap_or(("LIMIT".into(), true));

@@ -126,11 +126,14 @@ impl Capacity {
         let b = crate::model::units::fmt_bytes;
         match (self.source, self.bytes) {
             (CapacitySource::InferredLimit, Some(c)) => Some(format!(
-                "no limit was recorded, but the run ran out of memory while the device still had room, so a lower \
-                 limit (a memory fraction?) was in force, at least {}{}; the figures assume {}, the least it can \
-                 have been. Give the real limit with --capacity LIMIT for answers at it.",
-                b(c),
-                self.range.map(|r| format!(" and under {}", b(r.1))).unwrap_or_default(),
+                "no limit was recorded, but the run ran out of memory while the device still had room: a lower limit \
+                 (a memory fraction?) was in force, {}{}. The figures assume {}, the least; give the real limit with \
+                 --capacity LIMIT for answers at it.",
+                if self.range.is_some() { "from " } else { "at least " },
+                match self.range {
+                    Some((_, high)) => format!("{} to under {}", b(c), b(high)),
+                    None => b(c),
+                },
                 b(c)
             )),
             (CapacitySource::InferredFromOom, Some(c)) => Some(format!(
