@@ -300,6 +300,31 @@ fn whatif_compares_policies_and_finds_capacities() {
     assert!(plan <= row("recorded")["min_capacity_bytes"].as_u64().unwrap());
 }
 
+/// PyTorch's message, restated above the verdict, suggests `expandable_segments:True` after every
+/// out-of-memory error; where the replay rules it out, the line that does says so, and the text
+/// and the JSON agree.
+#[test]
+fn the_setting_pytorchs_message_suggests_is_ruled_out_by_name() {
+    let t = trace("frag_oom.default");
+    let text = String::from_utf8_lossy(&run(&["explain", t.to_str().unwrap()]).stdout).into_owned();
+    let j = json_of(&["explain", "--json", t.to_str().unwrap()], 0);
+    assert!(j["pytorch_message"].as_str().unwrap().contains("expandable_segments:True to avoid fragmentation"));
+    let line = j["not_advised"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l.as_str())
+        .find(|l| l.starts_with("expandable_segments:True"));
+    let line = line.unwrap_or_else(|| panic!("{}", j["not_advised"]));
+    assert!(line.contains("PyTorch's message suggests it after every out-of-memory error"), "{line}");
+    let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(words(&text).contains(&words(line)), "{text}");
+    // The other settings ruled out are not said to be PyTorch's suggestion.
+    for l in j["not_advised"].as_array().unwrap().iter().filter_map(|l| l.as_str()) {
+        assert_eq!(l.contains("PyTorch's message"), l.starts_with("expandable_segments:True"), "{l}");
+    }
+}
+
 #[test]
 fn help_teaches() {
     let o = run(&["--help"]);

@@ -242,6 +242,14 @@ catch (a cuDNN workspace): a trace recorded under it would tell"
             ),
             _ => format!("replayed at {cap_text}, fails at the same request"),
         };
+        // PyTorch's message (restated above the verdict) names it after every out-of-memory
+        // error, whatever the cause: said where it is ruled out here, so the two do not read as
+        // contradicting each other.
+        let why = if expandable && r.decision != Decision::CannotTell {
+            format!("{why} (PyTorch's message suggests it after every out-of-memory error, whatever the cause)")
+        } else {
+            why
+        };
         // Each one's smallest capacity is in the what-if table.
         let name = r.policy.to_string();
         let unknown = r.decision == Decision::CannotTell;
