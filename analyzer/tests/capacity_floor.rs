@@ -110,10 +110,10 @@ fn a_stream_per_allocation_is_searched_from_its_floor() {
             replays.fetch_add(1, Ordering::Relaxed);
         };
         let with_floor =
-            min_capacity(&trace, &config, from.as_ref(), 0, b.held_floor_bytes, upper, u32::MAX, &|| 1, &count)
+            min_capacity(&trace, &config, false, from.as_ref(), 0, b.held_floor_bytes, upper, u32::MAX, &|| 1, &count)
                 .unwrap();
         // The same search without the floor, every probe a whole replay: the bisection's answer.
-        let without = min_capacity(&trace, &config, None, 0, None, upper, u32::MAX, &|| 1, &|| ()).unwrap();
+        let without = min_capacity(&trace, &config, false, None, 0, None, upper, u32::MAX, &|| 1, &|| ()).unwrap();
         let answer = if config.expandable_segments { 22 << 20 } else { 14 << 20 };
         assert_eq!(with_floor, Some((answer, CAPACITY_RESOLUTION)), "{conf}");
         assert_eq!(with_floor.map(|m| m.0), without.map(|m| m.0), "{conf}: the floor changed the answer");

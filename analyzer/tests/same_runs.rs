@@ -195,11 +195,11 @@ fn the_smallest_capacity_does_not_depend_on_the_levels_searched_at_once() {
                         .unwrap();
                 // Garbage collection too: its saved run counts cache lookups as under a limit.
                 assert!(from.is_some(), "{name} {conf}: no saves");
-                min_capacity(trace, config, from.as_ref(), 0, None, upper, u32::MAX, &|| ahead, &|| ()).unwrap()
+                min_capacity(trace, config, false, from.as_ref(), 0, None, upper, u32::MAX, &|| ahead, &|| ()).unwrap()
             })
             .collect();
         // Every probe a whole replay from the start, one at a time.
-        let whole = min_capacity(trace, config, None, 0, None, upper, u32::MAX, &|| 1, &|| ()).unwrap();
+        let whole = min_capacity(trace, config, false, None, 0, None, upper, u32::MAX, &|| 1, &|| ()).unwrap();
         assert!(answers[0].is_some(), "{name} {conf}");
         assert_eq!(answers[0], whole, "{name} {conf}: resumed and whole replays differ");
         assert_eq!(answers[0], answers[1], "{name} {conf}");

@@ -40,10 +40,14 @@ pub const RESUME_LEVELS: u64 = 16;
 /// wait: the probes the bisection then takes are the ones it would have made one at a time,
 /// so the answer does not depend on `ahead`. `ahead` is asked before each round: threads that
 /// other searches have let go of serve the rounds of those still running.
+///
+/// `past_caught_scratch`: each probe goes on past a failed scratch buffer
+/// ([`ReplayOptions::past_caught_scratch`]), where `from` does not say it already.
 #[allow(clippy::too_many_arguments)]
 pub fn min_capacity(
     trace: &Trace,
     config: &AllocatorConfig,
+    past_caught_scratch: bool,
     from: Option<&crate::replay::Resumable>,
     lower: u64,
     floor: Option<u64>,
@@ -64,7 +68,12 @@ pub fn min_capacity(
                 None,
             )?,
             None => {
-                let o = ReplayOptions { config: Some(config.clone()), capacity_bytes: Some(cap), ..Default::default() };
+                let o = ReplayOptions {
+                    config: Some(config.clone()),
+                    capacity_bytes: Some(cap),
+                    past_caught_scratch,
+                    ..Default::default()
+                };
                 (replay(trace, &o)?, None)
             }
         };

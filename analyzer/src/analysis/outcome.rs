@@ -88,6 +88,10 @@ impl Decision {
     }
 }
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 /// The prediction for one setting.
 #[derive(Debug, Clone, Serialize)]
 pub struct PolicyPrediction {
@@ -126,6 +130,11 @@ pub enum JobPrediction {
         /// (made once, not in every repetition).
         one_time_blocks: u64,
         one_time_bytes: u64,
+        /// Out-of-memory errors the program caught before the failure: where there are any, the
+        /// extended job's replays go on past a failed scratch buffer, as PyTorch's cuDNN tries a
+        /// plan with a smaller workspace ([`crate::replay::ReplayOptions::past_caught_scratch`]).
+        #[serde(skip_serializing_if = "is_zero")]
+        caught_ooms: usize,
         policies: Vec<PolicyPrediction>,
         /// Where the limit was not recorded: the limits `[low, high)` the trace allows, the
         /// capacity compared being the least ([`crate::model::Capacity::range`]).
@@ -273,8 +282,19 @@ impl JobPrediction {
                 one_time_blocks,
                 one_time_bytes,
                 varying,
+                caught_ooms,
                 ..
             } => {
+                // How a failed cuDNN workspace is taken: said in full only, as the one-time state.
+                let caught = if one_time && *caught_ooms > 0 {
+                    format!(
+                        "; the program caught {} before the failure, so a scratch buffer that fails (a cuDNN \
+workspace) is gone past, as cuDNN then tries a plan with a smaller one, which the trace does not hold",
+                        crate::model::units::count(*caught_ooms as u64, "out-of-memory error")
+                    )
+                } else {
+                    String::new()
+                };
                 let once = if one_time && *one_time_blocks > 0 {
                     format!(
                         "; it is the first whole iteration to keep memory, and the {one_time_blocks} blocks ({}) it kept are taken as one-time \
@@ -287,11 +307,11 @@ state (an optimizer's first step, caches), made once",
                 match varying {
                     Some(v) => format!(
                         "predicted by repeating an iteration {repeats} more times after the last whole one before the \
-failure (iterations from {iterations_from}; {whole_iterations} whole before the failure): {v}{once}"
+failure (iterations from {iterations_from}; {whole_iterations} whole before the failure): {v}{once}{caught}"
                     ),
                     None => format!(
                         "predicted by repeating the last whole iteration before the failure (events {}..{}, \
-iterations from {iterations_from}; {whole_iterations} whole before the failure) {repeats} more times{once}",
+iterations from {iterations_from}; {whole_iterations} whole before the failure) {repeats} more times{once}{caught}",
                         iteration_events.0, iteration_events.1
                     ),
                 }
@@ -556,6 +576,11 @@ least the job needs, so no setting is predicted to fit{}",
     let predicted = same_as.iter().filter(|s| s.is_none()).count();
     let ahead = crate::analysis::capacity_search::levels_ahead(predicted);
     let side_by_side = crate::replay::concurrent_replays(&extended) >= 2 * predicted;
+    // A program that caught out-of-memory errors before the failure catches a failed cuDNN
+    // workspace (`try_plans` in `aten/src/ATen/native/cudnn/Conv_v8.cpp` tries the next plan):
+    // the extended job goes on past one, as the recorded run went on past its own.
+    let caught_ooms = trace.facts.caught_ooms();
+    let past_scratch = caught_ooms > 0;
     let mut out: Vec<Option<PolicyPrediction>> = policies
         .par_iter()
         .enumerate()
@@ -571,6 +596,7 @@ least the job needs, so no setting is predicted to fit{}",
                 crate::analysis::capacity_search::RESUME_LEVELS,
                 crate::replay::saved_blocks_share(predicted),
             )?;
+            let from = from.map(|f| f.going_past_caught_scratch(past_scratch));
             let from = from.as_ref();
             // The run at the capacity and the search side by side where their replays fit beside
             // each other's (they resume from the same saves, and neither waits for the other).
@@ -591,6 +617,7 @@ least the job needs, so no setting is predicted to fit{}",
                                 config: Some(config.clone()),
                                 capacity_bytes: capacity,
                                 unlimited: capacity.is_none(),
+                                past_caught_scratch: past_scratch,
                                 ..Default::default()
                             };
                             replay(&extended, &at)?.is_oom()
@@ -604,6 +631,7 @@ least the job needs, so no setting is predicted to fit{}",
                 crate::analysis::capacity_search::min_capacity(
                     &extended,
                     config,
+                    past_scratch,
                     from,
                     0,
                     None,
@@ -646,6 +674,7 @@ least the job needs, so no setting is predicted to fit{}",
         repeats: repeats.max(1),
         one_time_blocks,
         one_time_bytes,
+        caught_ooms,
         policies: out,
         limit_range: limit.range,
     }))

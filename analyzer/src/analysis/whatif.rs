@@ -471,6 +471,7 @@ fn whatif_inner<T: Send>(
                 let min = min_capacity(
                     trace,
                     config,
+                    false,
                     from,
                     bounds.live_requested_peak_bytes,
                     bounds.held_floor_bytes,

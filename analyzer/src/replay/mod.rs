@@ -1271,6 +1271,19 @@ pub struct Resumable {
     /// The unlimited run's result: the run under any capacity above its peak.
     end: Box<ReplayResult>,
     used_hints: bool,
+    /// The replays resumed from it go on past a failed scratch buffer
+    /// ([`ReplayOptions::past_caught_scratch`], [`Resumable::going_past_caught_scratch`]).
+    past_caught_scratch: bool,
+}
+
+impl Resumable {
+    /// The same saves, for replays that go on past a failed scratch buffer as the program's
+    /// cuDNN would ([`ReplayOptions::past_caught_scratch`]): the unlimited run that made them
+    /// never failed, so they serve such replays as they are.
+    pub fn going_past_caught_scratch(mut self, yes: bool) -> Resumable {
+        self.past_caught_scratch = yes;
+        self
+    }
 }
 
 /// The unlimited run of `config`, and [`Resumable`] saves at about `levels` levels of its
@@ -1416,6 +1429,7 @@ pub fn resumable_watched(
             peaks,
             end,
             used_hints: s.used_hints,
+            past_caught_scratch: false,
         }),
         seen,
     ))
@@ -1509,6 +1523,7 @@ pub fn replay_resumed_shared(
             config: Some(from.config.clone()),
             capacity_bytes: capacity,
             unlimited: capacity.is_none(),
+            past_caught_scratch: from.past_caught_scratch,
             ..Default::default()
         };
         let mut r = replay_observed(trace, &opts, &mut |i, rec, view, live| {
@@ -1542,6 +1557,7 @@ pub fn replay_resumed_shared(
         (state, at, None)
     };
     rp.engine.set_capacity(capacity);
+    rp.past_scratch = from.past_caught_scratch;
     replay_range(trace, &mut rp, start, u64::MAX, &mut |i, rec, view, live| {
         if shown(i) {
             observer(i, rec, view, live)
