@@ -1807,3 +1807,22 @@ fn a_whole_job_over_the_limit_is_said_beside_the_first_pick() {
     let capacity = j["advice"].as_array().unwrap().iter().find(|a| a["kind"] == "capacity").expect("capacity advice");
     assert_eq!(capacity["setting"], j["fix"]["setting"], "{j}");
 }
+
+/// `frag`'s default text fits a screen: the segment map prints ten shapes, those whose segments
+/// hold the largest free blocks (on the timm ViT's snapshot, 121 lines before, the segment with
+/// the 104.30 MiB free block that the 132 MiB request could not use among them), and says how
+/// many it left out and how large their free blocks are at most.
+#[test]
+fn frag_fits_a_screen_and_shows_the_largest_free_blocks() {
+    let t = root().join("tests/fixtures/doctor/timm_vit_amp.2828009472.pickle");
+    let o = run(&["frag", t.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(text.lines().count() <= 60, "{} lines:\n{text}", text.lines().count());
+    let map: Vec<&str> = text.lines().filter(|l| l.starts_with("  0x")).collect();
+    assert_eq!(map.len(), 10, "{text}");
+    assert!(map.iter().any(|l| l.contains("132.00 MiB") && l.contains("F 104.30 MiB")), "{text}");
+    let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(words.contains("largest free 104.30 MiB"), "{text}");
+    assert!(words.contains("more segments of") && words.contains("--max-segments N shows more"), "{text}");
+}

@@ -34,8 +34,9 @@ pub struct Args {
     /// event index. Default: oom where the replay at the capacity runs out of memory, else peak.
     #[arg(long)]
     pub at: Option<analyzer::analysis::moment::At>,
-    /// Lines of the segment map to print (segments of the same shape share a line).
-    #[arg(long, default_value_t = 40)]
+    /// Lines of the segment map to print (segments of the same shape share a line). Where more
+    /// shapes than that hold segments, those with the largest free blocks are printed.
+    #[arg(long, default_value_t = 10)]
     pub max_segments: usize,
     #[command(flatten)]
     pub json: super::args::Json,

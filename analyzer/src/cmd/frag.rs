@@ -93,26 +93,16 @@ pub fn print_segment_map(
             None => shapes.push((s, 1)),
         }
     }
-    // The first shape whose segment holds the largest free block (none when nothing is free).
-    let largest_free = shapes
-        .iter()
-        .enumerate()
-        .filter(|(_, (s, _))| s.largest_free_bytes > 0)
-        .max_by(|(i, (a, _)), (j, (b, _))| a.largest_free_bytes.cmp(&b.largest_free_bytes).then(j.cmp(i)))
-        .map(|(k, _)| k);
-    let mut shown: Vec<usize> = (0..shapes.len().min(max_lines)).collect();
-    let moved_in = largest_free.filter(|&k| k >= max_lines);
-    if let Some(k) = moved_in {
-        // In place of the last shape that fits: the order stays by address.
-        shown.pop();
-        shown.push(k);
+    // Where not every shape fits the lines, those whose segments hold the largest free blocks
+    // (the picture of why a request does not fit), in address order.
+    let mut shown: Vec<usize> = (0..shapes.len()).collect();
+    if shapes.len() > max_lines {
+        shown.sort_by(|&i, &j| shapes[j].0.largest_free_bytes.cmp(&shapes[i].0.largest_free_bytes).then(i.cmp(&j)));
+        shown.truncate(max_lines);
+        shown.sort_unstable();
     }
-    for (j, &k) in shown.iter().enumerate() {
+    for &k in &shown {
         let (s, n) = shapes[k];
-        if moved_in == Some(k) && k > j {
-            let skipped: usize = shapes[j..k].iter().map(|(_, n)| n).sum();
-            writeln!(out, "  ... {skipped} segments of {} other shapes", k - j)?;
-        }
         let times = if n > 1 { format!(" (x{n} segments like it)") } else { String::new() };
         writeln!(
             out,
@@ -130,10 +120,23 @@ pub fn print_segment_map(
             fmt_bytes(s.largest_free_bytes)
         )?;
     }
-    let last = shown.last().map(|&k| k + 1).unwrap_or(0);
-    if last < shapes.len() {
-        let rest: usize = shapes[last..].iter().map(|(_, n)| n).sum();
-        writeln!(out, "  ... {rest} more segments of {} other shapes (--json lists them all)", shapes.len() - last)?;
+    if shown.len() < shapes.len() {
+        let rest: usize = shapes.iter().enumerate().filter(|(k, _)| !shown.contains(k)).map(|(_, (_, n))| n).sum();
+        let least = shown.iter().map(|&k| shapes[k].0.largest_free_bytes).min().unwrap_or(0);
+        writeln!(
+            out,
+            "{}",
+            crate::model::wrap::indented(
+                &format!(
+                    "... {rest} more segments of {} other shapes, each with a largest free block of at most {} \
+(--max-segments N shows more; --json lists them all)",
+                    shapes.len() - shown.len(),
+                    fmt_bytes(least)
+                ),
+                "  ",
+                "    "
+            )
+        )?;
     }
     Ok(())
 }
@@ -327,22 +330,31 @@ mod tests {
         }
     }
 
-    /// The segment that holds the largest free block is printed even when it lies beyond the
-    /// lines the map may take: it is the picture of the fragmentation.
+    /// Where not every shape fits the lines, the segments that hold the largest free blocks are
+    /// printed, in address order, wherever they lie: they are the picture of the fragmentation.
     #[test]
-    fn the_segment_with_the_largest_free_block_is_always_printed() {
+    fn the_segments_with_the_largest_free_blocks_are_printed() {
         let mib = 1u64 << 20;
-        let segments: Vec<SegmentMap> =
-            (0..10).map(|k| segment((k + 1) << 32, (k + 1) * mib, if k == 8 { 6 * mib } else { mib / 2 })).collect();
+        let free = |k: u64| match k {
+            8 => 6 * mib,
+            3 => 4 * mib,
+            _ => mib / 2,
+        };
+        let segments: Vec<SegmentMap> = (0..10).map(|k| segment((k + 1) << 32, (k + 1) * mib, free(k))).collect();
         let mut out = Vec::new();
         print_segment_map(&mut out, &segments, 3, &Default::default()).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 5, "{text}");
-        assert!(lines[0].contains("0x000100000000") && lines[1].contains("0x000200000000"), "{text}");
-        assert_eq!(lines[2], "  ... 6 segments of 6 other shapes");
-        assert!(lines[3].contains("0x000900000000") && lines[3].ends_with("largest free 6.00 MiB"), "{text}");
-        assert!(lines[4].starts_with("  ... 1 more segments of 1 other shapes"), "{text}");
+        // The two largest free blocks, then the first of the ties, in address order.
+        assert!(lines[0].contains("0x000100000000"), "{text}");
+        assert!(lines[1].contains("0x000400000000") && lines[1].ends_with("largest free 4.00 MiB"), "{text}");
+        assert!(lines[2].contains("0x000900000000") && lines[2].ends_with("largest free 6.00 MiB"), "{text}");
+        assert_eq!(
+            format!("{} {}", lines[3], lines[4].trim()),
+            "  ... 7 more segments of 7 other shapes, each with a largest free block of at most 512.00 KiB \
+(--max-segments N shows more; --json lists them all)"
+        );
         // Within the lines: printed in its place, nothing moved.
         let mut out = Vec::new();
         print_segment_map(&mut out, &segments, 10, &Default::default()).unwrap();
