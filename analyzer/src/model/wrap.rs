@@ -19,7 +19,7 @@ pub fn lines_after(text: &str, first: usize, width: usize, markdown: bool) -> Ve
     // Words, where a word inside a code span takes the spaces up to its end with it.
     let words: Vec<String> =
         if markdown { markdown_words(text) } else { text.split(' ').map(str::to_string).collect() };
-    for w in words {
+    for w in with_units(words) {
         let room = if out.is_empty() { first } else { width };
         let fits = line.chars().count() + 1 + w.chars().count() <= room;
         if line.is_empty() || fits || (markdown && starts_block(&w)) {
@@ -33,6 +33,24 @@ pub fn lines_after(text: &str, first: usize, width: usize, markdown: bool) -> Ve
         }
     }
     out.push(line);
+    out
+}
+
+/// The words, a unit of bytes joined to the number before it ("2.63 GiB" is never split over
+/// two lines).
+fn with_units(words: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(words.len());
+    for w in words {
+        let unit = w.trim_end_matches([')', ']', ',', '.', ';', ':']);
+        let is_unit = matches!(unit, "B" | "KiB" | "MiB" | "GiB" | "TiB" | "bytes");
+        match out.last_mut() {
+            Some(number) if is_unit && number.ends_with(|c: char| c.is_ascii_digit()) => {
+                number.push(' ');
+                number.push_str(&w);
+            }
+            _ => out.push(w),
+        }
+    }
     out
 }
 
@@ -237,6 +255,18 @@ mod tests {
             let l = lines(&format!("aaaa bbbb {risky}"), 9, true);
             assert!(l.iter().skip(1).all(|l| !l.starts_with(&risky[..1])), "{risky}: {l:?}");
         }
+    }
+
+    #[test]
+    fn a_number_and_its_unit_stay_on_one_line() {
+        let text = "the request needs one contiguous block of 392.63 MiB and the largest free block is 178.00 GiB;";
+        for width in 10..text.len() {
+            for l in lines(text, width, false).iter().chain(&lines(text, width, true)) {
+                assert!(!l.starts_with("MiB") && !l.starts_with("GiB;"), "{width}: {l:?}");
+            }
+        }
+        // A unit after a word that is not a number stays a word of its own.
+        assert_eq!(lines("in MiB", 3, false), ["in", "MiB"]);
     }
 
     #[test]
