@@ -222,3 +222,53 @@ pub fn levels_ahead(searches: usize) -> u32 {
     }
     d
 }
+
+/// Where the limit was not recorded but inferred from the failure as a range
+/// ([`crate::model::CapacitySource::InferredLimit`]): the least limit at which the replay under
+/// the recorded settings makes the recorded run up to its failure, where that is above the
+/// least of the range. The range is read from the figures at the failure; a limit below this one
+/// fails a request the recorded run served (a replay there diagnoses a failure that never
+/// happened), so the real limit was at least this. `None` where the least of the range does, or
+/// where nothing in the range does (the range then stands as read). Each probe is a replay; a
+/// replay's band ([`crate::replay::ReplayResult::capacity_band`]) gives the exact least limit
+/// of the run it made. `read_at(limit)` gives the trace as read under that limit where reading
+/// depends on it (a snapshot's cache releases are told apart by the limit), `None` where the
+/// trace is the same.
+pub fn least_implied_limit(trace: &Trace, read_at: &dyn Fn(u64) -> Result<Option<Trace>>) -> Result<Option<u64>> {
+    let capacity = trace.default_capacity();
+    let (Some((low, high)), crate::model::CapacitySource::InferredLimit) = (capacity.range, capacity.source) else {
+        return Ok(None);
+    };
+    let Some(fatal) = trace.facts.fatal_oom().map(|o| o.event) else { return Ok(None) };
+    // Up to the recorded failure as recorded: no failure before it (recorded failures the
+    // program caught are gone past, as every replay does).
+    let reaches = |cap: u64| -> Result<(bool, Option<(u64, u64)>)> {
+        let read = read_at(cap)?;
+        let r =
+            replay(read.as_ref().unwrap_or(trace), &ReplayOptions { capacity_bytes: Some(cap), ..Default::default() })?;
+        Ok((r.oom_event().is_none_or(|e| e >= fatal), r.capacity_band))
+    };
+    // The trace as read is read under the least limit already.
+    let r = replay(trace, &ReplayOptions { capacity_bytes: Some(low), ..Default::default() })?;
+    if r.oom_event().is_none_or(|e| e >= fatal) {
+        return Ok(None);
+    }
+    // Bisection: `lo` fails earlier, `hi` reaches the failure.
+    let (mut lo, mut hi) = (low, high.saturating_sub(1));
+    let (ok, mut band) = reaches(hi)?;
+    if !ok {
+        return Ok(None);
+    }
+    while hi - lo > CAPACITY_RESOLUTION {
+        let mid = lo + (hi - lo) / 2;
+        match reaches(mid)? {
+            (true, b) => {
+                hi = mid;
+                band = b;
+            }
+            (false, _) => lo = mid,
+        }
+    }
+    // The least limit of the run the replay at `hi` made (the same run, to the same outcome).
+    Ok(Some(band.map_or(hi, |(from, _)| from.clamp(lo + 1, hi))))
+}

@@ -1322,6 +1322,7 @@ fn group_long_lived(trace: &Trace, oom_event: u64, live: &crate::model::ids::IdS
             w.finish().context("cannot write the reordered trace")?;
             let mut t = Trace::written(&temp, h, read);
             t.given_capacity = trace.given_capacity;
+            t.least_limit = trace.least_limit;
             (t, Some(temp))
         }
     };

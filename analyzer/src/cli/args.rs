@@ -64,6 +64,8 @@ impl RunArgs {
             conf: self.conf,
             device: self.device,
             torch_version: self.torch_version,
+            // Found when the input is opened (`cmd::open_input`).
+            least_limit: None,
         }
     }
 }

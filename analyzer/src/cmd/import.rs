@@ -18,7 +18,20 @@ pub struct ImportCmdOptions {
 pub fn run(opts: &ImportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     let started = std::time::Instant::now();
     crate::model::output::check_output_file(&opts.output, &[&opts.snapshot], crate::model::output::Kind::Trace)?;
-    let imported = crate::source::input::import_as_analysed(&opts.snapshot, &opts.import)?;
+    let mut imported = crate::source::input::import_as_analysed(&opts.snapshot, &opts.import, None)?;
+    // The limit every command assumes of it, where the limit is inferred as a range: its cache
+    // releases are told apart against that one (see `super::open_input`).
+    if opts.import.capacity_bytes.is_none() {
+        let trace =
+            crate::model::Trace::from_records(&opts.snapshot, imported.header.clone(), imported.records.clone());
+        let read_at = |limit: u64| -> Result<Option<crate::model::Trace>> {
+            let i = crate::source::input::import_as_analysed(&opts.snapshot, &opts.import, Some(limit))?;
+            Ok(Some(crate::model::Trace::from_records(&opts.snapshot, i.header, i.records)))
+        };
+        if let Some(least) = crate::analysis::capacity_search::least_implied_limit(&trace, &read_at)? {
+            imported = crate::source::input::import_as_analysed(&opts.snapshot, &opts.import, Some(least))?;
+        }
+    }
     let pending = crate::model::output::Pending::new(&opts.output)?;
     let mut w = TraceWriter::create(pending.temp_path(), &imported.header)
         .with_context(|| format!("cannot write {}", opts.output.display()))?;

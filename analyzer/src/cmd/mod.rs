@@ -58,13 +58,43 @@ pub use crate::model::output::json::{write_json, SCHEMA_VERSION, V1};
 /// `Err(code)` when there is nothing to analyse: the reason, and any damage, went to `out`, and
 /// the command exits with `code`.
 /// With `json`, the reason is a JSON object (`trace`, `nothing_to_analyse`, `input_damage`).
+/// Opens `path` as every command does ([`crate::source::input::open_with_budget`]), and where the
+/// limit is inferred as a range, raises its least to the limit at which the recorded run replays
+/// as recorded up to its failure ([`crate::analysis::capacity_search::least_implied_limit`]):
+/// below it a request the run served fails, and a replay there would diagnose a failure that
+/// never happened. A snapshot is imported again against that limit, by which its cache releases
+/// are told apart.
+pub fn open_input(
+    path: &std::path::Path,
+    facts: &crate::source::input::RunFacts,
+    budget_bytes: Option<usize>,
+) -> anyhow::Result<crate::model::Trace> {
+    let mut trace = crate::source::input::open_with_budget(path, facts, budget_bytes)?;
+    if facts.capacity_bytes.is_some() {
+        return Ok(trace);
+    }
+    let pickle = crate::source::input::is_pickle(path);
+    let read_at = |limit: u64| -> anyhow::Result<Option<crate::model::Trace>> {
+        let facts = crate::source::input::RunFacts { least_limit: Some(limit), ..facts.clone() };
+        Ok(if pickle { Some(crate::source::input::open_with_budget(path, &facts, budget_bytes)?) } else { None })
+    };
+    let Some(least) = crate::analysis::capacity_search::least_implied_limit(&trace, &read_at)? else {
+        return Ok(trace);
+    };
+    if let Some(t) = read_at(least)? {
+        return Ok(t);
+    }
+    trace.least_limit = Some(least);
+    Ok(trace)
+}
+
 pub fn open_analysable(
     path: &std::path::Path,
     facts: &crate::source::input::RunFacts,
     json: bool,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<Result<crate::model::Trace, i32>> {
-    let trace = crate::source::input::open(path, facts)?;
+    let trace = open_input(path, facts, None)?;
     let Some(why) = crate::source::input::nothing_to_analyse(&trace) else { return Ok(Ok(trace)) };
     if json {
         #[derive(serde::Serialize)]

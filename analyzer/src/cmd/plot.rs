@@ -29,7 +29,7 @@ pub fn run(opts: &PlotCmdOptions, out: &mut dyn Write) -> Result<i32> {
     crate::model::output::refuse_input(&opts.output, &[&opts.trace])?;
     let kind = crate::model::output::picture_kind(&opts.output)?;
     crate::model::output::check_output_file(&opts.output, &[&opts.trace], kind)?;
-    let trace = crate::source::input::open(&opts.trace, &opts.facts)?;
+    let trace = super::open_input(&opts.trace, &opts.facts, None)?;
     let (svg, drawn) = plot(&trace, opts.kind, opts.at, opts.stacked, opts.x)?;
     super::write_picture(&opts.output, &svg)?;
     if opts.json {

@@ -116,8 +116,9 @@ pub fn run(opts: &ReplayCmdOptions, out: &mut dyn Write) -> Result<i32> {
         conf: opts.replay.config.clone(),
         device: opts.device,
         torch_version: opts.torch_version,
+        least_limit: None,
     };
-    let trace = crate::source::input::open(&opts.trace, &facts)?;
+    let trace = super::open_input(&opts.trace, &facts, None)?;
     let r = replay(&trace, &ReplayOptions { config: None, capacity_bytes: None, ..opts.replay.clone() })?;
     if opts.json {
         write_json(out, &r)?;

@@ -60,7 +60,7 @@ pub struct SummaryJson<'a> {
 
 pub fn run(opts: &SummaryOptions, out: &mut dyn Write) -> Result<i32> {
     // One streaming pass (no records kept: the summary needs none).
-    let trace = crate::source::input::open_with_budget(&opts.trace, &opts.facts, Some(0))?;
+    let trace = super::open_input(&opts.trace, &opts.facts, Some(0))?;
     let scanned = trace.scanned();
     let capacity = trace.default_capacity();
     let s: &Summary = &trace.summary;

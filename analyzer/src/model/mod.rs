@@ -478,6 +478,7 @@ impl ReadFolds {
             summary: self.summary.finish(),
             facts: self.facts.finish(),
             given_capacity: None,
+            least_limit: None,
             records,
             passes: Default::default(),
         }
@@ -531,6 +532,10 @@ pub struct Trace {
     /// The limit the user gave for this run (`--capacity`), which every command then reports as
     /// given rather than recorded.
     pub given_capacity: Option<u64>,
+    /// Where the limit is inferred as a range ([`CapacitySource::InferredLimit`]): the least limit
+    /// at which the recorded run replays as recorded up to its failure, found by replays
+    /// (`analysis::capacity_search::least_implied_limit`), which raises the least of the range.
+    pub least_limit: Option<u64>,
     records: Records,
     /// The passes over the records since the trace was read (the read itself not counted).
     passes: std::sync::Mutex<Vec<Pass>>,
@@ -574,6 +579,7 @@ impl Trace {
             summary: summary.finish(),
             facts: facts.finish(),
             given_capacity: None,
+            least_limit: None,
             records: match kept {
                 Some(chunks) => Records::InMemory(chunks),
                 None => Records::Restream,
@@ -612,7 +618,11 @@ impl Trace {
     /// A trace derived from this one (reordered or extended records), keeping the limit the
     /// user gave.
     pub fn derived(&self, header: Header, records: Vec<Record>) -> Trace {
-        Trace { given_capacity: self.given_capacity, ..Trace::from_records(&self.path, header, records) }
+        Trace {
+            given_capacity: self.given_capacity,
+            least_limit: self.least_limit,
+            ..Trace::from_records(&self.path, header, records)
+        }
     }
 
     /// The file name, which reports show instead of the path.
@@ -664,6 +674,7 @@ impl Trace {
         match (self.facts.oom_capacity, self.facts.limit_range) {
             (Some(c), _) => Capacity { bytes: Some(c), source: CapacitySource::InferredFromOom, range: None },
             (None, Some((low, high))) => {
+                let low = self.least_limit.map_or(low, |l| l.clamp(low, high.saturating_sub(1).max(low)));
                 Capacity { bytes: Some(low), source: CapacitySource::InferredLimit, range: Some((low, high)) }
             }
             (None, None) => Capacity::NONE,

@@ -21,6 +21,10 @@ pub struct RunFacts {
     pub device: usize,
     /// The PyTorch release the run used: overrides the trace's; its allocator is followed.
     pub torch_version: Option<TorchVersion>,
+    /// Where the limit is inferred as a range: the least limit at which the recorded run replays
+    /// as recorded ([`crate::model::Trace::least_limit`]), found by replays of an earlier open
+    /// (`cmd::open` does both).
+    pub least_limit: Option<u64>,
 }
 
 /// Whether `path` holds a pickle (protocol 2 or later starts with 0x80) rather than a trace.
@@ -54,15 +58,23 @@ pub fn trace_has_one_device(path: &Path, device: usize) -> Result<()> {
 /// trace implies one (an OOM with room left on the device, or a full device), its cache releases
 /// are told apart against that limit, the one every replay of it then assumes
 /// ([`ImportOptions::releases_limit`]): imported once to find it, and again with it.
-pub fn import_as_analysed(path: &Path, opts: &ImportOptions) -> Result<Imported> {
+/// `least_limit`: where the limit is inferred as a range, the least at which the recorded run
+/// replays as recorded ([`RunFacts::least_limit`]), which raises the limit assumed.
+pub fn import_as_analysed(path: &Path, opts: &ImportOptions, least_limit: Option<u64>) -> Result<Imported> {
     let imported = import_file(path, opts)?;
     if opts.capacity_bytes.is_some() || imported.header.capacity_bytes > 0 {
         return Ok(imported);
     }
     let implied = Trace::default_capacity_of(&imported.header, &imported.records);
+    let least = |limit: u64| match (implied.source, implied.range) {
+        (crate::model::CapacitySource::InferredLimit, Some((_, high))) => {
+            least_limit.map_or(limit, |l| l.clamp(limit, high.saturating_sub(1).max(limit)))
+        }
+        _ => limit,
+    };
     match implied.bytes {
         Some(limit) if implied.source != crate::model::CapacitySource::None => {
-            Ok(import_file(path, &ImportOptions { releases_limit: Some(limit), ..opts.clone() })?)
+            Ok(import_file(path, &ImportOptions { releases_limit: Some(least(limit)), ..opts.clone() })?)
         }
         _ => Ok(imported),
     }
@@ -85,6 +97,7 @@ pub fn open_with_budget(path: &Path, facts: &RunFacts, budget_bytes: Option<usiz
                 torch_version: facts.torch_version,
                 ..Default::default()
             },
+            facts.least_limit,
         )?;
         // Named by file: a command reading several (diff, ranks) says which one.
         for w in &imported.report.warnings {
@@ -102,6 +115,7 @@ pub fn open_with_budget(path: &Path, facts: &RunFacts, budget_bytes: Option<usiz
     if let Some(c) = facts.capacity_bytes {
         trace.given_capacity = Some(c);
     }
+    trace.least_limit = facts.least_limit;
     if let Some(conf) = &facts.conf {
         trace.header.alloc_conf = conf.to_string();
         trace.header.config = conf.clone();
