@@ -702,7 +702,8 @@ fn the_reports_whatif_table_shows_the_decisions() {
             let line = md.lines().find(|l| l.starts_with(&format!("| `{policy}` |"))).unwrap();
             let decision = row["decision"].as_str().unwrap().replace('_', " ");
             let short = match decision.as_str() {
-                "does not help" => "no help".to_string(),
+                "does not help" => "not advised".to_string(),
+                "limit decides" => "by limit".to_string(),
                 d => d.to_string(),
             };
             assert_eq!(line.split(" | ").nth(2), Some(short.as_str()), "{name}: {line}");

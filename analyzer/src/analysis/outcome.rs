@@ -81,9 +81,27 @@ impl Decision {
             Decision::Fits => "fits",
             Decision::DoesNotFit => "does not fit",
             Decision::WorthTrying => "worth trying",
-            Decision::DoesNotHelp => "no help",
+            Decision::DoesNotHelp => "not advised",
             Decision::CannotTell => "cannot tell",
-            Decision::LimitDecides => "limit decides",
+            Decision::LimitDecides => "by limit",
+        }
+    }
+    /// What [`Decision::short`] means, for a table's legend.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Decision::Recorded => "the settings the trace was recorded under",
+            Decision::Fits => "the whole job is in the trace and completes (advised where the recorded settings fail)",
+            Decision::DoesNotFit => "the whole job is in the trace and runs out of memory",
+            Decision::WorthTrying => {
+                "gets past the failure, the rest of the job not in the trace, or completes here only by where its \
+blocks land (said below)"
+            }
+            Decision::DoesNotHelp => "fails at the request that failed, or sooner",
+            Decision::CannotTell => "fails at a request the recorded run served, which the program may catch",
+            Decision::LimitDecides => {
+                "the limit was not recorded: fails at the least the trace allows, gets past the failure from its min \
+capacity, a limit the trace allows: worth trying"
+            }
         }
     }
 }
@@ -209,13 +227,13 @@ blocks land decides it)",
     pub fn short(self) -> String {
         let b = crate::model::units::fmt_need;
         match self {
-            Outlook::Fits(Some(n)) => format!("fits, about {}", b(n)),
-            Outlook::Fits(None) => "fits".into(),
+            Outlook::Fits(Some(n)) => format!("predicted to fit, about {}", b(n)),
+            Outlook::Fits(None) => "predicted to fit".into(),
             Outlook::ByPlacement(_) => "fits only by where blocks land".into(),
             Outlook::IfAlike(n) => format!("about {} if later iterations ask no more", b(n)),
             Outlook::IfAlikeOverLimit(n) => format!("about {}, more than the limit, if iterations stay alike", b(n)),
             Outlook::MoreThanLimit(n) => format!("about {}, more than the limit", b(n)),
-            Outlook::WithinRange(n) => format!("about {}; fits from that limit", b(n)),
+            Outlook::WithinRange(n) => format!("about {}, if the real limit is that or more", b(n)),
             Outlook::Needs(n) => format!("runs out here; fits in about {}", b(n)),
             Outlook::RunsOutLater => "runs out later".into(),
         }

@@ -109,12 +109,17 @@ that failed (the rest of the job is not in the trace); min capacity = smallest l
 which the run completes (2 MiB steps; rounded up, where peaks are rounded to the nearest).",
         )?;
     }
-    note(
-        out,
-        "decision: fits = the whole job is in the trace and completes (advised where the recorded settings fail); \
-worth trying = gets past the failure, the rest of the job not in the trace, or completes here only by where its \
-blocks land (said below).",
-    )?;
+    // Each decision the table shows, defined.
+    let mut shown: Vec<crate::analysis::outcome::Decision> = Vec::new();
+    for r in w.rows.iter().filter(|r| !r.policy.is_recorded()) {
+        if !shown.contains(&r.decision) {
+            shown.push(r.decision);
+        }
+    }
+    let defined: Vec<String> = shown.iter().map(|d| format!("{} = {}", d.short(), d.meaning())).collect();
+    if !defined.is_empty() {
+        note(out, &format!("decision: {}.", defined.join("; ")))?;
+    }
     note(
         out,
         "a limit above the min capacity can still fail: other limits mean other segments and other pieces; replay \
