@@ -353,9 +353,14 @@ impl Report {
             Some(r) => r.ranks.iter().map(|row| row.trace.as_str()).collect::<Vec<_>>().join(" "),
             None => self.trace.clone(),
         };
+        // With the limit where it was given: without it, the command would replay at another.
+        let given = match (self.replay.capacity_source, self.replay.capacity_bytes) {
+            (crate::model::CapacitySource::Given, Some(c)) => format!(" --capacity {c}"),
+            _ => String::new(),
+        };
         d.push(Block::Para(format!(
             "Made with {}; regenerate any picture with `alloctrace plot`.",
-            code(&format!("alloctrace report {traces}"))
+            code(&format!("alloctrace report {traces}{given}"))
         )));
         d
     }
