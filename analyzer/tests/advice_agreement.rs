@@ -10,8 +10,9 @@
 //!   serves the request that failed, or the replay goes through once the cuDNN workspaces that
 //!   fail are left out) is listed as worth trying, and only such rows are; neither kind is ever
 //!   advised as fitting or named as not advised;
-//! - the fix is the first proven advice, else the first setting worth trying; the text and the
-//!   report's fix line show that fix.
+//! - the fix is the first proven advice, else the first setting worth trying whose whole job is
+//!   not predicted to run out of memory at the limit, else the advice on memory, else the first
+//!   setting worth trying; the text and the report's fix line show that fix.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -125,19 +126,28 @@ fn check(name: &str, input: &str, cap: u64, with_report: bool) {
     }
     more_memory_agrees_with_the_search(&x, cap, &at);
     nothing_is_proven_past_the_end(&x, &at);
-    // The fix: the first proven advice, else the first setting worth trying.
+    // The fix: the first proven advice, else the first setting worth trying whose whole job is
+    // not predicted over the limit, else the advice on memory, else the first worth trying.
     let proven = x["advice"].as_array().unwrap().iter().find(|a| a["proven"] == true);
     let fix = &x["fix"];
-    match (proven, worth.first()) {
-        (Some(a), _) => {
+    let worth_rows = x["worth_trying"].as_array().unwrap();
+    let within = worth_rows.iter().find(|w| w["predicted_over_limit"] == false).and_then(|w| w["setting"].as_str());
+    let memory =
+        x["advice"].as_array().unwrap().iter().find(|a| a["kind"] == "capacity").filter(|_| !worth_rows.is_empty());
+    match (proven, within, memory, worth.first().map(String::as_str)) {
+        (Some(a), ..) => {
             assert_eq!(fix["strength"], "proven", "{at}");
             assert_eq!(fix["text"], a["text"], "{at}: the fix is the first proven advice");
         }
-        (None, Some(s)) => {
+        (None, Some(s), ..) | (None, None, None, Some(s)) => {
             assert_eq!(fix["strength"], "worth_trying", "{at}");
-            assert_eq!(fix["setting"].as_str(), Some(s.as_str()), "{at}: the fix is the first setting worth trying");
+            assert_eq!(fix["setting"].as_str(), Some(s), "{at}: the fix is the first setting worth trying");
         }
-        (None, None) => assert!(fix.is_null() || fix["strength"] == "unproven", "{at}: {fix}"),
+        (None, None, Some(a), _) => {
+            assert_eq!(fix["strength"], "unproven", "{at}");
+            assert_eq!(fix["text"], a["text"], "{at}: the fix is the advice on memory");
+        }
+        (None, None, None, None) => assert!(fix.is_null() || fix["strength"] == "unproven", "{at}: {fix}"),
     }
     // The text shows the same fix, on one screen.
     let text = String::from_utf8_lossy(&run(&["explain", input, "--capacity", &c]).stdout).into_owned();

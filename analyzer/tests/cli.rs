@@ -1224,10 +1224,13 @@ fn a_row_that_cannot_tell_says_why() {
     let p = p.to_str().unwrap();
     let json = |args: &[&str]| json_of(args, 0);
     let w = json(&["whatif", "--no-search", p, "--json"]);
+    // At the table's limit: `--conf` says the run used that setting, and the limit inferred of
+    // the snapshot is then the one under which that run replays as recorded.
+    let cap = w["capacity_bytes"].as_u64().unwrap().to_string();
     let mut cannot = 0;
     for row in w["rows"].as_array().unwrap() {
         let conf = row["alloc_conf"].as_str().unwrap();
-        let r = json(&["replay", p, "--conf", conf, "--json"]);
+        let r = json(&["replay", p, "--conf", conf, "--capacity", &cap, "--json"]);
         assert_eq!(row["reach"], r["reach"], "{conf}");
         assert_eq!(row["failure_may_be_caught"], r["failure_may_be_caught"], "{conf}");
         if row["reach"] == "cannot_tell" {
@@ -1644,7 +1647,8 @@ fn no_limit_is_said_one_way() {
 ///   figure below the limit without saying it holds only if later iterations ask no more;
 /// - the same snapshot at a limit far above its own: the replays get past the failure, which
 ///   says nothing of the rest of the job (never "completes", never proven);
-/// - a Hugging Face Trainer at 4.41 GiB: needs above the limit are said to be above it;
+/// - a Hugging Face Trainer at 4.41 GiB: needs above the limit are said to be above it, and no
+///   setting predicted to run out of memory later is the first pick;
 /// - a Trainer's snapshot with two iterations: no leak (PyTorch completed the job).
 #[test]
 fn whole_job_claims_on_a_snapshot_never_overreach() {
@@ -1667,7 +1671,16 @@ fn whole_job_claims_on_a_snapshot_never_overreach() {
     assert!(!j["fix"]["text"].as_str().unwrap_or("").contains("completes"), "{}", j["fix"]);
     let hf = doctor.join("hf_trainer.4732223488.pickle");
     let t = text(&["explain", hf.to_str().unwrap(), "--capacity", "4732223488"]);
-    assert!(t.contains("predicted to need about 4.65 GiB, more than the limit"), "{t}");
+    assert!(t.contains("expandable_segments:True; the whole job: about 4.65 GiB, more than the limit"), "{t}");
+    // Every setting that gets past the failure is predicted to run out of memory later (PyTorch
+    // ran out of memory under each at this limit): the first thing said is what the job needs.
+    assert!(!t.contains("worth trying first"), "{t}");
+    assert!(
+        t.contains(
+            "suggestion: the whole job is predicted to need about 4.90 GiB under the recorded settings (4.65 GiB with"
+        ),
+        "{t}"
+    );
     let hf = doctor.join("hf_trainer.5116002304.pickle");
     let dir = tmp("hf-two-iterations");
     let o = run(&["report", hf.to_str().unwrap(), "--capacity", "5116002304", "-o", dir.to_str().unwrap()]);
@@ -1825,4 +1838,17 @@ fn frag_fits_a_screen_and_shows_the_largest_free_blocks() {
     let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(words.contains("largest free 104.30 MiB"), "{text}");
     assert!(words.contains("more segments of") && words.contains("--max-segments N shows more"), "{text}");
+}
+
+/// The report says how to make it again: with the limit where one was given (without it, the
+/// command replays at the limit the snapshot implies, and says other things).
+#[test]
+fn a_reports_made_with_line_keeps_the_limit_given() {
+    let t = root().join("tests/fixtures/doctor/timm_vit_amp.2828009472.pickle");
+    let dir = std::env::temp_dir().join(format!("alloctrace-made-with-{}", std::process::id()));
+    let o = run(&["report", t.to_str().unwrap(), "--capacity", "2828009472", "-o", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap().split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(md.contains("Made with `alloctrace report timm_vit_amp.2828009472.pickle --capacity 2828009472`"), "{md}");
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -34,7 +34,10 @@ pub struct Advice {
 
 /// The first thing to change, decided once: the text, the report's fix line and the JSON show
 /// it. The strongest proven advice; else, where the trace stops at the failure, the first
-/// setting worth trying; else the first advice, labelled unproven.
+/// setting worth trying whose whole job is not predicted to run out of memory at the limit
+/// ([`WorthTrying::predicted_over_limit`]); else, where every setting worth trying is, the
+/// advice on how much memory the job needs, where there is one; else the first setting worth
+/// trying; else the first advice, labelled unproven.
 #[derive(Debug, Clone, Serialize)]
 pub struct Fix {
     /// `proven` (backed by a replay), `worth_trying` or `unproven`.
@@ -56,13 +59,22 @@ impl Fix {
         if let Some(a) = advice.iter().find(|a| a.proven) {
             return Some(from(a, "proven"));
         }
+        let worth = |w: &WorthTrying| Fix {
+            strength: "worth_trying",
+            setting: Some(w.setting.clone()),
+            text: format!("try {}", w.setting),
+            evidence: w.text.clone(),
+        };
+        if let Some(w) = worth_trying.iter().find(|w| !w.predicted_over_limit) {
+            return Some(worth(w));
+        }
+        // Every setting that gets past the failure is predicted to run out of memory later:
+        // what the whole job needs is the answer.
+        if let Some(a) = advice.iter().find(|a| a.kind == "capacity").filter(|_| !worth_trying.is_empty()) {
+            return Some(from(a, "unproven"));
+        }
         if let Some(w) = worth_trying.first() {
-            return Some(Fix {
-                strength: "worth_trying",
-                setting: Some(w.setting.clone()),
-                text: format!("try {}", w.setting),
-                evidence: w.text.clone(),
-            });
+            return Some(worth(w));
         }
         advice.first().map(|a| from(a, "unproven"))
     }
@@ -95,6 +107,10 @@ pub struct WorthTrying {
     pub predicted_needs_bytes: Option<u64>,
     /// Whether the whole job is predicted to fit at the capacity, if predicted.
     pub predicted_to_fit: Option<bool>,
+    /// The whole job is predicted to need more than the limit, or to run out of memory later,
+    /// from iterations alike ([`crate::analysis::outcome::Outlook::MoreThanLimit`],
+    /// [`crate::analysis::outcome::Outlook::RunsOutLater`]): it gets past this failure only.
+    pub predicted_over_limit: bool,
     /// What the prediction says of the whole job under it, as a clause
     /// ([`crate::analysis::outcome::Outlook::clause`]), and for a table's cell (`whole_job_short`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -184,6 +200,13 @@ pub fn settings_at_oom(
             gets_past_from_bytes: r.min_capacity_bytes.filter(|_| r.decision == Decision::LimitDecides),
             predicted_needs_bytes: p.and_then(|p| p.needs_bytes),
             predicted_to_fit: p.map(|p| p.fits),
+            predicted_over_limit: outlook(r).is_some_and(|o| {
+                matches!(
+                    o,
+                    crate::analysis::outcome::Outlook::MoreThanLimit(_)
+                        | crate::analysis::outcome::Outlook::RunsOutLater
+                )
+            }),
             whole_job: outlook(r).map(|o| o.clause()),
             whole_job_short: outlook(r).map(|o| o.short()),
             text: if let (Decision::LimitDecides, Some(m)) = (r.decision, r.min_capacity_bytes) {
@@ -218,7 +241,9 @@ hold",
         });
     }
     // More memory, where no setting fits at the capacity: it may name a setting that needs less.
-    let more = if fits.is_empty() { more_memory(rows, prediction, capacity, cap_text) } else { None };
+    // The setting the first pick will name, with its whole job's figure: not named again.
+    let first = out.worth_trying.iter().find(|w| !w.predicted_over_limit).map(|w| w.setting.clone());
+    let more = if fits.is_empty() { more_memory(rows, prediction, capacity, cap_text, first.as_deref()) } else { None };
     let advised = more.as_ref().and_then(|a| a.setting.clone());
     // Would not have helped, grouped by why (one line each). The setting that the advice to give
     // more memory names is not also "not advised" (it fails at this limit, and the advice says
@@ -282,6 +307,7 @@ fn more_memory(
     prediction: Option<&JobPrediction>,
     capacity: Option<u64>,
     cap_text: &str,
+    first_pick: Option<&str>,
 ) -> Option<Advice> {
     let recorded = rows.iter().find(|r| r.policy.is_recorded())?;
     // The recorded settings run out of memory at the capacity, yet the search found a smaller
@@ -367,7 +393,17 @@ recorded settings",
                         format!("the whole job {needs} about {} with {s}{hedge}", fmt_need(*n))
                     }
                     None => {
-                        format!("the whole job {needs} about {} under the recorded settings{hedge}", fmt_need(rec))
+                        // A setting that needs less, though not by a tenth, is named beside.
+                        let less = best
+                            .filter(|(n, p)| !p.policy.is_recorded() && *n < rec)
+                            .and_then(|(n, p)| rows.iter().find(|r| r.policy == p.policy).map(|r| (n, row_setting(r))))
+                            .filter(|(_, s)| first_pick != Some(s.as_str()))
+                            .map(|(n, s)| format!(" ({} with {s})", fmt_need(n)))
+                            .unwrap_or_default();
+                        format!(
+                            "the whole job {needs} about {} under the recorded settings{less}{hedge}",
+                            fmt_need(rec)
+                        )
                     }
                 },
                 evidence: format!("{} (a prediction, not a replay of the job)", p.basis()),
