@@ -1852,3 +1852,20 @@ fn a_reports_made_with_line_keeps_the_limit_given() {
     assert!(md.contains("Made with `alloctrace report timm_vit_amp.2828009472.pickle --capacity 2828009472`"), "{md}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Every command opens its input one way: `leaks` takes the run flags (`--capacity`, `--conf`,
+/// `--torch-version`, `--device`), and on a snapshot without its limit it looks at the failure
+/// `explain` explains (it looked at event 1264 of `stream_pipeline` at 1196425216 bytes, a
+/// failure that never happened, while `explain` explained the real one at event 6037).
+#[test]
+fn leaks_takes_the_run_flags_and_looks_at_the_failure_explain_explains() {
+    let p = root().join("tests/fixtures/doctor/stream_pipeline.1196425216.pickle");
+    let p = p.to_str().unwrap();
+    let x = json_of(&["explain", "--json", p], 0);
+    let l = json_of(&["leaks", "--json", p], 0);
+    assert_eq!(l["retention"]["moment"], "oom");
+    assert_eq!(l["retention"]["event"], x["oom_event"], "leaks and explain look at one failure");
+    assert_eq!(x["oom_event"], x["recorded_ooms"].as_array().unwrap().last().unwrap()["event"]);
+    let given = json_of(&["leaks", "--json", p, "--capacity", "1196425216"], 0);
+    assert_eq!(given["retention"]["event"], x["oom_event"]);
+}

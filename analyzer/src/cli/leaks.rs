@@ -25,7 +25,7 @@ pub struct Args {
     /// A trace (.atrace) or a PyTorch memory snapshot (.pickle).
     pub trace: PathBuf,
     #[command(flatten)]
-    pub device: super::args::Device,
+    pub run: super::args::RunArgs,
     /// Analyse retention after this event index instead of at the end (or the out-of-memory).
     #[arg(long)]
     pub at: Option<u64>,
@@ -38,7 +38,7 @@ impl Args {
         cmd::leaks::run(
             &cmd::leaks::LeaksCmdOptions {
                 trace: self.trace,
-                device: self.device.device,
+                facts: self.run.facts(),
                 at_event: self.at,
                 json: self.json.json,
             },

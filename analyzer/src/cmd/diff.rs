@@ -103,10 +103,7 @@ pub fn run(opts: &DiffCmdOptions, out: &mut dyn Write) -> Result<i32> {
         check_output_file(svg, &[&opts.a, &opts.b], Kind::Svg)?;
         check_output_file(json, &[&opts.a, &opts.b], Kind::Json)?;
     }
-    let (a, b) = (
-        crate::source::input::open_any(&opts.a, None, opts.device)?,
-        crate::source::input::open_any(&opts.b, None, opts.device)?,
-    );
+    let (a, b) = (super::open_any(&opts.a, None, opts.device)?, super::open_any(&opts.b, None, opts.device)?);
     let d = diff(&a, &b)?;
     if let (Some(dir), Some((svg, json))) = (&opts.output, &outputs) {
         let (ta, tb) = (timeline_data(&a, XAxis::Time, COLUMNS)?, timeline_data(&b, XAxis::Time, COLUMNS)?);

@@ -126,7 +126,7 @@ pub fn run(opts: &DumpOptions, out: &mut dyn Write) -> Result<i32> {
 /// `dump` of a PyTorch snapshot: the events alloctrace imports from it (as `alloctrace import
 /// torch` would write them), after a header saying so.
 fn run_snapshot(opts: &DumpOptions, out: &mut dyn Write) -> Result<i32> {
-    let trace = crate::source::input::open_any(&opts.trace, None, opts.device)?;
+    let trace = super::open_any(&opts.trace, None, opts.device)?;
     writeln!(out, "# imported from a PyTorch memory snapshot (as `alloctrace import torch` writes it)")?;
     write_header(out, &trace.header, recorder::trace::FORMAT_VERSION)?;
     let scanned = write_records(out, |fold| trace.scan(fold))?;

@@ -36,7 +36,7 @@ pub fn run(opts: &ExportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     crate::model::output::check_output_file(&opts.output, &[&opts.trace], kind)?;
     crate::model::output::refuse_misnamed(&opts.output, kind)?;
     // Any input every command takes: a trace, or a PyTorch snapshot imported in memory.
-    let trace = crate::source::input::open_any(&opts.trace, None, opts.device)?;
+    let trace = super::open_any(&opts.trace, None, opts.device)?;
     let bytes = |p: &PathBuf| file_bytes(p);
     let damage = match opts.format {
         Format::MemoryViz => {

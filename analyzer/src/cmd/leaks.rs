@@ -11,8 +11,8 @@ use std::path::PathBuf;
 
 pub struct LeaksCmdOptions {
     pub trace: PathBuf,
-    /// For a PyTorch snapshot: the device whose history to read.
-    pub device: usize,
+    /// What the user says of the run (the limit, the settings, a snapshot's device, the release).
+    pub facts: crate::source::input::RunFacts,
     pub at_event: Option<u64>,
     pub json: bool,
 }
@@ -141,10 +141,7 @@ lazily built caches), not a leak",
 }
 
 pub fn run(opts: &LeaksCmdOptions, out: &mut dyn Write) -> Result<i32> {
-    let r = analyze(
-        &crate::source::input::open_any(&opts.trace, None, opts.device)?,
-        &LeaksOptions { at_event: opts.at_event },
-    )?;
+    let r = analyze(&super::open_input(&opts.trace, &opts.facts, None)?, &LeaksOptions { at_event: opts.at_event })?;
     if opts.json {
         write_json(out, &r)?;
     } else {

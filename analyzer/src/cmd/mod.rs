@@ -88,6 +88,17 @@ pub fn open_input(
     Ok(trace)
 }
 
+/// [`open_input`] with no facts but which device's history to read (a snapshot's), as the
+/// commands that take no run flags open their inputs; `budget_bytes` is the in-memory records
+/// budget of [`crate::model::Trace::open_with_budget`] for a trace (a snapshot is imported whole).
+pub fn open_any(
+    path: &std::path::Path,
+    budget_bytes: Option<usize>,
+    device: usize,
+) -> anyhow::Result<crate::model::Trace> {
+    open_input(path, &crate::source::input::RunFacts { device, ..Default::default() }, budget_bytes)
+}
+
 pub fn open_analysable(
     path: &std::path::Path,
     facts: &crate::source::input::RunFacts,

@@ -35,7 +35,7 @@ pub fn run(opts: &RanksCmdOptions, out: &mut dyn Write) -> Result<i32> {
             ));
         }
     }
-    let traces = opts.traces.iter().map(|p| crate::source::input::open_any(p, None, 0)).collect::<Result<Vec<_>>>()?;
+    let traces = opts.traces.iter().map(|p| super::open_any(p, None, 0)).collect::<Result<Vec<_>>>()?;
     let rep = analyze(&traces)?;
     if let Some(path) = &opts.output {
         super::write_picture(path, &render(&rep)?)?;

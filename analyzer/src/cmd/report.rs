@@ -28,8 +28,7 @@ pub fn run(opts: &ReportCmdOptions, out: &mut dyn Write) -> Result<i32> {
     anyhow::ensure!(!opts.traces.is_empty(), "give a trace, or one per rank");
     // Several ranks: the cross-rank view, and the report is of the rank that peaks.
     let ranks = if opts.traces.len() > 1 {
-        let traces =
-            opts.traces.iter().map(|p| crate::source::input::open_any(p, None, 0)).collect::<Result<Vec<_>>>()?;
+        let traces = opts.traces.iter().map(|p| super::open_any(p, None, 0)).collect::<Result<Vec<_>>>()?;
         Some(crate::analysis::ranks::analyze(&traces)?)
     } else {
         None

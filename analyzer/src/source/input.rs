@@ -33,17 +33,6 @@ pub fn is_pickle(path: &Path) -> bool {
     std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut b)).is_ok() && b[0] == 0x80
 }
 
-/// Opens `path` as every command does: a trace, or a PyTorch snapshot imported in memory (the
-/// user's facts left as the file has them, but for which `device`'s history to read).
-/// `budget_bytes` is the in-memory records budget of [`Trace::open_with_budget`] for a trace (a
-/// snapshot is imported whole).
-pub fn open_any(path: &Path, budget_bytes: Option<usize>, device: usize) -> Result<Trace> {
-    match budget_bytes {
-        Some(b) if !is_pickle(path) && device == 0 => Trace::open_with_budget(path, b),
-        _ => open(path, &RunFacts { device, ..RunFacts::default() }),
-    }
-}
-
 /// `--device` picks a snapshot's device: a trace holds one, device 0.
 pub fn trace_has_one_device(path: &Path, device: usize) -> Result<()> {
     anyhow::ensure!(
