@@ -82,7 +82,8 @@ impl Category {
             Category::Unknown => "unknown",
         }
     }
-    /// The name in a sentence about bytes ("activations 61%").
+    /// The name in a sentence about bytes ("activations 61%"). What the trace cannot tell is
+    /// said as what it is: blocks made in the step that failed, whose end would have told.
     pub fn plural(self) -> &'static str {
         match self {
             Category::Parameter => "parameters",
@@ -91,7 +92,7 @@ impl Category {
             Category::Activation => "activations",
             Category::Temporary => "temporaries",
             Category::Other => "other",
-            Category::Unknown => "unknown",
+            Category::Unknown => "the failing step's",
         }
     }
 }
@@ -1276,6 +1277,8 @@ mod tests {
         let b = ByCategory { activation: 610, optimizer_state: 220, parameter: 167, other: 3, ..Default::default() };
         assert_eq!(b.shares_text(), "activations 61%, optimizer state 22%, parameters 17%, other under 1%");
         assert_eq!(ByCategory::default().shares_text(), "");
+        let failing = ByCategory { unknown: 85, optimizer_state: 15, ..Default::default() };
+        assert_eq!(failing.shares_text(), "the failing step's 85%, optimizer state 15%");
     }
 
     #[test]
