@@ -132,9 +132,8 @@ completed had one named ({} OOMs); {}/{} settings named worth trying completed",
     }
 }
 
-#[test]
-fn the_doctor_on_third_party_jobs_holds_in_real_pytorch() {
-    let rows = truth();
+/// Each job and limit at which the default settings ran out of memory, once each.
+fn default_ooms(rows: &[Real]) -> Vec<(String, u64)> {
     let mut cases: Vec<(String, u64)> = rows
         .iter()
         .filter(|r| r.setting == "default" && !r.ok)
@@ -142,6 +141,13 @@ fn the_doctor_on_third_party_jobs_holds_in_real_pytorch() {
         .collect();
     cases.sort();
     cases.dedup();
+    cases
+}
+
+#[test]
+fn the_doctor_on_third_party_jobs_holds_in_real_pytorch() {
+    let rows = truth();
+    let cases = default_ooms(&rows);
     assert!(cases.len() >= 20, "the fixtures' default OOMs: {}", cases.len());
     let quick = ExplainOptions { search_capacity: Some(false), ..Default::default() };
     let (mut snap, mut past) = (Score::default(), Score::default());
@@ -301,14 +307,8 @@ fn a_setting_that_fails_by_placement_is_not_advised() {
 fn snapshots_without_a_limit_pick_first_what_needs_least() {
     use analyzer::analysis::outcome::Decision;
     let rows = truth();
-    let mut cases: Vec<(String, u64)> = rows
-        .iter()
-        .filter(|r| r.setting == "default" && !r.ok)
-        .filter_map(|r| Some((r.job.clone(), r.limit?)))
-        .filter(|(job, limit)| dir().join(format!("{job}.{limit}.pickle")).exists())
-        .collect();
-    cases.sort();
-    cases.dedup();
+    let mut cases = default_ooms(&rows);
+    cases.retain(|(job, limit)| dir().join(format!("{job}.{limit}.pickle")).exists());
     assert!(cases.len() >= 20, "the fixtures' snapshots: {}", cases.len());
     let (mut fixable, mut first_completed) = (0, 0);
     let mut score = Score::default();
