@@ -373,10 +373,14 @@ recorded settings",
     match prediction {
         Some(p @ JobPrediction::FromRepeatedIteration { policies, .. }) => {
             let rec = policies.iter().find(|p| p.policy.is_recorded()).and_then(|p| p.needs_bytes)?;
-            let best = policies.iter().filter_map(|p| p.needs_bytes.map(|n| (n, p))).min_by_key(|(n, _)| *n);
-            let setting = best
-                .filter(|(n, p)| !p.policy.is_recorded() && (*n as f64) < 0.9 * rec as f64)
+            // The setting that needs least, where it needs less than the recorded settings.
+            let best = policies
+                .iter()
+                .filter_map(|p| p.needs_bytes.map(|n| (n, p)))
+                .min_by_key(|(n, _)| *n)
+                .filter(|(n, p)| !p.policy.is_recorded() && *n < rec)
                 .and_then(|(n, p)| rows.iter().find(|r| r.policy == p.policy).map(|r| (n, row_setting(r))));
+            let setting = best.clone().filter(|(n, _)| (*n as f64) < 0.9 * rec as f64);
             // Where the figures hold only if later iterations ask no more, the advice says so.
             // Hedged, the figure reads as the condition's, as every hedged figure does
             // ([`crate::analysis::outcome::Outlook::IfAlike`]).
@@ -395,8 +399,7 @@ recorded settings",
                     None => {
                         // A setting that needs less, though not by a tenth, is named beside.
                         let less = best
-                            .filter(|(n, p)| !p.policy.is_recorded() && *n < rec)
-                            .and_then(|(n, p)| rows.iter().find(|r| r.policy == p.policy).map(|r| (n, row_setting(r))))
+                            .clone()
                             .filter(|(_, s)| first_pick != Some(s.as_str()))
                             .map(|(n, s)| format!(" ({} with {s})", fmt_need(n)))
                             .unwrap_or_default();

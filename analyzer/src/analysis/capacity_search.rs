@@ -241,16 +241,15 @@ pub fn least_implied_limit(trace: &Trace, read_at: &dyn Fn(u64) -> Result<Option
     };
     let Some(fatal) = trace.facts.fatal_oom().map(|o| o.event) else { return Ok(None) };
     // Up to the recorded failure as recorded: no failure before it (recorded failures the
-    // program caught are gone past, as every replay does).
+    // program caught are gone past, as every replay does). The trace as read is read under the
+    // least limit already.
     let reaches = |cap: u64| -> Result<(bool, Option<(u64, u64)>)> {
-        let read = read_at(cap)?;
+        let read = if cap == low { None } else { read_at(cap)? };
         let r =
             replay(read.as_ref().unwrap_or(trace), &ReplayOptions { capacity_bytes: Some(cap), ..Default::default() })?;
         Ok((r.oom_event().is_none_or(|e| e >= fatal), r.capacity_band))
     };
-    // The trace as read is read under the least limit already.
-    let r = replay(trace, &ReplayOptions { capacity_bytes: Some(low), ..Default::default() })?;
-    if r.oom_event().is_none_or(|e| e >= fatal) {
+    if reaches(low)?.0 {
         return Ok(None);
     }
     // Bisection: `lo` fails earlier, `hi` reaches the failure.

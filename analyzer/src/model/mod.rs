@@ -121,6 +121,18 @@ impl Capacity {
         }
     }
 
+    /// Where the limit is inferred as a range, its least raised to `least` (kept inside the
+    /// range): the limit at which the recorded run replays as recorded ([`Trace::least_limit`]).
+    pub fn raised_to(self, least: Option<u64>) -> Capacity {
+        match (self.source, self.range, least) {
+            (CapacitySource::InferredLimit, Some((low, high)), Some(l)) => {
+                let low = l.clamp(low, high.saturating_sub(1).max(low));
+                Capacity { bytes: Some(low), range: Some((low, high)), ..self }
+            }
+            _ => self,
+        }
+    }
+
     /// For an inferred capacity: what it rests on, and how to give the real one.
     pub fn note(&self) -> Option<String> {
         let b = crate::model::units::fmt_bytes;
@@ -674,8 +686,8 @@ impl Trace {
         match (self.facts.oom_capacity, self.facts.limit_range) {
             (Some(c), _) => Capacity { bytes: Some(c), source: CapacitySource::InferredFromOom, range: None },
             (None, Some((low, high))) => {
-                let low = self.least_limit.map_or(low, |l| l.clamp(low, high.saturating_sub(1).max(low)));
                 Capacity { bytes: Some(low), source: CapacitySource::InferredLimit, range: Some((low, high)) }
+                    .raised_to(self.least_limit)
             }
             (None, None) => Capacity::NONE,
         }

@@ -23,7 +23,7 @@ pub struct RunFacts {
     pub torch_version: Option<TorchVersion>,
     /// Where the limit is inferred as a range: the least limit at which the recorded run replays
     /// as recorded ([`crate::model::Trace::least_limit`]), found by replays of an earlier open
-    /// (`cmd::open` does both).
+    /// (`cmd::open_input` does both).
     pub least_limit: Option<u64>,
 }
 
@@ -54,16 +54,10 @@ pub fn import_as_analysed(path: &Path, opts: &ImportOptions, least_limit: Option
     if opts.capacity_bytes.is_some() || imported.header.capacity_bytes > 0 {
         return Ok(imported);
     }
-    let implied = Trace::default_capacity_of(&imported.header, &imported.records);
-    let least = |limit: u64| match (implied.source, implied.range) {
-        (crate::model::CapacitySource::InferredLimit, Some((_, high))) => {
-            least_limit.map_or(limit, |l| l.clamp(limit, high.saturating_sub(1).max(limit)))
-        }
-        _ => limit,
-    };
+    let implied = Trace::default_capacity_of(&imported.header, &imported.records).raised_to(least_limit);
     match implied.bytes {
         Some(limit) if implied.source != crate::model::CapacitySource::None => {
-            Ok(import_file(path, &ImportOptions { releases_limit: Some(least(limit)), ..opts.clone() })?)
+            Ok(import_file(path, &ImportOptions { releases_limit: Some(limit), ..opts.clone() })?)
         }
         _ => Ok(imported),
     }
